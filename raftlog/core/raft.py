@@ -1,0 +1,685 @@
+"""The Raft protocol for one group on one node: a pure, synchronous state machine.
+
+Inputs are `step` (a message), `tick` (one unit of logical time), `propose`, and the
+persistence/apply notifications `RawNode` feeds in. Outputs are messages (two queues: those that
+may leave at once and those that must wait for the pending writes to be durable) and the log
+bookkeeping `RawNode` turns into a `Ready`. No clocks, files, sockets or global randomness here:
+time is ticks and randomness comes from the injected ``random.Random``.
+
+Safety rules this module implements (Raft paper, sections 3 and 4; etcd-io/raft conventions):
+- one vote per term, persisted before the vote is sent (votes ride ``msgs_after_persist``);
+- pre-vote: a node asks whether it *could* win before disturbing the cluster with a new term;
+- check-quorum: a leader that has not heard from a quorum for an election timeout steps down,
+  and voters that heard from a leader within one ignore campaigns (the leader lease);
+- commit only on a majority of *durable* match indexes, and only entries of the current term
+  by counting (earlier ones commit indirectly); the leader's own match moves when its entries are
+  reported persisted, so its write overlaps replication;
+- followers truncate only at a real term conflict, never matching or committed entries;
+- single-server membership changes, applied when committed, at most one pending at a time, and
+  not before the leader has committed an entry of its own term.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from raftlog.core.log import RaftLog
+from raftlog.core.progress import Progress, ProgressState
+from raftlog.core.quorum import VoteResult, committed_index, vote_result
+from raftlog.core.storage import Storage
+from raftlog.core.types import (
+    NONE,
+    ConfChange,
+    ConfChangeKind,
+    ConfState,
+    Entry,
+    EntryKind,
+    Message,
+    MsgType,
+    Role,
+    Snapshot,
+)
+from raftlog.errors import (
+    Compacted,
+    ConfChangeInProgress,
+    InvariantViolation,
+    NotLeader,
+    Overloaded,
+    RaftError,
+)
+
+if TYPE_CHECKING:
+    import random
+
+
+@dataclass(frozen=True, slots=True)
+class UnsafeHooks:
+    """Deliberate protocol bugs, for proving that the simulator's checkers have teeth.
+
+    Never enable outside tests: each one breaks a Raft safety property.
+    """
+
+    commit_on_minority: bool = False
+    """Count an entry committed when one node fewer than a majority holds it."""
+    vote_twice: bool = False
+    """Grant every vote request, even after voting for someone else in the same term."""
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """Tuning of one RawNode. Times are in ticks; sizes in bytes.
+
+    Invariant: ``heartbeat_tick < election_tick``. The randomized election timeout is drawn
+    from ``[election_tick, 2 * election_tick)``.
+    """
+
+    id: int
+    election_tick: int = 10
+    heartbeat_tick: int = 1
+    max_msg_bytes: int = 1 << 20
+    max_inflight_msgs: int = 256
+    max_inflight_bytes: int = 16 << 20
+    max_uncommitted_bytes: int = 64 << 20
+    max_apply_bytes: int = 16 << 20
+    pre_vote: bool = True
+    check_quorum: bool = True
+    unsafe: UnsafeHooks = field(default_factory=UnsafeHooks)
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` on a configuration that cannot work."""
+        if self.id <= 0:
+            raise ValueError("node id must be positive")
+        if not 0 < self.heartbeat_tick < self.election_tick:
+            raise ValueError("need 0 < heartbeat_tick < election_tick")
+        if self.max_inflight_msgs <= 0 or self.max_msg_bytes <= 0:
+            raise ValueError("inflight and message limits must be positive")
+
+
+_LEADER_MESSAGES = frozenset({MsgType.APP, MsgType.HEARTBEAT, MsgType.SNAP, MsgType.TIMEOUT_NOW})
+
+
+class Raft:
+    """Protocol state of one node in one group. Owned and driven by a `RawNode`."""
+
+    def __init__(self, config: Config, storage: Storage, rng: random.Random) -> None:
+        config.validate()
+        self.cfg = config
+        self.id = config.id
+        self.rng = rng
+        self.log = RaftLog(storage)
+        hs, conf = storage.initial_state()
+        self.term = hs.term
+        self.vote = hs.vote
+        if hs.commit:
+            if hs.commit > self.log.last_index():
+                raise InvariantViolation(
+                    f"persisted commit {hs.commit} beyond last index {self.log.last_index()}"
+                )
+            self.log.commit_to(hs.commit)
+        self.conf = conf
+        self.role = Role.FOLLOWER
+        self.lead = NONE
+        self.progress: dict[int, Progress] = {}
+        self.votes: dict[int, bool] = {}
+        self.msgs: list[Message] = []
+        self.msgs_after_persist: list[Message] = []
+        self.election_elapsed = 0
+        self.heartbeat_elapsed = 0
+        self.randomized_timeout = config.election_tick
+        self.lead_transferee = NONE
+        self.pending_conf_index = 0
+        # (index, size) of entries proposed by this leader and not yet committed: bounds memory.
+        self.uncommitted: deque[tuple[int, int]] = deque()
+        self.uncommitted_bytes = 0
+        self.snapshot_elapsed: dict[int, int] = {}
+        self._reset_randomized_timeout()
+
+    # -- helpers -----------------------------------------------------------------------------------
+    def promotable(self) -> bool:
+        """Whether this node is a voter (may campaign)."""
+        return self.id in self.conf.voters
+
+    def _reset_randomized_timeout(self) -> None:
+        et = self.cfg.election_tick
+        self.randomized_timeout = et + self.rng.randrange(et)
+
+    def _send(self, m: Message) -> None:
+        if self.role is Role.LEADER and m.type in _LEADER_MESSAGES:
+            self.msgs.append(m)
+        else:
+            self.msgs_after_persist.append(m)
+
+    def _reset(self, term: int) -> None:
+        if self.term != term:
+            self.term = term
+            self.vote = NONE
+        self.lead = NONE
+        self.election_elapsed = 0
+        self.heartbeat_elapsed = 0
+        self._reset_randomized_timeout()
+        self.lead_transferee = NONE
+        self.votes = {}
+        self.progress = {}
+        self.snapshot_elapsed = {}
+        self.uncommitted.clear()
+        self.uncommitted_bytes = 0
+
+    def _new_progress(self, node: int) -> Progress:
+        pr = Progress(
+            self.log.last_index() + 1,
+            self.cfg.max_inflight_msgs,
+            self.cfg.max_inflight_bytes,
+            node in self.conf.learners,
+        )
+        if node == self.id:
+            pr.match = self.log.stable_last()
+            pr.become_replicate()
+            pr.recent_active = True
+        return pr
+
+    # -- role changes ------------------------------------------------------------------------------
+    def become_follower(self, term: int, lead: int) -> None:
+        self._reset(term)
+        self.role = Role.FOLLOWER
+        self.lead = lead
+
+    def become_pre_candidate(self) -> None:
+        if self.role is Role.LEADER:
+            raise InvariantViolation("leader cannot become pre-candidate")
+        # Term and vote stay: a pre-campaign changes nothing durable.
+        self.role = Role.PRE_CANDIDATE
+        self.votes = {}
+        self.lead = NONE
+        self.election_elapsed = 0
+        self._reset_randomized_timeout()
+
+    def become_candidate(self) -> None:
+        if self.role is Role.LEADER:
+            raise InvariantViolation("leader cannot become candidate")
+        self._reset(self.term + 1)
+        self.vote = self.id
+        self.role = Role.CANDIDATE
+
+    def become_leader(self) -> None:
+        if self.role is Role.FOLLOWER:
+            raise InvariantViolation("follower cannot become leader directly")
+        self._reset(self.term)
+        self.role = Role.LEADER
+        self.lead = self.id
+        for node in self.conf.members():
+            self.progress[node] = self._new_progress(node)
+        # The no-op of this term: committing it commits every earlier entry, and until it is
+        # applied no membership change may be proposed (the single-server change fix).
+        self._append_own([Entry(self.term, self.log.last_index() + 1)])
+        self.pending_conf_index = self.log.last_index()
+        self._bcast_append()
+
+    # -- elections ---------------------------------------------------------------------------------
+    def campaign(self, *, pre: bool, transfer: bool = False) -> None:
+        """Start a (pre-)election. A single-voter group wins at once."""
+        if not self.promotable():
+            return
+        if pre:
+            self.become_pre_candidate()
+            msg_type, term = MsgType.PRE_VOTE, self.term + 1
+        else:
+            self.become_candidate()
+            msg_type, term = MsgType.VOTE, self.term
+        self.votes[self.id] = True
+        if self._tally() is VoteResult.WON:
+            self._won(pre=pre)
+            return
+        for node in self.conf.voters:
+            if node == self.id:
+                continue
+            self._send(
+                Message(
+                    msg_type,
+                    to=node,
+                    frm=self.id,
+                    term=term,
+                    index=self.log.last_index(),
+                    log_term=self.log.last_term(),
+                    transfer=transfer,
+                )
+            )
+
+    def _tally(self) -> VoteResult:
+        return vote_result(self.conf.voters, self.votes)
+
+    def _won(self, *, pre: bool) -> None:
+        if pre:
+            self.campaign(pre=False)
+        else:
+            self.become_leader()
+
+    # -- ticks -------------------------------------------------------------------------------------
+    def tick(self) -> None:
+        """Advance logical time by one tick."""
+        if self.role is Role.LEADER:
+            self._tick_leader()
+        else:
+            self._tick_election()
+
+    def _tick_election(self) -> None:
+        self.election_elapsed += 1
+        if self.promotable() and self.election_elapsed >= self.randomized_timeout:
+            self.election_elapsed = 0
+            self.campaign(pre=self.cfg.pre_vote)
+
+    def _tick_leader(self) -> None:
+        self.heartbeat_elapsed += 1
+        self.election_elapsed += 1
+        if self.election_elapsed >= self.cfg.election_tick:
+            self.election_elapsed = 0
+            if self.cfg.check_quorum:
+                if not self._quorum_active():
+                    self.become_follower(self.term, NONE)
+                    return
+                for node, pr in self.progress.items():
+                    pr.recent_active = node == self.id
+            if self.lead_transferee != NONE:
+                self.lead_transferee = NONE  # transfer took too long: abort, accept proposals
+        for node, pr in self.progress.items():
+            if pr.state is ProgressState.SNAPSHOT:
+                elapsed = self.snapshot_elapsed.get(node, 0) + 1
+                self.snapshot_elapsed[node] = elapsed
+                if elapsed > 3 * self.cfg.election_tick:
+                    # The snapshot (or its answer) was lost: probe again.
+                    self.snapshot_elapsed.pop(node, None)
+                    pr.become_probe()
+        if self.heartbeat_elapsed >= self.cfg.heartbeat_tick:
+            self.heartbeat_elapsed = 0
+            self._bcast_heartbeat()
+
+    def _quorum_active(self) -> bool:
+        active = sum(
+            1
+            for node in self.conf.voters
+            if node in self.progress and (node == self.id or self.progress[node].recent_active)
+        )
+        return active >= len(self.conf.voters) // 2 + 1
+
+    # -- proposals ---------------------------------------------------------------------------------
+    def propose(self, data: bytes, kind: EntryKind = EntryKind.NORMAL) -> int:
+        """Append ``data`` as a new entry; returns its index. Raises a retriable error if this
+        node cannot accept it now (not leader, transferring, window full, change pending)."""
+        if self.role is not Role.LEADER or self.id not in self.progress:
+            raise NotLeader(self.lead)
+        if self.lead_transferee != NONE:
+            raise NotLeader(self.lead_transferee, "leadership transfer in progress")
+        size = len(data) + 24
+        if self.uncommitted_bytes > 0 and self.uncommitted_bytes + size > (
+            self.cfg.max_uncommitted_bytes
+        ):
+            raise Overloaded(f"uncommitted log is full ({self.uncommitted_bytes} bytes)")
+        if kind is EntryKind.CONF:
+            if self.pending_conf_index > self.log.applied:
+                raise ConfChangeInProgress(
+                    f"membership change at {self.pending_conf_index} not yet applied"
+                )
+            self._validate_conf_change(ConfChange.decode(data))
+        index = self.log.last_index() + 1
+        self._append_own([Entry(self.term, index, kind, data)])
+        if kind is EntryKind.CONF:
+            self.pending_conf_index = index
+        self._bcast_append()
+        return index
+
+    def _validate_conf_change(self, cc: ConfChange) -> None:
+        if cc.node <= 0:
+            raise RaftError(f"invalid node id {cc.node}")
+        if cc.kind is ConfChangeKind.PROMOTE and cc.node not in self.conf.learners:
+            raise RaftError(f"node {cc.node} is not a learner")
+        if cc.kind is ConfChangeKind.ADD_LEARNER and cc.node in self.conf.voters:
+            raise RaftError(f"node {cc.node} is already a voter")
+        if cc.kind is ConfChangeKind.REMOVE:
+            if cc.node not in self.conf.members():
+                raise RaftError(f"node {cc.node} is not a member")
+            if self.conf.voters == (cc.node,):
+                raise RaftError("cannot remove the last voter")
+
+    def _append_own(self, entries: list[Entry]) -> None:
+        self.log.append(entries)
+        for e in entries:
+            self.uncommitted.append((e.index, e.size()))
+            self.uncommitted_bytes += e.size()
+
+    def on_persisted(self, index: int, term: int) -> None:
+        """Entries up to ``index`` (of ``term``) are durable here: the leader's own match."""
+        if self.role is not Role.LEADER or self.log.term(index) != term:
+            return
+        pr = self.progress.get(self.id)
+        if pr is not None and pr.maybe_update(index) and self._maybe_commit():
+            self._bcast_append()
+
+    def _maybe_commit(self) -> bool:
+        voters = self.conf.voters
+        matches = [self.progress[v].match for v in voters if v in self.progress]
+        index = committed_index(matches, len(voters), minority=self.cfg.unsafe.commit_on_minority)
+        # Only entries of the current term commit by counting replicas (Raft section 5.4.2).
+        if index > self.log.committed and self.log.term(index) == self.term:
+            self.log.commit_to(index)
+            while self.uncommitted and self.uncommitted[0][0] <= index:
+                self.uncommitted_bytes -= self.uncommitted.popleft()[1]
+            return True
+        return False
+
+    # -- replication -------------------------------------------------------------------------------
+    def _bcast_append(self) -> None:
+        for node in self.progress:
+            if node != self.id:
+                self._send_append(node)
+
+    def _bcast_heartbeat(self) -> None:
+        for node, pr in self.progress.items():
+            if node != self.id:
+                self._send(
+                    Message(
+                        MsgType.HEARTBEAT,
+                        to=node,
+                        frm=self.id,
+                        term=self.term,
+                        commit=min(pr.match, self.log.committed),
+                    )
+                )
+
+    def _send_append(self, to: int, *, allow_empty: bool = True) -> bool:
+        """Send the next append (or a snapshot) to ``to`` unless its progress is paused."""
+        pr = self.progress[to]
+        if pr.is_paused():
+            return False
+        prev = pr.next - 1
+        prev_term = self.log.term(prev)
+        entries: list[Entry] = []
+        compacted = prev_term == 0 and prev != 0
+        if not compacted:
+            try:
+                entries = self.log.entries_from(pr.next, self.cfg.max_msg_bytes)
+            except Compacted:
+                compacted = True
+        if compacted:
+            return self._send_snapshot(to, pr)
+        if not entries and not allow_empty:
+            return False
+        size = sum(e.size() for e in entries)
+        last = entries[-1].index if entries else prev
+        pr.sent_entries(last, len(entries), size)
+        self._send(
+            Message(
+                MsgType.APP,
+                to=to,
+                frm=self.id,
+                term=self.term,
+                index=prev,
+                log_term=prev_term,
+                entries=tuple(entries),
+                commit=self.log.committed,
+            )
+        )
+        return True
+
+    def _send_snapshot(self, to: int, pr: Progress) -> bool:
+        if not pr.recent_active:
+            return False  # do not ship a snapshot to a peer that may be down
+        snap = self.log.storage.snapshot()
+        if snap.meta.index == 0:
+            raise InvariantViolation("log is compacted but storage has no snapshot")
+        pr.become_snapshot(snap.meta.index)
+        self.snapshot_elapsed[to] = 0
+        self._send(Message(MsgType.SNAP, to=to, frm=self.id, term=self.term, snapshot=snap))
+        return True
+
+    # -- stepping ----------------------------------------------------------------------------------
+    def step(self, m: Message) -> None:
+        """Process one message from the network."""
+        if m.term > self.term:
+            if m.type in (MsgType.VOTE, MsgType.PRE_VOTE):
+                in_lease = (
+                    self.cfg.check_quorum
+                    and self.lead != NONE
+                    and self.election_elapsed < self.cfg.election_tick
+                )
+                if in_lease and not m.transfer:
+                    return  # a leader was heard from recently: do not let anyone disrupt it
+            if m.type is MsgType.PRE_VOTE or (m.type is MsgType.PRE_VOTE_RESP and not m.reject):
+                pass  # pre-votes are about a future term and change nothing here
+            elif m.type in (MsgType.APP, MsgType.HEARTBEAT, MsgType.SNAP):
+                self.become_follower(m.term, m.frm)
+            else:
+                self.become_follower(m.term, NONE)
+        elif m.term < self.term:
+            if m.type in (MsgType.APP, MsgType.HEARTBEAT):
+                # A stale leader (perhaps partitioned, never raising its term thanks to
+                # pre-vote) learns the current term from this answer and steps down.
+                self._send(Message(MsgType.APP_RESP, to=m.frm, frm=self.id, term=self.term))
+            elif m.type is MsgType.PRE_VOTE:
+                self._send(
+                    Message(
+                        MsgType.PRE_VOTE_RESP, to=m.frm, frm=self.id, term=self.term, reject=True
+                    )
+                )
+            return
+
+        if m.type in (MsgType.VOTE, MsgType.PRE_VOTE):
+            self._handle_vote_request(m)
+        elif self.role is Role.LEADER:
+            self._step_leader(m)
+        elif self.role in (Role.CANDIDATE, Role.PRE_CANDIDATE):
+            self._step_candidate(m)
+        else:
+            self._step_follower(m)
+
+    def _handle_vote_request(self, m: Message) -> None:
+        resp_type = MsgType.VOTE_RESP if m.type is MsgType.VOTE else MsgType.PRE_VOTE_RESP
+        can_vote = (
+            self.vote == m.frm
+            or (self.vote == NONE and self.lead == NONE)
+            or (m.type is MsgType.PRE_VOTE and m.term > self.term)
+            or (self.cfg.unsafe.vote_twice and m.type is MsgType.VOTE)
+        )
+        if can_vote and self.log.is_up_to_date(m.index, m.log_term):
+            # A granted pre-vote answers in the candidate's future term so it can count it.
+            self._send(Message(resp_type, to=m.frm, frm=self.id, term=m.term))
+            if m.type is MsgType.VOTE:
+                self.election_elapsed = 0
+                self.vote = m.frm
+        else:
+            self._send(Message(resp_type, to=m.frm, frm=self.id, term=self.term, reject=True))
+
+    def _step_candidate(self, m: Message) -> None:
+        expected = MsgType.PRE_VOTE_RESP if self.role is Role.PRE_CANDIDATE else MsgType.VOTE_RESP
+        if m.type in (MsgType.APP, MsgType.HEARTBEAT, MsgType.SNAP):
+            self.become_follower(m.term, m.frm)
+            self._step_follower(m)
+        elif m.type is expected:
+            self.votes.setdefault(m.frm, not m.reject)
+            result = self._tally()
+            if result is VoteResult.WON:
+                self._won(pre=self.role is Role.PRE_CANDIDATE)
+            elif result is VoteResult.LOST:
+                self.become_follower(self.term, NONE)
+
+    def _step_follower(self, m: Message) -> None:
+        if m.type is MsgType.APP:
+            self.election_elapsed = 0
+            self.lead = m.frm
+            self._handle_append(m)
+        elif m.type is MsgType.HEARTBEAT:
+            self.election_elapsed = 0
+            self.lead = m.frm
+            self.log.commit_to(m.commit)
+            self._send(Message(MsgType.HEARTBEAT_RESP, to=m.frm, frm=self.id, term=self.term))
+        elif m.type is MsgType.SNAP:
+            self.election_elapsed = 0
+            self.lead = m.frm
+            self._handle_snapshot(m)
+        elif m.type is MsgType.TIMEOUT_NOW:
+            self.campaign(pre=False, transfer=True)
+
+    def _handle_append(self, m: Message) -> None:
+        if m.index < self.log.committed:
+            # Everything up to our commit index is known to match: say so.
+            self._send(
+                Message(
+                    MsgType.APP_RESP,
+                    to=m.frm,
+                    frm=self.id,
+                    term=self.term,
+                    index=self.log.committed,
+                )
+            )
+            return
+        last = self.log.maybe_append(m.index, m.log_term, m.commit, m.entries)
+        if last is not None:
+            self._send(Message(MsgType.APP_RESP, to=m.frm, frm=self.id, term=self.term, index=last))
+            return
+        hint_index, hint_term = self.log.find_conflict_by_term(m.index, m.log_term)
+        self._send(
+            Message(
+                MsgType.APP_RESP,
+                to=m.frm,
+                frm=self.id,
+                term=self.term,
+                index=m.index,
+                reject=True,
+                reject_hint=hint_index,
+                log_term=hint_term,
+            )
+        )
+
+    def _handle_snapshot(self, m: Message) -> None:
+        snap = m.snapshot
+        if snap is None:
+            raise InvariantViolation("snapshot message without a snapshot")
+        meta = snap.meta
+        if meta.index <= self.log.committed:
+            index = self.log.committed
+        elif self.log.match_term(meta.index, meta.term):
+            # We already hold the snapshot's last entry: only the commit index moves.
+            self.log.commit_to(meta.index)
+            index = self.log.committed
+        else:
+            self.restore(snap)
+            index = meta.index
+        self._send(Message(MsgType.APP_RESP, to=m.frm, frm=self.id, term=self.term, index=index))
+
+    def restore(self, snap: Snapshot) -> None:
+        """Replace log and configuration with ``snap`` (persisted by the next Ready)."""
+        self.log.restore(snap)
+        self.conf = snap.meta.conf
+
+    def _step_leader(self, m: Message) -> None:
+        pr = self.progress.get(m.frm)
+        if pr is None:
+            return
+        if m.type is MsgType.APP_RESP:
+            pr.recent_active = True
+            if m.reject:
+                self._handle_reject(m, pr)
+            else:
+                self._handle_ack(m, pr)
+        elif m.type is MsgType.HEARTBEAT_RESP:
+            pr.recent_active = True
+            pr.msg_app_probe_paused = False
+            if pr.match < self.log.last_index():
+                self._send_append(m.frm)
+
+    def _handle_reject(self, m: Message, pr: Progress) -> None:
+        next_probe = m.reject_hint
+        if m.log_term > 0:
+            # Skip every entry of ours whose term is above the follower's hint term.
+            next_probe, _ = self.log.find_conflict_by_term(m.reject_hint, m.log_term)
+        if pr.maybe_decr_to(m.index, next_probe):
+            if pr.state is ProgressState.REPLICATE:
+                pr.become_probe()
+            self._send_append(m.frm)
+
+    def _handle_ack(self, m: Message, pr: Progress) -> None:
+        if pr.maybe_update(m.index):
+            if pr.state is ProgressState.PROBE:
+                pr.become_replicate()
+            elif pr.state is ProgressState.SNAPSHOT and pr.match + 1 >= self.log.first_index():
+                self.snapshot_elapsed.pop(m.frm, None)
+                pr.become_replicate()
+            elif pr.state is ProgressState.REPLICATE:
+                pr.inflights.free_le(m.index)
+            if self._maybe_commit():
+                self._bcast_append()
+            # Keep the pipe full: send whatever the window now admits.
+            while self._send_append(m.frm, allow_empty=False):
+                pass
+            if m.frm == self.lead_transferee and pr.match == self.log.last_index():
+                self._send_timeout_now(m.frm)
+
+    # -- leadership transfer, membership, reports ------------------------------------------------
+    def transfer_leader(self, to: int) -> None:
+        """Hand leadership to voter ``to``: catch it up, then tell it to campaign at once.
+
+        Proposals are refused while the transfer runs; it is abandoned after an election
+        timeout if it has not completed.
+        """
+        if self.role is not Role.LEADER:
+            raise NotLeader(self.lead)
+        if to == self.id:
+            return
+        if to not in self.conf.voters:
+            raise RaftError(f"node {to} is not a voter")
+        if self.lead_transferee == to:
+            return
+        self.lead_transferee = to
+        self.election_elapsed = 0
+        if self.progress[to].match == self.log.last_index():
+            self._send_timeout_now(to)
+        else:
+            self._send_append(to)
+
+    def _send_timeout_now(self, to: int) -> None:
+        self._send(Message(MsgType.TIMEOUT_NOW, to=to, frm=self.id, term=self.term))
+
+    def apply_conf_change(self, cc: ConfChange) -> None:
+        """Apply a committed membership change to the configuration and the trackers."""
+        self.conf = self.conf.apply(cc)
+        if self.role is not Role.LEADER:
+            return
+        members = set(self.conf.members())
+        for node in list(self.progress):
+            if node not in members:
+                del self.progress[node]
+                self.snapshot_elapsed.pop(node, None)
+        for node in members:
+            if node not in self.progress:
+                self.progress[node] = self._new_progress(node)
+            self.progress[node].is_learner = node in self.conf.learners
+        if self.id not in self.conf.voters:
+            # Removed (or demoted): stop leading; the remaining voters elect a successor.
+            self.become_follower(self.term, NONE)
+            return
+        if self.lead_transferee != NONE and self.lead_transferee not in self.conf.voters:
+            self.lead_transferee = NONE
+        # The quorum may have shrunk (commit can advance) and new members need appends.
+        self._maybe_commit()
+        self._bcast_append()
+
+    def report_unreachable(self, to: int) -> None:
+        """The transport failed to deliver to ``to``: stop optimistic pipelining to it."""
+        pr = self.progress.get(to)
+        if pr is not None and pr.state is ProgressState.REPLICATE:
+            pr.become_probe()
+
+    def report_snapshot(self, to: int, ok: bool) -> None:
+        """The transport finished (``ok``) or failed sending a snapshot to ``to``."""
+        pr = self.progress.get(to)
+        if pr is None or pr.state is not ProgressState.SNAPSHOT:
+            return
+        if not ok:
+            pr.pending_snapshot = 0
+        pr.become_probe()
+        # Wait for the next heartbeat answer before probing again.
+        pr.msg_app_probe_paused = True
+        self.snapshot_elapsed.pop(to, None)
+
+    def conf_state(self) -> ConfState:
+        return self.conf

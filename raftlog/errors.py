@@ -1,0 +1,79 @@
+"""Every error raftlog raises. Each says whether retrying (possibly elsewhere) can succeed.
+
+Retriable errors describe a transient situation (no leader here, window full); the caller may try
+again, following ``leader_hint`` where one is given. Non-retriable errors mean a bug or damaged
+storage: the affected group stops and the error is reported, never swallowed.
+"""
+
+from __future__ import annotations
+
+
+class RaftError(Exception):
+    """Base of all raftlog errors."""
+
+    retriable: bool = False
+    code: str = "RaftError"
+
+
+class NotLeader(RaftError):
+    """This node cannot accept the proposal now; ``leader_hint`` is the leader it knows (or 0)."""
+
+    retriable = True
+    code = "NotLeader"
+
+    def __init__(self, leader_hint: int, reason: str = "not the leader") -> None:
+        super().__init__(f"{reason} (leader hint: {leader_hint or 'unknown'})")
+        self.leader_hint = leader_hint
+
+
+class Overloaded(RaftError):
+    """A bounded queue or window is full; retry after a short back-off."""
+
+    retriable = True
+    code = "Overloaded"
+
+
+class ProposalDropped(RaftError):
+    """The proposal was accepted but will not be applied (leadership lost, group stopped).
+
+    Retriable: whether the entry was committed is unknown, so a retry must be idempotent.
+    """
+
+    retriable = True
+    code = "ProposalDropped"
+
+
+class ConfChangeInProgress(RaftError):
+    """Another membership change is not yet applied; only one may be pending at a time."""
+
+    retriable = True
+    code = "ConfChangeInProgress"
+
+
+class Compacted(RaftError):
+    """The requested log index is below the first index still held (it is in a snapshot)."""
+
+    code = "Compacted"
+
+
+class Unavailable(RaftError):
+    """The requested log index is beyond the last index held."""
+
+    code = "Unavailable"
+
+
+class InvariantViolation(RaftError):
+    """A Raft invariant was broken: a bug or corrupt input. The group must stop."""
+
+    code = "InvariantViolation"
+
+
+class CorruptRecord(RaftError):
+    """Stored data failed its checksum before the tail of a file: damage, not a torn write."""
+
+    code = "CorruptRecord"
+
+    def __init__(self, path: str, offset: int, reason: str) -> None:
+        super().__init__(f"corrupt record in {path} at offset {offset}: {reason}")
+        self.path = path
+        self.offset = offset
