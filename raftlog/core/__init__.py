@@ -5,7 +5,7 @@ See `raftlog.core.rawnode` for the driving loop and `raftlog.core.types.Ready` f
 
 from raftlog.core.raft import Config, UnsafeHooks
 from raftlog.core.rawnode import PeerStatus, RawNode, Status
-from raftlog.core.storage import MemoryStorage, Storage
+from raftlog.core.storage import MemoryStorage, Storage, bootstrap_snapshot
 from raftlog.core.types import (
     NONE,
     ConfChange,
@@ -46,5 +46,6 @@ __all__ = [
     "Status",
     "Storage",
     "UnsafeHooks",
+    "bootstrap_snapshot",
     "must_sync",
 ]

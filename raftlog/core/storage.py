@@ -45,6 +45,16 @@ class Storage(Protocol):
         ...
 
 
+def bootstrap_snapshot(conf: ConfState) -> Snapshot:
+    """The snapshot every founding member of a group starts from: index 1, term 1, ``conf``,
+    empty state machine data.
+
+    Putting the initial configuration in a snapshot (rather than only in each founder's memory)
+    means a node added later learns the full membership from the snapshot the leader sends it.
+    """
+    return Snapshot(SnapshotMeta(1, 1, conf), b"")
+
+
 def limit_size(entries: list[Entry], max_bytes: int) -> list[Entry]:
     """The longest prefix of ``entries`` within ``max_bytes`` -- but never fewer than one entry."""
     total = 0
@@ -64,11 +74,16 @@ class MemoryStorage:
     __slots__ = ("_conf", "_entries", "_hard_state", "_snapshot")
 
     def __init__(self, conf: ConfState | None = None) -> None:
+        """Empty storage; with a ``conf`` that has voters, a founding member's storage holding
+        `bootstrap_snapshot(conf)`. A node joining an existing group starts with ``conf=None``
+        and receives the configuration from the leader's snapshot."""
         self._hard_state = HardState()
-        self._snapshot = Snapshot(SnapshotMeta(0, 0, conf or ConfState()))
+        self._snapshot = Snapshot()
         # _entries[0] is a dummy standing for the snapshot point (index, term).
         self._entries: list[Entry] = [Entry(0, 0)]
-        self._conf = conf or ConfState()
+        self._conf = ConfState()
+        if conf is not None and conf.voters:
+            self.apply_snapshot(bootstrap_snapshot(conf))
 
     # -- read side -------------------------------------------------------------------------------
     def initial_state(self) -> tuple[HardState, ConfState]:

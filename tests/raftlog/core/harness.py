@@ -65,7 +65,8 @@ class Cluster:
         st = self.storage[i]
         if rd.snapshot is not None:
             st.apply_snapshot(rd.snapshot)
-            self.applied[i] = [(0, rd.snapshot.meta.index, rd.snapshot.data)]
+            snap = rd.snapshot
+            self.applied[i] = [(0, 0, d) for d in snap.data.split(b"\n") if d]
         st.append(rd.entries)
         if rd.hard_state is not None:
             st.set_hard_state(rd.hard_state)
@@ -110,3 +111,13 @@ class Cluster:
         self.nodes[i].campaign()
         self.stabilize()
         assert self.nodes[i].raft.role is Role.LEADER, self.nodes[i].status()
+
+
+def compact(c: Cluster, i: int) -> int:
+    """Snapshot node ``i``'s state machine at its applied index and compact its log."""
+    node = c.nodes[i]
+    applied = node.raft.log.applied
+    data = b"\n".join(d for _, _, d in c.applied[i])
+    c.storage[i].create_snapshot(applied, node.raft.conf, data)
+    c.storage[i].compact(applied)
+    return applied

@@ -85,8 +85,8 @@ def test_leader_lease_ignores_disruptive_vote_requests() -> None:
 def test_one_vote_per_term() -> None:
     c = Cluster(3, check_quorum=False)
     n = c.nodes[3]
-    n.step(Message(MsgType.VOTE, to=3, frm=1, term=2, index=0, log_term=0))
-    n.step(Message(MsgType.VOTE, to=3, frm=2, term=2, index=0, log_term=0))
+    n.step(Message(MsgType.VOTE, to=3, frm=1, term=2, index=1, log_term=1))
+    n.step(Message(MsgType.VOTE, to=3, frm=2, term=2, index=1, log_term=1))
     rd = n.ready()
     votes = [m for m in rd.persisted_messages if m.type is MsgType.VOTE_RESP]
     assert [(m.to, m.reject) for m in votes] == [(1, False), (2, True)]
@@ -128,7 +128,7 @@ def test_leadership_transfer_catches_up_a_lagging_target_first() -> None:
     assert info.value.leader_hint == 3
     c.stabilize()
     assert c.leader() == 3
-    assert c.nodes[3].raft.log.last_index() >= 7
+    assert c.nodes[3].raft.log.last_index() >= 8
 
 
 def test_leadership_transfer_aborts_after_an_election_timeout() -> None:

@@ -1,0 +1,179 @@
+"""Snapshots (install, compaction, restore) and single-server membership changes with learners."""
+
+from __future__ import annotations
+
+import pytest
+
+from raftlog.core import ConfChange, ConfChangeKind, ConfState, MsgType, Role
+from raftlog.errors import ConfChangeInProgress, NotLeader, RaftError
+from tests.raftlog.core.harness import Cluster, compact
+
+
+def datas(c: Cluster, i: int) -> list[bytes]:
+    return [d for _, _, d in c.applied[i]]
+
+
+def test_lagging_follower_is_caught_up_by_snapshot() -> None:
+    c = Cluster(3)
+    c.elect(1)
+    c.isolate(3)
+    for k in range(10):
+        c.nodes[1].propose(b"m%d" % k)
+    c.stabilize()
+    at = compact(c, 1)
+    assert c.storage[1].first_index() == at + 1
+    c.heal()
+    sent_snap = []
+    for _ in range(5):
+        c.tick()
+        sent_snap.extend(m for m in c.queue if m.type is MsgType.SNAP)
+        c.stabilize()
+    c.tick(2)
+    assert c.storage[3].snapshot().meta.index == at
+    assert datas(c, 3) == datas(c, 1)
+    c.nodes[1].propose(b"after")
+    c.stabilize()
+    assert datas(c, 3)[-1] == b"after"
+
+
+def test_snapshot_for_a_matching_log_only_advances_commit() -> None:
+    c = Cluster(3)
+    c.elect(1)
+    for k in range(3):
+        c.nodes[1].propose(b"%d" % k)
+    c.stabilize()
+    snap = c.storage[1].create_snapshot(3, c.nodes[1].raft.conf, b"")
+    from raftlog.core import Message
+
+    before = c.storage[2].last_index()
+    c.nodes[2].step(Message(MsgType.SNAP, to=2, frm=1, term=1, snapshot=snap))
+    rd = c.nodes[2].ready()
+    assert rd.snapshot is None  # nothing to install: the log already holds those entries
+    c.nodes[2].advance(rd)
+    assert c.nodes[2].raft.log.last_index() == before
+
+
+def test_restart_from_a_compacted_log() -> None:
+    import random
+
+    from raftlog.core import Config, RawNode
+
+    c = Cluster(3)
+    c.elect(1)
+    for k in range(6):
+        c.nodes[1].propose(b"%d" % k)
+    c.stabilize()
+    compact(c, 2)
+    node = RawNode(Config(2), c.storage[2], random.Random(0))
+    st = node.status()
+    assert st.first_index == c.storage[2].first_index()
+    assert st.last_index == c.storage[2].last_index()
+    c.nodes[2] = node
+    c.nodes[1].propose(b"next")
+    c.stabilize()
+    assert node.raft.log.applied == c.nodes[1].raft.log.applied
+
+
+def test_learner_replicates_but_does_not_vote_then_is_promoted() -> None:
+    c = Cluster(3)
+    c.elect(1)
+    c.nodes[1].propose(b"before")
+    c.stabilize()
+    c.add_node(4, ConfState())
+    c.nodes[1].propose_conf_change(ConfChange(ConfChangeKind.ADD_LEARNER, 4))
+    c.stabilize()
+    c.tick(3)
+    assert c.nodes[1].raft.conf == ConfState((1, 2, 3), (4,))
+    assert datas(c, 4) == datas(c, 1)
+    assert not c.nodes[4].raft.promotable()
+    c.tick(100)
+    assert c.nodes[4].raft.role is Role.FOLLOWER  # learners never campaign
+    c.nodes[1].propose_conf_change(ConfChange(ConfChangeKind.PROMOTE, 4))
+    c.stabilize()
+    assert all(c.nodes[i].raft.conf == ConfState((1, 2, 3, 4)) for i in (1, 2, 3, 4))
+    # Quorum is now 3 of 4: with two voters down nothing commits.
+    c.isolate(3)
+    c.isolate(4)
+    idx = c.nodes[1].propose(b"needs three")
+    c.stabilize()
+    assert c.nodes[1].raft.log.committed < idx
+    c.heal()
+    c.tick(2)
+    assert c.nodes[1].raft.log.committed >= idx
+
+
+def test_only_one_membership_change_at_a_time() -> None:
+    c = Cluster(3)
+    c.elect(1)
+    c.add_node(4, ConfState())
+    c.add_node(5, ConfState())
+    c.isolate(2)
+    c.isolate(3)
+    c.nodes[1].propose_conf_change(ConfChange(ConfChangeKind.ADD_LEARNER, 4))
+    with pytest.raises(ConfChangeInProgress):
+        c.nodes[1].propose_conf_change(ConfChange(ConfChangeKind.ADD_LEARNER, 5))
+
+
+def test_no_membership_change_before_the_leader_commits_its_term() -> None:
+    c = Cluster(3)
+    c.nodes[2].campaign()
+    # Deliver the vote exchange, but cut the new leader off before its no-op can commit.
+    while c.nodes[2].raft.role is not Role.LEADER:
+        for i in c.ids:
+            c.process(i)
+        c.deliver()
+    c.isolate(2)
+    with pytest.raises(ConfChangeInProgress):
+        c.nodes[2].propose_conf_change(ConfChange(ConfChangeKind.REMOVE, 3))
+    c.heal()
+    c.stabilize()
+    c.nodes[2].propose_conf_change(ConfChange(ConfChangeKind.REMOVE, 3))
+
+
+def test_invalid_membership_changes_are_refused() -> None:
+    c = Cluster(3)
+    c.elect(1)
+    with pytest.raises(RaftError):
+        c.nodes[1].propose_conf_change(ConfChange(ConfChangeKind.PROMOTE, 9))
+    with pytest.raises(RaftError):
+        c.nodes[1].propose_conf_change(ConfChange(ConfChangeKind.ADD_LEARNER, 2))
+    with pytest.raises(RaftError):
+        c.nodes[1].propose_conf_change(ConfChange(ConfChangeKind.REMOVE, 9))
+
+
+def test_removing_a_follower_shrinks_the_quorum() -> None:
+    c = Cluster(3)
+    c.elect(1)
+    c.nodes[1].propose_conf_change(ConfChange(ConfChangeKind.REMOVE, 3))
+    c.stabilize()
+    assert c.nodes[1].raft.conf == ConfState((1, 2))
+    assert 3 not in c.nodes[1].status().peers
+    c.isolate(3)
+    idx = c.nodes[1].propose(b"two of two")
+    c.stabilize()
+    assert c.nodes[1].raft.log.committed >= idx
+
+
+def test_removed_leader_steps_down_and_the_rest_elect_a_successor() -> None:
+    c = Cluster(3)
+    c.elect(1)
+    c.nodes[1].propose_conf_change(ConfChange(ConfChangeKind.REMOVE, 1))
+    c.stabilize()
+    assert c.nodes[1].raft.role is Role.FOLLOWER
+    with pytest.raises(NotLeader):
+        c.nodes[1].propose(b"x")
+    c.isolate(1)
+    c.tick(40)
+    new = c.leader()
+    assert new in (2, 3)
+    assert c.nodes[new].raft.conf == ConfState((2, 3))
+    c.nodes[new].propose(b"after removal")
+    c.stabilize()
+    assert datas(c, 2)[-1] == datas(c, 3)[-1] == b"after removal"
+
+
+def test_conf_change_encoding_round_trips_and_rejects_garbage() -> None:
+    cc = ConfChange(ConfChangeKind.PROMOTE, 12345)
+    assert ConfChange.decode(cc.encode()) == cc
+    with pytest.raises(ValueError):
+        ConfChange.decode(b"\x01\x02")
