@@ -1,0 +1,281 @@
+"""Binary encoding of peer traffic (pure: no sockets). Never pickle: every byte is parsed.
+
+Frame on the wire: ``[u32 length][u8 kind][body]`` where ``length`` counts ``kind`` + ``body``.
+Frames larger than the configured limit are refused before their body is read.
+
+Kinds:
+- ``HELLO``      node id + nonce (the connecting side introduces itself)
+- ``CHALLENGE``  nonce (the accepting side's challenge) + HMAC of the client's nonce
+- ``AUTH``       HMAC of the server's nonce (proves the client knows the cluster secret)
+- ``RAFT``       a batch of (group id, `Message`) pairs
+- ``BEATS``      coalesced heartbeats: (group, term, commit) for every group the sender leads
+- ``BEAT_ACKS``  coalesced heartbeat answers: (group, term)
+- ``CALL`` / ``REPLY``  request id + opaque payload (forwarded client calls)
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from enum import IntEnum
+
+from raftlog.core.types import (
+    ConfState,
+    Entry,
+    EntryKind,
+    Message,
+    MsgType,
+    Snapshot,
+    SnapshotMeta,
+)
+from raftlog.errors import RaftError
+
+FRAME_HEADER = struct.Struct(">IB")
+_MSG = struct.Struct(">QBQQQQQQBQBIB")
+_ENTRY = struct.Struct(">QQBI")
+_SNAP = struct.Struct(">QQII")
+_U64 = struct.Struct(">Q")
+_U32 = struct.Struct(">I")
+_BEAT = struct.Struct(">QQQ")
+_BEAT_ACK = struct.Struct(">QQ")
+_CALL = struct.Struct(">QB")
+
+DEFAULT_MAX_FRAME = 64 << 20
+
+
+class FrameKind(IntEnum):
+    HELLO = 1
+    CHALLENGE = 2
+    AUTH = 3
+    RAFT = 4
+    BEATS = 5
+    BEAT_ACKS = 6
+    CALL = 7
+    REPLY = 8
+
+
+class CodecError(RaftError):
+    """A frame could not be decoded: the peer is broken or hostile; drop the connection."""
+
+    code = "CodecError"
+
+
+@dataclass(frozen=True, slots=True)
+class Beat:
+    """One group's heartbeat inside a coalesced ``BEATS`` frame."""
+
+    group: int
+    term: int
+    commit: int
+
+
+@dataclass(frozen=True, slots=True)
+class BeatAck:
+    """One group's heartbeat answer inside a coalesced ``BEAT_ACKS`` frame."""
+
+    group: int
+    term: int
+
+
+def frame(kind: FrameKind, body: bytes | bytearray | memoryview) -> bytes:
+    """A complete frame: header + body."""
+    return FRAME_HEADER.pack(len(body) + 1, int(kind)) + bytes(body)
+
+
+def parse_header(header: bytes, max_frame: int) -> tuple[FrameKind, int]:
+    """``(kind, body length)`` from the 5 header bytes; refuses oversize or unknown frames."""
+    length, kind = FRAME_HEADER.unpack(header)
+    if length < 1 or length > max_frame:
+        raise CodecError(f"frame length {length} outside [1, {max_frame}]")
+    try:
+        return FrameKind(kind), length - 1
+    except ValueError:
+        raise CodecError(f"unknown frame kind {kind}") from None
+
+
+# -- raft messages -------------------------------------------------------------------------------
+def _encode_ids(out: bytearray, ids: tuple[int, ...]) -> None:
+    out += _U32.pack(len(ids))
+    for i in ids:
+        out += _U64.pack(i)
+
+
+def encode_messages(batch: list[tuple[int, Message]] | tuple[tuple[int, Message], ...]) -> bytes:
+    """Body of a ``RAFT`` frame carrying ``(group, message)`` pairs."""
+    out = bytearray(_U32.pack(len(batch)))
+    for group, m in batch:
+        out += _MSG.pack(
+            group,
+            int(m.type),
+            m.to,
+            m.frm,
+            m.term,
+            m.log_term,
+            m.index,
+            m.commit,
+            int(m.reject),
+            m.reject_hint,
+            int(m.transfer),
+            len(m.entries),
+            int(m.snapshot is not None),
+        )
+        for e in m.entries:
+            out += _ENTRY.pack(e.term, e.index, int(e.kind), len(e.data))
+            out += e.data
+        if m.snapshot is not None:
+            s = m.snapshot
+            out += _SNAP.pack(s.meta.index, s.meta.term, len(s.meta.conf.voters), len(s.data))
+            for v in s.meta.conf.voters:
+                out += _U64.pack(v)
+            _encode_ids(out, s.meta.conf.learners)
+            out += s.data
+    return bytes(out)
+
+
+class _Reader:
+    __slots__ = ("buf", "pos")
+
+    def __init__(self, buf: bytes | memoryview) -> None:
+        self.buf = memoryview(buf)
+        self.pos = 0
+
+    def take(self, st: struct.Struct) -> tuple[int, ...]:
+        end = self.pos + st.size
+        if end > len(self.buf):
+            raise CodecError("truncated frame body")
+        vals = st.unpack_from(self.buf, self.pos)
+        self.pos = end
+        return vals
+
+    def raw(self, n: int) -> bytes:
+        end = self.pos + n
+        if n < 0 or end > len(self.buf):
+            raise CodecError("truncated frame body")
+        data = bytes(self.buf[self.pos : end])
+        self.pos = end
+        return data
+
+    def ids(self, n: int) -> tuple[int, ...]:
+        if n > (len(self.buf) - self.pos) // 8:
+            raise CodecError("id list longer than the frame")
+        return tuple(self.take(_U64)[0] for _ in range(n))
+
+    def done(self) -> None:
+        if self.pos != len(self.buf):
+            raise CodecError(f"{len(self.buf) - self.pos} trailing bytes in frame")
+
+
+def decode_messages(body: bytes | memoryview) -> list[tuple[int, Message]]:
+    """Inverse of `encode_messages`; raises `CodecError` on any malformed input."""
+    r = _Reader(body)
+    (count,) = r.take(_U32)
+    if count > len(body) // _MSG.size:
+        raise CodecError("message count larger than the frame")
+    out: list[tuple[int, Message]] = []
+    try:
+        for _ in range(count):
+            (
+                group,
+                mtype,
+                to,
+                frm,
+                term,
+                log_term,
+                index,
+                commit,
+                reject,
+                hint,
+                transfer,
+                n_entries,
+                has_snap,
+            ) = r.take(_MSG)
+            if n_entries > (len(body) - r.pos) // _ENTRY.size:
+                raise CodecError("entry count larger than the frame")
+            entries = []
+            for _ in range(n_entries):
+                eterm, eindex, kind, size = r.take(_ENTRY)
+                entries.append(Entry(eterm, eindex, EntryKind(kind), r.raw(size)))
+            snapshot = None
+            if has_snap:
+                sindex, sterm, n_voters, size = r.take(_SNAP)
+                voters = r.ids(n_voters)
+                learners = r.ids(r.take(_U32)[0])
+                data = r.raw(size)
+                snapshot = Snapshot(SnapshotMeta(sindex, sterm, ConfState(voters, learners)), data)
+            msg = Message(
+                MsgType(mtype),
+                to=to,
+                frm=frm,
+                term=term,
+                log_term=log_term,
+                index=index,
+                entries=tuple(entries),
+                commit=commit,
+                reject=bool(reject),
+                reject_hint=hint,
+                snapshot=snapshot,
+                transfer=bool(transfer),
+            )
+            out.append((group, msg))
+    except ValueError as exc:  # unknown enum values
+        raise CodecError(str(exc)) from None
+    r.done()
+    return out
+
+
+# -- coalesced heartbeats ------------------------------------------------------------------------
+def encode_beats(beats: list[Beat]) -> bytes:
+    """Body of a ``BEATS`` frame."""
+    out = bytearray(_U32.pack(len(beats)))
+    for b in beats:
+        out += _BEAT.pack(b.group, b.term, b.commit)
+    return bytes(out)
+
+
+def decode_beats(body: bytes | memoryview) -> list[Beat]:
+    r = _Reader(body)
+    (n,) = r.take(_U32)
+    beats = [Beat(*r.take(_BEAT)) for _ in range(min(n, len(body) // _BEAT.size + 1))]
+    r.done()
+    return beats
+
+
+def encode_beat_acks(acks: list[BeatAck]) -> bytes:
+    """Body of a ``BEAT_ACKS`` frame."""
+    out = bytearray(_U32.pack(len(acks)))
+    for a in acks:
+        out += _BEAT_ACK.pack(a.group, a.term)
+    return bytes(out)
+
+
+def decode_beat_acks(body: bytes | memoryview) -> list[BeatAck]:
+    r = _Reader(body)
+    (n,) = r.take(_U32)
+    acks = [BeatAck(*r.take(_BEAT_ACK)) for _ in range(min(n, len(body) // _BEAT_ACK.size + 1))]
+    r.done()
+    return acks
+
+
+# -- handshake and calls ------------------------------------------------------------------------
+def encode_hello(node_id: int, nonce: bytes) -> bytes:
+    return _U64.pack(node_id) + nonce
+
+
+def decode_hello(body: bytes | memoryview) -> tuple[int, bytes]:
+    r = _Reader(body)
+    (node_id,) = r.take(_U64)
+    nonce = r.raw(len(body) - r.pos)
+    if len(nonce) != 32:
+        raise CodecError("hello nonce must be 32 bytes")
+    return node_id, nonce
+
+
+def encode_call(request_id: int, is_error: bool, payload: bytes) -> bytes:
+    """Body of a ``CALL``/``REPLY`` frame (``is_error`` only meaningful in replies)."""
+    return _CALL.pack(request_id, int(is_error)) + payload
+
+
+def decode_call(body: bytes | memoryview) -> tuple[int, bool, bytes]:
+    r = _Reader(body)
+    request_id, is_error = r.take(_CALL)
+    return request_id, bool(is_error), r.raw(len(body) - r.pos)

@@ -1,0 +1,338 @@
+"""asyncio transport: one authenticated TCP connection per node pair, carrying every group.
+
+Who dials: the node with the smaller id connects to the larger; the larger only accepts. Both
+directions then share that one connection. On connect the two sides prove knowledge of the
+cluster secret to each other (HMAC over fresh nonces); a peer without it is refused and logged.
+
+Each peer has its own bounded outbound buffer and writer task, so a slow or dead peer cannot
+stall traffic to the others. `Transport.send` never blocks: when a buffer is full it returns
+False and the caller treats the peer as unreachable (Raft retransmits).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import logging
+import os
+import secrets
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from raftlog.transport.codec import (
+    DEFAULT_MAX_FRAME,
+    FRAME_HEADER,
+    CodecError,
+    FrameKind,
+    decode_hello,
+    encode_hello,
+    frame,
+    parse_header,
+)
+
+log = logging.getLogger("raftlog.transport")
+
+FrameHandler = Callable[[int, FrameKind, bytes], None]
+"""Called on the event loop for each frame received: (peer id, kind, body)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Address:
+    host: str
+    port: int
+
+    @staticmethod
+    def parse(text: str) -> Address:
+        """``host:port`` → Address; raises ``ValueError`` on malformed input."""
+        host, sep, port = text.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"expected HOST:PORT, got {text!r}")
+        return Address(host.strip("[]"), int(port))
+
+
+@dataclass(frozen=True, slots=True)
+class TransportConfig:
+    """Limits and timings of the peer transport."""
+
+    max_frame: int = DEFAULT_MAX_FRAME
+    send_buffer_bytes: int = 64 << 20
+    send_buffer_frames: int = 65536
+    connect_timeout: float = 2.0
+    handshake_timeout: float = 2.0
+    backoff_initial: float = 0.05
+    backoff_max: float = 2.0
+
+
+@dataclass(slots=True)
+class PeerStats:
+    """Counters per peer (mutable; read by the metrics exporter)."""
+
+    frames_sent: int = 0
+    bytes_sent: int = 0
+    frames_received: int = 0
+    dropped_full: int = 0
+    connects: int = 0
+    auth_failures: int = 0
+
+
+class AuthError(Exception):
+    """A peer failed the cluster-secret handshake."""
+
+
+def _proof(secret: bytes, role: bytes, nonce: bytes, a: int, b: int) -> bytes:
+    msg = role + nonce + a.to_bytes(8, "big") + b.to_bytes(8, "big")
+    return hmac.new(secret, msg, hashlib.sha256).digest()
+
+
+class _Peer:
+    """Outbound state for one remote node: buffer, current connection, writer task."""
+
+    def __init__(self, node_id: int, address: Address, cfg: TransportConfig) -> None:
+        self.id = node_id
+        self.address = address
+        self.cfg = cfg
+        self.buffer: deque[bytes] = deque()
+        self.buffered_bytes = 0
+        self.wakeup = asyncio.Event()
+        self.writer: asyncio.StreamWriter | None = None
+        self.connected = asyncio.Event()
+        self.stats = PeerStats()
+
+    def enqueue(self, data: bytes) -> bool:
+        if (
+            self.buffered_bytes + len(data) > self.cfg.send_buffer_bytes
+            or len(self.buffer) >= self.cfg.send_buffer_frames
+        ):
+            self.stats.dropped_full += 1
+            return False
+        self.buffer.append(data)
+        self.buffered_bytes += len(data)
+        self.wakeup.set()
+        return True
+
+    def drain_buffer(self, limit: int) -> list[bytes]:
+        out: list[bytes] = []
+        size = 0
+        while self.buffer and (size < limit or not out):
+            data = self.buffer.popleft()
+            self.buffered_bytes -= len(data)
+            size += len(data)
+            out.append(data)
+        return out
+
+
+class Transport:
+    """Peer connections of one node. Owns every task it starts; `close` cancels them all."""
+
+    def __init__(
+        self,
+        node_id: int,
+        listen: Address,
+        peers: dict[int, Address],
+        secret: bytes,
+        on_frame: FrameHandler,
+        *,
+        cfg: TransportConfig | None = None,
+        on_peer_down: Callable[[int], None] | None = None,
+    ) -> None:
+        if not secret:
+            raise ValueError("a cluster secret is required")
+        self.id = node_id
+        self.listen = listen
+        self.cfg = cfg or TransportConfig()
+        self.secret = secret
+        self.on_frame = on_frame
+        self.on_peer_down = on_peer_down
+        self.peers = {
+            pid: _Peer(pid, addr, self.cfg) for pid, addr in peers.items() if pid != node_id
+        }
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Listen for peers and start one writer (and, for larger ids, one dialer) per peer."""
+        self._server = await asyncio.start_server(
+            self._accept, self.listen.host, self.listen.port, reuse_address=True
+        )
+        for peer in self.peers.values():
+            self._spawn(self._write_loop(peer), f"peer-writer-{peer.id}")
+            if self.id < peer.id:
+                self._spawn(self._dial_loop(peer), f"peer-dialer-{peer.id}")
+
+    async def close(self) -> None:
+        """Stop listening, cancel every task, close every connection. Idempotent."""
+        self._closed = True
+        if self._server is not None:
+            self._server.close()
+        for peer in self.peers.values():
+            if peer.writer is not None:
+                peer.writer.close()
+        tasks = list(self._tasks)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+
+    def _spawn(self, coro: object, name: str) -> None:
+        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro, name=name)  # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- sending -----------------------------------------------------------------------------------
+    def send(self, peer_id: int, kind: FrameKind, body: bytes) -> bool:
+        """Queue a frame for ``peer_id``. False when the peer is unknown or its buffer is full."""
+        peer = self.peers.get(peer_id)
+        if peer is None or self._closed:
+            return False
+        return peer.enqueue(frame(kind, body))
+
+    def is_connected(self, peer_id: int) -> bool:
+        peer = self.peers.get(peer_id)
+        return peer is not None and peer.writer is not None
+
+    def stats(self) -> dict[int, PeerStats]:
+        return {pid: p.stats for pid, p in sorted(self.peers.items())}
+
+    async def _write_loop(self, peer: _Peer) -> None:
+        while True:
+            await peer.wakeup.wait()
+            peer.wakeup.clear()
+            while peer.buffer:
+                await peer.connected.wait()
+                writer = peer.writer
+                if writer is None:
+                    continue
+                chunk = peer.drain_buffer(1 << 20)
+                try:
+                    writer.writelines(chunk)
+                    await writer.drain()
+                except (ConnectionError, OSError):
+                    self._disconnected(peer, writer)
+                    continue
+                peer.stats.frames_sent += len(chunk)
+                peer.stats.bytes_sent += sum(len(c) for c in chunk)
+
+    # -- connections ------------------------------------------------------------------------------
+    async def _dial_loop(self, peer: _Peer) -> None:
+        delay = self.cfg.backoff_initial
+        while True:
+            try:
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(peer.address.host, peer.address.port),
+                    self.cfg.connect_timeout,
+                )
+            except (OSError, TimeoutError):
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.cfg.backoff_max)
+                continue
+            try:
+                await asyncio.wait_for(
+                    self._client_handshake(reader, writer, peer.id), self.cfg.handshake_timeout
+                )
+            except (OSError, TimeoutError, CodecError, AuthError, asyncio.IncompleteReadError) as e:
+                log.warning("handshake with node %d failed: %s", peer.id, e)
+                peer.stats.auth_failures += isinstance(e, AuthError)
+                writer.close()
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.cfg.backoff_max)
+                continue
+            delay = self.cfg.backoff_initial
+            await self._serve_connection(peer, reader, writer)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            peer_id = await asyncio.wait_for(
+                self._server_handshake(reader, writer), self.cfg.handshake_timeout
+            )
+        except (OSError, TimeoutError, CodecError, AuthError, asyncio.IncompleteReadError) as e:
+            log.warning(
+                "refused a peer connection from %s: %s", writer.get_extra_info("peername"), e
+            )
+            writer.close()
+            return
+        peer = self.peers[peer_id]
+        if peer.writer is not None:
+            peer.writer.close()  # the peer reconnected: the old connection is dead
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        await self._serve_connection(peer, reader, writer)
+
+    async def _serve_connection(
+        self, peer: _Peer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        peer.writer = writer
+        peer.stats.connects += 1
+        peer.connected.set()
+        peer.wakeup.set()
+        try:
+            while True:
+                header = await reader.readexactly(FRAME_HEADER.size)
+                kind, size = parse_header(header, self.cfg.max_frame)
+                body = await reader.readexactly(size)
+                peer.stats.frames_received += 1
+                self.on_frame(peer.id, kind, body)
+        except (OSError, asyncio.IncompleteReadError, CodecError) as e:
+            if not self._closed:
+                log.info("connection to node %d lost: %s", peer.id, e or type(e).__name__)
+        finally:
+            self._disconnected(peer, writer)
+
+    def _disconnected(self, peer: _Peer, writer: asyncio.StreamWriter) -> None:
+        if peer.writer is writer:
+            peer.writer = None
+            peer.connected.clear()
+            if self.on_peer_down is not None and not self._closed:
+                self.on_peer_down(peer.id)
+        writer.close()
+
+    async def _client_handshake(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer_id: int
+    ) -> None:
+        nonce = secrets.token_bytes(32)
+        writer.write(frame(FrameKind.HELLO, encode_hello(self.id, nonce)))
+        await writer.drain()
+        kind, body = await self._read_frame(reader)
+        if kind is not FrameKind.CHALLENGE or len(body) != 64:
+            raise AuthError("expected a challenge")
+        server_nonce, server_proof = body[:32], body[32:]
+        expected = _proof(self.secret, b"server", nonce, peer_id, self.id)
+        if not hmac.compare_digest(server_proof, expected):
+            raise AuthError(f"node {peer_id} does not know the cluster secret")
+        writer.write(
+            frame(FrameKind.AUTH, _proof(self.secret, b"client", server_nonce, self.id, peer_id))
+        )
+        await writer.drain()
+
+    async def _server_handshake(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> int:
+        kind, body = await self._read_frame(reader)
+        if kind is not FrameKind.HELLO:
+            raise AuthError("expected hello")
+        peer_id, client_nonce = decode_hello(body)
+        if peer_id not in self.peers or peer_id >= self.id:
+            raise AuthError(f"unexpected node id {peer_id}")
+        nonce = os.urandom(32)
+        proof = _proof(self.secret, b"server", client_nonce, self.id, peer_id)
+        writer.write(frame(FrameKind.CHALLENGE, nonce + proof))
+        await writer.drain()
+        kind, body = await self._read_frame(reader)
+        expected = _proof(self.secret, b"client", nonce, peer_id, self.id)
+        if kind is not FrameKind.AUTH or not hmac.compare_digest(body, expected):
+            self.peers[peer_id].stats.auth_failures += 1
+            raise AuthError(f"node {peer_id} failed authentication")
+        return peer_id
+
+    async def _read_frame(self, reader: asyncio.StreamReader) -> tuple[FrameKind, bytes]:
+        header = await reader.readexactly(FRAME_HEADER.size)
+        kind, size = parse_header(header, min(self.cfg.max_frame, 4096))
+        return kind, await reader.readexactly(size)

@@ -1,0 +1,126 @@
+"""Real TCP on loopback: authentication, one connection per pair, reconnects, bounded buffers."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+
+from raftlog.transport.codec import FrameKind
+from raftlog.transport.peer import Address, Transport, TransportConfig
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+class Node:
+    def __init__(self, nid: int, addrs: dict[int, Address], secret: bytes = b"s3cret") -> None:
+        self.got: list[tuple[int, FrameKind, bytes]] = []
+        self.arrived = asyncio.Event()
+        self.t = Transport(nid, addrs[nid], addrs, secret, self.on_frame)
+
+    def on_frame(self, peer: int, kind: FrameKind, body: bytes) -> None:
+        self.got.append((peer, kind, body))
+        self.arrived.set()
+
+    async def wait_for(self, n: int, timeout: float = 5.0) -> None:
+        async def loop() -> None:
+            while len(self.got) < n:
+                self.arrived.clear()
+                await self.arrived.wait()
+
+        await asyncio.wait_for(loop(), timeout)
+
+
+def addresses(n: int) -> dict[int, Address]:
+    return {i + 1: Address("127.0.0.1", p) for i, p in enumerate(free_ports(n))}
+
+
+async def test_three_nodes_exchange_frames_over_one_connection_per_pair() -> None:
+    addrs = addresses(3)
+    nodes = {i: Node(i, addrs) for i in addrs}
+    for nd in nodes.values():
+        await nd.t.start()
+    try:
+        for i, nd in nodes.items():
+            for j in addrs:
+                if j != i:
+                    assert nd.t.send(j, FrameKind.RAFT, b"%d->%d" % (i, j))
+        for nd in nodes.values():
+            await nd.wait_for(2)
+        for i, nd in nodes.items():
+            assert sorted(body for _, _, body in nd.got) == sorted(
+                b"%d->%d" % (j, i) for j in addrs if j != i
+            )
+            assert all(p.connects == 1 for p in nd.t.stats().values())
+    finally:
+        for nd in nodes.values():
+            await nd.t.close()
+
+
+async def test_peer_without_the_secret_is_refused() -> None:
+    addrs = addresses(2)
+    good = Node(2, addrs, b"right")
+    bad = Node(1, addrs, b"wrong")
+    await good.t.start()
+    await bad.t.start()
+    try:
+        bad.t.send(2, FrameKind.RAFT, b"intrusion")
+        await asyncio.sleep(0.5)
+        assert good.got == []
+        assert not good.t.is_connected(1) and not bad.t.is_connected(2)
+        assert bad.t.stats()[2].auth_failures + good.t.stats()[1].auth_failures >= 1
+    finally:
+        await good.t.close()
+        await bad.t.close()
+
+
+async def test_reconnects_after_the_peer_restarts() -> None:
+    addrs = addresses(2)
+    a = Node(1, addrs)
+    b = Node(2, addrs)
+    await a.t.start()
+    await b.t.start()
+    try:
+        a.t.send(2, FrameKind.RAFT, b"one")
+        await b.wait_for(1)
+        await b.t.close()
+        b = Node(2, addrs)
+        await b.t.start()
+        for _ in range(100):
+            if a.t.is_connected(2):
+                break
+            await asyncio.sleep(0.05)
+        a.t.send(2, FrameKind.RAFT, b"two")
+        await b.wait_for(1)
+        assert b.got[0][2] == b"two"
+    finally:
+        await a.t.close()
+        await b.t.close()
+
+
+async def test_full_send_buffer_refuses_instead_of_blocking() -> None:
+    addrs = addresses(2)
+    cfg = TransportConfig(send_buffer_frames=3)
+    t = Transport(1, addrs[1], addrs, b"x", lambda *_: None, cfg=cfg)
+    await t.start()  # peer 2 never comes up: frames pile up
+    try:
+        assert [t.send(2, FrameKind.RAFT, b"m") for _ in range(5)] == [True] * 3 + [False] * 2
+        assert t.stats()[2].dropped_full == 2
+        assert not t.send(99, FrameKind.RAFT, b"unknown peer")
+    finally:
+        await t.close()
+
+
+def test_address_parsing() -> None:
+    assert Address.parse("127.0.0.1:9000") == Address("127.0.0.1", 9000)
+    with pytest.raises(ValueError):
+        Address.parse("nope")
