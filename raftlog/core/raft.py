@@ -598,6 +598,7 @@ class Raft:
             self._send_append(m.frm)
 
     def _handle_ack(self, m: Message, pr: Progress) -> None:
+        was_paused = pr.is_paused()
         if pr.maybe_update(m.index):
             if pr.state is ProgressState.PROBE:
                 pr.become_replicate()
@@ -608,6 +609,9 @@ class Raft:
                 pr.inflights.free_le(m.index)
             if self._maybe_commit():
                 self._bcast_append()
+            elif was_paused:
+                # The follower may not know the commit index yet: an (empty) append tells it.
+                self._send_append(m.frm)
             # Keep the pipe full: send whatever the window now admits.
             while self._send_append(m.frm, allow_empty=False):
                 pass
