@@ -77,3 +77,11 @@ class CorruptRecord(RaftError):
         super().__init__(f"corrupt record in {path} at offset {offset}: {reason}")
         self.path = path
         self.offset = offset
+
+
+class WalClosed(RaftError):
+    """The write-ahead log is closed, or stopped for good after an I/O error (the cause is
+    chained). The write is not known to be durable and no later write will be accepted: the
+    groups on that directory must stop. Not retriable on this node."""
+
+    code = "WalClosed"

@@ -3,22 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import pytest
 
+from raftlog.runtime.localcluster import free_ports
 from raftlog.transport.codec import FrameKind
 from raftlog.transport.peer import Address, Transport, TransportConfig
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 class Node:

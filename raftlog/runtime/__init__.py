@@ -1,0 +1,20 @@
+"""The multi-Raft runtime: many groups per process on one event loop, bound to data directories.
+
+Public API: `MultiRaft` (open groups with a `StateMachine`, propose and await the applied result,
+change membership, transfer leadership, read status) configured by `RuntimeConfig`.
+"""
+
+from raftlog.runtime.group import GroupDriver, GroupOptions
+from raftlog.runtime.multiraft import MultiRaft, RuntimeConfig, new_event_loop
+from raftlog.runtime.statemachine import StateMachine, decode_batch, encode_batch
+
+__all__ = [
+    "GroupDriver",
+    "GroupOptions",
+    "MultiRaft",
+    "RuntimeConfig",
+    "StateMachine",
+    "decode_batch",
+    "encode_batch",
+    "new_event_loop",
+]

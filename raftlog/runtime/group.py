@@ -1,0 +1,373 @@
+"""`GroupDriver`: runs one group's Ready contract on the event loop.
+
+One driver task per group. Inputs (`step`, `tick`, `propose`) are handled synchronously by the
+caller; whatever they produce that may leave at once (a leader's appends) is sent immediately, so
+replication overlaps the leader's own disk write. The driver task carries out each Ready in
+order: send → persist (awaiting the WAL's group commit) → send what needed durability → apply →
+advance. Proposals that arrive while it is busy are packed into one entry.
+
+Every proposal future resolves: with the state machine's result, or with a retriable error
+(`NotLeader`, `Overloaded`, `ProposalDropped`) on leadership loss, group stop or shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future as ThreadFuture
+from dataclasses import dataclass
+from typing import Protocol
+
+from raftlog.core import (
+    ConfChange,
+    ConfState,
+    Entry,
+    EntryKind,
+    HardState,
+    Message,
+    RawNode,
+    Ready,
+    Role,
+    Snapshot,
+    Status,
+    Storage,
+)
+from raftlog.errors import (
+    InvariantViolation,
+    NotLeader,
+    Overloaded,
+    ProposalDropped,
+    RaftError,
+)
+from raftlog.runtime.statemachine import StateMachine, decode_batch, encode_batch
+
+log = logging.getLogger("raftlog.runtime")
+
+
+class DurableLog(Storage, Protocol):
+    """The storage a driver needs: the core's read side plus asynchronous durable writes."""
+
+    def submit_ready(
+        self,
+        *,
+        snapshot: Snapshot | None = None,
+        entries: Sequence[Entry] = (),
+        hard_state: HardState | None = None,
+        sync: bool = True,
+    ) -> ThreadFuture[None]: ...
+
+    def submit_create_snapshot(
+        self, index: int, conf: ConfState, data: bytes
+    ) -> tuple[Snapshot, ThreadFuture[None]]: ...
+
+    def compact(self, index: int) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class GroupOptions:
+    """Per-group runtime limits."""
+
+    max_pending_proposals: int = 4096
+    max_pending_bytes: int = 32 << 20
+    max_batch_bytes: int = 4 << 20
+    snapshot_entries: int = 20000
+    """Take a snapshot once this many entries were applied since the last one."""
+    keep_entries: int = 5000
+    """Entries kept in memory behind a snapshot so slightly lagging followers avoid one."""
+
+
+@dataclass(slots=True)
+class GroupCounters:
+    proposals: int = 0
+    batches: int = 0
+    readies: int = 0
+    persisted_entries: int = 0
+    applied_entries: int = 0
+    snapshots: int = 0
+
+
+Sender = Callable[[int, Sequence[Message]], None]
+"""Host callback: (group id, messages) → queue them for their peers."""
+
+
+class GroupDriver:
+    """One group on this node. Created and owned by `MultiRaft`."""
+
+    def __init__(
+        self,
+        group: int,
+        raw: RawNode,
+        store: DurableLog,
+        sm: StateMachine,
+        *,
+        send: Sender,
+        options: GroupOptions,
+    ) -> None:
+        self.group = group
+        self.raw = raw
+        self.store = store
+        self.sm = sm
+        self._send = send
+        self.options = options
+        self.counters = GroupCounters()
+        self._pending: list[tuple[bytes, asyncio.Future[object]]] = []
+        self._pending_bytes = 0
+        # index -> (term proposed in, futures of the proposals packed in that entry)
+        self._waiters: dict[int, tuple[int, list[asyncio.Future[object]]]] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.stopped: BaseException | None = None
+        self._last_snapshot = store.snapshot().meta.index
+        self._was_leader = False
+        self._term = raw.raft.term
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Restore the state machine from the latest snapshot and start the driver task."""
+        snap = self.store.snapshot()
+        self.sm.restore(snap.meta.index, snap.data)
+        self._task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"raft-group-{self.group}"
+        )
+
+    async def stop(self, reason: str = "group stopped") -> None:
+        """Cancel the driver and fail every waiter. Idempotent."""
+        if self.stopped is None:
+            self.stopped = ProposalDropped(reason)
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        self._fail_all(ProposalDropped(reason))
+
+    def _halt(self, exc: BaseException) -> None:
+        """A broken invariant or storage failure: stop this group loudly (never swallow)."""
+        log.error("group %d stopped: %s", self.group, exc, exc_info=exc)
+        self.stopped = exc
+        self._fail_all(ProposalDropped(f"group {self.group} stopped: {exc}"))
+        if self._task is not None and self._task is not asyncio.current_task():
+            self._task.cancel()
+
+    # -- inputs ------------------------------------------------------------------------------------
+    def step(self, m: Message) -> None:
+        if self.stopped is not None:
+            return
+        try:
+            self.raw.step(m)
+        except RaftError as exc:
+            self._halt(exc)
+            return
+        self._after_input()
+
+    def tick(self) -> None:
+        if self.stopped is not None:
+            return
+        try:
+            self.raw.tick()
+        except RaftError as exc:
+            self._halt(exc)
+            return
+        self._after_input()
+
+    def report_unreachable(self, peer: int) -> None:
+        if self.stopped is None:
+            self.raw.report_unreachable(peer)
+
+    def report_snapshot(self, peer: int, ok: bool) -> None:
+        if self.stopped is None:
+            self.raw.report_snapshot(peer, ok)
+
+    def propose(self, command: bytes) -> asyncio.Future[object]:
+        """Queue ``command`` for the next entry; the future resolves once it is applied here.
+
+        Fails fast (raises) when this node is not the leader or the queue is full.
+        """
+        if self.stopped is not None:
+            raise ProposalDropped(f"group {self.group} is stopped")
+        if not command:
+            raise ValueError("a proposal must not be empty")
+        r = self.raw.raft
+        if r.role is not Role.LEADER:
+            raise NotLeader(r.lead)
+        if r.lead_transferee:
+            raise NotLeader(r.lead_transferee, "leadership transfer in progress")
+        if (
+            len(self._pending) >= self.options.max_pending_proposals
+            or self._pending_bytes + len(command) > self.options.max_pending_bytes
+        ):
+            raise Overloaded(f"group {self.group}: {len(self._pending)} proposals queued")
+        fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        self._pending.append((command, fut))
+        self._pending_bytes += len(command)
+        self.counters.proposals += 1
+        self._wake.set()
+        return fut
+
+    def propose_conf_change(self, cc: ConfChange) -> asyncio.Future[object]:
+        """Propose a membership step; resolves (to None) once it is applied here."""
+        if self.stopped is not None:
+            raise ProposalDropped(f"group {self.group} is stopped")
+        index = self.raw.propose_conf_change(cc)
+        fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        self._waiters[index] = (self.raw.raft.term, [fut])
+        self._after_input()
+        return fut
+
+    def transfer_leader(self, to: int) -> None:
+        self.raw.transfer_leader(to)
+        self._after_input()
+
+    def status(self) -> Status:
+        return self.raw.status()
+
+    # -- the driver --------------------------------------------------------------------------------
+    def _after_input(self) -> None:
+        msgs = self.raw.take_messages()
+        if msgs:
+            self._send(self.group, msgs)
+        if self.raw.has_ready() or self._pending:
+            self._wake.set()
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                self._flush_proposals()
+                while self.raw.has_ready():
+                    await self._handle_ready(self.raw.ready())
+                    self._flush_proposals()
+        except asyncio.CancelledError:
+            raise
+        except (RaftError, OSError) as exc:
+            self._halt(exc)
+
+    def _flush_proposals(self) -> None:
+        """Pack every queued proposal into entries (bounded size) and propose them."""
+        while self._pending:
+            size = 0
+            take = 0
+            for cmd, _ in self._pending:
+                if take and size + len(cmd) > self.options.max_batch_bytes:
+                    break
+                size += len(cmd)
+                take += 1
+            batch = self._pending[:take]
+            del self._pending[:take]
+            self._pending_bytes -= size
+            futures = [f for _, f in batch]
+            try:
+                index = self.raw.propose(encode_batch([c for c, _ in batch]))
+            except RaftError as exc:
+                for f in futures:
+                    if not f.done():
+                        f.set_exception(exc)
+                continue
+            self.counters.batches += 1
+            self._waiters[index] = (self.raw.raft.term, futures)
+        msgs = self.raw.take_messages()
+        if msgs:
+            self._send(self.group, msgs)
+
+    async def _handle_ready(self, rd: Ready) -> None:
+        self.counters.readies += 1
+        if rd.messages:
+            self._send(self.group, rd.messages)
+        if rd.snapshot is not None or rd.entries or rd.hard_state is not None:
+            if rd.snapshot is not None:
+                # Writing the snapshot's data file blocks: keep it off the event loop.
+                fut = await asyncio.to_thread(
+                    self.store.submit_ready,
+                    snapshot=rd.snapshot,
+                    entries=rd.entries,
+                    hard_state=rd.hard_state,
+                    sync=rd.must_sync,
+                )
+            else:
+                fut = self.store.submit_ready(
+                    entries=rd.entries, hard_state=rd.hard_state, sync=rd.must_sync
+                )
+            await asyncio.wrap_future(fut)
+            self.counters.persisted_entries += len(rd.entries)
+        if rd.persisted_messages:
+            self._send(self.group, rd.persisted_messages)
+        if rd.snapshot is not None:
+            self.sm.restore(rd.snapshot.meta.index, rd.snapshot.data)
+            self._last_snapshot = rd.snapshot.meta.index
+            for index in [i for i in self._waiters if i <= rd.snapshot.meta.index]:
+                self._fail_index(index, ProposalDropped("replaced by a snapshot"))
+        for e in rd.committed:
+            self._apply(e)
+        self.raw.advance(rd)
+        self.counters.applied_entries += len(rd.committed)
+        if rd.soft_state is not None:
+            is_leader = rd.soft_state.role is Role.LEADER
+            if self._was_leader and not is_leader:
+                hint = rd.soft_state.leader
+                self._fail_all(NotLeader(hint, "leadership lost; outcome unknown"))
+            self._was_leader = is_leader
+        term = self.raw.raft.term
+        if term != self._term:
+            # Lost and regained leadership between two Readies: entries proposed in the
+            # earlier term may have been replaced, so their outcome is unknown.
+            self._term = term
+            for index in [i for i, (t, _) in self._waiters.items() if t < term]:
+                self._fail_index(index, ProposalDropped("leadership changed; outcome unknown"))
+        msgs = self.raw.take_messages()
+        if msgs:
+            self._send(self.group, msgs)
+        if self.raw.raft.log.applied - self._last_snapshot >= self.options.snapshot_entries:
+            await self._take_snapshot()
+
+    def _apply(self, e: Entry) -> None:
+        waiter = self._waiters.pop(e.index, None)
+        ours = waiter is not None and waiter[0] == e.term
+        if e.kind is EntryKind.CONF:
+            results: list[object] = [None]
+        elif not e.data:
+            results = []  # a leader's no-op
+        else:
+            results = [self.sm.apply(e.index, cmd) for cmd in decode_batch(e.data)]
+        if waiter is None:
+            return
+        futures = waiter[1]
+        if not ours:
+            exc = ProposalDropped(f"entry {e.index} was replaced by another leader's")
+            for f in futures:
+                if not f.done():
+                    f.set_exception(exc)
+            return
+        if len(results) != len(futures):
+            raise InvariantViolation(f"entry {e.index}: {len(results)} results for {len(futures)}")
+        for f, res in zip(futures, results, strict=True):
+            if not f.done():
+                f.set_result(res)
+
+    async def _take_snapshot(self) -> None:
+        r = self.raw.raft
+        index = r.log.applied
+        data = self.sm.snapshot()
+        _, fut = await asyncio.to_thread(self.store.submit_create_snapshot, index, r.conf, data)
+        await asyncio.wrap_future(fut)
+        self._last_snapshot = index
+        self.counters.snapshots += 1
+        keep_from = index - self.options.keep_entries
+        if keep_from > self.store.first_index():
+            self.store.compact(keep_from)
+
+    def _fail_index(self, index: int, exc: BaseException) -> None:
+        waiter = self._waiters.pop(index, None)
+        if waiter is not None:
+            for f in waiter[1]:
+                if not f.done():
+                    f.set_exception(exc)
+
+    def _fail_all(self, exc: BaseException) -> None:
+        for index in list(self._waiters):
+            self._fail_index(index, exc)
+        pending, self._pending = self._pending, []
+        self._pending_bytes = 0
+        for _, f in pending:
+            if not f.done():
+                f.set_exception(exc)

@@ -1,0 +1,298 @@
+"""`MultiRaft`: every Raft group of one node on one event loop, one WAL per data directory, one
+connection per peer.
+
+Outgoing messages are collected per peer during one event-loop iteration and flushed as one
+``RAFT`` frame (plus one ``BEATS``/``BEAT_ACKS`` frame with all groups' heartbeats), so many
+groups share frames and syscalls. A heartbeat for a group that sent that peer an append since the
+last tick is skipped: the append already proved liveness.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import cast
+
+from raftlog.core import (
+    ConfChange,
+    ConfChangeKind,
+    Config,
+    ConfState,
+    Message,
+    MsgType,
+    RawNode,
+    Status,
+)
+from raftlog.errors import NotLeader, RaftError
+from raftlog.runtime.group import DurableLog, GroupDriver, GroupOptions
+from raftlog.runtime.statemachine import StateMachine
+from raftlog.storage import GroupLog, Wal, WalOptions
+from raftlog.transport.codec import (
+    Beat,
+    BeatAck,
+    FrameKind,
+    decode_beat_acks,
+    decode_beats,
+    decode_messages,
+    encode_beat_acks,
+    encode_beats,
+    encode_messages,
+)
+from raftlog.transport.peer import Address, Transport, TransportConfig
+
+log = logging.getLogger("raftlog.runtime")
+
+try:  # uvloop is optional: the runtime works on the default loop too.
+    import uvloop
+
+    def new_event_loop() -> asyncio.AbstractEventLoop:
+        """A uvloop event loop (installed on this platform)."""
+        return uvloop.new_event_loop()
+
+except ImportError:  # pragma: no cover - non-Linux
+
+    def new_event_loop() -> asyncio.AbstractEventLoop:
+        """The default asyncio event loop (uvloop is not installed)."""
+        return asyncio.new_event_loop()
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeConfig:
+    """One node's runtime settings."""
+
+    node_id: int
+    listen: Address
+    peers: dict[int, Address]
+    """Every node of the cluster (this one included) by id."""
+    secret: bytes
+    data_dirs: tuple[str, ...]
+    tick_interval: float = 0.05
+    election_tick: int = 10
+    heartbeat_tick: int = 1
+    seed: int | None = None
+    """Seed for election-timeout randomization (None: from the OS)."""
+    group_options: GroupOptions = field(default_factory=GroupOptions)
+    wal_options: WalOptions = field(default_factory=WalOptions)
+    transport: TransportConfig = field(default_factory=TransportConfig)
+
+
+@dataclass(slots=True)
+class _Outbox:
+    messages: list[tuple[int, Message]] = field(default_factory=list)
+    beats: list[Beat] = field(default_factory=list)
+    acks: list[BeatAck] = field(default_factory=list)
+
+
+class MultiRaft:
+    """Hosts this node's groups. Use ``async with`` or `start` / `close`."""
+
+    def __init__(self, cfg: RuntimeConfig) -> None:
+        if not cfg.data_dirs:
+            raise ValueError("at least one data directory is required")
+        self.cfg = cfg
+        self.id = cfg.node_id
+        self.groups: dict[int, GroupDriver] = {}
+        self.wals: list[Wal] = []
+        self._rng = random.Random(cfg.seed)
+        self._outboxes: dict[int, _Outbox] = {}
+        self._flush_scheduled = False
+        # (peer, group) pairs that got an append since the last tick: their heartbeat is skipped.
+        self._appended: set[tuple[int, int]] = set()
+        self._tick_task: asyncio.Task[None] | None = None
+        self.transport = Transport(
+            cfg.node_id,
+            cfg.listen,
+            cfg.peers,
+            cfg.secret,
+            self._on_frame,
+            cfg=cfg.transport,
+            on_peer_down=self._on_peer_down,
+        )
+        self.unknown_group_messages = 0
+
+    async def __aenter__(self) -> MultiRaft:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Open (recover) every data directory's WAL, listen for peers, start ticking."""
+        for d in self.cfg.data_dirs:
+            self.wals.append(await asyncio.to_thread(Wal.open, d, self.cfg.wal_options))
+        await self.transport.start()
+        self._tick_task = asyncio.get_running_loop().create_task(self._tick_loop(), name="ticks")
+
+    async def close(self) -> None:
+        """Stop ticking, stop every group (failing its waiters), close transport and WALs."""
+        if self._tick_task is not None:
+            self._tick_task.cancel()
+            await asyncio.gather(self._tick_task, return_exceptions=True)
+            self._tick_task = None
+        for g in list(self.groups.values()):
+            await g.stop("node shutting down")
+        await self.transport.close()
+        for w in self.wals:
+            await asyncio.to_thread(w.close)
+        self.wals = []
+
+    # -- groups -----------------------------------------------------------------------------------
+    def dir_for(self, group: int) -> int:
+        """Which data directory a group is bound to (stable: by group id)."""
+        return group % len(self.cfg.data_dirs)
+
+    async def open_group(
+        self, group: int, sm: StateMachine, *, voters: Sequence[int] = ()
+    ) -> GroupDriver:
+        """Open ``group`` with its state machine. A group new to this node is bootstrapped with
+        ``voters`` when given (a founding member), or starts empty to join as a learner."""
+        if group in self.groups:
+            raise ValueError(f"group {group} is already open")
+        wal = self.wals[self.dir_for(group)]
+        founding = ConfState(tuple(sorted(voters))) if voters else None
+        store = await asyncio.to_thread(GroupLog, wal, group, initial_conf=founding)
+        raw = RawNode(
+            Config(
+                self.id,
+                election_tick=self.cfg.election_tick,
+                heartbeat_tick=self.cfg.heartbeat_tick,
+            ),
+            store,
+            random.Random(self._rng.getrandbits(64)),
+        )
+        driver = GroupDriver(
+            group,
+            raw,
+            cast(DurableLog, store),
+            sm,
+            send=self._send,
+            options=self.cfg.group_options,
+        )
+        self.groups[group] = driver
+        driver.start()
+        return driver
+
+    def group(self, group: int) -> GroupDriver:
+        g = self.groups.get(group)
+        if g is None:
+            raise KeyError(f"group {group} is not open on node {self.id}")
+        return g
+
+    async def propose(self, group: int, command: bytes, timeout: float | None = None) -> object:
+        """Propose ``command`` to ``group`` (this node must lead it); await the applied result."""
+        fut = self.group(group).propose(command)
+        return await asyncio.wait_for(fut, timeout)
+
+    async def change_membership(self, group: int, kind: ConfChangeKind, node: int) -> None:
+        """One single-server membership step; returns once it is applied on this (leader) node."""
+        await self.group(group).propose_conf_change(ConfChange(kind, node))
+
+    def transfer_leader(self, group: int, to: int) -> None:
+        self.group(group).transfer_leader(to)
+
+    def status(self, group: int) -> Status:
+        return self.group(group).status()
+
+    def leader_of(self, group: int) -> int:
+        return self.group(group).status().leader
+
+    def require_leader(self, group: int) -> GroupDriver:
+        """The driver when this node leads ``group``; otherwise `NotLeader` with a hint."""
+        g = self.group(group)
+        st = g.raw.raft
+        if st.lead != self.id:
+            raise NotLeader(st.lead)
+        return g
+
+    # -- ticking ----------------------------------------------------------------------------------
+    async def _tick_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        interval = self.cfg.tick_interval
+        next_at = loop.time()
+        while True:
+            next_at += interval
+            await asyncio.sleep(max(0.0, next_at - loop.time()))
+            if loop.time() - next_at > interval * 5:
+                next_at = loop.time()  # we fell far behind (paused process): do not burst ticks
+            self._appended.clear()
+            for g in list(self.groups.values()):
+                g.tick()
+
+    # -- sending ----------------------------------------------------------------------------------
+    def _send(self, group: int, msgs: Sequence[Message]) -> None:
+        for m in msgs:
+            box = self._outboxes.get(m.to)
+            if box is None:
+                box = self._outboxes[m.to] = _Outbox()
+            if m.type is MsgType.HEARTBEAT:
+                if (m.to, group) in self._appended:
+                    continue
+                box.beats.append(Beat(group, m.term, m.commit))
+            elif m.type is MsgType.HEARTBEAT_RESP:
+                box.acks.append(BeatAck(group, m.term))
+            else:
+                if m.type is MsgType.APP:
+                    self._appended.add((m.to, group))
+                box.messages.append((group, m))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        boxes, self._outboxes = self._outboxes, {}
+        for peer, box in sorted(boxes.items()):
+            ok = True
+            if box.messages:
+                ok = self.transport.send(peer, FrameKind.RAFT, encode_messages(box.messages))
+                if not ok:
+                    for group, m in box.messages:
+                        g = self.groups.get(group)
+                        if g is None:
+                            continue
+                        if m.type is MsgType.SNAP:
+                            g.report_snapshot(peer, False)
+                        g.report_unreachable(peer)
+            if box.beats:
+                self.transport.send(peer, FrameKind.BEATS, encode_beats(box.beats))
+            if box.acks:
+                self.transport.send(peer, FrameKind.BEAT_ACKS, encode_beat_acks(box.acks))
+
+    # -- receiving --------------------------------------------------------------------------------
+    def _on_frame(self, peer: int, kind: FrameKind, body: bytes) -> None:
+        if kind is FrameKind.RAFT:
+            for group, m in decode_messages(body):
+                if m.frm != peer or m.to != self.id:
+                    log.warning("dropping a misaddressed message from node %d", peer)
+                    continue
+                self._deliver(group, m)
+        elif kind is FrameKind.BEATS:
+            for b in decode_beats(body):
+                self._deliver(
+                    b.group,
+                    Message(MsgType.HEARTBEAT, to=self.id, frm=peer, term=b.term, commit=b.commit),
+                )
+        elif kind is FrameKind.BEAT_ACKS:
+            for a in decode_beat_acks(body):
+                self._deliver(
+                    a.group, Message(MsgType.HEARTBEAT_RESP, to=self.id, frm=peer, term=a.term)
+                )
+        else:
+            log.warning("unexpected %s frame from node %d", kind.name, peer)
+
+    def _deliver(self, group: int, m: Message) -> None:
+        g = self.groups.get(group)
+        if g is None:
+            self.unknown_group_messages += 1
+            return
+        g.step(m)
+
+    def _on_peer_down(self, peer: int) -> None:
+        for g in self.groups.values():
+            with contextlib.suppress(RaftError):
+                g.report_unreachable(peer)

@@ -1,0 +1,71 @@
+"""What a replicated state machine implements, and the batch format of proposal entries (pure).
+
+Proposals that arrive while a group is busy are packed into one Raft entry; the runtime unpacks
+them on apply and calls `StateMachine.apply` once per proposal, in order.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Protocol
+
+from raftlog.errors import InvariantViolation
+
+_HEAD = struct.Struct(">BI")
+_LEN = struct.Struct(">I")
+BATCH_VERSION = 1
+
+
+class StateMachine(Protocol):
+    """A deterministic state machine replicated by one group.
+
+    Contract: ``apply`` is called with every committed proposal exactly once per state (and again
+    after a restart for entries beyond the latest snapshot), in log order, on the event loop; it
+    must be deterministic (no clocks, no randomness) and must not block. Its return value is
+    handed to the proposer. Raising means a broken invariant: the group stops.
+    """
+
+    def apply(self, index: int, command: bytes) -> object:
+        """Apply one committed proposal (entry ``index``); return the proposer's result."""
+        ...
+
+    def snapshot(self) -> bytes:
+        """An image of the state after the last applied proposal (must be quick)."""
+        ...
+
+    def restore(self, index: int, data: bytes) -> None:
+        """Replace the state with the image ``data`` taken at ``index`` (``b""``: empty state)."""
+        ...
+
+
+def encode_batch(commands: list[bytes]) -> bytes:
+    """Pack ``commands`` (each non-empty) into one entry payload."""
+    parts = [_HEAD.pack(BATCH_VERSION, len(commands))]
+    for c in commands:
+        parts.append(_LEN.pack(len(c)))
+        parts.append(c)
+    return b"".join(parts)
+
+
+def decode_batch(data: bytes) -> list[bytes]:
+    """Inverse of `encode_batch`. A malformed payload is a broken invariant (it was committed)."""
+    view = memoryview(data)
+    if len(view) < _HEAD.size:
+        raise InvariantViolation("committed entry too short for a batch header")
+    version, count = _HEAD.unpack_from(view, 0)
+    if version != BATCH_VERSION:
+        raise InvariantViolation(f"unknown batch version {version}")
+    pos = _HEAD.size
+    out: list[bytes] = []
+    for _ in range(count):
+        if pos + _LEN.size > len(view):
+            raise InvariantViolation("truncated batch")
+        (n,) = _LEN.unpack_from(view, pos)
+        pos += _LEN.size
+        if pos + n > len(view):
+            raise InvariantViolation("truncated batch")
+        out.append(bytes(view[pos : pos + n]))
+        pos += n
+    if pos != len(view):
+        raise InvariantViolation("trailing bytes after batch")
+    return out

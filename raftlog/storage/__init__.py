@@ -1,0 +1,44 @@
+"""Durable storage for raftlog: one write-ahead log per data directory with group commit, and a
+per-group view (`GroupLog`) implementing the core's `Storage` protocol from memory.
+
+See DESIGN §3.2. Modules: `record` (pure framing and codecs), `files` (atomic rename, names,
+snapshot files), `segments` (what pins a segment, segment heads), `recovery` (replay and torn
+tail handling), `wal` (the writer thread), `logstore` (`GroupLog`).
+"""
+
+from raftlog.storage.files import atomic_write, fsync_dir
+from raftlog.storage.logstore import GroupLog
+from raftlog.storage.record import (
+    ConfRecord,
+    DropRecord,
+    EntriesRecord,
+    HardStateRecord,
+    Record,
+    RecordType,
+    SnapshotRecord,
+    decode_record,
+    encode_record,
+)
+from raftlog.storage.recovery import RecoveredGroup, TornTail
+from raftlog.storage.wal import FSYNC_BUCKETS, Wal, WalOptions, WalStats
+
+__all__ = [
+    "FSYNC_BUCKETS",
+    "ConfRecord",
+    "DropRecord",
+    "EntriesRecord",
+    "GroupLog",
+    "HardStateRecord",
+    "Record",
+    "RecordType",
+    "RecoveredGroup",
+    "SnapshotRecord",
+    "TornTail",
+    "Wal",
+    "WalOptions",
+    "WalStats",
+    "atomic_write",
+    "decode_record",
+    "encode_record",
+    "fsync_dir",
+]

@@ -1,0 +1,588 @@
+"""The write-ahead log of one data directory, shared by every Raft group bound to it.
+
+One writer thread per directory does all WAL I/O. Group commit: it takes *everything* queued
+since its last fsync, writes it with one ``writev``, calls ``fdatasync`` once, and then completes
+every submission of that batch in submission order. There is no timer: while one fsync is in
+flight, new submissions pile up and form the next batch by themselves.
+
+Contracts:
+
+- `Wal.submit` is thread-safe and returns a ``concurrent.futures.Future`` that completes once the
+  records are written and, when any submission of the batch asked for it, fsynced (``sync=False``
+  submissions never trigger an fsync themselves; they ride along with the next batch). The
+  optional ``on_done`` callback runs on the writer thread *before* the future completes, in
+  submission order across the whole directory: a group's in-memory state updated there is
+  visible to anyone woken by the future.
+- The submit queue is bounded by count and bytes; when full, `Overloaded` (retriable) is raised.
+- `Wal.close` completes (``drain=True``) or fails with `WalClosed` every queued submission, then
+  joins the writer thread. An I/O error stops the WAL for good (after a failed fsync the page
+  cache state is unknown, so retrying would be unsafe): every pending and later submission fails
+  with `WalClosed` chained to the cause. No waiter is ever left hanging.
+- Segment files ``wal-<16-digit seq>.log`` rotate once they reach ``segment_bytes`` (at batch
+  boundaries). A new segment starts with every live group's latest snapshot marker, conf and
+  hard state, so the old ones can be deleted as soon as their entries are all snapshotted
+  (see `raftlog.storage.segments`). Deletion is automatic, oldest first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from raftlog.errors import InvariantViolation, Overloaded, WalClosed
+from raftlog.storage.files import (
+    SNAP_DIR,
+    SNAP_NAME,
+    TMP_SUFFIX,
+    fsync_dir,
+    snapshot_name,
+    wal_name,
+)
+from raftlog.storage.record import (
+    DEFAULT_MAX_BODY,
+    DropRecord,
+    Record,
+    SnapshotRecord,
+    encode_record,
+)
+from raftlog.storage.recovery import RecoveredGroup, TornTail, recover
+from raftlog.storage.segments import SegmentIndex
+
+FSYNC_BUCKETS: tuple[float, ...] = (
+    0.0005,
+    0.001,
+    0.002,
+    0.005,
+    0.01,
+    0.02,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    math.inf,
+)
+"""Upper bounds (seconds, inclusive) of the fsync latency histogram buckets."""
+
+_IOV_MAX = 1024  # writev's portable limit on buffers per call
+
+
+@dataclass(frozen=True, slots=True)
+class WalOptions:
+    """Tuning of one directory's WAL. Every bound is enforced."""
+
+    segment_bytes: int = 64 << 20
+    """A segment is rotated once it holds at least this many bytes."""
+    max_record_bytes: int = DEFAULT_MAX_BODY
+    """Largest record body accepted (and trusted by recovery)."""
+    max_pending_submissions: int = 8192
+    """Submissions queued and not yet taken by the writer before `Overloaded` is raised."""
+    max_pending_bytes: int = 256 << 20
+    """Bytes queued before `Overloaded` (a single submission larger than this is still taken
+    when the queue is empty, so that it can make progress)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WalStats:
+    """A consistent copy of the WAL's counters (`Wal.stats`)."""
+
+    submissions: int
+    records: int
+    bytes: int
+    writes: int
+    """Batches written (one ``writev`` sequence each)."""
+    fsyncs: int
+    """``fdatasync`` calls for batches (rotation fsyncs are not counted)."""
+    fsync_seconds: float
+    fsync_latency: tuple[int, ...]
+    """Counts of fsyncs per `FSYNC_BUCKETS` bucket (latency <= bound, > previous bound)."""
+    max_records_per_write: int
+    segments: int
+    rotations: int
+    segments_deleted: int
+
+    @property
+    def records_per_fsync(self) -> float:
+        """Mean records made durable per fsync: the group-commit gain."""
+        return self.records / self.fsyncs if self.fsyncs else 0.0
+
+
+class _Counters:
+    """Mutable counters behind `WalStats`; written by the writer thread under ``Wal._meta``."""
+
+    __slots__ = (
+        "bytes",
+        "fsync_buckets",
+        "fsync_seconds",
+        "fsyncs",
+        "max_records_per_write",
+        "records",
+        "rotations",
+        "segments_deleted",
+        "submissions",
+        "writes",
+    )
+
+    def __init__(self) -> None:
+        self.submissions = 0
+        self.records = 0
+        self.bytes = 0
+        self.writes = 0
+        self.fsyncs = 0
+        self.fsync_seconds = 0.0
+        self.fsync_buckets = [0] * len(FSYNC_BUCKETS)
+        self.max_records_per_write = 0
+        self.rotations = 0
+        self.segments_deleted = 0
+
+
+class _Submission:
+    """One `Wal.submit` call: encoded frames, the records they hold and who waits for them."""
+
+    __slots__ = ("data", "future", "group", "nbytes", "on_done", "records", "sync")
+
+    def __init__(
+        self,
+        group: int,
+        records: tuple[Record, ...],
+        data: list[bytes],
+        sync: bool,
+        on_done: Callable[[], None] | None,
+    ) -> None:
+        self.group = group
+        self.records = records
+        self.data = data
+        self.nbytes = sum(len(d) for d in data)
+        self.sync = sync
+        self.on_done = on_done
+        self.future: Future[None] = Future()
+        # Running futures cannot be cancelled: once accepted, a record is written regardless,
+        # so pretending a cancel took effect would lie about durability.
+        self.future.set_running_or_notify_cancel()
+
+
+def _write_all(fd: int, bufs: list[bytes]) -> None:
+    """Write every buffer, in order, with as few ``writev`` calls as the OS allows."""
+    views = [memoryview(b) for b in bufs if b]
+    while views:
+        chunk = views[:_IOV_MAX]
+        written = os.writev(fd, chunk)
+        # Drop fully written buffers, then trim a partially written one.
+        done = 0
+        while done < len(chunk) and written >= len(chunk[done]):
+            written -= len(chunk[done])
+            done += 1
+        views = views[done:]
+        if written:
+            views[0] = views[0][written:]
+
+
+class Wal:
+    """The WAL of one data directory. Create with `Wal.open`; always `close` it."""
+
+    __slots__ = (
+        "_active_seq",
+        "_active_size",
+        "_claimed",
+        "_closed",
+        "_closing",
+        "_cond",
+        "_counters",
+        "_dir",
+        "_dirty",
+        "_failed",
+        "_fd",
+        "_index",
+        "_meta",
+        "_options",
+        "_pending_bytes",
+        "_queue",
+        "_recovered",
+        "_thread",
+        "_torn_tail",
+    )
+
+    def __init__(self, directory: str, options: WalOptions) -> None:
+        """Private: use `Wal.open`, which recovers the directory first."""
+        self._dir = directory
+        self._options = options
+        self._cond = threading.Condition(threading.Lock())
+        self._queue: deque[_Submission] = deque()
+        self._pending_bytes = 0
+        self._closing = False
+        self._closed = False
+        self._failed: BaseException | None = None
+        # _meta guards the segment index, the claimed groups and the counters: the writer
+        # updates them while other threads ask for stats and pins.
+        self._meta = threading.Lock()
+        self._index = SegmentIndex()
+        self._recovered: dict[int, RecoveredGroup] = {}
+        self._claimed: set[int] = set()
+        self._counters = _Counters()
+        self._torn_tail: TornTail | None = None
+        # Owned by the writer thread once it runs.
+        self._fd = -1
+        self._active_seq = 0
+        self._active_size = 0
+        self._dirty = False
+        self._thread = threading.Thread(target=self._run, name=f"wal-writer:{directory}")
+        self._thread.daemon = True
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    @classmethod
+    def open(cls, directory: str, options: WalOptions | None = None) -> Wal:
+        """Recover ``directory`` (creating it if needed) and start its writer thread.
+
+        Truncates a torn tail of the last segment; raises `CorruptRecord` for any other damage.
+        Removes leftover temporary files and snapshot files no group refers to.
+        """
+        options = options or WalOptions()
+        directory = os.path.abspath(directory)
+        if not os.path.isdir(directory):
+            os.makedirs(directory, exist_ok=True)
+            fsync_dir(os.path.dirname(directory))
+        snap_dir = os.path.join(directory, SNAP_DIR)
+        if not os.path.isdir(snap_dir):
+            os.mkdir(snap_dir)
+            fsync_dir(directory)
+        rec = recover(directory, options.max_record_bytes)
+        wal = cls(directory, options)
+        wal._index = rec.index
+        wal._recovered = dict(rec.groups)
+        wal._torn_tail = rec.torn_tail
+        wal._remove_orphans(rec.groups)
+        if rec.segments:
+            wal._active_seq = rec.segments[-1]
+            wal._fd = os.open(
+                os.path.join(directory, wal_name(wal._active_seq)), os.O_WRONLY | os.O_CLOEXEC
+            )
+            os.lseek(wal._fd, rec.last_segment_size, os.SEEK_SET)
+            wal._active_size = rec.last_segment_size
+        else:
+            wal._active_seq = 1
+            wal._index.add_segment(1)
+            wal._fd = os.open(
+                os.path.join(directory, wal_name(1)),
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                0o644,
+            )
+            fsync_dir(directory)
+        wal._thread.start()
+        return wal
+
+    def _remove_orphans(self, groups: Mapping[int, RecoveredGroup]) -> None:
+        """Delete temporaries and snapshot files that no recovered snapshot marker refers to
+        (left by a crash between writing a snapshot file and its marker, or before the old file
+        of a superseded snapshot was removed)."""
+        wanted = {(g, r.snapshot.index) for g, r in groups.items() if r.snapshot.index}
+        for directory, is_snap in ((self._dir, False), (self.snapshot_dir, True)):
+            removed = False
+            for name in os.listdir(directory):
+                m = SNAP_NAME.match(name)
+                orphan = name.endswith(TMP_SUFFIX) or (
+                    is_snap and m is not None and (int(m.group(1)), int(m.group(2))) not in wanted
+                )
+                if orphan:
+                    os.unlink(os.path.join(directory, name))
+                    removed = True
+            if removed:
+                fsync_dir(directory)
+
+    def close(self, *, drain: bool = True) -> None:
+        """Stop the WAL: complete (``drain``) or fail every queued submission, join the writer,
+        and close the segment (fsyncing any unsynced tail). Idempotent. Must not be called from
+        an ``on_done`` callback (the writer thread cannot join itself)."""
+        if threading.current_thread() is self._thread:
+            raise InvariantViolation("Wal.close called from the WAL writer thread")
+        dropped: list[_Submission] = []
+        with self._cond:
+            self._closing = True
+            if not drain:
+                dropped = list(self._queue)
+                self._queue.clear()
+                self._pending_bytes = 0
+            self._cond.notify_all()
+        for sub in dropped:
+            sub.future.set_exception(WalClosed("the WAL was closed before this write"))
+        if self._thread.ident is not None:  # started
+            self._thread.join()
+        with self._cond:  # two concurrent closers must not both close the descriptor
+            if self._closed:
+                return
+            self._closed = True
+            fd, self._fd = self._fd, -1
+        if fd >= 0:
+            try:
+                if self._dirty and self._failed is None:
+                    os.fdatasync(fd)
+            finally:
+                os.close(fd)
+
+    def __enter__(self) -> Wal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- submission ------------------------------------------------------------------------------
+    def submit(
+        self,
+        group: int,
+        records: Sequence[Record],
+        *,
+        sync: bool = True,
+        on_done: Callable[[], None] | None = None,
+    ) -> Future[None]:
+        """Queue ``records`` of ``group`` as one unit; thread-safe.
+
+        The future completes after the records are written and (if ``sync`` or any other
+        submission in the same batch asked for it) fsynced; ``on_done`` runs on the writer
+        thread just before that. If ``on_done`` raises, the future carries that exception.
+        Raises ``ValueError`` for an unencodable record, `Overloaded` when the queue is full and
+        `WalClosed` after close or failure.
+        """
+        recs = tuple(records)
+        if not recs:
+            raise ValueError("a submission needs at least one record")
+        data = [encode_record(group, r, self._options.max_record_bytes) for r in recs]
+        sub = _Submission(group, recs, data, sync, on_done)
+        with self._cond:
+            if self._failed is not None:
+                raise WalClosed("the WAL stopped after an I/O error") from self._failed
+            if self._closing:
+                raise WalClosed("the WAL is closed")
+            opts = self._options
+            if len(self._queue) >= opts.max_pending_submissions or (
+                self._queue and self._pending_bytes + sub.nbytes > opts.max_pending_bytes
+            ):
+                raise Overloaded(
+                    f"WAL queue full ({len(self._queue)} submissions, {self._pending_bytes} bytes)"
+                )
+            self._queue.append(sub)
+            self._pending_bytes += sub.nbytes
+            if len(self._queue) == 1:
+                self._cond.notify()
+        return sub.future
+
+    async def write(self, group: int, records: Sequence[Record], *, sync: bool = True) -> None:
+        """`submit` and wait for completion on the running event loop."""
+        await asyncio.wrap_future(self.submit(group, records, sync=sync))
+
+    # -- groups ----------------------------------------------------------------------------------
+    def groups(self) -> tuple[int, ...]:
+        """Every group with state in this directory (recovered or written since), sorted."""
+        with self._meta:
+            return tuple(self._index.groups())
+
+    def claim_group(self, group: int) -> RecoveredGroup | None:
+        """Register the single owner of ``group`` and hand it the recovered state (once).
+
+        Raises `InvariantViolation` if the group is already claimed.
+        """
+        with self._meta:
+            if group in self._claimed:
+                raise InvariantViolation(f"group {group} is already open on {self._dir}")
+            self._claimed.add(group)
+            return self._recovered.pop(group, None)
+
+    def drop_group(self, group: int) -> Future[None]:
+        """Durably forget ``group``: a DROP record voids its history, its snapshot files are
+        removed and its claim released once the record is durable. The owner must stop using
+        its `GroupLog` first."""
+
+        def done() -> None:
+            for name in os.listdir(self.snapshot_dir):
+                m = SNAP_NAME.match(name)
+                if m is not None and int(m.group(1)) == group:
+                    os.unlink(os.path.join(self.snapshot_dir, name))
+            with self._meta:
+                self._claimed.discard(group)
+                self._recovered.pop(group, None)
+
+        return self.submit(group, [DropRecord()], on_done=done)
+
+    def pinning_groups(self) -> tuple[int, ...]:
+        """Groups whose unsnapshotted entries keep the oldest segment from being deleted
+        (empty when only the active segment exists): snapshot these to free disk."""
+        with self._meta:
+            segs = self._index.segments()
+            if len(segs) < 2:
+                return ()
+            return tuple(self._index.pinning_groups(segs[0]))
+
+    def segments(self) -> tuple[int, ...]:
+        """Sequence numbers of the live segment files, oldest first (the last one is active)."""
+        with self._meta:
+            return tuple(self._index.segments())
+
+    @property
+    def directory(self) -> str:
+        return self._dir
+
+    @property
+    def snapshot_dir(self) -> str:
+        return os.path.join(self._dir, SNAP_DIR)
+
+    @property
+    def options(self) -> WalOptions:
+        return self._options
+
+    @property
+    def torn_tail(self) -> TornTail | None:
+        """What recovery truncated when this WAL was opened, if anything."""
+        return self._torn_tail
+
+    def snapshot_path(self, group: int, index: int) -> str:
+        """Where ``group``'s snapshot data at ``index`` lives."""
+        return os.path.join(self.snapshot_dir, snapshot_name(group, index))
+
+    def stats(self) -> WalStats:
+        """A consistent copy of the counters (cheap; safe from any thread)."""
+        with self._meta:
+            c = self._counters
+            return WalStats(
+                submissions=c.submissions,
+                records=c.records,
+                bytes=c.bytes,
+                writes=c.writes,
+                fsyncs=c.fsyncs,
+                fsync_seconds=c.fsync_seconds,
+                fsync_latency=tuple(c.fsync_buckets),
+                max_records_per_write=c.max_records_per_write,
+                segments=len(self._index.segments()),
+                rotations=c.rotations,
+                segments_deleted=c.segments_deleted,
+            )
+
+    # -- writer thread ---------------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closing:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                batch = list(self._queue)
+                self._queue.clear()
+                self._pending_bytes = 0
+            try:
+                self._write_batch(batch)
+            except BaseException as exc:
+                self._stop(exc, batch)
+                return
+
+    def _stop(self, exc: BaseException, batch: list[_Submission]) -> None:
+        """Fail this batch and everything queued after an I/O error; refuse later submits."""
+        with self._cond:
+            self._failed = exc
+            rest = list(self._queue)
+            self._queue.clear()
+            self._pending_bytes = 0
+        for sub in batch + rest:
+            if not sub.future.done():
+                err = WalClosed(f"WAL write failed: {exc!r}")
+                err.__cause__ = exc
+                sub.future.set_exception(err)
+
+    def _write_batch(self, batch: list[_Submission]) -> None:
+        rotated = False
+        if self._active_size >= self._options.segment_bytes:
+            self._rotate()
+            rotated = True
+        seq = self._active_seq
+        bufs: list[bytes] = []
+        n_records = 0
+        sync = False
+        may_unpin = rotated
+        with self._meta:
+            for sub in batch:
+                for rec in sub.records:
+                    self._index.note(seq, sub.group, rec)
+                    may_unpin = may_unpin or isinstance(rec, SnapshotRecord | DropRecord)
+                bufs.extend(sub.data)
+                n_records += len(sub.records)
+                sync = sync or sub.sync
+        nbytes = sum(len(b) for b in bufs)
+        _write_all(self._fd, bufs)
+        self._active_size += nbytes
+        latency = -1.0
+        if sync:
+            start = time.perf_counter()
+            os.fdatasync(self._fd)
+            latency = time.perf_counter() - start
+            self._dirty = False
+        else:
+            self._dirty = True
+        with self._meta:
+            c = self._counters
+            c.submissions += len(batch)
+            c.records += n_records
+            c.bytes += nbytes
+            c.writes += 1
+            c.max_records_per_write = max(c.max_records_per_write, n_records)
+            if latency >= 0:
+                c.fsyncs += 1
+                c.fsync_seconds += latency
+                c.fsync_buckets[next(i for i, b in enumerate(FSYNC_BUCKETS) if latency <= b)] += 1
+        if may_unpin:
+            # Before completing the batch, so that a caller who saw its snapshot marker become
+            # durable also sees the segments it freed gone (deterministic for the runtime).
+            self._collect()
+        for sub in batch:
+            if sub.on_done is not None:
+                try:
+                    sub.on_done()
+                except Exception as exc:
+                    sub.future.set_exception(exc)
+                    continue
+            sub.future.set_result(None)
+
+    def _rotate(self) -> None:
+        """Seal the active segment (fsynced) and start the next one with every group's head."""
+        if self._dirty:
+            os.fdatasync(self._fd)
+            self._dirty = False
+        os.close(self._fd)
+        self._fd = -1
+        seq = self._active_seq + 1
+        with self._meta:
+            heads = self._index.head_records()
+            self._index.add_segment(seq)
+        data = [encode_record(g, r, self._options.max_record_bytes) for g, r in heads]
+        fd = os.open(
+            os.path.join(self._dir, wal_name(seq)),
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+            0o644,
+        )
+        self._fd = fd
+        self._active_seq = seq
+        _write_all(fd, data)
+        os.fdatasync(fd)
+        fsync_dir(self._dir)
+        self._active_size = sum(len(d) for d in data)
+        with self._meta:
+            self._counters.rotations += 1
+
+    def _collect(self) -> None:
+        """Delete the oldest segments while no group pins them (one directory fsync each, so a
+        crash can never resurrect an older segment without the ones after it)."""
+        while True:
+            with self._meta:
+                segs = self._index.segments()
+                if len(segs) < 2 or segs[0] == self._active_seq:
+                    return
+                oldest = segs[0]
+                if self._index.pinning_groups(oldest):
+                    return
+                self._index.remove_segment(oldest)
+            os.unlink(os.path.join(self._dir, wal_name(oldest)))
+            fsync_dir(self._dir)
+            with self._meta:
+                self._counters.segments_deleted += 1
