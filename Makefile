@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SIM_SEEDS ?= 300
-SIM_STEPS ?= 3000
+SIM_STEPS ?= 20000
 
 .PHONY: run test lint typecheck unit sim clean
 

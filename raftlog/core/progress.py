@@ -58,6 +58,14 @@ class Inflights:
             _, size = self._slots.popleft()
             self._bytes -= size
 
+    def free_first_one(self) -> None:
+        """Forget the oldest append: used when a heartbeat answer shows the follower is alive
+        but the window stayed full (an append or its answer was lost), so that the next append
+        -- rejected if there is a gap -- gets the follower re-probed instead of stalling."""
+        if self._slots:
+            _, size = self._slots.popleft()
+            self._bytes -= size
+
     def reset(self) -> None:
         """Forget everything (the follower's position is being re-probed)."""
         self._slots.clear()

@@ -584,6 +584,8 @@ class Raft:
         elif m.type is MsgType.HEARTBEAT_RESP:
             pr.recent_active = True
             pr.msg_app_probe_paused = False
+            if pr.state is ProgressState.REPLICATE and pr.inflights.full():
+                pr.inflights.free_first_one()
             if pr.match < self.log.last_index():
                 self._send_append(m.frm)
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future as ThreadFuture
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from raftlog.core import (
     ConfChange,
@@ -90,6 +90,10 @@ class GroupCounters:
 Sender = Callable[[int, Sequence[Message]], None]
 """Host callback: (group id, messages) → queue them for their peers."""
 
+Offload = Callable[..., Awaitable[Any]]
+"""Runs a blocking call (snapshot file writes) off the event loop: ``asyncio.to_thread`` in
+production; the simulator passes an inline version so runs stay deterministic."""
+
 
 class GroupDriver:
     """One group on this node. Created and owned by `MultiRaft`."""
@@ -103,6 +107,7 @@ class GroupDriver:
         *,
         send: Sender,
         options: GroupOptions,
+        offload: Offload = asyncio.to_thread,
     ) -> None:
         self.group = group
         self.raw = raw
@@ -110,6 +115,7 @@ class GroupDriver:
         self.sm = sm
         self._send = send
         self.options = options
+        self._offload = offload
         self.counters = GroupCounters()
         self._pending: list[tuple[bytes, asyncio.Future[object]]] = []
         self._pending_bytes = 0
@@ -277,7 +283,7 @@ class GroupDriver:
         if rd.snapshot is not None or rd.entries or rd.hard_state is not None:
             if rd.snapshot is not None:
                 # Writing the snapshot's data file blocks: keep it off the event loop.
-                fut = await asyncio.to_thread(
+                fut = await self._offload(
                     self.store.submit_ready,
                     snapshot=rd.snapshot,
                     entries=rd.entries,
@@ -348,7 +354,7 @@ class GroupDriver:
         r = self.raw.raft
         index = r.log.applied
         data = self.sm.snapshot()
-        _, fut = await asyncio.to_thread(self.store.submit_create_snapshot, index, r.conf, data)
+        _, fut = await self._offload(self.store.submit_create_snapshot, index, r.conf, data)
         await asyncio.wrap_future(fut)
         self._last_snapshot = index
         self.counters.snapshots += 1

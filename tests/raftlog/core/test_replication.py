@@ -221,3 +221,16 @@ def test_log_rejects_overwriting_committed_entries() -> None:
     log = c.nodes[1].raft.log
     with pytest.raises(InvariantViolation):
         log.append([Entry(9, 1)])
+
+
+def test_lost_append_with_a_full_window_is_recovered_by_heartbeats() -> None:
+    c = Cluster(3, max_inflight_msgs=1)
+    c.elect(1)
+    c.nodes[1].propose(b"a")
+    c.process(1)
+    # The only append carrying the entry to node 3 is lost; its window (size 1) stays full.
+    c.queue = [m for m in c.queue if not (m.type is MsgType.APP and m.to == 3 and m.entries)]
+    c.stabilize()
+    assert c.nodes[3].raft.log.last_index() == 2
+    c.tick(5)
+    assert c.nodes[3].raft.log.last_index() == c.nodes[1].raft.log.last_index() == 3

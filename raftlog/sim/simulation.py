@@ -1,0 +1,762 @@
+"""The seeded simulation: N nodes x G groups over the real core, with faults, clients and checks.
+
+One run is a pure function of ``(seed, SimConfig)``: every random choice comes from one
+``random.Random(seed)`` (each RawNode gets a generator seeded from it), events are ordered by
+``(time, sequence number)``, and every dict/set that is iterated is keyed by ints (whose
+hashes do not depend on PYTHONHASHSEED) and walked in sorted or insertion order -- so a seed
+replays to the identical trace whatever PYTHONHASHSEED is.
+
+A run has two phases:
+
+1. **chaos**, ``SimConfig.steps`` steps. A step is one event: a message delivery, a node's tick
+   (all its groups), a disk completion, a client action (proposal, leadership transfer, and with
+   four or more nodes membership changes: add learner -> promote, remove) or a fault (crash of a
+   node with all its groups, symmetric or one-way partition, heal, new loss/delay rates).
+2. **heal**: network perfect, every node up, no more faults. Within ``heal_ticks`` ticks every
+   group must elect a leader, apply a fresh proposal on all its voters, and all members of each
+   group must converge to identical applied state (``liveness``).
+
+After every step the `Checker` has seen everything the step did (see its docstring for the
+safety checks); core exceptions (`InvariantViolation` and anything else) are violations too.
+A failure is returned as a `Violation` carrying the seed, the check and the last trace lines.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import random
+import traceback
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from raftlog.core.raft import Config, UnsafeHooks
+from raftlog.core.storage import bootstrap_snapshot
+from raftlog.core.types import (
+    ConfChange,
+    ConfChangeKind,
+    ConfState,
+    Entry,
+    Message,
+    MsgType,
+    Ready,
+    Role,
+    Snapshot,
+)
+from raftlog.errors import InvariantViolation, RaftError
+from raftlog.sim.checker import Ack, Checker, SafetyViolation
+from raftlog.sim.disk import SimDisk
+from raftlog.sim.network import PERFECT, NetFaults, SendOutcome, SimNetwork
+from raftlog.sim.node import SimNode
+
+TICK = 10
+"""Simulated time units per tick (network delays and disk latencies are in the same units)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """The shape of a run. ``unsafe`` plants a core bug (tests prove the checker catches it)."""
+
+    nodes: int = 3
+    groups: int = 2
+    steps: int = 3000
+    heal_ticks: int = 200
+    trace_lines: int = 30
+    unsafe: UnsafeHooks = field(default_factory=UnsafeHooks)
+    silent_loss: bool = True
+    """When True (default), random losses go unnoticed by both ends (datagram semantics): the
+    core must recover on its own, e.g. re-probe a follower whose append was lost while its
+    REPLICATE inflight window was full. When False, both ends of a link notice every lost
+    message, as with the TCP transport, and every group on both nodes gets
+    ``report_unreachable`` for the peer."""
+    small_windows: bool = True
+    """Also draw inflight windows of 1 and 4 messages (False: 256 only), so full windows --
+    and recovery from a lost append while full -- are exercised constantly."""
+    wipe_rejoining: bool = False
+    """Re-add a removed node with an *empty* disk under its old id. Unsafe: the removed node's
+    log may be the copy that made the removal committed for a node that restarts with an older
+    configuration (found by seed 244 with five nodes; see the README). Off by default."""
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` for a shape the simulator cannot run."""
+        if not 1 <= self.nodes <= 9:
+            raise ValueError("nodes must be in 1..9")
+        if self.groups < 1 or self.steps < 0 or self.heal_ticks < 1:
+            raise ValueError("need groups >= 1, steps >= 0, heal_ticks >= 1")
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """A failed run: which check, where, and the trace leading to it."""
+
+    seed: int
+    check: str
+    detail: str
+    step: int
+    trace: tuple[str, ...]
+
+    def format(self, config: SimConfig) -> str:
+        """A human-readable report including the command that replays it."""
+        flags = [
+            f"--seeds 1 --seed {self.seed} --steps {config.steps}",
+            f"--nodes {config.nodes} --groups {config.groups}",
+        ]
+        if config.heal_ticks != SimConfig().heal_ticks:
+            flags.append(f"--heal-ticks {config.heal_ticks}")
+        for name in ("commit_on_minority", "vote_twice"):
+            if getattr(config.unsafe, name):
+                flags.append(f"--plant {name}")
+        for name in ("silent_loss", "small_windows", "wipe_rejoining"):
+            if getattr(config, name):
+                flags.append("--" + name.replace("_", "-"))
+        lines = [
+            f"VIOLATION seed={self.seed} check={self.check} step={self.step}: {self.detail}",
+            f"  replay: python -m raftlog.sim {' '.join(flags)}",
+            "  last trace lines:",
+        ]
+        lines.extend(f"    {t}" for t in self.trace)
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True, slots=True)
+class SimResult:
+    """The outcome of one seed: ``violation`` is None when every check held.
+
+    ``trace_digest`` hashes the whole trace and ``state_digest`` the final state of every
+    node: two runs of one seed must agree on both.
+    """
+
+    seed: int
+    steps: int
+    heal_steps: int
+    violation: Violation | None
+    trace_digest: str
+    state_digest: str
+    stats: tuple[tuple[str, int], ...]
+
+
+class _Ev(IntEnum):
+    TICK = 0
+    DISK = 1
+    CLIENT = 2
+    FAULT = 3
+    RESTART = 4
+
+
+@dataclass(frozen=True, slots=True)
+class _Params:
+    """Per-seed knobs, all drawn from the seed."""
+
+    faults: NetFaults
+    heartbeat_tick: int
+    disk_max: int
+    snapshot_every: int
+    keep_after_compact: int
+    max_msg_bytes: int
+    max_inflight_msgs: int
+    max_uncommitted_bytes: int
+    client_every: int
+    fault_every: int
+    torn: float
+
+
+class Simulation:
+    """One seeded run. Use `run_seed` unless you need to poke at the state in a test."""
+
+    def __init__(self, seed: int, config: SimConfig) -> None:
+        config.validate()
+        self.seed = seed
+        self.config = config
+        self.rng = random.Random(seed)
+        self.now = 0
+        self.step_no = 0
+        self.healing = False
+        self.ids = list(range(1, config.nodes + 1))
+        self.groups = list(range(1, config.groups + 1))
+        self.params = self._draw_params()
+        self.net = SimNetwork(self.rng, self.params.faults)
+        self._events: list[tuple[int, int, int, int, int, int]] = []
+        self._seq = 0
+        self.up = dict.fromkeys(self.ids, True)
+        self.generation = {(n, g): 0 for n in self.ids for g in self.groups}
+        # With four or more nodes a group may be founded by three of them; the others start
+        # with empty disks and join (as learners, through a snapshot) when a client adds them.
+        self.founding: dict[int, ConfState] = {}
+        for g in self.groups:
+            voters = self.ids
+            if len(self.ids) >= 4 and self.rng.random() < 0.5:
+                voters = sorted(self.rng.sample(self.ids, 3))
+            self.founding[g] = ConfState(tuple(voters))
+        self.disks = {
+            (n, g): SimDisk(
+                bootstrap_snapshot(self.founding[g]) if n in self.founding[g].voters else None
+            )
+            for n in self.ids
+            for g in self.groups
+        }
+        self.nodes: dict[tuple[int, int], SimNode] = {}
+        self.checker = Checker(
+            dict(self.founding),
+            lambda n, g, i, t: self.disks[(n, g)].holds(i, t),
+            lambda n, g: self.disks[(n, g)].snapshot().meta.index,
+        )
+        # (group, node) -> {index: (term, data)} of proposals awaiting their proposer's apply.
+        self.pending: dict[tuple[int, int], dict[int, tuple[int, bytes]]] = {}
+        self.acked_at: set[tuple[int, int, int]] = set()
+        self.proposals = 0
+        self.stats: dict[str, int] = {
+            "acked": 0,
+            "crashes": 0,
+            "torn": 0,
+            "conf_changes": 0,
+            "transfers": 0,
+            "snapshots_installed": 0,
+            "partitions": 0,
+            "heal_ticks": -1,
+        }
+        self.trace: deque[str] = deque(maxlen=config.trace_lines)
+        self._trace_hash = hashlib.blake2b(digest_size=16)
+        self._heal_plan: dict[int, tuple[int, int, int, bytes] | None] = {}
+        for n in self.ids:
+            for g in self.groups:
+                self.nodes[(n, g)] = self._new_node(n, g)
+            self._push(self.rng.randint(1, TICK), _Ev.TICK, n)
+        self._push(self.params.client_every, _Ev.CLIENT)
+        self._push(self.params.fault_every, _Ev.FAULT)
+
+    # -- setup ------------------------------------------------------------------------------------
+    def _draw_params(self) -> _Params:
+        r = self.rng
+        max_delay = r.choice([2, 4, 8, 15])
+        faults = NetFaults(
+            drop=r.choice([0.0, 0.01, 0.05, 0.15]),
+            duplicate=r.choice([0.0, 0.02, 0.1]),
+            min_delay=1,
+            max_delay=max_delay,
+            slow=r.choice([0.0, 0.02, 0.05]),
+            slow_factor=r.choice([3, 10]),
+        )
+        return _Params(
+            faults=faults,
+            heartbeat_tick=r.randint(1, 3),
+            disk_max=r.choice([2, 5, 12, 30]),
+            snapshot_every=r.choice([4, 10, 30, 80]),
+            keep_after_compact=r.choice([0, 0, 2, 10]),
+            max_msg_bytes=r.choice([60, 200, 1 << 20]),
+            max_inflight_msgs=r.choice([1, 4, 256] if self.config.small_windows else [256]),
+            max_uncommitted_bytes=r.choice([300, 3000, 64 << 20]),
+            client_every=r.choice([3, 8, 20]),
+            fault_every=r.choice([80, 200, 500]),
+            torn=r.choice([0.0, 0.5, 1.0]),
+        )
+
+    def _raft_config(self, node: int) -> Config:
+        p = self.params
+        return Config(
+            node,
+            election_tick=10,
+            heartbeat_tick=p.heartbeat_tick,
+            max_msg_bytes=p.max_msg_bytes,
+            max_inflight_msgs=p.max_inflight_msgs,
+            max_uncommitted_bytes=p.max_uncommitted_bytes,
+            unsafe=self.config.unsafe,
+        )
+
+    def _new_node(self, node: int, group: int) -> SimNode:
+        key = (node, group)
+        self.generation[key] += 1
+        return SimNode(
+            self,
+            self._raft_config(node),
+            group,
+            self.disks[key],
+            rng=random.Random(self.rng.getrandbits(64)),
+            generation=self.generation[key],
+            snapshot_every=self.params.snapshot_every,
+            keep_after_compact=self.params.keep_after_compact,
+        )
+
+    def _push(self, at: int, kind: _Ev, a: int = 0, b: int = 0, c: int = 0) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (at, self._seq, int(kind), a, b, c))
+
+    def _log(self, line: str) -> None:
+        text = f"{self.step_no}@{self.now} {line}"
+        self.trace.append(text)
+        self._trace_hash.update(text.encode())
+
+    # -- NodeHost ---------------------------------------------------------------------------------
+    def send(self, sn: SimNode, msgs: Sequence[Message]) -> None:
+        """Put ``msgs`` on the network, telling the sender about links known to be down."""
+        for m in msgs:
+            if self.up.get(m.to, False):
+                outcome = self.net.send(self.now, sn.group, m)
+            else:
+                outcome = SendOutcome.CUT if m.to in self.up else SendOutcome.LOST
+            if outcome is SendOutcome.CUT or (
+                outcome is SendOutcome.LOST and not self.config.silent_loss
+            ):
+                self._link_broken(sn.id, m.to)
+                if m.type is MsgType.SNAP:
+                    sn.raw.report_snapshot(m.to, False)
+
+    def _link_broken(self, a: int, b: int) -> None:
+        """The connection between ``a`` and ``b`` failed: both ends tell all their groups.
+
+        Reports change only the leader's progress bookkeeping (no messages, no Ready), so
+        nothing needs pumping afterwards.
+        """
+        for x, y in ((a, b), (b, a)):
+            if self.up.get(x, False):
+                for g in self.groups:
+                    self.nodes[(x, g)].raw.report_unreachable(y)
+
+    def schedule_completion(self, sn: SimNode) -> None:
+        """The Ready's fsync completes after a random disk latency."""
+        delay = self.rng.randint(1, self.params.disk_max)
+        self._push(self.now + delay, _Ev.DISK, sn.id, sn.group, sn.generation)
+
+    def on_ready(self, sn: SimNode, rd: Ready) -> None:
+        """Register the Ready's entries with the log-matching check; trace role changes."""
+        if rd.entries:
+            first = rd.entries[0].index
+            self.checker.on_entries(
+                sn.group, sn.id, rd.entries, sn.raw.raft.log.term(first - 1) if first > 1 else 0
+            )
+        if rd.soft_state is not None and rd.soft_state.role is Role.LEADER:
+            self._log(f"g{sn.group} n{sn.id} becomes leader term {sn.raw.raft.term}")
+
+    def on_synced(self, sn: SimNode, lost: bool) -> None:
+        """A sync that removed durable entries may have broken durability: re-check."""
+        if lost:
+            self.checker.check_durability(sn.group)
+
+    def on_restore(self, sn: SimNode, snap: Snapshot) -> None:
+        self.stats["snapshots_installed"] += 1
+        self.checker.on_restore(sn.group, sn.id, snap.meta.index, snap.meta.term, sn.sm.digest)
+        pend = self.pending.get((sn.group, sn.id))
+        if pend:
+            for index in [i for i in sorted(pend) if i <= snap.meta.index]:
+                del pend[index]  # outcome unknown to the client: never acknowledged
+
+    def on_apply(self, sn: SimNode, e: Entry, digest: bytes) -> None:
+        g = sn.group
+        self.checker.on_apply(g, sn.id, e, digest)
+        pend = self.pending.get((g, sn.id))
+        if not pend:
+            return
+        proposal = pend.pop(e.index, None)
+        if proposal is not None and proposal == (e.term, e.data):
+            self.stats["acked"] += 1
+            self.acked_at.add((g, e.index, e.term))
+            self.checker.on_ack(Ack(g, e.index, e.term, e.data, self.checker.max_term[g]))
+
+    # -- driving ----------------------------------------------------------------------------------
+    def _touch(self, sn: SimNode) -> None:
+        sn.pump()
+        self.checker.observe(sn.group, sn.id, sn.raw.raft)
+
+    def step(self) -> None:
+        """Process the next event (a message or a scheduled event), whichever is due first."""
+        self.step_no += 1
+        net_at = self.net.peek_time()
+        ev_at = self._events[0][0]
+        if net_at is not None and net_at <= ev_at:
+            self.now = max(self.now, net_at)
+            self._deliver()
+            return
+        at, _, kind, a, b, c = heapq.heappop(self._events)
+        self.now = max(self.now, at)
+        if kind == _Ev.TICK:
+            self._tick(a)
+        elif kind == _Ev.DISK:
+            sn = self.nodes.get((a, b))
+            if sn is not None and sn.generation == c and self.up[a]:
+                self._log(f"g{b} n{a} fsync done")
+                sn.complete()
+                self.checker.observe(b, a, sn.raw.raft)
+            else:
+                self._log(f"g{b} n{a} fsync of a dead incarnation ignored")
+        elif kind == _Ev.CLIENT:
+            self._client()
+            self._push(self.now + self.rng.randint(1, 2 * self.params.client_every), _Ev.CLIENT)
+        elif kind == _Ev.FAULT:
+            self._fault()
+            self._push(self.now + self.rng.randint(1, 2 * self.params.fault_every), _Ev.FAULT)
+        elif kind == _Ev.RESTART and not self.up[a]:
+            self._restart(a)
+
+    def _deliver(self) -> None:
+        env, ok = self.net.pop()
+        m = env.msg
+        g = env.group
+        sender = self.nodes.get((m.frm, g)) if self.up[m.frm] else None
+        desc = (
+            f"g{g} {m.type.name} {m.frm}>{m.to} t{m.term} i{m.index} lt{m.log_term} "
+            f"n{len(m.entries)} c{m.commit}{' rej' if m.reject else ''}"
+        )
+        if not ok or not self.up[m.to]:
+            self._log(f"{desc} LOST ({'cut' if not ok else 'down'})")
+            self._link_broken(m.frm, m.to)  # the connection broke with the message in flight
+            if sender is not None and m.type is MsgType.SNAP:
+                sender.raw.report_snapshot(m.to, False)
+            return
+        self._log(desc)
+        dest = self.nodes[(m.to, g)]
+        dest.raw.step(m)
+        self._touch(dest)
+        if sender is not None and m.type is MsgType.SNAP:
+            sender.raw.report_snapshot(m.to, True)
+
+    def _tick(self, node: int) -> None:
+        self._push(self.now + TICK, _Ev.TICK, node)
+        if not self.up[node]:
+            return
+        self._log(f"tick n{node}")
+        for g in self.groups:
+            sn = self.nodes[(node, g)]
+            sn.raw.tick()
+            self._touch(sn)
+
+    # -- clients ----------------------------------------------------------------------------------
+    def _leaders(self, g: int) -> list[SimNode]:
+        return [
+            sn
+            for n in self.ids
+            if self.up[n] and (sn := self.nodes[(n, g)]).raw.raft.role is Role.LEADER
+        ]
+
+    def _client(self) -> None:
+        if self.healing:
+            return
+        r = self.rng
+        g = r.choice(self.groups)
+        leaders = self._leaders(g)
+        target = r.choice(leaders) if leaders else None
+        roll = r.random()
+        if target is None:
+            self._log(f"client g{g}: no leader")
+            return
+        if roll < 0.04:
+            self._transfer(target)
+        elif roll < 0.12 and self.config.nodes >= 4:
+            self._conf_change(target)
+        else:
+            self._propose(target)
+        self._touch(target)
+
+    def _propose(self, sn: SimNode, data: bytes | None = None) -> int | None:
+        if data is None:
+            self.proposals += 1
+            data = b"g%d.p%d" % (sn.group, self.proposals)
+        try:
+            index = sn.raw.propose(data)
+        except RaftError as exc:
+            self._log(f"client g{sn.group} propose {data!r} to n{sn.id}: {exc.code}")
+            return None
+        term = sn.raw.raft.term
+        self.pending.setdefault((sn.group, sn.id), {})[index] = (term, data)
+        self._log(f"client g{sn.group} propose {data!r} to n{sn.id} -> {index}/{term}")
+        return index
+
+    def _transfer(self, sn: SimNode) -> None:
+        voters = [v for v in sn.raw.raft.conf.voters if v != sn.id]
+        if not voters:
+            return
+        to = self.rng.choice(voters)
+        self.stats["transfers"] += 1
+        try:
+            sn.raw.transfer_leader(to)
+            self._log(f"client g{sn.group} transfer n{sn.id} -> n{to}")
+        except RaftError as exc:
+            self._log(f"client g{sn.group} transfer n{sn.id} -> n{to}: {exc.code}")
+
+    def _conf_change(self, sn: SimNode) -> None:
+        r = self.rng
+        raft = sn.raw.raft
+        conf = raft.conf
+        g = sn.group
+        outsiders = [n for n in self.ids if n not in conf.members()]
+        options: list[ConfChange] = []
+        if len(conf.voters) > 3:
+            options.extend(ConfChange(ConfChangeKind.REMOVE, v) for v in conf.voters)
+        options.extend(ConfChange(ConfChangeKind.PROMOTE, n) for n in conf.learners)
+        options.extend(ConfChange(ConfChangeKind.REMOVE, n) for n in conf.learners)
+        if raft.pending_conf_index <= raft.log.applied:
+            options.extend(ConfChange(ConfChangeKind.ADD_LEARNER, n) for n in outsiders)
+        if not options:
+            return
+        cc = r.choice(options)
+        if cc.kind is ConfChangeKind.ADD_LEARNER and self.config.wipe_rejoining:
+            self._wipe(cc.node, g)
+        try:
+            index = sn.raw.propose_conf_change(cc)
+        except RaftError as exc:
+            self._log(f"client g{g} conf {cc.kind.name} n{cc.node} via n{sn.id}: {exc.code}")
+            return
+        self.stats["conf_changes"] += 1
+        self._log(f"client g{g} conf {cc.kind.name} n{cc.node} via n{sn.id} -> {index}")
+
+    def _wipe(self, node: int, g: int) -> None:
+        """Give a non-member a fresh, empty disk and state (it is about to be re-added).
+
+        Unsafe with this core (see `SimConfig.wipe_rejoining`): only for demonstrating that.
+        """
+        key = (node, g)
+        self.disks[key] = SimDisk()
+        self.pending.pop((g, node), None)
+        self.checker.forget(g, node)
+        if self.up[node]:
+            self.nodes[key] = self._new_node(node, g)
+        else:
+            self.generation[key] += 1
+        self._log(f"wipe g{g} n{node}")
+
+    # -- faults -----------------------------------------------------------------------------------
+    def _fault(self) -> None:
+        if self.healing:
+            return
+        r = self.rng
+        roll = r.random()
+        down = [n for n in self.ids if not self.up[n]]
+        if roll < 0.3:
+            alive = [n for n in self.ids if self.up[n]]
+            limit = len(self.ids) if r.random() < 0.1 else (len(self.ids) - 1) // 2
+            if alive and len(down) < limit:
+                self._crash(r.choice(alive))
+        elif roll < 0.45:
+            ids = list(self.ids)
+            r.shuffle(ids)
+            k = r.randint(1, len(ids) - 1) if len(ids) > 1 else 1
+            self.net.partition(ids[:k], ids[k:])
+            self.stats["partitions"] += 1
+            self._log(f"partition {sorted(ids[:k])} | {sorted(ids[k:])}")
+        elif roll < 0.6:
+            if len(self.ids) > 1:
+                a, b = r.sample(self.ids, 2)
+                self.net.cut(a, b)
+                self.stats["partitions"] += 1
+                self._log(f"cut {a}->{b}")
+        elif roll < 0.7:
+            g = r.choice(self.groups)
+            leaders = self._leaders(g)
+            if leaders:
+                lead = r.choice(leaders).id
+                self.net.partition([lead], [n for n in self.ids if n != lead])
+                self.stats["partitions"] += 1
+                self._log(f"isolate leader n{lead} of g{g}")
+        elif roll < 0.9:
+            self.net.heal()
+            self._log("heal partitions")
+        else:
+            base = self.params.faults
+            drop = r.choice([0.0, base.drop, 0.3])
+            self.net.set_faults(NetFaults(drop, base.duplicate, 1, base.max_delay, base.slow))
+            self._log(f"network drop={drop}")
+
+    def _crash(self, node: int) -> None:
+        self.up[node] = False
+        self.stats["crashes"] += 1
+        parts = []
+        for g in self.groups:
+            out = self.disks[(node, g)].crash(self.rng, self.params.torn)
+            self.stats["torn"] += int(out.torn)
+            parts.append(f"g{g}:kept{out.kept}/lost{out.lost}{'/torn' if out.torn else ''}")
+            self.pending.pop((g, node), None)
+            self.checker.forget(g, node)
+        for peer in self.ids:
+            if peer != node:
+                self._link_broken(node, peer)
+        self._log(f"CRASH n{node} {' '.join(parts)}")
+        self._push(self.now + self.rng.randint(TICK, 80 * TICK), _Ev.RESTART, node)
+
+    def _restart(self, node: int) -> None:
+        self.up[node] = True
+        parts = []
+        for g in self.groups:
+            disk = self.disks[(node, g)]
+            if disk.crashed:
+                _, rec = disk.recover()
+                parts.append(f"g{g}:replayed{rec.replayed}/dropped{rec.dropped}")
+            sn = self.nodes[(node, g)] = self._new_node(node, g)
+            hs = sn.raw.raft
+            parts.append(f"(t{hs.term} last{hs.log.last_index()} c{hs.log.committed})")
+        self._log(f"RESTART n{node} {' '.join(parts)}")
+        for g in self.groups:
+            self._touch(self.nodes[(node, g)])
+
+    # -- heal phase and liveness ------------------------------------------------------------------
+    def heal(self) -> None:
+        """End of chaos: perfect network, every node up, no more client traffic or faults."""
+        self.healing = True
+        self.net.heal()
+        self.net.set_faults(PERFECT)
+        self._log("HEAL: network perfect, all nodes up")
+        for n in self.ids:
+            if not self.up[n]:
+                self._restart(n)
+        self._heal_plan = dict.fromkeys(self.groups)
+
+    def liveness_done(self) -> bool:
+        """Advance the heal-phase plan; True once every group has converged."""
+        done = True
+        for g in self.groups:
+            if not self._group_live(g):
+                done = False
+        return done
+
+    def _group_live(self, g: int) -> bool:
+        plan = self._heal_plan.get(g)
+        if plan is None:
+            leaders = self._leaders(g)
+            if len(leaders) != 1 or leaders[0].raw.raft.lead_transferee:
+                return False
+            sn = leaders[0]
+            data = b"heal-g%d" % g
+            index = self._propose(sn, data)
+            if index is None:
+                return False
+            self._touch(sn)
+            self._heal_plan[g] = (sn.id, index, sn.raw.raft.term, data)
+            return False
+        node, index, term, _ = plan
+        if (g, index, term) not in self.acked_at:
+            pend = self.pending.get((g, node), {})
+            proposer = self.nodes[(node, g)].raw.raft.log
+            removed = node not in self.checker.conf(g).members()  # it will never apply it
+            if index not in pend or proposer.term(index) != term or removed:
+                pend.pop(index, None)  # the proposal was dropped: retry with the current leader
+                self._heal_plan[g] = None
+            return False
+        leaders = self._leaders(g)
+        if len(leaders) != 1:
+            return False
+        lead = leaders[0]
+        conf = lead.raw.raft.conf
+        target = lead.sm.applied
+        if target < index or lead.raw.raft.log.committed != target:
+            return False
+        for n in conf.members():
+            sn = self.nodes[(n, g)]
+            if sn.sm.applied != target or sn.sm.digest != lead.sm.digest:
+                return False
+        return True
+
+    def liveness_report(self) -> str:
+        """Why the heal phase has not converged: one clause per group."""
+        parts = []
+        for g in self.groups:
+            leaders = [sn.id for sn in self._leaders(g)]
+            applied = {n: self.nodes[(n, g)].sm.applied for n in self.ids}
+            parts.append(
+                f"g{g}: leaders={leaders} plan={self._heal_plan.get(g)} applied={applied} "
+                f"conf={self.checker.conf(g)}"
+            )
+        return "; ".join(parts)
+
+    def state_digest(self) -> str:
+        """A hash of every node's Raft and state machine state (for replay comparisons)."""
+        h = hashlib.blake2b(digest_size=16)
+        for n in self.ids:
+            for g in self.groups:
+                sn = self.nodes[(n, g)]
+                r = sn.raw.raft
+                h.update(
+                    f"{n}/{g}:{int(self.up[n])}:{r.term}:{r.vote}:{int(r.role)}:{r.log.committed}:"
+                    f"{sn.sm.applied}".encode()
+                )
+                h.update(sn.sm.digest)
+        return h.hexdigest()
+
+    def trace_digest(self) -> str:
+        return self._trace_hash.hexdigest()
+
+
+def run_seed(seed: int, config: SimConfig) -> SimResult:
+    """Run one seed to completion (chaos, then heal) and report what happened."""
+    sim = Simulation(seed, config)
+    heal_steps = 0
+    violation: Violation | None = None
+    try:
+        for _ in range(config.steps):
+            sim.step()
+        sim.heal()
+        healed_at = sim.now
+        deadline = sim.now + config.heal_ticks * TICK
+        next_check = sim.now
+        while True:
+            if sim.now >= next_check:
+                if sim.liveness_done():
+                    sim.stats["heal_ticks"] = (sim.now - healed_at) // TICK
+                    break
+                next_check = sim.now + TICK
+            if sim.now > deadline:
+                raise SafetyViolation(
+                    "liveness",
+                    f"not converged {config.heal_ticks} ticks after healing: "
+                    f"{sim.liveness_report()}",
+                )
+            sim.step()
+            heal_steps += 1
+    except SafetyViolation as exc:
+        violation = _violation(sim, exc.check, exc.detail)
+    except InvariantViolation as exc:
+        violation = _violation(sim, "core-invariant", str(exc))
+    except Exception as exc:  # a core bug must be reported with its seed, never lost
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        violation = _violation(
+            sim,
+            "exception",
+            f"{type(exc).__name__}: {exc} (at {where.filename}:{where.lineno} in {where.name})",
+        )
+    stats = dict(sim.stats)
+    stats.update({f"net_{k}": v for k, v in sim.net.stats.items()})
+    stats["elections"] = len(sim.checker.leaders())
+    return SimResult(
+        seed=seed,
+        steps=min(sim.step_no, config.steps),
+        heal_steps=heal_steps,
+        violation=violation,
+        trace_digest=sim.trace_digest(),
+        state_digest=sim.state_digest(),
+        stats=tuple(sorted(stats.items())),
+    )
+
+
+def _violation(sim: Simulation, check: str, detail: str) -> Violation:
+    return Violation(sim.seed, check, detail, sim.step_no, tuple(sim.trace))
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """The outcome of many seeds."""
+
+    seeds: int
+    steps: int
+    total_steps: int
+    violations: tuple[Violation, ...]
+
+    def line(self) -> str:
+        """``seeds=… steps=… violations=…`` (steps: chaos steps per seed)."""
+        return (
+            f"seeds={self.seeds} steps={self.steps} violations={len(self.violations)} "
+            f"total_steps={self.total_steps}"
+        )
+
+
+def run_seeds(seeds: Iterable[int], config: SimConfig, *, stop_at_first: bool = False) -> Summary:
+    """Run every seed in ``seeds`` (in order) with ``config``; collect the violations."""
+    violations: list[Violation] = []
+    count = 0
+    total = 0
+    for seed in seeds:
+        result = run_seed(seed, config)
+        count += 1
+        total += result.steps + result.heal_steps
+        if result.violation is not None:
+            violations.append(result.violation)
+            if stop_at_first:
+                break
+    return Summary(count, config.steps, total, tuple(violations))
