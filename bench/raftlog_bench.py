@@ -127,7 +127,7 @@ class RaftlogCluster:
 
     def __init__(self, root: Path, groups: int) -> None:
         self.groups = groups
-        self.cluster = ProcCluster(root, n=3, groups=groups)
+        self.cluster = ProcCluster(root, n=3, groups=groups, state_machine="checksum")
         self.loop = asyncio.new_event_loop()
         self.session: aiohttp.ClientSession | None = None
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future as ThreadFuture
 from dataclasses import dataclass
@@ -72,9 +73,13 @@ class GroupOptions:
     max_pending_bytes: int = 32 << 20
     max_batch_bytes: int = 4 << 20
     snapshot_entries: int = 20000
-    """Take a snapshot once this many entries were applied since the last one."""
+    """Take a snapshot once this many entries were applied since the last one..."""
+    snapshot_bytes: int = 64 << 20
+    """...or once this many bytes were (entries carry whole batches, so both bounds matter)."""
     keep_entries: int = 5000
-    """Entries kept in memory behind a snapshot so slightly lagging followers avoid one."""
+    """Entries kept in memory behind a snapshot so slightly lagging followers avoid one..."""
+    keep_bytes: int = 16 << 20
+    """...but never more than this many bytes of them."""
 
 
 @dataclass(slots=True)
@@ -125,6 +130,9 @@ class GroupDriver:
         self._task: asyncio.Task[None] | None = None
         self.stopped: BaseException | None = None
         self._last_snapshot = store.snapshot().meta.index
+        # (index, size) of entries applied since the last snapshot: drives snapshot/compaction.
+        self._since_snapshot: deque[tuple[int, int]] = deque()
+        self._bytes_since_snapshot = 0
         self._was_leader = False
         self._term = raw.raft.term
 
@@ -301,6 +309,8 @@ class GroupDriver:
         if rd.snapshot is not None:
             self.sm.restore(rd.snapshot.meta.index, rd.snapshot.data)
             self._last_snapshot = rd.snapshot.meta.index
+            self._since_snapshot.clear()
+            self._bytes_since_snapshot = 0
             for index in [i for i in self._waiters if i <= rd.snapshot.meta.index]:
                 self._fail_index(index, ProposalDropped("replaced by a snapshot"))
         for e in rd.committed:
@@ -323,10 +333,15 @@ class GroupDriver:
         msgs = self.raw.take_messages()
         if msgs:
             self._send(self.group, msgs)
-        if self.raw.raft.log.applied - self._last_snapshot >= self.options.snapshot_entries:
+        if (
+            self.raw.raft.log.applied - self._last_snapshot >= self.options.snapshot_entries
+            or self._bytes_since_snapshot >= self.options.snapshot_bytes
+        ):
             await self._take_snapshot()
 
     def _apply(self, e: Entry) -> None:
+        self._since_snapshot.append((e.index, len(e.data)))
+        self._bytes_since_snapshot += len(e.data)
         waiter = self._waiters.pop(e.index, None)
         ours = waiter is not None and waiter[0] == e.term
         if e.kind is EntryKind.CONF:
@@ -358,7 +373,19 @@ class GroupDriver:
         await asyncio.wrap_future(fut)
         self._last_snapshot = index
         self.counters.snapshots += 1
-        keep_from = index - self.options.keep_entries
+        # Keep a bounded tail (by count and bytes) in memory for slightly lagging followers.
+        keep_from = index
+        kept_bytes = 0
+        for i, size in reversed(self._since_snapshot):
+            if i > index:
+                continue
+            too_many = index - i >= self.options.keep_entries
+            if too_many or kept_bytes + size > self.options.keep_bytes:
+                break
+            kept_bytes += size
+            keep_from = i - 1
+        while self._since_snapshot and self._since_snapshot[0][0] <= index:
+            self._bytes_since_snapshot -= self._since_snapshot.popleft()[1]
         if keep_from > self.store.first_index():
             self.store.compact(keep_from)
 

@@ -36,6 +36,7 @@ class ProcCluster:
     n: int = 3
     groups: int = 4
     secret: str = "local-cluster-secret"
+    state_machine: str = "applog"
     procs: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
     http: dict[int, str] = field(default_factory=dict)
     args: dict[int, list[str]] = field(default_factory=dict)
@@ -63,6 +64,8 @@ class ProcCluster:
                 str(self.root / f"n{nid}"),
                 "--groups",
                 str(self.groups),
+                "--state-machine",
+                self.state_machine,
             ]
 
     def start(self, nid: int) -> None:

@@ -29,7 +29,7 @@ import orjson
 from aiohttp import web
 
 from raftlog.errors import NotLeader, RaftError
-from raftlog.runtime.applog import AppendLog
+from raftlog.runtime.applog import AppendLog, Checksum
 from raftlog.runtime.multiraft import MultiRaft, RuntimeConfig, new_event_loop
 from raftlog.transport.peer import Address
 
@@ -89,7 +89,8 @@ def make_app(node: MultiRaft) -> web.Application:
     async def applied(request: web.Request) -> web.Response:
         group = int(request.match_info["group"])
         sm = node.group(group).sm
-        assert isinstance(sm, AppendLog)
+        if not isinstance(sm, AppendLog):
+            return _json({"error": "NotAvailable", "message": "started without applog"}, 404)
         return _json(
             {
                 "commands": [base64.b64encode(c).decode() for c in sm.commands],
@@ -142,7 +143,7 @@ async def run_local_load(
         while loop.time() < deadline:
             t0 = loop.time()
             try:
-                await node.propose(group, payload, timeout=10)
+                await node.propose(group, payload, timeout=30)
             except (RaftError, TimeoutError) as e:
                 name = type(e).__name__
                 errors[name] = errors.get(name, 0) + 1
@@ -180,7 +181,8 @@ async def serve(args: argparse.Namespace) -> None:
     node = MultiRaft(cfg)
     await node.start()
     for gid in range(1, args.groups + 1):
-        await node.open_group(gid, AppendLog(), voters=sorted(peers))
+        sm = AppendLog() if args.state_machine == "applog" else Checksum()
+        await node.open_group(gid, sm, voters=sorted(peers))
     runner = web.AppRunner(make_app(node), access_log=None)
     await runner.setup()
     http = Address.parse(args.http)
@@ -204,6 +206,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--data-dir", required=True)
     p.add_argument("--groups", type=int, default=4)
     p.add_argument("--tick", type=float, default=0.05, help="seconds per Raft tick")
+    p.add_argument(
+        "--state-machine",
+        choices=("applog", "checksum"),
+        default="applog",
+        help="applog keeps every command (for checking); checksum is constant-size (benchmarks)",
+    )
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     loop = new_event_loop()

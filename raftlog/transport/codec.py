@@ -79,7 +79,13 @@ class BeatAck:
 
 def frame(kind: FrameKind, body: bytes | bytearray | memoryview) -> bytes:
     """A complete frame: header + body."""
-    return FRAME_HEADER.pack(len(body) + 1, int(kind)) + bytes(body)
+    return frame_header(kind, len(body)) + bytes(body)
+
+
+def frame_header(kind: FrameKind, body_length: int) -> bytes:
+    """The 5-byte header of a frame whose body has ``body_length`` bytes (send the body after
+    it as is: large bodies need not be copied)."""
+    return FRAME_HEADER.pack(body_length + 1, int(kind))
 
 
 def parse_header(header: bytes, max_frame: int) -> tuple[FrameKind, int]:

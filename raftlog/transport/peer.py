@@ -30,6 +30,7 @@ from raftlog.transport.codec import (
     decode_hello,
     encode_hello,
     frame,
+    frame_header,
     parse_header,
 )
 
@@ -94,6 +95,7 @@ class _Peer:
         self.id = node_id
         self.address = address
         self.cfg = cfg
+        # Frames as (header, body) pairs, flattened: bodies are sent without being copied.
         self.buffer: deque[bytes] = deque()
         self.buffered_bytes = 0
         self.wakeup = asyncio.Event()
@@ -101,15 +103,17 @@ class _Peer:
         self.connected = asyncio.Event()
         self.stats = PeerStats()
 
-    def enqueue(self, data: bytes) -> bool:
+    def enqueue(self, header: bytes, body: bytes) -> bool:
+        size = len(header) + len(body)
         if (
-            self.buffered_bytes + len(data) > self.cfg.send_buffer_bytes
-            or len(self.buffer) >= self.cfg.send_buffer_frames
+            self.buffered_bytes + size > self.cfg.send_buffer_bytes
+            or len(self.buffer) // 2 >= self.cfg.send_buffer_frames
         ):
             self.stats.dropped_full += 1
             return False
-        self.buffer.append(data)
-        self.buffered_bytes += len(data)
+        self.buffer.append(header)
+        self.buffer.append(body)
+        self.buffered_bytes += size
         self.wakeup.set()
         return True
 
@@ -191,7 +195,7 @@ class Transport:
         peer = self.peers.get(peer_id)
         if peer is None or self._closed:
             return False
-        return peer.enqueue(frame(kind, body))
+        return peer.enqueue(frame_header(kind, len(body)), body)
 
     def is_connected(self, peer_id: int) -> bool:
         peer = self.peers.get(peer_id)
@@ -216,7 +220,7 @@ class Transport:
                 except (ConnectionError, OSError):
                     self._disconnected(peer, writer)
                     continue
-                peer.stats.frames_sent += len(chunk)
+                peer.stats.frames_sent += len(chunk) // 2  # header + body per frame
                 peer.stats.bytes_sent += sum(len(c) for c in chunk)
 
     # -- connections ------------------------------------------------------------------------------
