@@ -1,0 +1,102 @@
+"""Every error the queue reports, with its machine-readable code, HTTP status and retriability.
+
+The API layer renders any `CmqError` as ``{"error": {"code": ..., "message": ...}}`` with
+``http_status`` (plus ``Retry-After`` when ``retry_after`` is set). Per-entry results (acks,
+visibility changes) carry the same codes without raising.
+"""
+
+from __future__ import annotations
+
+
+class CmqError(Exception):
+    """Base of all queue errors."""
+
+    code: str = "InternalError"
+    http_status: int = 500
+    retriable: bool = False
+    retry_after: float | None = None
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message or self.code)
+        self.message = message or self.code
+
+
+class InvalidParameter(CmqError):
+    """A request field is missing, of the wrong type, out of range, or unknown."""
+
+    code = "InvalidParameter"
+    http_status = 400
+
+
+class InvalidQueueName(InvalidParameter):
+    code = "InvalidQueueName"
+
+
+class QueueNotFound(CmqError):
+    code = "QueueNotFound"
+    http_status = 404
+
+
+class QueueAlreadyExists(CmqError):
+    """A queue of that name exists with different attributes (creation is idempotent otherwise)."""
+
+    code = "QueueAlreadyExists"
+    http_status = 409
+
+
+class MessageTooLarge(CmqError):
+    code = "MessageTooLarge"
+    http_status = 413
+
+
+class RequestTooLarge(CmqError):
+    code = "RequestTooLarge"
+    http_status = 413
+
+
+class TooManyEntries(InvalidParameter):
+    """A batch exceeds its limit."""
+
+    code = "TooManyEntries"
+
+
+class Overloaded(CmqError):
+    """A bounded queue or window is full; retry after ``retry_after`` seconds."""
+
+    code = "Overloaded"
+    http_status = 503
+    retriable = True
+    retry_after = 1.0
+
+
+class Unavailable(CmqError):
+    """No leader could be reached within the request deadline (election in progress, no
+    quorum); retry."""
+
+    code = "Unavailable"
+    http_status = 503
+    retriable = True
+    retry_after = 1.0
+
+
+class ReceiptInvalid(CmqError):
+    """A receipt handle is malformed, tampered with, or belongs to another queue."""
+
+    code = "ReceiptHandleIsInvalid"
+    http_status = 400
+
+
+class InvariantBroken(CmqError):
+    """A state machine invariant does not hold: a bug or damaged data. The group stops."""
+
+    code = "InternalError"
+    http_status = 500
+
+
+# Per-entry result codes (acks, visibility changes, nacks).
+RECEIPT_INVALID = "ReceiptHandleIsInvalid"
+"""The receipt is malformed, forged, or for another queue."""
+LEASE_STALE = "LeaseStale"
+"""The message was re-leased since (this receipt's lease expired) or is already deleted."""
+MESSAGE_NOT_INFLIGHT = "MessageNotInflight"
+"""The message exists but holds no unexpired lease matching the receipt."""

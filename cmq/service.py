@@ -1,0 +1,82 @@
+"""`QueueService`: what the HTTP layers (native JSON API, later SQS) call. Protocol only.
+
+Every method either returns after the change is committed on a majority of the queue's replicas
+(sends, acks, leases, attribute changes) or raises a `CmqError` (bad input changes nothing).
+Any node serves any queue: calls for a queue led elsewhere are forwarded transparently, and
+leader changes are retried within the request deadline (`Unavailable` after it).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from cmq.model import (
+    EntryResult,
+    OutgoingMessage,
+    QueueAttributes,
+    QueueStats,
+    ReceivedMessage,
+    SentMessage,
+)
+
+
+class QueueService(Protocol):
+    """The queue operations, as a client of the cluster sees them."""
+
+    async def create_queue(self, name: str, attributes: QueueAttributes) -> bool:
+        """Create ``name``; True if created, False if it already existed with the same
+        attributes. Raises `QueueAlreadyExists` if it exists with different ones."""
+        ...
+
+    async def list_queues(self) -> list[str]:
+        """Every queue name, sorted."""
+        ...
+
+    async def get_queue(self, name: str) -> tuple[QueueAttributes, QueueStats]:
+        """Attributes and statistics; `QueueNotFound` if absent."""
+        ...
+
+    async def set_attributes(self, name: str, changes: dict[str, Any]) -> QueueAttributes:
+        """Apply validated attribute ``changes``; returns the new attributes."""
+        ...
+
+    async def delete_queue(self, name: str) -> None:
+        """Delete the queue and its messages; `QueueNotFound` if absent."""
+        ...
+
+    async def purge(self, name: str) -> int:
+        """Delete every message; returns how many were deleted."""
+        ...
+
+    async def send(self, name: str, messages: list[OutgoingMessage]) -> list[SentMessage]:
+        """Append ``messages`` in order; returns once committed (fsynced on a majority)."""
+        ...
+
+    async def receive(
+        self,
+        name: str,
+        max_messages: int,
+        visibility_timeout: int | None,
+        wait_seconds: int | None,
+    ) -> list[ReceivedMessage]:
+        """Lease up to ``max_messages`` visible messages (the lease is committed before this
+        returns); waits up to ``wait_seconds`` (None: the queue's default) for one to appear."""
+        ...
+
+    async def ack(self, name: str, receipts: list[str]) -> list[EntryResult]:
+        """Delete the messages whose receipts hold current leases; per-entry results."""
+        ...
+
+    async def change_visibility(
+        self, name: str, entries: list[tuple[str, int]]
+    ) -> list[EntryResult]:
+        """Set each leased message's visibility deadline to now + seconds."""
+        ...
+
+    async def nack(self, name: str, receipts: list[str], delay_seconds: int) -> list[EntryResult]:
+        """Release leases: the messages become visible again after ``delay_seconds``."""
+        ...
+
+    def is_ready(self) -> bool:
+        """Whether every group of this node has a known leader (for ``/readyz``)."""
+        ...
