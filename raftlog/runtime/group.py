@@ -90,6 +90,7 @@ class GroupCounters:
     persisted_entries: int = 0
     applied_entries: int = 0
     snapshots: int = 0
+    forced_snapshots: int = 0
 
 
 Sender = Callable[[int, Sequence[Message]], None]
@@ -134,6 +135,7 @@ class GroupDriver:
         self._since_snapshot: deque[tuple[int, int]] = deque()
         self._bytes_since_snapshot = 0
         self._was_leader = False
+        self._snapshot_requested = False
         self._term = raw.raft.term
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -235,6 +237,12 @@ class GroupDriver:
     def status(self) -> Status:
         return self.raw.status()
 
+    def request_snapshot(self) -> None:
+        """Snapshot at the next opportunity (this group pins old WAL segments)."""
+        if self.raw.raft.log.applied > self._last_snapshot:
+            self._snapshot_requested = True
+            self._wake.set()
+
     # -- the driver --------------------------------------------------------------------------------
     def _after_input(self) -> None:
         msgs = self.raw.take_messages()
@@ -252,6 +260,11 @@ class GroupDriver:
                 while self.raw.has_ready():
                     await self._handle_ready(self.raw.ready())
                     self._flush_proposals()
+                if self._snapshot_requested:
+                    self._snapshot_requested = False
+                    if self.raw.raft.log.applied > self._last_snapshot:
+                        self.counters.forced_snapshots += 1
+                        await self._take_snapshot()
         except asyncio.CancelledError:
             raise
         except (RaftError, OSError) as exc:

@@ -73,11 +73,27 @@ class RuntimeConfig:
     tick_interval: float = 0.05
     election_tick: int = 10
     heartbeat_tick: int = 1
+    max_wal_segments: int = 4
+    """More live WAL segments than this in a directory: the groups pinning the oldest one are
+    snapshotted so it can be deleted."""
+    pin_check_ticks: int = 20
     seed: int | None = None
     """Seed for election-timeout randomization (None: from the OS)."""
     group_options: GroupOptions = field(default_factory=GroupOptions)
     wal_options: WalOptions = field(default_factory=WalOptions)
     transport: TransportConfig = field(default_factory=TransportConfig)
+
+
+@dataclass(slots=True)
+class SendCounters:
+    """What this node sent: appends (and the entries/bytes they carried: the append batch
+    size is ``append_entries / appends``), and outbox flushes (one per event-loop turn with
+    traffic; each flush is at most one frame of each kind per peer)."""
+
+    appends: int = 0
+    append_entries: int = 0
+    append_bytes: int = 0
+    flushes: int = 0
 
 
 @dataclass(slots=True)
@@ -118,6 +134,7 @@ class MultiRaft:
             on_peer_down=self._on_peer_down,
         )
         self.unknown_group_messages = 0
+        self.counters = SendCounters()
 
     async def __aenter__(self) -> MultiRaft:
         await self.start()
@@ -230,6 +247,7 @@ class MultiRaft:
         loop = asyncio.get_running_loop()
         interval = self.cfg.tick_interval
         next_at = loop.time()
+        ticks = 0
         while True:
             next_at += interval
             await asyncio.sleep(max(0.0, next_at - loop.time()))
@@ -238,6 +256,19 @@ class MultiRaft:
             self._appended.clear()
             for g in list(self.groups.values()):
                 g.tick()
+            ticks += 1
+            if ticks % self.cfg.pin_check_ticks == 0:
+                self._snapshot_pinning_groups()
+
+    def _snapshot_pinning_groups(self) -> None:
+        """Ask groups that keep old WAL segments alive to snapshot, so the segments can go."""
+        for wal in self.wals:
+            if len(wal.segments()) <= self.cfg.max_wal_segments:
+                continue
+            for gid in wal.pinning_groups():
+                g = self.groups.get(gid)
+                if g is not None:
+                    g.request_snapshot()
 
     # -- sending ----------------------------------------------------------------------------------
     def _send(self, group: int, msgs: Sequence[Message]) -> None:
@@ -254,6 +285,9 @@ class MultiRaft:
             else:
                 if m.type is MsgType.APP:
                     self._appended.add((m.to, group))
+                    self.counters.appends += 1
+                    self.counters.append_entries += len(m.entries)
+                    self.counters.append_bytes += sum(len(e.data) for e in m.entries)
                 box.messages.append((group, m))
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -262,6 +296,7 @@ class MultiRaft:
     def _flush(self) -> None:
         self._flush_scheduled = False
         boxes, self._outboxes = self._outboxes, {}
+        self.counters.flushes += 1
         for peer, box in sorted(boxes.items()):
             ok = True
             if box.messages:

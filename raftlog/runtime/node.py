@@ -104,7 +104,9 @@ def make_app(node: MultiRaft) -> web.Application:
             for w in node.wals
         ]
         groups = {str(gid): asdict(g.counters) for gid, g in sorted(node.groups.items())}
-        return _json({"wal": wal, "groups": groups})
+        peers = {str(pid): asdict(ps) for pid, ps in node.transport.stats().items()}
+        sent = asdict(node.counters)
+        return _json({"wal": wal, "groups": groups, "peers": peers, "sent": sent})
 
     async def bench(request: web.Request) -> web.Response:
         """Drive proposals from inside this process (no HTTP per proposal) to the groups this

@@ -12,6 +12,7 @@ from raftlog.errors import NotLeader
 from raftlog.runtime import GroupOptions, MultiRaft, RuntimeConfig
 from raftlog.runtime.applog import AppendLog
 from raftlog.runtime.localcluster import free_ports
+from raftlog.storage import WalOptions
 from raftlog.transport.peer import Address
 
 GROUPS = (1, 2, 3)
@@ -183,3 +184,39 @@ async def test_membership_and_transfer(tmp_path: Path) -> None:
     finally:
         for nd in nodes.values():
             await nd.close()
+
+
+async def test_groups_pinning_old_wal_segments_are_snapshotted(tmp_path: Path) -> None:
+    ports = free_ports(1)
+    peers = {1: Address("127.0.0.1", ports[0])}
+    node = MultiRaft(
+        RuntimeConfig(
+            node_id=1,
+            listen=peers[1],
+            peers=peers,
+            secret=b"s",
+            data_dirs=(str(tmp_path),),
+            tick_interval=0.01,
+            wal_options=WalOptions(segment_bytes=32 << 10),
+            group_options=GroupOptions(snapshot_entries=10**9, snapshot_bytes=1 << 40),
+            max_wal_segments=3,
+            pin_check_ticks=5,
+        )
+    )
+    await node.start()
+    try:
+        for g in (1, 2):
+            await node.open_group(g, AppendLog(), voters=[1])
+            await wait_leader({1: node}, g)
+        for k in range(400):
+            await node.propose(1 + k % 2, b"x" * 1000, timeout=10)
+        for _ in range(200):
+            if len(node.wals[0].segments()) <= 3:
+                break
+            await asyncio.sleep(0.02)
+        assert len(node.wals[0].segments()) <= 3
+        forced = sum(g.counters.forced_snapshots for g in node.groups.values())
+        assert forced >= 1
+        assert node.wals[0].stats().segments_deleted >= 1
+    finally:
+        await node.close()
