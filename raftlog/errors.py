@@ -85,3 +85,10 @@ class WalClosed(RaftError):
     groups on that directory must stop. Not retriable on this node."""
 
     code = "WalClosed"
+
+
+class PeerUnavailable(RaftError):
+    """A peer could not be reached or did not answer in time; the outcome is unknown."""
+
+    retriable = True
+    code = "PeerUnavailable"

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -27,7 +27,7 @@ from raftlog.core import (
     RawNode,
     Status,
 )
-from raftlog.errors import NotLeader, RaftError
+from raftlog.errors import NotLeader, Overloaded, PeerUnavailable, RaftError
 from raftlog.runtime.group import DurableLog, GroupDriver, GroupOptions
 from raftlog.runtime.statemachine import StateMachine
 from raftlog.storage import GroupLog, Wal, WalOptions
@@ -37,14 +37,32 @@ from raftlog.transport.codec import (
     FrameKind,
     decode_beat_acks,
     decode_beats,
+    decode_call,
     decode_messages,
     encode_beat_acks,
     encode_beats,
+    encode_call,
     encode_messages,
 )
 from raftlog.transport.peer import Address, Transport, TransportConfig
 
 log = logging.getLogger("raftlog.runtime")
+
+CallHandler = Callable[[int, bytes], Awaitable[bytes]]
+"""Serves a call forwarded by a peer: (peer id, request payload) → reply payload. Raising
+`RemoteCallError` sends its message back as an error reply."""
+
+
+class RemoteCallError(RaftError):
+    """A forwarded call failed on the peer; ``payload`` is the peer's error reply."""
+
+    retriable = True
+    code = "RemoteCallError"
+
+    def __init__(self, payload: bytes) -> None:
+        super().__init__(payload.decode("utf-8", "replace"))
+        self.payload = payload
+
 
 try:  # uvloop is optional: the runtime works on the default loop too.
     import uvloop
@@ -108,6 +126,11 @@ def _expire(fut: asyncio.Future[object], timeout: float) -> None:
         fut.set_exception(TimeoutError(f"not applied within {timeout} s; outcome unknown"))
 
 
+def _expire_call(fut: asyncio.Future[bytes], why: str) -> None:
+    if not fut.done():
+        fut.set_exception(PeerUnavailable(why))
+
+
 class MultiRaft:
     """Hosts this node's groups. Use ``async with`` or `start` / `close`."""
 
@@ -135,6 +158,11 @@ class MultiRaft:
         )
         self.unknown_group_messages = 0
         self.counters = SendCounters()
+        self._call_handler: CallHandler | None = None
+        self._calls: dict[int, asyncio.Future[bytes]] = {}
+        self._call_ids = 0
+        self._serving: set[asyncio.Task[None]] = set()
+        self.max_concurrent_calls = 4096
 
     async def __aenter__(self) -> MultiRaft:
         await self.start()
@@ -158,6 +186,14 @@ class MultiRaft:
             self._tick_task = None
         for g in list(self.groups.values()):
             await g.stop("node shutting down")
+        for fut in self._calls.values():
+            if not fut.done():
+                fut.set_exception(PeerUnavailable("node shutting down"))
+        self._calls.clear()
+        serving = list(self._serving)
+        for t in serving:
+            t.cancel()
+        await asyncio.gather(*serving, return_exceptions=True)
         await self.transport.close()
         for w in self.wals:
             await asyncio.to_thread(w.close)
@@ -241,6 +277,49 @@ class MultiRaft:
         if st.lead != self.id:
             raise NotLeader(st.lead)
         return g
+
+    # -- forwarded calls --------------------------------------------------------------------------
+    def set_call_handler(self, handler: CallHandler) -> None:
+        """Serve calls that peers forward here (e.g. client requests for groups led here)."""
+        self._call_handler = handler
+
+    async def call(self, peer: int, payload: bytes, timeout: float) -> bytes:
+        """Send ``payload`` to ``peer``'s call handler over the peer connection; await its reply.
+
+        Raises `RemoteCallError` (the peer's error reply), `PeerUnavailable` (peer unreachable or no
+        reply within ``timeout``; the outcome is then unknown) or `Overloaded`.
+        """
+        if len(self._calls) >= self.max_concurrent_calls:
+            raise Overloaded("too many forwarded calls in flight")
+        self._call_ids += 1
+        rid = self._call_ids
+        fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self._calls[rid] = fut
+        try:
+            if not self.transport.send(peer, FrameKind.CALL, encode_call(rid, False, payload)):
+                raise PeerUnavailable(f"node {peer} is unreachable")
+            handle = asyncio.get_running_loop().call_later(
+                timeout, _expire_call, fut, f"node {peer} did not answer within {timeout} s"
+            )
+            try:
+                return await fut
+            finally:
+                handle.cancel()
+        finally:
+            self._calls.pop(rid, None)
+
+    async def _serve_call(self, peer: int, rid: int, payload: bytes) -> None:
+        handler = self._call_handler
+        try:
+            if handler is None:
+                raise RemoteCallError(b"no call handler on this node")
+            reply, is_error = await handler(peer, payload), False
+        except RemoteCallError as e:
+            reply, is_error = e.payload, True
+        except Exception as e:  # reported to the caller, never swallowed silently
+            log.exception("forwarded call from node %d failed", peer)
+            reply, is_error = f"internal error: {type(e).__name__}".encode(), True
+        self.transport.send(peer, FrameKind.REPLY, encode_call(rid, is_error, reply))
 
     # -- ticking ----------------------------------------------------------------------------------
     async def _tick_loop(self) -> None:
@@ -333,6 +412,23 @@ class MultiRaft:
                 self._deliver(
                     a.group, Message(MsgType.HEARTBEAT_RESP, to=self.id, frm=peer, term=a.term)
                 )
+        elif kind is FrameKind.CALL:
+            rid, _, payload = decode_call(body)
+            if len(self._serving) >= self.max_concurrent_calls:
+                err = b"overloaded: too many forwarded calls"
+                self.transport.send(peer, FrameKind.REPLY, encode_call(rid, True, err))
+                return
+            task = asyncio.get_running_loop().create_task(self._serve_call(peer, rid, payload))
+            self._serving.add(task)
+            task.add_done_callback(self._serving.discard)
+        elif kind is FrameKind.REPLY:
+            rid, is_error, payload = decode_call(body)
+            fut = self._calls.get(rid)
+            if fut is not None and not fut.done():
+                if is_error:
+                    fut.set_exception(RemoteCallError(payload))
+                else:
+                    fut.set_result(payload)
         else:
             log.warning("unexpected %s frame from node %d", kind.name, peer)
 

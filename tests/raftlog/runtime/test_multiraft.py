@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from raftlog.core import ConfChangeKind, Role
-from raftlog.errors import NotLeader
+from raftlog.errors import NotLeader, PeerUnavailable
 from raftlog.runtime import GroupOptions, MultiRaft, RuntimeConfig
 from raftlog.runtime.applog import AppendLog
 from raftlog.runtime.localcluster import free_ports
+from raftlog.runtime.multiraft import RemoteCallError
 from raftlog.storage import WalOptions
 from raftlog.transport.peer import Address
 
@@ -220,3 +221,31 @@ async def test_groups_pinning_old_wal_segments_are_snapshotted(tmp_path: Path) -
         assert node.wals[0].stats().segments_deleted >= 1
     finally:
         await node.close()
+
+
+async def test_forwarded_calls_over_the_peer_connection(tmp_path: Path) -> None:
+    nodes = make_nodes(tmp_path)
+
+    async def echo(peer: int, payload: bytes) -> bytes:
+        if payload == b"fail":
+            raise RemoteCallError(b"refused: fail")
+        return b"%d:" % peer + payload
+
+    for nd in nodes.values():
+        await nd.start()
+    nodes[1].set_call_handler(echo)
+    try:
+        assert await nodes[2].call(1, b"hello", timeout=5) == b"2:hello"
+        replies = await asyncio.gather(*(nodes[3].call(1, b"%d" % i, timeout=5) for i in range(50)))
+        assert replies == [b"3:%d" % i for i in range(50)]
+        with pytest.raises(RemoteCallError) as info:
+            await nodes[2].call(1, b"fail", timeout=5)
+        assert info.value.payload == b"refused: fail"
+        with pytest.raises(RemoteCallError):
+            await nodes[1].call(2, b"no handler there", timeout=5)
+        await nodes[3].close()
+        with pytest.raises(PeerUnavailable):
+            await nodes[1].call(3, b"down", timeout=0.5)
+    finally:
+        for nd in nodes.values():
+            await nd.close()
