@@ -73,6 +73,16 @@ class QueueAttributes:
         range raise `InvalidParameter` naming the field."""
         if data is None:
             return QueueAttributes()
+        attrs = replace(QueueAttributes(), **QueueAttributes.check_changes(data))
+        if attrs.max_receive_count and not attrs.dead_letter_queue:
+            raise InvalidParameter("max_receive_count needs dead_letter_queue")
+        return attrs
+
+    @staticmethod
+    def check_changes(data: object) -> dict[str, Any]:
+        """``data`` checked field by field (names, types, ranges) but not across fields: what a
+        partial update (PATCH / SetQueueAttributes) can validate before it knows the current
+        attributes. Cross-field rules are checked by `from_dict` / `merged` on the result."""
         if not isinstance(data, dict):
             raise InvalidParameter("attributes must be an object")
         known = {f.name for f in fields(QueueAttributes)}
@@ -93,10 +103,7 @@ class QueueAttributes:
             if dlq is not None:
                 check_queue_name(dlq)
             values["dead_letter_queue"] = dlq
-        attrs = replace(QueueAttributes(), **values)
-        if attrs.max_receive_count and not attrs.dead_letter_queue:
-            raise InvalidParameter("max_receive_count needs dead_letter_queue")
-        return attrs
+        return values
 
 
 @dataclass(frozen=True, slots=True)

@@ -80,3 +80,10 @@ class QueueService(Protocol):
     def is_ready(self) -> bool:
         """Whether every group of this node has a known leader (for ``/readyz``)."""
         ...
+
+    def status(self) -> dict[str, Any]:
+        """This node's view of the cluster (``/v1/status``): ``{"node": id, "queues": n,
+        "placement": {queue: group},
+        "groups": {group id: {"role", "term", "leader", "commit", "applied", "last_index",
+        "voters", "lag": {peer: entries behind}}}}``; ``lag`` is known on a group's leader."""
+        ...

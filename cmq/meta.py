@@ -1,0 +1,93 @@
+"""The catalog: the meta group's (group 0) state machine. Pure and deterministic.
+
+It records which data group holds each queue. Every node applies the meta group, so any node can
+route a request without asking anyone. Writes are rare (queue creation and deletion), so commands
+and snapshots are JSON (orjson).
+
+Placement: `AssignQueue` picks, *inside apply*, the data group holding the fewest queues (ties:
+the lowest id), so every replica agrees without the proposer having to be right about load.
+Assigning an existing name returns the existing assignment (idempotent, resumable creation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import orjson
+
+from cmq.errors import InvariantBroken
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """A queue's placement."""
+
+    name: str
+    group: int
+
+
+class CatalogMachine:
+    """Queue name → data group. Implements raftlog's `StateMachine`."""
+
+    __slots__ = ("data_groups", "queues")
+
+    def __init__(self, data_groups: tuple[int, ...]) -> None:
+        if not data_groups:
+            raise ValueError("at least one data group is required")
+        self.data_groups = tuple(sorted(data_groups))
+        self.queues: dict[str, int] = {}
+
+    # -- commands ---------------------------------------------------------------------------------
+    @staticmethod
+    def assign(name: str) -> bytes:
+        """Command: place ``name`` (idempotent). Result: its `Assignment`."""
+        return orjson.dumps({"op": "assign", "name": name})
+
+    @staticmethod
+    def remove(name: str) -> bytes:
+        """Command: forget ``name``. Result: True if it was known."""
+        return orjson.dumps({"op": "remove", "name": name})
+
+    def apply(self, index: int, command: bytes) -> object:
+        try:
+            cmd = orjson.loads(command)
+            op, name = cmd["op"], cmd["name"]
+        except (orjson.JSONDecodeError, KeyError, TypeError) as e:
+            raise InvariantBroken(f"undecodable catalog command at {index}: {e}") from None
+        if op == "assign":
+            group = self.queues.get(name)
+            if group is None:
+                group = self._least_loaded()
+                self.queues[name] = group
+            return Assignment(name, group)
+        if op == "remove":
+            return self.queues.pop(name, None) is not None
+        raise InvariantBroken(f"unknown catalog command {op!r} at {index}")
+
+    def _least_loaded(self) -> int:
+        load = dict.fromkeys(self.data_groups, 0)
+        for g in self.queues.values():
+            if g in load:
+                load[g] += 1
+        return min(self.data_groups, key=lambda g: (load[g], g))
+
+    # -- reads ------------------------------------------------------------------------------------
+    def group_of(self, name: str) -> int | None:
+        return self.queues.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self.queues)
+
+    # -- snapshots --------------------------------------------------------------------------------
+    def snapshot(self) -> bytes:
+        return orjson.dumps({"queues": self.queues}, option=orjson.OPT_SORT_KEYS)
+
+    def restore(self, index: int, data: bytes) -> None:
+        if not data:
+            self.queues = {}
+            return
+        try:
+            image = orjson.loads(data)
+            self.queues = {str(k): int(v) for k, v in image["queues"].items()}
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
+            raise InvariantBroken(f"undecodable catalog snapshot at {index}: {e}") from None

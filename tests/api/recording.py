@@ -1,0 +1,135 @@
+"""`RecordingService`: a `QueueService` test double for the HTTP layer.
+
+It records every call (method name and arguments) and answers with canned but valid results;
+``fail[method] = error`` makes that method raise instead. It has no queue logic: the real
+service is tested end to end elsewhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from cmq.model import (
+    EntryResult,
+    OutgoingMessage,
+    QueueAttributes,
+    QueueStats,
+    ReceivedMessage,
+    SentMessage,
+)
+
+CANNED_STATS = QueueStats(
+    visible=3,
+    in_flight=2,
+    delayed=1,
+    sent_total=10,
+    acked_total=4,
+    dead_lettered_total=0,
+    expired_total=0,
+    oldest_age_ms=1500,
+)
+
+
+@dataclass
+class Call:
+    method: str
+    args: tuple[Any, ...]
+
+
+@dataclass
+class RecordingService:
+    calls: list[Call] = field(default_factory=list)
+    fail: dict[str, BaseException] = field(default_factory=dict)
+    created: bool = True
+    queues: list[str] = field(default_factory=lambda: ["alpha", "beta"])
+    attributes: QueueAttributes = field(default_factory=QueueAttributes)
+    stats: QueueStats = CANNED_STATS
+    purged: int = 7
+    to_receive: list[ReceivedMessage] = field(default_factory=list)
+    bad_receipts: frozenset[str] = frozenset()
+    """Receipts answered with ``ok: false, error: "LeaseStale"``."""
+    ready: bool = True
+
+    def _record(self, method: str, *args: Any) -> None:
+        self.calls.append(Call(method, args))
+        if method in self.fail:
+            raise self.fail[method]
+
+    def _results(self, receipts: list[str]) -> list[EntryResult]:
+        return [
+            EntryResult(r, False, "LeaseStale") if r in self.bad_receipts else EntryResult(r, True)
+            for r in receipts
+        ]
+
+    async def create_queue(self, name: str, attributes: QueueAttributes) -> bool:
+        self._record("create_queue", name, attributes)
+        return self.created
+
+    async def list_queues(self) -> list[str]:
+        self._record("list_queues")
+        return list(self.queues)
+
+    async def get_queue(self, name: str) -> tuple[QueueAttributes, QueueStats]:
+        self._record("get_queue", name)
+        return self.attributes, self.stats
+
+    async def set_attributes(self, name: str, changes: dict[str, Any]) -> QueueAttributes:
+        self._record("set_attributes", name, changes)
+        return self.attributes.merged(changes)
+
+    async def delete_queue(self, name: str) -> None:
+        self._record("delete_queue", name)
+
+    async def purge(self, name: str) -> int:
+        self._record("purge", name)
+        return self.purged
+
+    async def send(self, name: str, messages: list[OutgoingMessage]) -> list[SentMessage]:
+        self._record("send", name, messages)
+        return [SentMessage(id=f"m{i}", seq=100 + i) for i in range(len(messages))]
+
+    async def receive(
+        self,
+        name: str,
+        max_messages: int,
+        visibility_timeout: int | None,
+        wait_seconds: int | None,
+    ) -> list[ReceivedMessage]:
+        self._record("receive", name, max_messages, visibility_timeout, wait_seconds)
+        return self.to_receive[:max_messages]
+
+    async def ack(self, name: str, receipts: list[str]) -> list[EntryResult]:
+        self._record("ack", name, receipts)
+        return self._results(receipts)
+
+    async def change_visibility(
+        self, name: str, entries: list[tuple[str, int]]
+    ) -> list[EntryResult]:
+        self._record("change_visibility", name, entries)
+        return self._results([r for r, _ in entries])
+
+    async def nack(self, name: str, receipts: list[str], delay_seconds: int) -> list[EntryResult]:
+        self._record("nack", name, receipts, delay_seconds)
+        return self._results(receipts)
+
+    def is_ready(self) -> bool:
+        self._record("is_ready")
+        return self.ready
+
+    def status(self) -> dict[str, Any]:
+        self._record("status")
+        group = {
+            "role": "leader",
+            "term": 2,
+            "leader": 1,
+            "commit": 10,
+            "applied": 10,
+            "last_index": 10,
+            "voters": [1, 2, 3],
+            "lag": {"2": 0, "3": 1},
+        }
+        return {"node": 1, "queues": 0, "groups": {"0": group}}
+
+    def methods(self) -> list[str]:
+        return [c.method for c in self.calls]

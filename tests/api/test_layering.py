@@ -1,0 +1,68 @@
+"""api/ is an HTTP surface only: it reaches the queue through `cmq.service.QueueService` and the
+shared value/error modules, never the state machine, Raft or the node internals."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+API = ROOT / "api"
+ALLOWED_CMQ = {"cmq.errors", "cmq.model", "cmq.service"}
+PURE = {"errors.py", "schemas.py", "openapi.py", "metrics.py"}
+"""Modules that must not need aiohttp (so another HTTP surface can reuse them)."""
+
+
+def imported_modules(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level > 0:
+            found.add("<relative>")
+    return found
+
+
+def api_files() -> list[Path]:
+    files = sorted(API.glob("*.py"))
+    assert files
+    return files
+
+
+@pytest.mark.parametrize("path", api_files(), ids=lambda p: p.name)
+def test_api_module_uses_only_the_service_surface_of_cmq(path: Path) -> None:
+    modules = imported_modules(path)
+    top_level = {m for m in modules if m.split(".")[0] in {"cmq", "raftlog"}}
+    cmq_modules = {".".join(m.split(".")[:2]) for m in top_level}
+    assert not any(m.startswith("raftlog") for m in top_level), modules
+    assert cmq_modules <= ALLOWED_CMQ, cmq_modules - ALLOWED_CMQ
+    if path.name in PURE:
+        assert not any(m.split(".")[0] == "aiohttp" for m in modules), (
+            f"{path.name} imports aiohttp"
+        )
+
+
+def test_checker_catches_a_forbidden_import(tmp_path: Path) -> None:
+    planted = tmp_path / "bad.py"
+    planted.write_text("from cmq.fsm import apply\nimport raftlog.core\n")
+    assert {"cmq.fsm", "raftlog.core"} <= imported_modules(planted)
+
+
+def test_importing_the_app_loads_no_queue_internals() -> None:
+    """Transitively too: importing api.app pulls in neither cmq.fsm nor raftlog."""
+    code = (
+        "import sys, api.app\n"
+        "bad = sorted(m for m in sys.modules if m.startswith(('raftlog', 'cmq.fsm', 'cmq.node')))\n"
+        "print(','.join(bad))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == ""
