@@ -14,9 +14,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-# The main job. Until the queue service exists: a deterministic simulation run of raftlog.
+# The main job: a local 3-node cluster in the foreground (Ctrl-C stops it; data in ./data/dev).
 run: $(STAMP)
-	PYTHONHASHSEED=0 $(BIN)/python -m raftlog.sim --seeds 20 --steps 3000 --nodes 3 --groups 2
+	$(BIN)/cmq dev --nodes 3 --data-dir ./data/dev --http-port 8080
 
 test: lint typecheck unit
 

@@ -381,7 +381,9 @@ class GroupDriver:
     async def _take_snapshot(self) -> None:
         r = self.raw.raft
         index = r.log.applied
-        data = self.sm.snapshot()
+        # Off the event loop: a state machine's snapshot may fsync files. Safe because apply()
+        # only runs in this driver, which waits here (see StateMachine.snapshot).
+        data = await self._offload(self.sm.snapshot)
         _, fut = await self._offload(self.store.submit_create_snapshot, index, r.conf, data)
         await asyncio.wrap_future(fut)
         self._last_snapshot = index

@@ -30,7 +30,11 @@ class StateMachine(Protocol):
         ...
 
     def snapshot(self) -> bytes:
-        """An image of the state after the last applied proposal (must be quick)."""
+        """An image of the state after the last applied proposal.
+
+        Runs on a worker thread (it may fsync files) while the event loop goes on; `apply` and
+        `restore` are never called until it returns, but read-only methods may be.
+        """
         ...
 
     def restore(self, index: int, data: bytes) -> None:

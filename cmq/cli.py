@@ -1,0 +1,307 @@
+"""The ``cmq`` command: run nodes, run a local cluster, administer queues, send and receive.
+
+    cmq serve --node-id 1 --http 127.0.0.1:8080 --peer 127.0.0.1:9080 \\
+              --peers 1=127.0.0.1:9080,2=127.0.0.1:9081,3=127.0.0.1:9082 --data-dir ./d1
+    cmq dev [--nodes 3] [--data-dir ./data/dev] [--http-port 8080]
+    cmq queue create|list|stats|delete ...     cmq send ...     cmq receive [--ack] ...
+    cmq status
+
+Settings for ``serve`` come from flags, then ``CMQ_*`` environment variables, then a TOML file
+(``--config``). The cluster secret (shared by all nodes: peer authentication and receipt
+signing) comes from ``CMQ_SECRET`` or ``--secret-file``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+
+
+# -- serve -----------------------------------------------------------------------------------------
+def _setting(args: argparse.Namespace, conf: dict[str, Any], name: str, default: Any = None) -> Any:
+    value = getattr(args, name, None)
+    if value not in (None, []):
+        return value
+    env = os.environ.get("CMQ_" + name.upper())
+    if env is not None:
+        return env
+    return conf.get(name, default)
+
+
+def _read_secret(args: argparse.Namespace, conf: dict[str, Any]) -> bytes:
+    if os.environ.get("CMQ_SECRET"):
+        return os.environ["CMQ_SECRET"].encode()
+    path = _setting(args, conf, "secret_file")
+    if path:
+        return Path(path).read_bytes().strip()
+    raise SystemExit("the cluster secret is missing: set CMQ_SECRET or --secret-file")
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from aiohttp import web
+
+    from api.app import make_app
+    from cmq.node import NodeConfig, QueueNode
+    from raftlog.runtime import new_event_loop
+    from raftlog.runtime.node import parse_peers
+    from raftlog.transport.peer import Address
+
+    conf: dict[str, Any] = {}
+    if args.config:
+        with open(args.config, "rb") as f:
+            conf = tomllib.load(f)
+    node_id = int(_setting(args, conf, "node_id", 0))
+    http = Address.parse(str(_setting(args, conf, "http", "127.0.0.1:8080")))
+    peer = Address.parse(str(_setting(args, conf, "peer", "127.0.0.1:9080")))
+    peers_text = _setting(args, conf, "peers")
+    peers = parse_peers(peers_text) if peers_text else {node_id: peer}
+    dirs = _setting(args, conf, "data_dir")
+    data_dirs = tuple([dirs] if isinstance(dirs, str) else dirs or [])
+    if not node_id or not data_dirs or node_id not in peers:
+        raise SystemExit("need --node-id, --data-dir and --peers that include this node")
+    for d in data_dirs:
+        os.makedirs(d, exist_ok=True)
+    cfg = NodeConfig(
+        node_id=node_id,
+        peer=peer,
+        peers=peers,
+        data_dirs=data_dirs,
+        secret=_read_secret(args, conf),
+        groups=int(_setting(args, conf, "groups", 4)),
+    )
+
+    async def run() -> None:
+        node = QueueNode(cfg)
+        await node.start()
+        # Cancel a handler whose client went away: an abandoned long poll must not lease.
+        runner = web.AppRunner(make_app(node), access_log=None, handler_cancellation=True)
+        await runner.setup()
+        await web.TCPSite(runner, http.host, http.port, reuse_address=True).start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        print(f"cmq node {node_id} serving http://{http.host}:{http.port}", flush=True)
+        await stop.wait()
+        await runner.cleanup()
+        await node.close()
+
+    import logging
+
+    logging.basicConfig(
+        level=os.environ.get("CMQ_LOG_LEVEL", "WARNING"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    loop = new_event_loop()
+    with contextlib.closing(loop):
+        loop.run_until_complete(run())
+    return 0
+
+
+# -- dev -------------------------------------------------------------------------------------------
+def _dev(args: argparse.Namespace) -> int:
+    root = Path(args.data_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    secret_path = root / "secret"
+    if not secret_path.exists():
+        secret_path.write_text(secrets.token_hex(32))
+        secret_path.chmod(0o600)
+    n = args.nodes
+    http_ports = [args.http_port + i for i in range(n)]
+    peer_ports = [args.peer_port + i for i in range(n)]
+    peers = ",".join(f"{i + 1}=127.0.0.1:{peer_ports[i]}" for i in range(n))
+    env = dict(os.environ, CMQ_SECRET=secret_path.read_text().strip())
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for i in range(n):
+            log = open(root / f"node{i + 1}.log", "ab")  # noqa: SIM115 - owned by the child
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "cmq",
+                        "serve",
+                        "--node-id",
+                        str(i + 1),
+                        "--http",
+                        f"127.0.0.1:{http_ports[i]}",
+                        "--peer",
+                        f"127.0.0.1:{peer_ports[i]}",
+                        "--peers",
+                        peers,
+                        "--data-dir",
+                        str(root / f"node{i + 1}"),
+                        "--groups",
+                        str(args.groups),
+                    ],
+                    env=env,
+                    stdout=log,
+                    stderr=log,
+                )
+            )
+        urls = [f"http://127.0.0.1:{p}" for p in http_ports]
+        if not _wait_ready(urls, 30):
+            print("the cluster did not become ready; see the node logs in", root)
+            return 1
+        print(f"cmq dev cluster: {n} nodes, data in {root}, logs in {root}/node*.log")
+        for i, u in enumerate(urls):
+            print(f"  node {i + 1}: {u}")
+        u = urls[0]
+        print(
+            "try:\n"
+            f"  curl -X PUT {u}/v1/queues/demo\n"
+            f"  curl -X POST {u}/v1/queues/demo/messages "
+            '-d \'{"messages":[{"body":"hello"}]}\'\n'
+            f"  curl -X POST {u}/v1/queues/demo/messages/receive -d '{{}}'\n"
+            "Ctrl-C stops the cluster (a restart reuses the data).",
+            flush=True,
+        )
+        while all(p.poll() is None for p in procs):
+            time.sleep(0.5)
+        print("a node exited; stopping the cluster (see its log)")
+        return 1
+    except KeyboardInterrupt:
+        print("\nstopping")
+        return 0
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def _wait_ready(urls: list[str], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ok = 0
+        for u in urls:
+            with (
+                contextlib.suppress(OSError, urllib.error.URLError),
+                urllib.request.urlopen(u + "/readyz", timeout=1) as r,
+            ):
+                ok += r.status == 200
+        if ok == len(urls):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+# -- client commands -------------------------------------------------------------------------------
+def _call(url: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url.rstrip("/") + path, data=data, method=method)
+    req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+
+def _out(status: int, payload: Any) -> int:
+    print(json.dumps(payload, indent=2))
+    return 0 if status < 400 else 1
+
+
+def _queue(args: argparse.Namespace) -> int:
+    if args.action == "list":
+        return _out(*_call(args.url, "GET", "/v1/queues"))
+    if not args.name:
+        raise SystemExit("a queue name is required")
+    if args.action == "create":
+        attrs = {}
+        for kv in args.attribute or []:
+            k, _, v = kv.partition("=")
+            attrs[k] = v if k == "dead_letter_queue" else int(v)
+        return _out(*_call(args.url, "PUT", f"/v1/queues/{args.name}", {"attributes": attrs}))
+    if args.action == "stats":
+        return _out(*_call(args.url, "GET", f"/v1/queues/{args.name}"))
+    return _out(*_call(args.url, "DELETE", f"/v1/queues/{args.name}"))
+
+
+def _send(args: argparse.Namespace) -> int:
+    bodies = args.body or [line.rstrip("\n") for line in sys.stdin]
+    msgs = [{"body": b} for b in bodies]
+    return _out(*_call(args.url, "POST", f"/v1/queues/{args.queue}/messages", {"messages": msgs}))
+
+
+def _receive(args: argparse.Namespace) -> int:
+    req = {"max_messages": args.max, "wait_seconds": args.wait}
+    status, got = _call(args.url, "POST", f"/v1/queues/{args.queue}/messages/receive", req)
+    if status == 200 and args.ack and got["messages"]:
+        receipts = [m["receipt"] for m in got["messages"]]
+        path = f"/v1/queues/{args.queue}/messages/ack"
+        status, acked = _call(args.url, "POST", path, {"receipts": receipts})
+        got = {**got, "acked": acked}
+    return _out(status, got)
+
+
+def _status(args: argparse.Namespace) -> int:
+    return _out(*_call(args.url, "GET", "/v1/status"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="cmq", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    s = sub.add_parser("serve", help="run one node")
+    s.add_argument("--node-id", type=int)
+    s.add_argument("--http", help="HOST:PORT of the HTTP API")
+    s.add_argument("--peer", help="HOST:PORT for peer traffic")
+    s.add_argument("--peers", help="ID=HOST:PORT,... for every node (this one included)")
+    s.add_argument("--data-dir", action="append", help="a data directory (repeat for more disks)")
+    s.add_argument("--groups", type=int, help="data groups (default 4)")
+    s.add_argument("--secret-file")
+    s.add_argument("--config", help="TOML file with the same settings")
+    s.set_defaults(func=_serve)
+
+    d = sub.add_parser("dev", help="run a local cluster in the foreground")
+    d.add_argument("--nodes", type=int, default=3)
+    d.add_argument("--data-dir", default="./data/dev")
+    d.add_argument("--http-port", type=int, default=8080)
+    d.add_argument("--peer-port", type=int, default=9080)
+    d.add_argument("--groups", type=int, default=4)
+    d.set_defaults(func=_dev)
+
+    for name, func in (("queue", _queue), ("send", _send), ("receive", _receive)):
+        c = sub.add_parser(name)
+        c.add_argument("--url", default=DEFAULT_URL)
+        if name == "queue":
+            c.add_argument("action", choices=("create", "list", "stats", "delete"))
+            c.add_argument("name", nargs="?")
+            c.add_argument("--attribute", "-a", action="append", help="NAME=VALUE")
+        elif name == "send":
+            c.add_argument("queue")
+            c.add_argument("body", nargs="*", help="message bodies (default: lines of stdin)")
+        else:
+            c.add_argument("queue")
+            c.add_argument("--max", type=int, default=1)
+            c.add_argument("--wait", type=int, default=0)
+            c.add_argument("--ack", action="store_true", help="acknowledge what was received")
+        c.set_defaults(func=func)
+    st = sub.add_parser("status", help="groups, leaders, terms, commit/applied, lag")
+    st.add_argument("--url", default=DEFAULT_URL)
+    st.set_defaults(func=_status)
+
+    args = p.parse_args(argv)
+    return int(args.func(args))

@@ -1,0 +1,407 @@
+"""Commands of a data group's state machine and the results `QueueMachine.apply` returns.
+
+Every command is a frozen, slotted dataclass; `encode_command` turns it into bytes for a Raft
+proposal and `decode_command` parses them back. Format: a leading `CommandType` byte, then the
+fields in declaration order, little-endian: ints as i64 (counts as u32), strings and bodies as
+``[u32 len][bytes]`` (UTF-8 for text, raw for bodies), optionals as a presence byte then the value,
+tuples as ``[u32 count][items]``. No pickle: a malformed payload raises `InvalidParameter`.
+
+Times (``now_ms``, delays, visibility) are integer milliseconds fixed by the proposer (the
+leader); apply never reads a clock. Results are plain values handed back to the proposer: user
+errors are `CommandFailed` results, never exceptions (apply is total).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+from cmq.errors import InvalidParameter
+from cmq.fsm.wire import Reader, Writer
+from cmq.model import QueueAttributes
+
+
+class CommandType(IntEnum):
+    """The leading byte of an encoded command. Values are stored in Raft logs: never reuse."""
+
+    CREATE_QUEUE = 1
+    DELETE_QUEUE = 2
+    SET_ATTRIBUTES = 3
+    PURGE = 4
+    PRODUCE = 5
+    LEASE = 6
+    ACK = 7
+    CHANGE_VISIBILITY = 8
+    NACK = 9
+    DEAD_LETTER = 10
+    EXPIRE = 11
+
+
+# --------------------------------------------------------------------------------------------
+# Commands
+
+
+@dataclass(frozen=True, slots=True)
+class CreateQueue:
+    """Create ``name``; idempotent when it exists with equal attributes."""
+
+    name: str
+    attributes: QueueAttributes
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteQueue:
+    """Delete ``name`` with all its messages and segment files."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class SetAttributes:
+    """Replace the attributes of ``name`` (the full set, already merged and validated)."""
+
+    name: str
+    attributes: QueueAttributes
+
+
+@dataclass(frozen=True, slots=True)
+class Purge:
+    """Delete every message of ``name``."""
+
+    name: str
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    """One message to append. ``delay_ms`` None: the queue's ``delay_seconds``."""
+
+    id: str
+    body: bytes
+    binary: bool
+    attributes: tuple[tuple[str, str], ...]
+    delay_ms: int | None
+    dedup_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Produce:
+    """Append ``messages`` in order (deduplicated within `DEDUP_WINDOW_MS`)."""
+
+    queue: str
+    now_ms: int
+    messages: tuple[NewMessage, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """Lease up to ``max_messages`` visible messages for ``visibility_ms`` (None: queue default)."""
+
+    queue: str
+    now_ms: int
+    max_messages: int
+    visibility_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """Delete leased messages: entries are ``(seq, lease_id)``."""
+
+    queue: str
+    now_ms: int
+    entries: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeVisibility:
+    """Move the deadline of unexpired leases: entries are ``(seq, lease_id, visibility_ms)``."""
+
+    queue: str
+    now_ms: int
+    entries: tuple[tuple[int, int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Nack:
+    """Release unexpired leases; the messages become visible at ``now_ms + delay_ms``."""
+
+    queue: str
+    now_ms: int
+    entries: tuple[tuple[int, int], ...]
+    delay_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """Delete messages already copied to the dead-letter queue (idempotent)."""
+
+    queue: str
+    seqs: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Expire:
+    """Delete messages older than the queue's retention at ``now_ms``."""
+
+    queue: str
+    now_ms: int
+
+
+Command = (
+    CreateQueue
+    | DeleteQueue
+    | SetAttributes
+    | Purge
+    | Produce
+    | Lease
+    | Ack
+    | ChangeVisibility
+    | Nack
+    | DeadLetter
+    | Expire
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Results
+
+
+@dataclass(frozen=True, slots=True)
+class CommandFailed:
+    """A user error (``code`` from `cmq.errors`), e.g. ``QueueNotFound``; nothing changed."""
+
+    code: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """The command took effect."""
+
+
+@dataclass(frozen=True, slots=True)
+class Created:
+    """``created`` False: the queue already existed with these attributes."""
+
+    created: bool
+    attributes: QueueAttributes
+
+
+@dataclass(frozen=True, slots=True)
+class Purged:
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Produced:
+    """``(id, seq)`` per produced message, in order (a deduplicated one: the original's)."""
+
+    messages: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LeasedMessage:
+    """One message leased by a `Lease` command; the body is read with `QueueMachine.read`."""
+
+    seq: int
+    lease_id: int
+    receive_count: int
+    id: str
+    sent_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Leased:
+    """``messages`` in seq order; ``dead_letter``: seqs now pending a move to the DLQ."""
+
+    messages: tuple[LeasedMessage, ...]
+    dead_letter: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EntryOutcomes:
+    """Per entry: None = done, else an entry code from `cmq.errors`."""
+
+    outcomes: tuple[str | None, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Expired:
+    count: int
+
+
+Result = CommandFailed | Done | Created | Purged | Produced | Leased | EntryOutcomes | Expired
+
+
+# --------------------------------------------------------------------------------------------
+# Encoding
+
+
+def _write_attributes(w: Writer, a: QueueAttributes) -> None:
+    w.i64(a.visibility_timeout)
+    w.i64(a.delay_seconds)
+    w.i64(a.message_retention_seconds)
+    w.i64(a.max_message_size)
+    w.i64(a.receive_wait_seconds)
+    w.opt_text(a.dead_letter_queue)
+    w.i64(a.max_receive_count)
+
+
+def _read_attributes(r: Reader) -> QueueAttributes:
+    return QueueAttributes(
+        visibility_timeout=r.i64(),
+        delay_seconds=r.i64(),
+        message_retention_seconds=r.i64(),
+        max_message_size=r.i64(),
+        receive_wait_seconds=r.i64(),
+        dead_letter_queue=r.opt_text(),
+        max_receive_count=r.i64(),
+    )
+
+
+def write_attributes(w: Writer, a: QueueAttributes) -> None:
+    """Encode ``a`` (shared with the snapshot image)."""
+    _write_attributes(w, a)
+
+
+def read_attributes(r: Reader) -> QueueAttributes:
+    """Inverse of `write_attributes`."""
+    return _read_attributes(r)
+
+
+def encode_command(cmd: Command) -> bytes:
+    """The proposal bytes of ``cmd`` (see the module docstring for the layout)."""
+    w = Writer()
+    match cmd:
+        case CreateQueue(name, attributes, now_ms):
+            w.u8(CommandType.CREATE_QUEUE)
+            w.text(name)
+            _write_attributes(w, attributes)
+            w.i64(now_ms)
+        case DeleteQueue(name):
+            w.u8(CommandType.DELETE_QUEUE)
+            w.text(name)
+        case SetAttributes(name, attributes):
+            w.u8(CommandType.SET_ATTRIBUTES)
+            w.text(name)
+            _write_attributes(w, attributes)
+        case Purge(name, now_ms):
+            w.u8(CommandType.PURGE)
+            w.text(name)
+            w.i64(now_ms)
+        case Produce(queue, now_ms, messages):
+            w.u8(CommandType.PRODUCE)
+            w.text(queue)
+            w.i64(now_ms)
+            w.u32(len(messages))
+            for m in messages:
+                w.text(m.id)
+                w.blob(m.body)
+                w.u8(1 if m.binary else 0)
+                w.u32(len(m.attributes))
+                for k, v in m.attributes:
+                    w.text(k)
+                    w.text(v)
+                w.opt_i64(m.delay_ms)
+                w.opt_text(m.dedup_id)
+        case Lease(queue, now_ms, max_messages, visibility_ms):
+            w.u8(CommandType.LEASE)
+            w.text(queue)
+            w.i64(now_ms)
+            w.u32(max_messages)
+            w.opt_i64(visibility_ms)
+        case Ack(queue, now_ms, entries):
+            w.u8(CommandType.ACK)
+            w.text(queue)
+            w.i64(now_ms)
+            w.u32(len(entries))
+            for seq, lease_id in entries:
+                w.i64(seq)
+                w.i64(lease_id)
+        case ChangeVisibility(queue, now_ms, cv_entries):
+            w.u8(CommandType.CHANGE_VISIBILITY)
+            w.text(queue)
+            w.i64(now_ms)
+            w.u32(len(cv_entries))
+            for seq, lease_id, visibility_ms in cv_entries:
+                w.i64(seq)
+                w.i64(lease_id)
+                w.i64(visibility_ms)
+        case Nack(queue, now_ms, entries, delay_ms):
+            w.u8(CommandType.NACK)
+            w.text(queue)
+            w.i64(now_ms)
+            w.u32(len(entries))
+            for seq, lease_id in entries:
+                w.i64(seq)
+                w.i64(lease_id)
+            w.i64(delay_ms)
+        case DeadLetter(queue, seqs):
+            w.u8(CommandType.DEAD_LETTER)
+            w.text(queue)
+            w.u32(len(seqs))
+            for seq in seqs:
+                w.i64(seq)
+        case Expire(queue, now_ms):
+            w.u8(CommandType.EXPIRE)
+            w.text(queue)
+            w.i64(now_ms)
+    return w.getvalue()
+
+
+def _count(r: Reader, item_size: int) -> int:
+    """A u32 item count, rejected early if the remaining bytes cannot hold that many items
+    (so a forged count cannot make the decoder loop or allocate for nothing)."""
+    n = r.u32()
+    if n * item_size > r.remaining():
+        raise InvalidParameter(f"count {n} exceeds the remaining {r.remaining()} bytes")
+    return n
+
+
+def decode_command(data: bytes) -> Command:
+    """Parse `encode_command` output; anything malformed raises `InvalidParameter`."""
+    r = Reader(data)
+    try:
+        kind = CommandType(r.u8())
+    except ValueError:
+        raise InvalidParameter(f"unknown command type {data[:1]!r}") from None
+    cmd: Command
+    match kind:
+        case CommandType.CREATE_QUEUE:
+            cmd = CreateQueue(r.text(), _read_attributes(r), r.i64())
+        case CommandType.DELETE_QUEUE:
+            cmd = DeleteQueue(r.text())
+        case CommandType.SET_ATTRIBUTES:
+            cmd = SetAttributes(r.text(), _read_attributes(r))
+        case CommandType.PURGE:
+            cmd = Purge(r.text(), r.i64())
+        case CommandType.PRODUCE:
+            queue, now_ms = r.text(), r.i64()
+            messages = []
+            for _ in range(_count(r, 13)):
+                mid, body, binary = r.text(), r.blob(), r.boolean()
+                attrs = tuple((r.text(), r.text()) for _ in range(_count(r, 8)))
+                messages.append(NewMessage(mid, body, binary, attrs, r.opt_i64(), r.opt_text()))
+            cmd = Produce(queue, now_ms, tuple(messages))
+        case CommandType.LEASE:
+            cmd = Lease(r.text(), r.i64(), r.u32(), r.opt_i64())
+        case CommandType.ACK:
+            queue, now_ms = r.text(), r.i64()
+            pairs = tuple((r.i64(), r.i64()) for _ in range(_count(r, 16)))
+            cmd = Ack(queue, now_ms, pairs)
+        case CommandType.CHANGE_VISIBILITY:
+            queue, now_ms = r.text(), r.i64()
+            triples = tuple((r.i64(), r.i64(), r.i64()) for _ in range(_count(r, 24)))
+            cmd = ChangeVisibility(queue, now_ms, triples)
+        case CommandType.NACK:
+            queue, now_ms = r.text(), r.i64()
+            pairs = tuple((r.i64(), r.i64()) for _ in range(_count(r, 16)))
+            cmd = Nack(queue, now_ms, pairs, r.i64())
+        case CommandType.DEAD_LETTER:
+            queue = r.text()
+            cmd = DeadLetter(queue, tuple(r.i64() for _ in range(_count(r, 8))))
+        case CommandType.EXPIRE:
+            cmd = Expire(r.text(), r.i64())
+    r.end()
+    return cmd

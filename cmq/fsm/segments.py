@@ -1,0 +1,450 @@
+"""Segment stores: `FileSegmentStore` (one directory per queue, one file per segment) and
+`MemorySegmentStore` (the same bytes in memory, for tests and simulation).
+
+Both keep, per open segment, the byte offset of each record (so older messages are read with one
+``pread``) and a bounded cache of recently appended messages (so receives rarely touch the disk).
+Record format and the protocol contract: `cmq.fsm.store`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import zlib
+from abc import ABC, abstractmethod
+from array import array
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+
+from cmq.errors import InvalidParameter, InvariantBroken
+from cmq.fsm.store import (
+    FRAME,
+    RecoveredSegment,
+    SegmentLayout,
+    SegmentStore,
+    StoredMessage,
+    decode_payload,
+    encode_record,
+    record_times,
+)
+
+__all__ = [
+    "FileSegmentStore",
+    "MemorySegmentStore",
+    "RecoveredSegment",
+    "SegmentLayout",
+    "SegmentStore",
+    "StoredMessage",
+    "encode_record",
+]
+
+DEFAULT_CACHE_BYTES = 64 << 20
+_SEGMENT_FILE = re.compile(r"^(\d{20})\.seg$")
+
+_Key = tuple[str, int]
+
+
+class _FramedStore(ABC):
+    """The store logic shared by both backends: record offsets, the cache, recovery scanning.
+
+    Subclasses provide raw byte storage per ``(queue, first_seq)`` key.
+    """
+
+    def __init__(self, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+        # Per segment: the byte offset of each record plus a final entry = the end of the last.
+        self._offsets: dict[_Key, array[int]] = {}
+        # Recently appended messages, oldest first; bounded by the approximate body bytes.
+        self._cache: OrderedDict[_Key, StoredMessage] = OrderedDict()
+        self._cache_bytes = 0
+        self._cache_limit = cache_bytes
+
+    # -- backend primitives ------------------------------------------------------------------
+    @abstractmethod
+    def _write(self, key: _Key, data: bytes) -> None: ...
+
+    @abstractmethod
+    def _pread(self, key: _Key, offset: int, size: int) -> bytes: ...
+
+    @abstractmethod
+    def _size(self, key: _Key) -> int | None:
+        """Current stored size, None if the segment does not exist."""
+
+    @abstractmethod
+    def _truncate(self, key: _Key, size: int) -> None: ...
+
+    @abstractmethod
+    def _remove(self, key: _Key) -> None: ...
+
+    @abstractmethod
+    def _remove_queue(self, queue: str) -> None: ...
+
+    @abstractmethod
+    def _listing(self) -> dict[str, list[int]]:
+        """Every stored segment, by queue."""
+
+    @abstractmethod
+    def _close(self, key: _Key) -> None: ...
+
+    @abstractmethod
+    def _describe(self, key: _Key) -> str:
+        """Where the segment lives, for error messages."""
+
+    # -- SegmentStore ------------------------------------------------------------------------
+    def append(
+        self,
+        queue: str,
+        segment: int,
+        messages: Sequence[StoredMessage],
+        frames: Sequence[bytes],
+    ) -> int:
+        key = (queue, segment)
+        offsets = self._offsets.get(key)
+        if offsets is None:
+            if self._size(key) not in (None, 0):
+                raise InvariantBroken(f"{self._describe(key)}: new segment already has data")
+            offsets = self._offsets[key] = array("Q", [0])
+        expected_seq = segment + len(offsets) - 1
+        end = offsets[-1]
+        for m, f in zip(messages, frames, strict=True):
+            if m.seq != expected_seq:
+                raise InvariantBroken(f"{self._describe(key)}: appending seq {m.seq}")
+            expected_seq += 1
+            end += len(f)
+            offsets.append(end)
+            self._remember((queue, m.seq), m)
+        self._write(key, b"".join(frames))
+        return end
+
+    def seal(self, queue: str, segment: int) -> None:
+        self._close((queue, segment))
+
+    def read(self, queue: str, segment: int, seq: int) -> StoredMessage:
+        cached = self._cache.get((queue, seq))
+        if cached is not None:
+            return cached
+        key = (queue, segment)
+        offsets = self._offsets.get(key)
+        rel = seq - segment
+        if offsets is None or not 0 <= rel < len(offsets) - 1:
+            raise InvariantBroken(f"{self._describe(key)}: no record for seq {seq}")
+        start, end = offsets[rel], offsets[rel + 1]
+        data = self._pread(key, start, end - start)
+        message, _ = self._decode(key, start, memoryview(data), seq)
+        return message
+
+    def release(self, queue: str, segment: int) -> None:
+        key = (queue, segment)
+        offsets = self._offsets.pop(key, None)
+        if offsets is not None:
+            for seq in range(segment, segment + len(offsets) - 1):
+                self._forget((queue, seq))
+        self._remove(key)
+
+    def drop_queue(self, queue: str) -> None:
+        for key in [k for k in self._offsets if k[0] == queue]:
+            del self._offsets[key]
+        for ck in [k for k in self._cache if k[0] == queue]:
+            self._forget(ck)
+        self._remove_queue(queue)
+
+    def recover(
+        self, layout: Mapping[str, Sequence[SegmentLayout]]
+    ) -> dict[str, list[RecoveredSegment]]:
+        self._offsets.clear()
+        self._cache.clear()
+        self._cache_bytes = 0
+        wanted = {q: {s.first_seq for s in segs} for q, segs in layout.items()}
+        for queue, firsts in self._listing().items():
+            if queue not in wanted:
+                self._remove_queue(queue)
+                continue
+            for first in firsts:
+                if first not in wanted[queue]:
+                    self._remove((queue, first))
+        out: dict[str, list[RecoveredSegment]] = {}
+        for queue, segs in layout.items():
+            out[queue] = [self._recover_segment(queue, s) for s in segs]
+        return out
+
+    # -- internals -----------------------------------------------------------------------------
+    def _recover_segment(self, queue: str, layout: SegmentLayout) -> RecoveredSegment:
+        key = (queue, layout.first_seq)
+        self._close(key)
+        size = self._size(key)
+        where = self._describe(key)
+        if size is None:
+            raise InvariantBroken(f"{where}: segment missing (snapshot records {layout.size} B)")
+        if size < layout.size:
+            raise InvariantBroken(f"{where}: {size} B, shorter than the recorded {layout.size} B")
+        if size > layout.size:
+            # Appended after the snapshot: those records come back from the Raft log suffix.
+            self._truncate(key, layout.size)
+        data = memoryview(self._pread(key, 0, layout.size))
+        offsets: array[int] = array("Q", [0])
+        sent_at: array[int] = array("q")
+        visible_at: array[int] = array("q")
+        pos = 0
+        seq = layout.first_seq
+        while pos < layout.size:
+            payload, (s, sent, vis) = self._check_frame(key, pos, data[pos:], seq)
+            pos += FRAME.size + len(payload)
+            offsets.append(pos)
+            sent_at.append(sent)
+            visible_at.append(vis)
+            seq = s + 1
+        if len(sent_at) != layout.count:
+            raise InvariantBroken(
+                f"{where}: {len(sent_at)} records up to byte {layout.size}, "
+                f"the snapshot records {layout.count}"
+            )
+        self._offsets[key] = offsets
+        return RecoveredSegment(layout.first_seq, sent_at, visible_at)
+
+    def _check_frame(
+        self, key: _Key, offset: int, data: memoryview, seq: int
+    ) -> tuple[memoryview, tuple[int, int, int]]:
+        """The payload of the frame at the start of ``data`` (stored at ``offset``) and its
+        times; any damage is `InvariantBroken` naming the segment and offset."""
+        where = self._describe(key)
+        if len(data) < FRAME.size:
+            raise InvariantBroken(f"{where}: torn record header at offset {offset}")
+        length, crc = FRAME.unpack_from(data, 0)
+        payload = data[FRAME.size : FRAME.size + length]
+        if len(payload) != length:
+            raise InvariantBroken(f"{where}: torn record at offset {offset}")
+        if zlib.crc32(payload) != crc:
+            raise InvariantBroken(f"{where}: checksum mismatch in the record at offset {offset}")
+        try:
+            times = record_times(payload)
+        except InvalidParameter as e:
+            raise InvariantBroken(f"{where}: bad record at offset {offset}: {e}") from None
+        if times[0] != seq:
+            raise InvariantBroken(f"{where}: seq {times[0]} at offset {offset}, expected {seq}")
+        return payload, times
+
+    def _decode(
+        self, key: _Key, offset: int, data: memoryview, seq: int
+    ) -> tuple[StoredMessage, int]:
+        payload, _ = self._check_frame(key, offset, data, seq)
+        try:
+            return decode_payload(payload)
+        except InvalidParameter as e:
+            where = self._describe(key)
+            raise InvariantBroken(f"{where}: bad record at offset {offset}: {e}") from None
+
+    def _remember(self, key: _Key, message: StoredMessage) -> None:
+        if self._cache_limit <= 0:
+            return
+        self._cache[key] = message
+        self._cache_bytes += _cost(message)
+        while self._cache_bytes > self._cache_limit and self._cache:
+            _, old = self._cache.popitem(last=False)
+            self._cache_bytes -= _cost(old)
+
+    def _forget(self, key: _Key) -> None:
+        old = self._cache.pop(key, None)
+        if old is not None:
+            self._cache_bytes -= _cost(old)
+
+
+def _cost(m: StoredMessage) -> int:
+    """Approximate memory of a cached message (body plus a fixed overhead)."""
+    return len(m.body) + 256
+
+
+class MemorySegmentStore(_FramedStore):
+    """Segments as bytearrays: same format, offsets and checks as files, nothing durable.
+
+    ``flush`` only counts calls. The bytes survive `recover`, so a machine restored from a
+    snapshot into the same store behaves like a restarted node on the same disk.
+    """
+
+    def __init__(self, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+        super().__init__(cache_bytes)
+        self.segments: dict[_Key, bytearray] = {}
+        self.flushes = 0
+
+    def _write(self, key: _Key, data: bytes) -> None:
+        self.segments.setdefault(key, bytearray()).extend(data)
+
+    def _pread(self, key: _Key, offset: int, size: int) -> bytes:
+        return bytes(self.segments[key][offset : offset + size])
+
+    def _size(self, key: _Key) -> int | None:
+        buf = self.segments.get(key)
+        return None if buf is None else len(buf)
+
+    def _truncate(self, key: _Key, size: int) -> None:
+        del self.segments[key][size:]
+
+    def _remove(self, key: _Key) -> None:
+        self.segments.pop(key, None)
+
+    def _remove_queue(self, queue: str) -> None:
+        for key in [k for k in self.segments if k[0] == queue]:
+            del self.segments[key]
+
+    def _listing(self) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for q, first in self.segments:
+            out.setdefault(q, []).append(first)
+        return out
+
+    def _close(self, key: _Key) -> None:
+        del key
+
+    def _describe(self, key: _Key) -> str:
+        return f"memory:{key[0]}/{key[1]:020d}.seg"
+
+    def flush(self) -> None:
+        self.flushes += 1
+
+
+class FileSegmentStore(_FramedStore):
+    """Segments as files ``<directory>/<queue>/<first_seq:020d>.seg``.
+
+    Appends are one ``write`` per batch on an ``O_APPEND`` descriptor (readable at once through
+    the page cache, no fsync); at most ``max_open`` descriptors stay open (least recently used
+    closed first). `flush` fsyncs every segment written since the previous flush and every
+    directory that gained or lost a file.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        max_open: int = 128,
+    ) -> None:
+        super().__init__(cache_bytes)
+        self.directory = os.fspath(directory)
+        os.makedirs(self.directory, exist_ok=True)
+        self._max_open = max(1, max_open)
+        self._fds: OrderedDict[_Key, int] = OrderedDict()
+        self._dirty: set[_Key] = set()
+        self._dirty_dirs: set[str] = set()
+
+    def close(self) -> None:
+        """Close every open descriptor (appends stay in the page cache, not fsynced)."""
+        for key in list(self._fds):
+            self._close(key)
+
+    def _path(self, key: _Key) -> str:
+        return os.path.join(self.directory, key[0], f"{key[1]:020d}.seg")
+
+    def _describe(self, key: _Key) -> str:
+        return self._path(key)
+
+    def _fd(self, key: _Key, create: bool = False) -> int:
+        fd = self._fds.get(key)
+        if fd is not None:
+            self._fds.move_to_end(key)
+            return fd
+        path = self._path(key)
+        flags = os.O_RDWR | os.O_APPEND
+        if create and not os.path.exists(path):
+            qdir = os.path.dirname(path)
+            if not os.path.isdir(qdir):
+                os.makedirs(qdir, exist_ok=True)
+                self._dirty_dirs.add(self.directory)
+            self._dirty_dirs.add(qdir)
+            flags |= os.O_CREAT
+        fd = os.open(path, flags, 0o644)
+        self._fds[key] = fd
+        while len(self._fds) > self._max_open:
+            _, old = self._fds.popitem(last=False)
+            os.close(old)
+        return fd
+
+    def _write(self, key: _Key, data: bytes) -> None:
+        fd = self._fd(key, create=True)
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+        self._dirty.add(key)
+
+    def _pread(self, key: _Key, offset: int, size: int) -> bytes:
+        fd = self._fd(key)
+        out = os.pread(fd, size, offset)
+        if len(out) != size:
+            raise InvariantBroken(f"{self._path(key)}: short read at offset {offset}")
+        return out
+
+    def _size(self, key: _Key) -> int | None:
+        try:
+            return os.stat(self._path(key)).st_size
+        except FileNotFoundError:
+            return None
+
+    def _truncate(self, key: _Key, size: int) -> None:
+        self._close(key)
+        os.truncate(self._path(key), size)
+        self._dirty.add(key)
+
+    def _remove(self, key: _Key) -> None:
+        self._close(key)
+        self._dirty.discard(key)
+        try:
+            os.unlink(self._path(key))
+        except FileNotFoundError:
+            return
+        # Not fsynced on purpose: if the unlink is lost in a crash, recovery removes the file
+        # again (it is not in the snapshot's layout).
+
+    def _remove_queue(self, queue: str) -> None:
+        for key in [k for k in self._fds if k[0] == queue]:
+            self._close(key)
+        self._dirty = {k for k in self._dirty if k[0] != queue}
+        qdir = os.path.join(self.directory, queue)
+        self._dirty_dirs.discard(qdir)
+        shutil.rmtree(qdir, ignore_errors=True)
+
+    def _listing(self) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for entry in os.scandir(self.directory):
+            if not entry.is_dir():
+                continue
+            firsts = []
+            for f in os.scandir(entry.path):
+                m = _SEGMENT_FILE.match(f.name)
+                if m:
+                    firsts.append(int(m.group(1)))
+            out[entry.name] = firsts
+        return out
+
+    def _close(self, key: _Key) -> None:
+        fd = self._fds.pop(key, None)
+        if fd is not None:
+            os.close(fd)
+
+    def flush(self) -> None:
+        sync = getattr(os, "fdatasync", os.fsync)
+        for key in sorted(self._dirty):
+            fd = self._fds.get(key)
+            if fd is not None:
+                sync(fd)
+            else:
+                fd = os.open(self._path(key), os.O_RDONLY)
+                try:
+                    sync(fd)
+                finally:
+                    os.close(fd)
+        self._dirty.clear()
+        # Parents after children: a new queue directory's entry in the root comes last.
+        for d in sorted(self._dirty_dirs, key=len, reverse=True):
+            try:
+                fd = os.open(d, os.O_RDONLY)
+            except FileNotFoundError:
+                continue
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        self._dirty_dirs.clear()
+
+
+def _check_protocol(store: FileSegmentStore | MemorySegmentStore) -> SegmentStore:
+    """Type-level proof that both stores implement `SegmentStore`."""
+    return store

@@ -1,0 +1,680 @@
+"""`QueueNode`: one cmq node. It hosts the meta group (the catalog) and the data groups on a
+`MultiRaft`, and implements `QueueService` for the HTTP layers.
+
+Any node serves any queue. A request is routed to the leader of the queue's data group: run
+here if this node leads it, else forwarded over the peer connection (`MultiRaft.call`). Leader
+changes are retried until the request deadline, then `Unavailable`. Operations are expressed
+in a JSON-able *wire form* (bodies in base64) so that a local call and a forwarded one take the
+same path.
+
+The leader stamps every command with its clock (ms) and message ids; the state machines never
+read a clock. A background loop on each node proposes expiry (retention) and dead-letter moves
+for the queues whose group it leads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import os
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from cmq.errors import (
+    CmqError,
+    InvalidParameter,
+    InvariantBroken,
+    MessageTooLarge,
+    Overloaded,
+    QueueAlreadyExists,
+    QueueNotFound,
+    ReceiptInvalid,
+    Unavailable,
+)
+from cmq.fsm.commands import (
+    Ack,
+    ChangeVisibility,
+    Command,
+    CommandFailed,
+    Created,
+    CreateQueue,
+    DeadLetter,
+    DeleteQueue,
+    EntryOutcomes,
+    Expire,
+    Lease,
+    Leased,
+    Nack,
+    NewMessage,
+    Produce,
+    Produced,
+    Purge,
+    Purged,
+    SetAttributes,
+    encode_command,
+)
+from cmq.fsm.machine import QueueMachine
+from cmq.fsm.segments import FileSegmentStore
+from cmq.meta import Assignment, CatalogMachine
+from cmq.model import (
+    MAX_WAIT_SECONDS,
+    EntryResult,
+    OutgoingMessage,
+    QueueAttributes,
+    QueueStats,
+    ReceivedMessage,
+    SentMessage,
+    check_queue_name,
+)
+from cmq.receipts import ReceiptSigner
+from raftlog.errors import NotLeader, PeerUnavailable, ProposalDropped, RaftError
+from raftlog.errors import Overloaded as RaftOverloaded
+from raftlog.runtime import GroupOptions, MultiRaft, RuntimeConfig
+from raftlog.runtime.multiraft import RemoteCallError
+from raftlog.transport.peer import Address
+
+log = logging.getLogger("cmq.node")
+
+META_GROUP = 0
+Wire = dict[str, Any]
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    """One node's settings (from flags, environment or a TOML file; see `cmq.cli`)."""
+
+    node_id: int
+    peer: Address
+    peers: dict[int, Address]
+    """Every node of the cluster by id (this one included)."""
+    data_dirs: tuple[str, ...]
+    secret: bytes
+    groups: int = 4
+    """Data groups (the meta group is extra)."""
+    request_timeout: float = 10.0
+    tick_interval: float = 0.05
+    housekeeping_interval: float = 1.0
+    group_options: GroupOptions = field(default_factory=GroupOptions)
+
+
+class QueueNode:
+    """A cmq node; implements `cmq.service.QueueService`."""
+
+    def __init__(self, cfg: NodeConfig) -> None:
+        if len(cfg.secret) < 16:
+            raise ValueError("the cluster secret must be at least 16 bytes")
+        self.cfg = cfg
+        self.id = cfg.node_id
+        self.raft = MultiRaft(
+            RuntimeConfig(
+                node_id=cfg.node_id,
+                listen=cfg.peer,
+                peers=cfg.peers,
+                secret=cfg.secret,
+                data_dirs=cfg.data_dirs,
+                tick_interval=cfg.tick_interval,
+                group_options=cfg.group_options,
+            )
+        )
+        self.data_groups = tuple(range(1, cfg.groups + 1))
+        self.catalog = CatalogMachine(self.data_groups)
+        self.machines: dict[int, QueueMachine] = {}
+        self.signer = ReceiptSigner(cfg.secret)
+        self._wakeups: dict[str, asyncio.Event] = {}
+        self._id_prefix = secrets.token_hex(5)
+        self._id_counter = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._ops: dict[str, Callable[[Wire], Awaitable[Wire]]] = {
+            "meta": self._op_meta,
+            "create": self._op_create,
+            "delete": self._op_delete,
+            "get": self._op_get,
+            "set_attributes": self._op_set_attributes,
+            "purge": self._op_purge,
+            "send": self._op_send,
+            "receive": self._op_receive,
+            "ack": self._op_ack,
+            "visibility": self._op_visibility,
+            "nack": self._op_nack,
+        }
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Recover and open every group, then serve forwarded calls and housekeeping."""
+        await self.raft.start()
+        voters = sorted(self.cfg.peers)
+        await self.raft.open_group(META_GROUP, self.catalog, voters=voters)
+        for g in self.data_groups:
+            seg_dir = os.path.join(self.cfg.data_dirs[self.raft.dir_for(g)], "segments", f"g{g}")
+            machine = QueueMachine(FileSegmentStore(seg_dir))
+            machine.on_change = self._on_change
+            self.machines[g] = machine
+            await self.raft.open_group(g, machine, voters=voters)
+        self.raft.set_call_handler(self._handle_call)
+        self._spawn(self._housekeeping())
+
+    async def close(self) -> None:
+        tasks = list(self._tasks)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.raft.close()
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def is_ready(self) -> bool:
+        return all(self.raft.status(g).leader != 0 for g in (META_GROUP, *self.data_groups))
+
+    # -- routing -----------------------------------------------------------------------------------
+    async def _run(self, group: int, op: str, args: Wire) -> Wire:
+        """Run ``op`` at ``group``'s leader (here or forwarded), retrying leader changes until
+        the request deadline."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.cfg.request_timeout
+        delay = 0.02
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise Unavailable(f"no leader for group {group} answered in time")
+            leader = self.raft.status(group).leader
+            try:
+                if leader == self.id:
+                    return await self._ops[op](args | {"_group": group})
+                if leader:
+                    payload = orjson.dumps({"op": op, "group": group, "args": args})
+                    reply = await self.raft.call(leader, payload, timeout=remaining)
+                    return self._decode_reply(reply)
+            except RemoteCallError as e:
+                err = _decode_error(e.payload)
+                if err is not None:
+                    raise err from None
+            except (NotLeader, ProposalDropped, PeerUnavailable, RaftOverloaded):
+                pass
+            await asyncio.sleep(min(delay, max(0.0, deadline - loop.time())))
+            delay = min(delay * 2, 0.2)
+
+    def _decode_reply(self, reply: bytes) -> Wire:
+        data = orjson.loads(reply)
+        if not isinstance(data, dict):
+            raise InvariantBroken("malformed forwarded reply")
+        return data
+
+    async def _handle_call(self, peer: int, payload: bytes) -> bytes:
+        """Serve a request forwarded by a peer (we should lead its group)."""
+        try:
+            req = orjson.loads(payload)
+            op, group, args = req["op"], int(req["group"]), req["args"]
+            if op not in self._ops or not isinstance(args, dict):
+                raise InvalidParameter(f"unknown forwarded operation {op!r}")
+            if self.raft.status(group).leader != self.id:
+                raise NotLeader(self.raft.status(group).leader)
+            return orjson.dumps(await self._ops[op](args | {"_group": group}))
+        except CmqError as e:
+            raise RemoteCallError(_error_payload(e.code, e.message)) from None
+        except (NotLeader, ProposalDropped, RaftOverloaded) as e:
+            raise RemoteCallError(_error_payload("Retry", str(e))) from None
+
+    async def _propose(self, group: int, command: Command | _Raw) -> object:
+        data = command.data if isinstance(command, _Raw) else encode_command(command)
+        try:
+            return await self.raft.propose(group, data, timeout=self.cfg.request_timeout)
+        except TimeoutError:
+            raise Unavailable("the change was not committed in time; outcome unknown") from None
+        except RaftOverloaded as e:
+            raise Overloaded(str(e)) from None
+
+    def _group_of(self, name: str) -> int:
+        group = self.catalog.group_of(name)
+        if group is None:
+            raise QueueNotFound(f"queue {name!r} does not exist")
+        return group
+
+    def _machine(self, args: Wire) -> QueueMachine:
+        return self.machines[int(args["_group"])]
+
+    # -- QueueService ----------------------------------------------------------------------------
+    async def create_queue(self, name: str, attributes: QueueAttributes) -> bool:
+        check_queue_name(name)
+        if attributes.dead_letter_queue == name:
+            raise InvalidParameter("a queue cannot be its own dead-letter queue")
+        placed = await self._run(META_GROUP, "meta", {"assign": name})
+        group = int(placed["group"])
+        res = await self._run(group, "create", {"name": name, "attributes": attributes.to_dict()})
+        return bool(res["created"])
+
+    async def list_queues(self) -> list[str]:
+        return self.catalog.names()
+
+    async def get_queue(self, name: str) -> tuple[QueueAttributes, QueueStats]:
+        check_queue_name(name)
+        res = await self._run(self._group_of(name), "get", {"name": name})
+        return QueueAttributes.from_dict(res["attributes"]), QueueStats(**res["stats"])
+
+    async def set_attributes(self, name: str, changes: dict[str, Any]) -> QueueAttributes:
+        check_queue_name(name)
+        QueueAttributes.check_changes(changes)  # validate before anything is sent anywhere
+        res = await self._run(
+            self._group_of(name), "set_attributes", {"name": name, "changes": changes}
+        )
+        return QueueAttributes.from_dict(res["attributes"])
+
+    async def delete_queue(self, name: str) -> None:
+        check_queue_name(name)
+        await self._run(self._group_of(name), "delete", {"name": name})
+        await self._run(META_GROUP, "meta", {"remove": name})
+
+    async def purge(self, name: str) -> int:
+        check_queue_name(name)
+        res = await self._run(self._group_of(name), "purge", {"name": name})
+        return int(res["purged"])
+
+    async def send(self, name: str, messages: list[OutgoingMessage]) -> list[SentMessage]:
+        check_queue_name(name)
+        wire = [
+            {
+                "body": base64.b64encode(m.body).decode(),
+                "binary": m.binary,
+                "delay": m.delay_seconds,
+                "attributes": [list(a) for a in m.attributes],
+                "dedup_id": m.dedup_id,
+            }
+            for m in messages
+        ]
+        res = await self._run(self._group_of(name), "send", {"name": name, "messages": wire})
+        return [SentMessage(i, s) for i, s in res["messages"]]
+
+    async def receive(
+        self,
+        name: str,
+        max_messages: int,
+        visibility_timeout: int | None,
+        wait_seconds: int | None,
+    ) -> list[ReceivedMessage]:
+        check_queue_name(name)
+        args = {
+            "name": name,
+            "max": max_messages,
+            "visibility": visibility_timeout,
+            "wait": wait_seconds,
+        }
+        res = await self._run(self._group_of(name), "receive", args)
+        return [
+            ReceivedMessage(
+                id=m["id"],
+                seq=m["seq"],
+                body=base64.b64decode(m["body"]),
+                binary=m["binary"],
+                receipt=m["receipt"],
+                receive_count=m["receive_count"],
+                sent_at_ms=m["sent_at"],
+                attributes=tuple((k, v) for k, v in m["attributes"]),
+            )
+            for m in res["messages"]
+        ]
+
+    async def ack(self, name: str, receipts: list[str]) -> list[EntryResult]:
+        check_queue_name(name)
+        res = await self._run(self._group_of(name), "ack", {"name": name, "receipts": receipts})
+        return _entry_results(receipts, res)
+
+    async def change_visibility(
+        self, name: str, entries: list[tuple[str, int]]
+    ) -> list[EntryResult]:
+        check_queue_name(name)
+        wire = {"name": name, "entries": [list(e) for e in entries]}
+        res = await self._run(self._group_of(name), "visibility", wire)
+        return _entry_results([r for r, _ in entries], res)
+
+    async def nack(self, name: str, receipts: list[str], delay_seconds: int) -> list[EntryResult]:
+        check_queue_name(name)
+        res = await self._run(
+            self._group_of(name),
+            "nack",
+            {"name": name, "receipts": receipts, "delay": delay_seconds},
+        )
+        return _entry_results(receipts, res)
+
+    # -- operations at the group leader (wire form in and out) -----------------------------------
+    async def _op_meta(self, args: Wire) -> Wire:
+        if "assign" in args:
+            res = await self._propose(META_GROUP, _Raw(CatalogMachine.assign(args["assign"])))
+            if not isinstance(res, Assignment):
+                raise InvariantBroken(f"catalog returned {res!r}")
+            return {"group": res.group}
+        await self._propose(META_GROUP, _Raw(CatalogMachine.remove(args["remove"])))
+        return {}
+
+    def _attributes(self, args: Wire) -> QueueAttributes:
+        attrs = self._machine(args).attributes(args["name"])
+        if attrs is None:
+            raise QueueNotFound(f"queue {args['name']!r} does not exist")
+        return attrs
+
+    async def _op_create(self, args: Wire) -> Wire:
+        attrs = QueueAttributes.from_dict(args["attributes"])
+        res = await self._propose(int(args["_group"]), CreateQueue(args["name"], attrs, now_ms()))
+        if isinstance(res, CommandFailed):
+            raise _failure(res)
+        if not isinstance(res, Created):
+            raise InvariantBroken(f"create returned {res!r}")
+        return {"created": res.created}
+
+    async def _op_delete(self, args: Wire) -> Wire:
+        _check(await self._propose(int(args["_group"]), DeleteQueue(args["name"])))
+        return {}
+
+    async def _op_get(self, args: Wire) -> Wire:
+        attrs = self._attributes(args)
+        stats = self._machine(args).stats(args["name"], now_ms())
+        if stats is None:
+            raise QueueNotFound(f"queue {args['name']!r} does not exist")
+        return {"attributes": attrs.to_dict(), "stats": _stats_wire(stats)}
+
+    async def _op_set_attributes(self, args: Wire) -> Wire:
+        merged = self._attributes(args).merged(args["changes"])
+        _check(await self._propose(int(args["_group"]), SetAttributes(args["name"], merged)))
+        return {"attributes": merged.to_dict()}
+
+    async def _op_purge(self, args: Wire) -> Wire:
+        res = await self._propose(int(args["_group"]), Purge(args["name"], now_ms()))
+        _check(res)
+        return {"purged": res.count if isinstance(res, Purged) else 0}
+
+    def _next_id(self) -> str:
+        self._id_counter += 1
+        return f"{self._id_prefix}{self.id:02x}{self._id_counter:012x}"
+
+    async def _op_send(self, args: Wire) -> Wire:
+        attrs = self._attributes(args)
+        msgs = []
+        for m in args["messages"]:
+            body = base64.b64decode(m["body"])
+            if len(body) > attrs.max_message_size:
+                raise MessageTooLarge(
+                    f"a message body has {len(body)} bytes; the queue allows "
+                    f"{attrs.max_message_size}"
+                )
+            delay = m["delay"]
+            msgs.append(
+                NewMessage(
+                    id=self._next_id(),
+                    body=body,
+                    binary=bool(m["binary"]),
+                    attributes=tuple((k, v) for k, v in m["attributes"]),
+                    delay_ms=None if delay is None else int(delay) * 1000,
+                    dedup_id=m["dedup_id"],
+                )
+            )
+        res = await self._propose(int(args["_group"]), Produce(args["name"], now_ms(), tuple(msgs)))
+        _check(res)
+        if not isinstance(res, Produced):
+            raise InvariantBroken(f"produce returned {res!r}")
+        return {"messages": [[i, s] for i, s in res.messages]}
+
+    async def _op_receive(self, args: Wire) -> Wire:
+        name = args["name"]
+        group = int(args["_group"])
+        machine = self._machine(args)
+        attrs = self._attributes(args)
+        wait = attrs.receive_wait_seconds if args["wait"] is None else int(args["wait"])
+        wait = max(0, min(wait, MAX_WAIT_SECONDS))
+        visibility = args["visibility"]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while True:
+            if machine.has_visible(name, now_ms()):
+                res = await self._propose(
+                    group,
+                    Lease(
+                        name,
+                        now_ms(),
+                        int(args["max"]),
+                        None if visibility is None else int(visibility) * 1000,
+                    ),
+                )
+                _check(res)
+                if not isinstance(res, Leased):
+                    raise InvariantBroken(f"lease returned {res!r}")
+                if res.messages:
+                    return {"messages": self._render_leased(machine, name, res)}
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return {"messages": []}
+            await self._wait_for_change(machine, name, remaining)
+
+    def _render_leased(self, machine: QueueMachine, name: str, res: Leased) -> list[Wire]:
+        stored = {m.seq: m for m in machine.read(name, [m.seq for m in res.messages])}
+        out = []
+        for lm in res.messages:
+            sm = stored.get(lm.seq)
+            if sm is None:
+                raise InvariantBroken(f"leased message {name}/{lm.seq} cannot be read")
+            out.append(
+                {
+                    "id": lm.id,
+                    "seq": lm.seq,
+                    "body": base64.b64encode(sm.body).decode(),
+                    "binary": sm.binary,
+                    "receipt": self.signer.mint(name, lm.seq, lm.lease_id),
+                    "receive_count": lm.receive_count,
+                    "sent_at": lm.sent_at_ms,
+                    "attributes": [list(a) for a in sm.attributes],
+                }
+            )
+        return out
+
+    async def _wait_for_change(self, machine: QueueMachine, name: str, limit: float) -> None:
+        """Sleep until the queue may have a visible message, or ``limit`` seconds."""
+        nxt = machine.next_visible_at(name)
+        if nxt is not None:
+            limit = min(limit, max(0.001, (nxt - now_ms()) / 1000))
+        event = self._wakeups.setdefault(name, asyncio.Event())
+        event.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), limit)
+
+    def _on_change(self, queue: str) -> None:
+        event = self._wakeups.get(queue)
+        if event is not None:
+            event.set()
+
+    def _verified(self, name: str, receipts: list[Any]) -> tuple[list[str | None], list[Any]]:
+        """Per receipt: None when it verified (its (seq, lease) is in the second list at the
+        same position), or the error code."""
+        codes: list[str | None] = []
+        verified: list[Any] = []
+        for r in receipts:
+            try:
+                verified.append(self.signer.verify(name, r))
+                codes.append(None)
+            except ReceiptInvalid as e:
+                verified.append(None)
+                codes.append(e.code)
+        return codes, verified
+
+    async def _entries_op(
+        self, args: Wire, receipts: list[Any], make: Callable[[list[Any]], Command]
+    ) -> Wire:
+        codes, verified = self._verified(args["name"], receipts)
+        valid = [v for v in verified if v is not None]
+        if valid:
+            res = await self._propose(int(args["_group"]), make(valid))
+            _check(res)
+            if not isinstance(res, EntryOutcomes):
+                raise InvariantBroken(f"entries command returned {res!r}")
+            outcomes = iter(res.outcomes)
+            codes = [next(outcomes) if c is None else c for c in codes]
+        return {"errors": codes}
+
+    async def _op_ack(self, args: Wire) -> Wire:
+        now = now_ms()
+        return await self._entries_op(
+            args,
+            list(args["receipts"]),
+            lambda v: Ack(args["name"], now, tuple((s, lease) for s, lease in v)),
+        )
+
+    async def _op_visibility(self, args: Wire) -> Wire:
+        now = now_ms()
+        entries = list(args["entries"])
+        timeouts = {i: int(t) * 1000 for i, (_, t) in enumerate(entries)}
+        codes, verified = self._verified(args["name"], [r for r, _ in entries])
+        triples = [(v[0], v[1], timeouts[i]) for i, v in enumerate(verified) if v is not None]
+        if triples:
+            res = await self._propose(
+                int(args["_group"]), ChangeVisibility(args["name"], now, tuple(triples))
+            )
+            _check(res)
+            if not isinstance(res, EntryOutcomes):
+                raise InvariantBroken(f"visibility returned {res!r}")
+            outcomes = iter(res.outcomes)
+            codes = [next(outcomes) if c is None else c for c in codes]
+        return {"errors": codes}
+
+    async def _op_nack(self, args: Wire) -> Wire:
+        now = now_ms()
+        delay = int(args["delay"]) * 1000
+        return await self._entries_op(
+            args,
+            list(args["receipts"]),
+            lambda v: Nack(args["name"], now, tuple((s, lease) for s, lease in v), delay),
+        )
+
+    # -- housekeeping: retention and dead letters, proposed by each group's leader -------------
+    async def _housekeeping(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.housekeeping_interval)
+            for g, machine in self.machines.items():
+                if self.raft.status(g).leader != self.id:
+                    continue
+                for name in machine.queue_names():
+                    try:
+                        await self._housekeep_queue(g, machine, name)
+                    except (CmqError, RaftError) as e:
+                        log.info("housekeeping of %s deferred: %s", name, e)
+
+    async def _housekeep_queue(self, group: int, machine: QueueMachine, name: str) -> None:
+        now = now_ms()
+        if machine.expirable(name, now):
+            await self._propose(group, Expire(name, now))
+        seqs = machine.pending_dead_letters(name)
+        attrs = machine.attributes(name)
+        if not seqs or attrs is None or not attrs.dead_letter_queue:
+            return
+        # At-least-once move: copy into the dead-letter queue, then delete here.
+        stored = machine.read(name, seqs[:100])
+        if stored:
+            copies = [
+                OutgoingMessage(
+                    body=m.body,
+                    binary=m.binary,
+                    delay_seconds=0,
+                    attributes=m.attributes,
+                    dedup_id=f"dlq:{name}:{m.id}"[:128],
+                )
+                for m in stored
+            ]
+            await self.send(attrs.dead_letter_queue, copies)
+            await self._propose(group, DeadLetter(name, tuple(m.seq for m in stored)))
+
+    # -- status ----------------------------------------------------------------------------------
+    def status(self) -> Wire:
+        """This node's view of every group: role, term, leader, commit/applied, follower lag."""
+        groups = {}
+        for g in (META_GROUP, *self.data_groups):
+            st = self.raft.status(g)
+            groups[str(g)] = {
+                "role": st.role.name.lower(),
+                "term": st.term,
+                "leader": st.leader,
+                "commit": st.commit,
+                "applied": st.applied,
+                "last_index": st.last_index,
+                "voters": list(st.conf.voters),
+                "lag": {
+                    str(p): st.last_index - ps.match for p, ps in st.peers.items() if p != self.id
+                },
+            }
+        placement = {name: self.catalog.group_of(name) for name in self.catalog.names()}
+        return {"node": self.id, "groups": groups, "queues": len(placement), "placement": placement}
+
+
+@dataclass(frozen=True, slots=True)
+class _Raw:
+    """An already-encoded command (the catalog's JSON commands)."""
+
+    data: bytes
+
+
+def _error_payload(code: str, message: str) -> bytes:
+    return orjson.dumps({"error": code, "message": message})
+
+
+_ERRORS: dict[str, type[CmqError]] = {
+    cls.code: cls
+    for cls in (
+        InvalidParameter,
+        QueueNotFound,
+        QueueAlreadyExists,
+        MessageTooLarge,
+        Overloaded,
+        Unavailable,
+        ReceiptInvalid,
+        InvariantBroken,
+    )
+}
+
+
+def _decode_error(payload: bytes) -> CmqError | None:
+    """The error a peer replied with; None when the call should simply be routed again
+    (a leader change on the peer)."""
+    try:
+        data = orjson.loads(payload)
+        code, message = str(data["error"]), str(data.get("message", ""))
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return Unavailable(payload.decode("utf-8", "replace"))
+    if code == "Retry":
+        return None
+    return _ERRORS.get(code, CmqError)(message)
+
+
+def _failure(res: CommandFailed) -> CmqError:
+    return _ERRORS.get(res.code, CmqError)(res.message)
+
+
+def _check(res: object) -> None:
+    if isinstance(res, CommandFailed):
+        raise _failure(res)
+
+
+def _entry_results(receipts: list[str], res: Wire) -> list[EntryResult]:
+    return [
+        EntryResult(r, err is None, err) for r, err in zip(receipts, res["errors"], strict=True)
+    ]
+
+
+def _stats_wire(s: QueueStats) -> Wire:
+    return {
+        "visible": s.visible,
+        "in_flight": s.in_flight,
+        "delayed": s.delayed,
+        "sent_total": s.sent_total,
+        "acked_total": s.acked_total,
+        "dead_lettered_total": s.dead_lettered_total,
+        "expired_total": s.expired_total,
+        "oldest_age_ms": s.oldest_age_ms,
+    }
