@@ -83,6 +83,7 @@ def _serve(args: argparse.Namespace) -> int:
         data_dirs=data_dirs,
         secret=_read_secret(args, conf),
         groups=int(_setting(args, conf, "groups", 4)),
+        rejoin=bool(args.rejoin),
     )
 
     async def run() -> None:
@@ -272,6 +273,12 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--data-dir", action="append", help="a data directory (repeat for more disks)")
     s.add_argument("--groups", type=int, help="data groups (default 4)")
     s.add_argument("--secret-file")
+    s.add_argument(
+        "--rejoin",
+        action="store_true",
+        help="this node's data was lost: rejoin under the same id without voting until caught "
+        "up (required after wiping a node's disk; never on a healthy node)",
+    )
     s.add_argument("--config", help="TOML file with the same settings")
     s.set_defaults(func=_serve)
 

@@ -106,6 +106,8 @@ class NodeConfig:
     tick_interval: float = 0.05
     housekeeping_interval: float = 1.0
     group_options: GroupOptions = field(default_factory=GroupOptions)
+    rejoin: bool = False
+    """Start after losing this node's data (see `RuntimeConfig.rejoin`)."""
 
 
 class QueueNode:
@@ -125,6 +127,7 @@ class QueueNode:
                 data_dirs=cfg.data_dirs,
                 tick_interval=cfg.tick_interval,
                 group_options=cfg.group_options,
+                rejoin=cfg.rejoin,
             )
         )
         self.data_groups = tuple(range(1, cfg.groups + 1))

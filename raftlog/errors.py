@@ -50,6 +50,13 @@ class ConfChangeInProgress(RaftError):
     code = "ConfChangeInProgress"
 
 
+class LearnerNotReady(RaftError):
+    """A learner may be promoted only once it has caught up to the leader's commit index."""
+
+    retriable = True
+    code = "LearnerNotReady"
+
+
 class Compacted(RaftError):
     """The requested log index is below the first index still held (it is in a snapshot)."""
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import heapq
 import struct
+import zlib
 from array import array
 from bisect import bisect_right
 from collections.abc import Callable, Iterable
@@ -86,6 +87,9 @@ _IMAGE_HEAD = struct.Struct("<BqI")
 _QUEUE_HEAD = struct.Struct("<10qI")
 _SEGMENT_HEAD = struct.Struct("<qqqBqI")
 _DEDUP_TAIL = struct.Struct("<qq")
+_SHIPPED_MAGIC = b"CMQSHIP1"
+_SHIPPED_HEAD = struct.Struct("<QI")  # light image length, segment count
+_SHIPPED_SEGMENT = struct.Struct("<HqQI")  # key length, first seq, size, crc32
 
 
 class _Touched:
@@ -330,10 +334,59 @@ class QueueMachine:
         self._releasing, self._released = self._released, []
         return image
 
+    def export_snapshot(self, data: bytes) -> bytes:
+        """A self-contained form of the image ``data`` for a follower that lacks the segment
+        files: the image plus every segment it lists, up to its recorded size, each with a
+        CRC-32. `restore` accepts both forms. Runs on a worker thread (reads files only)."""
+        if not data or data.startswith(_SHIPPED_MAGIC):
+            return data
+        _, queues = self._decode_image(data)
+        parts = [_SHIPPED_MAGIC, b"", data]
+        count = 0
+        for q in queues.values():
+            key = q.key.encode()
+            for seg in q.segments:
+                blob = self._store.export(q.key, seg.first_seq, seg.size)
+                crc = zlib.crc32(blob)
+                parts.append(_SHIPPED_SEGMENT.pack(len(key), seg.first_seq, seg.size, crc))
+                parts.append(key)
+                parts.append(blob)
+                count += 1
+        parts[1] = _SHIPPED_HEAD.pack(len(data), count)
+        return b"".join(parts)
+
+    def _install_shipped(self, data: bytes) -> bytes:
+        """Write the segments of a shipped image into the store; return the plain image."""
+        view = memoryview(data)
+        pos = len(_SHIPPED_MAGIC)
+        try:
+            image_len, count = _SHIPPED_HEAD.unpack_from(view, pos)
+            pos += _SHIPPED_HEAD.size
+            image = bytes(view[pos : pos + image_len])
+            pos += image_len
+            for _ in range(count):
+                key_len, first, size, crc = _SHIPPED_SEGMENT.unpack_from(view, pos)
+                pos += _SHIPPED_SEGMENT.size
+                key = bytes(view[pos : pos + key_len]).decode()
+                pos += key_len
+                blob = bytes(view[pos : pos + size])
+                pos += size
+                if len(blob) != size or zlib.crc32(blob) != crc:
+                    raise InvariantBroken(f"shipped segment {key}/{first} fails its checksum")
+                self._store.install(key, first, blob)
+        except (struct.error, UnicodeDecodeError) as e:
+            raise InvariantBroken(f"malformed shipped snapshot: {e}") from None
+        if pos != len(view) or len(image) != image_len:
+            raise InvariantBroken("malformed shipped snapshot: length mismatch")
+        return image
+
     def restore(self, index: int, data: bytes) -> None:
         """Replace the state with the image ``data`` (``b""``: empty) and bring the segment
         files to the recorded layout (longer files truncated; missing/short: `InvariantBroken`).
-        Costs a read of the live segments (per-record times are not in the image)."""
+        Costs a read of the live segments (per-record times are not in the image). A shipped
+        image (`export_snapshot`) first installs the segments it carries."""
+        if data.startswith(_SHIPPED_MAGIC):
+            data = self._install_shipped(data)
         before = set(self._queues)
         incarnations, queues = self._decode_image(data) if data else (0, {})
         layout = {

@@ -90,7 +90,32 @@ class _FramedStore(ABC):
     def _describe(self, key: _Key) -> str:
         """Where the segment lives, for error messages."""
 
+    @abstractmethod
+    def _read_copy(self, key: _Key, size: int) -> bytes:
+        """The first ``size`` bytes of a segment, read without touching shared handles (may
+        run on a worker thread while the event loop appends)."""
+
     # -- SegmentStore ------------------------------------------------------------------------
+    def export(self, queue: str, segment: int, size: int) -> bytes:
+        """The first ``size`` bytes of a segment (for shipping it to a follower); a missing or
+        shorter segment raises `InvariantBroken`. Thread-safe with respect to appends."""
+        data = self._read_copy((queue, segment), size)
+        if len(data) != size:
+            raise InvariantBroken(
+                f"{self._describe((queue, segment))}: {len(data)} B, expected {size} B to export"
+            )
+        return data
+
+    def install(self, queue: str, segment: int, data: bytes) -> None:
+        """Replace a segment with ``data`` (received with a leader's snapshot); made durable by
+        the next `flush` and validated by `recover`."""
+        key = (queue, segment)
+        self._close(key)
+        self._remove(key)
+        self._forget(key)
+        self._offsets.pop(key, None)
+        self._write(key, data)
+
     def append(
         self,
         queue: str,
@@ -294,6 +319,10 @@ class MemorySegmentStore(_FramedStore):
     def _close(self, key: _Key) -> None:
         del key
 
+    def _read_copy(self, key: _Key, size: int) -> bytes:
+        buf = self.segments.get(key)
+        return b"" if buf is None else bytes(buf[:size])
+
     def _describe(self, key: _Key) -> str:
         return f"memory:{key[0]}/{key[1]:020d}.seg"
 
@@ -377,6 +406,24 @@ class FileSegmentStore(_FramedStore):
             return os.stat(self._path(key)).st_size
         except FileNotFoundError:
             return None
+
+    def _read_copy(self, key: _Key, size: int) -> bytes:
+        try:
+            fd = os.open(self._path(key), os.O_RDONLY)
+        except FileNotFoundError:
+            return b""
+        try:
+            chunks = []
+            pos = 0
+            while pos < size:
+                chunk = os.pread(fd, min(size - pos, 1 << 20), pos)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                pos += len(chunk)
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
 
     def _truncate(self, key: _Key, size: int) -> None:
         self._close(key)

@@ -134,6 +134,15 @@ class SegmentStore(Protocol):
         """Make every append so far durable (fsync); the blocking part of a snapshot."""
         ...
 
+    def export(self, queue: str, segment: int, size: int) -> bytes:
+        """The first ``size`` bytes of a segment, for shipping it with a snapshot (may run on
+        a worker thread while appends go on)."""
+        ...
+
+    def install(self, queue: str, segment: int, data: bytes) -> None:
+        """Replace a segment with bytes received from a leader (durable at the next flush)."""
+        ...
+
     def recover(
         self, layout: Mapping[str, Sequence[SegmentLayout]]
     ) -> dict[str, list[RecoveredSegment]]:

@@ -45,6 +45,7 @@ from raftlog.errors import (
     Compacted,
     ConfChangeInProgress,
     InvariantViolation,
+    LearnerNotReady,
     NotLeader,
     Overloaded,
     RaftError,
@@ -85,6 +86,12 @@ class Config:
     max_apply_bytes: int = 16 << 20
     pre_vote: bool = True
     check_quorum: bool = True
+    rejoin: bool = False
+    """This node lost its disk and restarts under its old id: it neither votes nor campaigns
+    until it has caught up to a commit index learned from a leader (a voter that forgot
+    entries it acknowledged could otherwise help elect a leader lacking them), and it asks the
+    leader to re-probe it (`MsgType.LOG_LOST`) instead of failing on a commit index beyond its
+    log."""
     unsafe: UnsafeHooks = field(default_factory=UnsafeHooks)
 
     def validate(self) -> None:
@@ -134,12 +141,15 @@ class Raft:
         self.uncommitted: deque[tuple[int, int]] = deque()
         self.uncommitted_bytes = 0
         self.snapshot_elapsed: dict[int, int] = {}
+        # Rejoining after data loss: the commit index to reach before voting (None: unknown).
+        self.rejoining = config.rejoin
+        self.rejoin_target: int | None = None
         self._reset_randomized_timeout()
 
     # -- helpers -----------------------------------------------------------------------------------
     def promotable(self) -> bool:
-        """Whether this node is a voter (may campaign)."""
-        return self.id in self.conf.voters
+        """Whether this node is a voter that may campaign (not while rejoining)."""
+        return self.id in self.conf.voters and not self.rejoining
 
     def _reset_randomized_timeout(self) -> None:
         et = self.cfg.election_tick
@@ -331,8 +341,17 @@ class Raft:
     def _validate_conf_change(self, cc: ConfChange) -> None:
         if cc.node <= 0:
             raise RaftError(f"invalid node id {cc.node}")
-        if cc.kind is ConfChangeKind.PROMOTE and cc.node not in self.conf.learners:
-            raise RaftError(f"node {cc.node} is not a learner")
+        if cc.kind is ConfChangeKind.PROMOTE:
+            if cc.node not in self.conf.learners:
+                raise RaftError(f"node {cc.node} is not a learner")
+            pr = self.progress.get(cc.node)
+            if pr is None or pr.match < self.log.committed:
+                # A voter that holds nothing yet would only weaken the quorum (and, if it
+                # is rejoining after data loss, could not even vote): catch up first.
+                match = 0 if pr is None else pr.match
+                raise LearnerNotReady(
+                    f"learner {cc.node} has {match} of {self.log.committed} committed entries"
+                )
         if cc.kind is ConfChangeKind.ADD_LEARNER and cc.node in self.conf.voters:
             raise RaftError(f"node {cc.node} is already a voter")
         if cc.kind is ConfChangeKind.REMOVE:
@@ -474,7 +493,7 @@ class Raft:
 
     def _handle_vote_request(self, m: Message) -> None:
         resp_type = MsgType.VOTE_RESP if m.type is MsgType.VOTE else MsgType.PRE_VOTE_RESP
-        can_vote = (
+        can_vote = not self.rejoining and (
             self.vote == m.frm
             or (self.vote == NONE and self.lead == NONE)
             or (m.type is MsgType.PRE_VOTE and m.term > self.term)
@@ -510,7 +529,10 @@ class Raft:
         elif m.type is MsgType.HEARTBEAT:
             self.election_elapsed = 0
             self.lead = m.frm
-            self.log.commit_to(m.commit)
+            if self.rejoining and m.commit > self.log.last_index():
+                self._log_lost(m.frm, m.commit)
+            else:
+                self.log.commit_to(m.commit)
             self._send(Message(MsgType.HEARTBEAT_RESP, to=m.frm, frm=self.id, term=self.term))
         elif m.type is MsgType.SNAP:
             self.election_elapsed = 0
@@ -519,7 +541,33 @@ class Raft:
         elif m.type is MsgType.TIMEOUT_NOW:
             self.campaign(pre=False, transfer=True)
 
+    def _log_lost(self, leader: int, commit: int) -> None:
+        """Rejoining: the leader believes we hold entries up to ``commit`` at least."""
+        if self.rejoin_target is None:
+            self.rejoin_target = commit
+        self._send(
+            Message(
+                MsgType.LOG_LOST,
+                to=leader,
+                frm=self.id,
+                term=self.term,
+                index=self.log.last_index(),
+            )
+        )
+
+    def maybe_finish_rejoin(self) -> None:
+        """Vote again once the durable log reaches the commit index learned while rejoining."""
+        target = self.rejoin_target
+        if self.rejoining and target is not None and self.log.stable_last() >= target:
+            self.rejoining = False
+            self.rejoin_target = None
+
     def _handle_append(self, m: Message) -> None:
+        if self.rejoining and self.rejoin_target is None:
+            # The first commit index heard from a leader is what this node must hold before it
+            # votes again: everything it may have acknowledged before losing its disk is in
+            # there. (A fixed target: chasing the moving commit index might never end.)
+            self.rejoin_target = m.commit
         if m.index < self.log.committed:
             # Everything up to our commit index is known to match: say so.
             self._send(
@@ -581,6 +629,14 @@ class Raft:
                 self._handle_reject(m, pr)
             else:
                 self._handle_ack(m, pr)
+        elif m.type is MsgType.LOG_LOST:
+            # The follower lost entries we counted as matched: probe it from its real end.
+            # The commit index never moves back; only this follower's progress does.
+            pr.recent_active = True
+            if m.index < pr.match or pr.state is not ProgressState.PROBE:
+                pr.match = min(pr.match, m.index)
+                pr.become_probe()
+                self._send_append(m.frm)
         elif m.type is MsgType.HEARTBEAT_RESP:
             pr.recent_active = True
             pr.msg_app_probe_paused = False

@@ -193,6 +193,7 @@ class RawNode:
             last = rd.entries[-1]
             log.stable_to(last.index, last.term)
             r.on_persisted(last.index, last.term)
+        r.maybe_finish_rejoin()
         if rd.committed:
             for e in rd.committed:
                 if e.kind is EntryKind.CONF:

@@ -143,6 +143,9 @@ class MsgType(IntEnum):
     HEARTBEAT_RESP = 8
     SNAP = 9
     TIMEOUT_NOW = 10
+    LOG_LOST = 11
+    """A rejoining follower tells the leader its log ends at ``index`` although the leader
+    believed it held more (its disk was lost): the leader probes it again from there."""
 
 
 @dataclass(frozen=True, slots=True)

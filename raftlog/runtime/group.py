@@ -17,7 +17,7 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future as ThreadFuture
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from raftlog.core import (
@@ -27,6 +27,7 @@ from raftlog.core import (
     EntryKind,
     HardState,
     Message,
+    MsgType,
     RawNode,
     Ready,
     Role,
@@ -80,6 +81,9 @@ class GroupOptions:
     """Entries kept in memory behind a snapshot so slightly lagging followers avoid one..."""
     keep_bytes: int = 16 << 20
     """...but never more than this many bytes of them."""
+    max_snapshot_transfer: int = 48 << 20
+    """Largest snapshot shipped to a follower in one message (the transport's frame limit is
+    64 MiB); a larger one is refused loudly (chunked transfer is not implemented)."""
 
 
 @dataclass(slots=True)
@@ -119,7 +123,8 @@ class GroupDriver:
         self.raw = raw
         self.store = store
         self.sm = sm
-        self._send = send
+        self._send_raw = send
+        self._exports: set[asyncio.Task[None]] = set()
         self.options = options
         self._offload = offload
         self.counters = GroupCounters()
@@ -151,6 +156,10 @@ class GroupDriver:
         """Cancel the driver and fail every waiter. Idempotent."""
         if self.stopped is None:
             self.stopped = ProposalDropped(reason)
+        exports = list(self._exports)
+        for t in exports:
+            t.cancel()
+        await asyncio.gather(*exports, return_exceptions=True)
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -242,6 +251,56 @@ class GroupDriver:
         if self.raw.raft.log.applied > self._last_snapshot:
             self._snapshot_requested = True
             self._wake.set()
+
+    # -- shipping snapshots ------------------------------------------------------------------------
+    def _send(self, group: int, msgs: Sequence[Message]) -> None:
+        """Send ``msgs``; snapshots first go through the state machine's optional
+        ``export_snapshot(data) -> bytes`` hook (on a worker thread), which makes them
+        self-contained for a follower (e.g. adds the segment files a light image refers to)."""
+        export = getattr(self.sm, "export_snapshot", None)
+        if export is None or not any(m.type is MsgType.SNAP for m in msgs):
+            self._send_raw(group, msgs)
+            return
+        plain = [m for m in msgs if m.type is not MsgType.SNAP]
+        if plain:
+            self._send_raw(group, plain)
+        for m in msgs:
+            if m.type is MsgType.SNAP:
+                task = asyncio.get_running_loop().create_task(self._ship(m, export))
+                self._exports.add(task)
+                task.add_done_callback(self._exports.discard)
+
+    async def _ship(self, m: Message, export: Callable[[bytes], bytes]) -> None:
+        snap = m.snapshot
+        if snap is None:
+            return
+        try:
+            data = await self._offload(export, snap.data)
+        except (RaftError, OSError, ValueError) as exc:
+            log.error(
+                "group %d: cannot export snapshot %d for node %d: %s",
+                self.group,
+                snap.meta.index,
+                m.to,
+                exc,
+            )
+            self.report_snapshot(m.to, False)
+            return
+        if len(data) > self.options.max_snapshot_transfer:
+            log.error(
+                "group %d: snapshot %d is %d bytes, over the %d-byte transfer limit; node %d "
+                "cannot catch up by snapshot",
+                self.group,
+                snap.meta.index,
+                len(data),
+                self.options.max_snapshot_transfer,
+                m.to,
+            )
+            self.report_snapshot(m.to, False)
+            return
+        if self.stopped is None:
+            shipped = Snapshot(snap.meta, data)
+            self._send_raw(self.group, [replace(m, snapshot=shipped)])
 
     # -- the driver --------------------------------------------------------------------------------
     def _after_input(self) -> None:

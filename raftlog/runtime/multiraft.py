@@ -97,6 +97,9 @@ class RuntimeConfig:
     pin_check_ticks: int = 20
     seed: int | None = None
     """Seed for election-timeout randomization (None: from the OS)."""
+    rejoin: bool = False
+    """This node lost its data and restarts under its old id: every group starts in the core's
+    rejoin mode (no votes until caught up from a leader; see `raftlog.core.Config.rejoin`)."""
     group_options: GroupOptions = field(default_factory=GroupOptions)
     wal_options: WalOptions = field(default_factory=WalOptions)
     transport: TransportConfig = field(default_factory=TransportConfig)
@@ -219,6 +222,7 @@ class MultiRaft:
                 self.id,
                 election_tick=self.cfg.election_tick,
                 heartbeat_tick=self.cfg.heartbeat_tick,
+                rejoin=self.cfg.rejoin,
             ),
             store,
             random.Random(self._rng.getrandbits(64)),

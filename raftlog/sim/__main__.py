@@ -48,7 +48,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--wipe-rejoining",
         action="store_true",
-        help="re-add removed nodes with an empty disk under the same id (unsafe; a demo)",
+        help="re-add removed nodes with an empty disk under the same id",
+    )
+    ap.add_argument(
+        "--rejoin-wiped",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="start wiped nodes in rejoin mode (default: on; off shows why it is needed)",
     )
     ap.add_argument("--stop", action="store_true", help="stop at the first violation")
     ap.add_argument("-v", "--verbose", action="store_true", help="one line per seed")
@@ -61,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         unsafe=PLANTS[args.plant],
         silent_loss=args.silent_loss,
         wipe_rejoining=args.wipe_rejoining,
+        rejoin_wiped=args.rejoin_wiped,
         small_windows=args.small_windows,
     )
     try:

@@ -74,6 +74,9 @@ class SimConfig:
     small_windows: bool = True
     """Also draw inflight windows of 1 and 4 messages (False: 256 only), so full windows --
     and recovery from a lost append while full -- are exercised constantly."""
+    rejoin_wiped: bool = True
+    """With ``wipe_rejoining``: start a wiped node in the core's rejoin mode (it neither votes
+    nor campaigns until caught up), which makes reusing its id safe."""
     wipe_rejoining: bool = False
     """Re-add a removed node with an *empty* disk under its old id. Unsafe: the removed node's
     log may be the copy that made the removal committed for a node that restarts with an older
@@ -181,6 +184,8 @@ class Simulation:
         self._seq = 0
         self.up = dict.fromkeys(self.ids, True)
         self.generation = {(n, g): 0 for n in self.ids for g in self.groups}
+        # (node, group) pairs whose disk was wiped and that have not caught up since.
+        self.wiped: set[tuple[int, int]] = set()
         # With four or more nodes a group may be founded by three of them; the others start
         # with empty disks and join (as learners, through a snapshot) when a client adds them.
         self.founding: dict[int, ConfState] = {}
@@ -252,10 +257,11 @@ class Simulation:
             torn=r.choice([0.0, 0.5, 1.0]),
         )
 
-    def _raft_config(self, node: int) -> Config:
+    def _raft_config(self, node: int, rejoin: bool = False) -> Config:
         p = self.params
         return Config(
             node,
+            rejoin=rejoin,
             election_tick=10,
             heartbeat_tick=p.heartbeat_tick,
             max_msg_bytes=p.max_msg_bytes,
@@ -269,7 +275,7 @@ class Simulation:
         self.generation[key] += 1
         return SimNode(
             self,
-            self._raft_config(node),
+            self._raft_config(node, rejoin=key in self.wiped),
             group,
             self.disks[key],
             rng=random.Random(self.rng.getrandbits(64)),
@@ -506,6 +512,8 @@ class Simulation:
         """
         key = (node, g)
         self.disks[key] = SimDisk()
+        if self.config.rejoin_wiped:
+            self.wiped.add(key)
         self.pending.pop((g, node), None)
         self.checker.forget(g, node)
         if self.up[node]:
@@ -580,6 +588,9 @@ class Simulation:
             if disk.crashed:
                 _, rec = disk.recover()
                 parts.append(f"g{g}:replayed{rec.replayed}/dropped{rec.dropped}")
+            old = self.nodes.get((node, g))
+            if old is not None and not old.raw.raft.rejoining:
+                self.wiped.discard((node, g))  # it caught up before it crashed: a voter again
             sn = self.nodes[(node, g)] = self._new_node(node, g)
             hs = sn.raw.raft
             parts.append(f"(t{hs.term} last{hs.log.last_index()} c{hs.log.committed})")

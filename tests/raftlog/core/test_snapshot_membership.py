@@ -177,3 +177,68 @@ def test_conf_change_encoding_round_trips_and_rejects_garbage() -> None:
     assert ConfChange.decode(cc.encode()) == cc
     with pytest.raises(ValueError):
         ConfChange.decode(b"\x01\x02")
+
+
+def test_a_learner_is_promoted_only_once_caught_up() -> None:
+    from raftlog.errors import LearnerNotReady
+
+    c = Cluster(3)
+    c.elect(1)
+    c.add_node(4, ConfState())
+    c.isolate(4)
+    c.nodes[1].propose_conf_change(ConfChange(ConfChangeKind.ADD_LEARNER, 4))
+    c.stabilize()
+    with pytest.raises(LearnerNotReady):
+        c.nodes[1].propose_conf_change(ConfChange(ConfChangeKind.PROMOTE, 4))
+    c.heal()
+    c.tick(3)
+    c.nodes[1].propose_conf_change(ConfChange(ConfChangeKind.PROMOTE, 4))
+    c.stabilize()
+    assert c.nodes[1].raft.conf.voters == (1, 2, 3, 4)
+
+
+def test_rejoining_node_catches_up_before_it_votes() -> None:
+    import random
+
+    from raftlog.core import Config, MemoryStorage, Message, MsgType, RawNode
+
+    c = Cluster(3)
+    c.elect(1)
+    for k in range(5):
+        c.nodes[1].propose(b"%d" % k)
+    c.stabilize()
+    # Node 3 loses its disk and comes back under its old id, in rejoin mode.
+    st = MemoryStorage(c.nodes[1].raft.conf)
+    c.storage[3] = st
+    c.nodes[3] = RawNode(Config(3, rejoin=True), st, random.Random(3))
+    c.applied[3] = []
+    n3 = c.nodes[3]
+    # It refuses votes while rejoining, even for an up-to-date candidate.
+    n3.step(Message(MsgType.VOTE, to=3, frm=2, term=1, index=99, log_term=1))
+    rd = n3.ready()
+    assert [m.reject for m in rd.persisted_messages if m.type is MsgType.VOTE_RESP] == [True]
+    n3.advance(rd)
+    # The leader's heartbeat names a commit index beyond its log: it asks to be re-probed
+    # instead of failing, and the leader sends it what it lost.
+    c.tick(3)
+    assert n3.raft.log.last_index() == c.nodes[1].raft.log.last_index()
+    assert not n3.raft.rejoining
+    assert [d for _, _, d in c.applied[3]] == [b"%d" % k for k in range(5)]
+
+
+def test_without_rejoin_mode_a_lost_log_stops_loudly() -> None:
+    import random
+
+    from raftlog.core import Config, MemoryStorage, RawNode
+    from raftlog.errors import InvariantViolation
+
+    c = Cluster(3)
+    c.elect(1)
+    for k in range(3):
+        c.nodes[1].propose(b"%d" % k)
+    c.stabilize()
+    st = MemoryStorage(c.nodes[1].raft.conf)
+    c.storage[3] = st
+    c.nodes[3] = RawNode(Config(3), st, random.Random(3))
+    with pytest.raises(InvariantViolation):
+        c.tick(2)

@@ -249,3 +249,30 @@ async def test_forwarded_calls_over_the_peer_connection(tmp_path: Path) -> None:
     finally:
         for nd in nodes.values():
             await nd.close()
+
+
+async def test_heartbeats_of_all_groups_share_one_frame_per_peer_per_tick(tmp_path: Path) -> None:
+    nodes = make_nodes(tmp_path)
+    groups = range(1, 9)
+    for nd in nodes.values():
+        await nd.start()
+        for g in groups:
+            await nd.open_group(g, AppendLog(), voters=list(nodes))
+    try:
+        for g in groups:
+            await wait_leader(nodes, g)
+        leads = {g: (await wait_leader(nodes, g)) for g in groups}
+        busiest = max(nodes, key=lambda n: sum(1 for v in leads.values() if v == n))
+        led = sum(1 for v in leads.values() if v == busiest)
+        assert led >= 3  # several groups led by one node: their beats must coalesce
+        peer = next(p for p in nodes if p != busiest)
+        before = nodes[busiest].transport.stats()[peer].frames_sent
+        await asyncio.sleep(1.0)  # idle: only heartbeats and their answers flow
+        frames = nodes[busiest].transport.stats()[peer].frames_sent - before
+        ticks = 1.0 / nodes[busiest].cfg.tick_interval
+        # One BEATS frame (plus at most one BEAT_ACKS frame) per tick, not one per group.
+        assert frames <= 2.5 * ticks, (frames, ticks, led)
+        assert frames >= 0.5 * ticks
+    finally:
+        for nd in nodes.values():
+            await nd.close()
