@@ -468,16 +468,15 @@ class FileSegmentStore(_FramedStore):
 
     def flush(self) -> None:
         sync = getattr(os, "fdatasync", os.fsync)
+        # Always a fresh descriptor: flush runs on a worker thread (raftlog offloads snapshots)
+        # while reads on the event loop may evict and close cached ones, and syncing any
+        # descriptor of a file makes that file's data durable.
         for key in sorted(self._dirty):
-            fd = self._fds.get(key)
-            if fd is not None:
+            fd = os.open(self._path(key), os.O_RDONLY)
+            try:
                 sync(fd)
-            else:
-                fd = os.open(self._path(key), os.O_RDONLY)
-                try:
-                    sync(fd)
-                finally:
-                    os.close(fd)
+            finally:
+                os.close(fd)
         self._dirty.clear()
         # Parents after children: a new queue directory's entry in the root comes last.
         for d in sorted(self._dirty_dirs, key=len, reverse=True):
