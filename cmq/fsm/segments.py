@@ -289,6 +289,20 @@ class MemorySegmentStore(_FramedStore):
         super().__init__(cache_bytes)
         self.segments: dict[_Key, bytearray] = {}
         self.flushes = 0
+        # What a flush made durable (segment sizes), so `crash` can model a power loss.
+        self._durable: dict[_Key, int] = {}
+
+    def crash(self) -> None:
+        """Power loss: every segment falls back to its size at the last flush (segments never
+        flushed vanish), and the in-memory indexes are lost."""
+        self.segments = {
+            key: buf[: self._durable[key]]
+            for key, buf in self.segments.items()
+            if key in self._durable
+        }
+        self._offsets.clear()
+        self._cache.clear()
+        self._cache_bytes = 0
 
     def _write(self, key: _Key, data: bytes) -> None:
         self.segments.setdefault(key, bytearray()).extend(data)
@@ -328,6 +342,7 @@ class MemorySegmentStore(_FramedStore):
 
     def flush(self) -> None:
         self.flushes += 1
+        self._durable = {key: len(buf) for key, buf in self.segments.items()}
 
 
 class FileSegmentStore(_FramedStore):

@@ -46,6 +46,7 @@ from raftlog.core import (
 from raftlog.errors import RaftError
 from raftlog.runtime.applog import AppendLog
 from raftlog.runtime.group import GroupDriver, GroupOptions
+from raftlog.runtime.statemachine import StateMachine
 from raftlog.sim.disk import EntriesRecord, HardStateRecord, Record, SimDisk, SnapshotRecord
 from raftlog.sim.vloop import VirtualTimeLoop
 
@@ -230,6 +231,24 @@ class RuntimeSim:
         self.result.violations.append(text)
         self.trace(f"VIOLATION {text}")
 
+    # -- hooks for other state machines and workloads (the queue's simulation overrides them) --
+    def new_state_machine(self, nid: int, group: int) -> StateMachine:
+        """The state machine for ``group`` on ``nid`` (at every start)."""
+        del nid, group
+        return AppendLog()
+
+    def state_machine_crashed(self, nid: int, group: int) -> None:
+        """``nid`` lost power: drop whatever its state machine had not made durable."""
+        del nid, group
+
+    async def workload(self, group: int, cid: int, stop: asyncio.Event) -> None:
+        """One client's traffic until ``stop``."""
+        await self.client(group, cid, stop)
+
+    async def final_checks(self) -> None:
+        """After healing: liveness and end-state checks."""
+        await self.check_liveness()
+
     # -- nodes -----------------------------------------------------------------------------------
     def start_node(self, nid: int) -> None:
         n = self.nodes[nid]
@@ -244,7 +263,7 @@ class RuntimeSim:
                 g,
                 raw,
                 log,
-                AppendLog(),
+                self.new_state_machine(nid, g),
                 send=functools.partial(self.send, nid),
                 options=GroupOptions(snapshot_entries=self.cfg.snapshot_entries, keep_entries=5),
                 offload=_inline,
@@ -261,6 +280,7 @@ class RuntimeSim:
             n.logs[g].dead = True
             await driver.stop("crashed")
             n.disks[g].crash(self.rng, 0.3)
+            self.state_machine_crashed(nid, g)
         n.drivers = {}
         n.logs = {}
         self.result.crashes += 1
@@ -394,7 +414,7 @@ class RuntimeSim:
         ticker = asyncio.get_running_loop().create_task(self.ticker())
         stop = asyncio.Event()
         clients = [
-            asyncio.get_running_loop().create_task(self.client(g, c, stop))
+            asyncio.get_running_loop().create_task(self.workload(g, c, stop))
             for g in self.groups()
             for c in range(self.cfg.clients)
         ]
@@ -409,7 +429,7 @@ class RuntimeSim:
             self.trace("healed")
             stop.set()
             await asyncio.gather(*clients)
-            await self.check_liveness()
+            await self.final_checks()
         finally:
             ticker.cancel()
             for t in clients:
