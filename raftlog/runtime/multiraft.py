@@ -95,6 +95,9 @@ class RuntimeConfig:
     """More live WAL segments than this in a directory: the groups pinning the oldest one are
     snapshotted so it can be deleted."""
     pin_check_ticks: int = 20
+    snapshot_every_ticks: int = 6000
+    """Also snapshot every group that applied anything since its last snapshot this often
+    (6000 ticks = 5 minutes at 50 ms), so a restart replays little even when traffic is low."""
     seed: int | None = None
     """Seed for election-timeout randomization (None: from the OS)."""
     rejoin: bool = False
@@ -342,6 +345,9 @@ class MultiRaft:
             ticks += 1
             if ticks % self.cfg.pin_check_ticks == 0:
                 self._snapshot_pinning_groups()
+            if ticks % self.cfg.snapshot_every_ticks == 0:
+                for g in list(self.groups.values()):
+                    g.request_snapshot()
 
     def _snapshot_pinning_groups(self) -> None:
         """Ask groups that keep old WAL segments alive to snapshot, so the segments can go."""

@@ -276,3 +276,32 @@ async def test_heartbeats_of_all_groups_share_one_frame_per_peer_per_tick(tmp_pa
     finally:
         for nd in nodes.values():
             await nd.close()
+
+
+async def test_groups_are_snapshotted_periodically(tmp_path: Path) -> None:
+    ports = free_ports(1)
+    peers = {1: Address("127.0.0.1", ports[0])}
+    node = MultiRaft(
+        RuntimeConfig(
+            node_id=1,
+            listen=peers[1],
+            peers=peers,
+            secret=b"s",
+            data_dirs=(str(tmp_path),),
+            tick_interval=0.01,
+            snapshot_every_ticks=10,
+        )
+    )
+    await node.start()
+    try:
+        await node.open_group(1, AppendLog(), voters=[1])
+        await wait_leader({1: node}, 1)
+        await node.propose(1, b"one", timeout=5)
+        for _ in range(100):
+            if node.group(1).store.snapshot().meta.index >= 2:
+                break
+            await asyncio.sleep(0.02)
+        assert node.group(1).store.snapshot().meta.index >= 2
+        assert node.group(1).counters.forced_snapshots >= 1
+    finally:
+        await node.close()
