@@ -37,7 +37,12 @@ from cmq.fsm.segments import MemorySegmentStore
 from cmq.model import QueueAttributes
 from raftlog.errors import RaftError
 from raftlog.runtime.statemachine import StateMachine
-from raftlog.sim.runtime_sim import RuntimeSim, RuntimeSimConfig, RuntimeSimResult
+from raftlog.sim.runtime_sim import (
+    RuntimeSim,
+    RuntimeSimConfig,
+    RuntimeSimResult,
+    run_runtime_seed,
+)
 
 EPOCH_MS = 1_700_000_000_000
 
@@ -189,12 +194,7 @@ class QueueSim(RuntimeSim):
 
 def run_queue_seed(seed: int, cfg: RuntimeSimConfig | None = None) -> RuntimeSimResult:
     """Run one seed of the queue simulation on a fresh virtual-time loop."""
-    sim = QueueSim(seed, cfg or RuntimeSimConfig())
-    try:
-        sim.loop.run_until_complete(sim.main())
-    finally:
-        sim.loop.close()
-    return sim.result
+    return run_runtime_seed(seed, cfg, QueueSim)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -497,9 +497,14 @@ class RuntimeSim:
         return True
 
 
-def run_runtime_seed(seed: int, cfg: RuntimeSimConfig | None = None) -> RuntimeSimResult:
-    """Run one seed to completion on a fresh virtual-time loop."""
-    sim = RuntimeSim(seed, cfg or RuntimeSimConfig())
+def run_runtime_seed(
+    seed: int,
+    cfg: RuntimeSimConfig | None = None,
+    sim_class: type[RuntimeSim] | None = None,
+) -> RuntimeSimResult:
+    """Run one seed to completion on a fresh virtual-time loop (``sim_class``: a `RuntimeSim`
+    subclass with another state machine and workload)."""
+    sim = (sim_class or RuntimeSim)(seed, cfg or RuntimeSimConfig())
     try:
         sim.loop.run_until_complete(sim.main())
     finally:

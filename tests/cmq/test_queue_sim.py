@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import logging
 import os
-from collections.abc import Iterator
 
 import pytest
 
@@ -12,16 +10,10 @@ from cmq.fsm.commands import Ack, EntryOutcomes
 from cmq.fsm.machine import QueueMachine
 from cmq.sim import QueueSim, run_queue_seed
 from raftlog.runtime.statemachine import StateMachine
-from raftlog.sim.runtime_sim import RuntimeSimConfig, RuntimeSimResult
+from raftlog.sim.runtime_sim import RuntimeSimConfig, run_runtime_seed
 
 SEEDS = int(os.environ.get("QUEUE_SIM_SEEDS", "8"))
-
-
-@pytest.fixture(autouse=True)
-def _quiet() -> Iterator[None]:
-    logging.disable(logging.CRITICAL)
-    yield
-    logging.disable(logging.NOTSET)
+pytestmark = pytest.mark.usefixtures("quiet_logging")
 
 
 @pytest.mark.parametrize("nodes", [3, 5])
@@ -49,16 +41,8 @@ class _BrokenAckSim(QueueSim):
         return _AckThatDeletesNothing(self.stores[(nid, group)], segment_bytes=2048)
 
 
-def _run(sim: QueueSim) -> RuntimeSimResult:
-    try:
-        sim.loop.run_until_complete(sim.main())
-    finally:
-        sim.loop.close()
-    return sim.result
-
-
 def test_checker_catches_redelivery_after_ack() -> None:
-    r = _run(_BrokenAckSim(1, RuntimeSimConfig(seconds=10.0)))
+    r = run_runtime_seed(1, RuntimeSimConfig(seconds=10.0), _BrokenAckSim)
     assert any("after its ack was committed" in v for v in r.violations), r.violations[:3]
 
 

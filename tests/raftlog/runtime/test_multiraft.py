@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,6 +40,22 @@ def make_nodes(tmp: Path, n: int = 3, **opts: int) -> dict[int, MultiRaft]:
             )
         )
     return nodes
+
+
+def single_node(tmp: Path, **cfg: Any) -> MultiRaft:
+    """A one-node cluster (it elects itself) ticking every 10 ms."""
+    addr = Address("127.0.0.1", free_ports(1)[0])
+    return MultiRaft(
+        RuntimeConfig(
+            node_id=1,
+            listen=addr,
+            peers={1: addr},
+            secret=b"s",
+            data_dirs=(str(tmp),),
+            tick_interval=0.01,
+            **cfg,
+        )
+    )
 
 
 async def wait_leader(nodes: dict[int, MultiRaft], group: int, timeout: float = 10.0) -> int:
@@ -188,21 +205,12 @@ async def test_membership_and_transfer(tmp_path: Path) -> None:
 
 
 async def test_groups_pinning_old_wal_segments_are_snapshotted(tmp_path: Path) -> None:
-    ports = free_ports(1)
-    peers = {1: Address("127.0.0.1", ports[0])}
-    node = MultiRaft(
-        RuntimeConfig(
-            node_id=1,
-            listen=peers[1],
-            peers=peers,
-            secret=b"s",
-            data_dirs=(str(tmp_path),),
-            tick_interval=0.01,
-            wal_options=WalOptions(segment_bytes=32 << 10),
-            group_options=GroupOptions(snapshot_entries=10**9, snapshot_bytes=1 << 40),
-            max_wal_segments=3,
-            pin_check_ticks=5,
-        )
+    node = single_node(
+        tmp_path,
+        wal_options=WalOptions(segment_bytes=32 << 10),
+        group_options=GroupOptions(snapshot_entries=10**9, snapshot_bytes=1 << 40),
+        max_wal_segments=3,
+        pin_check_ticks=5,
     )
     await node.start()
     try:
@@ -279,19 +287,7 @@ async def test_heartbeats_of_all_groups_share_one_frame_per_peer_per_tick(tmp_pa
 
 
 async def test_groups_are_snapshotted_periodically(tmp_path: Path) -> None:
-    ports = free_ports(1)
-    peers = {1: Address("127.0.0.1", ports[0])}
-    node = MultiRaft(
-        RuntimeConfig(
-            node_id=1,
-            listen=peers[1],
-            peers=peers,
-            secret=b"s",
-            data_dirs=(str(tmp_path),),
-            tick_interval=0.01,
-            snapshot_every_ticks=10,
-        )
-    )
+    node = single_node(tmp_path, snapshot_every_ticks=10)
     await node.start()
     try:
         await node.open_group(1, AppendLog(), voters=[1])

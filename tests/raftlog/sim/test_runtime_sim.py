@@ -3,22 +3,14 @@ writes, partitions, loss, duplication, reordering; and a planted fsync bug it mu
 
 from __future__ import annotations
 
-import logging
 import os
-from collections.abc import Iterator
 
 import pytest
 
 from raftlog.sim.runtime_sim import RuntimeSimConfig, run_runtime_seed
 
 SEEDS = int(os.environ.get("RUNTIME_SIM_SEEDS", "16"))
-
-
-@pytest.fixture(autouse=True)
-def _quiet() -> Iterator[None]:
-    logging.disable(logging.CRITICAL)
-    yield
-    logging.disable(logging.NOTSET)
+pytestmark = pytest.mark.usefixtures("quiet_logging")
 
 
 @pytest.mark.parametrize("nodes", [3, 5])
