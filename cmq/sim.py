@@ -11,7 +11,8 @@ Producers append uniquely named messages; consumers lease and acknowledge them. 
 - replicas identical: at equal applied index every replica encodes the same state image;
 - no proposal hangs (inherited), one leader per term (inherited).
 
-``python -m cmq.sim --seeds N`` runs seeds and prints ``queue seeds=… violations=…``.
+``python -m cmq.sim --seeds N`` runs seeds and prints ``queue seeds=… violations=…``
+(``acked`` there counts confirmed messages).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from raftlog.sim.runtime_sim import (
     RuntimeSim,
     RuntimeSimConfig,
     RuntimeSimResult,
+    report_seeds,
     run_runtime_seed,
 )
 
@@ -208,17 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.disable(logging.CRITICAL)
     cfg = RuntimeSimConfig(nodes=args.nodes, seconds=args.seconds)
-    bad = 0
-    confirmed = 0
-    for seed in range(args.seed, args.seed + args.seeds):
-        r = run_queue_seed(seed, cfg)
-        confirmed += r.acked
-        if r.violations:
-            bad += 1
-            print(f"seed {seed}: " + "; ".join(r.violations[:3]))
-            print("\n".join("    " + line for line in r.trace[-20:]))
-    print(f"queue seeds={args.seeds} nodes={args.nodes} confirmed={confirmed} violations={bad}")
-    return 1 if bad else 0
+    return report_seeds("queue", range(args.seed, args.seed + args.seeds), cfg, QueueSim)
 
 
 if __name__ == "__main__":

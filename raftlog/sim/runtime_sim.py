@@ -532,16 +532,24 @@ def main(argv: list[str] | None = None) -> int:
         seconds=args.seconds,
         unsafe_early_ack=args.plant_early_ack,
     )
+    return report_seeds("runtime", range(args.seed, args.seed + args.seeds), cfg)
+
+
+def report_seeds(
+    label: str, seeds: range, cfg: RuntimeSimConfig, sim_class: type[RuntimeSim] | None = None
+) -> int:
+    """Run ``seeds``, print each failing one with its trace and a summary line
+    ``<label> seeds=… nodes=… acked=… violations=…``; exit status 1 on any violation."""
     bad = 0
     acked = 0
-    for seed in range(args.seed, args.seed + args.seeds):
-        r = run_runtime_seed(seed, cfg)
+    for seed in seeds:
+        r = run_runtime_seed(seed, cfg, sim_class)
         acked += r.acked
         if r.violations:
             bad += 1
             print(f"seed {seed}: " + "; ".join(r.violations[:3]))
             print("\n".join("    " + line for line in r.trace[-20:]))
-    print(f"runtime seeds={args.seeds} nodes={args.nodes} acked={acked} violations={bad}")
+    print(f"{label} seeds={len(seeds)} nodes={cfg.nodes} acked={acked} violations={bad}")
     return 1 if bad else 0
 
 
