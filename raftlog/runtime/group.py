@@ -81,9 +81,9 @@ class GroupOptions:
     """Entries kept in memory behind a snapshot so slightly lagging followers avoid one..."""
     keep_bytes: int = 16 << 20
     """...but never more than this many bytes of them."""
-    max_snapshot_transfer: int = 48 << 20
-    """Largest snapshot shipped to a follower in one message (the transport's frame limit is
-    64 MiB); a larger one is refused loudly (chunked transfer is not implemented)."""
+    max_snapshot_transfer: int = (1 << 30) - (1 << 20)
+    """Largest snapshot shipped to a follower (the transport sends it in checksummed chunks
+    and a peer accepts chunked frames up to 1 GiB); a larger one is refused loudly."""
 
 
 @dataclass(slots=True)

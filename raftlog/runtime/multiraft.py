@@ -387,17 +387,21 @@ class MultiRaft:
         boxes, self._outboxes = self._outboxes, {}
         self.counters.flushes += 1
         for peer, box in sorted(boxes.items()):
-            ok = True
-            if box.messages:
-                ok = self.transport.send(peer, FrameKind.RAFT, encode_messages(box.messages))
-                if not ok:
-                    for group, m in box.messages:
-                        g = self.groups.get(group)
-                        if g is None:
-                            continue
-                        if m.type is MsgType.SNAP:
-                            g.report_snapshot(peer, False)
-                        g.report_unreachable(peer)
+            # Snapshots travel in frames of their own: a large one is sent in chunks
+            # between the other traffic instead of holding the small messages back.
+            small = [(g, m) for g, m in box.messages if m.type is not MsgType.SNAP]
+            batches = [small] if small else []
+            batches += [[(g, m)] for g, m in box.messages if m.type is MsgType.SNAP]
+            for batch in batches:
+                if self.transport.send(peer, FrameKind.RAFT, encode_messages(batch)):
+                    continue
+                for group, m in batch:
+                    g = self.groups.get(group)
+                    if g is None:
+                        continue
+                    if m.type is MsgType.SNAP:
+                        g.report_snapshot(peer, False)
+                    g.report_unreachable(peer)
             if box.beats:
                 self.transport.send(peer, FrameKind.BEATS, encode_beats(box.beats))
             if box.acks:

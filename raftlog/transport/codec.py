@@ -11,11 +11,15 @@ Kinds:
 - ``BEATS``      coalesced heartbeats: (group, term, commit) for every group the sender leads
 - ``BEAT_ACKS``  coalesced heartbeat answers: (group, term)
 - ``CALL`` / ``REPLY``  request id + opaque payload (forwarded client calls)
+- ``CHUNK``      one piece of a large frame (snapshots) sent in pieces between other traffic:
+                 transfer id, inner kind, piece index and count, total length, CRC-32 of the
+                 whole body; the receiver reassembles, checks the CRC and delivers the inner frame
 """
 
 from __future__ import annotations
 
 import struct
+import zlib
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -39,6 +43,7 @@ _U32 = struct.Struct(">I")
 _BEAT = struct.Struct(">QQQ")
 _BEAT_ACK = struct.Struct(">QQ")
 _CALL = struct.Struct(">QB")
+_CHUNK = struct.Struct(">QBIIQI")
 
 DEFAULT_MAX_FRAME = 64 << 20
 
@@ -52,6 +57,7 @@ class FrameKind(IntEnum):
     BEAT_ACKS = 6
     CALL = 7
     REPLY = 8
+    CHUNK = 9
 
 
 class CodecError(RaftError):
@@ -285,3 +291,93 @@ def decode_call(body: bytes | memoryview) -> tuple[int, bool, bytes]:
     r = _Reader(body)
     request_id, is_error = r.take(_CALL)
     return request_id, bool(is_error), r.raw(len(body) - r.pos)
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """One piece of a large frame body."""
+
+    transfer: int
+    kind: FrameKind
+    index: int
+    count: int
+    total: int
+    crc: int
+    data: bytes
+
+
+def encode_chunk(c: Chunk) -> bytes:
+    """Body of a ``CHUNK`` frame."""
+    return _CHUNK.pack(c.transfer, int(c.kind), c.index, c.count, c.total, c.crc) + c.data
+
+
+def decode_chunk(body: bytes | memoryview) -> Chunk:
+    r = _Reader(body)
+    transfer, kind, index, count, total, crc = r.take(_CHUNK)
+    if not 0 <= index < count:
+        raise CodecError(f"chunk {index} of {count}")
+    try:
+        inner = FrameKind(kind)
+    except ValueError:
+        raise CodecError(f"unknown inner frame kind {kind}") from None
+    if inner is FrameKind.CHUNK:
+        raise CodecError("a chunk cannot carry a chunk")
+    return Chunk(transfer, inner, index, count, total, crc, r.raw(len(body) - r.pos))
+
+
+def split_chunks(transfer: int, kind: FrameKind, body: bytes, size: int) -> list[Chunk]:
+    """``body`` as consecutive chunks of at most ``size`` bytes."""
+    count = max(1, -(-len(body) // size))
+    crc = zlib.crc32(body)
+    view = memoryview(body)
+    return [
+        Chunk(transfer, kind, i, count, len(body), crc, bytes(view[i * size : (i + 1) * size]))
+        for i in range(count)
+    ]
+
+
+class Reassembly:
+    """Puts one peer's chunked frames back together (one transfer at a time per peer, since a
+    sender sends a transfer's chunks in order). Bounded: a transfer announcing more than
+    ``max_bytes`` is refused. A new transfer id discards an unfinished one (the sender gave
+    up on it, e.g. after a reconnect)."""
+
+    __slots__ = ("_parts", "_received", "_transfer", "max_bytes")
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._transfer: Chunk | None = None
+        self._parts: list[bytes] = []
+        self._received = 0
+
+    def add(self, c: Chunk) -> tuple[FrameKind, bytes] | None:
+        """Take one chunk; the whole frame ``(kind, body)`` once its last chunk arrived."""
+        if c.total > self.max_bytes:
+            raise CodecError(f"chunked frame of {c.total} bytes exceeds {self.max_bytes}")
+        first = self._transfer
+        if first is None or first.transfer != c.transfer:
+            if c.index != 0:
+                self.reset()
+                return None  # the start of this transfer was lost with a connection
+            self._transfer, self._parts, self._received = c, [], 0
+            first = c
+        if c.index != len(self._parts) or (c.count, c.total, c.crc) != (
+            first.count,
+            first.total,
+            first.crc,
+        ):
+            raise CodecError("chunks out of order or inconsistent")
+        self._parts.append(c.data)
+        self._received += len(c.data)
+        if self._received > c.total:
+            raise CodecError("chunked frame longer than announced")
+        if c.index + 1 < c.count:
+            return None
+        body = b"".join(self._parts)
+        self.reset()
+        if len(body) != c.total or zlib.crc32(body) != c.crc:
+            raise CodecError("chunked frame fails its length or CRC check")
+        return c.kind, body
+
+    def reset(self) -> None:
+        self._transfer, self._parts, self._received = None, [], 0

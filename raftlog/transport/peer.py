@@ -25,13 +25,18 @@ from dataclasses import dataclass
 from raftlog.transport.codec import (
     DEFAULT_MAX_FRAME,
     FRAME_HEADER,
+    Chunk,
     CodecError,
     FrameKind,
+    Reassembly,
+    decode_chunk,
     decode_hello,
+    encode_chunk,
     encode_hello,
     frame,
     frame_header,
     parse_header,
+    split_chunks,
 )
 
 log = logging.getLogger("raftlog.transport")
@@ -65,6 +70,13 @@ class TransportConfig:
     handshake_timeout: float = 2.0
     backoff_initial: float = 0.05
     backoff_max: float = 2.0
+    chunk_bytes: int = 4 << 20
+    """Frames with larger bodies (snapshots) go in pieces of this size, interleaved with the
+    peer's other traffic, so a big transfer neither hits the frame limit nor stalls beats."""
+    max_chunked_transfers: int = 4
+    """Chunked frames queued per peer; more are refused (the caller retries later)."""
+    max_reassembly_bytes: int = 1 << 30
+    """Largest chunked frame a peer may send us."""
 
 
 @dataclass(slots=True)
@@ -77,6 +89,7 @@ class PeerStats:
     dropped_full: int = 0
     connects: int = 0
     auth_failures: int = 0
+    chunked_transfers: int = 0
 
 
 class AuthError(Exception):
@@ -102,6 +115,29 @@ class _Peer:
         self.writer: asyncio.StreamWriter | None = None
         self.connected = asyncio.Event()
         self.stats = PeerStats()
+        # Chunked frames waiting to go (each a list of its remaining chunks), sent one after
+        # another, one chunk per writer turn after the regular frames.
+        self.bulk: deque[deque[Chunk]] = deque()
+        self.reassembly = Reassembly(cfg.max_reassembly_bytes)
+
+    def enqueue_bulk(self, chunks: list[Chunk]) -> bool:
+        if len(self.bulk) >= self.cfg.max_chunked_transfers:
+            self.stats.dropped_full += 1
+            return False
+        self.bulk.append(deque(chunks))
+        self.stats.chunked_transfers += 1
+        self.wakeup.set()
+        return True
+
+    def next_bulk_frame(self) -> list[bytes]:
+        """Header and body of the next chunk frame (empty when nothing is pending)."""
+        if not self.bulk:
+            return []
+        transfer = self.bulk[0]
+        body = encode_chunk(transfer.popleft())
+        if not transfer:
+            self.bulk.popleft()
+        return [frame_header(FrameKind.CHUNK, len(body)), body]
 
     def enqueue(self, header: bytes, body: bytes) -> bool:
         size = len(header) + len(body)
@@ -156,6 +192,7 @@ class Transport:
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
+        self._transfers = 0
 
     # -- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -195,6 +232,11 @@ class Transport:
         peer = self.peers.get(peer_id)
         if peer is None or self._closed:
             return False
+        if len(body) > self.cfg.chunk_bytes:
+            self._transfers += 1
+            return peer.enqueue_bulk(
+                split_chunks(self._transfers, kind, body, self.cfg.chunk_bytes)
+            )
         return peer.enqueue(frame_header(kind, len(body)), body)
 
     def is_connected(self, peer_id: int) -> bool:
@@ -208,12 +250,13 @@ class Transport:
         while True:
             await peer.wakeup.wait()
             peer.wakeup.clear()
-            while peer.buffer:
+            while peer.buffer or peer.bulk:
                 await peer.connected.wait()
                 writer = peer.writer
                 if writer is None:
                     continue
-                chunk = peer.drain_buffer(1 << 20)
+                chunk = peer.drain_buffer(1 << 20) if peer.buffer else []
+                chunk += peer.next_bulk_frame()
                 try:
                     writer.writelines(chunk)
                     await writer.drain()
@@ -275,6 +318,7 @@ class Transport:
     ) -> None:
         peer.writer = writer
         peer.stats.connects += 1
+        peer.reassembly.reset()
         peer.connected.set()
         peer.wakeup.set()
         try:
@@ -283,7 +327,12 @@ class Transport:
                 kind, size = parse_header(header, self.cfg.max_frame)
                 body = await reader.readexactly(size)
                 peer.stats.frames_received += 1
-                self.on_frame(peer.id, kind, body)
+                if kind is FrameKind.CHUNK:
+                    whole = peer.reassembly.add(decode_chunk(body))
+                    if whole is not None:
+                        self.on_frame(peer.id, *whole)
+                else:
+                    self.on_frame(peer.id, kind, body)
         except (OSError, asyncio.IncompleteReadError, CodecError) as e:
             if not self._closed:
                 log.info("connection to node %d lost: %s", peer.id, e or type(e).__name__)
@@ -293,6 +342,9 @@ class Transport:
     def _disconnected(self, peer: _Peer, writer: asyncio.StreamWriter) -> None:
         if peer.writer is writer:
             peer.writer = None
+            # A chunked frame cannot continue on another connection: drop the rest; the
+            # receiver discards its partial copy (Raft sends a snapshot again).
+            peer.bulk.clear()
             peer.connected.clear()
             if self.on_peer_down is not None and not self._closed:
                 self.on_peer_down(peer.id)

@@ -53,7 +53,8 @@ async def test_wiped_follower_catches_up_with_segments(tmp_path: Path) -> None:
         await entry.create_queue("catchup", QueueAttributes())
         bodies = []
         for k in range(60):
-            batch = [b"m%d-%d" % (k, j) for j in range(5)]
+            # 16 KiB bodies: the shipped snapshot (~5 MB) is sent in several transport chunks.
+            batch = [b"m%d-%d-" % (k, j) + b"x" * 16_000 for j in range(5)]
             bodies += batch
             await entry.send("catchup", [OutgoingMessage(body=b) for b in batch])
         got = await entry.receive("catchup", 10, 60, 0)
@@ -75,6 +76,8 @@ async def test_wiped_follower_catches_up_with_segments(tmp_path: Path) -> None:
 
         await wait_until(caught_up)
         await wait_until(lambda: not nodes[victim].raft.group(1).raw.raft.rejoining)
+        # The snapshot (with its ~5 MB of segments) went in 4 MiB chunks.
+        assert leader.raft.transport.stats()[victim].chunked_transfers >= 1
         machine = nodes[victim].machines[1]
         assert nodes[victim].raft.group(1).stopped is None
         stored = machine.read("catchup", list(range(1, len(bodies) + 1)))

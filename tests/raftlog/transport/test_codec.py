@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import pytest
 from hypothesis import given, settings
@@ -117,3 +118,32 @@ def test_frame_header_limits() -> None:
 
 def test_calls_round_trip() -> None:
     assert decode_call(encode_call(42, True, b"payload")) == (42, True, b"payload")
+
+
+def test_chunk_reassembly_checks_order_length_and_crc() -> None:
+    from raftlog.transport.codec import Reassembly, decode_chunk, encode_chunk, split_chunks
+
+    body = bytes(range(256)) * 40
+    chunks = split_chunks(7, FrameKind.RAFT, body, 1000)
+    assert len(chunks) == 11
+    r = Reassembly(1 << 20)
+    out = [r.add(decode_chunk(encode_chunk(c))) for c in chunks]
+    assert out[:-1] == [None] * 10 and out[-1] == (FrameKind.RAFT, body)
+    # Out of order: refused.
+    r = Reassembly(1 << 20)
+    r.add(chunks[0])
+    with pytest.raises(CodecError):
+        r.add(chunks[2])
+    # A damaged piece fails the CRC of the whole.
+    r = Reassembly(1 << 20)
+    bad = [*chunks[:-1], dataclasses.replace(chunks[-1], data=b"x" * 240)]
+    with pytest.raises(CodecError):
+        for c in bad:
+            r.add(c)
+    # Oversized announcements are refused before anything is buffered.
+    with pytest.raises(CodecError):
+        Reassembly(100).add(chunks[0])
+    # A transfer whose start was lost (reconnect) is ignored, then a new one works.
+    r = Reassembly(1 << 20)
+    assert r.add(chunks[3]) is None
+    assert [r.add(c) for c in chunks][-1] == (FrameKind.RAFT, body)

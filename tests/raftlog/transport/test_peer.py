@@ -114,3 +114,26 @@ def test_address_parsing() -> None:
     assert Address.parse("127.0.0.1:9000") == Address("127.0.0.1", 9000)
     with pytest.raises(ValueError):
         Address.parse("nope")
+
+
+async def test_large_frames_travel_in_chunks_between_other_traffic() -> None:
+    addrs = addresses(2)
+    cfg = TransportConfig(chunk_bytes=64 << 10)
+    a = Node(1, addrs)
+    b = Node(2, addrs)
+    a.t = Transport(1, addrs[1], addrs, b"s3cret", a.on_frame, cfg=cfg)
+    b.t = Transport(2, addrs[2], addrs, b"s3cret", b.on_frame, cfg=cfg)
+    await a.t.start()
+    await b.t.start()
+    try:
+        big = bytes(range(256)) * 8000  # ~2 MB: 32 chunks
+        assert a.t.send(2, FrameKind.RAFT, big)
+        assert a.t.send(2, FrameKind.BEATS, b"small")
+        await b.wait_for(2)
+        kinds = [k for _, k, _ in b.got]
+        assert sorted(kinds) == [FrameKind.RAFT, FrameKind.BEATS]
+        assert kinds[0] is FrameKind.BEATS  # not stuck behind the big frame
+        assert next(body for _, k, body in b.got if k is FrameKind.RAFT) == big
+    finally:
+        await a.t.close()
+        await b.t.close()
