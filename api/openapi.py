@@ -303,6 +303,32 @@ def _schemas() -> dict[str, Schema]:
                     "description": "queue name -> data group",
                     "additionalProperties": {"type": "integer"},
                 },
+                "nodes": {
+                    "type": "object",
+                    "description": "the catalog's nodes: id -> peer address and data directories",
+                    "additionalProperties": _obj(
+                        {
+                            "address": {"type": "string"},
+                            "data_dirs": {"type": "array", "items": {"type": "string"}},
+                        },
+                        ["address", "data_dirs"],
+                    ),
+                },
+                "data_groups": {
+                    "type": "object",
+                    "description": "the catalog's data groups: replicas, data dir per replica",
+                    "additionalProperties": _obj(
+                        {
+                            "replicas": {"type": "array", "items": {"type": "integer"}},
+                            "data_dirs": {
+                                "type": "object",
+                                "additionalProperties": {"type": "string"},
+                            },
+                            "queues": {"type": "integer"},
+                        },
+                        ["replicas", "data_dirs", "queues"],
+                    ),
+                },
                 "groups": {
                     "type": "object",
                     "additionalProperties": _obj(

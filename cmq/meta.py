@@ -1,6 +1,8 @@
 """The catalog: the meta group's (group 0) state machine. Pure and deterministic.
 
-It records which data group holds each queue. Every node applies the meta group, so any node can
+It records the nodes (each registers its peer address and data directories when it starts),
+the data groups (their replicas and, per replica, the data directory they are bound to), and
+which data group holds each queue. Every node applies the meta group, so any node can
 route a request without asking anyone. Writes are rare (queue creation and deletion), so commands
 and snapshots are JSON (orjson).
 
@@ -12,6 +14,7 @@ Assigning an existing name returns the existing assignment (idempotent, resumabl
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
@@ -29,19 +32,28 @@ class Assignment:
 class CatalogMachine:
     """Queue name → data group. Implements raftlog's `StateMachine`."""
 
-    __slots__ = ("data_groups", "queues")
+    __slots__ = ("data_groups", "nodes", "queues")
 
     def __init__(self, data_groups: tuple[int, ...]) -> None:
         if not data_groups:
             raise ValueError("at least one data group is required")
         self.data_groups = tuple(sorted(data_groups))
         self.queues: dict[str, int] = {}
+        # node id -> {"address": "host:port", "data_dirs": [...]}
+        self.nodes: dict[int, dict[str, Any]] = {}
 
     # -- commands ---------------------------------------------------------------------------------
     @staticmethod
     def assign(name: str) -> bytes:
         """Command: place ``name`` (idempotent). Result: its `Assignment`."""
         return orjson.dumps({"op": "assign", "name": name})
+
+    @staticmethod
+    def register_node(node: int, address: str, data_dirs: list[str]) -> bytes:
+        """Command: record a node's peer address and data directories (idempotent)."""
+        return orjson.dumps(
+            {"op": "node", "name": str(node), "address": address, "data_dirs": data_dirs}
+        )
 
     @staticmethod
     def remove(name: str) -> bytes:
@@ -62,6 +74,9 @@ class CatalogMachine:
             return Assignment(name, group)
         if op == "remove":
             return self.queues.pop(name, None) is not None
+        if op == "node":
+            self.nodes[int(name)] = {"address": cmd["address"], "data_dirs": cmd["data_dirs"]}
+            return True
         raise InvariantBroken(f"unknown catalog command {op!r} at {index}")
 
     def _least_loaded(self) -> int:
@@ -78,16 +93,39 @@ class CatalogMachine:
     def names(self) -> list[str]:
         return sorted(self.queues)
 
+    def node_info(self, node: int) -> dict[str, Any] | None:
+        return self.nodes.get(node)
+
+    def groups(self) -> dict[int, dict[str, Any]]:
+        """Every data group: its replicas (every registered node hosts every group) and, per
+        replica, the data directory it is bound to (group id modulo the node's directories)."""
+        out: dict[int, dict[str, Any]] = {}
+        for g in self.data_groups:
+            dirs = {
+                n: info["data_dirs"][g % len(info["data_dirs"])]
+                for n, info in sorted(self.nodes.items())
+                if info["data_dirs"]
+            }
+            out[g] = {
+                "replicas": sorted(self.nodes),
+                "data_dirs": dirs,
+                "queues": sum(1 for q in self.queues.values() if q == g),
+            }
+        return out
+
     # -- snapshots --------------------------------------------------------------------------------
     def snapshot(self) -> bytes:
-        return orjson.dumps({"queues": self.queues}, option=orjson.OPT_SORT_KEYS)
+        image = {"queues": self.queues, "nodes": {str(n): i for n, i in self.nodes.items()}}
+        return orjson.dumps(image, option=orjson.OPT_SORT_KEYS)
 
     def restore(self, index: int, data: bytes) -> None:
         if not data:
             self.queues = {}
+            self.nodes = {}
             return
         try:
             image = orjson.loads(data)
             self.queues = {str(k): int(v) for k, v in image["queues"].items()}
+            self.nodes = {int(k): dict(v) for k, v in image.get("nodes", {}).items()}
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
             raise InvariantBroken(f"undecodable catalog snapshot at {index}: {e}") from None

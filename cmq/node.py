@@ -353,6 +353,11 @@ class QueueNode:
 
     # -- operations at the group leader (wire form in and out) -----------------------------------
     async def _op_meta(self, args: Wire) -> Wire:
+        if "register" in args:
+            reg = args["register"]
+            cmd = CatalogMachine.register_node(int(reg["node"]), reg["address"], reg["data_dirs"])
+            await self._propose(META_GROUP, _Raw(cmd))
+            return {}
         if "assign" in args:
             res = await self._propose(META_GROUP, _Raw(CatalogMachine.assign(args["assign"])))
             if not isinstance(res, Assignment):
@@ -558,9 +563,26 @@ class QueueNode:
         )
 
     # -- housekeeping: retention and dead letters, proposed by each group's leader -------------
+    def _registration(self) -> dict[str, Any]:
+        return {
+            "address": f"{self.cfg.peer.host}:{self.cfg.peer.port}",
+            "data_dirs": [os.path.abspath(d) for d in self.cfg.data_dirs],
+        }
+
+    async def _register(self) -> None:
+        """Record this node (address, data directories) in the catalog if it is not there."""
+        reg = self._registration()
+        if self.catalog.node_info(self.id) == reg:
+            return
+        try:
+            await self._run(META_GROUP, "meta", {"register": {"node": self.id, **reg}})
+        except (CmqError, RaftError) as e:
+            log.info("catalog registration deferred: %s", e)
+
     async def _housekeeping(self) -> None:
         while True:
             await asyncio.sleep(self.cfg.housekeeping_interval)
+            await self._register()
             for g, machine in self.machines.items():
                 if self.raft.status(g).leader != self.id:
                     continue
@@ -613,7 +635,17 @@ class QueueNode:
                 },
             }
         placement = {name: self.catalog.group_of(name) for name in self.catalog.names()}
-        return {"node": self.id, "groups": groups, "queues": len(placement), "placement": placement}
+        return {
+            "node": self.id,
+            "groups": groups,
+            "queues": len(placement),
+            "placement": placement,
+            "nodes": {str(n): info for n, info in sorted(self.catalog.nodes.items())},
+            "data_groups": {
+                str(g): info | {"data_dirs": {str(n): d for n, d in info["data_dirs"].items()}}
+                for g, info in self.catalog.groups().items()
+            },
+        }
 
 
 @dataclass(frozen=True, slots=True)

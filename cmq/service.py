@@ -83,7 +83,8 @@ class QueueService(Protocol):
 
     def status(self) -> dict[str, Any]:
         """This node's view of the cluster (``/v1/status``): ``{"node": id, "queues": n,
-        "placement": {queue: group},
+        "placement": {queue: group}, "nodes": {id: {"address", "data_dirs"}},
+        "data_groups": {group: {"replicas", "data_dirs", "queues"}},
         "groups": {group id: {"role", "term", "leader", "commit", "applied", "last_index",
         "voters", "lag": {peer: entries behind}}}}``; ``lag`` is known on a group's leader."""
         ...

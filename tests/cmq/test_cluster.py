@@ -6,6 +6,7 @@ import asyncio
 import base64
 import itertools
 import random
+import time
 
 import aiohttp
 import pytest
@@ -195,3 +196,11 @@ def test_cluster_status(cluster: CmqCluster) -> None:
     status, st = request(cluster.http[3], "GET", "/v1/status")
     assert status == 200 and set(st["groups"]) == {"0", "1", "2"}
     assert all(g["leader"] in (1, 2, 3) for g in st["groups"].values())
+    for _ in range(100):  # every node registers itself in the catalog when it starts
+        st = request(cluster.http[1], "GET", "/v1/status")[1]
+        if set(st["nodes"]) == {"1", "2", "3"}:
+            break
+        time.sleep(0.1)
+    assert set(st["nodes"]) == {"1", "2", "3"}
+    assert st["data_groups"]["1"]["replicas"] == [1, 2, 3]
+    assert all(d.endswith("node2") for d in [st["data_groups"]["2"]["data_dirs"]["2"]])

@@ -45,3 +45,18 @@ def test_receipts_bind_queue_seq_and_lease() -> None:
             s.verify("orders", tampered)
     with pytest.raises(ReceiptInvalid):
         ReceiptSigner(b"x" * 32).verify("orders", r)  # another cluster's key
+
+
+def test_catalog_records_nodes_and_group_bindings() -> None:
+    m = CatalogMachine((1, 2))
+    m.apply(1, CatalogMachine.register_node(1, "10.0.0.1:9080", ["/d1", "/d2"]))
+    m.apply(2, CatalogMachine.register_node(2, "10.0.0.2:9080", ["/data"]))
+    m.apply(3, CatalogMachine.register_node(2, "10.0.0.2:9081", ["/data"]))  # moved: updated
+    m.apply(4, CatalogMachine.assign("q"))
+    assert m.node_info(2) == {"address": "10.0.0.2:9081", "data_dirs": ["/data"]}
+    groups = m.groups()
+    assert groups[1] == {"replicas": [1, 2], "data_dirs": {1: "/d2", 2: "/data"}, "queues": 1}
+    assert groups[2]["data_dirs"] == {1: "/d1", 2: "/data"}
+    copy = CatalogMachine((1, 2))
+    copy.restore(4, m.snapshot())
+    assert copy.nodes == m.nodes and copy.queues == m.queues
