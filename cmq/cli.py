@@ -115,7 +115,14 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 # -- dev -------------------------------------------------------------------------------------------
+def _stop_on_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def _dev(args: argparse.Namespace) -> int:
+    # SIGTERM/SIGHUP must stop the nodes too (the `finally` below), not orphan them.
+    signal.signal(signal.SIGTERM, _stop_on_signal)
+    signal.signal(signal.SIGHUP, _stop_on_signal)
     root = Path(args.data_dir)
     root.mkdir(parents=True, exist_ok=True)
     secret_path = root / "secret"
