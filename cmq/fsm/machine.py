@@ -917,6 +917,15 @@ def _encode_head(name: str, attributes: QueueAttributes) -> bytes:
     return w.getvalue()
 
 
+def _canonical_bits(bm: BitMap) -> bytes:
+    """``bm`` serialized so that equal sets give equal bytes whatever their history: a bitmap
+    grown from a run container can serialize differently from one built fresh (another
+    format cookie), and replicas must encode identical images at equal applied index."""
+    fresh = BitMap(bm.to_array())
+    fresh.run_optimize()
+    return bytes(fresh.serialize())
+
+
 def _encode_queue(q: _Queue) -> bytes:
     w = Writer()
     w.raw(q.head)
@@ -936,9 +945,7 @@ def _encode_queue(q: _Queue) -> bytes:
         )
     )
     for seg in q.segments:
-        # Canonical container choice, so equal sets serialize to equal bytes.
-        seg.deleted.run_optimize()
-        bits = seg.deleted.serialize()
+        bits = _canonical_bits(seg.deleted)
         w.raw(
             _SEGMENT_HEAD.pack(
                 seg.first_seq, seg.count, seg.size, int(seg.sealed), seg.created_ms, len(bits)

@@ -123,3 +123,33 @@ def test_snapshot_plus_suffix_equals_full_replay(tmp_path: Path) -> None:
         assert [run(c) for c in cmds[k:]] == results[k:]
         assert restored.snapshot() == full.snapshot()
         store.close()
+
+
+def test_images_do_not_depend_on_when_earlier_images_were_taken() -> None:
+    """Replicas snapshot at different times; encoding must not leave a trace in later images
+    (a run-optimized bitmap once serialized differently from a fresh one with the same bits)."""
+    from cmq.fsm.commands import Ack, CreateQueue, Lease, Leased, NewMessage, Produce, Purge
+    from cmq.model import QueueAttributes
+    from tests.cmq.fsm.harness import Applier
+
+    now = 1_000_000
+    cmds_a = [
+        CreateQueue("a", QueueAttributes(), now),
+        Produce("a", now, tuple(NewMessage(f"x{i}", b"", False, (), None, None) for i in (1, 2))),
+        Purge("a", now),
+    ]
+    produce = Produce("a", now, (NewMessage("x3", b"", False, (), None, None),))
+    images = []
+    for encode_midway in (True, False):
+        m = QueueMachine(MemorySegmentStore(), segment_bytes=300)
+        apply = Applier(m)
+        for c in cmds_a:
+            apply(c)
+        if encode_midway:
+            m.encode_image()
+        apply(produce)
+        leased = apply(Lease("a", now, 1, None))
+        assert isinstance(leased, Leased)
+        apply(Ack("a", now, ((leased.messages[0].seq, leased.messages[0].lease_id),)))
+        images.append(m.encode_image(reuse=False))
+    assert images[0] == images[1]
