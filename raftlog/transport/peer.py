@@ -255,12 +255,22 @@ class Transport:
                 writer = peer.writer
                 if writer is None:
                     continue
+                if writer.is_closing():
+                    self._disconnected(peer, writer)
+                    continue
                 chunk = peer.drain_buffer(1 << 20) if peer.buffer else []
                 chunk += peer.next_bulk_frame()
                 try:
                     writer.writelines(chunk)
                     await writer.drain()
-                except (ConnectionError, OSError):
+                except (ConnectionError, OSError, RuntimeError):
+                    # RuntimeError: uvloop's answer to writing on a transport closed under us.
+                    # Either way this connection is gone; the writer must live on for the next.
+                    self._disconnected(peer, writer)
+                    continue
+                except Exception:
+                    # Never let the writer die: a dead writer silences this peer for good.
+                    log.exception("unexpected error writing to node %d; reconnecting", peer.id)
                     self._disconnected(peer, writer)
                     continue
                 peer.stats.frames_sent += len(chunk) // 2  # header + body per frame

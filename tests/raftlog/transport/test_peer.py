@@ -137,3 +137,33 @@ async def test_large_frames_travel_in_chunks_between_other_traffic() -> None:
     finally:
         await a.t.close()
         await b.t.close()
+
+
+async def test_writer_survives_a_transport_closed_under_it() -> None:
+    addrs = addresses(2)
+    a = Node(1, addrs)
+    b = Node(2, addrs)
+    await a.t.start()
+    await b.t.start()
+    try:
+        a.t.send(2, FrameKind.RAFT, b"before")
+        await b.wait_for(1)
+        writer = a.t.peers[2].writer
+        assert writer is not None
+
+        def closed(*_: object) -> None:
+            raise RuntimeError("unable to perform operation: the handler is closed")
+
+        writer.writelines = closed  # type: ignore[method-assign]
+        a.t.send(2, FrameKind.RAFT, b"lost with the connection")
+        for _ in range(100):
+            if a.t.peers[2].writer not in (None, writer):
+                break
+            await asyncio.sleep(0.05)
+        assert a.t.peers[2].writer not in (None, writer), "no reconnect after the failure"
+        a.t.send(2, FrameKind.RAFT, b"after")
+        await b.wait_for(2)
+        assert b.got[-1][2] == b"after"
+    finally:
+        await a.t.close()
+        await b.t.close()
