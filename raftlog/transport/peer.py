@@ -96,6 +96,17 @@ class AuthError(Exception):
     """A peer failed the cluster-secret handshake."""
 
 
+# What a failed connect or handshake can raise (RuntimeError: uvloop, on a closed transport).
+_CONNECTION_ERRORS = (
+    OSError,
+    TimeoutError,
+    RuntimeError,
+    CodecError,
+    AuthError,
+    asyncio.IncompleteReadError,
+)
+
+
 def _proof(secret: bytes, role: bytes, nonce: bytes, a: int, b: int) -> bytes:
     msg = role + nonce + a.to_bytes(8, "big") + b.to_bytes(8, "big")
     return hmac.new(secret, msg, hashlib.sha256).digest()
@@ -293,7 +304,7 @@ class Transport:
                 await asyncio.wait_for(
                     self._client_handshake(reader, writer, peer.id), self.cfg.handshake_timeout
                 )
-            except (OSError, TimeoutError, CodecError, AuthError, asyncio.IncompleteReadError) as e:
+            except _CONNECTION_ERRORS as e:
                 log.warning("handshake with node %d failed: %s", peer.id, e)
                 peer.stats.auth_failures += isinstance(e, AuthError)
                 writer.close()
@@ -301,14 +312,19 @@ class Transport:
                 delay = min(delay * 2, self.cfg.backoff_max)
                 continue
             delay = self.cfg.backoff_initial
-            await self._serve_connection(peer, reader, writer)
+            try:
+                await self._serve_connection(peer, reader, writer)
+            except Exception:
+                # A bug in a frame handler must not end this peer's dialer for good.
+                log.exception("connection to node %d failed; reconnecting", peer.id)
+                await asyncio.sleep(delay)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             peer_id = await asyncio.wait_for(
                 self._server_handshake(reader, writer), self.cfg.handshake_timeout
             )
-        except (OSError, TimeoutError, CodecError, AuthError, asyncio.IncompleteReadError) as e:
+        except _CONNECTION_ERRORS as e:
             log.warning(
                 "refused a peer connection from %s: %s", writer.get_extra_info("peername"), e
             )
