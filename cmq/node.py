@@ -515,10 +515,15 @@ class QueueNode:
         return codes, verified
 
     async def _entries_op(
-        self, args: Wire, receipts: list[Any], make: Callable[[list[Any]], Command]
+        self,
+        args: Wire,
+        receipts: list[Any],
+        make: Callable[[list[tuple[int, int, int]]], Command],
     ) -> Wire:
+        """Verify ``receipts``; propose ``make([(position, seq, lease), ...])`` for the valid
+        ones; merge its per-entry outcomes with the receipt errors, in request order."""
         codes, verified = self._verified(args["name"], receipts)
-        valid = [v for v in verified if v is not None]
+        valid = [(i, v[0], v[1]) for i, v in enumerate(verified) if v is not None]
         if valid:
             res = await self._propose(int(args["_group"]), make(valid))
             _check(res)
@@ -533,25 +538,20 @@ class QueueNode:
         return await self._entries_op(
             args,
             list(args["receipts"]),
-            lambda v: Ack(args["name"], now, tuple((s, lease) for s, lease in v)),
+            lambda v: Ack(args["name"], now, tuple((s, lease) for _, s, lease in v)),
         )
 
     async def _op_visibility(self, args: Wire) -> Wire:
         now = now_ms()
         entries = list(args["entries"])
-        timeouts = {i: int(t) * 1000 for i, (_, t) in enumerate(entries)}
-        codes, verified = self._verified(args["name"], [r for r, _ in entries])
-        triples = [(v[0], v[1], timeouts[i]) for i, v in enumerate(verified) if v is not None]
-        if triples:
-            res = await self._propose(
-                int(args["_group"]), ChangeVisibility(args["name"], now, tuple(triples))
-            )
-            _check(res)
-            if not isinstance(res, EntryOutcomes):
-                raise InvariantBroken(f"visibility returned {res!r}")
-            outcomes = iter(res.outcomes)
-            codes = [next(outcomes) if c is None else c for c in codes]
-        return {"errors": codes}
+        timeouts = [int(t) * 1000 for _, t in entries]
+        return await self._entries_op(
+            args,
+            [r for r, _ in entries],
+            lambda v: ChangeVisibility(
+                args["name"], now, tuple((s, lease, timeouts[i]) for i, s, lease in v)
+            ),
+        )
 
     async def _op_nack(self, args: Wire) -> Wire:
         now = now_ms()
@@ -559,7 +559,7 @@ class QueueNode:
         return await self._entries_op(
             args,
             list(args["receipts"]),
-            lambda v: Nack(args["name"], now, tuple((s, lease) for s, lease in v), delay),
+            lambda v: Nack(args["name"], now, tuple((s, lease) for _, s, lease in v), delay),
         )
 
     # -- housekeeping: retention and dead letters, proposed by each group's leader -------------

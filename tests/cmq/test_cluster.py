@@ -204,3 +204,31 @@ def test_cluster_status(cluster: CmqCluster) -> None:
     assert set(st["nodes"]) == {"1", "2", "3"}
     assert st["data_groups"]["1"]["replicas"] == [1, 2, 3]
     assert all(d.endswith("node2") for d in [st["data_groups"]["2"]["data_dirs"]["2"]])
+
+
+def test_visibility_and_nack_through_the_cluster(cluster: CmqCluster) -> None:
+    u = cluster.http[2]
+    request(u, "PUT", "/v1/queues/vis", {"attributes": {"visibility_timeout": 60}})
+    request(u, "POST", "/v1/queues/vis/messages", {"messages": [{"body": "a"}, {"body": "b"}]})
+    got = request(u, "POST", "/v1/queues/vis/messages/receive", {"max_messages": 2})[1]
+    ra, rb = (m["receipt"] for m in got["messages"])
+    entries = [
+        {"receipt": ra, "visibility_timeout": 0},
+        {"receipt": "bogus", "visibility_timeout": 5},
+        {"receipt": rb, "visibility_timeout": 120},
+    ]
+    status, res = request(u, "POST", "/v1/queues/vis/messages/visibility", {"entries": entries})
+    assert status == 200
+    assert [(r["ok"], r.get("error")) for r in res["results"]] == [
+        (True, None),
+        (False, "ReceiptHandleIsInvalid"),
+        (True, None),
+    ]
+    again = request(u, "POST", "/v1/queues/vis/messages/receive", {"max_messages": 2})[1]
+    assert [m["body"] for m in again["messages"]] == ["a"]  # visible at once; b still leased
+    status, res = request(
+        u, "POST", "/v1/queues/vis/messages/nack", {"receipts": [rb], "delay_seconds": 0}
+    )
+    assert status == 200 and res["results"][0]["ok"] is True
+    last = request(u, "POST", "/v1/queues/vis/messages/receive", {"max_messages": 2})[1]
+    assert [m["body"] for m in last["messages"]] == ["b"]
