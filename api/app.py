@@ -54,7 +54,7 @@ def make_app(
     registry = CollectorRegistry() if registry is None else registry
     app = web.Application(
         client_max_size=max_request_bytes,
-        middlewares=[_metrics_middleware, _error_middleware],
+        middlewares=[_middleware],
     )
     app[SERVICE_KEY] = service
     app[REGISTRY_KEY] = registry
@@ -247,8 +247,7 @@ def _error_response(rendered: RenderedError) -> web.Response:
     )
 
 
-@web.middleware
-async def _error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+async def _handle_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Every failure becomes a JSON error; unexpected ones are logged, never shown."""
     try:
         return await handler(request)
@@ -283,7 +282,9 @@ async def _error_middleware(request: web.Request, handler: Handler) -> web.Strea
 
 
 @web.middleware
-async def _metrics_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+async def _middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The one middleware (each layer costs on every request): errors rendered as JSON
+    (`_handle_errors`), then counted and timed by route template."""
     http_metrics = request.app[HTTP_METRICS_KEY]
     resource = request.match_info.route.resource
     route = UNMATCHED_ROUTE if resource is None else resource.canonical
@@ -292,7 +293,7 @@ async def _metrics_middleware(request: web.Request, handler: Handler) -> web.Str
     started = time.perf_counter()
     http_metrics.in_flight.inc()
     try:
-        response = await handler(request)
+        response = await _handle_errors(request, handler)
         status = response.status
         return response
     finally:

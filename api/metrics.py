@@ -8,6 +8,8 @@ counted under ``route="unmatched"``.
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
@@ -57,9 +59,20 @@ class HttpMetrics:
             registry=registry,
         )
 
+        # Labelled children by (route, method, status): looking them up per request is costly.
+        self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+
     def observe(self, route: str, method: str, status: int, seconds: float) -> None:
-        self.requests.labels(route, method, str(status)).inc()
-        self.latency.labels(route, method).observe(seconds)
+        key = (route, method, status)
+        children = self._children.get(key)
+        if children is None:
+            children = (
+                self.requests.labels(route, method, str(status)),
+                self.latency.labels(route, method),
+            )
+            self._children[key] = children
+        children[0].inc()
+        children[1].observe(seconds)
 
     def render(self) -> tuple[bytes, str]:
         """The registry in Prometheus text format, and its content type."""

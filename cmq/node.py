@@ -3,19 +3,18 @@
 
 Any node serves any queue. A request is routed to the leader of the queue's data group: run
 here if this node leads it, else forwarded over the peer connection (`MultiRaft.call`). Leader
-changes are retried until the request deadline, then `Unavailable`. Operations are expressed
-in a JSON-able *wire form* (bodies in base64) so that a local call and a forwarded one take the
-same path.
+changes are retried until the request deadline, then `Unavailable`. Operations take a JSON-able
+*wire form* of their arguments, so a local call and a forwarded one take the same path; sends
+and receives, which carry bodies, cross the hop in binary (`cmq.forward`).
 
-The leader stamps every command with its clock (ms) and message ids; the state machines never
-read a clock. A background loop on each node proposes expiry (retention) and dead-letter moves
-for the queues whose group it leads.
+Commands carry the clock (ms) of the node that built them, and sends their message ids (unique
+per node); the state machines never read a clock. A background loop on each node proposes
+expiry (retention) and dead-letter moves for the queues whose group it leads.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import logging
 import os
@@ -37,6 +36,13 @@ from cmq.errors import (
     QueueNotFound,
     ReceiptInvalid,
     Unavailable,
+)
+from cmq.forward import (
+    PRODUCE_CALL,
+    decode_produce_call,
+    decode_received,
+    encode_produce_call,
+    encode_received,
 )
 from cmq.fsm.commands import (
     Ack,
@@ -138,18 +144,18 @@ class QueueNode:
         self._id_prefix = secrets.token_hex(5)
         self._id_counter = 0
         self._tasks: set[asyncio.Task[None]] = set()
-        self._ops: dict[str, Callable[[Wire], Awaitable[Wire]]] = {
-            "meta": self._op_meta,
-            "create": self._op_create,
-            "delete": self._op_delete,
-            "get": self._op_get,
-            "set_attributes": self._op_set_attributes,
-            "purge": self._op_purge,
-            "send": self._op_send,
-            "receive": self._op_receive,
-            "ack": self._op_ack,
-            "visibility": self._op_visibility,
-            "nack": self._op_nack,
+        self._ops: dict[str, _Op] = {
+            "meta": _Op(self._op_meta),
+            "create": _Op(self._op_create),
+            "delete": _Op(self._op_delete),
+            "get": _Op(self._op_get),
+            "set_attributes": _Op(self._op_set_attributes),
+            "purge": _Op(self._op_purge),
+            "send": _Op(self._op_send, _encode_sent, _decode_sent),
+            "receive": _Op(self._op_receive, encode_received, decode_received),
+            "ack": _Op(self._op_ack),
+            "visibility": _Op(self._op_visibility),
+            "nack": _Op(self._op_nack),
         }
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -180,27 +186,32 @@ class QueueNode:
         task.add_done_callback(self._tasks.discard)
 
     def is_ready(self) -> bool:
-        return all(self.raft.status(g).leader != 0 for g in (META_GROUP, *self.data_groups))
+        return all(self.raft.leader_of(g) != 0 for g in (META_GROUP, *self.data_groups))
 
     # -- routing -----------------------------------------------------------------------------------
-    async def _run(self, group: int, op: str, args: Wire) -> Wire:
+    async def _run(self, group: int, op: str, args: Wire) -> Any:
         """Run ``op`` at ``group``'s leader (here or forwarded), retrying leader changes until
-        the request deadline."""
+        the request deadline. Each attempt builds its request anew (a retried send gets fresh
+        message ids)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.cfg.request_timeout
         delay = 0.02
+        spec = self._ops[op]
         while True:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise Unavailable(f"no leader for group {group} answered in time")
-            leader = self.raft.status(group).leader
+            leader = self.raft.leader_of(group)
             try:
                 if leader == self.id:
-                    return await self._ops[op](args | {"_group": group})
+                    return await spec.run(args | {"_group": group})
                 if leader:
-                    payload = orjson.dumps({"op": op, "group": group, "args": args})
+                    if op == "send":
+                        payload = encode_produce_call(group, self._produce_command(args))
+                    else:
+                        payload = orjson.dumps({"op": op, "group": group, "args": args})
                     reply = await self.raft.call(leader, payload, timeout=remaining)
-                    return self._decode_reply(reply)
+                    return spec.decode(reply)
             except RemoteCallError as e:
                 err = _decode_error(e.payload)
                 if err is not None:
@@ -210,22 +221,22 @@ class QueueNode:
             await asyncio.sleep(min(delay, max(0.0, deadline - loop.time())))
             delay = min(delay * 2, 0.2)
 
-    def _decode_reply(self, reply: bytes) -> Wire:
-        data = orjson.loads(reply)
-        if not isinstance(data, dict):
-            raise InvariantBroken("malformed forwarded reply")
-        return data
-
     async def _handle_call(self, peer: int, payload: bytes) -> bytes:
         """Serve a request forwarded by a peer (we should lead its group)."""
         try:
-            req = orjson.loads(payload)
-            op, group, args = req["op"], int(req["group"]), req["args"]
-            if op not in self._ops or not isinstance(args, dict):
-                raise InvalidParameter(f"unknown forwarded operation {op!r}")
-            if self.raft.status(group).leader != self.id:
-                raise NotLeader(self.raft.status(group).leader)
-            return orjson.dumps(await self._ops[op](args | {"_group": group}))
+            if payload[:1] == bytes([PRODUCE_CALL]):
+                group, command = decode_produce_call(payload)
+                op, args = "send", {"command": command}
+            else:
+                req = orjson.loads(payload)
+                op, group, args = req["op"], int(req["group"]), req["args"]
+                if op not in self._ops or op == "send" or not isinstance(args, dict):
+                    raise InvalidParameter(f"unknown forwarded operation {op!r}")
+            leader = self.raft.leader_of(group)
+            if leader != self.id:
+                raise NotLeader(leader)
+            spec = self._ops[op]
+            return spec.encode(await spec.run(args | {"_group": group}))
         except CmqError as e:
             raise RemoteCallError(_error_payload(e.code, e.message)) from None
         except (NotLeader, ProposalDropped, RaftOverloaded) as e:
@@ -287,18 +298,19 @@ class QueueNode:
 
     async def send(self, name: str, messages: list[OutgoingMessage]) -> list[SentMessage]:
         check_queue_name(name)
-        wire = [
-            {
-                "body": base64.b64encode(m.body).decode(),
-                "binary": m.binary,
-                "delay": m.delay_seconds,
-                "attributes": [list(a) for a in m.attributes],
-                "dedup_id": m.dedup_id,
-            }
-            for m in messages
-        ]
-        res = await self._run(self._group_of(name), "send", {"name": name, "messages": wire})
-        return [SentMessage(i, s) for i, s in res["messages"]]
+        group = self._group_of(name)
+        attrs = self.machines[group].attributes(name)
+        if attrs is not None:  # fail early; apply decides with the committed attributes
+            for m in messages:
+                if len(m.body) > attrs.max_message_size:
+                    raise MessageTooLarge(
+                        f"a message body has {len(m.body)} bytes; the queue allows "
+                        f"{attrs.max_message_size}"
+                    )
+        sent: list[SentMessage] = await self._run(
+            group, "send", {"name": name, "messages": messages}
+        )
+        return sent
 
     async def receive(
         self,
@@ -314,20 +326,8 @@ class QueueNode:
             "visibility": visibility_timeout,
             "wait": wait_seconds,
         }
-        res = await self._run(self._group_of(name), "receive", args)
-        return [
-            ReceivedMessage(
-                id=m["id"],
-                seq=m["seq"],
-                body=base64.b64decode(m["body"]),
-                binary=m["binary"],
-                receipt=m["receipt"],
-                receive_count=m["receive_count"],
-                sent_at_ms=m["sent_at"],
-                attributes=tuple((k, v) for k, v in m["attributes"]),
-            )
-            for m in res["messages"]
-        ]
+        received: list[ReceivedMessage] = await self._run(self._group_of(name), "receive", args)
+        return received
 
     async def ack(self, name: str, receipts: list[str]) -> list[EntryResult]:
         check_queue_name(name)
@@ -406,34 +406,34 @@ class QueueNode:
         self._id_counter += 1
         return f"{self._id_prefix}{self.id:02x}{self._id_counter:012x}"
 
-    async def _op_send(self, args: Wire) -> Wire:
-        attrs = self._attributes(args)
-        msgs = []
-        for m in args["messages"]:
-            body = base64.b64decode(m["body"])
-            if len(body) > attrs.max_message_size:
-                raise MessageTooLarge(
-                    f"a message body has {len(body)} bytes; the queue allows "
-                    f"{attrs.max_message_size}"
-                )
-            delay = m["delay"]
-            msgs.append(
-                NewMessage(
-                    id=self._next_id(),
-                    body=body,
-                    binary=bool(m["binary"]),
-                    attributes=tuple((k, v) for k, v in m["attributes"]),
-                    delay_ms=None if delay is None else int(delay) * 1000,
-                    dedup_id=m["dedup_id"],
-                )
+    def _produce_command(self, args: Wire) -> bytes:
+        """The encoded `Produce` for a send's ``args`` (``name``, ``messages``), with fresh ids
+        and this node's clock; any node builds it, the group's leader proposes it."""
+        messages: list[OutgoingMessage] = args["messages"]
+        new = tuple(
+            NewMessage(
+                id=self._next_id(),
+                body=m.body,
+                binary=m.binary,
+                attributes=m.attributes,
+                delay_ms=None if m.delay_seconds is None else m.delay_seconds * 1000,
+                dedup_id=m.dedup_id,
             )
-        res = await self._propose(int(args["_group"]), Produce(args["name"], now_ms(), tuple(msgs)))
+            for m in messages
+        )
+        return encode_command(Produce(args["name"], now_ms(), new))
+
+    async def _op_send(self, args: Wire) -> list[SentMessage]:
+        """Propose a send: ``args["command"]`` (built by a forwarding node) or one built here."""
+        command = args.get("command")
+        data = command if isinstance(command, bytes) else self._produce_command(args)
+        res = await self._propose(int(args["_group"]), _Raw(data))
         _check(res)
         if not isinstance(res, Produced):
             raise InvariantBroken(f"produce returned {res!r}")
-        return {"messages": [[i, s] for i, s in res.messages]}
+        return [SentMessage(i, s) for i, s in res.messages]
 
-    async def _op_receive(self, args: Wire) -> Wire:
+    async def _op_receive(self, args: Wire) -> list[ReceivedMessage]:
         name = args["name"]
         group = int(args["_group"])
         machine = self._machine(args)
@@ -458,13 +458,15 @@ class QueueNode:
                 if not isinstance(res, Leased):
                     raise InvariantBroken(f"lease returned {res!r}")
                 if res.messages:
-                    return {"messages": self._render_leased(machine, name, res)}
+                    return self._render_leased(machine, name, res)
             remaining = deadline - loop.time()
             if remaining <= 0:
-                return {"messages": []}
+                return []
             await self._wait_for_change(machine, name, remaining)
 
-    def _render_leased(self, machine: QueueMachine, name: str, res: Leased) -> list[Wire]:
+    def _render_leased(
+        self, machine: QueueMachine, name: str, res: Leased
+    ) -> list[ReceivedMessage]:
         stored = {m.seq: m for m in machine.read(name, [m.seq for m in res.messages])}
         out = []
         for lm in res.messages:
@@ -472,16 +474,16 @@ class QueueNode:
             if sm is None:
                 raise InvariantBroken(f"leased message {name}/{lm.seq} cannot be read")
             out.append(
-                {
-                    "id": lm.id,
-                    "seq": lm.seq,
-                    "body": base64.b64encode(sm.body).decode(),
-                    "binary": sm.binary,
-                    "receipt": self.signer.mint(name, lm.seq, lm.lease_id),
-                    "receive_count": lm.receive_count,
-                    "sent_at": lm.sent_at_ms,
-                    "attributes": [list(a) for a in sm.attributes],
-                }
+                ReceivedMessage(
+                    id=lm.id,
+                    seq=lm.seq,
+                    body=sm.body,
+                    binary=sm.binary,
+                    receipt=self.signer.mint(name, lm.seq, lm.lease_id),
+                    receive_count=lm.receive_count,
+                    sent_at_ms=lm.sent_at_ms,
+                    attributes=sm.attributes,
+                )
             )
         return out
 
@@ -646,6 +648,32 @@ class QueueNode:
                 for g, info in self.catalog.groups().items()
             },
         }
+
+
+def _decode_wire(reply: bytes) -> Wire:
+    data = orjson.loads(reply)
+    if not isinstance(data, dict):
+        raise InvariantBroken("malformed forwarded reply")
+    return data
+
+
+def _encode_sent(sent: list[SentMessage]) -> bytes:
+    return orjson.dumps([[m.id, m.seq] for m in sent])
+
+
+def _decode_sent(reply: bytes) -> list[SentMessage]:
+    return [SentMessage(str(i), int(s)) for i, s in orjson.loads(reply)]
+
+
+@dataclass(frozen=True, slots=True)
+class _Op:
+    """An operation run at a group's leader: ``run`` takes the request's wire arguments (plus
+    ``_group``); a forwarded call's reply is ``encode(result)`` there and ``decode(reply)`` on the
+    node that forwarded it."""
+
+    run: Callable[[Wire], Awaitable[Any]]
+    encode: Callable[[Any], bytes] = orjson.dumps
+    decode: Callable[[bytes], Any] = _decode_wire
 
 
 @dataclass(frozen=True, slots=True)

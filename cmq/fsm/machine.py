@@ -499,6 +499,15 @@ class QueueMachine:
         q = self._mutable(cmd.queue)
         if q is None:
             return self._not_found(cmd.queue)
+        limit = q.attributes.max_message_size
+        for m in cmd.messages:
+            # Any node builds produce commands from its own replica's view of the attributes;
+            # the committed attributes decide.
+            if len(m.body) > limit:
+                return CommandFailed(
+                    errors.MessageTooLarge.code,
+                    f"a message body has {len(m.body)} bytes; the queue allows {limit}",
+                )
         q.advance(cmd.now_ms)
         clock = q.clock
         dedup = q.dedup

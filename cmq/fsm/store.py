@@ -19,11 +19,15 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from cmq.errors import InvalidParameter
-from cmq.fsm.wire import Reader, Writer
+from cmq.fsm.wire import Reader
 
 FRAME = struct.Struct("<II")
 """``[u32 payload length][u32 crc32 of the payload]``."""
 _TIMES = struct.Struct("<qqq")
+_RECORD_HEAD = struct.Struct("<qqqBI")
+"""The payload's fixed head: the three times, the flags and the id's length."""
+_U32 = struct.Struct("<I")
+_NO_ATTRIBUTES = _U32.pack(0)
 FLAG_BINARY = 1
 
 
@@ -60,17 +64,32 @@ class RecoveredSegment:
 
 def encode_record(message: StoredMessage, visible_at_ms: int) -> bytes:
     """The framed record of ``message`` (see the module docstring)."""
-    w = Writer()
-    w.raw(_TIMES.pack(message.seq, message.sent_at_ms, visible_at_ms))
-    w.u8(FLAG_BINARY if message.binary else 0)
-    w.text(message.id)
-    w.u32(len(message.attributes))
-    for k, v in message.attributes:
-        w.text(k)
-        w.text(v)
-    w.raw(message.body)
-    payload = w.getvalue()
-    return FRAME.pack(len(payload), zlib.crc32(payload)) + payload
+    mid = message.id.encode()
+    parts = [
+        _RECORD_HEAD.pack(
+            message.seq,
+            message.sent_at_ms,
+            visible_at_ms,
+            FLAG_BINARY if message.binary else 0,
+            len(mid),
+        ),
+        mid,
+    ]
+    if message.attributes:
+        parts.append(_U32.pack(len(message.attributes)))
+        for k, v in message.attributes:
+            kb, vb = k.encode(), v.encode()
+            parts += (_U32.pack(len(kb)), kb, _U32.pack(len(vb)), vb)
+    else:
+        parts.append(_NO_ATTRIBUTES)
+    parts.append(message.body)
+    size = 0
+    crc = 0
+    for part in parts:
+        size += len(part)
+        crc = zlib.crc32(part, crc)
+    parts[0:0] = (FRAME.pack(size, crc),)
+    return b"".join(parts)
 
 
 def decode_payload(payload: bytes | memoryview) -> tuple[StoredMessage, int]:

@@ -81,40 +81,49 @@ class Writer:
 
 
 class Reader:
-    """Reads what `Writer` wrote; every shortfall is an `InvalidParameter`."""
+    """Reads what `Writer` wrote; every shortfall is an `InvalidParameter`.
 
-    __slots__ = ("_data", "_pos")
+    Fixed-width fields are unpacked in place (``unpack_from``): this sits on the apply path of
+    every command and snapshot, so it avoids a slice per field."""
+
+    __slots__ = ("_data", "_len", "_pos")
 
     def __init__(self, data: bytes | bytearray | memoryview, pos: int = 0) -> None:
         self._data = memoryview(data)
+        self._len = len(self._data)
         self._pos = pos
 
     @property
     def pos(self) -> int:
         return self._pos
 
-    def _take(self, n: int) -> memoryview:
-        end = self._pos + n
-        if n < 0 or end > len(self._data):
-            raise InvalidParameter(f"truncated data at byte {self._pos} (need {n})")
-        view = self._data[self._pos : end]
+    def _advance(self, n: int) -> int:
+        """The current position, after reserving ``n`` bytes from it."""
+        pos = self._pos
+        end = pos + n
+        if n < 0 or end > self._len:
+            raise InvalidParameter(f"truncated data at byte {pos} (need {n})")
         self._pos = end
-        return view
+        return pos
+
+    def _take(self, n: int) -> memoryview:
+        pos = self._advance(n)
+        return self._data[pos : pos + n]
 
     def u8(self) -> int:
-        return int(_U8.unpack(self._take(1))[0])
+        return self._data[self._advance(1)]
 
     def u16(self) -> int:
-        return int(_U16.unpack(self._take(2))[0])
+        return int(_U16.unpack_from(self._data, self._advance(2))[0])
 
     def u32(self) -> int:
-        return int(_U32.unpack(self._take(4))[0])
+        return int(_U32.unpack_from(self._data, self._advance(4))[0])
 
     def i64(self) -> int:
-        return int(_I64.unpack(self._take(8))[0])
+        return int(_I64.unpack_from(self._data, self._advance(8))[0])
 
     def boolean(self) -> bool:
-        v = self.u8()
+        v = self._data[self._advance(1)]
         if v > 1:
             raise InvalidParameter(f"bad boolean {v}")
         return v == 1
@@ -123,7 +132,7 @@ class Reader:
         return bytes(self._take(n))
 
     def blob(self) -> bytes:
-        return self.raw(self.u32())
+        return bytes(self._take(self.u32()))
 
     def text(self) -> str:
         data = self._take(self.u32())
@@ -147,9 +156,9 @@ class Reader:
         return out
 
     def remaining(self) -> int:
-        return len(self._data) - self._pos
+        return self._len - self._pos
 
     def end(self) -> None:
         """Raise if bytes are left over."""
-        if self._pos != len(self._data):
-            raise InvalidParameter(f"{len(self._data) - self._pos} trailing bytes")
+        if self._pos != self._len:
+            raise InvalidParameter(f"{self._len - self._pos} trailing bytes")

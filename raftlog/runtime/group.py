@@ -246,6 +246,10 @@ class GroupDriver:
     def status(self) -> Status:
         return self.raw.status()
 
+    def leader(self) -> int:
+        """The leader this replica knows of (0: none), without building a `Status`."""
+        return self.raw.raft.lead
+
     def request_snapshot(self) -> None:
         """Snapshot at the next opportunity (this group pins old WAL segments)."""
         if self.raw.raft.log.applied > self._last_snapshot:

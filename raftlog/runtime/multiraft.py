@@ -275,7 +275,8 @@ class MultiRaft:
         return self.group(group).status()
 
     def leader_of(self, group: int) -> int:
-        return self.group(group).status().leader
+        """The leader ``group`` knows of (0: none); cheap enough for every request."""
+        return self.group(group).leader()
 
     def require_leader(self, group: int) -> GroupDriver:
         """The driver when this node leads ``group``; otherwise `NotLeader` with a hint."""

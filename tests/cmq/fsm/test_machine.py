@@ -132,6 +132,16 @@ def test_produce_assigns_consecutive_seqs_and_reads_back() -> None:
     assert stats is not None and stats.visible == 5 and stats.sent_total == 5
 
 
+def test_produce_over_the_committed_size_limit_fails_whole_and_changes_nothing() -> None:
+    e = Env(QueueAttributes(max_message_size=1024))
+    big = NewMessage("big", b"x" * 1025, False, (), None, None)
+    res = e.run(Produce("q", T0, (msg(0), big)))
+    assert isinstance(res, CommandFailed) and res.code == errors.MessageTooLarge.code
+    stats = e.m.stats("q", T0)
+    assert stats is not None and stats.sent_total == 0
+    assert e.produce(1) == [1]
+
+
 def test_dedup_window() -> None:
     e = Env()
     r1 = e.run(Produce("q", T0, (msg(1, dedup="d"), msg(2, dedup="d"))))
