@@ -32,3 +32,21 @@ unit: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+
+# Load test (loadtest/README.md): a throwaway `cmq dev` cluster on free ports, Locust headless for
+# LOADTEST_SECONDS with LOADTEST_SHAPE (steps|soak), CSV + HTML reports in loadtest/out/; the exit
+# code is non-zero if an SLO failed. Extra Locust flags: LOADTEST_ARGS='--loglevel DEBUG'.
+LOADTEST_SECONDS ?= 60
+LOADTEST_SHAPE ?= steps
+LOADTEST_ARGS ?=
+LOADTEST_STAMP := $(VENV)/.installed-loadtest
+
+.PHONY: loadtest
+
+$(LOADTEST_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/pip install --quiet -e '.[loadtest]'
+	touch $(LOADTEST_STAMP)
+
+loadtest: $(LOADTEST_STAMP)
+	LOADTEST_SECONDS=$(LOADTEST_SECONDS) LOADTEST_SHAPE=$(LOADTEST_SHAPE) BIN=$(BIN) \
+		loadtest/run.sh $(LOADTEST_ARGS)
