@@ -55,7 +55,10 @@ def _read_secret(args: argparse.Namespace, conf: dict[str, Any]) -> bytes:
 def _serve(args: argparse.Namespace) -> int:
     from aiohttp import web
 
+    from prometheus_client import CollectorRegistry
+
     from api.app import make_app
+    from cmq.metrics import register_node_metrics
     from cmq.node import NodeConfig, QueueNode
     from raftlog.runtime import new_event_loop
     from raftlog.runtime.node import parse_peers
@@ -90,7 +93,10 @@ def _serve(args: argparse.Namespace) -> int:
         node = QueueNode(cfg)
         await node.start()
         # Cancel a handler whose client went away: an abandoned long poll must not lease.
-        runner = web.AppRunner(make_app(node), access_log=None, handler_cancellation=True)
+        registry = CollectorRegistry()
+        register_node_metrics(registry, node.raft)
+        app = make_app(node, registry=registry)
+        runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
         await runner.setup()
         await web.TCPSite(runner, http.host, http.port, reuse_address=True).start()
         stop = asyncio.Event()

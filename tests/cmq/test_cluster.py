@@ -7,6 +7,7 @@ import base64
 import itertools
 import random
 import time
+import urllib.request
 
 import aiohttp
 import pytest
@@ -232,3 +233,35 @@ def test_visibility_and_nack_through_the_cluster(cluster: CmqCluster) -> None:
     assert status == 200 and res["results"][0]["ok"] is True
     last = request(u, "POST", "/v1/queues/vis/messages/receive", {"max_messages": 2})[1]
     assert [m["body"] for m in last["messages"]] == ["b"]
+
+
+def _metric(text: str, name: str) -> float:
+    """Sum of every sample of ``name`` (all label sets) in a Prometheus text exposition."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith((name + "{", name + " ")):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_metrics_expose_the_wal_raft_and_process(cluster: CmqCluster) -> None:
+    u = cluster.http[1]
+    assert request(u, "PUT", "/v1/queues/metered")[0] in (200, 201)
+    leader = cluster.leader_node_of_queue("metered")
+
+    def scrape() -> str:
+        with urllib.request.urlopen(cluster.http[leader] + "/metrics", timeout=10) as r:
+            return str(r.read().decode())
+
+    before = scrape()
+    for _ in range(5):
+        status, _ = request(u, "POST", "/v1/queues/metered/messages", {"messages": [{"body": "m"}]})
+        assert status == 200
+    after = scrape()
+    for name in ("cmq_wal_records_total", "cmq_wal_fsyncs_total", "cmq_raft_proposals_total"):
+        assert _metric(after, name) > _metric(before, name), name
+    assert _metric(after, "cmq_wal_fsyncs_total") == _metric(after, "cmq_wal_fsync_seconds_count")
+    assert _metric(after, "cmq_raft_is_leader") >= 1
+    assert _metric(after, "process_resident_memory_bytes") > 10_000_000
+    assert _metric(after, "process_cpu_seconds_total") > 0
+    assert 'le="+Inf"' in after and 'le="inf"' not in after
