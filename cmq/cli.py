@@ -54,7 +54,6 @@ def _read_secret(args: argparse.Namespace, conf: dict[str, Any]) -> bytes:
 
 def _serve(args: argparse.Namespace) -> int:
     from aiohttp import web
-
     from prometheus_client import CollectorRegistry
 
     from api.app import make_app
@@ -274,6 +273,12 @@ def _status(args: argparse.Namespace) -> int:
     return _out(*_call(args.url, "GET", "/v1/status"))
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from cmq.loadgen import main_from_args
+
+    return main_from_args(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="cmq", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -322,6 +327,30 @@ def main(argv: list[str] | None = None) -> int:
     st = sub.add_parser("status", help="groups, leaders, terms, commit/applied, lag")
     st.add_argument("--url", default=DEFAULT_URL)
     st.set_defaults(func=_status)
+
+    b = sub.add_parser(
+        "bench",
+        help="load generator: msgs/s, MiB/s, confirm and end-to-end latency percentiles",
+    )
+    b.add_argument("--url", default=DEFAULT_URL, help="URL[,URL...]: clients spread over them")
+    b.add_argument("--queue", help="queue to use (default: a fresh bench-<tag>, deleted after)")
+    b.add_argument("--producers", type=int, default=4)
+    b.add_argument("--consumers", type=int, default=2)
+    b.add_argument("--size", type=int, default=1024, help="message body bytes (>= 49, the header)")
+    b.add_argument("--window", type=int, default=64, help="send requests in flight per producer")
+    b.add_argument("--batch", type=int, default=1, help="messages per send request (1..100)")
+    b.add_argument("--recv-batch", type=int, default=32, help="max messages per receive")
+    b.add_argument("--recv-window", type=int, default=4, help="receive loops per consumer")
+    b.add_argument("--rate", type=float, default=0.0, help="msgs/s over all producers; 0 = max")
+    b.add_argument("--messages", type=int, default=0, help="stop producing after N messages")
+    b.add_argument(
+        "--seconds", type=float, help="stop producing after S seconds (default 20 w/o --messages)"
+    )
+    b.add_argument("--no-drain", action="store_true", help="do not drain after producing")
+    b.add_argument("--drain-timeout", type=float, default=60.0)
+    b.add_argument("--keep-queue", action="store_true", help="keep a queue this run created")
+    b.add_argument("--json", action="store_true", help="machine-readable report")
+    b.set_defaults(func=_bench)
 
     args = p.parse_args(argv)
     return int(args.func(args))
