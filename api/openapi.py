@@ -39,7 +39,7 @@ ERROR_CODES = {
     413: "MessageTooLarge, RequestTooLarge",
     429: "(reserved for rate limiting; carries Retry-After)",
     500: "InternalError",
-    503: "Unavailable, Overloaded",
+    503: "Unavailable, OutcomeUnknown, Overloaded",
 }
 
 
@@ -372,7 +372,11 @@ ERROR_RESPONSES: dict[str, tuple[int, str]] = {
     "TooLarge": (413, "A message or the request body is too large"),
     "TooManyRequests": (429, "Rate limited; retry after Retry-After seconds"),
     "Internal": (500, "Unexpected server error (details are in the server log)"),
-    "Unavailable": (503, "No leader reachable or overloaded; retry after Retry-After seconds"),
+    "Unavailable": (
+        503,
+        "No leader reachable, overloaded, or (OutcomeUnknown) a change whose outcome is unknown; "
+        "retry after Retry-After seconds",
+    ),
 }
 
 

@@ -79,6 +79,15 @@ class Unavailable(CmqError):
     retry_after = 1.0
 
 
+class OutcomeUnknown(Unavailable):
+    """A change reached the Raft log (or the leader) but no outcome came back before a leader
+    change or the deadline: it may or may not have been applied. Sends are not retried on this
+    node after it (a retry could store the messages twice); a client that resends should use
+    ``dedup_id``."""
+
+    code = "OutcomeUnknown"
+
+
 class ReceiptInvalid(CmqError):
     """A receipt handle is malformed, tampered with, or belongs to another queue."""
 

@@ -31,6 +31,7 @@ from cmq.errors import (
     InvalidParameter,
     InvariantBroken,
     MessageTooLarge,
+    OutcomeUnknown,
     Overloaded,
     QueueAlreadyExists,
     QueueNotFound,
@@ -151,7 +152,7 @@ class QueueNode:
             "get": _Op(self._op_get),
             "set_attributes": _Op(self._op_set_attributes),
             "purge": _Op(self._op_purge),
-            "send": _Op(self._op_send, _encode_sent, _decode_sent),
+            "send": _Op(self._op_send, _encode_sent, _decode_sent, _deduplicated),
             "receive": _Op(self._op_receive, encode_received, decode_received),
             "ack": _Op(self._op_ack),
             "visibility": _Op(self._op_visibility),
@@ -192,14 +193,19 @@ class QueueNode:
     async def _run(self, group: int, op: str, args: Wire) -> Any:
         """Run ``op`` at ``group``'s leader (here or forwarded), retrying leader changes until
         the request deadline. Each attempt builds its request anew (a retried send gets fresh
-        message ids)."""
+        message ids). An attempt whose outcome is unknown (a leader change after the change
+        reached the log, a forwarded call without an answer) is retried only when ``op`` says
+        a repeat is harmless; otherwise `OutcomeUnknown` is raised at once."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.cfg.request_timeout
         delay = 0.02
         spec = self._ops[op]
+        unknown: OutcomeUnknown | None = None  # an attempt that may have taken effect
         while True:
             remaining = deadline - loop.time()
             if remaining <= 0:
+                if unknown is not None:
+                    raise unknown
                 raise Unavailable(f"no leader for group {group} answered in time")
             leader = self.raft.leader_of(group)
             try:
@@ -214,10 +220,15 @@ class QueueNode:
                     return spec.decode(reply)
             except RemoteCallError as e:
                 err = _decode_error(e.payload)
-                if err is not None:
+                if isinstance(err, OutcomeUnknown):
+                    unknown = err
+                elif err is not None:
                     raise err from None
-            except (NotLeader, ProposalDropped, PeerUnavailable, RaftOverloaded):
-                pass
+            except (NotLeader, ProposalDropped, PeerUnavailable, RaftOverloaded) as e:
+                if e.outcome_unknown:
+                    unknown = OutcomeUnknown(f"{e}; the outcome is unknown")
+            if unknown is not None and not spec.retry_unknown(args):
+                raise unknown
             await asyncio.sleep(min(delay, max(0.0, deadline - loop.time())))
             delay = min(delay * 2, 0.2)
 
@@ -240,14 +251,15 @@ class QueueNode:
         except CmqError as e:
             raise RemoteCallError(_error_payload(e.code, e.message)) from None
         except (NotLeader, ProposalDropped, RaftOverloaded) as e:
-            raise RemoteCallError(_error_payload("Retry", str(e))) from None
+            code = OutcomeUnknown.code if e.outcome_unknown else "Retry"
+            raise RemoteCallError(_error_payload(code, str(e))) from None
 
     async def _propose(self, group: int, command: Command | _Raw) -> object:
         data = command.data if isinstance(command, _Raw) else encode_command(command)
         try:
             return await self.raft.propose(group, data, timeout=self.cfg.request_timeout)
         except TimeoutError:
-            raise Unavailable("the change was not committed in time; outcome unknown") from None
+            raise OutcomeUnknown("the change was not applied in time; outcome unknown") from None
         except RaftOverloaded as e:
             raise Overloaded(str(e)) from None
 
@@ -674,6 +686,16 @@ class _Op:
     run: Callable[[Wire], Awaitable[Any]]
     encode: Callable[[Any], bytes] = orjson.dumps
     decode: Callable[[bytes], Any] = _decode_wire
+    retry_unknown: Callable[[Wire], bool] = lambda args: True
+    """Whether an attempt with an unknown outcome may be retried: yes when a repeat is
+    harmless (reads, idempotent admin steps, leases: a lost lease only delays its messages;
+    acks: a repeat reports the already-deleted entries as stale)."""
+
+
+def _deduplicated(args: Wire) -> bool:
+    """A send may be repeated only when every message carries a ``dedup_id``."""
+    messages: list[OutgoingMessage] = args["messages"]
+    return all(m.dedup_id is not None for m in messages)
 
 
 @dataclass(frozen=True, slots=True)
@@ -696,6 +718,7 @@ _ERRORS: dict[str, type[CmqError]] = {
         MessageTooLarge,
         Overloaded,
         Unavailable,
+        OutcomeUnknown,
         ReceiptInvalid,
         InvariantBroken,
     )

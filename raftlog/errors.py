@@ -13,6 +13,9 @@ class RaftError(Exception):
 
     retriable: bool = False
     code: str = "RaftError"
+    outcome_unknown: bool = False
+    """True when the change the caller asked for may or may not take effect (it reached a
+    log, or a peer, before the failure): a retry must then be idempotent."""
 
 
 class NotLeader(RaftError):
@@ -21,9 +24,12 @@ class NotLeader(RaftError):
     retriable = True
     code = "NotLeader"
 
-    def __init__(self, leader_hint: int, reason: str = "not the leader") -> None:
+    def __init__(
+        self, leader_hint: int, reason: str = "not the leader", *, outcome_unknown: bool = False
+    ) -> None:
         super().__init__(f"{reason} (leader hint: {leader_hint or 'unknown'})")
         self.leader_hint = leader_hint
+        self.outcome_unknown = outcome_unknown
 
 
 class Overloaded(RaftError):
@@ -34,13 +40,19 @@ class Overloaded(RaftError):
 
 
 class ProposalDropped(RaftError):
-    """The proposal was accepted but will not be applied (leadership lost, group stopped).
+    """The proposal will not be reported applied (leadership lost, group stopped).
 
-    Retriable: whether the entry was committed is unknown, so a retry must be idempotent.
+    Retriable. ``outcome_unknown`` (the default) when the entry may still be committed, so a
+    retry must be idempotent; False when it provably was not (its log index holds another
+    entry, or it was never appended).
     """
 
     retriable = True
     code = "ProposalDropped"
+
+    def __init__(self, reason: str, *, outcome_unknown: bool = True) -> None:
+        super().__init__(reason)
+        self.outcome_unknown = outcome_unknown
 
 
 class ConfChangeInProgress(RaftError):
@@ -95,7 +107,12 @@ class WalClosed(RaftError):
 
 
 class PeerUnavailable(RaftError):
-    """A peer could not be reached or did not answer in time; the outcome is unknown."""
+    """A peer could not be reached or did not answer in time. ``outcome_unknown`` unless the
+    request provably never left this node."""
 
     retriable = True
     code = "PeerUnavailable"
+
+    def __init__(self, reason: str, *, outcome_unknown: bool = True) -> None:
+        super().__init__(reason)
+        self.outcome_unknown = outcome_unknown

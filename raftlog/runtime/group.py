@@ -13,6 +13,7 @@ Every proposal future resolves: with the state machine's result, or with a retri
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
@@ -209,7 +210,7 @@ class GroupDriver:
         Fails fast (raises) when this node is not the leader or the queue is full.
         """
         if self.stopped is not None:
-            raise ProposalDropped(f"group {self.group} is stopped")
+            raise ProposalDropped(f"group {self.group} is stopped", outcome_unknown=False)
         if not command:
             raise ValueError("a proposal must not be empty")
         r = self.raw.raft
@@ -232,7 +233,7 @@ class GroupDriver:
     def propose_conf_change(self, cc: ConfChange) -> asyncio.Future[object]:
         """Propose a membership step; resolves (to None) once it is applied here."""
         if self.stopped is not None:
-            raise ProposalDropped(f"group {self.group} is stopped")
+            raise ProposalDropped(f"group {self.group} is stopped", outcome_unknown=False)
         index = self.raw.propose_conf_change(cc)
         fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         self._waiters[index] = (self.raw.raft.term, [fut])
@@ -397,7 +398,9 @@ class GroupDriver:
             is_leader = rd.soft_state.role is Role.LEADER
             if self._was_leader and not is_leader:
                 hint = rd.soft_state.leader
-                self._fail_all(NotLeader(hint, "leadership lost; outcome unknown"))
+                self._fail_all(
+                    NotLeader(hint, "leadership lost; outcome unknown", outcome_unknown=True)
+                )
             self._was_leader = is_leader
         term = self.raw.raft.term
         if term != self._term:
@@ -430,7 +433,9 @@ class GroupDriver:
             return
         futures = waiter[1]
         if not ours:
-            exc = ProposalDropped(f"entry {e.index} was replaced by another leader's")
+            exc = ProposalDropped(
+                f"entry {e.index} was replaced by another leader's", outcome_unknown=False
+            )
             for f in futures:
                 if not f.done():
                     f.set_exception(exc)
@@ -474,11 +479,16 @@ class GroupDriver:
                 if not f.done():
                     f.set_exception(exc)
 
-    def _fail_all(self, exc: BaseException) -> None:
+    def _fail_all(self, exc: RaftError) -> None:
+        """Fail every waiter with ``exc``; proposals still queued here (never appended to the
+        log) get a copy that says their outcome is known: not applied."""
         for index in list(self._waiters):
             self._fail_index(index, exc)
         pending, self._pending = self._pending, []
         self._pending_bytes = 0
-        for _, f in pending:
-            if not f.done():
-                f.set_exception(exc)
+        if pending:
+            never = copy.copy(exc)
+            never.outcome_unknown = False
+            for _, f in pending:
+                if not f.done():
+                    f.set_exception(never)

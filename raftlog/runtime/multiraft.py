@@ -305,7 +305,7 @@ class MultiRaft:
         self._calls[rid] = fut
         try:
             if not self.transport.send(peer, FrameKind.CALL, encode_call(rid, False, payload)):
-                raise PeerUnavailable(f"node {peer} is unreachable")
+                raise PeerUnavailable(f"node {peer} is unreachable", outcome_unknown=False)
             handle = asyncio.get_running_loop().call_later(
                 timeout, _expire_call, fut, f"node {peer} did not answer within {timeout} s"
             )
