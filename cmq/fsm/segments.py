@@ -363,11 +363,12 @@ class FileSegmentStore(_FramedStore):
     ) -> None:
         super().__init__(cache_bytes)
         self.directory = os.fspath(directory)
-        os.makedirs(self.directory, exist_ok=True)
         self._max_open = max(1, max_open)
         self._fds: OrderedDict[_Key, int] = OrderedDict()
         self._dirty: set[_Key] = set()
-        self._dirty_dirs: set[str] = set()
+        # Directories whose entries changed since the last flush. A created directory puts
+        # its parent here: a snapshot must never list files a power loss can still forget.
+        self._dirty_dirs: set[str] = set(_make_dirs(self.directory))
 
     def close(self) -> None:
         """Close every open descriptor (appends stay in the page cache, not fsynced)."""
@@ -389,9 +390,7 @@ class FileSegmentStore(_FramedStore):
         flags = os.O_RDWR | os.O_APPEND
         if create and not os.path.exists(path):
             qdir = os.path.dirname(path)
-            if not os.path.isdir(qdir):
-                os.makedirs(qdir, exist_ok=True)
-                self._dirty_dirs.add(self.directory)
+            self._dirty_dirs.update(_make_dirs(qdir))
             self._dirty_dirs.add(qdir)
             flags |= os.O_CREAT
         fd = os.open(path, flags, 0o644)
@@ -504,6 +503,21 @@ class FileSegmentStore(_FramedStore):
             finally:
                 os.close(fd)
         self._dirty_dirs.clear()
+
+
+def _make_dirs(path: str) -> list[str]:
+    """Create ``path`` and any missing ancestors; the parents of the levels created (their
+    new entries must be fsynced to survive a power loss)."""
+    missing = []
+    level = os.path.abspath(path)
+    while not os.path.isdir(level):
+        missing.append(level)
+        parent = os.path.dirname(level)
+        if parent == level:
+            break
+        level = parent
+    os.makedirs(path, exist_ok=True)
+    return [os.path.dirname(d) for d in missing]
 
 
 def _check_protocol(store: FileSegmentStore | MemorySegmentStore) -> SegmentStore:

@@ -208,6 +208,9 @@ class Ready:
     3. Only after that, send ``persisted_messages`` (votes, append responses: they promise
        durability).
     4. Apply ``snapshot`` (if any) and then ``committed`` to the state machine, in order.
+       ``committed`` only holds entries that are already durable here (never this Ready's
+       ``entries``), so without a ``snapshot`` it may be applied while step 2 is still under
+       way (the runtime overlaps apply with the fsync).
     5. Call ``advance(ready)``. Until then, ``ready()`` must not be called again; ``step``,
        ``tick`` and ``propose`` may be.
     """

@@ -365,33 +365,48 @@ class GroupDriver:
         self.counters.readies += 1
         if rd.messages:
             self._send(self.group, rd.messages)
-        if rd.snapshot is not None or rd.entries or rd.hard_state is not None:
-            if rd.snapshot is not None:
-                # Writing the snapshot's data file blocks: keep it off the event loop.
-                fut = await self._offload(
-                    self.store.submit_ready,
-                    snapshot=rd.snapshot,
-                    entries=rd.entries,
-                    hard_state=rd.hard_state,
-                    sync=rd.must_sync,
-                )
-            else:
-                fut = self.store.submit_ready(
-                    entries=rd.entries, hard_state=rd.hard_state, sync=rd.must_sync
-                )
+        if rd.snapshot is not None:
+            # Writing the snapshot's data file blocks: keep it off the event loop.
+            fut = await self._offload(
+                self.store.submit_ready,
+                snapshot=rd.snapshot,
+                entries=rd.entries,
+                hard_state=rd.hard_state,
+                sync=rd.must_sync,
+            )
             await asyncio.wrap_future(fut)
             self.counters.persisted_entries += len(rd.entries)
-        if rd.persisted_messages:
-            self._send(self.group, rd.persisted_messages)
-        if rd.snapshot is not None:
+            if rd.persisted_messages:
+                self._send(self.group, rd.persisted_messages)
             self.sm.restore(rd.snapshot.meta.index, rd.snapshot.data)
             self._last_snapshot = rd.snapshot.meta.index
             self._since_snapshot.clear()
             self._bytes_since_snapshot = 0
             for index in [i for i in self._waiters if i <= rd.snapshot.meta.index]:
                 self._fail_index(index, ProposalDropped("replaced by a snapshot"))
-        for e in rd.committed:
-            self._apply(e)
+            for e in rd.committed:
+                self._apply(e)
+        else:
+            # ``rd.committed`` holds only entries already durable here (and committed on a
+            # quorum), never this Ready's new ones: apply them while the WAL writes and fsyncs
+            # the new entries on its thread, so results do not wait for an unrelated fsync.
+            if rd.committed and rd.entries and rd.committed[-1].index >= rd.entries[0].index:
+                raise InvariantViolation(
+                    f"group {self.group}: entry {rd.entries[0].index} is to be applied before "
+                    "it is durable"
+                )
+            fut = None
+            if rd.entries or rd.hard_state is not None:
+                fut = self.store.submit_ready(
+                    entries=rd.entries, hard_state=rd.hard_state, sync=rd.must_sync
+                )
+            for e in rd.committed:
+                self._apply(e)
+            if fut is not None:
+                await asyncio.wrap_future(fut)
+                self.counters.persisted_entries += len(rd.entries)
+            if rd.persisted_messages:
+                self._send(self.group, rd.persisted_messages)
         self.raw.advance(rd)
         self.counters.applied_entries += len(rd.committed)
         if rd.soft_state is not None:

@@ -147,3 +147,26 @@ def test_torn_record_is_detected(make_store) -> None:  # type: ignore[no-untyped
     with pytest.raises(InvariantBroken, match="torn"):
         store.recover({"q.1": [SegmentLayout(1, 2, size - 1)]})
     assert FRAME.size == 8
+
+
+def test_flush_makes_every_created_directory_durable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snapshot lists segment files; the directories holding them (and every level created
+    for them) must have their entries fsynced first, or a power loss can forget them."""
+    root = tmp_path / "data"
+    root.mkdir()
+    store = FileSegmentStore(root / "segments" / "g1")
+    m = StoredMessage("id", 1, b"body", False, (), 0)
+    store.append("q", 1, [m], [encode_record(m, 0)])
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def spy(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    store.flush()
+    for d in (root, root / "segments", root / "segments" / "g1", root / "segments" / "g1" / "q"):
+        assert str(d) in synced, d
