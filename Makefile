@@ -50,3 +50,53 @@ $(LOADTEST_STAMP): $(STAMP) pyproject.toml
 loadtest: $(LOADTEST_STAMP)
 	LOADTEST_SECONDS=$(LOADTEST_SECONDS) LOADTEST_SHAPE=$(LOADTEST_SHAPE) BIN=$(BIN) \
 		loadtest/run.sh $(LOADTEST_ARGS)
+
+# FUSE for the power-loss tests (tests/chaos/lazyfs.py): fuse3 from Debian when fusermount3 is
+# missing (as root; a no-op when installed). Without it those tests skip with a reason.
+APT_STAMP := $(VENV)/.apt
+
+$(APT_STAMP): $(STAMP)
+	@if ! command -v fusermount3 >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			(DEBIAN_FRONTEND=noninteractive apt-get install -y -q fuse3 >/dev/null 2>&1 || \
+			 (apt-get update -q >/dev/null && \
+			  DEBIAN_FRONTEND=noninteractive apt-get install -y -q fuse3 >/dev/null)) || true; \
+		fi; \
+	fi
+	@if command -v fusermount3 >/dev/null 2>&1; then touch $(APT_STAMP); \
+	else echo "warning: fuse3 not installed; the LazyFS power-loss tests will be skipped"; fi
+
+unit: $(APT_STAMP)
+
+# Jepsen-style chaos soak (tests/chaos, docs/chaos.md): runs with new seeds on 3- and 5-node
+# clusters for CHAOS_MINUTES, then leader-failover trials; prints a table, exits 1 on a failed
+# check. `make test` runs a bounded pass of the same runner (tests/chaos/test_chaos_run.py).
+CHAOS_MINUTES ?= 10
+CHAOS_ARGS ?=
+
+.PHONY: chaos
+chaos: $(STAMP) $(APT_STAMP)
+	$(BIN)/python -m tests.chaos soak --minutes $(CHAOS_MINUTES) --nodes 3,5 $(CHAOS_ARGS)
+
+# Side-by-side benchmark against RabbitMQ quorum queues and NATS JetStream (bench/RESULTS.md):
+# the harness in $(PERF_HARNESS); the peers from Debian's packages, their Python clients from
+# the bench extra. `make efficiency`: records/fsync, CPU per message, memory with a backlog.
+PERF_HARNESS ?= ../shared/bench
+PERF_SECONDS ?= 20
+EFFICIENCY_MESSAGES ?= 1000000
+PEERS_STAMP := $(VENV)/.installed-peers
+
+.PHONY: perf-compare efficiency
+
+$(PEERS_STAMP): $(STAMP) pyproject.toml
+	command -v rabbitmq-server >/dev/null && command -v nats-server >/dev/null || \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q rabbitmq-server nats-server
+	$(BIN)/pip install --quiet -e '.[bench]'
+	touch $(PEERS_STAMP)
+
+perf-compare: $(PEERS_STAMP)
+	CMQ_BIN=$(abspath $(BIN))/cmq BENCH_PY=$(abspath $(BIN))/python \
+		$(BIN)/python $(PERF_HARNESS)/perf_compare.py --seconds $(PERF_SECONDS)
+
+efficiency: $(STAMP)
+	$(BIN)/python bench/efficiency.py --messages $(EFFICIENCY_MESSAGES)

@@ -846,10 +846,12 @@ class _Run:
                     self.last_confirm = end
                     self._check_settled()
                     break
-                self.error(self._code(status, payload))
-                retriable = status in _RETRIABLE_STATUS or (
-                    status == 0 and payload not in ("timeout",)
-                )
+                code = self._code(status, payload)
+                self.error(code)
+                # OutcomeUnknown: the send may be stored already; resending could duplicate it.
+                retriable = (
+                    status in _RETRIABLE_STATUS and not code.endswith("OutcomeUnknown")
+                ) or (status == 0 and payload not in ("timeout",))
                 # No retries once production has stopped: the run must end near its deadline.
                 if not retriable or attempt == _MAX_ATTEMPTS - 1 or self.stop_producing.is_set():
                     self.failed += n

@@ -1,0 +1,227 @@
+"""Efficiency figures of a 3-node cmq cluster: records per fsync, CPU seconds per 1,000 messages
+per node, resident memory per node with a large backlog, and the backlog's drain rate.
+
+    python bench/efficiency.py [--messages 1000000] [--batch 10] [--url URL,URL,URL]
+
+Without ``--url`` it starts a fresh `cmq dev` cluster (3 nodes, a temp data dir, HTTP ports
+18680-18682) and stops it at the end. Phases, all against one queue:
+
+1. produce ``--messages`` 1 KiB messages with `cmq bench` (4 producers x 64 requests in flight,
+   ``--batch`` messages per request, no consumers): confirmed msgs/s;
+2. read every node's ``/metrics``: resident memory with the backlog in place;
+3. drain: 8 receive loops (100 messages per receive) that ack each batch, until the queue is
+   empty: consumed-and-acked msgs/s.
+
+CPU seconds (``process_cpu_seconds_total``), WAL records and fsyncs are the differences of each
+node's counters over each phase. Prints a table, and the same as JSON with ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+ROOT = Path(__file__).resolve().parent.parent
+COUNTERS = (
+    "process_cpu_seconds_total",
+    "process_resident_memory_bytes",
+    "cmq_wal_records_total",
+    "cmq_wal_fsyncs_total",
+)
+
+
+def scrape(url: str) -> dict[str, float]:
+    """The `COUNTERS` of one node (summed over label sets)."""
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out = dict.fromkeys(COUNTERS, 0.0)
+    for line in text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in out:
+            out[name] += float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def scrape_all(urls: list[str]) -> list[dict[str, float]]:
+    return [scrape(u) for u in urls]
+
+
+def phase_figures(
+    before: list[dict[str, float]], after: list[dict[str, float]], messages: int
+) -> dict[str, Any]:
+    """Per node: CPU s per 1,000 messages; over the cluster: WAL records per fsync."""
+    cpu = [
+        (a["process_cpu_seconds_total"] - b["process_cpu_seconds_total"]) * 1000 / messages
+        for b, a in zip(before, after, strict=True)
+    ]
+    records = sum(
+        a["cmq_wal_records_total"] - b["cmq_wal_records_total"]
+        for b, a in zip(before, after, strict=True)
+    )
+    fsyncs = sum(
+        a["cmq_wal_fsyncs_total"] - b["cmq_wal_fsyncs_total"]
+        for b, a in zip(before, after, strict=True)
+    )
+    return {
+        "cpu_s_per_1000_msgs_per_node": [round(c, 4) for c in cpu],
+        "records_per_fsync": round(records / fsyncs, 1) if fsyncs else None,
+    }
+
+
+async def drain(urls: list[str], queue: str, loops: int = 8) -> tuple[int, float]:
+    """Receive (100 at a time) and ack until the queue is empty; (acked, seconds)."""
+    acked = 0
+    start = time.perf_counter()
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+
+        async def one(i: int) -> None:
+            nonlocal acked
+            base = f"{urls[i % len(urls)]}/v1/queues/{queue}/messages"
+            while True:
+                body = {"max_messages": 100, "wait_seconds": 1, "visibility_timeout": 60}
+                async with session.post(base + "/receive", data=orjson.dumps(body)) as r:
+                    got = orjson.loads(await r.read())
+                receipts = [m["receipt"] for m in got.get("messages", [])]
+                if not receipts:
+                    async with session.get(f"{urls[0]}/v1/queues/{queue}") as r:
+                        stats = orjson.loads(await r.read())["stats"]
+                    if stats["visible"] == 0 and stats["in_flight"] == 0:
+                        return
+                    continue
+                async with session.post(
+                    base + "/ack", data=orjson.dumps({"receipts": receipts})
+                ) as r:
+                    res = orjson.loads(await r.read())
+                acked += sum(1 for x in res["results"] if x["ok"])
+
+        await asyncio.gather(*(one(i) for i in range(loops)))
+    return acked, time.perf_counter() - start
+
+
+def wait_ready(url: str, timeout: float = 90) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            with urllib.request.urlopen(url + "/readyz", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise SystemExit(f"{url} never became ready")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--messages", type=int, default=1_000_000)
+    ap.add_argument("--batch", type=int, default=10)
+    ap.add_argument("--url", help="comma-separated node URLs of a running cluster")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    cmq = [sys.executable, "-m", "cmq"]
+    dev = None
+    if a.url:
+        urls = a.url.split(",")
+    else:
+        data = tempfile.mkdtemp(prefix="cmq-eff-")
+        urls = [f"http://127.0.0.1:{18680 + i}" for i in range(3)]
+        log = open(os.path.join(data, "dev.log"), "w")  # noqa: SIM115 - the process owns it
+        dev = subprocess.Popen(
+            [
+                *cmq,
+                "dev",
+                "--nodes",
+                "3",
+                "--data-dir",
+                data,
+                "--http-port",
+                "18680",
+                "--peer-port",
+                "19680",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=ROOT,
+        )
+    try:
+        for u in urls:
+            wait_ready(u)
+        queue = f"eff-{int(time.time())}"
+        before = scrape_all(urls)
+        t0 = time.perf_counter()
+        out = subprocess.run(
+            [
+                *cmq,
+                "bench",
+                "--url",
+                ",".join(urls),
+                "--queue",
+                queue,
+                "--consumers",
+                "0",
+                "--messages",
+                str(a.messages),
+                "--batch",
+                str(a.batch),
+                "--keep-queue",
+                "--no-drain",
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            check=False,
+        )
+        produce_s = time.perf_counter() - t0
+        report = json.loads(out.stdout)
+        confirmed = int(report["confirmed"])
+        time.sleep(2)  # let followers apply the tail before reading memory
+        backlog = scrape_all(urls)
+        acked, drain_s = asyncio.run(drain(urls, queue))
+        drained = scrape_all(urls)
+        result = {
+            "messages": a.messages,
+            "batch": a.batch,
+            "confirmed": confirmed,
+            "produce_msgs_per_s": report["confirmed_msgs_per_s"],
+            "produce_resent_after_errors": report["resent"],
+            "produce_errors": report["errors"],
+            "produce_wall_s": round(produce_s, 1),
+            "produce": phase_figures(before, backlog, max(confirmed, 1)),
+            "rss_mib_per_node_with_backlog": [
+                round(n["process_resident_memory_bytes"] / 2**20, 1) for n in backlog
+            ],
+            "drain_acked": acked,
+            "drain_s": round(drain_s, 1),
+            "drain_msgs_per_s": round(acked / drain_s, 1) if drain_s else None,
+            "drain": phase_figures(backlog, drained, max(acked, 1)),
+        }
+    finally:
+        if dev is not None:
+            os.killpg(dev.pid, signal.SIGINT)
+            dev.wait(30)
+    if a.json:
+        print(json.dumps(result, indent=2))
+    else:
+        for k, v in result.items():
+            print(f"{k:32} {v}")
+    return 0 if acked >= confirmed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

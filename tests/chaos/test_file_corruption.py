@@ -1,0 +1,311 @@
+"""File corruption on one node (a minority) of three real `cmq serve` processes.
+
+With the node stopped, one fault (bit flip, truncation, rollback to an earlier copy) is applied
+to one of its WAL, segment or snapshot files; then it restarts. Required: the node never serves
+bad data -- it detects the damage and either repairs itself from its peers or stays down with a
+clear error in its log -- and the group never loses a confirmed message.
+
+`test_faults_on_one_node` walks the fault x file-kind matrix on one cluster and prints what
+each case did (the report's table). A node that refused to start is restored from the copy
+taken just before the fault (it never ran in between, so that is its exact last state). At the
+end the faulted node is made the queue's leader and everything is drained through it.
+
+`test_rollback_of_a_whole_node_with_another_crash_loses_messages` is the dangerous case: a node
+restored from an earlier copy of its data directory has forgotten entries it acknowledged; if
+the only other node that holds them is down at that moment, the group elects a leader without
+them and confirmed messages are gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.chaos import filefaults
+from tests.chaos.filefaults import FileKind, copy_data_dir, data_files, snapshot_group
+from tests.chaos.test_power_loss import (
+    LONG,
+    SNAPSHOTS,
+    DiskCluster,
+    Outcome,
+    Workload,
+    assert_safe,
+    caught_up,
+    wait_caught_up,
+)
+from tests.cmq.cluster import request
+
+
+@dataclass
+class Case:
+    fault: str
+    kind: FileKind | None
+    run: Any
+    """``run(data_dir, early_copy, rng) -> description``."""
+    long: bool = False
+    """Only with ``CHAOS_LONG=1`` (the default run stays short)."""
+
+
+def _snapshot_of_data_group(d: Path) -> filefaults.DataFile:
+    snaps = [f for f in data_files(d, "snapshot") if snapshot_group(f) == 1]
+    assert snaps, f"no snapshot of group 1 in {d}"
+    return snaps[-1]
+
+
+CASES = [
+    Case(
+        "bitflip (head)", "wal", lambda d, e, r: filefaults.bitflip(d, r, kind="wal", where="head")
+    ),
+    Case(
+        "bitflip (tail)", "wal", lambda d, e, r: filefaults.bitflip(d, r, kind="wal", where="tail")
+    ),
+    Case(
+        "truncate (middle)",
+        "wal",
+        lambda d, e, r: filefaults.truncate(d, r, kind="wal", where="middle"),
+        long=True,
+    ),
+    Case(
+        "truncate (tail)",
+        "wal",
+        lambda d, e, r: filefaults.truncate(d, r, kind="wal", where="tail"),
+        long=True,
+    ),
+    Case(
+        "rollback (file)",
+        "wal",
+        lambda d, e, r: filefaults.rollback(d, e, r, kind="wal", chunk=False),
+    ),
+    Case(
+        "bitflip (head)",
+        "segment",
+        lambda d, e, r: filefaults.bitflip(d, r, kind="segment", where="head"),
+    ),
+    Case(
+        "bitflip (tail)",
+        "segment",
+        lambda d, e, r: filefaults.bitflip(d, r, kind="segment", where="tail"),
+        long=True,
+    ),
+    Case(
+        "truncate (head)",
+        "segment",
+        lambda d, e, r: filefaults.truncate(d, r, kind="segment", where="head"),
+    ),
+    Case(
+        "rollback (file)",
+        "segment",
+        lambda d, e, r: filefaults.rollback(d, e, r, kind="segment", chunk=False),
+    ),
+    Case(
+        "bitflip",
+        "snapshot",
+        lambda d, e, r: filefaults.bitflip(d, r, target=_snapshot_of_data_group(d)),
+    ),
+    Case(
+        "truncate",
+        "snapshot",
+        lambda d, e, r: filefaults.truncate(d, r, target=_snapshot_of_data_group(d)),
+    ),
+    Case(
+        "rollback (file)",
+        "snapshot",
+        lambda d, e, r: filefaults.rollback(d, e, r, kind="snapshot", chunk=False),
+    ),
+    Case("rollback (whole dir)", None, lambda d, e, r: filefaults.rollback_all(d, e)),
+]
+
+_ERROR = re.compile(r"^.*(CorruptRecord|InvariantBroken|Error:|group \d+ stopped).*$", re.M)
+
+
+def first_error(log: str) -> str:
+    """The line of a node's log that says why it stopped (the exception's last line)."""
+    lines = [m.group(0) for m in _ERROR.finditer(log)]
+    return lines[-1][:200] if lines else ""
+
+
+def observe(c: DiskCluster, nid: int, log_from: int, timeout: float = 20.0) -> tuple[str, str]:
+    """Start ``nid`` and wait until it exits, stops a group, or serves with its data group
+    caught up with the leader's commit. Returns (behaviour, error line)."""
+    c.start(nid)
+    deadline = time.monotonic() + timeout
+    proc = c.procs[nid]
+    while time.monotonic() < deadline:
+        log = c.log(nid)[log_from:]
+        if proc.poll() is not None:
+            return f"refuses to start (exit {proc.returncode})", first_error(log)
+        if re.search(r"group \d+ stopped", log):
+            return "starts, stops the group", first_error(log)
+        if caught_up(c, nid):
+            return "serves (caught up from the leader)", ""
+        time.sleep(0.2)
+    return "neither serves nor exits within the timeout", first_error(c.log(nid)[log_from:])
+
+
+def rejoin(c: DiskCluster, nid: int) -> None:
+    """The documented remedy for a node whose disk is lost: empty directory, ``--rejoin``."""
+    shutil.rmtree(c.data_dir(nid))
+    c.data_dir(nid).mkdir()
+    args = c.args[nid]
+    c.args[nid] = [*args, "--rejoin"]
+    try:
+        c.start(nid)
+    finally:
+        c.args[nid] = args
+    wait_caught_up(c, nid)
+
+
+def make_leader(c: DiskCluster, queue: str, nid: int, attempts: int = 8) -> None:
+    """Kill the queue's leader until ``nid`` leads it (each killed node restarts at once)."""
+    for _ in range(attempts):
+        leader = c.leader_of(queue)
+        if leader == nid:
+            return
+        c.kill(leader)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                if c.leader_node_of_queue(queue) != leader:
+                    break
+            except AssertionError:
+                pass
+            time.sleep(0.1)
+        c.start(leader)
+        c.wait_ready(30)
+    raise AssertionError(f"node {nid} never became the leader of {queue}")
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[DiskCluster]:
+    c = DiskCluster(tmp_path, lazy=False, group_options=SNAPSHOTS)
+    try:
+        c.start_all()
+        yield c
+    finally:
+        c.close()
+
+
+async def test_faults_on_one_node(cluster: DiskCluster, tmp_path: Path) -> None:
+    c = cluster
+    q = "fc"
+    status, _ = request(
+        c.http[1], "PUT", f"/v1/queues/{q}", {"attributes": {"visibility_timeout": 3}}
+    )
+    assert status == 201
+    load = Workload(c, q, seed=7)
+    await load.start(producers=1, consumers=1)
+    await asyncio.sleep(1.5)
+    leader = await asyncio.to_thread(c.leader_of, q)
+    victim = next(n for n in sorted(c.procs) if n != leader)
+    vdir = c.data_dir(victim)
+    rng = random.Random(11)
+
+    # The earlier copy for rollbacks: the victim's directory a few snapshots ago.
+    await asyncio.to_thread(c.kill, victim)
+    early = copy_data_dir(vdir, tmp_path / "early")
+    c.start(victim)
+    await asyncio.to_thread(c.wait_ready, 30)
+    await asyncio.sleep(1.5)
+
+    table: list[tuple[str, str, str, str, str]] = []
+    for i, case in enumerate(c for c in CASES if LONG or not c.long):
+        await asyncio.to_thread(c.kill, victim)
+        backup = copy_data_dir(vdir, tmp_path / f"backup-{i}")
+        try:
+            what = case.run(vdir, early, rng)
+        except filefaults.NoSuchFile as e:
+            table.append((case.fault, case.kind or "all", "not applicable", str(e), ""))
+            c.start(victim)
+            continue
+        log_from = len(c.log(victim))
+        behaviour, error = await asyncio.to_thread(observe, c, victim, log_from)
+        table.append((case.fault, case.kind or "all", behaviour, what, error))
+        if not behaviour.startswith("serves"):
+            if victim in c.procs:
+                await asyncio.to_thread(c.kill, victim)
+            if case.kind == "snapshot":
+                # Heal as an operator would: wipe the disk, rejoin, catch up from the leader.
+                await asyncio.to_thread(rejoin, c, victim)
+                table[-1] = (*table[-1][:-1], table[-1][-1] + " [healed by --rejoin]")
+            else:
+                # Heal: the copy taken just before the fault is the node's exact last state.
+                filefaults.rollback_all(vdir, backup)
+                c.start(victim)
+        await asyncio.to_thread(c.wait_ready, 30)
+        await asyncio.sleep(0.5)
+
+    # Whatever the faulted node kept must be right: let it lead the queue, drain through it.
+    await asyncio.to_thread(make_leader, c, q, victim)
+    load.rng = random.Random(victim)
+    out: Outcome = await load.drain()
+
+    rows = ["| " + " | ".join(x.replace(str(tmp_path), "") for x in row) + " |" for row in table]
+    report = f"faults on node {victim} (of 3):\n" + "\n".join(rows)
+    print("\n" + report)
+    assert_safe(out, "file faults on one node")
+    for fault, kind, behaviour, _what, error in table:
+        assert behaviour.startswith(("serves", "refuses", "starts, stops")), report
+        if not behaviour.startswith("serves"):
+            assert error, f"{fault} {kind}: no clear error in the log\n{report}"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known hazard: a node whose data directory is rolled back forgets entries it "
+    "acknowledged; with the one other node holding them down, the group elects a leader "
+    "without them (nothing detects a rollback)",
+)
+async def test_rollback_of_a_whole_node_with_another_crash_loses_messages(
+    cluster: DiskCluster, tmp_path: Path
+) -> None:
+    c = cluster
+    q = "rb"
+    assert request(c.http[1], "PUT", f"/v1/queues/{q}")[0] == 201
+    a = await asyncio.to_thread(c.leader_of, q)
+    b, third = (n for n in sorted(c.procs) if n != a)
+
+    def send(n: int, tag: str) -> set[str]:
+        bodies = {f"{tag}-{k}" for k in range(n)}
+        for body in sorted(bodies):
+            status, res = request(
+                c.http[a], "POST", f"/v1/queues/{q}/messages", {"messages": [{"body": body}]}
+            )
+            assert status == 200, res
+        return bodies
+
+    before = send(10, "before")
+    c.kill(b)
+    early = copy_data_dir(c.data_dir(b), tmp_path / "early")  # b's "backup"
+    c.start(b)
+    c.wait_ready(30)
+    c.kill(third)
+    confirmed = send(30, "acked-by-a-and-b")  # committed on a and b only
+    c.kill(b)
+    filefaults.rollback_all(c.data_dir(b), early)  # b restored from its backup
+    c.kill(a)
+    c.start(b)
+    c.start(third)
+    c.wait_ready(30)  # b and c elect a leader that never saw the messages
+    c.start(a)
+    c.wait_ready(30)
+    got: set[str] = set()
+    for _ in range(20):
+        status, res = request(
+            c.http[a], "POST", f"/v1/queues/{q}/messages/receive", {"max_messages": 10}
+        )
+        if status == 200:
+            if not res["messages"] and got >= before:
+                break
+            got |= {m["body"] for m in res["messages"]}
+    lost = (before | confirmed) - got
+    print(f"rollback with another node down: lost {len(lost)} of {len(before | confirmed)}")
+    assert not lost
