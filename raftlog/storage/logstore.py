@@ -151,7 +151,12 @@ class GroupLog:
                     with open(path, "rb") as f:
                         raw = f.read()
                 except FileNotFoundError:
-                    raise CorruptRecord(path, 0, "snapshot data file is missing") from None
+                    raise CorruptRecord(
+                        path,
+                        0,
+                        "snapshot data file is missing (deleted, or the WAL was cut short or "
+                        "rolled back to before a newer snapshot)",
+                    ) from None
                 self._snap_data = decode_snapshot_file(
                     path, raw, self._group, meta.index, meta.term
                 )

@@ -27,6 +27,7 @@ Contracts:
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import os
 import threading
@@ -54,6 +55,8 @@ from raftlog.storage.record import (
 )
 from raftlog.storage.recovery import RecoveredGroup, TornTail, recover
 from raftlog.storage.segments import SegmentIndex
+
+log = logging.getLogger("raftlog.storage")
 
 FSYNC_BUCKETS: tuple[float, ...] = (
     0.0005,
@@ -257,6 +260,17 @@ class Wal:
         wal._index = rec.index
         wal._recovered = dict(rec.groups)
         wal._torn_tail = rec.torn_tail
+        if rec.torn_tail is not None:
+            t = rec.torn_tail
+            # Normal after a crash mid-write; the same cut also hides a file damaged or rolled
+            # back at its end, so it is always reported.
+            log.warning(
+                "WAL %s: cut %d bytes at offset %d (%s): a torn last write, or damage at the end",
+                t.path,
+                t.dropped_bytes,
+                t.offset,
+                t.reason,
+            )
         wal._remove_orphans(rec.groups)
         if rec.segments:
             wal._active_seq = rec.segments[-1]

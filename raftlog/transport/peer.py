@@ -337,7 +337,13 @@ class Transport:
         if task is not None:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-        await self._serve_connection(peer, reader, writer)
+        try:
+            await self._serve_connection(peer, reader, writer)
+        except asyncio.CancelledError:
+            # `close` cancels us. End normally: asyncio's stream server (3.11) asks a finished
+            # connection task for its exception and logs a cancelled one as an error.
+            if not self._closed:
+                raise
 
     async def _serve_connection(
         self, peer: _Peer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter

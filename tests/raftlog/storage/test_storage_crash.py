@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -179,3 +180,21 @@ def test_damage_in_an_older_segment_is_corruption(
         Wal.open(str(tmp_path)).close()
     assert err.value.path == str(tmp_path / wal_name(1))
     assert err.value.offset == _frames(content)[-1][0]
+
+
+def test_a_cut_tail_is_reported(
+    tmp_path: Path,
+    golden: tuple[bytes, list[tuple[int, Record]]],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The cut is silent for the data (a torn write is normal) but never for the operator: the
+    same cut hides damage or a rollback at the end of the file."""
+    content, _ = golden
+    last_start = _frames(content)[-1][0]
+    with caplog.at_level(logging.WARNING, logger="raftlog.storage"):
+        _reopen(tmp_path, content[:-3]).close()
+    assert f"cut {len(content) - 3 - last_start} bytes at offset {last_start}" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="raftlog.storage"):
+        _reopen(tmp_path, content[:last_start]).close()
+    assert "cut" not in caplog.text
