@@ -85,8 +85,11 @@ def _serve(args: argparse.Namespace) -> int:
         data_dirs=data_dirs,
         secret=_read_secret(args, conf),
         groups=int(_setting(args, conf, "groups", 4)),
+        max_inflight_sends=int(_setting(args, conf, "max_inflight_sends", 24)),
         rejoin=bool(args.rejoin),
     )
+    if cfg.max_inflight_sends < 1:
+        raise SystemExit("--max-inflight-sends must be at least 1")
 
     async def run() -> None:
         node = QueueNode(cfg)
@@ -290,6 +293,11 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--peers", help="ID=HOST:PORT,... for every node (this one included)")
     s.add_argument("--data-dir", action="append", help="a data directory (repeat for more disks)")
     s.add_argument("--groups", type=int, help="data groups (default 4)")
+    s.add_argument(
+        "--max-inflight-sends",
+        type=int,
+        help="sends carried at once by this node; more wait (default 24)",
+    )
     s.add_argument("--secret-file")
     s.add_argument(
         "--rejoin",

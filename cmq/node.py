@@ -110,6 +110,12 @@ class NodeConfig:
     groups: int = 4
     """Data groups (the meta group is extra)."""
     request_timeout: float = 10.0
+    max_inflight_sends: int = 24
+    """Sends this node carries at once (from receiving the request to its confirm); more wait
+    their turn, up to the request deadline, then fail with `Overloaded`. Receives, acks and
+    other calls never wait for these slots, so consumers are not queued behind a burst of
+    producers: on a saturated node every queued send delays every Raft turn, and with it the
+    commits consumers wait for."""
     tick_interval: float = 0.05
     housekeeping_interval: float = 1.0
     group_options: GroupOptions = field(default_factory=GroupOptions)
@@ -145,6 +151,7 @@ class QueueNode:
         self._id_prefix = secrets.token_hex(5)
         self._id_counter = 0
         self._tasks: set[asyncio.Task[None]] = set()
+        self._send_slots = asyncio.Semaphore(cfg.max_inflight_sends)
         self._ops: dict[str, _Op] = {
             "meta": _Op(self._op_meta),
             "create": _Op(self._op_create),
@@ -319,10 +326,28 @@ class QueueNode:
                         f"a message body has {len(m.body)} bytes; the queue allows "
                         f"{attrs.max_message_size}"
                     )
-        sent: list[SentMessage] = await self._run(
-            group, "send", {"name": name, "messages": messages}
-        )
+        await self._take_send_slot()
+        try:
+            sent: list[SentMessage] = await self._run(
+                group, "send", {"name": name, "messages": messages}
+            )
+        finally:
+            self._send_slots.release()
         return sent
+
+    async def _take_send_slot(self) -> None:
+        """One of the `NodeConfig.max_inflight_sends` slots; `Overloaded` if none frees up
+        within the request deadline."""
+        if self._send_slots.locked():
+            try:
+                async with asyncio.timeout(self.cfg.request_timeout):
+                    await self._send_slots.acquire()
+            except TimeoutError:
+                raise Overloaded(
+                    f"{self.cfg.max_inflight_sends} sends in flight on this node; retry"
+                ) from None
+        else:
+            await self._send_slots.acquire()
 
     async def receive(
         self,

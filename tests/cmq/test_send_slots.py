@@ -1,0 +1,57 @@
+"""Admission of sends: at most `max_inflight_sends` per node; more wait (then `Overloaded`),
+while receives and acks never wait for a send slot."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cmq.errors import Overloaded
+from cmq.model import OutgoingMessage, QueueAttributes
+from cmq.node import QueueNode
+
+from .test_catchup import configs, wait_until
+
+
+async def test_sends_beyond_the_slots_wait_and_consumers_do_not(tmp_path: Path) -> None:
+    cfgs = {
+        nid: replace(cfg, max_inflight_sends=1, request_timeout=1.0)
+        for nid, cfg in configs(tmp_path).items()
+    }
+    nodes = {nid: QueueNode(cfg) for nid, cfg in cfgs.items()}
+    for n in nodes.values():
+        await n.start()
+    try:
+        await wait_until(lambda: all(n.is_ready() for n in nodes.values()))
+        node = nodes[1]
+        await node.create_queue("slots", QueueAttributes())
+        await node.send("slots", [OutgoingMessage(body=b"first")])
+        release = asyncio.Event()
+        real_run = node._run
+
+        async def held_run(group: int, op: str, args: Any) -> Any:
+            if op == "send" and args["messages"][0].body == b"held":
+                await release.wait()
+            return await real_run(group, op, args)
+
+        node._run = held_run  # type: ignore[method-assign]
+        held = asyncio.ensure_future(node.send("slots", [OutgoingMessage(body=b"held")]))
+        await asyncio.sleep(0.05)
+        with pytest.raises(Overloaded):  # the one slot stays taken past the deadline
+            await node.send("slots", [OutgoingMessage(body=b"late")])
+        got = await node.receive("slots", 10, 30, 0)  # consumers pass while the slot is taken
+        assert [m.body for m in got] == [b"first"]
+        acked = await node.ack("slots", [m.receipt for m in got])
+        assert [r.ok for r in acked] == [True]
+        release.set()
+        assert len(await held) == 1
+        await node.send("slots", [OutgoingMessage(body=b"after")])  # the slot was given back
+        _, stats = await node.get_queue("slots")
+        assert stats.sent_total == 3
+    finally:
+        for n in nodes.values():
+            await n.close()
