@@ -170,14 +170,19 @@ class QueueNode:
     async def start(self) -> None:
         """Recover and open every group, then serve forwarded calls and housekeeping."""
         await self.raft.start()
-        voters = sorted(self.cfg.peers)
-        await self.raft.open_group(META_GROUP, self.catalog, voters=voters)
-        for g in self.data_groups:
-            seg_dir = os.path.join(self.cfg.data_dirs[self.raft.dir_for(g)], "segments", f"g{g}")
-            machine = QueueMachine(FileSegmentStore(seg_dir))
-            machine.on_change = self._on_change
-            self.machines[g] = machine
-            await self.raft.open_group(g, machine, voters=voters)
+        try:
+            voters = sorted(self.cfg.peers)
+            await self.raft.open_group(META_GROUP, self.catalog, voters=voters)
+            for g in self.data_groups:
+                data_dir = self.cfg.data_dirs[self.raft.dir_for(g)]
+                seg_dir = os.path.join(data_dir, "segments", f"g{g}")
+                machine = QueueMachine(FileSegmentStore(seg_dir, durable_root=data_dir))
+                machine.on_change = self._on_change
+                self.machines[g] = machine
+                await self.raft.open_group(g, machine, voters=voters)
+        except BaseException:
+            await self.close()  # e.g. damaged files: stop what started, then report
+            raise
         self.raft.set_call_handler(self._handle_call)
         self._spawn(self._housekeeping())
 

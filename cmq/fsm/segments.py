@@ -360,15 +360,28 @@ class FileSegmentStore(_FramedStore):
         *,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         max_open: int = 128,
+        durable_root: str | os.PathLike[str] | None = None,
     ) -> None:
         super().__init__(cache_bytes)
         self.directory = os.fspath(directory)
         self._max_open = max(1, max_open)
         self._fds: OrderedDict[_Key, int] = OrderedDict()
         self._dirty: set[_Key] = set()
-        # Directories whose entries changed since the last flush. A created directory puts
-        # its parent here: a snapshot must never list files a power loss can still forget.
+        # Directories whose entries changed since the last flush: a snapshot must never list
+        # files a power loss can still forget. A created directory puts its parent here. So
+        # does every directory found at open, up to ``durable_root``: an earlier process may
+        # have created them and crashed before making them durable (they then exist only in
+        # the page cache), so the first flush makes the whole tree durable once.
         self._dirty_dirs: set[str] = set(_make_dirs(self.directory))
+        self._dirty_dirs.add(self.directory)
+        with os.scandir(self.directory) as entries:
+            self._dirty_dirs.update(e.path for e in entries if e.is_dir(follow_symlinks=False))
+        if durable_root is not None:
+            root = os.path.abspath(durable_root)
+            level = os.path.abspath(self.directory)
+            while level != root and os.path.dirname(level) != level:
+                level = os.path.dirname(level)
+                self._dirty_dirs.add(level)
 
     def close(self) -> None:
         """Close every open descriptor (appends stay in the page cache, not fsynced)."""

@@ -170,3 +170,28 @@ def test_flush_makes_every_created_directory_durable(
     store.flush()
     for d in (root, root / "segments", root / "segments" / "g1", root / "segments" / "g1" / "q"):
         assert str(d) in synced, d
+
+
+def test_a_reopened_store_makes_the_existing_tree_durable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process that crashed may have left directories that exist only in the page cache: the
+    next store fsyncs every one of them, and its ancestors up to the data directory, before its
+    first snapshot can refer to them."""
+    root = tmp_path / "data"
+    first = FileSegmentStore(root / "segments" / "g1")
+    m = StoredMessage("id", 1, b"body", False, (), 0)
+    first.append("q", 1, [m], [encode_record(m, 0)])
+    first.close()  # a crash: nothing was flushed
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def spy(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    FileSegmentStore(root / "segments" / "g1", durable_root=root).flush()
+    for d in (root, root / "segments", root / "segments" / "g1", root / "segments" / "g1" / "q"):
+        assert str(d) in synced, d
+    assert str(tmp_path) not in synced  # nothing above the data directory

@@ -1,0 +1,349 @@
+"""A cluster of real ``cmq serve`` processes whose peer links all pass through `Proxy`.
+
+Each node gets its own ``--peers`` map: node ``i`` reaches node ``j`` at proxy port ``P[i][j]``.
+Nodes can be killed (SIGKILL), paused (SIGSTOP/SIGCONT), restarted on their data, wiped and
+restarted with ``--rejoin``; a node's data directory may be a LazyFS mount (power loss).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+import aiohttp
+
+from raftlog.runtime.localcluster import free_ports
+from tests.chaos.proxy import Mode, ProxyProcess
+
+SECRET = "chaos-cluster-secret-0123456789abcdef"
+Status = dict[str, Any]
+
+
+class MountedFS(Protocol):
+    """What the cluster needs of a LazyFS mount (`tests.chaos.lazyfs.LazyFS`)."""
+
+    def start(self) -> None: ...
+
+    def drop_unsynced(self) -> object: ...
+
+    def stop(self) -> None: ...
+
+
+# `cmq serve` with the groups' options overridden (the CLI has no flags for them).
+_LAUNCHER = """
+import json, sys
+import cmq.node
+from raftlog.runtime import GroupOptions
+options = GroupOptions(**json.loads(sys.argv[1]))
+config = cmq.node.NodeConfig
+cmq.node.NodeConfig = lambda *a, **kw: config(*a, **kw, group_options=options)
+from cmq.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def snapshot_code(dest: Path) -> Path:
+    """Copy the packages a node runs (cmq, raftlog, api) to ``dest``: every node of a run, and
+    every restart, then runs the same code even while the working tree is being edited."""
+    repo = Path(__file__).resolve().parents[2]
+    for pkg in ("cmq", "raftlog", "api"):
+        shutil.copytree(
+            repo / pkg, dest / pkg, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+        )
+    return dest
+
+
+class ChaosCluster:
+    """``n`` nodes on loopback; peer traffic through a proxy process."""
+
+    def __init__(
+        self,
+        root: Path,
+        n: int = 3,
+        groups: int = 2,
+        code: Path | None = None,
+        group_options: dict[str, int] | None = None,
+    ) -> None:
+        self.root = root
+        self.group_options = group_options
+        """`raftlog.runtime.GroupOptions` overrides (e.g. frequent snapshots), or None."""
+        self.code = code
+        """A copy of the packages the nodes run (see `snapshot_code`); None: the working tree."""
+        self.n = n
+        self.groups = groups
+        self.ids = list(range(1, n + 1))
+        ports = free_ports(2 * n + n * (n - 1))
+        self.http_port = {nid: ports[nid - 1] for nid in self.ids}
+        self.peer_port = {nid: ports[n + nid - 1] for nid in self.ids}
+        rest = iter(ports[2 * n :])
+        self.proxy_port = {(i, j): next(rest) for i in self.ids for j in self.ids if i != j}
+        self.http = {nid: f"http://127.0.0.1:{self.http_port[nid]}" for nid in self.ids}
+        self.proxy = ProxyProcess(
+            [(i, j, p, self.peer_port[j]) for (i, j), p in sorted(self.proxy_port.items())]
+        )
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.paused: set[int] = set()
+        self.mounts: dict[int, MountedFS] = {}
+        self.session: aiohttp.ClientSession | None = None
+        self.starts = 0
+
+    # -- layout ------------------------------------------------------------------------------------
+    def data_dir(self, nid: int) -> Path:
+        return self.root / f"node{nid}" / "data"
+
+    def log_path(self, nid: int) -> Path:
+        return self.root / f"node{nid}.log"
+
+    def args(self, nid: int, rejoin: bool = False) -> list[str]:
+        peers = ",".join(
+            f"{j}=127.0.0.1:{self.peer_port[j] if j == nid else self.proxy_port[(nid, j)]}"
+            for j in self.ids
+        )
+        if self.group_options:
+            launch = [sys.executable, "-c", _LAUNCHER, json.dumps(self.group_options)]
+        else:
+            launch = [sys.executable, "-m", "cmq"]
+        args = [
+            *launch,
+            "serve",
+            "--node-id",
+            str(nid),
+            "--http",
+            f"127.0.0.1:{self.http_port[nid]}",
+            "--peer",
+            f"127.0.0.1:{self.peer_port[nid]}",
+            "--peers",
+            peers,
+            "--data-dir",
+            str(self.data_dir(nid)),
+            "--groups",
+            str(self.groups),
+        ]
+        return [*args, "--rejoin"] if rejoin else args
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    async def start(self, lazyfs: dict[int, MountedFS] | None = None, ready: float = 60) -> None:
+        """Start the proxy, mount the given LazyFS instances, start every node, wait ready."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.session = aiohttp.ClientSession()
+        await self.proxy.start()
+        for nid, fs in (lazyfs or {}).items():
+            fs.start()
+            self.mounts[nid] = fs
+        for nid in self.ids:
+            self.start_node(nid)
+        await self.wait_ready(ready)
+
+    def start_node(self, nid: int, rejoin: bool = False) -> None:
+        assert nid not in self.procs, f"node {nid} is running"
+        self.data_dir(nid).mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ, CMQ_SECRET=SECRET)
+        if self.code is not None:
+            env["PYTHONPATH"] = str(self.code)
+        with self.log_path(nid).open("ab") as log:
+            log.write(f"--- start {time.strftime('%H:%M:%S')} rejoin={rejoin}\n".encode())
+            log.flush()
+            self.procs[nid] = subprocess.Popen(
+                self.args(nid, rejoin), env=env, stdout=log, stderr=log
+            )
+        self.starts += 1
+
+    def kill(self, nid: int) -> None:
+        """SIGKILL (a paused node too); waits for the process to be gone."""
+        p = self.procs.pop(nid, None)
+        if p is None:
+            return
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        self.paused.discard(nid)
+
+    def pause(self, nid: int) -> None:
+        p = self.procs.get(nid)
+        if p is not None and nid not in self.paused:
+            p.send_signal(signal.SIGSTOP)
+            self.paused.add(nid)
+
+    def resume(self, nid: int) -> None:
+        p = self.procs.get(nid)
+        if p is not None and nid in self.paused:
+            p.send_signal(signal.SIGCONT)
+        self.paused.discard(nid)
+
+    def running(self) -> list[int]:
+        """Nodes with a live, unpaused process."""
+        return [n for n in self.ids if n in self.procs and n not in self.paused]
+
+    def exited(self) -> dict[int, int]:
+        """Nodes whose process ended by itself, with the exit code (they are forgotten)."""
+        out = {}
+        for nid, p in list(self.procs.items()):
+            code = p.poll()
+            if code is not None:
+                out[nid] = code
+                del self.procs[nid]
+                self.paused.discard(nid)
+        return out
+
+    def wipe(self, nid: int) -> None:
+        """Delete a (stopped) node's data: a lost disk."""
+        assert nid not in self.procs
+        d = self.data_dir(nid)
+        for child in d.iterdir() if d.exists() else []:
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+
+    async def set_blocks(self, blocks: dict[tuple[int, int], Mode]) -> None:
+        await self.proxy.set_blocks(blocks)
+
+    async def heal_network(self) -> None:
+        await self.proxy.heal()
+
+    async def heal_all(self) -> None:
+        """Network healed, every node resumed and (re)started."""
+        await self.heal_network()
+        for nid in list(self.paused):
+            self.resume(nid)
+        self.exited()
+        for nid in self.ids:
+            if nid not in self.procs:
+                self.start_node(nid)
+
+    async def stop(self) -> None:
+        for nid in list(self.paused):
+            self.resume(nid)
+        for p in self.procs.values():
+            p.terminate()
+        for p in self.procs.values():
+            try:
+                await asyncio.to_thread(p.wait, 15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.procs.clear()
+        with contextlib.suppress(Exception):
+            await self.proxy.stop()
+        for fs in self.mounts.values():
+            with contextlib.suppress(Exception):
+                fs.stop()
+        self.mounts.clear()
+        if self.session is not None:
+            await self.session.close()
+            self.session = None
+
+    # -- observation -------------------------------------------------------------------------------
+    async def get(self, nid: int, path: str, timeout: float = 3) -> tuple[int, Any]:
+        assert self.session is not None
+        try:
+            async with self.session.get(
+                self.http[nid] + path, timeout=aiohttp.ClientTimeout(total=timeout)
+            ) as r:
+                return r.status, await r.json(content_type=None)
+        except (aiohttp.ClientError, TimeoutError, ValueError) as e:
+            return 0, str(e)
+
+    async def status(self, nid: int, timeout: float = 3) -> Status | None:
+        code, body = await self.get(nid, "/v1/status", timeout)
+        return body if code == 200 and isinstance(body, dict) else None
+
+    async def statuses(self, nodes: list[int] | None = None) -> dict[int, Status]:
+        nodes = self.running() if nodes is None else nodes
+        got = await asyncio.gather(*(self.status(n) for n in nodes))
+        return {n: s for n, s in zip(nodes, got, strict=True) if s is not None}
+
+    async def wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            nodes = self.running()
+            codes = await asyncio.gather(*(self.get(n, "/readyz", 2) for n in nodes))
+            if nodes and all(c == 200 for c, _ in codes):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"cluster not ready in {timeout}s; logs in {self.root}")
+            await asyncio.sleep(0.2)
+
+    async def leaders(self) -> dict[int, int]:
+        """Group → the node that claims to lead it (among running nodes)."""
+        out: dict[int, int] = {}
+        for nid, st in (await self.statuses()).items():
+            for g, info in st["groups"].items():
+                if info["role"] == "leader":
+                    out[int(g)] = nid
+        return out
+
+    async def group_of(self, queue: str) -> int | None:
+        for st in (await self.statuses()).values():
+            g = st.get("placement", {}).get(queue)
+            if g is not None:
+                return int(g)
+        return None
+
+    async def leader_of_queue(self, queue: str, timeout: float = 30) -> int:
+        """The node leading ``queue``'s data group: the one whose status says ``leader`` with
+        the highest term (a deposed leader may not know yet)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            g = await self.group_of(queue)
+            if g is not None:
+                best: tuple[int, int] | None = None
+                for nid, st in (await self.statuses()).items():
+                    info = st["groups"].get(str(g))
+                    if info and info["role"] == "leader":
+                        cand = (int(info["term"]), nid)
+                        best = cand if best is None or cand > best else best
+                if best is not None:
+                    return best[1]
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no leader for the group of {queue}")
+            await asyncio.sleep(0.1)
+
+    async def caught_up(self, nid: int, timeout: float = 60) -> bool:
+        """Wait until ``nid`` has applied, in every group, what the others had committed when
+        the wait began. False on timeout (a group may have stopped loudly)."""
+        others = [n for n in self.running() if n != nid]
+        target: dict[str, int] = {}
+        for st in (await self.statuses(others)).values():
+            for g, info in st["groups"].items():
+                target[g] = max(target.get(g, 0), int(info["commit"]))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            mine = await self.status(nid)
+            if mine is not None and all(
+                int(mine["groups"].get(g, {}).get("applied", -1)) >= c for g, c in target.items()
+            ):
+                return True
+            await asyncio.sleep(0.25)
+        return False
+
+    def last_error(self, nid: int) -> str:
+        """The last exception line of ``nid``'s log (e.g. why it exited)."""
+        p = self.log_path(nid)
+        if not p.exists():
+            return ""
+        last = ""
+        with p.open(errors="replace") as f:
+            for line in f:
+                head = line.split(":", 1)[0]
+                if head.endswith(("Error", "Broken", "Violation", "Exception")) and " " not in head:
+                    last = line.strip()
+        return last
+
+    def log_lines(self, needle: str) -> dict[int, int]:
+        """How many lines of each node's log contain ``needle``."""
+        out = {}
+        for nid in self.ids:
+            p = self.log_path(nid)
+            if p.exists():
+                with p.open(errors="replace") as f:
+                    out[nid] = sum(needle in line for line in f)
+        return out

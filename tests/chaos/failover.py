@@ -1,0 +1,130 @@
+"""Failover time: from SIGKILL / SIGSTOP of a queue's group leader to the first confirmed send
+on that queue that was *issued after* the fault.
+
+A prober starts a new send every ``interval`` seconds (each to a random surviving node, each
+with its own generous timeout, many in flight at once), so the figure has that resolution and
+measures when the cluster serves again, not when one unlucky request gives up. After each trial
+the victim is restarted (or resumed) and must catch up before the next one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import math
+import random
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import aiohttp
+
+from tests.chaos.cluster import ChaosCluster, snapshot_code
+from tests.chaos.runner import create_queues
+
+QUEUE = "failover"
+
+
+def percentile(values: list[float], p: float) -> float:
+    """Nearest-rank percentile (``p`` in 0..100); NaN for no values."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = max(1, math.ceil(p / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+async def _probe_until_confirmed(
+    session: aiohttp.ClientSession,
+    urls: list[str],
+    t_fault: float,
+    *,
+    rng: random.Random,
+    interval: float,
+    limit: float,
+) -> float:
+    """Seconds from ``t_fault`` to the first ok send started at or after it (inf: none)."""
+    done = asyncio.Event()
+    first: list[float] = []
+    counter = itertools.count()
+
+    async def one() -> None:
+        n = next(counter)
+        body = {"messages": [{"body": f"probe-{t_fault:.3f}-{n}"}]}
+        with contextlib.suppress(TimeoutError, aiohttp.ClientError):
+            async with session.post(
+                rng.choice(urls) + f"/v1/queues/{QUEUE}/messages",
+                json=body,
+                timeout=aiohttp.ClientTimeout(total=limit),
+            ) as r:
+                if r.status == 200 and not done.is_set():
+                    first.append(time.monotonic() - t_fault)
+                    done.set()
+
+    tasks: set[asyncio.Task[None]] = set()
+    deadline = t_fault + limit
+    while not done.is_set() and time.monotonic() < deadline:
+        if len(tasks) < 64:
+            t = asyncio.create_task(one())
+            tasks.add(t)
+            t.add_done_callback(tasks.discard)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(done.wait(), interval)
+    for t in list(tasks):
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    return first[0] if first else math.inf
+
+
+async def failover_trials(
+    root: Path,
+    nodes: int,
+    kinds: list[str],
+    trials: int,
+    *,
+    say: Callable[[str], None] = print,
+    interval: float = 0.02,
+    limit: float = 30.0,
+) -> dict[str, list[float]]:
+    """``trials`` measurements per kind (``kill``, ``pause``), alternating kinds."""
+    shutil.rmtree(root, ignore_errors=True)
+    cluster = ChaosCluster(root, nodes, groups=1, code=snapshot_code(root / "code"))
+    rng = random.Random(7)
+    out: dict[str, list[float]] = {k: [] for k in kinds}
+    try:
+        await cluster.start()
+        await create_queues(cluster, (QUEUE,))
+        assert cluster.session is not None
+        for trial in range(trials):
+            for kind in kinds:
+                await cluster.wait_ready(120)
+                victim = await cluster.leader_of_queue(QUEUE)
+                urls = [cluster.http[n] for n in cluster.ids if n != victim]
+                # The queue works before the fault (and the leader is settled).
+                probe = await _probe_until_confirmed(
+                    cluster.session, urls, time.monotonic(), rng=rng, interval=0.2, limit=60
+                )
+                if math.isinf(probe):
+                    raise TimeoutError("the queue does not accept sends before the fault")
+                t_fault = time.monotonic()
+                if kind == "kill":
+                    cluster.kill(victim)
+                else:
+                    cluster.pause(victim)
+                took = await _probe_until_confirmed(
+                    cluster.session, urls, t_fault, rng=rng, interval=interval, limit=limit
+                )
+                out[kind].append(took)
+                say(f"failover {kind} trial {trial + 1}/{trials}: leader {victim}, {took:.3f}s")
+                if kind == "kill":
+                    cluster.start_node(victim)
+                else:
+                    cluster.resume(victim)
+                await cluster.wait_ready(120)
+                await cluster.caught_up(victim, 60)
+    finally:
+        await cluster.stop()
+    shutil.rmtree(root, ignore_errors=True)
+    return out

@@ -1,0 +1,459 @@
+"""Fault kinds for the chaos runner: a small `FaultKind` protocol and a registry.
+
+A fault kind says whether it can run here (`unavailable` returns a reason to skip it), and
+`inject` applies one instance to the cluster and returns an `Injected` whose ``heal`` undoes
+it. Kinds:
+
+* ``kill``: SIGKILL a node (often a group leader), restart it on its data after a while;
+* ``pause``: SIGSTOP a node for 1-3 s (longer than the election timeout), then SIGCONT;
+* ``partition``: through the peer proxy — isolate a leader, split majority/minority, one-way
+  links, a bridge (5 nodes); each direction paused (lossless, TCP-like) or dropped;
+* ``power-loss``: SIGKILL nodes whose data directory is a LazyFS mount and forget what they had
+  not fsynced (one node, or all mounted nodes at once), then restart (`tests.chaos.lazyfs`);
+* ``bitflip`` / ``truncate`` / ``rollback``: file faults on one stopped node's data directory
+  (`tests.chaos.filefaults`). They are *exclusive*: no other fault runs with them, and heal
+  waits until the node caught up. A node that cannot (a group stopped loudly on corruption, as
+  it should) is repaired the documented way: wiped and restarted with ``--rejoin``.
+
+Faults that a correct Raft cannot survive (a node forgetting acknowledged entries *and* another
+fault before it caught up) are never combined.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import random
+import shutil
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Protocol
+
+from tests.chaos.cluster import ChaosCluster
+from tests.chaos.proxy import Mode
+
+Heal = Callable[[], Awaitable[str]]
+
+
+async def _nothing() -> str:
+    return ""
+
+
+@dataclass
+class Injected:
+    """One applied fault: what was done, to which nodes, how long to hold it, how to undo it."""
+
+    kind: str
+    description: str
+    nodes: list[int]
+    hold: float
+    heal: Heal = _nothing
+    category: str = "process"
+    """Faults of one category never overlap (one partition layout, one process fault...)."""
+
+
+class FaultKind(Protocol):
+    name: str
+    exclusive: bool
+    category: str
+    weight: int
+    """Relative frequency in the schedule."""
+
+    def unavailable(self, cluster: ChaosCluster) -> str | None:
+        """Why this kind cannot run against ``cluster`` (None: it can)."""
+        ...
+
+    async def inject(self, cluster: ChaosCluster, rng: random.Random) -> Injected | None:
+        """Apply one instance (None: no suitable target right now)."""
+        ...
+
+
+async def pick_target(cluster: ChaosCluster, rng: random.Random) -> int | None:
+    """A running node: half of the time the leader of a random group."""
+    running = cluster.running()
+    if not running:
+        return None
+    if rng.random() < 0.5:
+        leaders = await cluster.leaders()
+        if leaders:
+            g = rng.choice(sorted(leaders))
+            if leaders[g] in running:
+                return leaders[g]
+    return rng.choice(running)
+
+
+def _minority_ok(cluster: ChaosCluster, extra_down: int) -> bool:
+    """Whether taking ``extra_down`` more nodes away still leaves a majority running."""
+    return len(cluster.running()) - extra_down > cluster.n // 2
+
+
+@dataclass
+class Kill:
+    name: str = "kill"
+    exclusive: bool = False
+    category: str = "process"
+    weight: int = 3
+
+    def unavailable(self, cluster: ChaosCluster) -> str | None:
+        return None
+
+    async def inject(self, cluster: ChaosCluster, rng: random.Random) -> Injected | None:
+        nid = await pick_target(cluster, rng)
+        if nid is None or not _minority_ok(cluster, 1):
+            return None
+        cluster.kill(nid)
+
+        async def heal() -> str:
+            return await restart_checked(cluster, [nid])
+
+        return Injected(self.name, f"SIGKILL node {nid}", [nid], rng.uniform(0.5, 4.0), heal)
+
+
+@dataclass
+class Pause:
+    name: str = "pause"
+    exclusive: bool = False
+    category: str = "process"
+    weight: int = 2
+
+    def unavailable(self, cluster: ChaosCluster) -> str | None:
+        return None
+
+    async def inject(self, cluster: ChaosCluster, rng: random.Random) -> Injected | None:
+        nid = await pick_target(cluster, rng)
+        if nid is None or not _minority_ok(cluster, 1):
+            return None
+        cluster.pause(nid)
+
+        async def heal() -> str:
+            cluster.resume(nid)
+            return ""
+
+        return Injected(self.name, f"SIGSTOP node {nid}", [nid], rng.uniform(1.0, 3.0), heal)
+
+
+def split_blocks(side_a: list[int], side_b: list[int], mode: Mode) -> dict[tuple[int, int], Mode]:
+    """Both directions between every node of ``side_a`` and every node of ``side_b``."""
+    out: dict[tuple[int, int], Mode] = {}
+    for a in side_a:
+        for b in side_b:
+            out[(a, b)] = mode
+            out[(b, a)] = mode
+    return out
+
+
+@dataclass
+class Partition:
+    name: str = "partition"
+    exclusive: bool = False
+    category: str = "network"
+    weight: int = 4
+
+    def unavailable(self, cluster: ChaosCluster) -> str | None:
+        return None
+
+    async def inject(self, cluster: ChaosCluster, rng: random.Random) -> Injected | None:
+        ids = cluster.ids
+        mode: Mode = rng.choice(["pause", "drop"])
+        shapes = ["isolate-leader", "majority-minority", "one-way", "leader-one-way"]
+        if cluster.n >= 5:
+            shapes.append("bridge")
+        shape = rng.choice(shapes)
+        leaders = await cluster.leaders()
+        leader = leaders[rng.choice(sorted(leaders))] if leaders else rng.choice(ids)
+        blocks: dict[tuple[int, int], Mode]
+        if shape == "isolate-leader":
+            blocks = split_blocks([leader], [n for n in ids if n != leader], mode)
+            what = f"isolate leader {leader}"
+        elif shape == "majority-minority":
+            minority = rng.sample(ids, rng.randint(1, (cluster.n - 1) // 2))
+            blocks = split_blocks(minority, [n for n in ids if n not in minority], mode)
+            what = f"split {sorted(minority)} | rest"
+        elif shape == "one-way":
+            a, b = rng.sample(ids, 2)
+            blocks = {(a, b): mode}
+            what = f"one-way {a}->{b} cut"
+        elif shape == "leader-one-way":
+            others = [n for n in ids if n != leader]
+            outbound = rng.random() < 0.5
+            blocks = {((leader, o) if outbound else (o, leader)): mode for o in others}
+            what = f"leader {leader} {'cannot send' if outbound else 'cannot hear'}"
+        else:
+            shuffled = rng.sample(ids, len(ids))
+            bridge, half = shuffled[0], (len(ids) - 1) // 2
+            left, right = shuffled[1 : 1 + half], shuffled[1 + half :]
+            blocks = split_blocks(left, right, mode)
+            what = f"bridge {bridge} between {sorted(left)} and {sorted(right)}"
+        await cluster.set_blocks(blocks)
+
+        async def heal() -> str:
+            await cluster.heal_network()
+            return ""
+
+        nodes = sorted({n for pair in blocks for n in pair})
+        return Injected(
+            self.name, f"{what} ({mode})", nodes, rng.uniform(1.0, 6.0), heal, "network"
+        )
+
+
+# -- power loss (LazyFS) -------------------------------------------------------------------------
+def optional_module(name: str) -> tuple[ModuleType | None, str | None]:
+    """Import ``name``; (None, reason) when it is missing or broken."""
+    try:
+        return importlib.import_module(name), None
+    except Exception as e:  # any import-time failure means "unavailable", with the reason
+        return None, f"{name} not importable: {type(e).__name__}: {e}"
+
+
+def lazyfs_unavailable() -> str | None:
+    mod, why = optional_module("tests.chaos.lazyfs")
+    if mod is None:
+        return why
+    probe = getattr(mod, "unavailable_reason", None)
+    return probe() if callable(probe) else None
+
+
+@dataclass
+class PowerLoss:
+    name: str = "power-loss"
+    exclusive: bool = False
+    category: str = "process"
+    weight: int = 2
+
+    def unavailable(self, cluster: ChaosCluster) -> str | None:
+        why = lazyfs_unavailable()
+        if why is not None:
+            return why
+        if not cluster.mounts:
+            return "no node runs on a LazyFS mount (see --lazyfs)"
+        return None
+
+    async def inject(self, cluster: ChaosCluster, rng: random.Random) -> Injected | None:
+        mounted = [n for n in sorted(cluster.mounts) if n in cluster.procs]
+        if not mounted:
+            return None
+        everyone = len(mounted) == cluster.n and rng.random() < 0.3
+        victims = mounted if everyone else [rng.choice(mounted)]
+        if not everyone and not _minority_ok(cluster, 1):
+            return None
+        for nid in victims:
+            cluster.kill(nid)
+        dropped = []
+        for nid in victims:
+            report = await asyncio.to_thread(cluster.mounts[nid].drop_unsynced)
+            dropped.append(f"{nid}:{_short(report)}")
+
+        async def heal() -> str:
+            return await restart_checked(cluster, victims)
+
+        what = "all nodes" if everyone else f"node {victims[0]}"
+        return Injected(
+            self.name,
+            f"power loss of {what} (dropped {', '.join(dropped)})",
+            victims,
+            rng.uniform(0.5, 2.0),
+            heal,
+        )
+
+
+def _short(report: object) -> str:
+    text = str(report)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+# -- file faults -----------------------------------------------------------------------------------
+def filefaults_unavailable(function: str) -> str | None:
+    mod, why = optional_module("tests.chaos.filefaults")
+    if mod is None:
+        return why
+    if not callable(getattr(mod, function, None)):
+        return f"tests.chaos.filefaults has no {function}()"
+    return None
+
+
+RESTART_FAILED = "RESTART FAILED"
+"""Marks a heal after which a node could not start on its own data (kill, power loss)."""
+
+
+async def restart_checked(cluster: ChaosCluster, nodes: list[int], timeout: float = 60) -> str:
+    """Restart ``nodes`` on their data; each must come up by itself. One that exits instead is
+    reported (`RESTART_FAILED`) and, if the others still form a majority, repaired the
+    documented way (wipe + ``--rejoin``) so that the run goes on."""
+    cluster.exited()
+    for nid in nodes:
+        if nid not in cluster.procs:
+            cluster.start_node(nid)
+    failed = {}
+    for nid in nodes:
+        code = await _wait_started(cluster, nid, timeout)
+        if code is not None:
+            failed[nid] = code
+    if not failed:
+        return ""
+    cluster.exited()
+    lines = [
+        f"{nid}: {cluster.last_error(nid) or 'no error logged'} (exit code {code})"
+        for nid, code in sorted(failed.items())
+    ]
+    text = (
+        f"{RESTART_FAILED}: node(s) {sorted(failed)} could not restart on their data: "
+        + "; ".join(lines)
+    )
+    if cluster.n - len(failed) > cluster.n // 2:
+        for nid in failed:
+            cluster.kill(nid)
+            cluster.wipe(nid)
+            cluster.start_node(nid, rejoin=True)
+        text += "; wiped and rejoined"
+    return text
+
+
+async def settle_node(cluster: ChaosCluster, nid: int, timeout: float = 45) -> str:
+    """Wait for ``nid`` to catch up; if it cannot (it exited, or a group stopped loudly on
+    corruption), repair it the documented way: wipe its data, restart with ``--rejoin``."""
+    exited = await _wait_started(cluster, nid, timeout)
+    if exited is None and await cluster.caught_up(nid, timeout):
+        return "caught up"
+    exited = cluster.exited().get(nid, exited)
+    why = cluster.last_error(nid) or "no error logged"
+    cluster.kill(nid)
+    cluster.wipe(nid)
+    cluster.start_node(nid, rejoin=True)
+    await _wait_ready_quietly(cluster, timeout)
+    ok = await cluster.caught_up(nid, 2 * timeout)
+    return (
+        f"did not catch up (exit code {exited}; {_short(why)}): "
+        f"wiped and rejoined, {'caught up' if ok else 'STILL BEHIND'}"
+    )
+
+
+async def _wait_started(cluster: ChaosCluster, nid: int, timeout: float) -> int | None:
+    """Wait until ``nid`` answers /readyz; its exit code if it exited first (None otherwise)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        p = cluster.procs.get(nid)
+        if p is None:
+            return -1
+        code = p.poll()
+        if code is not None:
+            return code
+        if (await cluster.get(nid, "/readyz", 2))[0] == 200:
+            return None
+        await asyncio.sleep(0.2)
+    return None
+
+
+async def _wait_ready_quietly(cluster: ChaosCluster, timeout: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await cluster.wait_ready(timeout)
+
+
+@dataclass
+class FileFault:
+    """``bitflip`` or ``truncate``: corrupt a stopped node's files, restart it."""
+
+    name: str
+    exclusive: bool = True
+    category: str = "disk"
+    weight: int = 1
+
+    def unavailable(self, cluster: ChaosCluster) -> str | None:
+        return filefaults_unavailable(self.name)
+
+    async def inject(self, cluster: ChaosCluster, rng: random.Random) -> Injected | None:
+        mod, _ = optional_module("tests.chaos.filefaults")
+        running = cluster.running()
+        if mod is None or len(running) < cluster.n:
+            return None
+        nid = rng.choice(running)
+        cluster.kill(nid)
+        fault_rng = random.Random(rng.getrandbits(64))
+        try:
+            what = await asyncio.to_thread(
+                getattr(mod, self.name), cluster.data_dir(nid), fault_rng
+            )
+        finally:
+            cluster.start_node(nid)
+
+        async def heal() -> str:
+            return await settle_node(cluster, nid)
+
+        return Injected(
+            self.name, f"{self.name} node {nid}: {_short(what)}", [nid], 1.0, heal, "disk"
+        )
+
+
+@dataclass
+class Rollback:
+    """Copy a node's data (paused), let it run on, then kill it and restore the old copy."""
+
+    name: str = "rollback"
+    exclusive: bool = True
+    category: str = "disk"
+    weight: int = 1
+    workdir: Path | None = None
+    _count: int = field(default=0)
+
+    def unavailable(self, cluster: ChaosCluster) -> str | None:
+        return filefaults_unavailable("rollback")
+
+    async def inject(self, cluster: ChaosCluster, rng: random.Random) -> Injected | None:
+        mod, _ = optional_module("tests.chaos.filefaults")
+        running = cluster.running()
+        if mod is None or len(running) < cluster.n:
+            return None
+        nid = rng.choice(running)
+        self._count += 1
+        copy = cluster.root / f"rollback-{nid}-{self._count}"
+        cluster.pause(nid)
+        try:
+            await asyncio.to_thread(shutil.copytree, cluster.data_dir(nid), copy)
+        finally:
+            cluster.resume(nid)
+        await asyncio.sleep(rng.uniform(1.0, 4.0))
+        cluster.kill(nid)
+        fault_rng = random.Random(rng.getrandbits(64))
+        try:
+            what = await asyncio.to_thread(mod.rollback, cluster.data_dir(nid), copy, fault_rng)
+        finally:
+            shutil.rmtree(copy, ignore_errors=True)
+            cluster.start_node(nid)
+
+        async def heal() -> str:
+            return await settle_node(cluster, nid)
+
+        return Injected(self.name, f"rollback node {nid}: {_short(what)}", [nid], 1.0, heal, "disk")
+
+
+REGISTRY: dict[str, Callable[[], FaultKind]] = {
+    "kill": Kill,
+    "pause": Pause,
+    "partition": Partition,
+    "power-loss": PowerLoss,
+    "bitflip": lambda: FileFault("bitflip"),
+    "truncate": lambda: FileFault("truncate"),
+    "rollback": Rollback,
+}
+
+
+def resolve(names: list[str], cluster: ChaosCluster, say: Callable[[str], None]) -> list[FaultKind]:
+    """The requested kinds that can run here; the others are skipped with a printed reason."""
+    kinds = []
+    for name in names:
+        if name not in REGISTRY:
+            raise SystemExit(f"unknown fault kind {name!r}; known: {', '.join(REGISTRY)}")
+        kind = REGISTRY[name]()
+        why = kind.unavailable(cluster)
+        if why is None:
+            kinds.append(kind)
+        else:
+            say(f"skipping fault kind {name}: {why}")
+    return kinds
+
+
+def now() -> float:
+    return time.monotonic()

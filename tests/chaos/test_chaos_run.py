@@ -1,0 +1,52 @@
+"""A bounded chaos pass (part of `make test`): fixed seeds, every available fault kind, real
+`cmq serve` processes on loopback. Longer soaks: `make chaos CHAOS_MINUTES=30`.
+
+A failure message names the failed checks; the run directory (history.jsonl, node logs) is
+kept and `python -m tests.chaos check <dir>/history.jsonl` re-checks it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.chaos.failover import failover_trials
+from tests.chaos.runner import ALL_FAULTS, RunConfig, run_once
+
+pytestmark = pytest.mark.slow
+
+# Outside pytest's rotating temporary directories: a failed run's directory must survive.
+WORKDIR = Path(os.environ.get("CHAOS_WORKDIR", "/tmp/cmq-chaos/pytest"))
+
+# Known bugs (restart-failure substrings), each with an xfail reproduction; remove an entry
+# once it is fixed.
+KNOWN_ISSUES: tuple[str, ...] = ()
+"""Error texts in node logs that are known open bugs (listed, not failed); none today."""
+
+# (seed, nodes, seconds of faults): about 2 minutes together on a 2-core machine.
+RUNS = [(101, 3, 35.0), (102, 5, 25.0)]
+
+
+@pytest.mark.parametrize(("seed", "nodes", "duration"), RUNS)
+async def test_chaos_run(seed: int, nodes: int, duration: float) -> None:
+    cfg = RunConfig(
+        seed=seed,
+        nodes=nodes,
+        duration=duration,
+        faults=list(ALL_FAULTS),
+        workdir=WORKDIR,
+        known_issues=KNOWN_ISSUES,
+    )
+    result = await run_once(cfg)
+    assert result.ok, f"seed {seed}: {result.failures()} (logs: {result.root})"
+    assert result.report.acked > 100, "the workload made no progress"
+    assert sum(result.faults.values()) >= 3, f"too few faults injected: {result.faults}"
+
+
+async def test_leader_failover_recovers(tmp_path: Path) -> None:
+    got = await failover_trials(tmp_path / "failover", 3, ["kill", "pause"], 1)
+    for kind, values in got.items():
+        assert values and all(not math.isinf(v) for v in values), (kind, values)

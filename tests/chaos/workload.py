@@ -1,0 +1,241 @@
+"""Clients of a chaos run: producers and consumers over the native HTTP API, every operation
+recorded in a `History`.
+
+Producers send batches of unique messages (body = dedup id = key) to a random node and, when
+the outcome is unknown, sometimes resend the same batch (the dedup window must make that
+idempotent). Consumers receive with a short visibility timeout and then ack, nack or ignore each
+message (an ignored lease expires and the message is delivered again). Clients talk to any node:
+a killed node refuses the connection (a definite failure), a paused or cut-off one times out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from tests.chaos.history import Delivery, History, Op, OpKind, Outcome
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    queues: tuple[str, ...] = ("chaos-a", "chaos-b")
+    producers: int = 2
+    consumers: int = 2
+    batch_max: int = 5
+    receive_max: int = 5
+    visibilities: tuple[int, ...] = (1, 2, 3)
+    """Receive visibility timeouts (s) during the faults: short, so leases expire often."""
+    request_timeout: float = 5.0
+    produce_gap: tuple[float, float] = (0.02, 0.08)
+    ack_share: float = 0.7
+    nack_share: float = 0.15
+    """The rest of the received messages are left to expire."""
+    retry_unknown: float = 0.5
+    """Chance to resend a batch whose send had an unknown outcome (same dedup ids)."""
+
+
+class Client:
+    """One HTTP call → (outcome, status, body), and the op recorded around it."""
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        urls: dict[int, str],
+        history: History,
+        timeout: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.session = session
+        self.urls = urls
+        self.history = history
+        self.timeout = timeout
+        self.clock = clock
+
+    async def call(
+        self, node: int, path: str, body: dict[str, Any], timeout: float | None = None
+    ) -> tuple[Outcome, int, Any, str]:
+        try:
+            async with self.session.post(
+                self.urls[node] + path,
+                json=body,
+                timeout=aiohttp.ClientTimeout(total=timeout or self.timeout),
+            ) as r:
+                status = r.status
+                try:
+                    payload = await r.json(content_type=None)
+                except ValueError:
+                    payload = None
+        except aiohttp.ClientConnectorError as e:
+            return "failed", 0, None, f"connect: {e.strerror or e}"
+        except (TimeoutError, aiohttp.ClientError) as e:
+            return "unknown", 0, None, f"{type(e).__name__}: {e}"[:200]
+        if 200 <= status < 300:
+            return "ok", status, payload, ""
+        code = payload.get("error", {}).get("code", "") if isinstance(payload, dict) else ""
+        outcome: Outcome = "failed" if 400 <= status < 500 else "unknown"
+        return outcome, status, payload, f"{status} {code}".strip()
+
+    def begin(self, process: str, kind: OpKind, queue: str, node: int) -> Op:
+        return self.history.invoke(process, kind, queue, node, self.clock())
+
+    def end(self, op: Op, outcome: Outcome, detail: str) -> None:
+        self.history.complete(op, self.clock(), outcome, detail)
+
+
+class Workload:
+    """Producers and consumers against one cluster; `stop_producers`, then `drain`."""
+
+    def __init__(
+        self,
+        urls: dict[int, str],
+        history: History,
+        cfg: WorkloadConfig,
+        seed: int,
+        tag: str,
+    ) -> None:
+        self.urls = urls
+        self.history = history
+        self.cfg = cfg
+        self.rng = random.Random(seed)
+        self.tag = tag
+        self.session: aiohttp.ClientSession | None = None
+        self.client: Client | None = None
+        self._producing = asyncio.Event()
+        self._consuming = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.draining = False
+        self.empty_receives = 0
+
+    async def start(self) -> None:
+        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64))
+        self.client = Client(self.session, self.urls, self.history, self.cfg.request_timeout)
+        self._producing.set()
+        self._consuming.set()
+        for w in range(self.cfg.producers):
+            self._tasks.append(asyncio.create_task(self._producer(w, random.Random(self._seed()))))
+        for w in range(self.cfg.consumers):
+            self._tasks.append(asyncio.create_task(self._consumer(w, random.Random(self._seed()))))
+
+    def _seed(self) -> int:
+        return self.rng.getrandbits(64)
+
+    async def stop_producers(self) -> None:
+        self._producing.clear()
+        await asyncio.gather(*self._tasks[: self.cfg.producers])
+
+    async def stop(self) -> None:
+        self._producing.clear()
+        self._consuming.clear()
+        await asyncio.gather(*self._tasks)
+        self._tasks.clear()
+        if self.session is not None:
+            await self.session.close()
+            self.session = None
+
+    # -- producers ---------------------------------------------------------------------------------
+    async def _producer(self, w: int, rng: random.Random) -> None:
+        client = self.client
+        assert client is not None
+        batch = 0
+        while self._producing.is_set():
+            batch += 1
+            queue = rng.choice(self.cfg.queues)
+            keys = [
+                f"{self.tag}-p{w}-{batch}-{k}" for k in range(rng.randint(1, self.cfg.batch_max))
+            ]
+            body = {"messages": [{"body": k, "dedup_id": k} for k in keys]}
+            for attempt in range(3):
+                node = rng.choice(sorted(self.urls))
+                op = client.begin(f"producer-{w}", "send", queue, node)
+                op.keys = list(keys)
+                outcome, _, _, detail = await client.call(
+                    node, f"/v1/queues/{queue}/messages", body
+                )
+                client.end(op, outcome, detail)
+                if outcome == "ok":
+                    break
+                await asyncio.sleep(0.05)
+                if outcome == "unknown" and attempt < 2 and rng.random() < self.cfg.retry_unknown:
+                    continue
+                if outcome == "failed" and detail.startswith("connect") and attempt < 2:
+                    continue  # nothing was sent: try another node
+                break
+            await asyncio.sleep(rng.uniform(*self.cfg.produce_gap))
+
+    # -- consumers ---------------------------------------------------------------------------------
+    async def _consumer(self, w: int, rng: random.Random) -> None:
+        client = self.client
+        assert client is not None
+        process = f"consumer-{w}"
+        while self._consuming.is_set():
+            draining = self.draining
+            queue = rng.choice(self.cfg.queues)
+            node = rng.choice(sorted(self.urls))
+            vis = 10 if draining else rng.choice(self.cfg.visibilities)
+            op = client.begin(process, "receive", queue, node)
+            op.visibility = float(vis)
+            outcome, _, payload, detail = await client.call(
+                node,
+                f"/v1/queues/{queue}/messages/receive",
+                {
+                    "max_messages": 10 if draining else rng.randint(1, self.cfg.receive_max),
+                    "visibility_timeout": vis,
+                    "wait_seconds": 1 if draining else rng.choice([0, 1]),
+                },
+            )
+            if outcome == "ok":
+                op.deliveries = [
+                    Delivery(str(m.get("body")), int(m["seq"]), m["receipt"], m["receive_count"])
+                    for m in payload["messages"]
+                ]
+            client.end(op, outcome, detail)
+            if outcome != "ok":
+                await asyncio.sleep(0.05)
+                continue
+            if not op.deliveries:
+                self.empty_receives += 1
+                continue
+            self.empty_receives = 0
+            acks, nacks = [], []
+            for d in op.deliveries:
+                x = rng.random()
+                if draining or x < self.cfg.ack_share:
+                    acks.append(d)
+                elif x < self.cfg.ack_share + self.cfg.nack_share:
+                    nacks.append(d)
+            if acks:
+                await self._settle(client, process, "ack", queue=queue, deliveries=acks, rng=rng)
+            if nacks:
+                await self._settle(client, process, "nack", queue=queue, deliveries=nacks, rng=rng)
+
+    async def _settle(
+        self,
+        client: Client,
+        process: str,
+        kind: OpKind,
+        *,
+        queue: str,
+        deliveries: list[Delivery],
+        rng: random.Random,
+    ) -> None:
+        node = rng.choice(sorted(self.urls))
+        op = client.begin(process, kind, queue, node)
+        op.receipts = [d.receipt for d in deliveries]
+        op.keys = [d.key for d in deliveries]
+        body: dict[str, Any] = {"receipts": op.receipts}
+        if kind == "nack":
+            body["delay_seconds"] = 0
+        outcome, _, payload, detail = await client.call(
+            node, f"/v1/queues/{queue}/messages/{kind}", body
+        )
+        if outcome == "ok":
+            op.entry_ok = [bool(r["ok"]) for r in payload["results"]]
+            errors = sorted({r.get("error") or "" for r in payload["results"]} - {""})
+            detail = ",".join(errors)
+        client.end(op, outcome, detail)
