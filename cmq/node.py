@@ -181,7 +181,11 @@ class QueueNode:
                 self.machines[g] = machine
                 await self.raft.open_group(g, machine, voters=voters)
         except BaseException:
-            await self.close()  # e.g. damaged files: stop what started, then report
+            # E.g. damaged files: stop what started (bounded: the error must reach the
+            # operator even if a shutdown step hangs), then report.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(10):
+                    await self.close()
             raise
         self.raft.set_call_handler(self._handle_call)
         self._spawn(self._housekeeping())

@@ -229,8 +229,9 @@ class Transport:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         if self._server is not None:
+            # Bounded: a connection the server still counts must not hold up a shutdown.
             with contextlib.suppress(Exception):
-                await self._server.wait_closed()
+                await asyncio.wait_for(self._server.wait_closed(), 2.0)
 
     def _spawn(self, coro: object, name: str) -> None:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro, name=name)  # type: ignore[arg-type]
@@ -320,28 +321,31 @@ class Transport:
                 await asyncio.sleep(delay)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            peer_id = await asyncio.wait_for(
-                self._server_handshake(reader, writer), self.cfg.handshake_timeout
-            )
-        except _CONNECTION_ERRORS as e:
-            log.warning(
-                "refused a peer connection from %s: %s", writer.get_extra_info("peername"), e
-            )
-            writer.close()
-            return
-        peer = self.peers[peer_id]
-        if peer.writer is not None:
-            peer.writer.close()  # the peer reconnected: the old connection is dead
+        # Owned from the first moment: `close` must be able to end a connection that is still
+        # in its handshake, or the server's ``wait_closed`` would wait for it.
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         try:
+            try:
+                peer_id = await asyncio.wait_for(
+                    self._server_handshake(reader, writer), self.cfg.handshake_timeout
+                )
+            except _CONNECTION_ERRORS as e:
+                log.warning(
+                    "refused a peer connection from %s: %s", writer.get_extra_info("peername"), e
+                )
+                writer.close()
+                return
+            peer = self.peers[peer_id]
+            if peer.writer is not None:
+                peer.writer.close()  # the peer reconnected: the old connection is dead
             await self._serve_connection(peer, reader, writer)
         except asyncio.CancelledError:
             # `close` cancels us. End normally: asyncio's stream server (3.11) asks a finished
             # connection task for its exception and logs a cancelled one as an error.
+            writer.close()
             if not self._closed:
                 raise
 
