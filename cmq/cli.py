@@ -1,10 +1,12 @@
-"""The ``cmq`` command: run nodes, run a local cluster, administer queues, send and receive.
+"""The ``cmq`` command: run nodes, run a local cluster, administer queues, send and receive,
+generate load.
 
     cmq serve --node-id 1 --http 127.0.0.1:8080 --peer 127.0.0.1:9080 \\
               --peers 1=127.0.0.1:9080,2=127.0.0.1:9081,3=127.0.0.1:9082 --data-dir ./d1
     cmq dev [--nodes 3] [--data-dir ./data/dev] [--http-port 8080]
     cmq queue create|list|stats|delete ...     cmq send ...     cmq receive [--ack] ...
     cmq status
+    cmq bench [--producers 4] [--consumers 2] [--size 1024] [--batch 1] [--rate 0] ...
 
 Settings for ``serve`` come from flags, then ``CMQ_*`` environment variables, then a TOML file
 (``--config``). The cluster secret (shared by all nodes: peer authentication and receipt

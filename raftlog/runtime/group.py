@@ -390,23 +390,30 @@ class GroupDriver:
             # ``rd.committed`` holds only entries already durable here (and committed on a
             # quorum), never this Ready's new ones: apply them while the WAL writes and fsyncs
             # the new entries on its thread, so results do not wait for an unrelated fsync.
+            # Not a membership change: its waiter must resume only once `advance` has put the
+            # new configuration into effect in the core.
             if rd.committed and rd.entries and rd.committed[-1].index >= rd.entries[0].index:
                 raise InvariantViolation(
                     f"group {self.group}: entry {rd.entries[0].index} is to be applied before "
                     "it is durable"
                 )
+            early = not any(e.kind is EntryKind.CONF for e in rd.committed)
             fut = None
             if rd.entries or rd.hard_state is not None:
                 fut = self.store.submit_ready(
                     entries=rd.entries, hard_state=rd.hard_state, sync=rd.must_sync
                 )
-            for e in rd.committed:
-                self._apply(e)
+            if early:
+                for e in rd.committed:
+                    self._apply(e)
             if fut is not None:
                 await asyncio.wrap_future(fut)
                 self.counters.persisted_entries += len(rd.entries)
             if rd.persisted_messages:
                 self._send(self.group, rd.persisted_messages)
+            if not early:
+                for e in rd.committed:
+                    self._apply(e)
         self.raw.advance(rd)
         self.counters.applied_entries += len(rd.committed)
         if rd.soft_state is not None:
