@@ -58,11 +58,11 @@ class RunConfig:
     """Snapshot (and compact) every group this often, so recovery, snapshot shipping and
     segment truncation are exercised (0: the node's defaults)."""
     live_code: bool = False
+    """Run the working tree's code (restarted nodes may then run newer code than the others);
+    by default every node runs a copy taken when the run starts."""
     known_issues: tuple[str, ...] = ()
     """Substrings of restart failures that are known bugs with an xfail reproduction: listed
     in the output, not failed (the bounded pass in `make test` uses this; soaks do not)."""
-    """Run the working tree's code (restarted nodes may then run newer code than the others);
-    by default every node runs a copy taken when the run starts."""
 
 
 @dataclass

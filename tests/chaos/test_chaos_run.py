@@ -21,10 +21,9 @@ pytestmark = pytest.mark.slow
 # Outside pytest's rotating temporary directories: a failed run's directory must survive.
 WORKDIR = Path(os.environ.get("CHAOS_WORKDIR", "/tmp/cmq-chaos/pytest"))
 
-# Known bugs (restart-failure substrings), each with an xfail reproduction; remove an entry
-# once it is fixed.
 KNOWN_ISSUES: tuple[str, ...] = ()
-"""Error texts in node logs that are known open bugs (listed, not failed); none today."""
+"""Restart-failure substrings of known open bugs, each with an xfail reproduction (listed,
+not failed; remove an entry once it is fixed); none today."""
 
 # (seed, nodes, seconds of faults): about 2 minutes together on a 2-core machine.
 RUNS = [(101, 3, 35.0), (102, 5, 25.0)]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import time
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -40,6 +42,20 @@ async def wait_until(cond: object, timeout: float = 20.0) -> None:
             return
         await asyncio.sleep(0.05)
     raise AssertionError("condition not reached")
+
+
+@contextlib.asynccontextmanager
+async def running(cfgs: dict[int, NodeConfig]) -> AsyncIterator[dict[int, QueueNode]]:
+    """The nodes of ``cfgs`` started and ready; closed on exit."""
+    nodes = {nid: QueueNode(cfg) for nid, cfg in cfgs.items()}
+    for n in nodes.values():
+        await n.start()
+    try:
+        await wait_until(lambda: all(n.is_ready() for n in nodes.values()))
+        yield nodes
+    finally:
+        for n in nodes.values():
+            await n.close()
 
 
 async def test_wiped_follower_catches_up_with_segments(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import urllib.request
 
 import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.cmq.cluster import CmqCluster, request
 
@@ -237,11 +238,12 @@ def test_visibility_and_nack_through_the_cluster(cluster: CmqCluster) -> None:
 
 def _metric(text: str, name: str) -> float:
     """Sum of every sample of ``name`` (all label sets) in a Prometheus text exposition."""
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith((name + "{", name + " ")):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name
+    )
 
 
 def test_metrics_expose_the_wal_raft_and_process(cluster: CmqCluster) -> None:

@@ -9,18 +9,13 @@ import pytest
 
 from cmq.errors import OutcomeUnknown
 from cmq.model import OutgoingMessage, QueueAttributes
-from cmq.node import QueueNode
 from raftlog.errors import PeerUnavailable
 
-from .test_catchup import configs, wait_until
+from .test_catchup import configs, running, wait_until
 
 
 async def test_unknown_outcomes_of_forwarded_sends(tmp_path: Path) -> None:
-    nodes = {nid: QueueNode(cfg) for nid, cfg in configs(tmp_path).items()}
-    for n in nodes.values():
-        await n.start()
-    try:
-        await wait_until(lambda: all(n.is_ready() for n in nodes.values()))
+    async with running(configs(tmp_path)) as nodes:
         await nodes[1].create_queue("unknown", QueueAttributes())
         group = nodes[1].catalog.group_of("unknown")
         assert group is not None
@@ -59,6 +54,3 @@ async def test_unknown_outcomes_of_forwarded_sends(tmp_path: Path) -> None:
 
         _, stats = await nodes[leader].get_queue("unknown")
         assert stats.sent_total == 2  # the failed attempts above never reached the leader
-    finally:
-        for n in nodes.values():
-            await n.close()

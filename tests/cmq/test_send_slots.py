@@ -12,9 +12,8 @@ import pytest
 
 from cmq.errors import Overloaded
 from cmq.model import OutgoingMessage, QueueAttributes
-from cmq.node import QueueNode
 
-from .test_catchup import configs, wait_until
+from .test_catchup import configs, running
 
 
 async def test_sends_beyond_the_slots_wait_and_consumers_do_not(tmp_path: Path) -> None:
@@ -22,11 +21,7 @@ async def test_sends_beyond_the_slots_wait_and_consumers_do_not(tmp_path: Path) 
         nid: replace(cfg, max_inflight_sends=1, request_timeout=1.0)
         for nid, cfg in configs(tmp_path).items()
     }
-    nodes = {nid: QueueNode(cfg) for nid, cfg in cfgs.items()}
-    for n in nodes.values():
-        await n.start()
-    try:
-        await wait_until(lambda: all(n.is_ready() for n in nodes.values()))
+    async with running(cfgs) as nodes:
         node = nodes[1]
         await node.create_queue("slots", QueueAttributes())
         await node.send("slots", [OutgoingMessage(body=b"first")])
@@ -52,6 +47,3 @@ async def test_sends_beyond_the_slots_wait_and_consumers_do_not(tmp_path: Path) 
         await node.send("slots", [OutgoingMessage(body=b"after")])  # the slot was given back
         _, stats = await node.get_queue("slots")
         assert stats.sent_total == 3
-    finally:
-        for n in nodes.values():
-            await n.close()

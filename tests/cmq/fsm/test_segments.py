@@ -149,9 +149,21 @@ def test_torn_record_is_detected(make_store) -> None:  # type: ignore[no-untyped
     assert FRAME.size == 8
 
 
-def test_flush_makes_every_created_directory_durable(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def synced(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The paths `os.fsync` is called on from now on (the calls still happen)."""
+    paths: list[str] = []
+    real_fsync = os.fsync
+
+    def spy(fd: int) -> None:
+        paths.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    return paths
+
+
+def test_flush_makes_every_created_directory_durable(tmp_path: Path, synced: list[str]) -> None:
     """A snapshot lists segment files; the directories holding them (and every level created
     for them) must have their entries fsynced first, or a power loss can forget them."""
     root = tmp_path / "data"
@@ -159,21 +171,13 @@ def test_flush_makes_every_created_directory_durable(
     store = FileSegmentStore(root / "segments" / "g1")
     m = StoredMessage("id", 1, b"body", False, (), 0)
     store.append("q", 1, [m], [encode_record(m, 0)])
-    synced: list[str] = []
-    real_fsync = os.fsync
-
-    def spy(fd: int) -> None:
-        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
-        real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", spy)
     store.flush()
     for d in (root, root / "segments", root / "segments" / "g1", root / "segments" / "g1" / "q"):
         assert str(d) in synced, d
 
 
 def test_a_reopened_store_makes_the_existing_tree_durable(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, synced: list[str]
 ) -> None:
     """A process that crashed may have left directories that exist only in the page cache: the
     next store fsyncs every one of them, and its ancestors up to the data directory, before its
@@ -183,14 +187,7 @@ def test_a_reopened_store_makes_the_existing_tree_durable(
     m = StoredMessage("id", 1, b"body", False, (), 0)
     first.append("q", 1, [m], [encode_record(m, 0)])
     first.close()  # a crash: nothing was flushed
-    synced: list[str] = []
-    real_fsync = os.fsync
-
-    def spy(fd: int) -> None:
-        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
-        real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", spy)
+    synced.clear()
     FileSegmentStore(root / "segments" / "g1", durable_root=root).flush()
     for d in (root, root / "segments", root / "segments" / "g1", root / "segments" / "g1" / "q"):
         assert str(d) in synced, d
