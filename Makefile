@@ -100,3 +100,32 @@ perf-compare: $(PEERS_STAMP)
 
 efficiency: $(STAMP)
 	$(BIN)/python bench/efficiency.py --messages $(EFFICIENCY_MESSAGES)
+
+# Long simulator sweep (README "Simulator sweeps"): the core simulator over 3 and 5 nodes, small
+# and large inflight windows, with and without wiped nodes rejoining (5 nodes), then the queue
+# simulator at 3 and 5 nodes. SIM_LONG_SEEDS seeds per configuration from SIM_LONG_SEED; `make -j2 sim-long`
+# runs two configurations at once. Exits non-zero on any violation (each printed with its
+# replay command).
+SIM_LONG_SEEDS ?= 600
+SIM_LONG_SEED ?= 20000000
+SIM_LONG_STEPS ?= 20000
+QUEUE_SIM_LONG_SEEDS ?= 60
+QUEUE_SIM_LONG_SECONDS ?= 20
+SIM_LONG_CONFIGS := n3 n3-large n5 n5-large n5-wiped n5-wiped-large
+SIM_LONG_ARGS_n3 := --nodes 3
+SIM_LONG_ARGS_n3-large := --nodes 3 --no-small-windows
+SIM_LONG_ARGS_n5 := --nodes 5
+SIM_LONG_ARGS_n5-large := --nodes 5 --no-small-windows
+SIM_LONG_ARGS_n5-wiped := --nodes 5 --wipe-rejoining
+SIM_LONG_ARGS_n5-wiped-large := --nodes 5 --wipe-rejoining --no-small-windows
+
+.PHONY: sim-long sim-long-queue $(addprefix sim-long-,$(SIM_LONG_CONFIGS))
+sim-long: $(addprefix sim-long-,$(SIM_LONG_CONFIGS)) sim-long-queue
+
+$(addprefix sim-long-,$(SIM_LONG_CONFIGS)): sim-long-%: $(STAMP)
+	PYTHONHASHSEED=0 $(BIN)/python -m raftlog.sim --seeds $(SIM_LONG_SEEDS) \
+		--seed $(SIM_LONG_SEED) --steps $(SIM_LONG_STEPS) --groups 2 $(SIM_LONG_ARGS_$*)
+
+sim-long-queue: $(STAMP)
+	for n in 3 5; do PYTHONHASHSEED=0 $(BIN)/python -m cmq.sim --seeds $(QUEUE_SIM_LONG_SEEDS) \
+		--seed $(SIM_LONG_SEED) --seconds $(QUEUE_SIM_LONG_SECONDS) --nodes $$n || exit 1; done

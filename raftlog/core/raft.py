@@ -59,13 +59,19 @@ if TYPE_CHECKING:
 class UnsafeHooks:
     """Deliberate protocol bugs, for proving that the simulator's checkers have teeth.
 
-    Never enable outside tests: each one breaks a Raft safety property.
+    Never enable outside tests: each one breaks a Raft safety or liveness property.
     """
 
     commit_on_minority: bool = False
     """Count an entry committed when one node fewer than a majority holds it."""
     vote_twice: bool = False
     """Grant every vote request, even after voting for someone else in the same term."""
+    slow_elections: bool = False
+    """Draw the randomized election timeout from ``[8, 16)`` election timeouts instead of
+    ``[1, 2)``: still correct, but a group takes several timeouts to recover from a fault."""
+    lazy_pipeline: bool = False
+    """Send nothing on an append's acknowledgement: replication moves one message per
+    heartbeat answer instead of a full window per round trip (a follower catches up slowly)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +159,8 @@ class Raft:
 
     def _reset_randomized_timeout(self) -> None:
         et = self.cfg.election_tick
+        if self.cfg.unsafe.slow_elections:
+            et *= 8
         self.randomized_timeout = et + self.rng.randrange(et)
 
     def _send(self, m: Message) -> None:
@@ -658,6 +666,10 @@ class Raft:
     def _handle_ack(self, m: Message, pr: Progress) -> None:
         was_paused = pr.is_paused()
         if pr.maybe_update(m.index):
+            if self.cfg.unsafe.lazy_pipeline:
+                pr.become_probe()
+                self._maybe_commit()
+                return
             if pr.state is ProgressState.PROBE:
                 pr.become_replicate()
             elif pr.state is ProgressState.SNAPSHOT and pr.match + 1 >= self.log.first_index():

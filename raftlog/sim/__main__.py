@@ -1,5 +1,5 @@
 """Command line: ``python -m raftlog.sim --seeds N --steps M [--nodes 3|5] [--groups G]
-[--seed S] [--plant commit_on_minority|vote_twice]``.
+[--seed S] [--plant NAME]``.
 
 Runs seeds ``S .. S+N-1`` and prints one summary line ``seeds=… steps=… violations=…``; each
 violation is printed before it with its check, trace and replay command. Exit status 1 when any
@@ -14,12 +14,15 @@ import sys
 import time
 
 from raftlog.core.raft import UnsafeHooks
+from raftlog.sim.liveness import HEAL_TIMEOUTS
 from raftlog.sim.simulation import SimConfig, run_seed
 
 PLANTS = {
     "none": UnsafeHooks(),
     "commit_on_minority": UnsafeHooks(commit_on_minority=True),
     "vote_twice": UnsafeHooks(vote_twice=True),
+    "slow_elections": UnsafeHooks(slow_elections=True),
+    "lazy_pipeline": UnsafeHooks(lazy_pipeline=True),
 }
 
 
@@ -31,7 +34,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nodes", type=int, default=3, help="nodes per cluster (3 or 5)")
     ap.add_argument("--groups", type=int, default=2, help="Raft groups per cluster")
     ap.add_argument("--seed", type=int, default=0, help="first seed")
-    ap.add_argument("--heal-ticks", type=int, default=200, help="liveness bound after healing")
+    ap.add_argument(
+        "--heal-timeouts",
+        type=int,
+        default=HEAL_TIMEOUTS,
+        help="liveness bound after healing, in election timeouts beyond the catch-up the "
+        "run's windows need (raftlog.sim.liveness)",
+    )
     ap.add_argument("--plant", choices=sorted(PLANTS), default="none", help="plant a core bug")
     ap.add_argument(
         "--silent-loss",
@@ -63,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         nodes=args.nodes,
         groups=args.groups,
         steps=args.steps,
-        heal_ticks=args.heal_ticks,
+        heal_timeouts=args.heal_timeouts,
         unsafe=PLANTS[args.plant],
         silent_loss=args.silent_loss,
         wipe_rejoining=args.wipe_rejoining,

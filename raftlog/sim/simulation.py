@@ -12,9 +12,11 @@ A run has two phases:
    (all its groups), a disk completion, a client action (proposal, leadership transfer, and with
    four or more nodes membership changes: add learner -> promote, remove) or a fault (crash of a
    node with all its groups, symmetric or one-way partition, heal, new loss/delay rates).
-2. **heal**: network perfect, every node up, no more faults. Within ``heal_ticks`` ticks every
-   group must elect a leader, apply a fresh proposal on all its voters, and all members of each
-   group must converge to identical applied state (``liveness``).
+2. **heal**: network perfect, every node up, no more faults. Within the bound of
+   `raftlog.sim.liveness` (``heal_timeouts`` election timeouts plus the time the run's own
+   windows need to move the backlog) every group must elect a leader, apply a fresh proposal on
+   all its voters, and all members of each group must converge to identical applied state
+   (``liveness``).
 
 After every step the `Checker` has seen everything the step did (see its docstring for the
 safety checks); core exceptions (`InvariantViolation` and anything else) are violations too.
@@ -48,11 +50,14 @@ from raftlog.core.types import (
 from raftlog.errors import InvariantViolation, RaftError
 from raftlog.sim.checker import Ack, Checker, SafetyViolation
 from raftlog.sim.disk import SimDisk
+from raftlog.sim.liveness import HEAL_TIMEOUTS, CatchUp, MemberLog, catch_up, heal_bound_ticks
 from raftlog.sim.network import PERFECT, NetFaults, SendOutcome, SimNetwork
 from raftlog.sim.node import SimNode
 
 TICK = 10
 """Simulated time units per tick (network delays and disk latencies are in the same units)."""
+ELECTION_TICK = 10
+"""Every simulated node's election timeout, in ticks (randomized in ``[10, 20)`` by the core)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +67,9 @@ class SimConfig:
     nodes: int = 3
     groups: int = 2
     steps: int = 3000
-    heal_ticks: int = 200
+    heal_timeouts: int = HEAL_TIMEOUTS
+    """Liveness bound after healing, in election timeouts, on top of the catch-up allowance
+    (`catch_up_ticks`): see `Simulation.heal_bound`."""
     trace_lines: int = 30
     unsafe: UnsafeHooks = field(default_factory=UnsafeHooks)
     silent_loss: bool = True
@@ -86,8 +93,8 @@ class SimConfig:
         """Raise ``ValueError`` for a shape the simulator cannot run."""
         if not 1 <= self.nodes <= 9:
             raise ValueError("nodes must be in 1..9")
-        if self.groups < 1 or self.steps < 0 or self.heal_ticks < 1:
-            raise ValueError("need groups >= 1, steps >= 0, heal_ticks >= 1")
+        if self.groups < 1 or self.steps < 0 or self.heal_timeouts < 1:
+            raise ValueError("need groups >= 1, steps >= 0, heal_timeouts >= 1")
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,9 +113,9 @@ class Violation:
             f"--seeds 1 --seed {self.seed} --steps {config.steps}",
             f"--nodes {config.nodes} --groups {config.groups}",
         ]
-        if config.heal_ticks != SimConfig().heal_ticks:
-            flags.append(f"--heal-ticks {config.heal_ticks}")
-        for name in ("commit_on_minority", "vote_twice"):
+        if config.heal_timeouts != SimConfig().heal_timeouts:
+            flags.append(f"--heal-timeouts {config.heal_timeouts}")
+        for name in ("commit_on_minority", "vote_twice", "slow_elections", "lazy_pipeline"):
             if getattr(config.unsafe, name):
                 flags.append(f"--plant {name}")
         for name in ("silent_loss", "small_windows", "wipe_rejoining"):
@@ -220,10 +227,14 @@ class Simulation:
             "snapshots_installed": 0,
             "partitions": 0,
             "heal_ticks": -1,
+            "heal_bound": -1,
         }
         self.trace: deque[str] = deque(maxlen=config.trace_lines)
         self._trace_hash = hashlib.blake2b(digest_size=16)
         self._heal_plan: dict[int, tuple[int, int, int, bytes] | None] = {}
+        self.catch_ups: dict[int, CatchUp] = {}
+        self.heal_bound = 0
+        """The liveness bound in ticks, fixed when the faults heal (`heal`)."""
         for n in self.ids:
             for g in self.groups:
                 self.nodes[(n, g)] = self._new_node(n, g)
@@ -262,7 +273,7 @@ class Simulation:
         return Config(
             node,
             rejoin=rejoin,
-            election_tick=10,
+            election_tick=ELECTION_TICK,
             heartbeat_tick=p.heartbeat_tick,
             max_msg_bytes=p.max_msg_bytes,
             max_inflight_msgs=p.max_inflight_msgs,
@@ -609,6 +620,40 @@ class Simulation:
             if not self.up[n]:
                 self._restart(n)
         self._heal_plan = dict.fromkeys(self.groups)
+        self.catch_ups = {g: self._catch_up(g) for g in self.groups}
+        self.heal_bound = heal_bound_ticks(
+            self.config.heal_timeouts, ELECTION_TICK, self.catch_ups.values()
+        )
+        for g, c in self.catch_ups.items():
+            self._log(
+                f"HEAL g{g}: backlog {c.backlog} at {c.per_round}/round of {c.round_ticks} ticks"
+            )
+
+    def _catch_up(self, g: int) -> CatchUp:
+        """The replication group ``g`` still needs when the faults heal (`liveness.catch_up`)."""
+        members = self.checker.conf(g).members()
+        logs = []
+        largest = 0
+        for n in members:
+            disk = self.disks[(n, g)]
+            largest = max([largest, *(e.size() for e in disk.entries())])
+            logs.append(
+                MemberLog(
+                    disk.last_index(),
+                    self.nodes[(n, g)].raw.raft.log.committed,
+                    disk.snapshot().meta.index,
+                )
+            )
+        p = self.params
+        return catch_up(
+            logs,
+            max_inflight_msgs=p.max_inflight_msgs,
+            max_msg_bytes=p.max_msg_bytes,
+            max_entry_bytes=largest,
+            max_delay=PERFECT.max_delay,
+            disk_max=p.disk_max,
+            tick=TICK,
+        )
 
     def liveness_done(self) -> bool:
         """Advance the heal-phase plan; True once every group has converged."""
@@ -695,18 +740,21 @@ def run_seed(seed: int, config: SimConfig) -> SimResult:
             sim.step()
         sim.heal()
         healed_at = sim.now
-        deadline = sim.now + config.heal_ticks * TICK
+        deadline = sim.now + sim.heal_bound * TICK
         next_check = sim.now
         while True:
             if sim.now >= next_check:
                 if sim.liveness_done():
                     sim.stats["heal_ticks"] = (sim.now - healed_at) // TICK
+                    sim.stats["heal_bound"] = sim.heal_bound
                     break
                 next_check = sim.now + TICK
             if sim.now > deadline:
                 raise SafetyViolation(
                     "liveness",
-                    f"not converged {config.heal_ticks} ticks after healing: "
+                    f"not converged {sim.heal_bound} ticks after healing "
+                    f"({config.heal_timeouts} election timeouts + catch-up "
+                    f"{max(c.ticks for c in sim.catch_ups.values())}): "
                     f"{sim.liveness_report()}",
                 )
             sim.step()

@@ -234,3 +234,45 @@ def test_lost_append_with_a_full_window_is_recovered_by_heartbeats() -> None:
     assert c.nodes[3].raft.log.last_index() == 2
     c.tick(5)
     assert c.nodes[3].raft.log.last_index() == c.nodes[1].raft.log.last_index() == 3
+
+
+def _rounds_to_commit_a_backlog(backlog: int, **cfg: int) -> tuple[int, int]:
+    """A leader of an old term leaves ``backlog`` uncommitted entries behind, is re-elected in
+    a new term, and must bring a majority up to its new no-op before anything commits (only
+    entries of the current term commit by counting). Returns (message hops until that commit,
+    the no-op's index)."""
+    c = Cluster(3, **cfg)
+    c.elect(1)
+    for i in c.ids:
+        c.isolate(i)  # nobody else can be elected meanwhile
+    for i in range(backlog):
+        c.nodes[1].propose(b"p%d" % i)
+        c.stabilize()
+    c.tick(40)  # check-quorum: the isolated leader steps down
+    assert c.nodes[1].raft.role is not Role.LEADER
+    c.heal()
+    c.nodes[1].campaign()
+    hops = 0
+    leader = c.nodes[1].raft
+    while leader.role is not Role.LEADER or leader.log.committed < leader.log.last_index():
+        for i in c.ids:
+            c.process(i)
+        assert c.queue, "replication stalled"
+        c.deliver()
+        hops += 1
+        assert hops < 10 * backlog
+    return hops, leader.log.last_index()
+
+
+def test_production_windows_catch_up_a_backlog_in_a_few_round_trips() -> None:
+    """The backlog of simulator seed 7000079 (a re-elected leader ~400 entries ahead of its
+    followers): the default windows move it in a handful of message hops, while the
+    simulator's smallest windows (one 60-byte message in flight: two of these entries) need a
+    round trip (two hops) per message, 400 hops in all. The slow heal of that seed was its
+    settings, not a stall."""
+    backlog = 400
+    fast, noop = _rounds_to_commit_a_backlog(backlog)
+    assert noop == backlog + 3  # first term's no-op, the backlog, the new term's no-op
+    assert fast <= 8, fast
+    slow, _ = _rounds_to_commit_a_backlog(backlog, max_inflight_msgs=1, max_msg_bytes=60)
+    assert slow >= backlog, slow
