@@ -3,7 +3,7 @@
 See `raftlog.core.rawnode` for the driving loop and `raftlog.core.types.Ready` for the contract.
 """
 
-from raftlog.core.raft import Config, UnsafeHooks
+from raftlog.core.config import Config, UnsafeHooks
 from raftlog.core.rawnode import PeerStatus, RawNode, Status
 from raftlog.core.storage import MemoryStorage, Storage, bootstrap_snapshot
 from raftlog.core.types import (

@@ -22,12 +22,11 @@ Safety rules this module implements (Raft paper, sections 3 and 4; etcd-io/raft 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from raftlog.core.log import RaftLog
 from raftlog.core.progress import Progress, ProgressState
-from raftlog.core.quorum import VoteResult, committed_index, vote_result
+from raftlog.core.quorum import VoteResult, vote_result
 from raftlog.core.storage import Storage
 from raftlog.core.types import (
     NONE,
@@ -42,7 +41,6 @@ from raftlog.core.types import (
     Snapshot,
 )
 from raftlog.errors import (
-    Compacted,
     ConfChangeInProgress,
     InvariantViolation,
     LearnerNotReady,
@@ -55,66 +53,15 @@ if TYPE_CHECKING:
     import random
 
 
-@dataclass(frozen=True, slots=True)
-class UnsafeHooks:
-    """Deliberate protocol bugs, for proving that the simulator's checkers have teeth.
-
-    Never enable outside tests: each one breaks a Raft safety or liveness property.
-    """
-
-    commit_on_minority: bool = False
-    """Count an entry committed when one node fewer than a majority holds it."""
-    vote_twice: bool = False
-    """Grant every vote request, even after voting for someone else in the same term."""
-    slow_elections: bool = False
-    """Draw the randomized election timeout from ``[8, 16)`` election timeouts instead of
-    ``[1, 2)``: still correct, but a group takes several timeouts to recover from a fault."""
-    lazy_pipeline: bool = False
-    """Send nothing on an append's acknowledgement: replication moves one message per
-    heartbeat answer instead of a full window per round trip (a follower catches up slowly)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Config:
-    """Tuning of one RawNode. Times are in ticks; sizes in bytes.
-
-    Invariant: ``heartbeat_tick < election_tick``. The randomized election timeout is drawn
-    from ``[election_tick, 2 * election_tick)``.
-    """
-
-    id: int
-    election_tick: int = 10
-    heartbeat_tick: int = 1
-    max_msg_bytes: int = 1 << 20
-    max_inflight_msgs: int = 256
-    max_inflight_bytes: int = 16 << 20
-    max_uncommitted_bytes: int = 64 << 20
-    max_apply_bytes: int = 16 << 20
-    pre_vote: bool = True
-    check_quorum: bool = True
-    rejoin: bool = False
-    """This node lost its disk and restarts under its old id: it neither votes nor campaigns
-    until it has caught up to a commit index learned from a leader (a voter that forgot
-    entries it acknowledged could otherwise help elect a leader lacking them), and it asks the
-    leader to re-probe it (`MsgType.LOG_LOST`) instead of failing on a commit index beyond its
-    log."""
-    unsafe: UnsafeHooks = field(default_factory=UnsafeHooks)
-
-    def validate(self) -> None:
-        """Raise ``ValueError`` on a configuration that cannot work."""
-        if self.id <= 0:
-            raise ValueError("node id must be positive")
-        if not 0 < self.heartbeat_tick < self.election_tick:
-            raise ValueError("need 0 < heartbeat_tick < election_tick")
-        if self.max_inflight_msgs <= 0 or self.max_msg_bytes <= 0:
-            raise ValueError("inflight and message limits must be positive")
-
+from raftlog.core.config import Config
+from raftlog.core.leader import LeaderReplication
 
 _LEADER_MESSAGES = frozenset({MsgType.APP, MsgType.HEARTBEAT, MsgType.SNAP, MsgType.TIMEOUT_NOW})
 
 
-class Raft:
-    """Protocol state of one node in one group. Owned and driven by a `RawNode`."""
+class Raft(LeaderReplication):
+    """Protocol state of one node in one group. Owned and driven by a `RawNode`. The leader's
+    replication and commit rules live in `LeaderReplication`."""
 
     def __init__(self, config: Config, storage: Storage, rng: random.Random) -> None:
         config.validate()
@@ -374,91 +321,6 @@ class Raft:
             self.uncommitted.append((e.index, e.size()))
             self.uncommitted_bytes += e.size()
 
-    def on_persisted(self, index: int, term: int) -> None:
-        """Entries up to ``index`` (of ``term``) are durable here: the leader's own match."""
-        if self.role is not Role.LEADER or self.log.term(index) != term:
-            return
-        pr = self.progress.get(self.id)
-        if pr is not None and pr.maybe_update(index) and self._maybe_commit():
-            self._bcast_append()
-
-    def _maybe_commit(self) -> bool:
-        voters = self.conf.voters
-        matches = [self.progress[v].match for v in voters if v in self.progress]
-        index = committed_index(matches, len(voters), minority=self.cfg.unsafe.commit_on_minority)
-        # Only entries of the current term commit by counting replicas (Raft section 5.4.2).
-        if index > self.log.committed and self.log.term(index) == self.term:
-            self.log.commit_to(index)
-            while self.uncommitted and self.uncommitted[0][0] <= index:
-                self.uncommitted_bytes -= self.uncommitted.popleft()[1]
-            return True
-        return False
-
-    # -- replication -------------------------------------------------------------------------------
-    def _bcast_append(self) -> None:
-        for node in self.progress:
-            if node != self.id:
-                self._send_append(node)
-
-    def _bcast_heartbeat(self) -> None:
-        for node, pr in self.progress.items():
-            if node != self.id:
-                self._send(
-                    Message(
-                        MsgType.HEARTBEAT,
-                        to=node,
-                        frm=self.id,
-                        term=self.term,
-                        commit=min(pr.match, self.log.committed),
-                    )
-                )
-
-    def _send_append(self, to: int, *, allow_empty: bool = True) -> bool:
-        """Send the next append (or a snapshot) to ``to`` unless its progress is paused."""
-        pr = self.progress[to]
-        if pr.is_paused():
-            return False
-        prev = pr.next - 1
-        prev_term = self.log.term(prev)
-        entries: list[Entry] = []
-        compacted = prev_term == 0 and prev != 0
-        if not compacted:
-            try:
-                entries = self.log.entries_from(pr.next, self.cfg.max_msg_bytes)
-            except Compacted:
-                compacted = True
-        if compacted:
-            return self._send_snapshot(to, pr)
-        if not entries and not allow_empty:
-            return False
-        size = sum(e.size() for e in entries)
-        last = entries[-1].index if entries else prev
-        pr.sent_entries(last, len(entries), size)
-        self._send(
-            Message(
-                MsgType.APP,
-                to=to,
-                frm=self.id,
-                term=self.term,
-                index=prev,
-                log_term=prev_term,
-                entries=tuple(entries),
-                commit=self.log.committed,
-            )
-        )
-        return True
-
-    def _send_snapshot(self, to: int, pr: Progress) -> bool:
-        if not pr.recent_active:
-            return False  # do not ship a snapshot to a peer that may be down
-        snap = self.log.storage.snapshot()
-        if snap.meta.index == 0:
-            raise InvariantViolation("log is compacted but storage has no snapshot")
-        pr.become_snapshot(snap.meta.index)
-        self.snapshot_elapsed[to] = 0
-        self._send(Message(MsgType.SNAP, to=to, frm=self.id, term=self.term, snapshot=snap))
-        return True
-
     # -- stepping ----------------------------------------------------------------------------------
     def step(self, m: Message) -> None:
         """Process one message from the network."""
@@ -626,67 +488,6 @@ class Raft:
         """Replace log and configuration with ``snap`` (persisted by the next Ready)."""
         self.log.restore(snap)
         self.conf = snap.meta.conf
-
-    def _step_leader(self, m: Message) -> None:
-        pr = self.progress.get(m.frm)
-        if pr is None:
-            return
-        if m.type is MsgType.APP_RESP:
-            pr.recent_active = True
-            if m.reject:
-                self._handle_reject(m, pr)
-            else:
-                self._handle_ack(m, pr)
-        elif m.type is MsgType.LOG_LOST:
-            # The follower lost entries we counted as matched: probe it from its real end.
-            # The commit index never moves back; only this follower's progress does.
-            pr.recent_active = True
-            if m.index < pr.match or pr.state is not ProgressState.PROBE:
-                pr.match = min(pr.match, m.index)
-                pr.become_probe()
-                self._send_append(m.frm)
-        elif m.type is MsgType.HEARTBEAT_RESP:
-            pr.recent_active = True
-            pr.msg_app_probe_paused = False
-            if pr.state is ProgressState.REPLICATE and pr.inflights.full():
-                pr.inflights.free_first_one()
-            if pr.match < self.log.last_index():
-                self._send_append(m.frm)
-
-    def _handle_reject(self, m: Message, pr: Progress) -> None:
-        next_probe = m.reject_hint
-        if m.log_term > 0:
-            # Skip every entry of ours whose term is above the follower's hint term.
-            next_probe, _ = self.log.find_conflict_by_term(m.reject_hint, m.log_term)
-        if pr.maybe_decr_to(m.index, next_probe):
-            if pr.state is ProgressState.REPLICATE:
-                pr.become_probe()
-            self._send_append(m.frm)
-
-    def _handle_ack(self, m: Message, pr: Progress) -> None:
-        was_paused = pr.is_paused()
-        if pr.maybe_update(m.index):
-            if self.cfg.unsafe.lazy_pipeline:
-                pr.become_probe()
-                self._maybe_commit()
-                return
-            if pr.state is ProgressState.PROBE:
-                pr.become_replicate()
-            elif pr.state is ProgressState.SNAPSHOT and pr.match + 1 >= self.log.first_index():
-                self.snapshot_elapsed.pop(m.frm, None)
-                pr.become_replicate()
-            elif pr.state is ProgressState.REPLICATE:
-                pr.inflights.free_le(m.index)
-            if self._maybe_commit():
-                self._bcast_append()
-            elif was_paused:
-                # The follower may not know the commit index yet: an (empty) append tells it.
-                self._send_append(m.frm)
-            # Keep the pipe full: send whatever the window now admits.
-            while self._send_append(m.frm, allow_empty=False):
-                pass
-            if m.frm == self.lead_transferee and pr.match == self.log.last_index():
-                self._send_timeout_now(m.frm)
 
     # -- leadership transfer, membership, reports ------------------------------------------------
     def transfer_leader(self, to: int) -> None:

@@ -19,8 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from raftlog.core.config import Config
 from raftlog.core.progress import ProgressState
-from raftlog.core.raft import Config, Raft
+from raftlog.core.raft import Raft
 from raftlog.core.storage import Storage
 from raftlog.core.types import (
     ConfChange,

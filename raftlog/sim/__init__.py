@@ -19,16 +19,9 @@ from raftlog.sim.disk import (
 )
 from raftlog.sim.network import PERFECT, Envelope, NetFaults, SendOutcome, SimNetwork
 from raftlog.sim.node import ChainStateMachine, NodeHost, SimNode, chain_digest
-from raftlog.sim.simulation import (
-    TICK,
-    SimConfig,
-    SimResult,
-    Simulation,
-    Summary,
-    Violation,
-    run_seed,
-    run_seeds,
-)
+from raftlog.sim.outcome import SimConfig, SimResult, Violation
+from raftlog.sim.run import Summary, run_seed, run_seeds
+from raftlog.sim.simulation import TICK, Simulation
 
 __all__ = [
     "PERFECT",

@@ -13,9 +13,10 @@ import argparse
 import sys
 import time
 
-from raftlog.core.raft import UnsafeHooks
+from raftlog.core.config import UnsafeHooks
 from raftlog.sim.liveness import HEAL_TIMEOUTS
-from raftlog.sim.simulation import SimConfig, run_seed
+from raftlog.sim.outcome import SimConfig
+from raftlog.sim.run import run_seed
 
 PLANTS = {
     "none": UnsafeHooks(),

@@ -22,7 +22,7 @@ import random
 from collections.abc import Sequence
 from typing import Protocol
 
-from raftlog.core.raft import Config
+from raftlog.core.config import Config
 from raftlog.core.rawnode import RawNode
 from raftlog.core.storage import MemoryStorage
 from raftlog.core.types import Entry, Message, Ready, Snapshot

@@ -28,13 +28,11 @@ from __future__ import annotations
 import hashlib
 import heapq
 import random
-import traceback
 from collections import deque
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from enum import IntEnum
 
-from raftlog.core.raft import Config, UnsafeHooks
+from raftlog.core.config import Config
 from raftlog.core.storage import bootstrap_snapshot
 from raftlog.core.types import (
     ConfChange,
@@ -47,104 +45,18 @@ from raftlog.core.types import (
     Role,
     Snapshot,
 )
-from raftlog.errors import InvariantViolation, RaftError
-from raftlog.sim.checker import Ack, Checker, SafetyViolation
+from raftlog.errors import RaftError
+from raftlog.sim.checker import Ack, Checker
 from raftlog.sim.disk import SimDisk
-from raftlog.sim.liveness import HEAL_TIMEOUTS, CatchUp, MemberLog, catch_up, heal_bound_ticks
+from raftlog.sim.liveness import CatchUp, MemberLog, catch_up, heal_bound_ticks
 from raftlog.sim.network import PERFECT, NetFaults, SendOutcome, SimNetwork
 from raftlog.sim.node import SimNode
+from raftlog.sim.outcome import SimConfig, draw_params
 
 TICK = 10
 """Simulated time units per tick (network delays and disk latencies are in the same units)."""
 ELECTION_TICK = 10
 """Every simulated node's election timeout, in ticks (randomized in ``[10, 20)`` by the core)."""
-
-
-@dataclass(frozen=True, slots=True)
-class SimConfig:
-    """The shape of a run. ``unsafe`` plants a core bug (tests prove the checker catches it)."""
-
-    nodes: int = 3
-    groups: int = 2
-    steps: int = 3000
-    heal_timeouts: int = HEAL_TIMEOUTS
-    """Liveness bound after healing, in election timeouts, on top of the catch-up allowance
-    (`catch_up_ticks`): see `Simulation.heal_bound`."""
-    trace_lines: int = 30
-    unsafe: UnsafeHooks = field(default_factory=UnsafeHooks)
-    silent_loss: bool = True
-    """When True (default), random losses go unnoticed by both ends (datagram semantics): the
-    core must recover on its own, e.g. re-probe a follower whose append was lost while its
-    REPLICATE inflight window was full. When False, both ends of a link notice every lost
-    message, as with the TCP transport, and every group on both nodes gets
-    ``report_unreachable`` for the peer."""
-    small_windows: bool = True
-    """Also draw inflight windows of 1 and 4 messages (False: 256 only), so full windows --
-    and recovery from a lost append while full -- are exercised constantly."""
-    rejoin_wiped: bool = True
-    """With ``wipe_rejoining``: start a wiped node in the core's rejoin mode (it neither votes
-    nor campaigns until caught up), which makes reusing its id safe."""
-    wipe_rejoining: bool = False
-    """Re-add a removed node with an *empty* disk under its old id. Unsafe: the removed node's
-    log may be the copy that made the removal committed for a node that restarts with an older
-    configuration (found by seed 244 with five nodes; see the README). Off by default."""
-
-    def validate(self) -> None:
-        """Raise ``ValueError`` for a shape the simulator cannot run."""
-        if not 1 <= self.nodes <= 9:
-            raise ValueError("nodes must be in 1..9")
-        if self.groups < 1 or self.steps < 0 or self.heal_timeouts < 1:
-            raise ValueError("need groups >= 1, steps >= 0, heal_timeouts >= 1")
-
-
-@dataclass(frozen=True, slots=True)
-class Violation:
-    """A failed run: which check, where, and the trace leading to it."""
-
-    seed: int
-    check: str
-    detail: str
-    step: int
-    trace: tuple[str, ...]
-
-    def format(self, config: SimConfig) -> str:
-        """A human-readable report including the command that replays it."""
-        flags = [
-            f"--seeds 1 --seed {self.seed} --steps {config.steps}",
-            f"--nodes {config.nodes} --groups {config.groups}",
-        ]
-        if config.heal_timeouts != SimConfig().heal_timeouts:
-            flags.append(f"--heal-timeouts {config.heal_timeouts}")
-        for name in ("commit_on_minority", "vote_twice", "slow_elections", "lazy_pipeline"):
-            if getattr(config.unsafe, name):
-                flags.append(f"--plant {name}")
-        for name in ("silent_loss", "small_windows", "wipe_rejoining"):
-            if getattr(config, name):
-                flags.append("--" + name.replace("_", "-"))
-        lines = [
-            f"VIOLATION seed={self.seed} check={self.check} step={self.step}: {self.detail}",
-            f"  replay: python -m raftlog.sim {' '.join(flags)}",
-            "  last trace lines:",
-        ]
-        lines.extend(f"    {t}" for t in self.trace)
-        return "\n".join(lines)
-
-
-@dataclass(frozen=True, slots=True)
-class SimResult:
-    """The outcome of one seed: ``violation`` is None when every check held.
-
-    ``trace_digest`` hashes the whole trace and ``state_digest`` the final state of every
-    node: two runs of one seed must agree on both.
-    """
-
-    seed: int
-    steps: int
-    heal_steps: int
-    violation: Violation | None
-    trace_digest: str
-    state_digest: str
-    stats: tuple[tuple[str, int], ...]
 
 
 class _Ev(IntEnum):
@@ -153,23 +65,6 @@ class _Ev(IntEnum):
     CLIENT = 2
     FAULT = 3
     RESTART = 4
-
-
-@dataclass(frozen=True, slots=True)
-class _Params:
-    """Per-seed knobs, all drawn from the seed."""
-
-    faults: NetFaults
-    heartbeat_tick: int
-    disk_max: int
-    snapshot_every: int
-    keep_after_compact: int
-    max_msg_bytes: int
-    max_inflight_msgs: int
-    max_uncommitted_bytes: int
-    client_every: int
-    fault_every: int
-    torn: float
 
 
 class Simulation:
@@ -185,7 +80,7 @@ class Simulation:
         self.healing = False
         self.ids = list(range(1, config.nodes + 1))
         self.groups = list(range(1, config.groups + 1))
-        self.params = self._draw_params()
+        self.params = draw_params(self.rng, small_windows=config.small_windows)
         self.net = SimNetwork(self.rng, self.params.faults)
         self._events: list[tuple[int, int, int, int, int, int]] = []
         self._seq = 0
@@ -243,31 +138,6 @@ class Simulation:
         self._push(self.params.fault_every, _Ev.FAULT)
 
     # -- setup ------------------------------------------------------------------------------------
-    def _draw_params(self) -> _Params:
-        r = self.rng
-        max_delay = r.choice([2, 4, 8, 15])
-        faults = NetFaults(
-            drop=r.choice([0.0, 0.01, 0.05, 0.15]),
-            duplicate=r.choice([0.0, 0.02, 0.1]),
-            min_delay=1,
-            max_delay=max_delay,
-            slow=r.choice([0.0, 0.02, 0.05]),
-            slow_factor=r.choice([3, 10]),
-        )
-        return _Params(
-            faults=faults,
-            heartbeat_tick=r.randint(1, 3),
-            disk_max=r.choice([2, 5, 12, 30]),
-            snapshot_every=r.choice([4, 10, 30, 80]),
-            keep_after_compact=r.choice([0, 0, 2, 10]),
-            max_msg_bytes=r.choice([60, 200, 1 << 20]),
-            max_inflight_msgs=r.choice([1, 4, 256] if self.config.small_windows else [256]),
-            max_uncommitted_bytes=r.choice([300, 3000, 64 << 20]),
-            client_every=r.choice([3, 8, 20]),
-            fault_every=r.choice([80, 200, 500]),
-            torn=r.choice([0.0, 0.5, 1.0]),
-        )
-
     def _raft_config(self, node: int, rejoin: bool = False) -> Config:
         p = self.params
         return Config(
@@ -728,94 +598,3 @@ class Simulation:
 
     def trace_digest(self) -> str:
         return self._trace_hash.hexdigest()
-
-
-def run_seed(seed: int, config: SimConfig) -> SimResult:
-    """Run one seed to completion (chaos, then heal) and report what happened."""
-    sim = Simulation(seed, config)
-    heal_steps = 0
-    violation: Violation | None = None
-    try:
-        for _ in range(config.steps):
-            sim.step()
-        sim.heal()
-        healed_at = sim.now
-        deadline = sim.now + sim.heal_bound * TICK
-        next_check = sim.now
-        while True:
-            if sim.now >= next_check:
-                if sim.liveness_done():
-                    sim.stats["heal_ticks"] = (sim.now - healed_at) // TICK
-                    sim.stats["heal_bound"] = sim.heal_bound
-                    break
-                next_check = sim.now + TICK
-            if sim.now > deadline:
-                raise SafetyViolation(
-                    "liveness",
-                    f"not converged {sim.heal_bound} ticks after healing "
-                    f"({config.heal_timeouts} election timeouts + catch-up "
-                    f"{max(c.ticks for c in sim.catch_ups.values())}): "
-                    f"{sim.liveness_report()}",
-                )
-            sim.step()
-            heal_steps += 1
-    except SafetyViolation as exc:
-        violation = _violation(sim, exc.check, exc.detail)
-    except InvariantViolation as exc:
-        violation = _violation(sim, "core-invariant", str(exc))
-    except Exception as exc:  # a core bug must be reported with its seed, never lost
-        where = traceback.extract_tb(exc.__traceback__)[-1]
-        violation = _violation(
-            sim,
-            "exception",
-            f"{type(exc).__name__}: {exc} (at {where.filename}:{where.lineno} in {where.name})",
-        )
-    stats = dict(sim.stats)
-    stats.update({f"net_{k}": v for k, v in sim.net.stats.items()})
-    stats["elections"] = len(sim.checker.leaders())
-    return SimResult(
-        seed=seed,
-        steps=min(sim.step_no, config.steps),
-        heal_steps=heal_steps,
-        violation=violation,
-        trace_digest=sim.trace_digest(),
-        state_digest=sim.state_digest(),
-        stats=tuple(sorted(stats.items())),
-    )
-
-
-def _violation(sim: Simulation, check: str, detail: str) -> Violation:
-    return Violation(sim.seed, check, detail, sim.step_no, tuple(sim.trace))
-
-
-@dataclass(frozen=True, slots=True)
-class Summary:
-    """The outcome of many seeds."""
-
-    seeds: int
-    steps: int
-    total_steps: int
-    violations: tuple[Violation, ...]
-
-    def line(self) -> str:
-        """``seeds=… steps=… violations=…`` (steps: chaos steps per seed)."""
-        return (
-            f"seeds={self.seeds} steps={self.steps} violations={len(self.violations)} "
-            f"total_steps={self.total_steps}"
-        )
-
-
-def run_seeds(seeds: Iterable[int], config: SimConfig, *, stop_at_first: bool = False) -> Summary:
-    """Run every seed in ``seeds`` (in order) with ``config``; collect the violations."""
-    violations: list[Violation] = []
-    count = 0
-    total = 0
-    for seed in seeds:
-        result = run_seed(seed, config)
-        count += 1
-        total += result.steps + result.heal_steps
-        if result.violation is not None:
-            violations.append(result.violation)
-            if stop_at_first:
-                break
-    return Summary(count, config.steps, total, tuple(violations))
