@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 import msgspec
 from aiohttp import web
@@ -55,10 +55,12 @@ def make_app(
     *,
     registry: CollectorRegistry | None = None,
     max_request_bytes: int = MAX_REQUEST_BYTES,
+    routes: Sequence[Route] = ROUTES,
 ) -> web.Application:
     """The native API on ``service``. ``registry`` receives the HTTP metrics and is what
     ``/metrics`` renders (a fresh one when None, never the process-global default, so several
-    apps can live in one process). Request bodies above ``max_request_bytes`` get 413."""
+    apps can live in one process). Request bodies above ``max_request_bytes`` get 413.
+    ``routes`` are served and documented at ``/openapi.json`` (tests extend the table)."""
     registry = CollectorRegistry() if registry is None else registry
     app = web.Application(
         client_max_size=max_request_bytes,
@@ -69,8 +71,8 @@ def make_app(
     app[REGISTRY_KEY] = registry
     app[HTTP_METRICS_KEY] = http_metrics
     app[MAX_REQUEST_BYTES_KEY] = max_request_bytes
-    app[SERVED_KEY] = Served(service, http_metrics, _encoder.encode(openapi_document()))
-    for route in ROUTES:  # GET routes get no implicit HEAD: probes use GET
+    app[SERVED_KEY] = Served(service, http_metrics, _encoder.encode(openapi_document(routes)))
+    for route in routes:  # GET routes get no implicit HEAD: probes use GET
         app.router.add_route(route.method, route.path, _handler(route))
     return app
 

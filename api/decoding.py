@@ -15,9 +15,11 @@ got 901``. The error codes follow the model's types:
   checker (so a bad ``dead_letter_queue`` is `InvalidQueueName`);
 * everything else is `InvalidParameter`.
 
-Fields are checked in the order the old hand-written parsers used: unknown fields, then missing
-(or null) required ones, then each field in declaration order, then rules across fields (a
-model's ``__post_init__``).
+Within an object the explanation reports, in this order: an unknown field, a missing (or null)
+required field, the first bad field in declaration order, then a rule across fields (the
+model's ``__post_init__``). If the walk finds nothing (a rule it does not know), the refusal is
+an `InvalidParameter` with msgspec's own message; a test keeps that from happening for the
+bad-input table.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ Class docstrings and ``description`` metadata are published in the OpenAPI docum
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
@@ -317,7 +317,7 @@ class QueueAttributesResponse(_Response):
 
 class DeleteQueueResponse(_Response):
     name: str
-    deleted: Annotated[bool, Meta(extra_json_schema={"const": True})] = True
+    deleted: Annotated[bool, Meta(extra_json_schema={"const": True})]
 
 
 class PurgeResponse(_Response):
@@ -399,7 +399,7 @@ class ResultsResponse(_Response):
 
 
 class Health(_Response):
-    status: Annotated[str, Meta(extra_json_schema={"const": "ok"})] = "ok"
+    status: Literal["ok"]
 
 
 class Ready(_Response):

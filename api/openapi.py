@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -102,27 +103,27 @@ def _operation(route: Route) -> Schema:
     return op
 
 
-def _models() -> list[type[msgspec.Struct]]:
+def _models(routes: Sequence[Route]) -> list[type[msgspec.Struct]]:
     models: list[type[msgspec.Struct]] = [Error]
-    for route in ROUTES:
+    for route in routes:
         if route.request is not None:
             models.append(route.request)
         models.extend(r.model for r in route.responses if r.model is not None)
     return list(dict.fromkeys(models))
 
 
-def _schemas() -> dict[str, Schema]:
-    _, components = msgspec.json.schema_components(_models(), ref_template=REF)
+def _schemas(routes: Sequence[Route]) -> dict[str, Schema]:
+    _, components = msgspec.json.schema_components(_models(routes), ref_template=REF)
     for schema in components.values():
         if "description" in schema:  # a class docstring: drop its indentation
             schema["description"] = inspect.cleandoc(schema["description"])
     return components
 
 
-def openapi_document() -> dict[str, Any]:
-    """The whole OpenAPI 3.1 document (a fresh dict on every call)."""
+def openapi_document(routes: Sequence[Route] = ROUTES) -> dict[str, Any]:
+    """The whole OpenAPI 3.1 document of ``routes`` (a fresh dict on every call)."""
     paths: dict[str, Schema] = {}
-    for route in ROUTES:
+    for route in routes:
         paths.setdefault(route.path, {})[route.method.lower()] = _operation(route)
     codes = codes_by_status()
     return {
@@ -141,7 +142,7 @@ def openapi_document() -> dict[str, Any]:
         },
         "paths": paths,
         "components": {
-            "schemas": _schemas(),
+            "schemas": _schemas(routes),
             "parameters": {
                 "QueueName": {
                     "name": "name",

@@ -180,7 +180,7 @@ async def set_attributes(ctx: Context, req: SetAttributesRequest) -> Reply:
 
 async def delete_queue(ctx: Context, _: EmptyRequest) -> Reply:
     await ctx.service.delete_queue(ctx.name)
-    return Reply(DeleteQueueResponse(ctx.name))
+    return Reply(DeleteQueueResponse(ctx.name, deleted=True))
 
 
 async def purge(ctx: Context, _: EmptyRequest) -> Reply:
@@ -221,7 +221,7 @@ async def cluster_status(ctx: Context, _: None) -> Reply:
 
 async def healthz(ctx: Context, _: None) -> Reply:
     """Liveness: answers while the process can serve HTTP; never consults the cluster."""
-    return Reply(Health())
+    return Reply(Health("ok"))
 
 
 async def readyz(ctx: Context, _: None) -> Reply:
