@@ -1,10 +1,16 @@
-"""Errors of the HTTP layer and how every error is rendered. No aiohttp here: `render_error`
-returns status, headers and body bytes, and `api.app` wraps them in a response.
+"""Errors of the HTTP layer, the HTTP status of every error, and how errors are rendered. No
+aiohttp here: `render_error` returns status, headers and body bytes, and `api.app` wraps them in
+a response.
 
-Every error reaches the client as ``{"error": {"code": ..., "message": ...}}`` with the error's
-HTTP status, plus ``Retry-After`` (whole seconds, rounded up) when the error is retriable after
-a delay. Errors raised here are all about the request itself (never retriable): the service is
-not called when one of them is raised.
+`HTTP_STATUS` is the one table from error class to HTTP status (the queue's errors in
+`cmq.errors` carry codes, messages and retriability, but no HTTP status); `http_status` looks an
+error up by its class and then its base classes, so a new subclass answers like its base until it
+is listed. The OpenAPI document lists each status's codes from this table.
+
+Every error reaches the client as ``{"error": {"code": ..., "message": ...}}`` with its HTTP
+status, plus ``Retry-After`` (whole seconds, rounded up) when the error is retriable after a
+delay. Errors raised here are all about the request itself (never retriable): the service is not
+called when one of them is raised.
 """
 
 from __future__ import annotations
@@ -14,7 +20,21 @@ from dataclasses import dataclass
 
 import orjson
 
-from cmq.errors import CmqError, InvalidParameter
+from cmq.errors import (
+    CmqError,
+    InvalidParameter,
+    InvalidQueueName,
+    InvariantBroken,
+    MessageTooLarge,
+    OutcomeUnknown,
+    Overloaded,
+    QueueAlreadyExists,
+    QueueNotFound,
+    ReceiptInvalid,
+    RequestTooLarge,
+    TooManyEntries,
+    Unavailable,
+)
 
 INTERNAL_MESSAGE = "internal error; the server log has details"
 
@@ -35,14 +55,49 @@ class NotFound(CmqError):
     """No route matches the request path (an unknown queue is `QueueNotFound` instead)."""
 
     code = "NotFound"
-    http_status = 404
 
 
 class MethodNotAllowed(CmqError):
     """The path exists but not with this method."""
 
     code = "MethodNotAllowed"
-    http_status = 405
+
+
+HTTP_STATUS: dict[type[CmqError], int] = {
+    InvalidParameter: 400,
+    InvalidQueueName: 400,
+    InvalidJson: 400,
+    EmptyBatch: 400,
+    TooManyEntries: 400,
+    ReceiptInvalid: 400,
+    QueueNotFound: 404,
+    NotFound: 404,
+    MethodNotAllowed: 405,
+    QueueAlreadyExists: 409,
+    MessageTooLarge: 413,
+    RequestTooLarge: 413,
+    CmqError: 500,
+    InvariantBroken: 500,
+    Unavailable: 503,
+    OutcomeUnknown: 503,
+    Overloaded: 503,
+}
+"""Error class -> HTTP status. Every class a client can meet is listed (the OpenAPI document
+names their codes per status); `CmqError` itself is ``InternalError``."""
+
+
+def status_of(error_class: type[CmqError]) -> int:
+    """The HTTP status of ``error_class``: its own entry in `HTTP_STATUS`, else its nearest
+    listed base class's."""
+    for cls in error_class.__mro__:
+        if cls in HTTP_STATUS:
+            return HTTP_STATUS[cls]
+    raise AssertionError("CmqError is in HTTP_STATUS")  # pragma: no cover
+
+
+def http_status(error: CmqError) -> int:
+    """The HTTP status ``error`` is answered with (see `status_of`)."""
+    return status_of(type(error))
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,16 +111,19 @@ def error_body(code: str, message: str) -> bytes:
     return orjson.dumps({"error": {"code": code, "message": message}})
 
 
+def is_server_fault(error: CmqError) -> bool:
+    """A 5xx that is not retriable: a bug or damaged data, logged and never shown."""
+    return http_status(error) >= 500 and not error.retriable
+
+
 def render_error(error: CmqError) -> RenderedError:
-    """``error`` as the client sees it. A 5xx that is not retriable is a server fault: its
-    message is replaced by a generic one (the caller logs the original)."""
-    message = error.message
-    if error.http_status >= 500 and not error.retriable:
-        message = INTERNAL_MESSAGE
+    """``error`` as the client sees it. A server fault's message is replaced by a generic one
+    (the caller logs the original)."""
+    message = INTERNAL_MESSAGE if is_server_fault(error) else error.message
     headers: dict[str, str] = {}
     if error.retry_after is not None:
         headers["Retry-After"] = str(max(0, math.ceil(error.retry_after)))
-    return RenderedError(error.http_status, headers, error_body(error.code, message))
+    return RenderedError(http_status(error), headers, error_body(error.code, message))
 
 
 def render_internal() -> RenderedError:

@@ -1,7 +1,8 @@
-"""Every error the queue reports, with its machine-readable code, HTTP status and retriability.
+"""Every error the queue reports, with its machine-readable code, message and retriability.
 
-The API layer renders any `CmqError` as ``{"error": {"code": ..., "message": ...}}`` with
-``http_status`` (plus ``Retry-After`` when ``retry_after`` is set). Per-entry results (acks,
+The errors carry no transport detail: an HTTP surface maps each class to its status (the native
+API's table is `api.errors.HTTP_STATUS`) and renders any `CmqError` as ``{"error": {"code": ...,
+"message": ...}}`` (plus ``Retry-After`` when ``retry_after`` is set). Per-entry results (acks,
 visibility changes) carry the same codes without raising.
 """
 
@@ -12,7 +13,6 @@ class CmqError(Exception):
     """Base of all queue errors."""
 
     code: str = "InternalError"
-    http_status: int = 500
     retriable: bool = False
     retry_after: float | None = None
 
@@ -25,7 +25,6 @@ class InvalidParameter(CmqError):
     """A request field is missing, of the wrong type, out of range, or unknown."""
 
     code = "InvalidParameter"
-    http_status = 400
 
 
 class InvalidQueueName(InvalidParameter):
@@ -34,24 +33,20 @@ class InvalidQueueName(InvalidParameter):
 
 class QueueNotFound(CmqError):
     code = "QueueNotFound"
-    http_status = 404
 
 
 class QueueAlreadyExists(CmqError):
     """A queue of that name exists with different attributes (creation is idempotent otherwise)."""
 
     code = "QueueAlreadyExists"
-    http_status = 409
 
 
 class MessageTooLarge(CmqError):
     code = "MessageTooLarge"
-    http_status = 413
 
 
 class RequestTooLarge(CmqError):
     code = "RequestTooLarge"
-    http_status = 413
 
 
 class TooManyEntries(InvalidParameter):
@@ -64,7 +59,6 @@ class Overloaded(CmqError):
     """A bounded queue or window is full; retry after ``retry_after`` seconds."""
 
     code = "Overloaded"
-    http_status = 503
     retriable = True
     retry_after = 1.0
 
@@ -74,7 +68,6 @@ class Unavailable(CmqError):
     quorum); retry."""
 
     code = "Unavailable"
-    http_status = 503
     retriable = True
     retry_after = 1.0
 
@@ -92,14 +85,12 @@ class ReceiptInvalid(CmqError):
     """A receipt handle is malformed, tampered with, or belongs to another queue."""
 
     code = "ReceiptHandleIsInvalid"
-    http_status = 400
 
 
 class InvariantBroken(CmqError):
     """A state machine invariant does not hold: a bug or damaged data. The group stops."""
 
     code = "InternalError"
-    http_status = 500
 
 
 # Per-entry result codes (acks, visibility changes, nacks).

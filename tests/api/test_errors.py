@@ -9,10 +9,12 @@ from typing import Any
 import aiohttp
 import pytest
 
+from api.errors import HTTP_STATUS, http_status
 from cmq.errors import (
     CmqError,
     InvariantBroken,
     MessageTooLarge,
+    OutcomeUnknown,
     Overloaded,
     QueueAlreadyExists,
     QueueNotFound,
@@ -38,8 +40,9 @@ SERVICE_METHOD = {
 
 
 class Throttled(CmqError):
+    """An error of a future rate limiter: its status comes from the API's table."""
+
     code = "Throttled"
-    http_status = 429
     retriable = True
     retry_after = 0.2
 
@@ -142,7 +145,10 @@ async def test_retry_after_rounds_up_to_whole_seconds(
     assert resp.headers["Retry-After"] == "3"
 
 
-async def test_429_with_retry_after(client: Client, service: RecordingService) -> None:
+async def test_429_with_retry_after(
+    client: Client, service: RecordingService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(HTTP_STATUS, Throttled, 429)
     service.fail["receive"] = Throttled("too many receives")
     resp = await client.post("/v1/queues/q/messages/receive")
     assert resp.status == 429
@@ -206,3 +212,27 @@ async def test_wrong_method_is_a_json_405_with_allow(
     resp = await client.get("/v1/queues/q/messages")
     assert resp.status == 405
     assert service.calls == []
+
+
+class SlowDown(Overloaded):
+    code = "SlowDown"
+
+
+def test_an_unlisted_error_answers_like_its_base_class() -> None:
+    assert http_status(SlowDown()) == 503
+    assert http_status(OutcomeUnknown()) == 503
+    assert http_status(CmqError()) == 500
+
+
+def test_every_queue_error_has_a_status() -> None:
+    """Every error class of `cmq.errors` is listed in the API's status table."""
+    import inspect
+
+    import cmq.errors
+
+    classes = {
+        cls
+        for _, cls in inspect.getmembers(cmq.errors, inspect.isclass)
+        if issubclass(cls, CmqError)
+    }
+    assert classes - set(HTTP_STATUS) == set()

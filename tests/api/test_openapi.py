@@ -7,9 +7,14 @@ import re
 from typing import Any
 
 import pytest
+from aiohttp import web
 
+import api.openapi as api_openapi
 from api.app import make_app
+from api.errors import HTTP_STATUS
+from api.models import Health
 from api.openapi import openapi_document
+from api.routes import ROUTES, Response, Route, healthz
 from cmq.errors import QueueAlreadyExists, QueueNotFound, Unavailable
 from cmq.model import LIMITS, MAX_RECEIVE_BATCH, MAX_SEND_BATCH, QUEUE_NAME, ReceivedMessage
 from tests.api.conftest import Client
@@ -19,8 +24,8 @@ SPEC = openapi_document()
 HTTP_METHODS = {"get", "put", "post", "patch", "delete", "head", "options", "trace"}
 
 
-def app_routes() -> set[tuple[str, str]]:
-    app = make_app(RecordingService())
+def app_routes(app: web.Application | None = None) -> set[tuple[str, str]]:
+    app = make_app(RecordingService()) if app is None else app
     out = set()
     for route in app.router.routes():
         assert route.resource is not None
@@ -28,22 +33,68 @@ def app_routes() -> set[tuple[str, str]]:
     return out
 
 
-def spec_routes() -> set[tuple[str, str]]:
+def spec_routes(spec: dict[str, Any] = SPEC) -> set[tuple[str, str]]:
     return {
         (method.upper(), path)
-        for path, item in SPEC["paths"].items()
+        for path, item in spec["paths"].items()
         for method in item
         if method in HTTP_METHODS
     }
 
 
+def route_mismatch(app: web.Application, spec: dict[str, Any]) -> set[tuple[str, str]]:
+    """Routes served but not documented, or documented but not served."""
+    return app_routes(app) ^ spec_routes(spec)
+
+
 def test_spec_lists_exactly_the_app_routes() -> None:
-    assert app_routes() == spec_routes()
+    assert route_mismatch(make_app(RecordingService()), SPEC) == set()
+    assert app_routes() == {(r.method, r.path) for r in ROUTES}
+
+
+def test_route_check_catches_an_undocumented_route() -> None:
+    """Planted: a route added to the app behind the table's back is reported."""
+
+    async def secret(request: web.Request) -> web.Response:
+        return web.Response()
+
+    app = make_app(RecordingService())
+    app.router.add_get("/v1/secret", secret, allow_head=False)
+    assert route_mismatch(app, SPEC) == {("GET", "/v1/secret")}
+    spec = openapi_document()
+    del spec["paths"]["/healthz"]
+    assert route_mismatch(make_app(RecordingService()), spec) == {("GET", "/healthz")}
+
+
+def test_a_route_added_to_the_table_is_served_and_documented() -> None:
+    """The app and the document both read the route table: one entry adds both."""
+    extra = Route(
+        "GET", "/v1/extra", "extra", "An extra route", healthz, (Response(200, "ok", Health),)
+    )
+    routes = (*ROUTES, extra)
+    app = make_app(RecordingService(), routes=routes)
+    assert ("GET", "/v1/extra") in app_routes(app)
+    assert route_mismatch(app, openapi_document(routes)) == set()
+
+
+def test_every_error_status_is_documented_with_its_codes() -> None:
+    responses = SPEC["components"]["responses"]
+    for cls, status in HTTP_STATUS.items():
+        name, _ = api_openapi.ERROR_RESPONSES[status]
+        assert cls.code in responses[name]["description"], (cls, status)
 
 
 def test_spec_operation_ids_are_unique() -> None:
     ids = [op["operationId"] for item in SPEC["paths"].values() for op in item.values()]
     assert len(ids) == len(set(ids))
+
+
+def _non_null(schema: dict[str, Any]) -> dict[str, Any]:
+    """The non-null branch of an optional field's schema."""
+    if "anyOf" not in schema:
+        return schema
+    [branch] = [b for b in schema["anyOf"] if b.get("type") != "null"]
+    return branch  # type: ignore[no-any-return]
 
 
 def test_spec_limits_come_from_the_model() -> None:
@@ -56,7 +107,8 @@ def test_spec_limits_come_from_the_model() -> None:
             default,
         )
     assert schemas["SendRequest"]["properties"]["messages"]["maxItems"] == MAX_SEND_BATCH
-    assert schemas["ReceiveRequest"]["properties"]["max_messages"]["maximum"] == MAX_RECEIVE_BATCH
+    max_messages = _non_null(schemas["ReceiveRequest"]["properties"]["max_messages"])
+    assert max_messages["maximum"] == MAX_RECEIVE_BATCH
     name = SPEC["components"]["parameters"]["QueueName"]["schema"]
     assert name["pattern"] == QUEUE_NAME.pattern
 

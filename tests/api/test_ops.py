@@ -9,8 +9,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry, Counter
 
 from api.app import HTTP_METRICS_KEY, MAX_REQUEST_BYTES_KEY, REGISTRY_KEY, SERVICE_KEY, make_app
+from api.models import MAX_REQUEST_BYTES
 from api.openapi import openapi_document
-from api.schemas import MAX_REQUEST_BYTES
 from tests.api.conftest import Client
 from tests.api.recording import RecordingService
 

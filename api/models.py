@@ -1,0 +1,467 @@
+"""The typed HTTP contract of the native JSON API: one msgspec `Struct` per request and response
+body. Pure: no aiohttp, no I/O.
+
+These types are the one description of the bodies: `api.decoding` decodes requests into them
+(strictly: unknown fields, wrong JSON types and values out of range are refused), the routes
+render their results through them, and `api.openapi` emits their JSON Schema. Limits come from
+`cmq.model`, so neither the parser nor the document can disagree with the queue about them.
+
+Request rules every request type follows: unknown fields are refused (``forbid_unknown_fields``);
+integers are JSON integers (``true``, ``1.0``, ``"1"`` are refused); an optional field may be
+omitted or ``null`` (both mean the default); batches are non-empty and within their limit.
+Class docstrings and ``description`` metadata are published in the OpenAPI document.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import UNSET, Meta, Struct, UnsetType
+
+import cmq.model
+from cmq.errors import InvalidParameter
+from cmq.model import (
+    LIMITS,
+    MAX_ACK_BATCH,
+    MAX_ATTRIBUTE_NAME,
+    MAX_DEDUP_ID,
+    MAX_MESSAGE_ATTRIBUTES,
+    MAX_RECEIVE_BATCH,
+    MAX_SEND_BATCH,
+    MAX_WAIT_SECONDS,
+    QUEUE_NAME,
+)
+
+MAX_REQUEST_BYTES = 12 * 1024 * 1024
+"""Largest request body accepted (413 ``RequestTooLarge`` above): a full send batch of large
+messages, base64-inflated, fits; per-message limits are the queue's ``max_message_size``."""
+
+MAX_VISIBILITY_BATCH = MAX_ACK_BATCH
+MAX_NACK_BATCH = MAX_ACK_BATCH
+
+TOO_MANY = "too_many"
+"""Key of `Meta.extra` marking an integer whose maximum is a batch limit: a value above it is
+``TooManyEntries`` rather than ``InvalidParameter`` (see `api.decoding`)."""
+HINT = "hint"
+"""Key of `Meta.extra`: advice appended to a field's type error (``use body_base64 ...``)."""
+
+
+def _attribute(name: str, description: str | None = None) -> Meta:
+    lo, hi, default = LIMITS[name]
+    return Meta(ge=lo, le=hi, description=description, extra_json_schema={"default": default})
+
+
+def _range(name: str, description: str | None = None) -> Meta:
+    lo, hi, _ = LIMITS[name]
+    return Meta(ge=lo, le=hi, description=description)
+
+
+QueueName = Annotated[str, Meta(pattern=QUEUE_NAME.pattern)]
+Receipt = Annotated[str, Meta(min_length=1)]
+NonNegative = Annotated[int, Meta(ge=0)]
+VisibilityTimeout = Annotated[int, _range("visibility_timeout")]
+DelaySeconds = Annotated[int, _range("delay_seconds")]
+WaitSeconds = Annotated[int, Meta(ge=0, le=MAX_WAIT_SECONDS)]
+MessageAttributes = Annotated[
+    dict[Annotated[str, Meta(min_length=1, max_length=MAX_ATTRIBUTE_NAME)], str],
+    Meta(max_length=MAX_MESSAGE_ATTRIBUTES),
+]
+_DLQ = "Queue that receives messages received max_receive_count times."
+_MAX_RECEIVE_COUNT = (
+    "Receives before a message is dead-lettered; 0 = no limit. > 0 needs dead_letter_queue."
+)
+AckReceipts = Annotated[list[Receipt], Meta(min_length=1, max_length=MAX_ACK_BATCH)]
+NackReceipts = Annotated[list[Receipt], Meta(min_length=1, max_length=MAX_NACK_BATCH)]
+
+
+class _Request(Struct, kw_only=True, forbid_unknown_fields=True):
+    """Base of the request bodies (and their parts): unknown fields are refused."""
+
+
+class _Response(Struct, forbid_unknown_fields=True):
+    """Base of the response bodies (and their parts): a client can rely on the listed fields."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Queue attributes and statistics (field for field the dataclasses of `cmq.model`)
+
+
+class QueueAttributes(_Response, kw_only=True):
+    """A queue's settings, every one of them (see `cmq.model.QueueAttributes`)."""
+
+    visibility_timeout: Annotated[int, _attribute("visibility_timeout")]
+    delay_seconds: Annotated[int, _attribute("delay_seconds")]
+    message_retention_seconds: Annotated[int, _attribute("message_retention_seconds")]
+    max_message_size: Annotated[int, _attribute("max_message_size")]
+    receive_wait_seconds: Annotated[int, _attribute("receive_wait_seconds")]
+    dead_letter_queue: Annotated[QueueName | None, Meta(description=_DLQ)]
+    max_receive_count: Annotated[int, _attribute("max_receive_count", _MAX_RECEIVE_COUNT)]
+
+    @classmethod
+    def of(cls, attributes: cmq.model.QueueAttributes) -> QueueAttributes:
+        return msgspec.convert(attributes, cls, from_attributes=True)
+
+
+class QueueAttributesInput(_Request):
+    """Any subset of the attributes; unknown names are rejected."""
+
+    visibility_timeout: Annotated[int, _attribute("visibility_timeout")] | UnsetType = UNSET
+    delay_seconds: Annotated[int, _attribute("delay_seconds")] | UnsetType = UNSET
+    message_retention_seconds: (
+        Annotated[int, _attribute("message_retention_seconds")] | UnsetType
+    ) = UNSET
+    max_message_size: Annotated[int, _attribute("max_message_size")] | UnsetType = UNSET
+    receive_wait_seconds: Annotated[int, _attribute("receive_wait_seconds")] | UnsetType = UNSET
+    dead_letter_queue: Annotated[QueueName | None, Meta(description=_DLQ)] | UnsetType = UNSET
+    max_receive_count: (
+        Annotated[int, _attribute("max_receive_count", _MAX_RECEIVE_COUNT)] | UnsetType
+    ) = UNSET
+
+    def changes(self) -> dict[str, Any]:
+        """The attributes given, by name (what `QueueAttributes.check_changes` returns)."""
+        given = ((f, getattr(self, f)) for f in self.__struct_fields__)
+        return {f: v for f, v in given if v is not UNSET}
+
+
+class QueueStats(_Response, kw_only=True):
+    """A queue's counts, exact at its leader's applied index (see `cmq.model.QueueStats`)."""
+
+    visible: NonNegative
+    in_flight: NonNegative
+    delayed: NonNegative
+    sent_total: NonNegative
+    acked_total: NonNegative
+    dead_lettered_total: NonNegative
+    expired_total: NonNegative
+    oldest_age_ms: NonNegative
+
+    @classmethod
+    def of(cls, stats: cmq.model.QueueStats) -> QueueStats:
+        return msgspec.convert(stats, cls, from_attributes=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Requests
+
+
+class EmptyRequest(_Request):
+    """No fields; the body may be omitted."""
+
+
+class CreateQueueRequest(_Request):
+    """Omitted attributes take their defaults."""
+
+    attributes: QueueAttributesInput | None = None
+
+    def to_model(self) -> cmq.model.QueueAttributes:
+        """The complete attributes, checked across fields (`InvalidParameter`)."""
+        changes = None if self.attributes is None else self.attributes.changes()
+        return cmq.model.QueueAttributes.from_dict(changes)
+
+
+class SetAttributesRequest(_Request):
+    """At least one attribute; the service checks the merged result across fields."""
+
+    attributes: Annotated[QueueAttributesInput, Meta(extra_json_schema={"minProperties": 1})]
+
+    def to_model(self) -> dict[str, Any]:
+        """The changes, by attribute name (`InvalidParameter` when there are none)."""
+        changes = self.attributes.changes()
+        if not changes:
+            raise InvalidParameter("attributes must name at least one attribute to change")
+        return changes
+
+
+class OutgoingMessage(_Request):
+    """Exactly one of body and body_base64 (the other omitted or null). The body may not
+    exceed the queue's max_message_size (413 MessageTooLarge)."""
+
+    body: (
+        Annotated[
+            str,
+            Meta(description="UTF-8 text body.", extra={HINT: "use body_base64 for binary"}),
+        ]
+        | None
+    ) = None
+    body_base64: (
+        Annotated[
+            bytes, Meta(description="Binary body, standard padded base64 without whitespace.")
+        ]
+        | None
+    ) = None
+    delay_seconds: (
+        Annotated[DelaySeconds, Meta(description="null: the queue's delay_seconds.")] | None
+    ) = None
+    attributes: MessageAttributes | None = None
+    dedup_id: (
+        Annotated[
+            str,
+            Meta(
+                min_length=1,
+                max_length=MAX_DEDUP_ID,
+                description="A resend with the same dedup_id within 5 minutes is not stored "
+                "again; it returns the original id and seq.",
+            ),
+        ]
+        | None
+    ) = None
+
+    def __post_init__(self) -> None:
+        if (self.body is None) == (self.body_base64 is None):
+            raise ValueError("needs exactly one of body and body_base64")
+
+    def to_model(self) -> cmq.model.OutgoingMessage:
+        binary = self.body_base64 is not None
+        body = self.body_base64 if self.body_base64 is not None else (self.body or "").encode()
+        return cmq.model.OutgoingMessage(
+            body=body,
+            binary=binary,
+            delay_seconds=self.delay_seconds,
+            attributes=() if self.attributes is None else tuple(self.attributes.items()),
+            dedup_id=self.dedup_id,
+        )
+
+
+_ONE_BODY = Meta(
+    extra_json_schema={
+        "oneOf": [
+            {"required": ["body"], "properties": {"body": {"type": "string"}}},
+            {"required": ["body_base64"], "properties": {"body_base64": {"type": "string"}}},
+        ]
+    }
+)
+
+
+class SendRequest(_Request):
+    messages: Annotated[
+        list[Annotated[OutgoingMessage, _ONE_BODY]],
+        Meta(min_length=1, max_length=MAX_SEND_BATCH),
+    ]
+
+
+class ReceiveRequest(_Request):
+    """Every field is optional; the body may be omitted."""
+
+    max_messages: (
+        Annotated[int, Meta(ge=1, le=MAX_RECEIVE_BATCH, extra={TOO_MANY: True})] | None
+    ) = 1
+    visibility_timeout: (
+        Annotated[
+            VisibilityTimeout,
+            Meta(description="Lease length in seconds; null: the queue's visibility_timeout."),
+        ]
+        | None
+    ) = None
+    wait_seconds: (
+        Annotated[
+            WaitSeconds,
+            Meta(
+                description="Long poll: wait up to this long for a message; null: the queue's "
+                "receive_wait_seconds."
+            ),
+        ]
+        | None
+    ) = None
+
+
+class AckRequest(_Request):
+    receipts: AckReceipts
+
+
+class VisibilityEntry(_Request):
+    receipt: Receipt
+    visibility_timeout: VisibilityTimeout
+
+
+class VisibilityRequest(_Request):
+    entries: Annotated[list[VisibilityEntry], Meta(min_length=1, max_length=MAX_VISIBILITY_BATCH)]
+
+    def to_model(self) -> list[tuple[str, int]]:
+        return [(e.receipt, e.visibility_timeout) for e in self.entries]
+
+
+class NackRequest(_Request):
+    receipts: NackReceipts
+    delay_seconds: DelaySeconds | None = 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Responses
+
+
+class CreateQueueResponse(_Response):
+    name: str
+    created: bool
+    attributes: QueueAttributes
+
+
+class QueueRef(_Response):
+    name: str
+
+
+class QueueList(_Response):
+    queues: list[QueueRef]
+
+
+class Queue(_Response):
+    name: str
+    attributes: QueueAttributes
+    stats: QueueStats
+
+
+class QueueAttributesResponse(_Response):
+    name: str
+    attributes: QueueAttributes
+
+
+class DeleteQueueResponse(_Response):
+    name: str
+    deleted: Annotated[bool, Meta(extra_json_schema={"const": True})]
+
+
+class PurgeResponse(_Response):
+    purged: NonNegative
+
+
+class Sent(_Response):
+    id: str
+    seq: NonNegative
+
+
+class SendResponse(_Response):
+    messages: list[Sent]
+
+
+class ReceivedMessage(_Response, kw_only=True, omit_defaults=True):
+    id: str
+    seq: NonNegative
+    body: Annotated[str, Meta(description="Present if sent as body.")] | UnsetType = UNSET
+    body_base64: (
+        Annotated[bytes, Meta(description="Present if sent as body_base64.")] | UnsetType
+    ) = UNSET
+    receipt: Annotated[str, Meta(description="Opaque handle for ack / visibility / nack.")]
+    receive_count: Annotated[int, Meta(ge=1)]
+    sent_at: Annotated[int, Meta(ge=0, description="Milliseconds since the Unix epoch.")]
+    attributes: MessageAttributes
+
+    @classmethod
+    def of(cls, m: cmq.model.ReceivedMessage) -> ReceivedMessage:
+        """In the form it was sent; a text body that is (exceptionally) not UTF-8 falls back to
+        base64 rather than fail."""
+        text: str | UnsetType = UNSET
+        if not m.binary:
+            try:
+                text = m.body.decode("utf-8")
+            except UnicodeDecodeError:
+                text = UNSET
+        return cls(
+            id=m.id,
+            seq=m.seq,
+            body=text,
+            body_base64=m.body if text is UNSET else UNSET,
+            receipt=m.receipt,
+            receive_count=m.receive_count,
+            sent_at=m.sent_at_ms,
+            attributes=dict(m.attributes),
+        )
+
+
+class ReceiveResponse(_Response):
+    messages: list[
+        Annotated[
+            ReceivedMessage,
+            Meta(
+                extra_json_schema={"oneOf": [{"required": ["body"]}, {"required": ["body_base64"]}]}
+            ),
+        ]
+    ]
+
+
+class Result(_Response, omit_defaults=True):
+    receipt: str
+    ok: bool
+    error: (
+        Annotated[
+            str,
+            Meta(description="ReceiptHandleIsInvalid, LeaseStale, MessageNotInflight, ..."),
+        ]
+        | None
+    ) = None
+
+
+class ResultsResponse(_Response):
+    results: list[Result]
+
+    @classmethod
+    def of(cls, results: list[cmq.model.EntryResult]) -> ResultsResponse:
+        return cls([Result(r.receipt, r.ok, r.error) for r in results])
+
+
+class Health(_Response):
+    status: Literal["ok"]
+
+
+class Ready(_Response):
+    ready: bool
+
+
+class ErrorDetail(_Response):
+    code: Annotated[str, Meta(description="Machine-readable error code; see the responses.")]
+    message: str
+
+
+class Error(_Response):
+    error: ErrorDetail
+
+
+# ---------------------------------------------------------------------------------------------
+# Cluster status: `QueueService.status()` returns a plain dict, rendered as it is; these types
+# only describe it in the OpenAPI document.
+
+
+class GroupStatus(_Response, kw_only=True):
+    role: str
+    term: int
+    leader: int
+    commit: int
+    applied: int
+    last_index: int | UnsetType = UNSET
+    voters: list[int]
+    lag: Annotated[dict[str, int], Meta(description="peer -> entries behind (on the leader)")]
+
+
+class NodeInfo(_Response):
+    address: str
+    data_dirs: list[str]
+
+
+class DataGroupInfo(_Response):
+    replicas: list[int]
+    data_dirs: dict[str, str]
+    queues: int
+
+
+class ClusterStatus(_Response, kw_only=True):
+    """This node's view of the cluster and of every Raft group it serves."""
+
+    node: int
+    queues: int
+    placement: (
+        Annotated[dict[str, int], Meta(description="queue name -> data group")] | UnsetType
+    ) = UNSET
+    nodes: (
+        Annotated[
+            dict[str, NodeInfo],
+            Meta(description="the catalog's nodes: id -> peer address and data directories"),
+        ]
+        | UnsetType
+    ) = UNSET
+    data_groups: (
+        Annotated[
+            dict[str, DataGroupInfo],
+            Meta(description="the catalog's data groups: replicas, data dir per replica"),
+        ]
+        | UnsetType
+    ) = UNSET
+    groups: dict[str, GroupStatus]
