@@ -13,8 +13,8 @@ from pathlib import Path
 from cmq.model import OutgoingMessage, QueueAttributes
 from cmq.node import NodeConfig, QueueNode
 from raftlog.runtime import GroupOptions
-from raftlog.runtime.localcluster import free_ports
 from raftlog.transport.peer import Address
+from tests.ports import free_ports
 
 
 def configs(root: Path) -> dict[int, NodeConfig]:

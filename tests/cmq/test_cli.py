@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from raftlog.runtime.localcluster import free_ports
+from tests.ports import free_ports
 
 
 def cmq(*args: str, stdin: str | None = None) -> tuple[int, object]:

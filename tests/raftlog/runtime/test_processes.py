@@ -10,7 +10,7 @@ from pathlib import Path
 
 import aiohttp
 
-from raftlog.runtime.localcluster import ProcCluster, get_json, leaders, wait_ready
+from tests.raftlog.harness.localcluster import ProcCluster, get_json, leaders, wait_ready
 
 GROUPS = 4
 

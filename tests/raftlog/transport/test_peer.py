@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from raftlog.runtime.localcluster import free_ports
 from raftlog.transport.codec import FrameKind
 from raftlog.transport.peer import Address, Transport, TransportConfig
+from tests.ports import free_ports
 
 
 class Node:

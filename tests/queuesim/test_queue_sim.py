@@ -8,9 +8,9 @@ import pytest
 
 from cmq.fsm.commands import Ack, EntryOutcomes
 from cmq.fsm.machine import QueueMachine
-from cmq.sim import QueueSim, run_queue_seed
 from raftlog.runtime.statemachine import StateMachine
 from raftlog.sim.runtime_sim import RuntimeSimConfig, run_runtime_seed
+from tests.queuesim.sim import QueueSim, run_queue_seed
 
 SEEDS = int(os.environ.get("QUEUE_SIM_SEEDS", "8"))
 pytestmark = pytest.mark.usefixtures("quiet_logging")
