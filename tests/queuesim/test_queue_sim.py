@@ -16,6 +16,7 @@ SEEDS = int(os.environ.get("QUEUE_SIM_SEEDS", "8"))
 pytestmark = pytest.mark.usefixtures("quiet_logging")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("nodes", [3, 5])
 def test_queue_guarantees_hold_under_faults(nodes: int) -> None:
     cfg = RuntimeSimConfig(nodes=nodes, seconds=15.0)
