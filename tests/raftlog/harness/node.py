@@ -89,14 +89,11 @@ def make_app(node: MultiRaft) -> web.Application:
         )
 
     async def stats(_: web.Request) -> web.Response:
-        wal = [
-            asdict(w.stats()) | {"records_per_fsync": w.stats().records_per_fsync}
-            for w in node.wals
-        ]
-        groups = {str(gid): asdict(g.counters) for gid, g in sorted(node.groups.items())}
-        peers = {str(pid): asdict(ps) for pid, ps in node.transport.stats().items()}
-        sent = asdict(node.counters)
-        return _json({"wal": wal, "groups": groups, "peers": peers, "sent": sent})
+        snap = node.stats()
+        wal = [asdict(w) | {"records_per_fsync": w.records_per_fsync} for w in snap.wals]
+        groups = {str(g.group): asdict(g) for g in snap.groups}
+        peers = {str(p.peer): asdict(p) for p in snap.peers}
+        return _json({"wal": wal, "groups": groups, "peers": peers, "sent": asdict(snap.sent)})
 
     async def bench(request: web.Request) -> web.Response:
         """Drive proposals from inside this process (no HTTP per proposal) to the groups this
