@@ -122,7 +122,7 @@ def test_the_queue_importing_the_http_api_is_caught(tree: Path) -> None:
 
 
 def test_the_serving_entry_point_is_the_declared_exception(tree: Path) -> None:
-    plant(tree, "cmq.server", "from api.app import make_app")
+    plant(tree, "cmq.server", "import api\nfrom api.app import make_app")
     plant(tree, "cmq.planted", "import cmq.server")
     assert_kept(tree, "queue-below-http")
 
