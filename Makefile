@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 SIM_SEEDS ?= 300
 SIM_STEPS ?= 20000
 
-.PHONY: run test lint typecheck unit sim clean
+.PHONY: run test test-fast lint typecheck unit unit-fast sim clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -20,15 +20,24 @@ run: $(STAMP)
 
 test: lint typecheck unit
 
+# The quick local loop: the same lint and type checks, and every test not marked `slow` (no
+# real node processes, chaos runs, power-loss or long simulations). `make test` runs them all.
+test-fast: lint typecheck unit-fast
+
+# ruff, then the layering contracts of pyproject.toml [tool.importlinter] (docs/architecture.md).
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
 unit: $(STAMP)
 	PYTHONHASHSEED=0 SIM_SEEDS=$(SIM_SEEDS) SIM_STEPS=$(SIM_STEPS) $(BIN)/pytest -q
+
+unit-fast: $(STAMP)
+	PYTHONHASHSEED=0 $(BIN)/pytest -q -m "not slow"
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
@@ -127,5 +136,5 @@ $(addprefix sim-long-,$(SIM_LONG_CONFIGS)): sim-long-%: $(STAMP)
 		--seed $(SIM_LONG_SEED) --steps $(SIM_LONG_STEPS) --groups 2 $(SIM_LONG_ARGS_$*)
 
 sim-long-queue: $(STAMP)
-	for n in 3 5; do PYTHONHASHSEED=0 $(BIN)/python -m cmq.sim --seeds $(QUEUE_SIM_LONG_SEEDS) \
+	for n in 3 5; do PYTHONHASHSEED=0 $(BIN)/python -m tests.queuesim --seeds $(QUEUE_SIM_LONG_SEEDS) \
 		--seed $(SIM_LONG_SEED) --seconds $(QUEUE_SIM_LONG_SECONDS) --nodes $$n || exit 1; done

@@ -3,9 +3,9 @@
 Hosts ``--groups`` independent `SyncObj` instances (pysyncobj has one Raft group per
 `SyncObj`; each gets its own port and its own tick thread), each with a journal file on disk and
 a full-dump file, and generates load *inside* the process for the groups it leads, the same way
-``raftlog.runtime.node``'s ``POST /bench`` does: ``concurrency`` proposals in flight per group,
-each one re-issued from the commit callback until the deadline, latency measured from the call to
-the callback (the command applied on this leader).
+``tests.raftlog.harness.node``'s ``POST /bench`` does: ``concurrency`` proposals in flight per
+group, each one re-issued from the commit callback until the deadline, latency measured from the
+call to the callback (the command applied on this leader).
 
 Modes:
 

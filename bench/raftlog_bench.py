@@ -53,9 +53,9 @@ sys.path.insert(0, str(REPO))
 
 import aiohttp  # noqa: E402
 
-from raftlog.runtime.localcluster import (  # noqa: E402
+from tests.ports import free_ports  # noqa: E402
+from tests.raftlog.harness.localcluster import (  # noqa: E402
     ProcCluster,
-    free_ports,
     get_json,
     leaders,
     wait_ready,
@@ -123,7 +123,7 @@ def combine(per_group: int, groups: int, parts: list[dict[str, Any]], wal: tuple
 
 
 class RaftlogCluster:
-    """3 ``raftlog.runtime.node`` processes with G groups, driven over their control API."""
+    """3 ``tests.raftlog.harness.node`` processes with G groups, driven over their control API."""
 
     def __init__(self, root: Path, groups: int) -> None:
         self.groups = groups

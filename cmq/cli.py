@@ -62,8 +62,7 @@ def _serve(args: argparse.Namespace) -> int:
     from cmq.metrics import register_node_metrics
     from cmq.node import NodeConfig, QueueNode
     from raftlog.runtime import new_event_loop
-    from raftlog.runtime.node import parse_peers
-    from raftlog.transport.peer import Address
+    from raftlog.transport.peer import Address, parse_peers
 
     conf: dict[str, Any] = {}
     if args.config:

@@ -1,9 +1,9 @@
 """Prometheus metrics of a node beyond HTTP: the Raft runtime (WAL, groups, peers) and the process.
 
 `register_node_metrics` adds them to the registry ``/metrics`` renders. Values are read when
-scraped (a custom collector), so the hot paths keep their plain integer counters and pay
-nothing for exporting them. Labels are bounded: ``dir`` is a data-directory index, ``group`` a
-group id, ``peer`` a node id.
+scraped (a custom collector over one frozen `MultiRaft.stats` snapshot per scrape), so the hot
+paths keep their plain integer counters and pay nothing for exporting them. Labels are bounded:
+``dir`` is a data-directory index, ``group`` a group id, ``peer`` a node id.
 """
 
 from __future__ import annotations
@@ -19,22 +19,23 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from raftlog.runtime import MultiRaft
+from raftlog.runtime import MultiRaft, RuntimeStats
 from raftlog.storage.wal import FSYNC_BUCKETS
 
 
 class RaftCollector(Collector):
-    """Reads a `MultiRaft`'s counters at scrape time."""
+    """Reads a `MultiRaft`'s counters at scrape time (one `MultiRaft.stats` snapshot each)."""
 
     def __init__(self, raft: MultiRaft) -> None:
         self.raft = raft
 
     def collect(self) -> Iterator[Metric]:
-        yield from self._wal()
-        yield from self._groups()
-        yield from self._peers()
+        stats = self.raft.stats()
+        yield from self._wal(stats)
+        yield from self._groups(stats)
+        yield from self._peers(stats)
 
-    def _wal(self) -> Iterator[Metric]:
+    def _wal(self, stats: RuntimeStats) -> Iterator[Metric]:
         records = CounterMetricFamily(
             "cmq_wal_records", "Records written to the WAL.", labels=["dir"]
         )
@@ -48,8 +49,7 @@ class RaftCollector(Collector):
         latency = HistogramMetricFamily(
             "cmq_wal_fsync_seconds", "Latency of WAL fdatasync calls.", labels=["dir"]
         )
-        for i, wal in enumerate(self.raft.wals):
-            s = wal.stats()
+        for i, s in enumerate(stats.wals):
             d = str(i)
             records.add_metric([d], s.records)
             written.add_metric([d], s.bytes)
@@ -65,7 +65,7 @@ class RaftCollector(Collector):
             latency.add_metric([d], buckets, s.fsync_seconds)
         yield from (records, written, fsyncs, segments, latency)
 
-    def _groups(self) -> Iterator[Metric]:
+    def _groups(self, stats: RuntimeStats) -> Iterator[Metric]:
         proposals = CounterMetricFamily(
             "cmq_raft_proposals", "Commands proposed on this node.", labels=["group"]
         )
@@ -82,16 +82,15 @@ class RaftCollector(Collector):
             "cmq_raft_is_leader", "1 when this node leads the group.", labels=["group"]
         )
         term = GaugeMetricFamily("cmq_raft_term", "The group's current term.", labels=["group"])
-        for gid, g in sorted(self.raft.groups.items()):
-            label = [str(gid)]
-            c = g.counters
-            proposals.add_metric(label, c.proposals)
-            batches.add_metric(label, c.batches)
-            applied.add_metric(label, c.applied_entries)
-            snapshots.add_metric(label, c.snapshots)
-            leader.add_metric(label, 1 if g.leader() == self.raft.id else 0)
-            term.add_metric(label, g.raw.raft.term)
-        sends = self.raft.counters
+        for g in stats.groups:
+            label = [str(g.group)]
+            proposals.add_metric(label, g.proposals)
+            batches.add_metric(label, g.batches)
+            applied.add_metric(label, g.applied_entries)
+            snapshots.add_metric(label, g.snapshots)
+            leader.add_metric(label, 1 if g.leader == stats.node else 0)
+            term.add_metric(label, g.term)
+        sends = stats.sent
         appends = CounterMetricFamily(
             "cmq_raft_appends_sent", "Append messages sent to followers (all groups)."
         )
@@ -102,7 +101,7 @@ class RaftCollector(Collector):
         entries.add_metric([], sends.append_entries)
         yield from (proposals, batches, applied, snapshots, leader, term, appends, entries)
 
-    def _peers(self) -> Iterator[Metric]:
+    def _peers(self, stats: RuntimeStats) -> Iterator[Metric]:
         sent = CounterMetricFamily(
             "cmq_peer_frames_sent", "Frames sent to a peer.", labels=["peer"]
         )
@@ -117,8 +116,8 @@ class RaftCollector(Collector):
         connects = CounterMetricFamily(
             "cmq_peer_connects", "Connections established with a peer.", labels=["peer"]
         )
-        for pid, st in self.raft.transport.stats().items():
-            label = [str(pid)]
+        for st in stats.peers:
+            label = [str(st.peer)]
             sent.add_metric(label, st.frames_sent)
             received.add_metric(label, st.frames_received)
             dropped.add_metric(label, st.dropped_full)

@@ -30,6 +30,7 @@ from raftlog.core import (
 from raftlog.errors import NotLeader, Overloaded, PeerUnavailable, RaftError
 from raftlog.runtime.group import DurableLog, GroupDriver, GroupOptions
 from raftlog.runtime.statemachine import StateMachine
+from raftlog.runtime.stats import GroupStats, PeerLinkStats, RuntimeStats, SentStats
 from raftlog.storage import GroupLog, Wal, WalOptions
 from raftlog.transport.codec import (
     Beat,
@@ -273,6 +274,46 @@ class MultiRaft:
 
     def status(self, group: int) -> Status:
         return self.group(group).status()
+
+    def stats(self) -> RuntimeStats:
+        """A frozen snapshot of the node's counters: per WAL, per group (with term and known
+        leader), per peer link, and what was sent. Cheap (copies counters); call at will."""
+        groups = tuple(
+            GroupStats(
+                group=gid,
+                term=g.raw.raft.term,
+                leader=g.leader(),
+                proposals=g.counters.proposals,
+                batches=g.counters.batches,
+                readies=g.counters.readies,
+                persisted_entries=g.counters.persisted_entries,
+                applied_entries=g.counters.applied_entries,
+                snapshots=g.counters.snapshots,
+                forced_snapshots=g.counters.forced_snapshots,
+            )
+            for gid, g in sorted(self.groups.items())
+        )
+        peers = tuple(
+            PeerLinkStats(
+                peer=pid,
+                frames_sent=p.frames_sent,
+                bytes_sent=p.bytes_sent,
+                frames_received=p.frames_received,
+                dropped_full=p.dropped_full,
+                connects=p.connects,
+                auth_failures=p.auth_failures,
+                chunked_transfers=p.chunked_transfers,
+            )
+            for pid, p in self.transport.stats().items()
+        )
+        c = self.counters
+        return RuntimeStats(
+            node=self.id,
+            wals=tuple(w.stats() for w in self.wals),
+            groups=groups,
+            peers=peers,
+            sent=SentStats(c.appends, c.append_entries, c.append_bytes, c.flushes),
+        )
 
     def leader_of(self, group: int) -> int:
         """The leader ``group`` knows of (0: none); cheap enough for every request."""

@@ -1,4 +1,4 @@
-"""Deterministic, seeded simulation of raftlog groups over the real core (DESIGN.md section 8).
+"""Deterministic, seeded simulation of raftlog groups over the real core (raftlog/sim/README.md).
 
 `run_seed` runs N nodes x G groups with a lossy network (`SimNetwork`), crashing disks
 (`SimDisk`), clients, membership changes and leadership transfers, checking Raft's safety

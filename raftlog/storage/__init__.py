@@ -1,9 +1,10 @@
 """Durable storage for raftlog: one write-ahead log per data directory with group commit, and a
 per-group view (`GroupLog`) implementing the core's `Storage` protocol from memory.
 
-See DESIGN §3.2. Modules: `record` (pure framing and codecs), `files` (atomic rename, names,
-snapshot files), `segments` (what pins a segment, segment heads), `recovery` (replay and torn
-tail handling), `wal` (the writer thread), `logstore` (`GroupLog`).
+Record and file formats: docs/architecture.md, section 4. Modules: `record` (pure framing and
+codecs), `files` (atomic rename, names, snapshot files), `segments` (what pins a segment, segment
+heads), `recovery` (replay and torn tail handling), `wal` (the writer thread), `logstore`
+(`GroupLog`).
 """
 
 from raftlog.storage.files import atomic_write, fsync_dir

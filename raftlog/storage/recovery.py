@@ -1,6 +1,6 @@
 """Rebuild every group's durable state from the WAL segments of one directory.
 
-Rules (see DESIGN §3.2):
+Rules (record framing: `raftlog.storage.record`):
 
 - Segments are replayed in sequence order; every record is checked (length, crc32) and decoded.
 - The first bad frame of the **last** segment is a torn tail when nothing valid follows it

@@ -59,6 +59,18 @@ class Address:
         return Address(host.strip("[]"), int(port))
 
 
+def parse_peers(text: str) -> dict[int, Address]:
+    """``1=host:port,2=host:port`` → {1: Address, 2: Address}; raises ``ValueError`` on a
+    malformed part (no ``=``, a non-numeric id, or a bad address)."""
+    peers: dict[int, Address] = {}
+    for part in text.split(","):
+        nid, sep, addr = part.partition("=")
+        if not sep or not nid.strip().isdigit():
+            raise ValueError(f"expected ID=HOST:PORT, got {part!r}")
+        peers[int(nid)] = Address.parse(addr.strip())
+    return peers
+
+
 @dataclass(frozen=True, slots=True)
 class TransportConfig:
     """Limits and timings of the peer transport."""

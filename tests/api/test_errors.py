@@ -21,9 +21,9 @@ from cmq.errors import (
     ReceiptInvalid,
     Unavailable,
 )
+from tests.api.bad_input_table import QUEUE_ENDPOINTS
 from tests.api.conftest import Client
 from tests.api.recording import RecordingService
-from tests.api.test_bad_input import QUEUE_ENDPOINTS
 
 SERVICE_METHOD = {
     ("PUT", "/v1/queues/{}"): "create_queue",

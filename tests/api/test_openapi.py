@@ -17,6 +17,7 @@ from api.openapi import openapi_document
 from api.routes import ROUTES, Response, Route, healthz
 from cmq.errors import QueueAlreadyExists, QueueNotFound, Unavailable
 from cmq.model import LIMITS, MAX_RECEIVE_BATCH, MAX_SEND_BATCH, QUEUE_NAME, ReceivedMessage
+from tests.api.bad_input_table import bad_input_cases
 from tests.api.conftest import Client
 from tests.api.recording import RecordingService
 
@@ -264,10 +265,8 @@ def _schema_expressible(body: dict[str, Any]) -> bool:
 def test_spec_rejects_the_bad_input_table() -> None:
     """Every JSON-object body the app refuses is refused by the spec's request schema, except
     for rules JSON Schema cannot state (cross-field, base64 validity)."""
-    from tests.api.test_bad_input import _cases
-
     checked = 0
-    for case in _cases():
+    for case in bad_input_cases():
         method, path, body, status, _code = case.values
         if not isinstance(body, dict) or status != 400 or not _schema_expressible(body):
             continue

@@ -21,8 +21,8 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from raftlog.runtime.localcluster import free_ports
 from tests.chaos.proxy import Mode, ProxyProcess
+from tests.ports import free_ports
 
 SECRET = "chaos-cluster-secret-0123456789abcdef"
 Status = dict[str, Any]

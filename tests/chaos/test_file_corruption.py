@@ -44,6 +44,8 @@ from tests.chaos.test_power_loss import (
 )
 from tests.cmq.cluster import request
 
+pytestmark = pytest.mark.slow
+
 
 @dataclass
 class Case:

@@ -12,7 +12,10 @@ from raftlog.storage.files import atomic_write
 from tests.chaos.lazyfs import LazyFS, unavailable_reason
 
 _REASON = unavailable_reason()
-pytestmark = pytest.mark.skipif(_REASON is not None, reason=f"LazyFS unavailable: {_REASON}")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(_REASON is not None, reason=f"LazyFS unavailable: {_REASON}"),
+]
 
 
 @pytest.fixture

@@ -27,7 +27,10 @@ from tests.chaos.cluster import ChaosCluster
 from tests.chaos.faults import lazyfs_unavailable, optional_module
 
 _REASON = lazyfs_unavailable()
-pytestmark = pytest.mark.skipif(_REASON is not None, reason=f"LazyFS unavailable: {_REASON}")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(_REASON is not None, reason=f"LazyFS unavailable: {_REASON}"),
+]
 
 
 def _snapshot_index(snaps: Path, group: int) -> int:

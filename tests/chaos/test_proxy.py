@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from raftlog.runtime.localcluster import free_ports
 from tests.chaos.proxy import Proxy
+from tests.ports import free_ports
 
 
 async def _echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -13,7 +13,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from raftlog.runtime.localcluster import free_ports
+from tests.ports import free_ports
 
 
 class CmqCluster:

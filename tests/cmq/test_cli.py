@@ -11,7 +11,11 @@ import sys
 import time
 from pathlib import Path
 
-from raftlog.runtime.localcluster import free_ports
+import pytest
+
+from tests.ports import free_ports
+
+pytestmark = pytest.mark.slow
 
 
 def cmq(*args: str, stdin: str | None = None) -> tuple[int, object]:

@@ -15,6 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.cmq.cluster import CmqCluster, request
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> CmqCluster:

@@ -32,6 +32,8 @@ from cmq.loadgen import (
 )
 from tests.cmq.cluster import CmqCluster
 
+pytestmark = pytest.mark.slow
+
 
 # -- bodies ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("size", [HEADER_LEN, HEADER_LEN + 1, 1024, 65_536])

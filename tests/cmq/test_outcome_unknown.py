@@ -10,8 +10,7 @@ import pytest
 from cmq.errors import OutcomeUnknown
 from cmq.model import OutgoingMessage, QueueAttributes
 from raftlog.errors import PeerUnavailable
-
-from .test_catchup import configs, running, wait_until
+from tests.cmq.helpers import configs, running, wait_until
 
 
 async def test_unknown_outcomes_of_forwarded_sends(tmp_path: Path) -> None:

@@ -12,8 +12,7 @@ import pytest
 
 from cmq.errors import Overloaded
 from cmq.model import OutgoingMessage, QueueAttributes
-
-from .test_catchup import configs, running
+from tests.cmq.helpers import configs, running
 
 
 async def test_sends_beyond_the_slots_wait_and_consumers_do_not(tmp_path: Path) -> None:

@@ -12,10 +12,10 @@ from raftlog.core import ConfChangeKind, Role
 from raftlog.errors import NotLeader, PeerUnavailable
 from raftlog.runtime import GroupOptions, MultiRaft, RuntimeConfig
 from raftlog.runtime.applog import AppendLog
-from raftlog.runtime.localcluster import free_ports
 from raftlog.runtime.multiraft import RemoteCallError
 from raftlog.storage import WalOptions
 from raftlog.transport.peer import Address
+from tests.ports import free_ports
 
 GROUPS = (1, 2, 3)
 
@@ -301,3 +301,28 @@ async def test_groups_are_snapshotted_periodically(tmp_path: Path) -> None:
         assert node.group(1).counters.forced_snapshots >= 1
     finally:
         await node.close()
+
+
+async def test_stats_is_a_frozen_snapshot_of_every_counter(tmp_path: Path) -> None:
+    nodes = make_nodes(tmp_path)
+    await open_all(nodes)
+    try:
+        leader = await wait_leader(nodes, 1)
+        await asyncio.gather(*(nodes[leader].propose(1, b"c%d" % k, timeout=10) for k in range(20)))
+        snap = nodes[leader].stats()
+        assert snap.node == leader
+        assert [g.group for g in snap.groups] == list(GROUPS)
+        g1 = snap.groups[0]
+        assert g1.leader == leader and g1.term == nodes[leader].status(1).term
+        assert g1.proposals == 20 and 1 <= g1.batches <= 20
+        assert len(snap.wals) == 1 and snap.wals[0].fsyncs > 0
+        assert [p.peer for p in snap.peers] == sorted(set(nodes) - {leader})
+        assert snap.sent.appends > 0 and snap.sent.append_entries >= g1.batches
+        with pytest.raises(AttributeError):
+            g1.proposals = 0  # type: ignore[misc]
+        await nodes[leader].propose(1, b"one more", timeout=10)
+        assert snap.groups[0].proposals == 20  # a copy, not a view
+        assert nodes[leader].stats().groups[0].proposals == 21
+    finally:
+        for nd in nodes.values():
+            await nd.close()

@@ -9,8 +9,11 @@ import itertools
 from pathlib import Path
 
 import aiohttp
+import pytest
 
-from raftlog.runtime.localcluster import ProcCluster, get_json, leaders, wait_ready
+from tests.raftlog.harness.localcluster import ProcCluster, get_json, leaders, wait_ready
+
+pytestmark = pytest.mark.slow
 
 GROUPS = 4
 

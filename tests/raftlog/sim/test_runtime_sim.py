@@ -13,6 +13,7 @@ SEEDS = int(os.environ.get("RUNTIME_SIM_SEEDS", "16"))
 pytestmark = pytest.mark.usefixtures("quiet_logging")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("nodes", [3, 5])
 def test_runtime_survives_faults(nodes: int) -> None:
     cfg = RuntimeSimConfig(nodes=nodes, seconds=20.0)
@@ -41,6 +42,7 @@ def test_a_seed_replays_exactly() -> None:
     assert a.acked > 0 and a.crashes > 0
 
 
+@pytest.mark.slow
 def test_acknowledging_before_fsync_is_caught() -> None:
     cfg = RuntimeSimConfig(seconds=20.0, unsafe_early_ack=True)
     caught = [s for s in range(20) if run_runtime_seed(s, cfg).violations]

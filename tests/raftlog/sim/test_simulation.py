@@ -104,12 +104,14 @@ def test_cli_reports_a_planted_violation(capsys: pytest.CaptureFixture[str]) -> 
     assert "violations=1" in out.strip().splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_wiped_nodes_rejoining_under_their_old_id_are_safe_in_rejoin_mode() -> None:
     cfg = SimConfig(nodes=5, groups=2, steps=4000, wipe_rejoining=True)
     summary = run_seeds(range(40, 120), cfg)
     assert not summary.violations, summary.violations[0].format()
 
 
+@pytest.mark.slow
 def test_without_rejoin_mode_a_wiped_voter_loses_acknowledged_data() -> None:
     cfg = SimConfig(nodes=5, groups=2, steps=6000, wipe_rejoining=True, rejoin_wiped=False)
     found = [run_seed(s, cfg).violation for s in range(60)]

@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from raftlog.runtime.localcluster import free_ports
 from raftlog.transport.codec import FrameKind
-from raftlog.transport.peer import Address, Transport, TransportConfig
+from raftlog.transport.peer import Address, Transport, TransportConfig, parse_peers
+from tests.ports import free_ports
 
 
 class Node:
@@ -114,6 +114,16 @@ def test_address_parsing() -> None:
     assert Address.parse("127.0.0.1:9000") == Address("127.0.0.1", 9000)
     with pytest.raises(ValueError):
         Address.parse("nope")
+
+
+@pytest.mark.parametrize("bad", ["", "1", "1=", "x=h:1", "1=h", "1=h:1,2"])
+def test_peer_list_parsing(bad: str) -> None:
+    assert parse_peers("1=127.0.0.1:9000, 2=[::1]:9001") == {
+        1: Address("127.0.0.1", 9000),
+        2: Address("::1", 9001),
+    }
+    with pytest.raises(ValueError):
+        parse_peers(bad)
 
 
 async def test_large_frames_travel_in_chunks_between_other_traffic() -> None:

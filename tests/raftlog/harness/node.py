@@ -1,8 +1,9 @@
 """A standalone raftlog node hosting `AppendLog` groups, with a small HTTP control API.
 
-Used by the multi-process tests and the benchmark (the queue service has its own entry point)::
+A test harness, not part of the library: used by the multi-process tests and the benchmark (the
+queue service has its own entry point). Run from the repository root::
 
-    python -m raftlog.runtime.node --id 1 --listen 127.0.0.1:7001 --http 127.0.0.1:8001 \
+    python -m tests.raftlog.harness.node --id 1 --listen 127.0.0.1:7001 --http 127.0.0.1:8001 \
         --peers 1=127.0.0.1:7001,2=127.0.0.1:7002,3=127.0.0.1:7003 --data-dir /tmp/n1 --groups 4
 
 The cluster secret comes from ``RAFTLOG_SECRET`` (required). HTTP endpoints:
@@ -31,18 +32,7 @@ from aiohttp import web
 from raftlog.errors import NotLeader, RaftError
 from raftlog.runtime.applog import AppendLog, Checksum
 from raftlog.runtime.multiraft import MultiRaft, RuntimeConfig, new_event_loop
-from raftlog.transport.peer import Address
-
-
-def parse_peers(text: str) -> dict[int, Address]:
-    """``1=host:port,2=host:port`` → {1: Address, 2: Address}."""
-    peers: dict[int, Address] = {}
-    for part in text.split(","):
-        nid, sep, addr = part.partition("=")
-        if not sep or not nid.strip().isdigit():
-            raise ValueError(f"expected ID=HOST:PORT, got {part!r}")
-        peers[int(nid)] = Address.parse(addr.strip())
-    return peers
+from raftlog.transport.peer import Address, parse_peers
 
 
 def _json(data: object, status: int = 200) -> web.Response:
@@ -99,14 +89,11 @@ def make_app(node: MultiRaft) -> web.Application:
         )
 
     async def stats(_: web.Request) -> web.Response:
-        wal = [
-            asdict(w.stats()) | {"records_per_fsync": w.stats().records_per_fsync}
-            for w in node.wals
-        ]
-        groups = {str(gid): asdict(g.counters) for gid, g in sorted(node.groups.items())}
-        peers = {str(pid): asdict(ps) for pid, ps in node.transport.stats().items()}
-        sent = asdict(node.counters)
-        return _json({"wal": wal, "groups": groups, "peers": peers, "sent": sent})
+        snap = node.stats()
+        wal = [asdict(w) | {"records_per_fsync": w.records_per_fsync} for w in snap.wals]
+        groups = {str(g.group): asdict(g) for g in snap.groups}
+        peers = {str(p.peer): asdict(p) for p in snap.peers}
+        return _json({"wal": wal, "groups": groups, "peers": peers, "sent": asdict(snap.sent)})
 
     async def bench(request: web.Request) -> web.Response:
         """Drive proposals from inside this process (no HTTP per proposal) to the groups this
@@ -200,7 +187,7 @@ async def serve(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m raftlog.runtime.node", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m tests.raftlog.harness.node", description=__doc__)
     p.add_argument("--id", type=int, required=True)
     p.add_argument("--listen", required=True, help="HOST:PORT for peer traffic")
     p.add_argument("--http", required=True, help="HOST:PORT for the control API")

@@ -11,7 +11,7 @@ Producers append uniquely named messages; consumers lease and acknowledge them. 
 - replicas identical: at equal applied index every replica encodes the same state image;
 - no proposal hangs (inherited), one leader per term (inherited).
 
-``python -m cmq.sim --seeds N`` runs seeds and prints ``queue seeds=… violations=…``
+``python -m tests.queuesim --seeds N`` runs seeds and prints ``queue seeds=… violations=…``
 (``acked`` there counts confirmed messages).
 """
 
@@ -222,7 +222,7 @@ def run_queue_seed(seed: int, cfg: RuntimeSimConfig | None = None) -> RuntimeSim
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m cmq.sim", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m tests.queuesim", description=__doc__)
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--nodes", type=int, default=3)

@@ -9,14 +9,15 @@ import pytest
 
 from cmq.fsm.commands import Ack, EntryOutcomes, Produce
 from cmq.fsm.machine import QueueMachine
-from cmq.sim import QueueSim, run_queue_seed
 from raftlog.runtime.statemachine import StateMachine
 from raftlog.sim.runtime_sim import RuntimeSimConfig, run_runtime_seed
+from tests.queuesim.sim import QueueSim, run_queue_seed
 
 SEEDS = int(os.environ.get("QUEUE_SIM_SEEDS", "8"))
 pytestmark = pytest.mark.usefixtures("quiet_logging")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("nodes", [3, 5])
 def test_queue_guarantees_hold_under_faults(nodes: int) -> None:
     cfg = RuntimeSimConfig(nodes=nodes, seconds=15.0)

@@ -1,6 +1,8 @@
 """Start real raftlog node processes on loopback and talk to their control API.
 
-Used by the multi-process tests and by ``bench/raftlog_bench.py``.
+Used by the multi-process tests and by ``bench/raftlog_bench.py``. The node processes run
+``python -m tests.raftlog.harness.node`` with the repository root on their ``PYTHONPATH``, so
+the caller's working directory does not matter.
 """
 
 from __future__ import annotations
@@ -8,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -16,16 +17,10 @@ from pathlib import Path
 
 import aiohttp
 
+from tests.ports import free_ports
 
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct TCP ports that were free on 127.0.0.1 a moment ago."""
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+REPO = Path(__file__).resolve().parents[3]
+"""The repository root: put on the node processes' ``PYTHONPATH`` so ``tests`` imports."""
 
 
 @dataclass
@@ -51,7 +46,7 @@ class ProcCluster:
             self.args[nid] = [
                 sys.executable,
                 "-m",
-                "raftlog.runtime.node",
+                "tests.raftlog.harness.node",
                 "--id",
                 str(nid),
                 "--listen",
@@ -69,7 +64,8 @@ class ProcCluster:
             ]
 
     def start(self, nid: int) -> None:
-        env = dict(os.environ, RAFTLOG_SECRET=self.secret)
+        path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+        env = dict(os.environ, RAFTLOG_SECRET=self.secret, PYTHONPATH=path)
         log = open(self.root / f"n{nid}.log", "ab")  # noqa: SIM115 - owned by the process
         self.procs[nid] = subprocess.Popen(self.args[nid], env=env, stdout=log, stderr=log)
 

@@ -1,0 +1,181 @@
+"""The import-linter contracts of pyproject.toml bite: each planted violation, in a throwaway copy
+of the tree, makes ``lint-imports`` fail on that contract; the declared exceptions do not.
+
+``make lint`` runs the contracts on the real tree; these tests guard the contracts themselves (a
+typo in a module name, or a wildcard that matches nothing, would otherwise keep them green).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+pytestmark = pytest.mark.skipif(
+    not LINT_IMPORTS.exists(), reason="lint-imports not installed (pip install -e '.[dev]')"
+)
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """A copy of the production packages and pyproject.toml (no caches)."""
+    for pkg in ("raftlog", "cmq", "api"):
+        shutil.copytree(ROOT / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    return tmp_path
+
+
+def plant(tree: Path, module: str, source: str) -> None:
+    """Write ``source`` as ``module`` (``a.b.c`` → ``a/b/c.py``), creating packages as needed;
+    appended when the module exists."""
+    path = tree.joinpath(*module.split(".")).with_suffix(".py")
+    for parent in reversed(path.relative_to(tree).parents[:-1]):
+        init = tree / parent / "__init__.py"
+        if not init.exists():
+            init.parent.mkdir(parents=True, exist_ok=True)
+            init.write_text("")
+    with path.open("a") as f:
+        f.write("\n" + source + "\n")
+
+
+def lint(tree: Path, contract: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache", "--contract", contract],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def assert_broken(tree: Path, contract: str, *expected: str) -> None:
+    out = lint(tree, contract)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "BROKEN" in out.stdout, out.stdout + out.stderr
+    for text in expected:
+        assert text in out.stdout, out.stdout
+
+
+def assert_kept(tree: Path, contract: str) -> None:
+    out = lint(tree, contract)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "KEPT" in out.stdout
+
+
+CONTRACTS = [
+    "raftlog-standalone",
+    "core-pure",
+    "queue-below-http",
+    "no-simulator-in-production",
+    "archive-outside-server",
+    "api-service-surface",
+    "sim-pure",
+]
+
+
+@pytest.mark.parametrize("contract", CONTRACTS)
+def test_every_contract_holds_on_an_unchanged_copy(tree: Path, contract: str) -> None:
+    assert_kept(tree, contract)
+
+
+def test_raftlog_importing_the_queue_is_caught(tree: Path) -> None:
+    plant(tree, "raftlog.storage.planted", "from cmq.model import QueueAttributes")
+    assert_broken(tree, "raftlog-standalone", "raftlog.storage.planted -> cmq.model")
+
+
+def test_raftlog_importing_the_http_api_is_caught(tree: Path) -> None:
+    plant(tree, "raftlog.runtime.planted", "import api.app")
+    assert_broken(tree, "raftlog-standalone", "raftlog.runtime.planted -> api.app")
+
+
+@pytest.mark.parametrize("imported", ["time", "os.path", "asyncio", "random", "threading"])
+def test_core_doing_io_is_caught(tree: Path, imported: str) -> None:
+    plant(tree, "raftlog.core.planted", f"import {imported}")
+    assert_broken(tree, "core-pure", "raftlog.core.planted")
+
+
+def test_core_reaching_storage_indirectly_is_caught(tree: Path) -> None:
+    plant(tree, "raftlog.core.planted", "import raftlog.errors")
+    plant(tree, "raftlog.errors", "from raftlog.storage.wal import Wal")
+    assert_broken(tree, "core-pure", "raftlog.errors -> raftlog.storage.wal")
+
+
+def test_core_may_name_random_for_type_checking_only(tree: Path) -> None:
+    plant(
+        tree,
+        "raftlog.core.planted",
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import random",
+    )
+    assert_kept(tree, "core-pure")
+
+
+def test_the_queue_importing_the_http_api_is_caught(tree: Path) -> None:
+    plant(tree, "cmq.planted", "from api.app import make_app")
+    assert_broken(tree, "queue-below-http", "cmq.planted -> api.app")
+
+
+def test_the_serving_entry_point_is_the_declared_exception(tree: Path) -> None:
+    plant(tree, "cmq.server", "import api\nfrom api.app import make_app")
+    plant(tree, "cmq.planted", "import cmq.server")
+    assert_kept(tree, "queue-below-http")
+
+
+@pytest.mark.parametrize(
+    ("importer", "imported", "reported"),
+    [
+        ("cmq.planted", "raftlog.sim.runtime_sim", "raftlog.sim.runtime_sim"),
+        ("raftlog.runtime.planted", "raftlog.sim", "raftlog.sim"),
+        ("api.planted", "tests.ports", "tests"),  # outside the graph: reported as its package
+    ],
+)
+def test_production_importing_a_simulator_or_test_helper_is_caught(
+    tree: Path, importer: str, imported: str, reported: str
+) -> None:
+    plant(tree, importer, f"import {imported}")
+    assert_broken(tree, "no-simulator-in-production", f"{importer} -> {reported}")
+
+
+def test_the_archive_may_use_spark_and_the_queue(tree: Path) -> None:
+    plant(tree, "cmq.archive.job", "import pyspark\nfrom cmq.fsm import segments")
+    assert_kept(tree, "archive-outside-server")
+
+
+@pytest.mark.parametrize("importer", ["cmq.node", "cmq.planted", "api.planted"])
+def test_the_server_importing_the_archive_is_caught(tree: Path, importer: str) -> None:
+    plant(tree, "cmq.archive.job", "import pyspark")
+    plant(tree, importer, "from cmq.archive import job")
+    assert_broken(tree, "archive-outside-server", "cmq.archive.job")
+
+
+def test_the_server_importing_spark_is_caught(tree: Path) -> None:
+    plant(tree, "cmq.fsm.planted", "import pyspark.sql")
+    assert_broken(tree, "archive-outside-server", "cmq.fsm.planted -> pyspark")
+
+
+@pytest.mark.parametrize("imported", ["cmq.fsm.machine", "cmq.node", "raftlog.errors"])
+def test_api_reaching_past_the_service_is_caught(tree: Path, imported: str) -> None:
+    plant(tree, "api.planted", f"import {imported}")
+    assert_broken(tree, "api-service-surface", f"api.planted -> {imported}")
+
+
+def test_api_reaching_past_the_service_indirectly_is_caught(tree: Path) -> None:
+    plant(tree, "cmq.service", "import cmq.fsm.machine")
+    assert_broken(tree, "api-service-surface", "cmq.service -> cmq.fsm.machine")
+
+
+@pytest.mark.parametrize("module", ["raftlog.sim.network", "raftlog.sim.simulation"])
+def test_the_core_simulator_doing_io_is_caught(tree: Path, module: str) -> None:
+    plant(tree, module, "import time")
+    assert_broken(tree, "sim-pure", f"{module} -> time")
+
+
+def test_the_runtime_simulator_may_use_asyncio(tree: Path) -> None:
+    plant(tree, "raftlog.sim.runtime_sim", "import asyncio")
+    assert_kept(tree, "sim-pure")
