@@ -23,6 +23,8 @@ stays *current* until the message is leased again, nacked, or deleted. Ack accep
 lease id even after its deadline (nobody else holds the message; SQS does the same);
 ChangeVisibility and Nack need an unexpired lease (``MessageNotInflight`` otherwise). Any other
 lease id, or a message that is gone, gets ``LeaseStale``.
+
+Per-queue state and its queries live in `cmq.fsm.queue`, the snapshot image in `cmq.fsm.image`.
 """
 
 from __future__ import annotations
