@@ -178,6 +178,7 @@ class QueueNode:
         check_queue_name(name)
         if attributes.dead_letter_queue == name:
             raise InvalidParameter("a queue cannot be its own dead-letter queue")
+        attributes = QueueAttributes.from_dict(attributes.to_dict())  # ranges, cross-field rules
         group = await self.router.run(AssignQueueCall(META_GROUP, name))
         return await self.router.run(CreateQueueCall(group, name, attributes))
 
