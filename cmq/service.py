@@ -3,7 +3,8 @@
 Every method either returns after the change is committed on a majority of the queue's replicas
 (sends, acks, leases, attribute changes) or raises a `CmqError` (bad input changes nothing).
 Any node serves any queue: calls for a queue led elsewhere are forwarded transparently, and
-leader changes are retried within the request deadline (`Unavailable` after it).
+leader changes are retried within the request deadline (`Unavailable` after it; see
+`cmq.router`). Implemented by `cmq.node.QueueNode`.
 """
 
 from __future__ import annotations

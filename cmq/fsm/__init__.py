@@ -1,7 +1,8 @@
 """The data-group state machine: commands, the queue machine and segment stores.
 
-`cmq.fsm.machine` and `cmq.fsm.commands` are pure (no os/asyncio/time); file I/O lives in
-`cmq.fsm.segments`.
+`cmq.fsm.machine` (command dispatch), `cmq.fsm.queue` (per-queue state and its queries),
+`cmq.fsm.image` (snapshot image) and `cmq.fsm.commands` are pure (no os/asyncio/time); file I/O
+lives in `cmq.fsm.segments`.
 """
 
 from cmq.fsm.commands import (

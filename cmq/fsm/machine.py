@@ -23,18 +23,14 @@ stays *current* until the message is leased again, nacked, or deleted. Ack accep
 lease id even after its deadline (nobody else holds the message; SQS does the same);
 ChangeVisibility and Nack need an unexpired lease (``MessageNotInflight`` otherwise). Any other
 lease id, or a message that is gone, gets ``LeaseStale``.
+
+Per-queue state and its queries live in `cmq.fsm.queue`, the snapshot image in `cmq.fsm.image`.
 """
 
 from __future__ import annotations
 
-import heapq
-import struct
-import zlib
-from array import array
 from bisect import bisect_right
-from collections.abc import Callable, Iterable
-
-from pyroaring import BitMap, BitMap64
+from collections.abc import Iterable
 
 from cmq import errors
 from cmq.errors import InvalidParameter, InvariantBroken
@@ -62,12 +58,30 @@ from cmq.fsm.commands import (
     Result,
     SetAttributes,
     decode_command,
-    read_attributes,
-    write_attributes,
+)
+from cmq.fsm.image import (
+    SHIPPED_MAGIC,
+    decode_image,
+    encode_queue,
+    image_head,
+    install_shipped,
+    ship,
+)
+from cmq.fsm.queue import (
+    COUNT,
+    FLAGS,
+    LEASE,
+    PENDING_DEAD_LETTER,
+    VIS,
+    Due,
+    QueueState,
+    Segment,
+    encode_head,
 )
 from cmq.fsm.store import SegmentLayout, SegmentStore, StoredMessage, encode_record
-from cmq.fsm.wire import Reader, Writer
 from cmq.model import DEDUP_WINDOW_MS, QUEUE_NAME, QueueAttributes, QueueStats
+
+__all__ = ["MAX_DEAD_LETTER_PER_LEASE", "Due", "QueueMachine"]
 
 SEGMENT_BYTES = 8 << 20
 """A segment is sealed once it holds this many bytes..."""
@@ -76,205 +90,6 @@ SEGMENT_AGE_MS = 60 * 60 * 1000
 MAX_DEAD_LETTER_PER_LEASE = 100
 """At most this many messages are marked pending-dead-letter by one `Lease` (bounds its work)."""
 
-IMAGE_MAGIC = b"CMQF"
-IMAGE_VERSION = 1
-
-_PENDING_DEAD_LETTER = 1
-# Cells of a touched slot.
-_SEQ, _VIS, _LEASE, _COUNT, _FLAGS = range(5)
-_WIDTH = 5
-_IMAGE_HEAD = struct.Struct("<BqI")
-_QUEUE_HEAD = struct.Struct("<10qI")
-_SEGMENT_HEAD = struct.Struct("<qqqBqI")
-_DEDUP_TAIL = struct.Struct("<qq")
-_SHIPPED_MAGIC = b"CMQSHIP1"
-_SHIPPED_HEAD = struct.Struct("<QI")  # light image length, segment count
-_SHIPPED_SEGMENT = struct.Struct("<HqQI")  # key length, first seq, size, crc32
-
-
-class _Touched:
-    """State of the live messages received at least once: one interleaved ``array('q')`` of
-    `_WIDTH` cells per slot (seq, visibility deadline, lease id, receive count, flags), so a
-    snapshot copies it with one memcpy.
-
-    Slots are dense: removing a message moves the last slot into its place. The order is a pure
-    function of the command history, so equal histories give equal snapshot bytes.
-    ``slot_of`` is derived (rebuilt on restore).
-    """
-
-    __slots__ = ("cells", "slot_of")
-
-    def __init__(self) -> None:
-        self.cells: array[int] = array("q")
-        self.slot_of: dict[int, int] = {}
-
-    def __len__(self) -> int:
-        return len(self.slot_of)
-
-    def seqs(self) -> array[int]:
-        """The seq of every slot, in slot order (a copy)."""
-        return self.cells[_SEQ::_WIDTH]
-
-    def get(self, slot: int, field: int) -> int:
-        return self.cells[slot * _WIDTH + field]
-
-    def set(self, slot: int, field: int, value: int) -> None:
-        self.cells[slot * _WIDTH + field] = value
-
-    def add(self, seq: int) -> int:
-        slot = len(self.slot_of)
-        self.cells.extend((seq, 0, 0, 0, 0))
-        self.slot_of[seq] = slot
-        return slot
-
-    def remove(self, seq: int) -> None:
-        slot = self.slot_of.pop(seq, None)
-        if slot is None:
-            return
-        last = len(self.slot_of)
-        cells = self.cells
-        if slot != last:
-            at, src = slot * _WIDTH, last * _WIDTH
-            cells[at : at + _WIDTH] = cells[src : src + _WIDTH]
-            self.slot_of[cells[at + _SEQ]] = slot
-        del cells[last * _WIDTH :]
-
-    def clear(self) -> None:
-        del self.cells[:]
-        self.slot_of.clear()
-
-    def reindex(self) -> None:
-        self.slot_of = {seq: slot for slot, seq in enumerate(self.seqs())}
-
-
-class _Segment:
-    """One segment of a queue: ``count`` records from ``first_seq``, ``size`` bytes."""
-
-    __slots__ = ("count", "created_ms", "deleted", "first_seq", "sealed", "sent_at", "size")
-
-    def __init__(self, first_seq: int, created_ms: int) -> None:
-        self.first_seq = first_seq
-        self.created_ms = created_ms
-        self.count = 0
-        self.size = 0
-        self.sealed = False
-        self.deleted = BitMap()
-        self.sent_at: array[int] = array("q")
-
-    def full(self) -> bool:
-        return len(self.deleted) >= self.count
-
-
-class _Queue:
-    """All state of one queue (see the module docstring)."""
-
-    __slots__ = (
-        "acked_total",
-        "attributes",
-        "clock",
-        "created_ms",
-        "dead_lettered_total",
-        "dedup",
-        "expired_total",
-        "firsts",
-        "head",
-        "heap",
-        "image",
-        "incarnation",
-        "key",
-        "lease_counter",
-        "live",
-        "name",
-        "next_seq",
-        "pending_dl",
-        "ready",
-        "segments",
-        "sent_total",
-        "timer_of",
-        "touched",
-    )
-
-    def __init__(
-        self, name: str, incarnation: int, attributes: QueueAttributes, created_ms: int
-    ) -> None:
-        self.name = name
-        self.incarnation = incarnation
-        # The store's name for this queue: a re-created queue never meets its predecessor's
-        # files (which may outlive it until the next snapshot).
-        self.key = f"{name}.{incarnation}"
-        self.attributes = attributes
-        self.head = _encode_head(name, attributes)
-        self.created_ms = created_ms
-        self.clock = created_ms
-        self.next_seq = 1
-        self.lease_counter = 0
-        self.live = 0
-        self.sent_total = 0
-        self.acked_total = 0
-        self.dead_lettered_total = 0
-        self.expired_total = 0
-        self.segments: list[_Segment] = []
-        self.firsts: list[int] = []
-        self.touched = _Touched()
-        # dedup id -> (message id, seq, produced at); insertion order is time order.
-        self.dedup: dict[str, tuple[str, int, int]] = {}
-        self.ready = BitMap64()
-        self.timer_of: dict[int, int] = {}
-        self.heap: list[tuple[int, int]] = []
-        self.pending_dl = BitMap64()
-        # This queue's part of the snapshot image, kept until a command touches the queue.
-        self.image: bytes | None = None
-
-    def segment_of(self, seq: int) -> _Segment | None:
-        i = bisect_right(self.firsts, seq) - 1
-        if i < 0:
-            return None
-        seg = self.segments[i]
-        return seg if seq < seg.first_seq + seg.count else None
-
-    def is_live(self, seq: int) -> bool:
-        seg = self.segment_of(seq)
-        return seg is not None and (seq - seg.first_seq) not in seg.deleted
-
-    def advance(self, now_ms: int) -> None:
-        """Move the clock to ``now_ms`` (never back) and make due messages ready."""
-        self.clock = max(self.clock, now_ms)
-        heap, timer_of = self.heap, self.timer_of
-        while heap and heap[0][0] <= self.clock:
-            at, seq = heapq.heappop(heap)
-            if timer_of.get(seq) == at:
-                del timer_of[seq]
-                self.ready.add(seq)
-
-    def schedule(self, seq: int, at: int) -> None:
-        """The live, not pending-dead-letter message ``seq`` becomes visible at ``at``."""
-        if at <= self.clock:
-            self.timer_of.pop(seq, None)
-            self.ready.add(seq)
-            return
-        self.ready.discard(seq)
-        self.timer_of[seq] = at
-        heapq.heappush(self.heap, (at, seq))
-        if len(self.heap) > 2 * len(self.timer_of) + 1024:
-            # Superseded entries pile up with re-leases; rebuild rather than grow unbounded.
-            self.heap = [(t, s) for s, t in self.timer_of.items()]
-            heapq.heapify(self.heap)
-
-    def prune_heap(self) -> None:
-        """Drop superseded entries from the top of the heap (a derived index only)."""
-        heap, timer_of = self.heap, self.timer_of
-        while heap and timer_of.get(heap[0][1]) != heap[0][0]:
-            heapq.heappop(heap)
-
-    def first_live(self) -> tuple[_Segment, int] | None:
-        for seg in self.segments:
-            if not seg.full():
-                return seg, seg.deleted.flip(0, seg.count).min()
-        return None
-
-    def pending_dl_seqs(self) -> list[int]:
-        return list(self.pending_dl)
-
 
 class QueueMachine:
     """The data-group state machine (implements `raftlog.runtime.statemachine.StateMachine`).
@@ -282,24 +97,28 @@ class QueueMachine:
     ``apply`` is total and deterministic: user errors are `CommandFailed` results; only a broken
     invariant (undecodable committed bytes, damaged segment files) raises `InvariantBroken`.
     The read-only methods serve the leader's service without a Raft round trip; they reflect
-    the state after the last applied command. ``on_change(queue)`` is called after every
-    command that changed a queue except `Lease` (which only hides messages), and for every
-    queue after `restore`, so long polls can wake and re-check.
+    the state after the last applied command.
+
+    Effects instead of calls: ``apply`` and ``restore`` call nothing outside the machine. They
+    record which queues changed (every command that changed a queue except `Lease`, which only
+    hides messages; every queue, before and after, on `restore`); `take_changed` hands that set
+    over (the node wakes the long polls waiting on those queues after each batch of applies).
+    Timed work is a query too: `due` says what retention expiry and dead-letter moves are due,
+    for the group's leader to propose.
     """
 
     def __init__(
         self,
         store: SegmentStore,
         *,
-        on_change: Callable[[str], None] | None = None,
         segment_bytes: int = SEGMENT_BYTES,
         segment_age_ms: int = SEGMENT_AGE_MS,
     ) -> None:
         self._store = store
-        self.on_change = on_change
+        self._changed_queues: set[str] = set()
         self._segment_bytes = segment_bytes
         self._segment_age_ms = segment_age_ms
-        self._queues: dict[str, _Queue] = {}
+        self._queues: dict[str, QueueState] = {}
         self._incarnations = 0
         # Segments (queue key, first seq) and whole queues (first seq None) no longer in the
         # state. Their files are removed only once no durable snapshot lists them: those
@@ -338,57 +157,20 @@ class QueueMachine:
         """A self-contained form of the image ``data`` for a follower that lacks the segment
         files: the image plus every segment it lists, up to its recorded size, each with a
         CRC-32. `restore` accepts both forms. Runs on a worker thread (reads files only)."""
-        if not data or data.startswith(_SHIPPED_MAGIC):
+        if not data or data.startswith(SHIPPED_MAGIC):
             return data
-        _, queues = self._decode_image(data)
-        parts = [_SHIPPED_MAGIC, b"", data]
-        count = 0
-        for q in queues.values():
-            key = q.key.encode()
-            for seg in q.segments:
-                blob = self._store.export(q.key, seg.first_seq, seg.size)
-                crc = zlib.crc32(blob)
-                parts.append(_SHIPPED_SEGMENT.pack(len(key), seg.first_seq, seg.size, crc))
-                parts.append(key)
-                parts.append(blob)
-                count += 1
-        parts[1] = _SHIPPED_HEAD.pack(len(data), count)
-        return b"".join(parts)
-
-    def _install_shipped(self, data: bytes) -> bytes:
-        """Write the segments of a shipped image into the store; return the plain image."""
-        view = memoryview(data)
-        pos = len(_SHIPPED_MAGIC)
-        try:
-            image_len, count = _SHIPPED_HEAD.unpack_from(view, pos)
-            pos += _SHIPPED_HEAD.size
-            image = bytes(view[pos : pos + image_len])
-            pos += image_len
-            for _ in range(count):
-                key_len, first, size, crc = _SHIPPED_SEGMENT.unpack_from(view, pos)
-                pos += _SHIPPED_SEGMENT.size
-                key = bytes(view[pos : pos + key_len]).decode()
-                pos += key_len
-                blob = bytes(view[pos : pos + size])
-                pos += size
-                if len(blob) != size or zlib.crc32(blob) != crc:
-                    raise InvariantBroken(f"shipped segment {key}/{first} fails its checksum")
-                self._store.install(key, first, blob)
-        except (struct.error, UnicodeDecodeError) as e:
-            raise InvariantBroken(f"malformed shipped snapshot: {e}") from None
-        if pos != len(view) or len(image) != image_len:
-            raise InvariantBroken("malformed shipped snapshot: length mismatch")
-        return image
+        _, queues = decode_image(data)
+        return ship(data, queues.values(), self._store)
 
     def restore(self, index: int, data: bytes) -> None:
         """Replace the state with the image ``data`` (``b""``: empty) and bring the segment
         files to the recorded layout (longer files truncated; missing/short: `InvariantBroken`).
         Costs a read of the live segments (per-record times are not in the image). A shipped
         image (`export_snapshot`) first installs the segments it carries."""
-        if data.startswith(_SHIPPED_MAGIC):
-            data = self._install_shipped(data)
+        if data.startswith(SHIPPED_MAGIC):
+            data = install_shipped(data, self._store)
         before = set(self._queues)
-        incarnations, queues = self._decode_image(data) if data else (0, {})
+        incarnations, queues = decode_image(data) if data else (0, {})
         layout = {
             q.key: [SegmentLayout(s.first_seq, s.count, s.size) for s in q.segments]
             for q in queues.values()
@@ -402,13 +184,12 @@ class QueueMachine:
                 raise InvariantBroken(f"snapshot of {q.name!r}: {live} live messages != {q.live}")
             for seg, rec in zip(q.segments, recovered[q.key], strict=True):
                 seg.sent_at = rec.sent_at
-                self._rebuild_derived(q, seg, rec.visible_at)
-            self._rebuild_touched(q)
+                q.rebuild_derived(seg, rec.visible_at)
+            q.rebuild_touched()
         self._queues = queues
         self.applied_index = index
-        if self.on_change is not None:
-            for name in sorted(before | set(queues)):
-                self.on_change(name)
+        self._changed_queues |= before
+        self._changed_queues.update(queues)
 
     # ------------------------------------------------------------------------ commands
     def execute(self, cmd: Command) -> Result:
@@ -437,7 +218,7 @@ class QueueMachine:
             case Expire():
                 return self._expire(cmd)
 
-    def _mutable(self, name: str) -> _Queue | None:
+    def _mutable(self, name: str) -> QueueState | None:
         """The queue a command is about to change (its cached image is dropped)."""
         q = self._queues.get(name)
         if q is not None:
@@ -445,8 +226,13 @@ class QueueMachine:
         return q
 
     def _changed(self, name: str) -> None:
-        if self.on_change is not None:
-            self.on_change(name)
+        self._changed_queues.add(name)
+
+    def take_changed(self) -> set[str]:
+        """The queues changed since the last call (an effect of `apply`/`restore`; bounded by
+        the queue names, so a machine nobody drains does not grow without limit)."""
+        changed, self._changed_queues = self._changed_queues, set()
+        return changed
 
     @staticmethod
     def _not_found(name: str) -> CommandFailed:
@@ -465,7 +251,9 @@ class QueueMachine:
                 )
             return Created(False, q.attributes)
         self._incarnations += 1
-        self._queues[cmd.name] = _Queue(cmd.name, self._incarnations, cmd.attributes, cmd.now_ms)
+        self._queues[cmd.name] = QueueState(
+            cmd.name, self._incarnations, cmd.attributes, cmd.now_ms
+        )
         self._changed(cmd.name)
         return Created(True, cmd.attributes)
 
@@ -482,7 +270,7 @@ class QueueMachine:
         if q is None:
             return self._not_found(cmd.name)
         q.attributes = cmd.attributes
-        q.head = _encode_head(q.name, q.attributes)
+        q.head = encode_head(q.name, q.attributes)
         self._changed(cmd.name)
         return Done()
 
@@ -532,7 +320,7 @@ class QueueMachine:
                     self._append(q, seg, messages, frames)
                     messages, frames = [], []
                     self._seal(q, seg)
-                seg = _Segment(q.next_seq, clock)
+                seg = Segment(q.next_seq, clock)
                 q.segments.append(seg)
                 q.firsts.append(seg.first_seq)
             seq = q.next_seq
@@ -574,11 +362,11 @@ class QueueMachine:
         while len(leased) < cmd.max_messages and q.ready:
             seq = q.ready.min()
             slot = touched.slot_of.get(seq)
-            if limit > 0 and slot is not None and touched.get(slot, _COUNT) >= limit:
+            if limit > 0 and slot is not None and touched.get(slot, COUNT) >= limit:
                 if len(dead) >= MAX_DEAD_LETTER_PER_LEASE:
                     break
                 q.ready.remove(seq)
-                touched.set(slot, _FLAGS, touched.get(slot, _FLAGS) | _PENDING_DEAD_LETTER)
+                touched.set(slot, FLAGS, touched.get(slot, FLAGS) | PENDING_DEAD_LETTER)
                 q.pending_dl.add(seq)
                 dead.append(seq)
                 continue
@@ -586,10 +374,10 @@ class QueueMachine:
             if slot is None:
                 slot = touched.add(seq)
             q.lease_counter += 1
-            count = touched.get(slot, _COUNT) + 1
-            touched.set(slot, _LEASE, q.lease_counter)
-            touched.set(slot, _COUNT, count)
-            touched.set(slot, _VIS, deadline)
+            count = touched.get(slot, COUNT) + 1
+            touched.set(slot, LEASE, q.lease_counter)
+            touched.set(slot, COUNT, count)
+            touched.set(slot, VIS, deadline)
             message = self._read_live(q, seq)
             leased.append(
                 LeasedMessage(seq, q.lease_counter, count, message.id, message.sent_at_ms)
@@ -600,13 +388,6 @@ class QueueMachine:
             q.schedule(m.seq, deadline)
         return Leased(tuple(leased), tuple(dead))
 
-    def _lease_slot(self, q: _Queue, seq: int, lease_id: int) -> int | None:
-        """The touched slot of ``seq`` if ``lease_id`` is its current lease."""
-        slot = q.touched.slot_of.get(seq)
-        if slot is None or lease_id == 0 or q.touched.get(slot, _LEASE) != lease_id:
-            return None
-        return slot
-
     def _ack(self, cmd: Ack) -> Result:
         q = self._mutable(cmd.queue)
         if q is None:
@@ -614,7 +395,7 @@ class QueueMachine:
         q.advance(cmd.now_ms)
         out: list[str | None] = []
         for seq, lease_id in cmd.entries:
-            if self._lease_slot(q, seq, lease_id) is None:
+            if q.lease_slot(seq, lease_id) is None:
                 out.append(errors.LEASE_STALE)
                 continue
             self._delete_one(q, seq)
@@ -623,16 +404,6 @@ class QueueMachine:
         self._changed(cmd.queue)
         return EntryOutcomes(tuple(out))
 
-    def _inflight_slot(self, q: _Queue, seq: int, lease_id: int) -> int | str:
-        """The slot of ``seq`` if ``lease_id`` is its current *unexpired* lease, else a code."""
-        slot = self._lease_slot(q, seq, lease_id)
-        if slot is None:
-            return errors.LEASE_STALE
-        t = q.touched
-        if t.get(slot, _FLAGS) & _PENDING_DEAD_LETTER or t.get(slot, _VIS) <= q.clock:
-            return errors.MESSAGE_NOT_INFLIGHT
-        return slot
-
     def _change_visibility(self, cmd: ChangeVisibility) -> Result:
         q = self._mutable(cmd.queue)
         if q is None:
@@ -640,12 +411,12 @@ class QueueMachine:
         q.advance(cmd.now_ms)
         out: list[str | None] = []
         for seq, lease_id, visibility_ms in cmd.entries:
-            slot = self._inflight_slot(q, seq, lease_id)
+            slot = q.inflight_slot(seq, lease_id)
             if isinstance(slot, str):
                 out.append(slot)
                 continue
             at = q.clock + max(0, visibility_ms)
-            q.touched.set(slot, _VIS, at)
+            q.touched.set(slot, VIS, at)
             q.schedule(seq, at)
             out.append(None)
         self._changed(cmd.queue)
@@ -659,12 +430,12 @@ class QueueMachine:
         at = q.clock + max(0, cmd.delay_ms)
         out: list[str | None] = []
         for seq, lease_id in cmd.entries:
-            slot = self._inflight_slot(q, seq, lease_id)
+            slot = q.inflight_slot(seq, lease_id)
             if isinstance(slot, str):
                 out.append(slot)
                 continue
-            q.touched.set(slot, _LEASE, 0)
-            q.touched.set(slot, _VIS, at)
+            q.touched.set(slot, LEASE, 0)
+            q.touched.set(slot, VIS, at)
             q.schedule(seq, at)
             out.append(None)
         self._changed(cmd.queue)
@@ -699,11 +470,11 @@ class QueueMachine:
         return Expired(count)
 
     # ------------------------------------------------------------------------ helpers
-    def _must_seal(self, q: _Queue, seg: _Segment) -> bool:
+    def _must_seal(self, q: QueueState, seg: Segment) -> bool:
         return seg.size >= self._segment_bytes or q.clock - seg.created_ms >= self._segment_age_ms
 
     def _append(
-        self, q: _Queue, seg: _Segment, messages: list[StoredMessage], frames: list[bytes]
+        self, q: QueueState, seg: Segment, messages: list[StoredMessage], frames: list[bytes]
     ) -> None:
         size = self._store.append(q.key, seg.first_seq, messages, frames)
         if size != seg.size:
@@ -711,12 +482,12 @@ class QueueMachine:
                 f"queue {q.name!r} segment {seg.first_seq}: store size {size} != {seg.size}"
             )
 
-    def _seal(self, q: _Queue, seg: _Segment) -> None:
+    def _seal(self, q: QueueState, seg: Segment) -> None:
         seg.sealed = True
         self._store.seal(q.key, seg.first_seq)
         self._maybe_release(q, seg)
 
-    def _maybe_release(self, q: _Queue, seg: _Segment) -> None:
+    def _maybe_release(self, q: QueueState, seg: Segment) -> None:
         if not (seg.sealed and seg.full()):
             return
         i = bisect_right(q.firsts, seg.first_seq) - 1
@@ -726,7 +497,7 @@ class QueueMachine:
         del q.firsts[i]
         self._released.append((q.key, seg.first_seq))
 
-    def _delete_one(self, q: _Queue, seq: int) -> bool:
+    def _delete_one(self, q: QueueState, seq: int) -> bool:
         """Delete the live message ``seq``; False if it was already gone."""
         seg = q.segment_of(seq)
         if seg is None:
@@ -743,38 +514,14 @@ class QueueMachine:
         self._maybe_release(q, seg)
         return True
 
-    def _delete_prefix(self, q: _Queue, end_seq: int) -> int:
+    def _delete_prefix(self, q: QueueState, end_seq: int) -> int:
         """Delete every live message with seq < ``end_seq``; returns how many."""
-        count = 0
-        hit: list[_Segment] = []
-        for seg in q.segments:
-            if seg.first_seq >= end_seq:
-                break
-            hi = min(seg.count, end_seq - seg.first_seq)
-            n = hi - seg.deleted.range_cardinality(0, hi)
-            if n:
-                seg.deleted.add_range(0, hi)
-                count += n
-                hit.append(seg)
-        if not count:
-            return 0
-        q.live -= count
-        q.ready.remove_range(0, end_seq)
-        q.pending_dl.remove_range(0, end_seq)
-        if end_seq >= q.next_seq:
-            q.timer_of.clear()
-            q.heap.clear()
-            q.touched.clear()
-        else:
-            for seq in [s for s in q.timer_of if s < end_seq]:
-                del q.timer_of[seq]
-            for seq in [s for s in q.touched.seqs() if s < end_seq]:
-                q.touched.remove(seq)
+        count, hit = q.delete_prefix(end_seq)
         for seg in hit:
             self._maybe_release(q, seg)
         return count
 
-    def _read_live(self, q: _Queue, seq: int) -> StoredMessage:
+    def _read_live(self, q: QueueState, seq: int) -> StoredMessage:
         seg = q.segment_of(seq)
         if seg is None:
             raise InvariantBroken(f"queue {q.name!r}: live seq {seq} has no segment")
@@ -790,36 +537,9 @@ class QueueMachine:
         return None if q is None else q.attributes
 
     def stats(self, name: str, now_ms: int) -> QueueStats | None:
-        """Exact counts at ``max(now_ms, queue clock)``. ``in_flight`` includes messages
-        waiting to be moved to the dead-letter queue; ``delayed`` = invisible without a lease
-        (delayed sends, nacks with a delay). O(invisible messages)."""
+        """Exact counts at ``max(now_ms, queue clock)`` (`QueueState.stats`)."""
         q = self._queues.get(name)
-        if q is None:
-            return None
-        clock = max(now_ms, q.clock)
-        due = in_flight = delayed = 0
-        touched = q.touched
-        for seq, at in q.timer_of.items():
-            if at <= clock:
-                due += 1
-                continue
-            slot = touched.slot_of.get(seq)
-            if slot is not None and touched.get(slot, _LEASE) != 0:
-                in_flight += 1
-            else:
-                delayed += 1
-        first = q.first_live()
-        oldest = 0 if first is None else max(0, clock - first[0].sent_at[first[1]])
-        return QueueStats(
-            visible=len(q.ready) + due,
-            in_flight=in_flight + len(q.pending_dl),
-            delayed=delayed,
-            sent_total=q.sent_total,
-            acked_total=q.acked_total,
-            dead_lettered_total=q.dead_lettered_total,
-            expired_total=q.expired_total,
-            oldest_age_ms=oldest,
-        )
+        return None if q is None else q.stats(now_ms)
 
     def read(self, name: str, seqs: Iterable[int]) -> list[StoredMessage]:
         """The stored messages among ``seqs`` that are still live (others skipped), in the
@@ -832,31 +552,24 @@ class QueueMachine:
     def has_visible(self, name: str, now_ms: int) -> bool:
         """Whether a `Lease` at ``now_ms`` would find a message (a hint for long polls)."""
         q = self._queues.get(name)
-        if q is None:
-            return False
-        if q.ready:
-            return True
-        q.prune_heap()
-        return bool(q.heap) and q.heap[0][0] <= max(now_ms, q.clock)
+        return q is not None and q.has_visible(now_ms)
 
     def next_visible_at(self, name: str) -> int | None:
         """The earliest time an invisible message (delayed, leased, nacked) becomes visible."""
         q = self._queues.get(name)
-        if q is None:
-            return None
-        q.prune_heap()
-        return q.heap[0][0] if q.heap else None
+        return None if q is None else q.next_visible_at()
 
     def expirable(self, name: str, now_ms: int) -> bool:
         """Whether an `Expire` at ``now_ms`` would delete something."""
         q = self._queues.get(name)
-        if q is None:
-            return False
-        first = q.first_live()
-        if first is None:
-            return False
-        retention = q.attributes.message_retention_seconds * 1000
-        return first[0].sent_at[first[1]] + retention <= max(now_ms, q.clock)
+        return q is not None and q.expirable(now_ms)
+
+    def due(self, name: str, now_ms: int, dead_letter_limit: int = 100) -> Due | None:
+        """The timed work due on queue ``name`` at ``now_ms``: whether an `Expire` would delete
+        something, and up to ``dead_letter_limit`` seqs marked for its dead-letter queue
+        (none when it has no dead-letter queue). None when nothing is due."""
+        q = self._queues.get(name)
+        return None if q is None else q.due(now_ms, dead_letter_limit)
 
     def pending_dead_letters(self, name: str) -> list[int]:
         """Seqs marked for the dead-letter queue, awaiting a `DeadLetter` (ascending)."""
@@ -868,154 +581,12 @@ class QueueMachine:
         """The snapshot image: the in-memory part of `snapshot`, cheap enough for the event
         loop. Each queue's part is cached until a command touches that queue, and building one
         copies compact structures in C (bitmaps, one interleaved array); only dedup entries cost
-        per-entry Python work. Layout: ``CMQF``, version, incarnation counter, queue count,
-        then per queue (sorted by name): name, attributes, incarnation, clock and counters;
-        segments (first seq, count, size, sealed, created, deleted bitmap); the touched cells;
-        the dedup window. ``reuse=False`` rebuilds
-        every queue's part (benchmarks: the worst case)."""
-        parts = [
-            IMAGE_MAGIC,
-            _IMAGE_HEAD.pack(IMAGE_VERSION, self._incarnations, len(self._queues)),
-        ]
+        per-entry Python work. Layout: `cmq.fsm.image`. ``reuse=False`` rebuilds every queue's
+        part (benchmarks: the worst case)."""
+        parts = [image_head(self._incarnations, len(self._queues))]
         for name in sorted(self._queues):
             q = self._queues[name]
             if q.image is None or not reuse:
-                q.image = _encode_queue(q)
+                q.image = encode_queue(q)
             parts.append(q.image)
         return b"".join(parts)
-
-    def _decode_image(self, data: bytes) -> tuple[int, dict[str, _Queue]]:
-        try:
-            return _decode_queues(Reader(data))
-        except InvalidParameter as e:
-            raise InvariantBroken(f"undecodable snapshot image: {e}") from None
-
-    def _rebuild_derived(self, q: _Queue, seg: _Segment, visible_at: array[int]) -> None:
-        """Ready/timers for the untouched live messages of ``seg`` (touched: separately)."""
-        if seg.count == 0:
-            return
-        live = BitMap(range(seg.count))
-        live.difference_update(seg.deleted)
-        lo, hi = seg.first_seq, seg.first_seq + seg.count
-        touched_rel = BitMap(s - lo for s in q.touched.seqs() if lo <= s < hi)
-        live.difference_update(touched_rel)
-        if not live:
-            return
-        if max(visible_at) <= q.clock:
-            # The common case, in C: nothing of this segment is still delayed.
-            rel = BitMap64(array("Q", live.to_array()))
-            q.ready |= rel.shift(lo) if lo else rel
-            return
-        for r in live:
-            q.schedule(lo + r, visible_at[r])
-
-    def _rebuild_touched(self, q: _Queue) -> None:
-        t = q.touched
-        for slot, seq in enumerate(t.seqs()):
-            if t.get(slot, _FLAGS) & _PENDING_DEAD_LETTER:
-                q.pending_dl.add(seq)
-            else:
-                q.schedule(seq, t.get(slot, _VIS))
-
-
-def _encode_head(name: str, attributes: QueueAttributes) -> bytes:
-    """The first bytes of a queue's image part: its name and attributes."""
-    w = Writer()
-    w.text(name)
-    write_attributes(w, attributes)
-    return w.getvalue()
-
-
-def _canonical_bits(bm: BitMap) -> bytes:
-    """``bm`` serialized so that equal sets give equal bytes whatever their history: a bitmap
-    grown from a run container can serialize differently from one built fresh (another
-    format cookie), and replicas must encode identical images at equal applied index."""
-    fresh = BitMap(bm.to_array())
-    fresh.run_optimize()
-    return bytes(fresh.serialize())
-
-
-def _encode_queue(q: _Queue) -> bytes:
-    w = Writer()
-    w.raw(q.head)
-    w.raw(
-        _QUEUE_HEAD.pack(
-            q.incarnation,
-            q.created_ms,
-            q.clock,
-            q.next_seq,
-            q.lease_counter,
-            q.live,
-            q.sent_total,
-            q.acked_total,
-            q.dead_lettered_total,
-            q.expired_total,
-            len(q.segments),
-        )
-    )
-    for seg in q.segments:
-        bits = _canonical_bits(seg.deleted)
-        w.raw(
-            _SEGMENT_HEAD.pack(
-                seg.first_seq, seg.count, seg.size, int(seg.sealed), seg.created_ms, len(bits)
-            )
-        )
-        w.raw(bits)
-    w.int_array(q.touched.cells)
-    w.u32(len(q.dedup))
-    for dedup_id, (mid, seq, at) in q.dedup.items():
-        w.text(dedup_id)
-        w.text(mid)
-        w.raw(_DEDUP_TAIL.pack(seq, at))
-    return w.getvalue()
-
-
-def _decode_queues(r: Reader) -> tuple[int, dict[str, _Queue]]:
-    if r.raw(4) != IMAGE_MAGIC:
-        raise InvalidParameter("not a queue machine image")
-    version, incarnations, nqueues = _IMAGE_HEAD.unpack(r.raw(_IMAGE_HEAD.size))
-    if version != IMAGE_VERSION:
-        raise InvalidParameter(f"image version {version}")
-    queues: dict[str, _Queue] = {}
-    for _ in range(nqueues):
-        name = r.text()
-        attributes = read_attributes(r)
-        head = _QUEUE_HEAD.unpack(r.raw(_QUEUE_HEAD.size))
-        q = _Queue(name, head[0], attributes, head[1])
-        (
-            q.clock,
-            q.next_seq,
-            q.lease_counter,
-            q.live,
-            q.sent_total,
-            q.acked_total,
-            q.dead_lettered_total,
-            q.expired_total,
-            nsegments,
-        ) = head[2:]
-        for _ in range(nsegments):
-            first, count, size, sealed, created, nbits = _SEGMENT_HEAD.unpack(
-                r.raw(_SEGMENT_HEAD.size)
-            )
-            seg = _Segment(first, created)
-            seg.count, seg.size, seg.sealed = count, size, bool(sealed)
-            try:
-                seg.deleted = BitMap.deserialize(r.raw(nbits))
-            except (ValueError, OverflowError) as e:
-                raise InvalidParameter(f"bad bitmap: {e}") from None
-            q.segments.append(seg)
-            q.firsts.append(first)
-        t = q.touched
-        t.cells = r.int_array("q")
-        if len(t.cells) % _WIDTH:
-            raise InvalidParameter(f"queue {name!r}: touched cells not a multiple of {_WIDTH}")
-        t.reindex()
-        if len(t.slot_of) * _WIDTH != len(t.cells):
-            raise InvalidParameter(f"queue {name!r}: a seq is touched twice")
-        for _ in range(r.u32()):
-            dedup_id, mid = r.text(), r.text()
-            seq, at = _DEDUP_TAIL.unpack(r.raw(_DEDUP_TAIL.size))
-            q.dedup[dedup_id] = (mid, seq, at)
-        queues[name] = q
-    r.end()
-    return incarnations, queues

@@ -43,7 +43,7 @@ from raftlog.errors import (
     ProposalDropped,
     RaftError,
 )
-from raftlog.runtime.statemachine import StateMachine, decode_batch, encode_batch
+from raftlog.runtime.statemachine import AfterApply, StateMachine, decode_batch, encode_batch
 
 log = logging.getLogger("raftlog.runtime")
 
@@ -143,12 +143,14 @@ class GroupDriver:
         self._was_leader = False
         self._snapshot_requested = False
         self._term = raw.raft.term
+        self._after_apply = sm.after_apply if isinstance(sm, AfterApply) else None
 
     # -- lifecycle --------------------------------------------------------------------------------
     def start(self) -> None:
         """Restore the state machine from the latest snapshot and start the driver task."""
         snap = self.store.snapshot()
         self.sm.restore(snap.meta.index, snap.data)
+        self._applied()
         self._task = asyncio.get_running_loop().create_task(
             self._run(), name=f"raft-group-{self.group}"
         )
@@ -379,13 +381,13 @@ class GroupDriver:
             if rd.persisted_messages:
                 self._send(self.group, rd.persisted_messages)
             self.sm.restore(rd.snapshot.meta.index, rd.snapshot.data)
+            self._applied()
             self._last_snapshot = rd.snapshot.meta.index
             self._since_snapshot.clear()
             self._bytes_since_snapshot = 0
             for index in [i for i in self._waiters if i <= rd.snapshot.meta.index]:
                 self._fail_index(index, ProposalDropped("replaced by a snapshot"))
-            for e in rd.committed:
-                self._apply(e)
+            self._apply_all(rd.committed)
         else:
             # ``rd.committed`` holds only entries already durable here (and committed on a
             # quorum), never this Ready's new ones: apply them while the WAL writes and fsyncs
@@ -404,16 +406,14 @@ class GroupDriver:
                     entries=rd.entries, hard_state=rd.hard_state, sync=rd.must_sync
                 )
             if early:
-                for e in rd.committed:
-                    self._apply(e)
+                self._apply_all(rd.committed)
             if fut is not None:
                 await asyncio.wrap_future(fut)
                 self.counters.persisted_entries += len(rd.entries)
             if rd.persisted_messages:
                 self._send(self.group, rd.persisted_messages)
             if not early:
-                for e in rd.committed:
-                    self._apply(e)
+                self._apply_all(rd.committed)
         self.raw.advance(rd)
         self.counters.applied_entries += len(rd.committed)
         if rd.soft_state is not None:
@@ -439,6 +439,18 @@ class GroupDriver:
             or self._bytes_since_snapshot >= self.options.snapshot_bytes
         ):
             await self._take_snapshot()
+
+    def _apply_all(self, entries: Sequence[Entry]) -> None:
+        """Apply ``entries`` in order, then run the state machine's `AfterApply` hook."""
+        if not entries:
+            return
+        for e in entries:
+            self._apply(e)
+        self._applied()
+
+    def _applied(self) -> None:
+        if self._after_apply is not None:
+            self._after_apply()
 
     def _apply(self, e: Entry) -> None:
         self._since_snapshot.append((e.index, len(e.data)))

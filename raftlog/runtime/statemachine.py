@@ -7,7 +7,7 @@ them on apply and calls `StateMachine.apply` once per proposal, in order.
 from __future__ import annotations
 
 import struct
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from raftlog.errors import InvariantViolation
 
@@ -40,6 +40,20 @@ class StateMachine(Protocol):
     def restore(self, index: int, data: bytes) -> None:
         """Replace the state with the image ``data`` taken at ``index`` (``b""``: empty state)."""
         ...
+
+
+@runtime_checkable
+class AfterApply(Protocol):
+    """Optional hook of a `StateMachine`: the runtime calls ``after_apply()`` on the event loop
+    after each batch of `StateMachine.apply` calls (the committed entries of one Ready) and
+    after each `StateMachine.restore`, before it handles anything else of the group.
+
+    It lets a pure state machine record effects during ``apply`` (e.g. "these keys changed")
+    and a host consume them afterwards, so that ``apply`` itself makes no outward call. Like
+    ``apply`` it must not block; raising stops the group.
+    """
+
+    def after_apply(self) -> None: ...
 
 
 def encode_batch(commands: list[bytes]) -> bytes:

@@ -4,6 +4,7 @@ while receives and acks never wait for a send slot."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import pytest
 
 from cmq.errors import Overloaded
 from cmq.model import OutgoingMessage, QueueAttributes
+from cmq.rpc import Call, ProduceCall
 from tests.cmq.helpers import configs, running
 
 
@@ -25,14 +27,15 @@ async def test_sends_beyond_the_slots_wait_and_consumers_do_not(tmp_path: Path) 
         await node.create_queue("slots", QueueAttributes())
         await node.send("slots", [OutgoingMessage(body=b"first")])
         release = asyncio.Event()
-        real_run = node._run
+        real_run = node.router.run_attempts
 
-        async def held_run(group: int, op: str, args: Any) -> Any:
-            if op == "send" and args["messages"][0].body == b"held":
+        async def held_run(group: int, attempt: Callable[[], Call[Any]]) -> Any:
+            call = attempt()
+            if isinstance(call, ProduceCall) and b"held" in call.command:
                 await release.wait()
-            return await real_run(group, op, args)
+            return await real_run(group, attempt)
 
-        node._run = held_run  # type: ignore[method-assign]
+        node.router.run_attempts = held_run  # type: ignore[method-assign]
         held = asyncio.ensure_future(node.send("slots", [OutgoingMessage(body=b"held")]))
         await asyncio.sleep(0.05)
         with pytest.raises(Overloaded):  # the one slot stays taken past the deadline

@@ -49,10 +49,16 @@ class Env:
     def __init__(self, attrs: QueueAttributes | None = None, **kw: int) -> None:
         attrs = attrs or QueueAttributes()
         self.store = MemorySegmentStore()
-        self.changed: list[str] = []
-        self.m = QueueMachine(self.store, on_change=self.changed.append, **kw)
+        self._changed: list[str] = []
+        self.m = QueueMachine(self.store, **kw)
         self.run = Applier(self.m)
         assert self.run(CreateQueue("q", attrs, T0)) == Created(True, attrs)
+
+    @property
+    def changed(self) -> list[str]:
+        """Every queue the machine reported changed so far (its `take_changed` effects)."""
+        self._changed.extend(sorted(self.m.take_changed()))
+        return self._changed
 
     def produce(self, n: int, now: int = T0, start: int = 0, **kw: int | None) -> list[int]:
         res = self.run(Produce("q", now, tuple(msg(start + i, **kw) for i in range(n))))  # type: ignore[arg-type]
@@ -76,7 +82,7 @@ def imported_modules(tree: ast.AST) -> set[str]:
 
 def test_pure_modules_import_no_io() -> None:
     root = Path(__file__).resolve().parents[3] / "cmq" / "fsm"
-    for name in ("machine.py", "commands.py", "store.py", "wire.py"):
+    for name in ("machine.py", "queue.py", "image.py", "commands.py", "store.py", "wire.py"):
         tree = ast.parse((root / name).read_text())
         imported = set()
         for node in ast.walk(tree):

@@ -1,0 +1,187 @@
+"""The snapshot image of the queue machine, and its self-contained "shipped" form (pure).
+
+Image layout: ``CMQF``, version, incarnation counter, queue count, then per queue (sorted by
+name): name, attributes, incarnation, clock and counters; segments (first seq, count, size,
+sealed, created, deleted bitmap); the touched cells; the dedup window. Equal states give equal
+bytes (replicas compare images at equal applied index).
+
+Shipped form (for a follower that lacks the segment files): ``CMQSHIP1``, image length, segment
+count, the image, then per segment its key length, first seq, size and CRC-32, key and bytes.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterable
+
+from pyroaring import BitMap
+
+from cmq.errors import InvalidParameter, InvariantBroken
+from cmq.fsm.commands import read_attributes
+from cmq.fsm.queue import WIDTH, QueueState, Segment
+from cmq.fsm.store import SegmentStore
+from cmq.fsm.wire import Reader, Writer
+
+IMAGE_MAGIC = b"CMQF"
+IMAGE_VERSION = 1
+
+_IMAGE_HEAD = struct.Struct("<BqI")
+_QUEUE_HEAD = struct.Struct("<10qI")
+_SEGMENT_HEAD = struct.Struct("<qqqBqI")
+_DEDUP_TAIL = struct.Struct("<qq")
+SHIPPED_MAGIC = b"CMQSHIP1"
+_SHIPPED_HEAD = struct.Struct("<QI")  # light image length, segment count
+_SHIPPED_SEGMENT = struct.Struct("<HqQI")  # key length, first seq, size, crc32
+
+
+def image_head(incarnations: int, queues: int) -> bytes:
+    """The bytes before the queues' parts."""
+    return IMAGE_MAGIC + _IMAGE_HEAD.pack(IMAGE_VERSION, incarnations, queues)
+
+
+def decode_image(data: bytes) -> tuple[int, dict[str, QueueState]]:
+    """(incarnation counter, queues by name) of an image; `InvariantBroken` if malformed."""
+    try:
+        return decode_queues(Reader(data))
+    except InvalidParameter as e:
+        raise InvariantBroken(f"undecodable snapshot image: {e}") from None
+
+
+def ship(data: bytes, queues: Iterable[QueueState], store: SegmentStore) -> bytes:
+    """The shipped form of the image ``data`` (whose queues are ``queues``): the image plus
+    every segment it lists, read from ``store`` up to its recorded size."""
+    parts = [SHIPPED_MAGIC, b"", data]
+    count = 0
+    for q in queues:
+        key = q.key.encode()
+        for seg in q.segments:
+            blob = store.export(q.key, seg.first_seq, seg.size)
+            crc = zlib.crc32(blob)
+            parts.append(_SHIPPED_SEGMENT.pack(len(key), seg.first_seq, seg.size, crc))
+            parts.append(key)
+            parts.append(blob)
+            count += 1
+    parts[1] = _SHIPPED_HEAD.pack(len(data), count)
+    return b"".join(parts)
+
+
+def install_shipped(data: bytes, store: SegmentStore) -> bytes:
+    """Write the segments of a shipped image into ``store``; return the plain image."""
+    view = memoryview(data)
+    pos = len(SHIPPED_MAGIC)
+    try:
+        image_len, count = _SHIPPED_HEAD.unpack_from(view, pos)
+        pos += _SHIPPED_HEAD.size
+        image = bytes(view[pos : pos + image_len])
+        pos += image_len
+        for _ in range(count):
+            key_len, first, size, crc = _SHIPPED_SEGMENT.unpack_from(view, pos)
+            pos += _SHIPPED_SEGMENT.size
+            key = bytes(view[pos : pos + key_len]).decode()
+            pos += key_len
+            blob = bytes(view[pos : pos + size])
+            pos += size
+            if len(blob) != size or zlib.crc32(blob) != crc:
+                raise InvariantBroken(f"shipped segment {key}/{first} fails its checksum")
+            store.install(key, first, blob)
+    except (struct.error, UnicodeDecodeError) as e:
+        raise InvariantBroken(f"malformed shipped snapshot: {e}") from None
+    if pos != len(view) or len(image) != image_len:
+        raise InvariantBroken("malformed shipped snapshot: length mismatch")
+    return image
+
+
+def canonical_bits(bm: BitMap) -> bytes:
+    """``bm`` serialized so that equal sets give equal bytes whatever their history: a bitmap
+    grown from a run container can serialize differently from one built fresh (another
+    format cookie), and replicas must encode identical images at equal applied index."""
+    fresh = BitMap(bm.to_array())
+    fresh.run_optimize()
+    return bytes(fresh.serialize())
+
+
+def encode_queue(q: QueueState) -> bytes:
+    w = Writer()
+    w.raw(q.head)
+    w.raw(
+        _QUEUE_HEAD.pack(
+            q.incarnation,
+            q.created_ms,
+            q.clock,
+            q.next_seq,
+            q.lease_counter,
+            q.live,
+            q.sent_total,
+            q.acked_total,
+            q.dead_lettered_total,
+            q.expired_total,
+            len(q.segments),
+        )
+    )
+    for seg in q.segments:
+        bits = canonical_bits(seg.deleted)
+        w.raw(
+            _SEGMENT_HEAD.pack(
+                seg.first_seq, seg.count, seg.size, int(seg.sealed), seg.created_ms, len(bits)
+            )
+        )
+        w.raw(bits)
+    w.int_array(q.touched.cells)
+    w.u32(len(q.dedup))
+    for dedup_id, (mid, seq, at) in q.dedup.items():
+        w.text(dedup_id)
+        w.text(mid)
+        w.raw(_DEDUP_TAIL.pack(seq, at))
+    return w.getvalue()
+
+
+def decode_queues(r: Reader) -> tuple[int, dict[str, QueueState]]:
+    if r.raw(4) != IMAGE_MAGIC:
+        raise InvalidParameter("not a queue machine image")
+    version, incarnations, nqueues = _IMAGE_HEAD.unpack(r.raw(_IMAGE_HEAD.size))
+    if version != IMAGE_VERSION:
+        raise InvalidParameter(f"image version {version}")
+    queues: dict[str, QueueState] = {}
+    for _ in range(nqueues):
+        name = r.text()
+        attributes = read_attributes(r)
+        head = _QUEUE_HEAD.unpack(r.raw(_QUEUE_HEAD.size))
+        q = QueueState(name, head[0], attributes, head[1])
+        (
+            q.clock,
+            q.next_seq,
+            q.lease_counter,
+            q.live,
+            q.sent_total,
+            q.acked_total,
+            q.dead_lettered_total,
+            q.expired_total,
+            nsegments,
+        ) = head[2:]
+        for _ in range(nsegments):
+            first, count, size, sealed, created, nbits = _SEGMENT_HEAD.unpack(
+                r.raw(_SEGMENT_HEAD.size)
+            )
+            seg = Segment(first, created)
+            seg.count, seg.size, seg.sealed = count, size, bool(sealed)
+            try:
+                seg.deleted = BitMap.deserialize(r.raw(nbits))
+            except (ValueError, OverflowError) as e:
+                raise InvalidParameter(f"bad bitmap: {e}") from None
+            q.segments.append(seg)
+            q.firsts.append(first)
+        t = q.touched
+        t.cells = r.int_array("q")
+        if len(t.cells) % WIDTH:
+            raise InvalidParameter(f"queue {name!r}: touched cells not a multiple of {WIDTH}")
+        t.reindex()
+        if len(t.slot_of) * WIDTH != len(t.cells):
+            raise InvalidParameter(f"queue {name!r}: a seq is touched twice")
+        for _ in range(r.u32()):
+            dedup_id, mid = r.text(), r.text()
+            seq, at = _DEDUP_TAIL.unpack(r.raw(_DEDUP_TAIL.size))
+            q.dedup[dedup_id] = (mid, seq, at)
+        queues[name] = q
+    r.end()
+    return incarnations, queues

@@ -1,0 +1,369 @@
+"""Per-queue state of the queue machine (pure: no I/O, no clocks): `QueueState` with its
+segments (`Segment`) and the messages received at least once (`Touched`), and the read-only
+queries the leader answers from it (statistics, visibility, what timed work is due).
+
+See `cmq.fsm.machine` for the invariants; the snapshot image of a queue is `cmq.fsm.image`.
+"""
+
+from __future__ import annotations
+
+import heapq
+from array import array
+from bisect import bisect_right
+from dataclasses import dataclass
+
+from pyroaring import BitMap, BitMap64
+
+from cmq import errors
+from cmq.fsm.commands import write_attributes
+from cmq.fsm.wire import Writer
+from cmq.model import QueueAttributes, QueueStats
+
+PENDING_DEAD_LETTER = 1
+"""Flag of a touched slot: the message waits for a `DeadLetter` (it is in ``pending_dl``)."""
+# Cells of a touched slot.
+SEQ, VIS, LEASE, COUNT, FLAGS = range(5)
+WIDTH = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Due:
+    """The timed work due on one queue at ``now_ms``, for its group's leader to propose."""
+
+    queue: str
+    now_ms: int
+    expire: bool
+    """An `Expire` at ``now_ms`` would delete something (retention)."""
+    dead_letters: tuple[int, ...]
+    """Seqs marked for the dead-letter queue (ascending, at most the asked limit); empty when
+    the queue has no dead-letter queue."""
+    dead_letter_queue: str
+
+
+class Touched:
+    """State of the live messages received at least once: one interleaved ``array('q')`` of
+    `WIDTH` cells per slot (seq, visibility deadline, lease id, receive count, flags), so a
+    snapshot copies it with one memcpy.
+
+    Slots are dense: removing a message moves the last slot into its place. The order is a pure
+    function of the command history, so equal histories give equal snapshot bytes.
+    ``slot_of`` is derived (rebuilt on restore).
+    """
+
+    __slots__ = ("cells", "slot_of")
+
+    def __init__(self) -> None:
+        self.cells: array[int] = array("q")
+        self.slot_of: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.slot_of)
+
+    def seqs(self) -> array[int]:
+        """The seq of every slot, in slot order (a copy)."""
+        return self.cells[SEQ::WIDTH]
+
+    def get(self, slot: int, field: int) -> int:
+        return self.cells[slot * WIDTH + field]
+
+    def set(self, slot: int, field: int, value: int) -> None:
+        self.cells[slot * WIDTH + field] = value
+
+    def add(self, seq: int) -> int:
+        slot = len(self.slot_of)
+        self.cells.extend((seq, 0, 0, 0, 0))
+        self.slot_of[seq] = slot
+        return slot
+
+    def remove(self, seq: int) -> None:
+        slot = self.slot_of.pop(seq, None)
+        if slot is None:
+            return
+        last = len(self.slot_of)
+        cells = self.cells
+        if slot != last:
+            at, src = slot * WIDTH, last * WIDTH
+            cells[at : at + WIDTH] = cells[src : src + WIDTH]
+            self.slot_of[cells[at + SEQ]] = slot
+        del cells[last * WIDTH :]
+
+    def clear(self) -> None:
+        del self.cells[:]
+        self.slot_of.clear()
+
+    def reindex(self) -> None:
+        self.slot_of = {seq: slot for slot, seq in enumerate(self.seqs())}
+
+
+class Segment:
+    """One segment of a queue: ``count`` records from ``first_seq``, ``size`` bytes."""
+
+    __slots__ = ("count", "created_ms", "deleted", "first_seq", "sealed", "sent_at", "size")
+
+    def __init__(self, first_seq: int, created_ms: int) -> None:
+        self.first_seq = first_seq
+        self.created_ms = created_ms
+        self.count = 0
+        self.size = 0
+        self.sealed = False
+        self.deleted = BitMap()
+        self.sent_at: array[int] = array("q")
+
+    def full(self) -> bool:
+        return len(self.deleted) >= self.count
+
+
+class QueueState:
+    """All state of one queue (see the module docstring)."""
+
+    __slots__ = (
+        "acked_total",
+        "attributes",
+        "clock",
+        "created_ms",
+        "dead_lettered_total",
+        "dedup",
+        "expired_total",
+        "firsts",
+        "head",
+        "heap",
+        "image",
+        "incarnation",
+        "key",
+        "lease_counter",
+        "live",
+        "name",
+        "next_seq",
+        "pending_dl",
+        "ready",
+        "segments",
+        "sent_total",
+        "timer_of",
+        "touched",
+    )
+
+    def __init__(
+        self, name: str, incarnation: int, attributes: QueueAttributes, created_ms: int
+    ) -> None:
+        self.name = name
+        self.incarnation = incarnation
+        # The store's name for this queue: a re-created queue never meets its predecessor's
+        # files (which may outlive it until the next snapshot).
+        self.key = f"{name}.{incarnation}"
+        self.attributes = attributes
+        self.head = encode_head(name, attributes)
+        self.created_ms = created_ms
+        self.clock = created_ms
+        self.next_seq = 1
+        self.lease_counter = 0
+        self.live = 0
+        self.sent_total = 0
+        self.acked_total = 0
+        self.dead_lettered_total = 0
+        self.expired_total = 0
+        self.segments: list[Segment] = []
+        self.firsts: list[int] = []
+        self.touched = Touched()
+        # dedup id -> (message id, seq, produced at); insertion order is time order.
+        self.dedup: dict[str, tuple[str, int, int]] = {}
+        self.ready = BitMap64()
+        self.timer_of: dict[int, int] = {}
+        self.heap: list[tuple[int, int]] = []
+        self.pending_dl = BitMap64()
+        # This queue's part of the snapshot image, kept until a command touches the queue.
+        self.image: bytes | None = None
+
+    def segment_of(self, seq: int) -> Segment | None:
+        i = bisect_right(self.firsts, seq) - 1
+        if i < 0:
+            return None
+        seg = self.segments[i]
+        return seg if seq < seg.first_seq + seg.count else None
+
+    def is_live(self, seq: int) -> bool:
+        seg = self.segment_of(seq)
+        return seg is not None and (seq - seg.first_seq) not in seg.deleted
+
+    def advance(self, now_ms: int) -> None:
+        """Move the clock to ``now_ms`` (never back) and make due messages ready."""
+        self.clock = max(self.clock, now_ms)
+        heap, timer_of = self.heap, self.timer_of
+        while heap and heap[0][0] <= self.clock:
+            at, seq = heapq.heappop(heap)
+            if timer_of.get(seq) == at:
+                del timer_of[seq]
+                self.ready.add(seq)
+
+    def schedule(self, seq: int, at: int) -> None:
+        """The live, not pending-dead-letter message ``seq`` becomes visible at ``at``."""
+        if at <= self.clock:
+            self.timer_of.pop(seq, None)
+            self.ready.add(seq)
+            return
+        self.ready.discard(seq)
+        self.timer_of[seq] = at
+        heapq.heappush(self.heap, (at, seq))
+        if len(self.heap) > 2 * len(self.timer_of) + 1024:
+            # Superseded entries pile up with re-leases; rebuild rather than grow unbounded.
+            self.heap = [(t, s) for s, t in self.timer_of.items()]
+            heapq.heapify(self.heap)
+
+    def prune_heap(self) -> None:
+        """Drop superseded entries from the top of the heap (a derived index only)."""
+        heap, timer_of = self.heap, self.timer_of
+        while heap and timer_of.get(heap[0][1]) != heap[0][0]:
+            heapq.heappop(heap)
+
+    def first_live(self) -> tuple[Segment, int] | None:
+        for seg in self.segments:
+            if not seg.full():
+                return seg, seg.deleted.flip(0, seg.count).min()
+        return None
+
+    def pending_dl_seqs(self) -> list[int]:
+        return list(self.pending_dl)
+
+    # -- changes shared by several commands ------------------------------------------------------
+    def lease_slot(self, seq: int, lease_id: int) -> int | None:
+        """The touched slot of ``seq`` if ``lease_id`` is its current lease."""
+        slot = self.touched.slot_of.get(seq)
+        if slot is None or lease_id == 0 or self.touched.get(slot, LEASE) != lease_id:
+            return None
+        return slot
+
+    def inflight_slot(self, seq: int, lease_id: int) -> int | str:
+        """The slot of ``seq`` if ``lease_id`` is its current *unexpired* lease, else a code."""
+        slot = self.lease_slot(seq, lease_id)
+        if slot is None:
+            return errors.LEASE_STALE
+        t = self.touched
+        if t.get(slot, FLAGS) & PENDING_DEAD_LETTER or t.get(slot, VIS) <= self.clock:
+            return errors.MESSAGE_NOT_INFLIGHT
+        return slot
+
+    def delete_prefix(self, end_seq: int) -> tuple[int, list[Segment]]:
+        """Delete every live message with seq < ``end_seq``; returns how many, and the
+        segments that lost messages (the machine releases those that became full)."""
+        count = 0
+        hit: list[Segment] = []
+        for seg in self.segments:
+            if seg.first_seq >= end_seq:
+                break
+            hi = min(seg.count, end_seq - seg.first_seq)
+            n = hi - seg.deleted.range_cardinality(0, hi)
+            if n:
+                seg.deleted.add_range(0, hi)
+                count += n
+                hit.append(seg)
+        if not count:
+            return 0, hit
+        self.live -= count
+        self.ready.remove_range(0, end_seq)
+        self.pending_dl.remove_range(0, end_seq)
+        if end_seq >= self.next_seq:
+            self.timer_of.clear()
+            self.heap.clear()
+            self.touched.clear()
+        else:
+            for seq in [s for s in self.timer_of if s < end_seq]:
+                del self.timer_of[seq]
+            for seq in [s for s in self.touched.seqs() if s < end_seq]:
+                self.touched.remove(seq)
+        return count, hit
+
+    # -- reads (the leader's queries; see `QueueMachine`) ---------------------------------------
+    def stats(self, now_ms: int) -> QueueStats:
+        """Exact counts at ``max(now_ms, clock)``. ``in_flight`` includes messages waiting to
+        be moved to the dead-letter queue; ``delayed`` = invisible without a lease (delayed
+        sends, nacks with a delay). O(invisible messages)."""
+        clock = max(now_ms, self.clock)
+        due = in_flight = delayed = 0
+        touched = self.touched
+        for seq, at in self.timer_of.items():
+            if at <= clock:
+                due += 1
+                continue
+            slot = touched.slot_of.get(seq)
+            if slot is not None and touched.get(slot, LEASE) != 0:
+                in_flight += 1
+            else:
+                delayed += 1
+        first = self.first_live()
+        oldest = 0 if first is None else max(0, clock - first[0].sent_at[first[1]])
+        return QueueStats(
+            visible=len(self.ready) + due,
+            in_flight=in_flight + len(self.pending_dl),
+            delayed=delayed,
+            sent_total=self.sent_total,
+            acked_total=self.acked_total,
+            dead_lettered_total=self.dead_lettered_total,
+            expired_total=self.expired_total,
+            oldest_age_ms=oldest,
+        )
+
+    def has_visible(self, now_ms: int) -> bool:
+        """Whether a `Lease` at ``now_ms`` would find a message."""
+        if self.ready:
+            return True
+        self.prune_heap()
+        return bool(self.heap) and self.heap[0][0] <= max(now_ms, self.clock)
+
+    def next_visible_at(self) -> int | None:
+        """The earliest time an invisible message (delayed, leased, nacked) becomes visible."""
+        self.prune_heap()
+        return self.heap[0][0] if self.heap else None
+
+    def expirable(self, now_ms: int) -> bool:
+        """Whether an `Expire` at ``now_ms`` would delete something."""
+        first = self.first_live()
+        if first is None:
+            return False
+        retention = self.attributes.message_retention_seconds * 1000
+        return first[0].sent_at[first[1]] + retention <= max(now_ms, self.clock)
+
+    def due(self, now_ms: int, dead_letter_limit: int) -> Due | None:
+        """What is due at ``now_ms`` (None: nothing)."""
+        expire = self.expirable(now_ms)
+        dlq = self.attributes.dead_letter_queue
+        dead: tuple[int, ...] = ()
+        if dlq and self.pending_dl:
+            dead = tuple(self.pending_dl_seqs()[:dead_letter_limit])
+        if not expire and not dead:
+            return None
+        return Due(self.name, now_ms, expire, dead, dlq or "")
+
+    # -- derived indexes, rebuilt on restore -----------------------------------------------------
+    def rebuild_derived(self, seg: Segment, visible_at: array[int]) -> None:
+        """Ready/timers for the untouched live messages of ``seg`` (touched: separately)."""
+        if seg.count == 0:
+            return
+        live = BitMap(range(seg.count))
+        live.difference_update(seg.deleted)
+        lo, hi = seg.first_seq, seg.first_seq + seg.count
+        touched_rel = BitMap(s - lo for s in self.touched.seqs() if lo <= s < hi)
+        live.difference_update(touched_rel)
+        if not live:
+            return
+        if max(visible_at) <= self.clock:
+            # The common case, in C: nothing of this segment is still delayed.
+            rel = BitMap64(array("Q", live.to_array()))
+            self.ready |= rel.shift(lo) if lo else rel
+            return
+        for r in live:
+            self.schedule(lo + r, visible_at[r])
+
+    def rebuild_touched(self) -> None:
+        t = self.touched
+        for slot, seq in enumerate(t.seqs()):
+            if t.get(slot, FLAGS) & PENDING_DEAD_LETTER:
+                self.pending_dl.add(seq)
+            else:
+                self.schedule(seq, t.get(slot, VIS))
+
+
+def encode_head(name: str, attributes: QueueAttributes) -> bytes:
+    """The first bytes of a queue's image part: its name and attributes."""
+    w = Writer()
+    w.text(name)
+    write_attributes(w, attributes)
+    return w.getvalue()

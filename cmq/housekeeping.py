@@ -1,0 +1,121 @@
+"""`Housekeeper`: the timed work of the groups this node leads, proposed from what the pure
+queue machine says is due.
+
+Every `NodeConfig.housekeeping_interval` seconds (Ra's ``tick``) the housekeeper records this
+node in the catalog if it is not there yet, then asks each data group it leads what is due per
+queue (`QueueMachine.due`: retention expiry, messages marked for the dead-letter queue) and
+proposes it: an `Expire` carrying this node's clock, and an at-least-once dead-letter move (a
+deduplicated send of copies to the dead-letter queue, then a `DeadLetter` deleting them here).
+A failure defers that queue's work to the next tick; the machine still says it is due then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Awaitable, Callable
+
+from cmq.errors import CmqError
+from cmq.fsm.commands import DeadLetter, Expire, encode_command
+from cmq.fsm.machine import Due, QueueMachine
+from cmq.meta import CatalogMachine
+from cmq.model import OutgoingMessage, SentMessage
+from cmq.ops import META_GROUP, LeaderOps, now_ms
+from cmq.router import Router
+from cmq.rpc import RegisterNodeCall
+from raftlog.errors import RaftError
+from raftlog.runtime import MultiRaft
+from raftlog.transport.peer import Address
+
+log = logging.getLogger("cmq.housekeeping")
+
+DEAD_LETTER_BATCH = 100
+"""At most this many messages are moved to a dead-letter queue per queue and tick."""
+
+Send = Callable[[str, list[OutgoingMessage]], Awaitable[list[SentMessage]]]
+"""`QueueService.send` of this node (dead-letter copies take the same path and send slots as
+any other send)."""
+
+
+class Housekeeper:
+    """Proposes the due work of the groups led here (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        node_id: int,
+        peer: Address,
+        data_dirs: tuple[str, ...],
+        raft: MultiRaft,
+        catalog: CatalogMachine,
+        machines: dict[int, QueueMachine],
+        router: Router,
+        ops: LeaderOps,
+        send: Send,
+        interval: float,
+    ) -> None:
+        self._id = node_id
+        self._address = f"{peer.host}:{peer.port}"
+        self._data_dirs = [os.path.abspath(d) for d in data_dirs]
+        self._raft = raft
+        self._catalog = catalog
+        self._machines = machines
+        self._router = router
+        self._ops = ops
+        self._send = send
+        self._interval = interval
+
+    async def run(self) -> None:
+        """Tick until cancelled."""
+        while True:
+            await asyncio.sleep(self._interval)
+            await self.tick()
+
+    async def tick(self) -> None:
+        """One round: register, then propose what is due in each group led here."""
+        await self._register()
+        for group, machine in self._machines.items():
+            if self._raft.status(group).leader != self._id:
+                continue
+            for name in machine.queue_names():
+                try:
+                    due = machine.due(name, now_ms(), DEAD_LETTER_BATCH)
+                    if due is not None:
+                        await self._propose_due(group, machine, due)
+                except (CmqError, RaftError) as e:
+                    log.info("housekeeping of %s deferred: %s", name, e)
+
+    async def _register(self) -> None:
+        """Record this node (address, data directories) in the catalog if it is not there."""
+        reg = {"address": self._address, "data_dirs": self._data_dirs}
+        if self._catalog.node_info(self._id) == reg:
+            return
+        try:
+            call = RegisterNodeCall(META_GROUP, self._id, self._address, tuple(self._data_dirs))
+            await self._router.run(call)
+        except (CmqError, RaftError) as e:
+            log.info("catalog registration deferred: %s", e)
+
+    async def _propose_due(self, group: int, machine: QueueMachine, due: Due) -> None:
+        if due.expire:
+            await self._ops.propose(group, encode_command(Expire(due.queue, due.now_ms)))
+        if not due.dead_letters:
+            return
+        # At-least-once move: copy into the dead-letter queue, then delete here.
+        stored = machine.read(due.queue, due.dead_letters)
+        if not stored:
+            return
+        copies = [
+            OutgoingMessage(
+                body=m.body,
+                binary=m.binary,
+                delay_seconds=0,
+                attributes=m.attributes,
+                dedup_id=f"dlq:{due.queue}:{m.id}"[:128],
+            )
+            for m in stored
+        ]
+        await self._send(due.dead_letter_queue, copies)
+        cmd = DeadLetter(due.queue, tuple(m.seq for m in stored))
+        await self._ops.propose(group, encode_command(cmd))

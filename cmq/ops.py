@@ -1,0 +1,399 @@
+"""`LeaderOps`: the operations run at a group's leader, one per typed call of `cmq.rpc`.
+
+A call arrives here either from this node's router (it leads the group) or forwarded by a peer;
+either way it is the same typed object. Each operation builds its command with this node's clock
+(ms), proposes it through Raft and turns the applied result into the call's reply; reads (queue
+attributes and statistics, stored bodies) are served from the local replica, which is current on
+the leader. A failed command becomes the `CmqError` of its code (`cmq.rpc.error_for`).
+
+Receives long-poll: while the queue has no visible message they wait on `Wakeups`, which the
+node sets from the machines' apply effects (`QueueMachine.take_changed`), or until the next
+invisible message becomes visible.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar, cast
+
+from cmq.errors import InvariantBroken, OutcomeUnknown, Overloaded, QueueNotFound, ReceiptInvalid
+from cmq.fsm.commands import (
+    Ack,
+    ChangeVisibility,
+    Command,
+    CommandFailed,
+    Created,
+    CreateQueue,
+    DeleteQueue,
+    EntryOutcomes,
+    Lease,
+    Leased,
+    Nack,
+    NewMessage,
+    Produce,
+    Produced,
+    Purge,
+    Purged,
+    SetAttributes,
+    encode_command,
+)
+from cmq.fsm.machine import QueueMachine
+from cmq.meta import Assignment, CatalogMachine
+from cmq.model import (
+    MAX_WAIT_SECONDS,
+    OutgoingMessage,
+    QueueAttributes,
+    QueueStats,
+    ReceivedMessage,
+    SentMessage,
+)
+from cmq.receipts import ReceiptSigner
+from cmq.rpc import (
+    AckCall,
+    AnyCall,
+    AssignQueueCall,
+    Call,
+    ChangeVisibilityCall,
+    CreateQueueCall,
+    DeleteQueueCall,
+    GetQueueCall,
+    NackCall,
+    ProduceCall,
+    PurgeCall,
+    ReceiveCall,
+    RegisterNodeCall,
+    RemoveQueueCall,
+    SetAttributesCall,
+    error_for,
+)
+from raftlog.errors import Overloaded as RaftOverloaded
+from raftlog.runtime import MultiRaft
+
+META_GROUP = 0
+"""The catalog's group; data groups are numbered from 1."""
+
+R = TypeVar("R")
+
+
+def now_ms() -> int:
+    """This node's clock, as commands carry it."""
+    return time.time_ns() // 1_000_000
+
+
+class Wakeups:
+    """Long-poll wake-ups: one event per queue someone waits on, set when the queue changed."""
+
+    __slots__ = ("_events",)
+
+    def __init__(self) -> None:
+        self._events: dict[str, asyncio.Event] = {}
+
+    def notify(self, queues: Iterable[str]) -> None:
+        """Wake the receives waiting on any of ``queues``."""
+        events = self._events
+        for name in queues:
+            event = events.get(name)
+            if event is not None:
+                event.set()
+
+    async def wait(self, name: str, limit: float) -> None:
+        """Sleep until ``name`` changes, or ``limit`` seconds."""
+        event = self._events.setdefault(name, asyncio.Event())
+        event.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), limit)
+
+
+class WakingMachine:
+    """A data group's `QueueMachine` as the raftlog runtime drives it: after each batch of
+    applies (or a restore) the runtime calls `after_apply`, which hands the machine's effects
+    (the queues that changed, `QueueMachine.take_changed`) to the long-poll wake-ups. The
+    machine itself never calls out of `apply`."""
+
+    __slots__ = ("machine", "wakeups")
+
+    def __init__(self, machine: QueueMachine, wakeups: Wakeups) -> None:
+        self.machine = machine
+        self.wakeups = wakeups
+
+    def apply(self, index: int, command: bytes) -> object:
+        return self.machine.apply(index, command)
+
+    def snapshot(self) -> bytes:
+        return self.machine.snapshot()
+
+    def export_snapshot(self, data: bytes) -> bytes:
+        return self.machine.export_snapshot(data)
+
+    def restore(self, index: int, data: bytes) -> None:
+        self.machine.restore(index, data)
+
+    def after_apply(self) -> None:
+        changed = self.machine.take_changed()
+        if changed:
+            self.wakeups.notify(changed)
+
+
+class ProduceBuilder:
+    """Builds the encoded `Produce` of a send on the node that took it: fresh message ids
+    (unique per node: a random prefix, the node id and a counter) and this node's clock."""
+
+    __slots__ = ("_counter", "_node", "_prefix")
+
+    def __init__(self, node_id: int) -> None:
+        self._prefix = secrets.token_hex(5)
+        self._node = node_id
+        self._counter = 0
+
+    def next_id(self) -> str:
+        self._counter += 1
+        return f"{self._prefix}{self._node:02x}{self._counter:012x}"
+
+    def build(self, group: int, name: str, messages: list[OutgoingMessage]) -> ProduceCall:
+        """A `ProduceCall` for one attempt of a send (a retried attempt gets fresh ids)."""
+        new = tuple(
+            NewMessage(
+                id=self.next_id(),
+                body=m.body,
+                binary=m.binary,
+                attributes=m.attributes,
+                delay_ms=None if m.delay_seconds is None else m.delay_seconds * 1000,
+                dedup_id=m.dedup_id,
+            )
+            for m in messages
+        )
+        command = encode_command(Produce(name, now_ms(), new))
+        dedup_only = all(m.dedup_id is not None for m in messages)
+        return ProduceCall(group, command, dedup_only)
+
+
+def check(res: object) -> None:
+    """Raise the `CmqError` of a failed command."""
+    if isinstance(res, CommandFailed):
+        raise error_for(res.code, res.message)
+
+
+class LeaderOps:
+    """Runs typed calls at the leader of their group (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        raft: MultiRaft,
+        catalog: CatalogMachine,
+        machines: dict[int, QueueMachine],
+        signer: ReceiptSigner,
+        wakeups: Wakeups,
+        request_timeout: float,
+    ) -> None:
+        self._raft = raft
+        self._catalog = catalog
+        self._machines = machines
+        self._signer = signer
+        self._wakeups = wakeups
+        self._timeout = request_timeout
+
+    async def execute(self, call: Call[R]) -> R:
+        """Run ``call`` here (this node should lead ``call.group``)."""
+        return cast(R, await self._dispatch(cast(AnyCall, call)))
+
+    async def _dispatch(self, call: AnyCall) -> object:
+        match call:
+            case ProduceCall():
+                return await self._produce(call)
+            case ReceiveCall():
+                return await self._receive(call)
+            case AckCall():
+                return await self._ack(call)
+            case ChangeVisibilityCall():
+                return await self._change_visibility(call)
+            case NackCall():
+                return await self._nack(call)
+            case CreateQueueCall():
+                return await self._create(call)
+            case DeleteQueueCall():
+                check(await self.propose(call.group, encode_command(DeleteQueue(call.name))))
+                return None
+            case GetQueueCall():
+                return self._get(call)
+            case SetAttributesCall():
+                return await self._set_attributes(call)
+            case PurgeCall():
+                res = await self.propose(call.group, encode_command(Purge(call.name, now_ms())))
+                check(res)
+                return res.count if isinstance(res, Purged) else 0
+            case AssignQueueCall():
+                res = await self.propose(META_GROUP, CatalogMachine.assign(call.name))
+                if not isinstance(res, Assignment):
+                    raise InvariantBroken(f"catalog returned {res!r}")
+                return res.group
+            case RemoveQueueCall():
+                await self.propose(META_GROUP, CatalogMachine.remove(call.name))
+                return None
+            case RegisterNodeCall():
+                cmd = CatalogMachine.register_node(call.node, call.address, list(call.data_dirs))
+                await self.propose(META_GROUP, cmd)
+                return None
+
+    async def propose(self, group: int, data: bytes) -> object:
+        """Propose ``data`` to ``group`` and await its applied result; `OutcomeUnknown` when
+        it is not applied within the request deadline, `Overloaded` when the group is full."""
+        try:
+            return await self._raft.propose(group, data, timeout=self._timeout)
+        except TimeoutError:
+            raise OutcomeUnknown("the change was not applied in time; outcome unknown") from None
+        except RaftOverloaded as e:
+            raise Overloaded(str(e)) from None
+
+    def _attributes(self, group: int, name: str) -> QueueAttributes:
+        attrs = self._machines[group].attributes(name)
+        if attrs is None:
+            raise QueueNotFound(f"queue {name!r} does not exist")
+        return attrs
+
+    # -- administration ----------------------------------------------------------------------
+    async def _create(self, call: CreateQueueCall) -> bool:
+        cmd = CreateQueue(call.name, call.attributes, now_ms())
+        res = await self.propose(call.group, encode_command(cmd))
+        check(res)
+        if not isinstance(res, Created):
+            raise InvariantBroken(f"create returned {res!r}")
+        return res.created
+
+    def _get(self, call: GetQueueCall) -> tuple[QueueAttributes, QueueStats]:
+        attrs = self._attributes(call.group, call.name)
+        stats = self._machines[call.group].stats(call.name, now_ms())
+        if stats is None:
+            raise QueueNotFound(f"queue {call.name!r} does not exist")
+        return attrs, stats
+
+    async def _set_attributes(self, call: SetAttributesCall) -> QueueAttributes:
+        changes: dict[str, Any] = dict(call.changes)
+        merged = self._attributes(call.group, call.name).merged(changes)
+        check(await self.propose(call.group, encode_command(SetAttributes(call.name, merged))))
+        return merged
+
+    # -- messages ----------------------------------------------------------------------------
+    async def _produce(self, call: ProduceCall) -> list[SentMessage]:
+        res = await self.propose(call.group, call.command)
+        check(res)
+        if not isinstance(res, Produced):
+            raise InvariantBroken(f"produce returned {res!r}")
+        return [SentMessage(i, s) for i, s in res.messages]
+
+    async def _receive(self, call: ReceiveCall) -> list[ReceivedMessage]:
+        name, group = call.name, call.group
+        machine = self._machines[group]
+        attrs = self._attributes(group, name)
+        wait = attrs.receive_wait_seconds if call.wait_seconds is None else call.wait_seconds
+        wait = max(0, min(wait, MAX_WAIT_SECONDS))
+        visibility = call.visibility_timeout
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while True:
+            if machine.has_visible(name, now_ms()):
+                lease = Lease(
+                    name,
+                    now_ms(),
+                    call.max_messages,
+                    None if visibility is None else visibility * 1000,
+                )
+                res = await self.propose(group, encode_command(lease))
+                check(res)
+                if not isinstance(res, Leased):
+                    raise InvariantBroken(f"lease returned {res!r}")
+                if res.messages:
+                    return self._render_leased(machine, name, res)
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return []
+            nxt = machine.next_visible_at(name)
+            if nxt is not None:
+                remaining = min(remaining, max(0.001, (nxt - now_ms()) / 1000))
+            await self._wakeups.wait(name, remaining)
+
+    def _render_leased(
+        self, machine: QueueMachine, name: str, res: Leased
+    ) -> list[ReceivedMessage]:
+        stored = {m.seq: m for m in machine.read(name, [m.seq for m in res.messages])}
+        out = []
+        for lm in res.messages:
+            sm = stored.get(lm.seq)
+            if sm is None:
+                raise InvariantBroken(f"leased message {name}/{lm.seq} cannot be read")
+            out.append(
+                ReceivedMessage(
+                    id=lm.id,
+                    seq=lm.seq,
+                    body=sm.body,
+                    binary=sm.binary,
+                    receipt=self._signer.mint(name, lm.seq, lm.lease_id),
+                    receive_count=lm.receive_count,
+                    sent_at_ms=lm.sent_at_ms,
+                    attributes=sm.attributes,
+                )
+            )
+        return out
+
+    async def _entries(
+        self,
+        group: int,
+        name: str,
+        receipts: Iterable[str],
+        make: Callable[[list[tuple[int, int, int]]], Command],
+    ) -> tuple[str | None, ...]:
+        """Verify ``receipts``; propose ``make([(position, seq, lease), ...])`` for the valid
+        ones; merge its per-entry outcomes with the receipt errors, in request order."""
+        codes: list[str | None] = []
+        valid: list[tuple[int, int, int]] = []
+        for i, receipt in enumerate(receipts):
+            try:
+                seq, lease = self._signer.verify(name, receipt)
+            except ReceiptInvalid as e:
+                codes.append(e.code)
+                continue
+            codes.append(None)
+            valid.append((i, seq, lease))
+        if valid:
+            res = await self.propose(group, encode_command(make(valid)))
+            check(res)
+            if not isinstance(res, EntryOutcomes):
+                raise InvariantBroken(f"entries command returned {res!r}")
+            outcomes = iter(res.outcomes)
+            codes = [next(outcomes) if c is None else c for c in codes]
+        return tuple(codes)
+
+    async def _ack(self, call: AckCall) -> tuple[str | None, ...]:
+        now, name = now_ms(), call.name
+        return await self._entries(
+            call.group,
+            name,
+            call.receipts,
+            lambda v: Ack(name, now, tuple((s, lease) for _, s, lease in v)),
+        )
+
+    async def _change_visibility(self, call: ChangeVisibilityCall) -> tuple[str | None, ...]:
+        now, name = now_ms(), call.name
+        timeouts = [seconds * 1000 for _, seconds in call.entries]
+        return await self._entries(
+            call.group,
+            name,
+            [r for r, _ in call.entries],
+            lambda v: ChangeVisibility(
+                name, now, tuple((s, lease, timeouts[i]) for i, s, lease in v)
+            ),
+        )
+
+    async def _nack(self, call: NackCall) -> tuple[str | None, ...]:
+        now, name = now_ms(), call.name
+        delay = call.delay_seconds * 1000
+        return await self._entries(
+            call.group,
+            name,
+            call.receipts,
+            lambda v: Nack(name, now, tuple((s, lease) for _, s, lease in v), delay),
+        )

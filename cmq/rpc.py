@@ -1,0 +1,267 @@
+"""The calls a node forwards to a group's leader: one frozen msgspec `Struct` per operation, with
+the codec of its reply, and the error table that carries a `CmqError` across the hop.
+
+Forwarded calls travel over the authenticated peer connection (`MultiRaft.call`) as MessagePack
+arrays whose first item is the call's tag (`decode_call` picks the type from it and checks every
+field's type, in C). Message bodies cross the hop as MessagePack binaries, never re-encoded:
+
+* `ProduceCall` carries an encoded `Produce` command: the node that took the send built it
+  (message ids, its clock) and the leader proposes those bytes as they are;
+* `ReceiveCall`'s reply is the list of `ReceivedMessage`, bodies included.
+
+A local call takes the same typed objects without encoding them (`cmq.ops.LeaderOps.execute`).
+A failed call is answered with `encode_error` (JSON ``{"error": code, "message": ...}``); the
+code ``Retry`` means "route it again" (the peer no longer leads the group).
+
+Decoding never trusts its input: a malformed call or reply raises `InvalidParameter`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Generic, TypeVar
+
+import msgspec
+import orjson
+
+from cmq.errors import (
+    CmqError,
+    InvalidParameter,
+    InvariantBroken,
+    MessageTooLarge,
+    OutcomeUnknown,
+    Overloaded,
+    QueueAlreadyExists,
+    QueueNotFound,
+    ReceiptInvalid,
+    Unavailable,
+)
+from cmq.model import QueueAttributes, QueueStats, ReceivedMessage, SentMessage
+
+R = TypeVar("R")
+
+_encoder = msgspec.msgpack.Encoder()
+
+
+def _decoder(kind: Any) -> msgspec.msgpack.Decoder[Any]:
+    return msgspec.msgpack.Decoder(kind)
+
+
+class Call(msgspec.Struct, Generic[R], frozen=True, array_like=True):
+    """An operation run at the leader of ``group``, whose result is an ``R``.
+
+    Each subclass has its own tag (the first item of its encoded form) and ``_REPLY``, the
+    decoder of its reply. ``retry_unknown`` says whether an attempt whose outcome is unknown may
+    be repeated: yes when a repeat is harmless (reads, idempotent admin steps, leases: a lost
+    lease only delays its messages; acks: a repeat reports the already-deleted entries as
+    stale)."""
+
+    group: int
+    _REPLY: ClassVar[msgspec.msgpack.Decoder[Any]]
+
+    def encode(self) -> bytes:
+        """The call as forwarded (`decode_call` reads it)."""
+        return _encoder.encode(self)
+
+    def retry_unknown(self) -> bool:
+        return True
+
+    def encode_reply(self, result: R) -> bytes:
+        return _encoder.encode(result)
+
+    def decode_reply(self, payload: bytes) -> R:
+        """The result in a peer's reply; `InvalidParameter` when malformed."""
+        try:
+            result: R = self._REPLY.decode(payload)
+        except msgspec.DecodeError as e:
+            raise InvalidParameter(f"malformed {type(self).__name__} reply: {e}") from None
+        return result
+
+
+_Codes = tuple[str | None, ...]
+"""Per-entry outcome codes of a call on leased messages (None: done), in request order."""
+
+
+# -- messages -------------------------------------------------------------------------------
+class ProduceCall(Call[list[SentMessage]], frozen=True, tag=1):
+    """Propose ``command`` (an encoded `Produce`, built by the node that took the send)."""
+
+    command: bytes
+    dedup_only: bool = False
+    """Every message carries a dedup id: only then may an attempt with an unknown outcome be
+    repeated, as a repeat cannot store a message twice."""
+    _REPLY = _decoder(list[SentMessage])
+
+    def retry_unknown(self) -> bool:
+        return self.dedup_only
+
+
+class ReceiveCall(Call[list[ReceivedMessage]], frozen=True, tag=2):
+    """Lease up to ``max_messages``, waiting up to ``wait_seconds`` (None: the queue's default)
+    for one; ``visibility_timeout`` None: the queue's."""
+
+    name: str
+    max_messages: int
+    visibility_timeout: int | None
+    wait_seconds: int | None
+    _REPLY = _decoder(list[ReceivedMessage])
+
+
+class AckCall(Call[_Codes], frozen=True, tag=3):
+    """Delete the messages whose receipts hold current leases."""
+
+    name: str
+    receipts: tuple[str, ...]
+    _REPLY = _decoder(_Codes)
+
+
+class ChangeVisibilityCall(Call[_Codes], frozen=True, tag=4):
+    """Per (receipt, seconds): the leased message becomes visible at now + seconds."""
+
+    name: str
+    entries: tuple[tuple[str, int], ...]
+    _REPLY = _decoder(_Codes)
+
+
+class NackCall(Call[_Codes], frozen=True, tag=5):
+    """Release leases: the messages become visible again after ``delay_seconds``."""
+
+    name: str
+    receipts: tuple[str, ...]
+    delay_seconds: int
+    _REPLY = _decoder(_Codes)
+
+
+# -- queue administration --------------------------------------------------------------------
+class CreateQueueCall(Call[bool], frozen=True, tag=6):
+    """Create the queue in its data group; True if created, False if it already existed."""
+
+    name: str
+    attributes: QueueAttributes
+    _REPLY = _decoder(bool)
+
+
+class DeleteQueueCall(Call[None], frozen=True, tag=7):
+    """Delete the queue and its messages from its data group."""
+
+    name: str
+    _REPLY = _decoder(None)
+
+
+class GetQueueCall(Call[tuple[QueueAttributes, QueueStats]], frozen=True, tag=8):
+    """The queue's attributes and statistics, read at its leader."""
+
+    name: str
+    _REPLY = _decoder(tuple[QueueAttributes, QueueStats])
+
+
+class SetAttributesCall(Call[QueueAttributes], frozen=True, tag=9):
+    """Merge validated attribute ``changes`` (name, value pairs, as `QueueAttributes.merged`
+    takes them) into the committed attributes; the reply is the new attributes."""
+
+    name: str
+    changes: tuple[tuple[str, int | str | None], ...]
+    _REPLY = _decoder(QueueAttributes)
+
+
+class PurgeCall(Call[int], frozen=True, tag=10):
+    """Delete every message of the queue; the reply is how many."""
+
+    name: str
+    _REPLY = _decoder(int)
+
+
+# -- the catalog (meta group) ---------------------------------------------------------------
+class AssignQueueCall(Call[int], frozen=True, tag=11):
+    """Place the queue in a data group (idempotent); the reply is the group."""
+
+    name: str
+    _REPLY = _decoder(int)
+
+
+class RemoveQueueCall(Call[None], frozen=True, tag=12):
+    """Forget the queue's placement."""
+
+    name: str
+    _REPLY = _decoder(None)
+
+
+class RegisterNodeCall(Call[None], frozen=True, tag=13):
+    """Record a node's peer address (``host:port``) and data directories in the catalog."""
+
+    node: int
+    address: str
+    data_dirs: tuple[str, ...]
+    _REPLY = _decoder(None)
+
+
+AnyCall = (
+    ProduceCall
+    | ReceiveCall
+    | AckCall
+    | ChangeVisibilityCall
+    | NackCall
+    | CreateQueueCall
+    | DeleteQueueCall
+    | GetQueueCall
+    | SetAttributesCall
+    | PurgeCall
+    | AssignQueueCall
+    | RemoveQueueCall
+    | RegisterNodeCall
+)
+
+_calls: msgspec.msgpack.Decoder[AnyCall] = msgspec.msgpack.Decoder(AnyCall)
+
+
+def decode_call(payload: bytes) -> AnyCall:
+    """The call ``payload`` encodes (`Call.encode`); `InvalidParameter` when it is unknown,
+    malformed or followed by trailing bytes."""
+    try:
+        return _calls.decode(payload)
+    except msgspec.DecodeError as e:
+        raise InvalidParameter(f"malformed forwarded call: {e}") from None
+
+
+# -- errors ------------------------------------------------------------------------------------
+RETRY = "Retry"
+"""Error code of a forwarded call that should simply be routed again (the peer no longer
+leads the group, or its proposal was dropped before reaching the log)."""
+
+ERRORS: dict[str, type[CmqError]] = {
+    cls.code: cls
+    for cls in (
+        InvalidParameter,
+        QueueNotFound,
+        QueueAlreadyExists,
+        MessageTooLarge,
+        Overloaded,
+        Unavailable,
+        OutcomeUnknown,
+        ReceiptInvalid,
+        InvariantBroken,
+    )
+}
+"""Error code -> the `CmqError` class raised for it (any other code: `CmqError`)."""
+
+
+def error_for(code: str, message: str) -> CmqError:
+    """The `CmqError` for ``code`` (from a forwarded reply or a `CommandFailed`)."""
+    return ERRORS.get(code, CmqError)(message)
+
+
+def encode_error(code: str, message: str) -> bytes:
+    """The payload of a failed forwarded call."""
+    return orjson.dumps({"error": code, "message": message})
+
+
+def decode_error(payload: bytes) -> CmqError | None:
+    """The error a peer replied with; None when the call should simply be routed again
+    (`RETRY`); `Unavailable` carrying the text when the payload is not an error reply."""
+    try:
+        data = orjson.loads(payload)
+        code, message = str(data["error"]), str(data.get("message", ""))
+    except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
+        return Unavailable(payload.decode("utf-8", "replace"))
+    if code == RETRY:
+        return None
+    return error_for(code, message)

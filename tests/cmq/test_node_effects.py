@@ -1,0 +1,104 @@
+"""A one-node cluster in process: long polls wake from the machines' apply effects, and the
+leader's housekeeping proposes what the machine says is due (dead-letter moves, expiry)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from cmq import housekeeping
+from cmq.model import OutgoingMessage, QueueAttributes
+from cmq.node import NodeConfig, QueueNode
+from raftlog.transport.peer import Address
+from tests.ports import free_ports
+
+
+@contextlib.asynccontextmanager
+async def one_node(root: Path, housekeeping_interval: float) -> AsyncIterator[QueueNode]:
+    addr = Address("127.0.0.1", free_ports(1)[0])
+    node = QueueNode(
+        NodeConfig(
+            node_id=1,
+            peer=addr,
+            peers={1: addr},
+            data_dirs=(str(root),),
+            secret=b"node-effects-test-secret-0123456789",
+            groups=1,
+            tick_interval=0.01,
+            housekeeping_interval=housekeeping_interval,
+        )
+    )
+    await node.start()
+    try:
+        await until(node.is_ready)
+        yield node
+    finally:
+        await node.close()
+
+
+async def until(cond: object, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():  # type: ignore[operator]
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("condition not reached")
+
+
+async def test_a_send_wakes_a_long_poll(tmp_path: Path) -> None:
+    async with one_node(tmp_path, housekeeping_interval=60) as node:
+        await node.create_queue("poll", QueueAttributes())
+        started = time.monotonic()
+        waiting = asyncio.ensure_future(node.receive("poll", 1, None, 15))
+        await asyncio.sleep(0.2)
+        assert not waiting.done()
+        await node.send("poll", [OutgoingMessage(body=b"wake")])
+        got = await asyncio.wait_for(waiting, 5)
+        assert [m.body for m in got] == [b"wake"]
+        assert time.monotonic() - started < 5  # woken by the send, not by the 15 s timeout
+
+
+async def test_housekeeping_moves_dead_letters_and_expires(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with one_node(tmp_path, housekeeping_interval=0.05) as node:
+        await node.create_queue("dlq", QueueAttributes())
+        attrs = QueueAttributes(
+            visibility_timeout=0,
+            dead_letter_queue="dlq",
+            max_receive_count=1,
+            message_retention_seconds=60,
+        )
+        await node.create_queue("work", attrs)
+        await node.send("work", [OutgoingMessage(body=b"poison")])
+        first = await node.receive("work", 1, None, 0)
+        assert [m.receive_count for m in first] == [1]
+        assert await node.receive("work", 1, None, 0) == []  # marked for the dead-letter queue
+        moved = await node.receive("dlq", 1, None, 5)
+        assert [m.body for m in moved] == [b"poison"]
+
+        async def dead_lettered() -> bool:
+            _, stats = await node.get_queue("work")
+            return stats.dead_lettered_total == 1 and stats.in_flight == 0
+
+        for _ in range(200):
+            if await dead_lettered():
+                break
+            await asyncio.sleep(0.02)
+        assert await dead_lettered()
+
+        # Retention: the housekeeper's clock jumps past it and proposes the due Expire.
+        await node.send("work", [OutgoingMessage(body=b"old")])
+        real = housekeeping.now_ms
+        monkeypatch.setattr(housekeeping, "now_ms", lambda: real() + 61_000)
+        for _ in range(200):
+            _, stats = await node.get_queue("work")
+            if stats.expired_total:
+                break
+            await asyncio.sleep(0.02)
+        assert stats.expired_total == 1 and stats.visible == 0
