@@ -32,7 +32,7 @@ from cmq.client.errors import (
     TransportError,
     server_error,
 )
-from cmq.client.retry import Failure, RetryPolicy, Safety, classify_answer
+from cmq.client.retry import RetryPolicy, Safety, failure_of, retry_after_of
 from cmq.client.types import (
     Json,
     Outgoing,
@@ -352,14 +352,10 @@ class Client:
             attempt += 1
             index = (start + attempt - 1) % n
             url = self.urls[index]
-            retry_after: float | None = None
             try:
                 status, content, retry_after = await self._attempt(url, method, path, data, limit)
-            except ConnectFailed as e:
+            except TransportError as e:
                 error: CmqError = e
-                failure = Failure.NOT_SENT
-            except ResponseLost as e:
-                error, failure = e, Failure.UNKNOWN
             else:
                 if status < 300:
                     if index != self._current:
@@ -367,12 +363,13 @@ class Client:
                     payload: Json = orjson.loads(content) if content else {}
                     return payload
                 error = _error_of(status, content, retry_after)
-                failure = classify_answer(status, error.code)
+            failure = failure_of(error)
             if not self.retry.should_retry(failure, safety, attempt):
                 raise error
-            untried = attempt < n
             await asyncio.sleep(
-                self.retry.delay(failure, attempt, retry_after, untried, self._rng.random())
+                self.retry.delay(
+                    failure, attempt, retry_after_of(error), attempt < n, self._rng.random()
+                )
             )
 
     async def _attempt(
@@ -391,11 +388,14 @@ class Client:
                 content = await resp.read()
                 return resp.status, content, _retry_after(resp.headers.get("Retry-After"))
         except aiohttp.ClientConnectorError as e:
-            raise ConnectFailed(f"connect: {e.strerror or e}", url) from None
+            reason = type(e).__name__
+            raise ConnectFailed(f"connect: {e.strerror or e}", url, reason) from None
         except TimeoutError:
-            raise ResponseLost(f"TimeoutError: no answer within {timeout:g}s", url) from None
+            message = f"TimeoutError: no answer within {timeout:g}s"
+            raise ResponseLost(message, url, "timeout") from None
         except aiohttp.ClientError as e:
-            raise ResponseLost(f"{type(e).__name__}: {e}", url) from None
+            reason = type(e).__name__
+            raise ResponseLost(f"{reason}: {e}", url, reason) from None
 
 
 def _q(name: str) -> str:

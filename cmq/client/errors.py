@@ -54,10 +54,12 @@ class TransportError(CmqError):
 
     code = "TransportError"
 
-    def __init__(self, message: str, url: str) -> None:
+    def __init__(self, message: str, url: str, reason: str) -> None:
         super().__init__(message)
         self.url = url
         """The node the request was for."""
+        self.reason = reason
+        """``timeout``, or the name of the aiohttp error (``ClientConnectorError``, ...)."""
 
 
 class ConnectFailed(TransportError):

@@ -1,7 +1,7 @@
 """When `cmq.client` may try a request again. Pure: no I/O, no clock; the randomness of the
-jitter is passed in.
+jitter is passed in. Callers with their own retry loop (``cmq bench``) use the same rules.
 
-A failed attempt is one of:
+A failed attempt is one of (`failure_of`):
 
 * ``NOT_SENT``: the connection could not be opened; nothing reached the server;
 * ``REFUSED``: the server answered that it did not process the request (503 ``Overloaded`` or
@@ -24,6 +24,9 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+
+from cmq.client.errors import ConnectFailed, ResponseLost, ServerError
+from cmq.errors import CmqError
 
 
 class Failure(enum.Enum):
@@ -48,6 +51,23 @@ def classify_answer(status: int, code: str) -> Failure:
     if status >= 500 and status != 500:
         return Failure.UNKNOWN
     return Failure.DEFINITE
+
+
+def failure_of(error: CmqError) -> Failure:
+    """How a failed call's error counts (an error raised by the client before any request is
+    ``DEFINITE``)."""
+    if isinstance(error, ConnectFailed):
+        return Failure.NOT_SENT
+    if isinstance(error, ResponseLost):
+        return Failure.UNKNOWN
+    if isinstance(error, ServerError):
+        return classify_answer(error.status, error.code)
+    return Failure.DEFINITE
+
+
+def retry_after_of(error: CmqError) -> float | None:
+    """The ``Retry-After`` the server sent with ``error`` (None for other errors)."""
+    return error.retry_after if isinstance(error, ServerError) else None
 
 
 @dataclass(frozen=True, slots=True)
