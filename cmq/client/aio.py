@@ -154,8 +154,9 @@ class Client:
         self, name: str, attributes: QueueAttributes | dict[str, Any] | None = None
     ) -> QueueCreated:
         """Create ``name`` with ``attributes`` (omitted ones take their defaults). Idempotent:
-        ``created`` is False when the queue existed with the same attributes;
-        `QueueAlreadyExists` when it exists with different ones."""
+        ``created`` is False when the queue existed with the same attributes (also when a
+        retry follows a first attempt that created it); `QueueAlreadyExists` when it exists
+        with different ones."""
         attrs = attributes.to_dict() if isinstance(attributes, QueueAttributes) else attributes
         body = {} if attrs is None else {"attributes": attrs}
         got = await self._call("PUT", _q(name), body, Safety.IDEMPOTENT)
