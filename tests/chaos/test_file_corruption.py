@@ -41,6 +41,8 @@ from tests.chaos.test_power_loss import (
 )
 from tests.cmq.cluster import Load, Outcome, assert_safe, request
 
+pytestmark = pytest.mark.slow
+
 
 @dataclass
 class Case:

@@ -31,6 +31,8 @@ from cmq.fsm.segments import FileSegmentStore, StoredMessage, encode_record
 from tests.chaos.lazyfs import LazyFS, unavailable_reason
 from tests.cmq.cluster import CmqCluster, Load, assert_safe
 
+pytestmark = pytest.mark.slow
+
 LONG = os.environ.get("CHAOS_LONG") == "1"
 
 # `cmq serve` with the data groups' snapshot options overridden (the CLI has no flags for them).

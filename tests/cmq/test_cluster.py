@@ -15,6 +15,8 @@ from cmq.client import Client, QueueAttributes, ServerError
 from cmq.errors import QueueAlreadyExists, QueueNotFound
 from tests.cmq.cluster import CmqCluster, Load, assert_safe, unique_queue
 
+pytestmark = pytest.mark.slow
+
 
 def _node(client: Client, cluster: CmqCluster, nid: int) -> Client:
     return client.derive([cluster.http[nid]])

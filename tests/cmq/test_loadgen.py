@@ -30,6 +30,8 @@ from cmq.loadgen import (
 )
 from tests.cmq.cluster import CmqCluster, unique_queue
 
+pytestmark = pytest.mark.slow
+
 
 # -- bodies ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("size", [HEADER_LEN, HEADER_LEN + 1, 1024, 65_536])

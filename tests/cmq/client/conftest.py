@@ -14,8 +14,8 @@ from aiohttp.test_utils import TestServer
 
 from api.app import make_app
 from cmq.node import NodeConfig, QueueNode
-from raftlog.runtime.localcluster import free_ports
 from raftlog.transport.peer import Address
+from tests.cmq.cluster import free_ports
 
 Fault = Callable[[], Awaitable[None]]
 

@@ -8,7 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.cmq.cluster import CmqCluster, unique_queue
+
+pytestmark = pytest.mark.slow
 
 README = Path(__file__).resolve().parents[3] / "README.md"
 
