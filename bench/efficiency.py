@@ -27,13 +27,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-import orjson
 from prometheus_client.parser import text_string_to_metric_families
+
+from cmq.client import Client, SyncClient
 
 ROOT = Path(__file__).resolve().parent.parent
 COUNTERS = (
@@ -44,10 +43,9 @@ COUNTERS = (
 )
 
 
-def scrape(url: str) -> dict[str, float]:
+def scrape(node: SyncClient) -> dict[str, float]:
     """The `COUNTERS` of one node (summed over label sets)."""
-    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
-        text = r.read().decode()
+    text = node.metrics()
     out = dict.fromkeys(COUNTERS, 0.0)
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -56,8 +54,8 @@ def scrape(url: str) -> dict[str, float]:
     return out
 
 
-def scrape_all(urls: list[str]) -> list[dict[str, float]]:
-    return [scrape(u) for u in urls]
+def scrape_all(nodes: list[SyncClient]) -> list[dict[str, float]]:
+    return [scrape(n) for n in nodes]
 
 
 def phase_figures(
@@ -86,44 +84,32 @@ async def drain(urls: list[str], queue: str, loops: int = 8) -> tuple[int, float
     """Receive (100 at a time) and ack until the queue is empty; (acked, seconds)."""
     acked = 0
     start = time.perf_counter()
-    timeout = aiohttp.ClientTimeout(total=60)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
+    async with Client(urls, timeout=60) as client:
 
         async def one(i: int) -> None:
             nonlocal acked
-            base = f"{urls[i % len(urls)]}/v1/queues/{queue}/messages"
+            node = client.derive([urls[i % len(urls)]])
             while True:
-                body = {"max_messages": 100, "wait_seconds": 1, "visibility_timeout": 60}
-                async with session.post(base + "/receive", data=orjson.dumps(body)) as r:
-                    got = orjson.loads(await r.read())
-                receipts = [m["receipt"] for m in got.get("messages", [])]
-                if not receipts:
-                    async with session.get(f"{urls[0]}/v1/queues/{queue}") as r:
-                        stats = orjson.loads(await r.read())["stats"]
-                    if stats["visible"] == 0 and stats["in_flight"] == 0:
+                got = await node.receive(queue, 100, visibility_timeout=60, wait_seconds=1)
+                if not got:
+                    stats = (await client.get_queue(queue)).stats
+                    if stats.visible == 0 and stats.in_flight == 0:
                         return
                     continue
-                async with session.post(
-                    base + "/ack", data=orjson.dumps({"receipts": receipts})
-                ) as r:
-                    res = orjson.loads(await r.read())
-                acked += sum(1 for x in res["results"] if x["ok"])
+                results = await node.ack(queue, [m.receipt for m in got])
+                acked += sum(1 for r in results if r.ok)
 
         await asyncio.gather(*(one(i) for i in range(loops)))
     return acked, time.perf_counter() - start
 
 
-def wait_ready(url: str, timeout: float = 90) -> None:
+def wait_ready(node: SyncClient, timeout: float = 90) -> None:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        try:
-            with urllib.request.urlopen(url + "/readyz", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
+        if node.ready():
+            return
         time.sleep(0.5)
-    raise SystemExit(f"{url} never became ready")
+    raise SystemExit(f"{node.urls[0]} never became ready")
 
 
 def main() -> int:
@@ -159,11 +145,12 @@ def main() -> int:
             start_new_session=True,
             cwd=ROOT,
         )
+    nodes = [SyncClient(u, timeout=10) for u in urls]
     try:
-        for u in urls:
-            wait_ready(u)
+        for node in nodes:
+            wait_ready(node)
         queue = f"eff-{int(time.time())}"
-        before = scrape_all(urls)
+        before = scrape_all(nodes)
         t0 = time.perf_counter()
         out = subprocess.run(
             [
@@ -192,9 +179,9 @@ def main() -> int:
         report = json.loads(out.stdout)
         confirmed = int(report["confirmed"])
         time.sleep(2)  # let followers apply the tail before reading memory
-        backlog = scrape_all(urls)
+        backlog = scrape_all(nodes)
         acked, drain_s = asyncio.run(drain(urls, queue))
-        drained = scrape_all(urls)
+        drained = scrape_all(nodes)
         result = {
             "messages": a.messages,
             "batch": a.batch,
@@ -213,6 +200,8 @@ def main() -> int:
             "drain": phase_figures(backlog, drained, max(acked, 1)),
         }
     finally:
+        for node in nodes:
+            node.close()
         if dev is not None:
             os.killpg(dev.pid, signal.SIGINT)
             dev.wait(30)

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
+import dataclasses
 import json
 import os
 import secrets
@@ -26,10 +28,12 @@ import subprocess
 import sys
 import time
 import tomllib
-import urllib.error
-import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cmq.client import EntryResult, QueueAttributes, ReceivedMessage, SyncClient
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 
@@ -208,73 +212,126 @@ def _dev(args: argparse.Namespace) -> int:
 
 
 def _wait_ready(urls: list[str], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ok = 0
-        for u in urls:
-            with (
-                contextlib.suppress(OSError, urllib.error.URLError),
-                urllib.request.urlopen(u + "/readyz", timeout=1) as r,
-            ):
-                ok += r.status == 200
-        if ok == len(urls):
-            return True
-        time.sleep(0.2)
-    return False
+    from cmq.client import Client
+
+    async def wait() -> bool:
+        async with Client(urls, timeout=1) as client:
+            nodes = [client.derive(u) for u in urls]
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                if all(await asyncio.gather(*(n.ready() for n in nodes))):
+                    return True
+                await asyncio.sleep(0.2)
+            return False
+
+    return asyncio.run(wait())
 
 
 # -- client commands -------------------------------------------------------------------------------
-def _call(url: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url.rstrip("/") + path, data=data, method=method)
-    req.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, json.loads(r.read() or b"null")
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"null")
+def _client_command(args: argparse.Namespace, call: Callable[[SyncClient], Any]) -> int:
+    """Run ``call`` with a client of ``--url``; print its JSON result (or the error as the
+    server renders it, ``{"error": {"code", "message"}}``); 0 on success, 1 on an error."""
+    from cmq.client import SyncClient
+    from cmq.errors import CmqError
 
-
-def _out(status: int, payload: Any) -> int:
+    with SyncClient(args.url) as client:
+        try:
+            payload, ok = call(client), True
+        except CmqError as e:
+            payload, ok = {"error": {"code": e.code, "message": e.message}}, False
     print(json.dumps(payload, indent=2))
-    return 0 if status < 400 else 1
+    return 0 if ok else 1
+
+
+def _attributes(a: QueueAttributes) -> dict[str, Any]:
+    return dataclasses.asdict(a)
+
+
+def _received(m: ReceivedMessage) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": m.id, "seq": m.seq}
+    if isinstance(m.body, str):
+        out["body"] = m.body
+    else:
+        out["body_base64"] = base64.b64encode(m.body).decode("ascii")
+    out.update(
+        receipt=m.receipt,
+        receive_count=m.receive_count,
+        sent_at=m.sent_at_ms,
+        attributes=dict(m.attributes),
+    )
+    return out
+
+
+def _results(results: list[EntryResult]) -> dict[str, Any]:
+    return {
+        "results": [
+            {"receipt": r.receipt, "ok": r.ok} | ({"error": r.error} if r.error else {})
+            for r in results
+        ]
+    }
 
 
 def _queue(args: argparse.Namespace) -> int:
     if args.action == "list":
-        return _out(*_call(args.url, "GET", "/v1/queues"))
+        return _client_command(args, lambda c: {"queues": [{"name": n} for n in c.list_queues()]})
     if not args.name:
         raise SystemExit("a queue name is required")
+    name = args.name
     if args.action == "create":
         attrs = {}
         for kv in args.attribute or []:
             k, _, v = kv.partition("=")
             attrs[k] = v if k == "dead_letter_queue" else int(v)
-        return _out(*_call(args.url, "PUT", f"/v1/queues/{args.name}", {"attributes": attrs}))
+
+        def create(c: SyncClient) -> dict[str, Any]:
+            got = c.create_queue(name, attrs)
+            return {
+                "name": got.name,
+                "created": got.created,
+                "attributes": _attributes(got.attributes),
+            }
+
+        return _client_command(args, create)
     if args.action == "stats":
-        return _out(*_call(args.url, "GET", f"/v1/queues/{args.name}"))
-    return _out(*_call(args.url, "DELETE", f"/v1/queues/{args.name}"))
+
+        def stats(c: SyncClient) -> dict[str, Any]:
+            info = c.get_queue(name)
+            return {
+                "name": info.name,
+                "attributes": _attributes(info.attributes),
+                "stats": dataclasses.asdict(info.stats),
+            }
+
+        return _client_command(args, stats)
+
+    def delete(c: SyncClient) -> dict[str, Any]:
+        c.delete_queue(name)
+        return {"name": name, "deleted": True}
+
+    return _client_command(args, delete)
 
 
 def _send(args: argparse.Namespace) -> int:
     bodies = args.body or [line.rstrip("\n") for line in sys.stdin]
-    msgs = [{"body": b} for b in bodies]
-    return _out(*_call(args.url, "POST", f"/v1/queues/{args.queue}/messages", {"messages": msgs}))
+    return _client_command(
+        args,
+        lambda c: {"messages": [{"id": m.id, "seq": m.seq} for m in c.send(args.queue, bodies)]},
+    )
 
 
 def _receive(args: argparse.Namespace) -> int:
-    req = {"max_messages": args.max, "wait_seconds": args.wait}
-    status, got = _call(args.url, "POST", f"/v1/queues/{args.queue}/messages/receive", req)
-    if status == 200 and args.ack and got["messages"]:
-        receipts = [m["receipt"] for m in got["messages"]]
-        path = f"/v1/queues/{args.queue}/messages/ack"
-        status, acked = _call(args.url, "POST", path, {"receipts": receipts})
-        got = {**got, "acked": acked}
-    return _out(status, got)
+    def receive(c: SyncClient) -> dict[str, Any]:
+        got = c.receive(args.queue, args.max, wait_seconds=args.wait)
+        out: dict[str, Any] = {"messages": [_received(m) for m in got]}
+        if args.ack and got:
+            out["acked"] = _results(c.ack(args.queue, [m.receipt for m in got]))
+        return out
+
+    return _client_command(args, receive)
 
 
 def _status(args: argparse.Namespace) -> int:
-    return _out(*_call(args.url, "GET", "/v1/status"))
+    return _client_command(args, lambda c: c.status())
 
 
 def _bench(args: argparse.Namespace) -> int:

@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-import aiohttp
-
+from cmq.client import NO_RETRY, Client
+from cmq.errors import CmqError
 from tests.chaos.proxy import Mode, ProxyProcess
 from tests.ports import free_ports
 
@@ -93,7 +93,8 @@ class ChaosCluster:
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self.paused: set[int] = set()
         self.mounts: dict[int, MountedFS] = {}
-        self.session: aiohttp.ClientSession | None = None
+        self.client: Client | None = None
+        """One attempt per call, all nodes' connections in one pool (set by `start`)."""
         self.starts = 0
 
     # -- layout ------------------------------------------------------------------------------------
@@ -134,7 +135,7 @@ class ChaosCluster:
     async def start(self, lazyfs: dict[int, MountedFS] | None = None, ready: float = 60) -> None:
         """Start the proxy, mount the given LazyFS instances, start every node, wait ready."""
         self.root.mkdir(parents=True, exist_ok=True)
-        self.session = aiohttp.ClientSession()
+        self.client = Client(list(self.http.values()), retry=NO_RETRY)
         await self.proxy.start()
         for nid, fs in (lazyfs or {}).items():
             fs.start()
@@ -237,24 +238,30 @@ class ChaosCluster:
             with contextlib.suppress(Exception):
                 fs.stop()
         self.mounts.clear()
-        if self.session is not None:
-            await self.session.close()
-            self.session = None
+        if self.client is not None:
+            await self.client.close()
+            self.client = None
 
     # -- observation -------------------------------------------------------------------------------
+    def node(self, nid: int, timeout: float = 3) -> Client:
+        """The client of node ``nid`` alone (no failover, one attempt per call)."""
+        assert self.client is not None
+        return self.client.derive([self.http[nid]], timeout=timeout)
+
     async def get(self, nid: int, path: str, timeout: float = 3) -> tuple[int, Any]:
-        assert self.session is not None
+        """``GET path`` on ``nid`` as it is: (status, JSON body), or (0, reason) when the node
+        did not answer."""
         try:
-            async with self.session.get(
-                self.http[nid] + path, timeout=aiohttp.ClientTimeout(total=timeout)
-            ) as r:
-                return r.status, await r.json(content_type=None)
-        except (aiohttp.ClientError, TimeoutError, ValueError) as e:
+            raw = await self.node(nid, timeout).request("GET", path)
+        except CmqError as e:
             return 0, str(e)
+        return raw.status, raw.payload
 
     async def status(self, nid: int, timeout: float = 3) -> Status | None:
-        code, body = await self.get(nid, "/v1/status", timeout)
-        return body if code == 200 and isinstance(body, dict) else None
+        try:
+            return await self.node(nid, timeout).status()
+        except CmqError:
+            return None
 
     async def statuses(self, nodes: list[int] | None = None) -> dict[int, Status]:
         nodes = self.running() if nodes is None else nodes
@@ -265,8 +272,8 @@ class ChaosCluster:
         deadline = time.monotonic() + timeout
         while True:
             nodes = self.running()
-            codes = await asyncio.gather(*(self.get(n, "/readyz", 2) for n in nodes))
-            if nodes and all(c == 200 for c, _ in codes):
+            ready = await asyncio.gather(*(self.node(n, 2).ready() for n in nodes))
+            if nodes and all(ready):
                 return
             if time.monotonic() > deadline:
                 raise TimeoutError(f"cluster not ready in {timeout}s; logs in {self.root}")

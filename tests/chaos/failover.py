@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import aiohttp
-
+from cmq.client import NO_RETRY, Client
+from cmq.errors import CmqError
 from tests.chaos.cluster import ChaosCluster, snapshot_code
 from tests.chaos.runner import create_queues
 
@@ -37,7 +37,7 @@ def percentile(values: list[float], p: float) -> float:
 
 
 async def _probe_until_confirmed(
-    session: aiohttp.ClientSession,
+    client: Client,
     urls: list[str],
     t_fault: float,
     *,
@@ -52,16 +52,12 @@ async def _probe_until_confirmed(
 
     async def one() -> None:
         n = next(counter)
-        body = {"messages": [{"body": f"probe-{t_fault:.3f}-{n}"}]}
-        with contextlib.suppress(TimeoutError, aiohttp.ClientError):
-            async with session.post(
-                rng.choice(urls) + f"/v1/queues/{QUEUE}/messages",
-                json=body,
-                timeout=aiohttp.ClientTimeout(total=limit),
-            ) as r:
-                if r.status == 200 and not done.is_set():
-                    first.append(time.monotonic() - t_fault)
-                    done.set()
+        node = client.derive([rng.choice(urls)], timeout=limit, retry=NO_RETRY)
+        with contextlib.suppress(CmqError):
+            await node.send(QUEUE, [f"probe-{t_fault:.3f}-{n}"])
+            if not done.is_set():
+                first.append(time.monotonic() - t_fault)
+                done.set()
 
     tasks: set[asyncio.Task[None]] = set()
     deadline = t_fault + limit
@@ -96,7 +92,7 @@ async def failover_trials(
     try:
         await cluster.start()
         await create_queues(cluster, (QUEUE,))
-        assert cluster.session is not None
+        assert cluster.client is not None
         for trial in range(trials):
             for kind in kinds:
                 await cluster.wait_ready(120)
@@ -104,7 +100,7 @@ async def failover_trials(
                 urls = [cluster.http[n] for n in cluster.ids if n != victim]
                 # The queue works before the fault (and the leader is settled).
                 probe = await _probe_until_confirmed(
-                    cluster.session, urls, time.monotonic(), rng=rng, interval=0.2, limit=60
+                    cluster.client, urls, time.monotonic(), rng=rng, interval=0.2, limit=60
                 )
                 if math.isinf(probe):
                     raise TimeoutError("the queue does not accept sends before the fault")
@@ -114,7 +110,7 @@ async def failover_trials(
                 else:
                     cluster.pause(victim)
                 took = await _probe_until_confirmed(
-                    cluster.session, urls, t_fault, rng=rng, interval=interval, limit=limit
+                    cluster.client, urls, t_fault, rng=rng, interval=interval, limit=limit
                 )
                 out[kind].append(took)
                 say(f"failover {kind} trial {trial + 1}/{trials}: leader {victim}, {took:.3f}s")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import random
 import shutil
 import time
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cmq.errors import CmqError
 from tests.chaos.checker import Report, check, check_replicas, same_stats
 from tests.chaos.cluster import ChaosCluster, MountedFS, snapshot_code
 from tests.chaos.faults import (
@@ -129,19 +131,14 @@ def _make_mounts(cfg: RunConfig, cluster: ChaosCluster, rng: random.Random) -> d
 async def create_queues(
     cluster: ChaosCluster, queues: tuple[str, ...], timeout: float = 60
 ) -> None:
-    assert cluster.session is not None
     deadline = time.monotonic() + timeout
     for q in queues:
         while True:
-            nid = cluster.running()[0]
+            node = cluster.node(cluster.running()[0], timeout=10)
             try:
-                async with cluster.session.put(
-                    f"{cluster.http[nid]}/v1/queues/{q}",
-                    json={"attributes": {"visibility_timeout": 2}},
-                ) as r:
-                    if r.status in (200, 201):
-                        break
-            except Exception:  # retried until the deadline below
+                await node.create_queue(q, {"visibility_timeout": 2})
+                break
+            except CmqError:  # retried until the deadline below
                 pass
             if time.monotonic() > deadline:
                 raise TimeoutError(f"could not create queue {q}")
@@ -233,11 +230,13 @@ async def drain(
 async def queue_stats(cluster: ChaosCluster, queue: str) -> dict[int, dict[str, Any]]:
     out = {}
     for nid in cluster.running():
-        code, body = await cluster.get(nid, f"/v1/queues/{queue}", 5)
-        if code == 200 and isinstance(body, dict):
-            stats = dict(body["stats"])
-            stats.pop("oldest_age_ms", None)
-            out[nid] = stats
+        try:
+            info = await cluster.node(nid, 5).get_queue(queue)
+        except CmqError:
+            continue
+        stats = dataclasses.asdict(info.stats)
+        stats.pop("oldest_age_ms", None)
+        out[nid] = stats
     return out
 
 

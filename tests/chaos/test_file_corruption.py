@@ -36,13 +36,12 @@ from tests.chaos.test_power_loss import (
     LONG,
     SNAPSHOTS,
     DiskCluster,
-    Outcome,
-    Workload,
-    assert_safe,
     caught_up,
     wait_caught_up,
 )
-from tests.cmq.cluster import request
+from tests.cmq.cluster import Load, Outcome, assert_safe, request
+
+pytestmark = pytest.mark.slow
 
 pytestmark = pytest.mark.slow
 
@@ -203,7 +202,7 @@ async def test_faults_on_one_node(cluster: DiskCluster, tmp_path: Path) -> None:
         c.http[1], "PUT", f"/v1/queues/{q}", {"attributes": {"visibility_timeout": 3}}
     )
     assert status == 201
-    load = Workload(c, q, seed=7)
+    load = Load(c, q, seed=7)
     await load.start(producers=1, consumers=1)
     await asyncio.sleep(1.5)
     leader = await asyncio.to_thread(c.leader_of, q)

@@ -14,24 +14,24 @@ replay of the log suffix. `CHAOS_LONG=1` runs longer loads with more power losse
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import os
-import random
 import signal
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 
+from cmq.client import NO_RETRY, Client, SyncClient
+from cmq.errors import CmqError
 from cmq.fsm.segments import FileSegmentStore, StoredMessage, encode_record
 from tests.chaos.lazyfs import LazyFS, unavailable_reason
-from tests.cmq.cluster import CmqCluster, request
+from tests.cmq.cluster import CmqCluster, Load, assert_safe
+
+pytestmark = pytest.mark.slow
 
 pytestmark = pytest.mark.slow
 
@@ -116,137 +116,11 @@ class DiskCluster(CmqCluster):
             fs.stop()
 
 
-@dataclass
-class Outcome:
-    attempted: set[str] = field(default_factory=set)
-    confirmed: set[str] = field(default_factory=set)
-    received: list[str] = field(default_factory=list)
-    acked: set[str] = field(default_factory=set)
-    redelivered_after_ack: list[str] = field(default_factory=list)
-
-    def summary(self) -> dict[str, int]:
-        got = set(self.received)
-        return {
-            "attempted": len(self.attempted),
-            "confirmed": len(self.confirmed),
-            "received": len(self.received),
-            "distinct": len(got),
-            "acked": len(self.acked),
-            "lost": len(self.confirmed - got),
-            "unexpected": len(got - self.attempted),
-            "redelivered_after_ack": len(self.redelivered_after_ack),
-        }
-
-
-class Workload:
-    """Producers and consumers through HTTP on random live nodes (started with `start`, the
-    producers stopped and the queue drained by `drain`)."""
-
-    def __init__(self, cluster: CmqCluster, queue: str, seed: int = 1) -> None:
-        self.cluster = cluster
-        self.queue = queue
-        self.out = Outcome()
-        self.rng = random.Random(seed)
-        self.stop_producers = asyncio.Event()
-        self.stop_consumers = asyncio.Event()
-        self.tasks: list[asyncio.Task[None]] = []
-        self.session: aiohttp.ClientSession | None = None
-
-    def url(self) -> str:
-        live = sorted(self.cluster.procs) or sorted(self.cluster.http)
-        return self.cluster.http[self.rng.choice(live)]
-
-    async def start(self, producers: int = 3, consumers: int = 3) -> None:
-        self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15))
-        self.tasks = [asyncio.create_task(self._producer(w)) for w in range(producers)]
-        self.tasks += [asyncio.create_task(self._consumer()) for _ in range(consumers)]
-
-    async def _producer(self, w: int) -> None:
-        assert self.session is not None
-        path = f"/v1/queues/{self.queue}/messages"
-        for n in itertools.count():
-            if self.stop_producers.is_set():
-                return
-            bodies = [f"p{w}-{n}-{k}" for k in range(5)]
-            self.out.attempted.update(bodies)
-            try:
-                async with self.session.post(
-                    self.url() + path, json={"messages": [{"body": b} for b in bodies]}
-                ) as r:
-                    if r.status == 200:
-                        self.out.confirmed.update(bodies)
-                    else:
-                        await asyncio.sleep(0.05)
-            except (TimeoutError, aiohttp.ClientError):
-                await asyncio.sleep(0.05)
-
-    async def _consumer(self) -> None:
-        assert self.session is not None
-        base = f"/v1/queues/{self.queue}/messages"
-        while not self.stop_consumers.is_set():
-            try:
-                async with self.session.post(
-                    self.url() + base + "/receive", json={"max_messages": 20, "wait_seconds": 1}
-                ) as r:
-                    if r.status != 200:
-                        await asyncio.sleep(0.05)
-                        continue
-                    msgs = (await r.json())["messages"]
-                if not msgs:
-                    continue
-                for m in msgs:
-                    if m["body"] in self.out.acked:
-                        self.out.redelivered_after_ack.append(m["body"])
-                    self.out.received.append(m["body"])
-                async with self.session.post(
-                    self.url() + base + "/ack", json={"receipts": [m["receipt"] for m in msgs]}
-                ) as r:
-                    if r.status == 200:
-                        results = (await r.json())["results"]
-                        for m, res in zip(msgs, results, strict=True):
-                            if res["ok"]:
-                                self.out.acked.add(m["body"])
-            except (TimeoutError, aiohttp.ClientError):
-                await asyncio.sleep(0.05)
-
-    async def drain(self, timeout: float = 60) -> Outcome:
-        """Stop producing; consume until the queue reports nothing visible, in flight or
-        delayed, and every confirmed message was received (or ``timeout``)."""
-        self.stop_producers.set()
-        await asyncio.gather(*self.tasks[: len(self.tasks) // 2])
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            await asyncio.sleep(0.5)
-            if not self.out.confirmed <= set(self.out.received):
-                continue
-            status, info = await asyncio.to_thread(
-                request, self.url(), "GET", f"/v1/queues/{self.queue}"
-            )
-            if status == 200:
-                st = info["stats"]
-                if st["visible"] == 0 and st["in_flight"] == 0 and st["delayed"] == 0:
-                    break
-        self.stop_consumers.set()
-        await asyncio.gather(*self.tasks)
-        if self.session is not None:
-            await self.session.close()
-        return self.out
-
-
 def assert_no_stopped_groups(c: DiskCluster) -> None:
     for nid in c.args:
         log = c.log(nid)
         for bad in ("stopped:", "InvariantBroken", "CorruptRecord", "commit beyond"):
             assert bad not in log, f"node {nid}: {bad!r} in its log:\n{log[-3000:]}"
-
-
-def assert_safe(out: Outcome, what: str) -> None:
-    s = out.summary()
-    print(f"{what}: {s}")
-    assert s["confirmed"] > 50, s
-    assert s["lost"] == 0, sorted(out.confirmed - set(out.received))[:20]
-    assert s["unexpected"] == 0, s
-    assert s["redelivered_after_ack"] == 0, out.redelivered_after_ack[:20]
 
 
 _REASON = unavailable_reason()
@@ -266,26 +140,30 @@ def lazy_cluster(tmp_path: Path) -> Iterator[DiskCluster]:
         c.close()
 
 
-def create_queue(c: CmqCluster, name: str) -> None:
-    status, body = request(
-        c.http[1], "PUT", f"/v1/queues/{name}", {"attributes": {"visibility_timeout": 3}}
-    )
-    assert status in (200, 201), body
+async def create_queue(c: CmqCluster, name: str) -> None:
+    async with Client(c.http[1]) as client:
+        await client.create_queue(name, {"visibility_timeout": 3})
 
 
 def caught_up(c: CmqCluster, nid: int, group: int = 1) -> bool:
     """Node ``nid`` follows a leader of ``group`` and has applied what that leader committed."""
-    status, st = request(c.http[nid], "GET", "/v1/status")
-    if status != 200:
-        return False
-    g = st["groups"].get(str(group), {})
-    leader = g.get("leader")
-    if not leader or leader not in c.procs:
-        return False
-    if leader == nid:  # it may win an election after its restart: caught up with itself
-        return bool(g.get("applied", -1) >= g.get("commit", 0) > 0)
-    lst = request(c.http[leader], "GET", "/v1/status")[1]
-    return isinstance(lst, dict) and g.get("applied", -1) >= lst["groups"][str(group)]["commit"]
+    with SyncClient(c.http[nid], timeout=10, retry=NO_RETRY) as client:
+        try:
+            st = client.status()
+        except CmqError:
+            return False
+        g = st["groups"].get(str(group), {})
+        leader = g.get("leader")
+        if not leader or leader not in c.procs:
+            return False
+        if leader == nid:  # it may win an election after its restart: caught up with itself
+            return bool(g.get("applied", -1) >= g.get("commit", 0) > 0)
+    with SyncClient(c.http[leader], timeout=10, retry=NO_RETRY) as client:
+        try:
+            lst = client.status()
+        except CmqError:
+            return False
+    return bool(g.get("applied", -1) >= lst["groups"][str(group)]["commit"])
 
 
 def wait_caught_up(c: CmqCluster, nid: int, timeout: float = 30) -> None:
@@ -304,8 +182,8 @@ async def wait_ready(c: DiskCluster) -> None:
 @needs_fuse
 async def test_power_loss_of_one_node_at_a_time(lazy_cluster: DiskCluster) -> None:
     c = lazy_cluster
-    create_queue(c, "pl")
-    load = Workload(c, "pl", seed=2)
+    await create_queue(c, "pl")
+    load = Load(c, "pl", seed=2)
     await load.start()
     rounds = 6 if LONG else 2
     drops: list[dict[str, Any]] = []
@@ -332,8 +210,8 @@ async def test_power_loss_of_one_node_at_a_time(lazy_cluster: DiskCluster) -> No
 @needs_fuse
 async def test_coordinated_power_loss_of_all_nodes(lazy_cluster: DiskCluster) -> None:
     c = lazy_cluster
-    create_queue(c, "all")
-    load = Workload(c, "all", seed=3)
+    await create_queue(c, "all")
+    load = Load(c, "all", seed=3)
     await load.start()
     for _ in range(3 if LONG else 1):
         await asyncio.sleep(3)
@@ -378,22 +256,16 @@ async def test_power_loss_right_after_catching_up_by_snapshot(lazy_cluster: Disk
     """A follower that fell behind the leader's compacted log receives a snapshot with the
     segment files it refers to; a power loss right after must not leave it unable to start."""
     c = lazy_cluster
-    create_queue(c, "cu")
+    await create_queue(c, "cu")
     leader = await asyncio.to_thread(c.leader_of, "cu")
     victim = next(n for n in sorted(c.procs) if n != leader)
     await asyncio.to_thread(c.kill, victim)
     confirmed: set[str] = set()
-    for k in range(150):  # > 2 snapshots of 60 entries: the log the victim needs is compacted
-        bodies = [f"cu-{k}-{j}" for j in range(3)]
-        status, res = await asyncio.to_thread(
-            request,
-            c.http[leader],
-            "POST",
-            "/v1/queues/cu/messages",
-            {"messages": [{"body": b} for b in bodies]},
-        )
-        assert status == 200, res
-        confirmed.update(bodies)
+    async with Client(c.http[leader]) as client:
+        for k in range(150):  # > 2 snapshots of 60 entries: the log the victim needs is compacted
+            bodies = [f"cu-{k}-{j}" for j in range(3)]
+            await client.send("cu", bodies)
+            confirmed.update(bodies)
     c.start(victim)
     await asyncio.to_thread(wait_caught_up, c, victim)
     report = await asyncio.to_thread(c.power_loss, victim)

@@ -42,7 +42,7 @@ def _snapshot_index(snaps: Path, group: int) -> int:
 
 async def _wait_started(cluster: ChaosCluster) -> None:
     deadline = time.monotonic() + 30
-    while (await cluster.get(1, "/readyz", 2))[0] != 200:
+    while not await cluster.node(1, 2).ready():
         code = cluster.procs[1].poll()
         assert code is None, f"the node exited: {cluster.last_error(1)}"
         assert time.monotonic() < deadline, "the node did not become ready"
@@ -64,15 +64,10 @@ async def _power_loss_after_snapshot(tmp_path: Path, crash_first: bool) -> None:
             cluster.kill(1)
             cluster.start_node(1)
             await _wait_started(cluster)
-        assert cluster.session is not None
-        url = cluster.http[1]
-        async with cluster.session.put(f"{url}/v1/queues/q") as r:
-            assert r.status in (200, 201)
+        node = cluster.node(1, timeout=30)
+        await node.create_queue("q")
         for i in range(60):
-            async with cluster.session.post(
-                f"{url}/v1/queues/q/messages", json={"messages": [{"body": f"m{i}"}]}
-            ) as r:
-                assert r.status == 200
+            await node.send("q", [f"m{i}"])
         snaps = cluster.data_dir(1) / "snap"
         deadline = time.monotonic() + 30
         while _snapshot_index(snaps, 1) < 20:
@@ -82,10 +77,7 @@ async def _power_loss_after_snapshot(tmp_path: Path, crash_first: bool) -> None:
         fs.drop_unsynced()
         cluster.start_node(1)
         await _wait_started(cluster)
-        async with cluster.session.post(
-            f"{url}/v1/queues/q/messages/receive", json={"max_messages": 100}
-        ) as r:
-            got = (await r.json())["messages"]
+        got = await cluster.node(1, timeout=30).receive("q", 100)
         assert len(got) == 60  # every confirmed message survived
     finally:
         await cluster.stop()

@@ -1,5 +1,5 @@
-"""Clients of a chaos run: producers and consumers over the native HTTP API, every operation
-recorded in a `History`.
+"""Clients of a chaos run: producers and consumers on `cmq.client` (one attempt per call: the
+workload decides what to retry), every operation recorded in a `History`.
 
 Producers send batches of unique messages (body = dedup id = key) to a random node and, when
 the outcome is unknown, sometimes resend the same batch (the dedup window must make that
@@ -13,13 +13,15 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar
 
-import aiohttp
-
+from cmq.client import NO_RETRY, Client, ConnectFailed, Message, ServerError
+from cmq.errors import CmqError
 from tests.chaos.history import Delivery, History, Op, OpKind, Outcome
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -40,46 +42,41 @@ class WorkloadConfig:
     """Chance to resend a batch whose send had an unknown outcome (same dedup ids)."""
 
 
-class Client:
-    """One HTTP call → (outcome, status, body), and the op recorded around it."""
+class Recorder:
+    """Runs one call of `cmq.client` (one attempt, no retry) and classifies it for the
+    history: ``ok``; ``failed`` for a 4xx or a connection that could not be opened (nothing
+    was sent); ``unknown`` for everything else (timeouts, dropped connections, 5xx)."""
 
     def __init__(
         self,
-        session: aiohttp.ClientSession,
+        client: Client,
         urls: dict[int, str],
         history: History,
         timeout: float,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.session = session
+        self.client = client
         self.urls = urls
         self.history = history
         self.timeout = timeout
         self.clock = clock
 
-    async def call(
-        self, node: int, path: str, body: dict[str, Any], timeout: float | None = None
-    ) -> tuple[Outcome, int, Any, str]:
+    def node(self, node: int) -> Client:
+        """The client of ``node`` alone."""
+        return self.client.derive([self.urls[node]], timeout=self.timeout, retry=NO_RETRY)
+
+    async def call(self, call: Awaitable[T]) -> tuple[Outcome, T | None, str]:
+        """(outcome, the call's result when ok, detail)."""
         try:
-            async with self.session.post(
-                self.urls[node] + path,
-                json=body,
-                timeout=aiohttp.ClientTimeout(total=timeout or self.timeout),
-            ) as r:
-                status = r.status
-                try:
-                    payload = await r.json(content_type=None)
-                except ValueError:
-                    payload = None
-        except aiohttp.ClientConnectorError as e:
-            return "failed", 0, None, f"connect: {e.strerror or e}"
-        except (TimeoutError, aiohttp.ClientError) as e:
-            return "unknown", 0, None, f"{type(e).__name__}: {e}"[:200]
-        if 200 <= status < 300:
-            return "ok", status, payload, ""
-        code = payload.get("error", {}).get("code", "") if isinstance(payload, dict) else ""
-        outcome: Outcome = "failed" if 400 <= status < 500 else "unknown"
-        return outcome, status, payload, f"{status} {code}".strip()
+            result = await call
+        except ConnectFailed as e:
+            return "failed", None, e.message
+        except ServerError as e:
+            outcome: Outcome = "failed" if 400 <= e.status < 500 else "unknown"
+            return outcome, None, f"{e.status} {e.code}".strip()
+        except CmqError as e:
+            return "unknown", None, e.message[:200]
+        return "ok", result, ""
 
     def begin(self, process: str, kind: OpKind, queue: str, node: int) -> Op:
         return self.history.invoke(process, kind, queue, node, self.clock())
@@ -104,8 +101,8 @@ class Workload:
         self.cfg = cfg
         self.rng = random.Random(seed)
         self.tag = tag
-        self.session: aiohttp.ClientSession | None = None
-        self.client: Client | None = None
+        self.connections: Client | None = None
+        self.client: Recorder | None = None
         self._producing = asyncio.Event()
         self._consuming = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -113,8 +110,8 @@ class Workload:
         self.empty_receives = 0
 
     async def start(self) -> None:
-        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64))
-        self.client = Client(self.session, self.urls, self.history, self.cfg.request_timeout)
+        self.connections = Client(list(self.urls.values()), retry=NO_RETRY, connections=64)
+        self.client = Recorder(self.connections, self.urls, self.history, self.cfg.request_timeout)
         self._producing.set()
         self._consuming.set()
         for w in range(self.cfg.producers):
@@ -134,9 +131,9 @@ class Workload:
         self._consuming.clear()
         await asyncio.gather(*self._tasks)
         self._tasks.clear()
-        if self.session is not None:
-            await self.session.close()
-            self.session = None
+        if self.connections is not None:
+            await self.connections.close()
+            self.connections = None
 
     # -- producers ---------------------------------------------------------------------------------
     async def _producer(self, w: int, rng: random.Random) -> None:
@@ -149,14 +146,12 @@ class Workload:
             keys = [
                 f"{self.tag}-p{w}-{batch}-{k}" for k in range(rng.randint(1, self.cfg.batch_max))
             ]
-            body = {"messages": [{"body": k, "dedup_id": k} for k in keys]}
+            messages = [Message(k, dedup_id=k) for k in keys]
             for attempt in range(3):
                 node = rng.choice(sorted(self.urls))
                 op = client.begin(f"producer-{w}", "send", queue, node)
                 op.keys = list(keys)
-                outcome, _, _, detail = await client.call(
-                    node, f"/v1/queues/{queue}/messages", body
-                )
+                outcome, _, detail = await client.call(client.node(node).send(queue, messages))
                 client.end(op, outcome, detail)
                 if outcome == "ok":
                     break
@@ -180,19 +175,19 @@ class Workload:
             vis = 10 if draining else rng.choice(self.cfg.visibilities)
             op = client.begin(process, "receive", queue, node)
             op.visibility = float(vis)
-            outcome, _, payload, detail = await client.call(
-                node,
-                f"/v1/queues/{queue}/messages/receive",
-                {
-                    "max_messages": 10 if draining else rng.randint(1, self.cfg.receive_max),
-                    "visibility_timeout": vis,
-                    "wait_seconds": 1 if draining else rng.choice([0, 1]),
-                },
+            wait = 1 if draining else rng.choice([0, 1])
+            outcome, got, detail = await client.call(
+                client.node(node).receive(
+                    queue,
+                    10 if draining else rng.randint(1, self.cfg.receive_max),
+                    visibility_timeout=vis,
+                    wait_seconds=wait,
+                    timeout=client.timeout - wait,  # the whole call within the timeout
+                )
             )
-            if outcome == "ok":
+            if got is not None:
                 op.deliveries = [
-                    Delivery(str(m.get("body")), int(m["seq"]), m["receipt"], m["receive_count"])
-                    for m in payload["messages"]
+                    Delivery(str(m.body), m.seq, m.receipt, m.receive_count) for m in got
                 ]
             client.end(op, outcome, detail)
             if outcome != "ok":
@@ -216,7 +211,7 @@ class Workload:
 
     async def _settle(
         self,
-        client: Client,
+        client: Recorder,
         process: str,
         kind: OpKind,
         *,
@@ -228,14 +223,14 @@ class Workload:
         op = client.begin(process, kind, queue, node)
         op.receipts = [d.receipt for d in deliveries]
         op.keys = [d.key for d in deliveries]
-        body: dict[str, Any] = {"receipts": op.receipts}
-        if kind == "nack":
-            body["delay_seconds"] = 0
-        outcome, _, payload, detail = await client.call(
-            node, f"/v1/queues/{queue}/messages/{kind}", body
+        target = client.node(node)
+        call = (
+            target.nack(queue, op.receipts, delay_seconds=0)
+            if kind == "nack"
+            else target.ack(queue, op.receipts)
         )
-        if outcome == "ok":
-            op.entry_ok = [bool(r["ok"]) for r in payload["results"]]
-            errors = sorted({r.get("error") or "" for r in payload["results"]} - {""})
-            detail = ",".join(errors)
+        outcome, results, detail = await client.call(call)
+        if results is not None:
+            op.entry_ok = [r.ok for r in results]
+            detail = ",".join(sorted({r.error or "" for r in results} - {""}))
         client.end(op, outcome, detail)

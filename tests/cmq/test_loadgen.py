@@ -7,8 +7,6 @@ import math
 import random
 import subprocess
 import sys
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -30,7 +28,9 @@ from cmq.loadgen import (
     new_run_tag,
     report_to_json,
 )
-from tests.cmq.cluster import CmqCluster
+from tests.cmq.cluster import CmqCluster, unique_queue
+
+pytestmark = pytest.mark.slow
 
 pytestmark = pytest.mark.slow
 
@@ -284,16 +284,8 @@ def test_progress_line_shows_rates_over_the_interval() -> None:
 
 
 # -- end to end ------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CmqCluster]:
-    c = CmqCluster(tmp_path_factory.mktemp("bench"), n=3, groups=2)
-    c.start_all()
-    yield c
-    c.stop_all()
-
-
 def _bench(cluster: CmqCluster, *args: str) -> tuple[int, dict[str, object], str]:
-    urls = ",".join(cluster.http[n] for n in sorted(cluster.http))
+    urls = ",".join(cluster.urls)
     p = subprocess.run(
         [sys.executable, "-m", "cmq", "bench", "--url", urls, "--json", *args],
         check=False,
@@ -305,7 +297,8 @@ def _bench(cluster: CmqCluster, *args: str) -> tuple[int, dict[str, object], str
     return p.returncode, json.loads(p.stdout), p.stderr
 
 
-def test_bench_against_a_real_cluster(cluster: CmqCluster, tmp_path: Path) -> None:
+def test_bench_against_a_real_cluster(cmq_cluster: CmqCluster) -> None:
+    cluster = cmq_cluster
     rc, r, err = _bench(cluster, "--seconds", "3", "--producers", "2", "--window", "8")
     assert rc == 0, (r, err)
     assert r["confirmed"] > 0 and r["missing"] == 0 and r["duplicates"] == 0  # type: ignore[operator]
@@ -315,7 +308,9 @@ def test_bench_against_a_real_cluster(cluster: CmqCluster, tmp_path: Path) -> No
     assert r["e2e_latency_ms"]["p50"] > 0  # type: ignore[index,operator]
     assert "run" in err and "confirmed" in err  # progress lines on stderr
 
-    rc, r, err = _bench(cluster, "--messages", "500", "--batch", "10", "--queue", "exact500")
+    rc, r, err = _bench(
+        cluster, "--messages", "500", "--batch", "10", "--queue", unique_queue("exact500")
+    )
     assert rc == 0, (r, err)
     assert r["sent"] == 500 and r["confirmed"] == 500 and r["received"] == 500
     assert r["missing"] == 0 and r["duplicates"] == 0 and r["failed"] == 0

@@ -1,0 +1,63 @@
+"""The Python client of a cmq cluster (the native JSON API of ``docs/api.md``).
+
+    async with Client("http://127.0.0.1:8080,http://127.0.0.1:8081") as c:
+        await c.create_queue("orders")
+        await c.send("orders", ["order 1", Message("order 2", dedup_id="o-2")])
+        for m in await c.receive("orders", 10, wait_seconds=5):
+            ...
+            await c.ack("orders", [m.receipt])
+
+`Client` is asynchronous (aiohttp, pooled connections, failover across nodes, retries only
+where safe: `cmq.client.retry`); `SyncClient` is its blocking facade for scripts. Errors are
+`cmq.errors` classes (also `ServerError`, with the HTTP status) and `ConnectFailed` /
+`ResponseLost` for the transport (`cmq.client.errors`).
+"""
+
+from cmq.client.aio import DEFAULT_URL, Client, parse_urls
+from cmq.client.errors import (
+    UNKNOWN_OUTCOME,
+    ConnectFailed,
+    ResponseLost,
+    SendManyError,
+    ServerError,
+    TransportError,
+)
+from cmq.client.retry import NO_RETRY, RetryPolicy
+from cmq.client.sync import SyncClient
+from cmq.client.types import (
+    EntryResult,
+    Message,
+    Outgoing,
+    QueueAttributes,
+    QueueCreated,
+    QueueInfo,
+    QueueStats,
+    RawResponse,
+    ReceivedMessage,
+    SentMessage,
+)
+
+__all__ = [
+    "DEFAULT_URL",
+    "NO_RETRY",
+    "UNKNOWN_OUTCOME",
+    "Client",
+    "ConnectFailed",
+    "EntryResult",
+    "Message",
+    "Outgoing",
+    "QueueAttributes",
+    "QueueCreated",
+    "QueueInfo",
+    "QueueStats",
+    "RawResponse",
+    "ReceivedMessage",
+    "ResponseLost",
+    "RetryPolicy",
+    "SendManyError",
+    "SentMessage",
+    "ServerError",
+    "SyncClient",
+    "TransportError",
+    "parse_urls",
+]

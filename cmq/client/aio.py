@@ -1,0 +1,430 @@
+"""`Client`: the asynchronous Python client of the cmq native JSON API (``docs/api.md``).
+
+One `aiohttp.ClientSession` per client (created on first use, in the running loop), so
+connections are pooled and reused; several node URLs with failover: a call that could not
+connect, or that a node refused (503 ``Overloaded`` / ``Unavailable``, 429), goes to the next
+node. Retries follow `cmq.client.retry`: only where a repeat cannot change the outcome. Above
+all, a send whose outcome is unknown (503 ``OutcomeUnknown``, a timeout or a dropped connection
+after sending) is never resent unless every message carries a ``dedup_id``: the error is
+raised and the caller decides. A receive is not retried once it may have been processed (a
+lost answer leaves its messages leased until their visibility timeout).
+
+Errors: the server's are raised as the `cmq.errors` class of their code, also instances of
+`ServerError` (HTTP ``status``, ``code``, ``retry_after``); transport failures as
+`ConnectFailed` / `ResponseLost` (`cmq.client.errors`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Sequence
+from typing import Any, Final
+
+import aiohttp
+import orjson
+
+from cmq.client.errors import (
+    ConnectFailed,
+    ResponseLost,
+    SendManyError,
+    ServerError,
+    TransportError,
+    server_error,
+)
+from cmq.client.retry import RetryPolicy, Safety, failure_of, retry_after_of
+from cmq.client.types import (
+    Json,
+    Outgoing,
+    QueueCreated,
+    QueueInfo,
+    RawResponse,
+    ReceivedMessage,
+    all_deduplicated,
+    attributes_from_json,
+    message_json,
+    received_from_json,
+    results_from_json,
+    sent_from_json,
+    stats_from_json,
+)
+from cmq.errors import CmqError
+from cmq.model import (
+    MAX_ACK_BATCH,
+    MAX_SEND_BATCH,
+    MAX_WAIT_SECONDS,
+    EntryResult,
+    QueueAttributes,
+    SentMessage,
+)
+
+DEFAULT_URL: Final = "http://127.0.0.1:8080"
+_JSON_HEADERS: Final = {"Content-Type": "application/json"}
+
+
+def parse_urls(urls: str | Sequence[str]) -> tuple[str, ...]:
+    """Node URLs from ``"URL[,URL...]"`` or a sequence, without trailing slashes."""
+    items = urls.split(",") if isinstance(urls, str) else list(urls)
+    out = tuple(u.strip().rstrip("/") for u in items if u.strip())
+    if not out:
+        raise ValueError("at least one node URL is needed")
+    return out
+
+
+class _Pool:
+    """The shared `aiohttp.ClientSession` of a client and the clients derived from it."""
+
+    def __init__(self, connections: int, session: aiohttp.ClientSession | None) -> None:
+        self.connections = connections
+        self.session = session
+        self.owned = session is None
+
+    def get(self) -> aiohttp.ClientSession:
+        if self.session is None:
+            self.session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self.connections)
+            )
+        return self.session
+
+    async def close(self) -> None:
+        if self.owned and self.session is not None:
+            await self.session.close()
+            self.session = None
+
+
+class Client:
+    """Asynchronous client of a cmq cluster; use ``async with Client(urls) as c:`` (or call
+    `close`). Every call may raise `CmqError` (see the module docstring); ``timeout`` is each
+    attempt's limit in seconds (a receive adds its long-poll wait)."""
+
+    def __init__(
+        self,
+        urls: str | Sequence[str] = DEFAULT_URL,
+        *,
+        timeout: float = 30.0,
+        retry: RetryPolicy | None = None,
+        connections: int = 100,
+        session: aiohttp.ClientSession | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        """``urls``: the nodes (``"URL[,URL...]"`` or a sequence; any node serves any queue),
+        tried in order from the last one that worked. ``connections``: the pool's limit (0 =
+        unlimited). ``session``: an existing session to use (not closed by `close`)."""
+        self.urls = parse_urls(urls)
+        self.timeout = timeout
+        self.retry = retry if retry is not None else RetryPolicy()
+        self._pool = _Pool(connections, session)
+        self._rng = rng if rng is not None else random.Random()
+        self._current = 0
+        self._root = True
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the connections (a derived client leaves them to the client it came from)."""
+        if self._root:
+            await self._pool.close()
+
+    def derive(
+        self,
+        urls: str | Sequence[str] | None = None,
+        *,
+        timeout: float | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> Client:
+        """A client sharing this one's connections with other nodes (e.g. one node: no
+        failover), timeout or retry policy. Closing it is a no-op; close this one."""
+        child = Client.__new__(Client)
+        child.urls = self.urls if urls is None else parse_urls(urls)
+        child.timeout = self.timeout if timeout is None else timeout
+        child.retry = self.retry if retry is None else retry
+        child._pool = self._pool
+        child._rng = self._rng
+        child._current = 0
+        child._root = False
+        return child
+
+    # -- queues ------------------------------------------------------------------------------------
+    async def create_queue(
+        self, name: str, attributes: QueueAttributes | dict[str, Any] | None = None
+    ) -> QueueCreated:
+        """Create ``name`` with ``attributes`` (omitted ones take their defaults). Idempotent:
+        ``created`` is False when the queue existed with the same attributes (also when a
+        retry follows a first attempt that created it); `QueueAlreadyExists` when it exists
+        with different ones."""
+        attrs = attributes.to_dict() if isinstance(attributes, QueueAttributes) else attributes
+        body = {} if attrs is None else {"attributes": attrs}
+        got = await self._call("PUT", _q(name), body, Safety.IDEMPOTENT)
+        return QueueCreated(got["name"], got["created"], attributes_from_json(got["attributes"]))
+
+    async def list_queues(self) -> list[str]:
+        """Every queue name, sorted."""
+        got = await self._call("GET", "/v1/queues", None, Safety.IDEMPOTENT)
+        return [q["name"] for q in got["queues"]]
+
+    async def get_queue(self, name: str) -> QueueInfo:
+        """Attributes and statistics of ``name``; `QueueNotFound` if absent."""
+        got = await self._call("GET", _q(name), None, Safety.IDEMPOTENT)
+        return QueueInfo(
+            got["name"], attributes_from_json(got["attributes"]), stats_from_json(got["stats"])
+        )
+
+    async def set_attributes(self, name: str, changes: dict[str, Any]) -> QueueAttributes:
+        """Change some attributes of ``name`` (at least one); the attributes after the change."""
+        got = await self._call("PATCH", _q(name), {"attributes": changes}, Safety.IDEMPOTENT)
+        return attributes_from_json(got["attributes"])
+
+    async def delete_queue(self, name: str) -> None:
+        """Delete ``name`` and its messages; `QueueNotFound` if absent. Not retried once the
+        request may have been processed (a retry could answer `QueueNotFound`)."""
+        await self._call("DELETE", _q(name), None, Safety.ONCE)
+
+    async def purge(self, name: str) -> int:
+        """Delete every message of ``name``; how many. Not retried once it may have been
+        processed (a retry could delete messages sent since)."""
+        got = await self._call("POST", _q(name) + "/purge", None, Safety.ONCE)
+        return int(got["purged"])
+
+    # -- messages ----------------------------------------------------------------------------------
+    async def send(self, queue: str, messages: Sequence[Outgoing]) -> list[SentMessage]:
+        """Send 1..100 messages in one request; their ids and sequence numbers in order, once
+        every one is fsynced on a majority of the queue's replicas.
+
+        Retried only when nothing was stored (could not connect, 503 ``Overloaded`` /
+        ``Unavailable``) — or, when every message has a ``dedup_id``, also after an unknown
+        outcome. Otherwise an unknown outcome raises `OutcomeUnknown` (the server's) or
+        `ResponseLost` (no answer): the messages may or may not be stored."""
+        safety = Safety.IDEMPOTENT if all_deduplicated(messages) else Safety.ONCE
+        body = {"messages": [message_json(m) for m in messages]}
+        got = await self._call("POST", _m(queue), body, safety)
+        return sent_from_json(got)
+
+    async def send_one(self, queue: str, message: Outgoing) -> SentMessage:
+        """`send` of one message."""
+        return (await self.send(queue, [message]))[0]
+
+    async def send_many(
+        self, queue: str, messages: Sequence[Outgoing], batch: int = MAX_SEND_BATCH
+    ) -> list[SentMessage]:
+        """`send` any number of messages, ``batch`` per request (at most 100), one request at a
+        time in order. A failed request raises `SendManyError` holding what was confirmed
+        before it; the messages after it are not sent."""
+        if not 1 <= batch <= MAX_SEND_BATCH:
+            raise ValueError(f"batch must be in [1, {MAX_SEND_BATCH}]")
+        sent: list[SentMessage] = []
+        for i in range(0, len(messages), batch):
+            try:
+                sent.extend(await self.send(queue, messages[i : i + batch]))
+            except CmqError as e:
+                raise SendManyError(list(sent), e) from e
+        return sent
+
+    async def receive(
+        self,
+        queue: str,
+        max_messages: int = 1,
+        *,
+        visibility_timeout: int | None = None,
+        wait_seconds: int | None = None,
+        timeout: float | None = None,
+    ) -> list[ReceivedMessage]:
+        """Lease up to ``max_messages`` (1..100) visible messages for ``visibility_timeout``
+        seconds (None: the queue's), waiting up to ``wait_seconds`` (None: the queue's
+        ``receive_wait_seconds``) for one to arrive; possibly none.
+
+        Retried only when the request was certainly not processed (could not connect, 503
+        ``Overloaded`` / ``Unavailable``): after a timeout or dropped connection the messages
+        it may have leased come back after their visibility timeout."""
+        body: Json = {"max_messages": max_messages}
+        if visibility_timeout is not None:
+            body["visibility_timeout"] = visibility_timeout
+        if wait_seconds is not None:
+            body["wait_seconds"] = wait_seconds
+        wait = MAX_WAIT_SECONDS if wait_seconds is None else wait_seconds
+        limit = (self.timeout if timeout is None else timeout) + wait
+        got = await self._call("POST", _m(queue) + "/receive", body, Safety.ONCE, limit)
+        return received_from_json(got)
+
+    async def ack(self, queue: str, receipts: Sequence[str]) -> list[EntryResult]:
+        """Delete 1..100 received messages; one result per receipt, in order (``ok`` False
+        with an ``error`` code such as ``LeaseStale`` for a receipt that no longer holds the
+        lease). Committed on a majority before it answers; retried on any transient failure
+        (a repeated ack answers per entry)."""
+        got = await self._call(
+            "POST", _m(queue) + "/ack", {"receipts": list(receipts)}, Safety.IDEMPOTENT
+        )
+        return results_from_json(got)
+
+    async def ack_one(self, queue: str, receipt: str) -> EntryResult:
+        """`ack` of one receipt."""
+        return (await self.ack(queue, [receipt]))[0]
+
+    async def ack_many(self, queue: str, receipts: Sequence[str]) -> list[EntryResult]:
+        """`ack` any number of receipts, 100 per request; the results in order."""
+        out: list[EntryResult] = []
+        for i in range(0, len(receipts), MAX_ACK_BATCH):
+            out.extend(await self.ack(queue, receipts[i : i + MAX_ACK_BATCH]))
+        return out
+
+    async def change_visibility(
+        self, queue: str, entries: Sequence[tuple[str, int]]
+    ) -> list[EntryResult]:
+        """Set the remaining lease of 1..100 ``(receipt, seconds)`` entries (0: visible again
+        now); one result per entry, in order. Retried on any transient failure."""
+        body = {"entries": [{"receipt": r, "visibility_timeout": s} for r, s in entries]}
+        got = await self._call("POST", _m(queue) + "/visibility", body, Safety.IDEMPOTENT)
+        return results_from_json(got)
+
+    async def nack(
+        self, queue: str, receipts: Sequence[str], delay_seconds: int = 0
+    ) -> list[EntryResult]:
+        """Give 1..100 leased messages back, visible again after ``delay_seconds``; one result
+        per receipt, in order. Retried on any transient failure."""
+        body = {"receipts": list(receipts), "delay_seconds": delay_seconds}
+        got = await self._call("POST", _m(queue) + "/nack", body, Safety.IDEMPOTENT)
+        return results_from_json(got)
+
+    # -- operations --------------------------------------------------------------------------------
+    async def status(self) -> dict[str, Any]:
+        """The first answering node's view of the cluster (``GET /v1/status``): its groups
+        (role, term, leader, commit/applied, follower lag), nodes, placement of queues."""
+        got: dict[str, Any] = await self._call("GET", "/v1/status", None, Safety.IDEMPOTENT)
+        return got
+
+    async def health(self) -> bool:
+        """Whether the first node answers ``/healthz`` (liveness; never raises)."""
+        return await self._probe("/healthz")
+
+    async def ready(self) -> bool:
+        """Whether the first node is ready (``/readyz``: every group has a leader; never
+        raises)."""
+        return await self._probe("/readyz")
+
+    async def metrics(self) -> str:
+        """The first node's Prometheus exposition (``/metrics``)."""
+        raw = await self.request("GET", "/metrics")
+        if raw.status != 200:
+            raise server_error(raw.status, "HttpError", f"/metrics answered {raw.status}")
+        return raw.body.decode()
+
+    async def request(
+        self, method: str, path: str, body: Any = None, *, raw: bytes | None = None
+    ) -> RawResponse:
+        """One request to the first node, as it is: no retry, no error mapping (any status
+        is returned). ``body`` is sent as JSON, or ``raw`` as given. For probing the HTTP
+        surface itself (e.g. malformed requests); prefer the typed calls."""
+        data = raw if raw is not None else (None if body is None else orjson.dumps(body))
+        status, content, _ = await self._attempt(self.urls[0], method, path, data, self.timeout)
+        try:
+            payload = orjson.loads(content) if content else None
+        except orjson.JSONDecodeError:
+            payload = None
+        return RawResponse(status, payload, content)
+
+    async def _probe(self, path: str) -> bool:
+        try:
+            status, _, _ = await self._attempt(self.urls[0], "GET", path, None, self.timeout)
+        except TransportError:
+            return False
+        return status == 200
+
+    # -- transport ---------------------------------------------------------------------------------
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        body: Json | None,
+        safety: Safety,
+        timeout: float | None = None,
+    ) -> Json:
+        """Send ``body`` (JSON) and return the parsed 2xx answer, retrying as `self.retry` and
+        ``safety`` allow; the last failure is raised."""
+        data = None if body is None else orjson.dumps(body)
+        limit = self.timeout if timeout is None else timeout
+        n = len(self.urls)
+        start = self._current
+        attempt = 0
+        while True:
+            attempt += 1
+            index = (start + attempt - 1) % n
+            url = self.urls[index]
+            try:
+                status, content, retry_after = await self._attempt(url, method, path, data, limit)
+            except TransportError as e:
+                error: CmqError = e
+            else:
+                if status < 300:
+                    if index != self._current:
+                        self._current = index
+                    payload: Json = orjson.loads(content) if content else {}
+                    return payload
+                error = _error_of(status, content, retry_after)
+            failure = failure_of(error)
+            if not self.retry.should_retry(failure, safety, attempt):
+                raise error
+            await asyncio.sleep(
+                self.retry.delay(
+                    failure, attempt, retry_after_of(error), attempt < n, self._rng.random()
+                )
+            )
+
+    async def _attempt(
+        self, url: str, method: str, path: str, data: bytes | None, timeout: float
+    ) -> tuple[int, bytes, float | None]:
+        """One HTTP exchange: (status, body bytes, ``Retry-After`` seconds or None)."""
+        session = self._pool.get()
+        try:
+            async with session.request(
+                method,
+                url + path,
+                data=data,
+                headers=_JSON_HEADERS if data is not None else None,
+                timeout=aiohttp.ClientTimeout(total=timeout),
+            ) as resp:
+                content = await resp.read()
+                return resp.status, content, _retry_after(resp.headers.get("Retry-After"))
+        except aiohttp.ClientConnectorError as e:
+            reason = type(e).__name__
+            raise ConnectFailed(f"connect: {e.strerror or e}", url, reason) from None
+        except TimeoutError:
+            message = f"TimeoutError: no answer within {timeout:g}s"
+            raise ResponseLost(message, url, "timeout") from None
+        except aiohttp.ClientError as e:
+            reason = type(e).__name__
+            raise ResponseLost(f"{reason}: {e}", url, reason) from None
+
+
+def _q(name: str) -> str:
+    return f"/v1/queues/{name}"
+
+
+def _m(name: str) -> str:
+    return f"/v1/queues/{name}/messages"
+
+
+def _retry_after(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None
+
+
+def _error_of(status: int, content: bytes, retry_after: float | None) -> ServerError:
+    """The error for a non-2xx answer (``{"error": {"code", "message"}}`` when the body is
+    that; ``HttpError`` otherwise)."""
+    code, message = "HttpError", f"HTTP {status}"
+    try:
+        err = orjson.loads(content).get("error") if content else None
+    except (orjson.JSONDecodeError, AttributeError):
+        err = None
+    if isinstance(err, dict):
+        code = str(err.get("code") or code)
+        message = str(err.get("message") or message)
+    return server_error(status, code, message, retry_after)

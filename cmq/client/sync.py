@@ -1,0 +1,140 @@
+"""`SyncClient`: the blocking facade of `cmq.client.Client`, for scripts and the CLI.
+
+It runs a private event loop in the calling thread (``asyncio.Runner``) and one `Client` on
+it, so it must not be used from inside a running event loop (use `Client` there). Same
+methods, same contracts, same errors; close it (or use ``with``) to release the connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
+
+from cmq.client.aio import DEFAULT_URL, Client
+from cmq.client.retry import RetryPolicy
+from cmq.client.types import Outgoing, QueueCreated, QueueInfo, RawResponse, ReceivedMessage
+from cmq.model import EntryResult, QueueAttributes, SentMessage
+
+T = TypeVar("T")
+
+
+class SyncClient:
+    """A `Client` behind blocking calls; see `Client` for each method's contract."""
+
+    def __init__(
+        self,
+        urls: str | Sequence[str] = DEFAULT_URL,
+        *,
+        timeout: float = 30.0,
+        retry: RetryPolicy | None = None,
+        connections: int = 10,
+    ) -> None:
+        self._runner = asyncio.Runner()
+        self._client = Client(urls, timeout=timeout, retry=retry, connections=connections)
+        self._closed = False
+
+    def __enter__(self) -> SyncClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connections and the private loop (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._runner.run(self._client.close())
+        self._runner.close()
+
+    def _run(self, call: Coroutine[Any, Any, T]) -> T:
+        return self._runner.run(call)
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        return self._client.urls
+
+    def create_queue(
+        self, name: str, attributes: QueueAttributes | dict[str, Any] | None = None
+    ) -> QueueCreated:
+        return self._run(self._client.create_queue(name, attributes))
+
+    def list_queues(self) -> list[str]:
+        return self._run(self._client.list_queues())
+
+    def get_queue(self, name: str) -> QueueInfo:
+        return self._run(self._client.get_queue(name))
+
+    def set_attributes(self, name: str, changes: dict[str, Any]) -> QueueAttributes:
+        return self._run(self._client.set_attributes(name, changes))
+
+    def delete_queue(self, name: str) -> None:
+        self._run(self._client.delete_queue(name))
+
+    def purge(self, name: str) -> int:
+        return self._run(self._client.purge(name))
+
+    def send(self, queue: str, messages: Sequence[Outgoing]) -> list[SentMessage]:
+        return self._run(self._client.send(queue, messages))
+
+    def send_one(self, queue: str, message: Outgoing) -> SentMessage:
+        return self._run(self._client.send_one(queue, message))
+
+    def send_many(
+        self, queue: str, messages: Sequence[Outgoing], batch: int = 100
+    ) -> list[SentMessage]:
+        return self._run(self._client.send_many(queue, messages, batch))
+
+    def receive(
+        self,
+        queue: str,
+        max_messages: int = 1,
+        *,
+        visibility_timeout: int | None = None,
+        wait_seconds: int | None = None,
+    ) -> list[ReceivedMessage]:
+        return self._run(
+            self._client.receive(
+                queue,
+                max_messages,
+                visibility_timeout=visibility_timeout,
+                wait_seconds=wait_seconds,
+            )
+        )
+
+    def ack(self, queue: str, receipts: Sequence[str]) -> list[EntryResult]:
+        return self._run(self._client.ack(queue, receipts))
+
+    def ack_one(self, queue: str, receipt: str) -> EntryResult:
+        return self._run(self._client.ack_one(queue, receipt))
+
+    def ack_many(self, queue: str, receipts: Sequence[str]) -> list[EntryResult]:
+        return self._run(self._client.ack_many(queue, receipts))
+
+    def change_visibility(
+        self, queue: str, entries: Sequence[tuple[str, int]]
+    ) -> list[EntryResult]:
+        return self._run(self._client.change_visibility(queue, entries))
+
+    def nack(
+        self, queue: str, receipts: Sequence[str], delay_seconds: int = 0
+    ) -> list[EntryResult]:
+        return self._run(self._client.nack(queue, receipts, delay_seconds))
+
+    def status(self) -> dict[str, Any]:
+        return self._run(self._client.status())
+
+    def health(self) -> bool:
+        return self._run(self._client.health())
+
+    def ready(self) -> bool:
+        return self._run(self._client.ready())
+
+    def metrics(self) -> str:
+        return self._run(self._client.metrics())
+
+    def request(
+        self, method: str, path: str, body: Any = None, *, raw: bytes | None = None
+    ) -> RawResponse:
+        return self._run(self._client.request(method, path, body, raw=raw))

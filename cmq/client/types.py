@@ -1,0 +1,161 @@
+"""What `cmq.client` sends and returns, and their JSON wire forms (the contract of
+``docs/api.md``). Pure: no I/O.
+
+Results reuse the queue's own values where they fit (`SentMessage`, `EntryResult`,
+`QueueAttributes`, `QueueStats` from `cmq.model`); a received message is `ReceivedMessage`
+below, whose body stays in the form it was sent (text or bytes) so a text body costs no
+conversion.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+from cmq.model import EntryResult, QueueAttributes, QueueStats, SentMessage
+
+Json = dict[str, Any]
+
+_ATTRIBUTE_NAMES = frozenset(f.name for f in fields(QueueAttributes))
+_STATS_NAMES = frozenset(f.name for f in fields(QueueStats))
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One message to send. ``body`` as text (sent as ``body``, stored as UTF-8) or bytes (sent
+    as ``body_base64`` and received back as bytes). ``delay_seconds`` None: the queue's.
+    ``dedup_id``: a resend with the same id within 5 minutes is not stored twice; a send whose
+    messages all carry one may be retried after an unknown outcome."""
+
+    body: str | bytes
+    delay_seconds: int | None = None
+    attributes: Mapping[str, str] | None = None
+    dedup_id: str | None = None
+
+
+Outgoing = str | bytes | Message
+"""What `send` takes per message: a text body, a binary body, or a `Message`."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedMessage:
+    """One leased message. ``body`` is text if it was sent as text, bytes if it was sent as
+    bytes (or, exceptionally, stored text that is not valid UTF-8)."""
+
+    id: str
+    seq: int
+    body: str | bytes
+    receipt: str
+    """Opaque handle for ack / change_visibility / nack."""
+    receive_count: int
+    sent_at_ms: int
+    """When the message was sent, in ms since the Unix epoch (the leader's clock)."""
+    attributes: Mapping[str, str]
+
+    @property
+    def data(self) -> bytes:
+        """The body as bytes (text bodies UTF-8 encoded)."""
+        return self.body.encode() if isinstance(self.body, str) else self.body
+
+
+@dataclass(frozen=True, slots=True)
+class QueueCreated:
+    """The answer to `create_queue`: ``created`` False when an identical queue existed."""
+
+    name: str
+    created: bool
+    attributes: QueueAttributes
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    """A queue's attributes and statistics (exact at its leader's applied index)."""
+
+    name: str
+    attributes: QueueAttributes
+    stats: QueueStats
+
+
+@dataclass(frozen=True, slots=True)
+class RawResponse:
+    """An HTTP answer as it came: status, the parsed JSON body (None when empty or not JSON)
+    and the raw bytes."""
+
+    status: int
+    payload: Any
+    body: bytes
+
+
+# -- wire forms ------------------------------------------------------------------------------------
+def message_json(m: Outgoing) -> Json:
+    """The wire form of one message to send."""
+    if isinstance(m, str):
+        return {"body": m}
+    if isinstance(m, bytes):
+        return {"body_base64": base64.b64encode(m).decode("ascii")}
+    out = message_json(m.body)
+    if m.delay_seconds is not None:
+        out["delay_seconds"] = m.delay_seconds
+    if m.attributes:
+        out["attributes"] = dict(m.attributes)
+    if m.dedup_id is not None:
+        out["dedup_id"] = m.dedup_id
+    return out
+
+
+def all_deduplicated(messages: Sequence[Outgoing]) -> bool:
+    """Whether every message carries a ``dedup_id`` (a resend then cannot store it twice)."""
+    return all(isinstance(m, Message) and m.dedup_id for m in messages)
+
+
+def attributes_from_json(data: Mapping[str, Any]) -> QueueAttributes:
+    """`QueueAttributes` from an answer (names this client does not know are ignored)."""
+    return QueueAttributes(**{k: v for k, v in data.items() if k in _ATTRIBUTE_NAMES})
+
+
+def stats_from_json(data: Mapping[str, Any]) -> QueueStats:
+    return QueueStats(**{k: v for k, v in data.items() if k in _STATS_NAMES})
+
+
+def sent_from_json(payload: Json) -> list[SentMessage]:
+    return [SentMessage(m["id"], m["seq"]) for m in payload["messages"]]
+
+
+def received_from_json(payload: Json) -> list[ReceivedMessage]:
+    out = []
+    for m in payload["messages"]:
+        body = m.get("body")
+        if body is None:
+            body = base64.b64decode(m["body_base64"])
+        out.append(
+            ReceivedMessage(
+                m["id"],
+                m["seq"],
+                body,
+                m["receipt"],
+                m["receive_count"],
+                m["sent_at"],
+                m.get("attributes") or {},
+            )
+        )
+    return out
+
+
+def results_from_json(payload: Json) -> list[EntryResult]:
+    return [EntryResult(r["receipt"], r["ok"], r.get("error")) for r in payload["results"]]
+
+
+__all__ = [
+    "EntryResult",
+    "Message",
+    "Outgoing",
+    "QueueAttributes",
+    "QueueCreated",
+    "QueueInfo",
+    "QueueStats",
+    "RawResponse",
+    "ReceivedMessage",
+    "SentMessage",
+]

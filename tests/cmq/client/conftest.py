@@ -1,0 +1,88 @@
+"""A real in-process server for the client tests: the native API app over a one-node
+`QueueNode`, on a loopback port, behind a `FaultyService` that can plant failures."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestServer
+
+from api.app import make_app
+from cmq.node import NodeConfig, QueueNode
+from raftlog.transport.peer import Address
+from tests.cmq.cluster import free_ports
+
+Fault = Callable[[], Awaitable[None]]
+
+
+class FaultyService:
+    """The node's `QueueService` with planted faults: ``before[op]`` runs before the call (it
+    may raise: the request is refused without effect), ``after[op]`` after it (it may raise or
+    sleep: the change is done, the answer is an error or comes late). Counts calls per op."""
+
+    def __init__(self, node: QueueNode) -> None:
+        self.node = node
+        self.calls: dict[str, int] = {}
+        self.before: dict[str, Fault] = {}
+        self.after: dict[str, Fault] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self.node, name)
+        if not asyncio.iscoroutinefunction(target):
+            return target
+
+        async def call(*args: Any) -> Any:
+            self.calls[name] = self.calls.get(name, 0) + 1
+            if name in self.before:
+                await self.before[name]()
+            result = await target(*args)
+            if name in self.after:
+                await self.after[name]()
+            return result
+
+        return call
+
+
+@pytest.fixture
+async def node(tmp_path: Path) -> AsyncIterator[QueueNode]:
+    port = free_ports(1)[0]
+    address = Address("127.0.0.1", port)
+    cfg = NodeConfig(
+        node_id=1,
+        peer=address,
+        peers={1: address},
+        data_dirs=(str(tmp_path / "n1"),),
+        secret=b"client-test-secret-0123456789",
+        groups=1,
+        tick_interval=0.02,
+    )
+    n = QueueNode(cfg)
+    await n.start()
+    deadline = time.monotonic() + 20
+    while not n.is_ready():
+        assert time.monotonic() < deadline, "the node did not become ready"
+        await asyncio.sleep(0.02)
+    try:
+        yield n
+    finally:
+        await n.close()
+
+
+@pytest.fixture
+def service(node: QueueNode) -> FaultyService:
+    return FaultyService(node)
+
+
+@pytest.fixture
+async def url(service: FaultyService) -> AsyncIterator[str]:
+    server = TestServer(make_app(service))  # type: ignore[arg-type]
+    await server.start_server()
+    try:
+        yield str(server.make_url("")).rstrip("/")
+    finally:
+        await server.close()
