@@ -32,9 +32,7 @@ import logging
 import os
 import signal
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -47,6 +45,8 @@ import slo
 from locust import FastHttpUser, LoadTestShape, constant, constant_throughput, events, task
 from locust.env import Environment
 from locust.runners import WorkerRunner
+
+from cmq.client import ServerError, SyncClient, TransportError
 
 log = logging.getLogger("cmq.loadtest")
 
@@ -259,41 +259,33 @@ class SoakShape(_PlanShape):
 
 
 # -- queue set-up and tear-down (not recorded as requests) ----------------------------------------
-def _admin(
-    environment: Environment, method: str, body: dict[str, Any] | None, patience_s: float
-) -> int:
-    """One admin call on the queue, tried on each node in turn (for ``patience_s`` at least
-    once on each); its status. Raises ``RuntimeError`` when no node gave an answer."""
+def _admin(environment: Environment, action: str, patience_s: float) -> None:
+    """Create (``"create"``) or delete (``"delete"``) the queue with `cmq.client`, which tries
+    every node; temporary failures are retried for ``patience_s`` (at least one attempt).
+    Raises ``RuntimeError`` with the last error when it did not succeed."""
     urls = URLS or parse_urls(environment.host) or [DEFAULT_URL]
-    data = None if body is None else json.dumps(body).encode()
     deadline = time.monotonic() + patience_s
-    last: object = None
-    for attempt, url in enumerate(itertools.cycle(urls)):
-        req = urllib.request.Request(url + QUEUE_PATH, data=data, method=method)
-        try:
-            with urllib.request.urlopen(req, timeout=5) as resp:
-                return int(resp.status)
-        except urllib.error.HTTPError as e:
-            last = f"HTTP {e.code}"
-            if e.code < 500 and e.code != 429:
-                return int(e.code)
-        except OSError as e:
-            last = e
-        if attempt + 1 >= len(urls) and time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
-    raise RuntimeError(f"{method} {QUEUE_PATH} failed on {urls}: {last}")
+    with SyncClient(urls, timeout=5) as client:
+        while True:
+            try:
+                if action == "create":
+                    client.create_queue(QUEUE, {"visibility_timeout": VISIBILITY_TIMEOUT})
+                else:
+                    client.delete_queue(QUEUE)
+                return
+            except (TransportError, ServerError) as e:
+                retriable = not isinstance(e, ServerError) or e.status >= 500 or e.status == 429
+                if not retriable or time.monotonic() > deadline:
+                    raise RuntimeError(f"{action} queue {QUEUE!r} on {urls}: {e}") from e
+            time.sleep(0.5)
 
 
 @events.test_start.add_listener
 def _create_queue(environment: Environment, **_kw: Any) -> None:
     if isinstance(environment.runner, WorkerRunner):
         return
-    attributes = {"visibility_timeout": VISIBILITY_TIMEOUT}
-    status = _admin(environment, "PUT", {"attributes": attributes}, patience_s=30)
-    if status not in (200, 201):
-        raise RuntimeError(f"creating queue {QUEUE!r}: HTTP {status}")
-    log.info("queue %s ready (HTTP %d)", QUEUE, status)
+    _admin(environment, "create", patience_s=30)
+    log.info("queue %s ready", QUEUE)
 
 
 @events.test_stop.add_listener
@@ -301,7 +293,7 @@ def _delete_queue(environment: Environment, **_kw: Any) -> None:
     if isinstance(environment.runner, WorkerRunner) or QUEUE_FROM_ENV:
         return
     try:
-        _admin(environment, "DELETE", None, patience_s=0)  # never hold up the end of a run
+        _admin(environment, "delete", patience_s=0)  # never hold up the end of a run
     except RuntimeError as e:
         log.warning("could not delete queue %s: %s", QUEUE, e)
 
