@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import contextlib
 import dataclasses
 import json
 import os
@@ -59,13 +58,7 @@ def _read_secret(args: argparse.Namespace, conf: dict[str, Any]) -> bytes:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from aiohttp import web
-    from prometheus_client import CollectorRegistry
-
-    from api.app import make_app
-    from cmq.metrics import register_node_metrics
-    from cmq.node import NodeConfig, QueueNode
-    from raftlog.runtime import new_event_loop
+    from cmq.node import NodeConfig
     from raftlog.transport.peer import Address, parse_peers
 
     conf: dict[str, Any] = {}
@@ -96,35 +89,9 @@ def _serve(args: argparse.Namespace) -> int:
     if cfg.max_inflight_sends < 1:
         raise SystemExit("--max-inflight-sends must be at least 1")
 
-    async def run() -> None:
-        node = QueueNode(cfg)
-        await node.start()
-        # Cancel a handler whose client went away: an abandoned long poll must not lease.
-        registry = CollectorRegistry()
-        register_node_metrics(registry, node.raft)
-        app = make_app(node, registry=registry)
-        runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
-        await runner.setup()
-        await web.TCPSite(runner, http.host, http.port, reuse_address=True).start()
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        print(f"cmq node {node_id} serving http://{http.host}:{http.port}", flush=True)
-        await stop.wait()
-        await runner.cleanup()
-        await node.close()
+    from cmq.server import run
 
-    import logging
-
-    logging.basicConfig(
-        level=os.environ.get("CMQ_LOG_LEVEL", "WARNING"),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    loop = new_event_loop()
-    with contextlib.closing(loop):
-        loop.run_until_complete(run())
-    return 0
+    return run(cfg, http)
 
 
 # -- dev -------------------------------------------------------------------------------------------
