@@ -118,6 +118,7 @@ class LeaderReplication:
                 log_term=prev_term,
                 entries=tuple(entries),
                 commit=self.log.committed,
+                epoch=pr.epoch,
             )
         )
         return True
@@ -130,7 +131,9 @@ class LeaderReplication:
             raise InvariantViolation("log is compacted but storage has no snapshot")
         pr.become_snapshot(snap.meta.index)
         self.snapshot_elapsed[to] = 0
-        self._send(Message(MsgType.SNAP, to=to, frm=self.id, term=self.term, snapshot=snap))
+        self._send(
+            Message(MsgType.SNAP, to=to, frm=self.id, term=self.term, snapshot=snap, epoch=pr.epoch)
+        )
         return True
 
     def _step_leader(self, m: Message) -> None:
@@ -138,6 +141,8 @@ class LeaderReplication:
         if pr is None:
             return
         if m.type is MsgType.APP_RESP:
+            if m.epoch != pr.epoch:
+                return  # an answer to an earlier record of this node (see `Message.epoch`)
             pr.recent_active = True
             if m.reject:
                 self._handle_reject(m, pr)

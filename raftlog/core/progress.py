@@ -82,6 +82,7 @@ class Progress:
     """The leader's view of one peer. Mutable; owned by the leader's tracker."""
 
     __slots__ = (
+        "epoch",
         "inflights",
         "is_learner",
         "match",
@@ -101,6 +102,8 @@ class Progress:
         self.msg_app_probe_paused = False
         self.inflights = Inflights(max_count, max_bytes)
         self.is_learner = is_learner
+        self.epoch = 0
+        """Set by the leader to a value no earlier record for this node had (`Message.epoch`)."""
 
     def _reset_state(self, state: ProgressState) -> None:
         self.msg_app_probe_paused = False

@@ -94,6 +94,7 @@ class Raft(LeaderReplication):
         self.uncommitted: deque[tuple[int, int]] = deque()
         self.uncommitted_bytes = 0
         self.snapshot_elapsed: dict[int, int] = {}
+        self.progress_epochs = 0  # the last `Progress.epoch` handed out
         # Rejoining after data loss: the commit index to reach before voting (None: unknown).
         self.rejoining = config.rejoin
         self.rejoin_target: int | None = None
@@ -138,6 +139,8 @@ class Raft(LeaderReplication):
             self.cfg.max_inflight_bytes,
             node in self.conf.learners,
         )
+        self.progress_epochs += 1
+        pr.epoch = self.progress_epochs
         if node == self.id:
             pr.match = self.log.stable_last()
             pr.become_replicate()
@@ -447,12 +450,22 @@ class Raft(LeaderReplication):
                     frm=self.id,
                     term=self.term,
                     index=self.log.committed,
+                    epoch=m.epoch,
                 )
             )
             return
         last = self.log.maybe_append(m.index, m.log_term, m.commit, m.entries)
         if last is not None:
-            self._send(Message(MsgType.APP_RESP, to=m.frm, frm=self.id, term=self.term, index=last))
+            self._send(
+                Message(
+                    MsgType.APP_RESP,
+                    to=m.frm,
+                    frm=self.id,
+                    term=self.term,
+                    index=last,
+                    epoch=m.epoch,
+                )
+            )
             return
         hint_index, hint_term = self.log.find_conflict_by_term(m.index, m.log_term)
         self._send(
@@ -465,6 +478,7 @@ class Raft(LeaderReplication):
                 reject=True,
                 reject_hint=hint_index,
                 log_term=hint_term,
+                epoch=m.epoch,
             )
         )
 
@@ -482,7 +496,11 @@ class Raft(LeaderReplication):
         else:
             self.restore(snap)
             index = meta.index
-        self._send(Message(MsgType.APP_RESP, to=m.frm, frm=self.id, term=self.term, index=index))
+        self._send(
+            Message(
+                MsgType.APP_RESP, to=m.frm, frm=self.id, term=self.term, index=index, epoch=m.epoch
+            )
+        )
 
     def restore(self, snap: Snapshot) -> None:
         """Replace log and configuration with ``snap`` (persisted by the next Ready)."""

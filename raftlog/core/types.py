@@ -162,6 +162,13 @@ class Message:
       ``transfer`` marks a campaign started by leadership transfer (bypasses the leader lease).
     - ``HEARTBEAT``: ``commit`` is ``min(leader commit, follower match)``.
     - ``SNAP``: ``snapshot`` is the image to install.
+
+    ``epoch`` (``APP``, ``SNAP``, and echoed by their ``APP_RESP``) names the leader's progress
+    record for the follower: a new one is made whenever the leader starts tracking the node
+    (it takes office, or the node is added again). The leader ignores an answer to another
+    epoch, such as one from a node's earlier incarnation that was removed, wiped and re-added
+    under the same id: that answer speaks for a log the node no longer has, and counting it
+    would claim entries the new incarnation lacks.
     """
 
     type: MsgType
@@ -176,6 +183,7 @@ class Message:
     reject_hint: int = 0
     snapshot: Snapshot | None = None
     transfer: bool = False
+    epoch: int = 0
 
 
 class Role(IntEnum):

@@ -82,7 +82,14 @@ class SimNetwork:
         self._queue: list[tuple[int, int, Envelope]] = []
         self._seq = 0
         self._cut: set[tuple[int, int]] = set()
-        self.stats: dict[str, int] = {"sent": 0, "cut": 0, "lost": 0, "dup": 0, "delivered": 0}
+        self.stats: dict[str, int] = {
+            "sent": 0,
+            "cut": 0,
+            "lost": 0,
+            "dup": 0,
+            "delivered": 0,
+            "reset": 0,
+        }
 
     # -- faults -----------------------------------------------------------------------------------
     def set_faults(self, faults: NetFaults) -> None:
@@ -159,6 +166,26 @@ class SimNetwork:
             return env, False
         self.stats["delivered"] += 1
         return env, True
+
+    def drop(self, group: int, node: int) -> int:
+        """Forget every message of ``group`` in flight to or from ``node``; returns how many.
+
+        What a connection reset does to a replica that restarts with a new disk: nothing sent
+        to or by its earlier incarnation arrives after it (a TCP connection delivers in order
+        and dies with the process, so the old incarnation's traffic cannot overtake the new
+        one's, as this network's delays otherwise let it).
+        """
+        kept = [
+            item
+            for item in self._queue
+            if item[2].group != group or node not in (item[2].msg.frm, item[2].msg.to)
+        ]
+        dropped = len(self._queue) - len(kept)
+        if dropped:
+            heapq.heapify(kept)
+            self._queue = kept
+            self.stats["reset"] += dropped
+        return dropped
 
     def in_flight(self) -> int:
         """How many messages are queued."""

@@ -397,11 +397,12 @@ class Simulation:
             self.wiped.add(key)
         self.pending.pop((g, node), None)
         self.checker.forget(g, node)
+        reset = self.net.drop(g, node)  # the old incarnation's connection dies with it
         if self.up[node]:
             self.nodes[key] = self._new_node(node, g)
         else:
             self.generation[key] += 1
-        self._log(f"wipe g{g} n{node}")
+        self._log(f"wipe g{g} n{node} ({reset} messages in flight dropped)")
 
     # -- faults -----------------------------------------------------------------------------------
     def _fault(self) -> None:

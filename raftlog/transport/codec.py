@@ -35,7 +35,7 @@ from raftlog.core.types import (
 from raftlog.errors import RaftError
 
 FRAME_HEADER = struct.Struct(">IB")
-_MSG = struct.Struct(">QBQQQQQQBQBIB")
+_MSG = struct.Struct(">QBQQQQQQBQBIBQ")
 _ENTRY = struct.Struct(">QQBI")
 _SNAP = struct.Struct(">QQII")
 _U64 = struct.Struct(">Q")
@@ -130,6 +130,7 @@ def encode_messages(batch: list[tuple[int, Message]] | tuple[tuple[int, Message]
             int(m.transfer),
             len(m.entries),
             int(m.snapshot is not None),
+            m.epoch,
         )
         for e in m.entries:
             out += _ENTRY.pack(e.term, e.index, int(e.kind), len(e.data))
@@ -200,6 +201,7 @@ def decode_messages(body: bytes | memoryview) -> list[tuple[int, Message]]:
                 transfer,
                 n_entries,
                 has_snap,
+                epoch,
             ) = r.take(_MSG)
             if n_entries > (len(body) - r.pos) // _ENTRY.size:
                 raise CodecError("entry count larger than the frame")
@@ -227,6 +229,7 @@ def decode_messages(body: bytes | memoryview) -> list[tuple[int, Message]]:
                 reject_hint=hint,
                 snapshot=snapshot,
                 transfer=bool(transfer),
+                epoch=epoch,
             )
             out.append((group, msg))
     except ValueError as exc:  # unknown enum values

@@ -242,3 +242,43 @@ def test_without_rejoin_mode_a_lost_log_stops_loudly() -> None:
     c.nodes[3] = RawNode(Config(3), st, random.Random(3))
     with pytest.raises(InvariantViolation):
         c.tick(2)
+
+
+def test_an_answer_from_a_re_added_nodes_earlier_incarnation_is_ignored() -> None:
+    """A node removed, wiped and re-added under the same id must not be credited with entries
+    its earlier incarnation acknowledged: a late acknowledgement from the old incarnation would
+    set the new progress's match, and heartbeats would then tell the new, empty node a commit
+    index beyond its log. `Message.epoch` tells the two records apart."""
+    c = Cluster(4, voters=[1, 2, 3])
+    c.elect(1)
+    c.nodes[1].propose_conf_change(ConfChange(ConfChangeKind.ADD_LEARNER, 4))
+    c.stabilize()
+    for i in range(5):
+        c.nodes[1].propose(b"e%d" % i)
+    c.stabilize()
+    leader = c.nodes[1].raft
+    assert leader.progress[4].match == leader.log.last_index()
+    # The old incarnation's acknowledgement of everything, still in flight.
+    c.nodes[1].propose(b"late")
+    c.process(1)
+    c.deliver()
+    c.process(4)
+    stale = [m for m in c.queue if m.frm == 4 and m.type is MsgType.APP_RESP]
+    assert stale and stale[-1].index == leader.log.last_index()
+    c.queue = [m for m in c.queue if m.frm != 4]
+    c.stabilize()
+    c.nodes[1].propose_conf_change(ConfChange(ConfChangeKind.REMOVE, 4))
+    c.stabilize()
+    assert 4 not in leader.progress
+    # Node 4 comes back with an empty disk and is added again.
+    c.add_node(4, ConfState())
+    c.isolate(4)
+    c.nodes[1].propose_conf_change(ConfChange(ConfChangeKind.ADD_LEARNER, 4))
+    c.stabilize()
+    assert leader.progress[4].match == 0
+    for m in stale:
+        c.nodes[1].step(m)
+    assert leader.progress[4].match == 0, "the old incarnation's answer was counted"
+    c.heal()
+    c.tick(5)
+    assert c.nodes[4].raft.log.last_index() == leader.log.last_index()

@@ -86,3 +86,16 @@ def test_same_seed_same_schedule() -> None:
 
     assert schedule(5) == schedule(5)
     assert schedule(5) != schedule(6)
+
+
+def test_drop_forgets_one_replicas_traffic_in_both_directions() -> None:
+    net = SimNetwork(random.Random(1))
+    for frm, to, group in [(1, 2, 1), (2, 1, 1), (2, 3, 1), (1, 2, 2)]:
+        net.send(0, group, Message(MsgType.HEARTBEAT, to=to, frm=frm, term=1))
+    assert net.drop(1, 1) == 2  # group 1, to or from node 1
+    left = []
+    while net.in_flight():
+        env, _ = net.pop()
+        left.append((env.group, env.msg.frm, env.msg.to))
+    assert sorted(left) == [(1, 2, 3), (2, 1, 2)]
+    assert net.stats["reset"] == 2

@@ -113,6 +113,19 @@ def test_wiped_nodes_rejoining_under_their_old_id_are_safe_in_rejoin_mode() -> N
 
 @pytest.mark.slow
 def test_without_rejoin_mode_a_wiped_voter_loses_acknowledged_data() -> None:
+    """The hazard shows in about one seed in a hundred to three hundred (seeds 71 at 20,000
+    steps and 171 at 6,000 found it among the first 300); this window holds one."""
     cfg = SimConfig(nodes=5, groups=2, steps=6000, wipe_rejoining=True, rejoin_wiped=False)
-    found = [run_seed(s, cfg).violation for s in range(60)]
+    found = [run_seed(s, cfg).violation for s in range(150, 180)]
     assert any(v is not None for v in found), "the checker missed the wiped-voter hazard"
+
+
+def test_a_wiped_replica_hears_nothing_meant_for_its_earlier_incarnation() -> None:
+    """Seed 20000574 (5 nodes, wiped nodes rejoining): a heartbeat sent to a replica before it
+    was wiped reached the new, caught-up incarnation late and carried a commit index beyond
+    its log. A wipe is a restart, and a restart resets the connection: the simulated network
+    now drops what was in flight to or from the old incarnation, as TCP does."""
+    cfg = SimConfig(nodes=5, groups=2, steps=20000, wipe_rejoining=True)
+    result = run_seed(20000574, cfg)
+    assert result.violation is None, result.violation.format(cfg)
+    assert dict(result.stats)["net_reset"] > 0
