@@ -93,6 +93,32 @@ class InvariantBroken(CmqError):
     code = "InternalError"
 
 
+BY_CODE: dict[str, type[CmqError]] = {
+    cls.code: cls
+    for cls in (
+        InvalidParameter,
+        InvalidQueueName,
+        TooManyEntries,
+        QueueNotFound,
+        QueueAlreadyExists,
+        MessageTooLarge,
+        RequestTooLarge,
+        Overloaded,
+        Unavailable,
+        OutcomeUnknown,
+        ReceiptInvalid,
+        InvariantBroken,
+    )
+}
+"""Every error code of the queue -> the class raised for it (forwarded replies, failed
+commands, a client reading an error answer)."""
+
+
+def error_for(code: str, message: str) -> CmqError:
+    """The error for ``code`` carrying ``message`` (`CmqError` for a code not in `BY_CODE`)."""
+    return BY_CODE.get(code, CmqError)(message)
+
+
 # Per-entry result codes (acks, visibility changes, nacks).
 RECEIPT_INVALID = "ReceiptHandleIsInvalid"
 """The receipt is malformed, forged, or for another queue."""

@@ -4,7 +4,7 @@ A call arrives here either from this node's router (it leads the group) or forwa
 either way it is the same typed object. Each operation builds its command with this node's clock
 (ms), proposes it through Raft and turns the applied result into the call's reply; reads (queue
 attributes and statistics, stored bodies) are served from the local replica, which is current on
-the leader. A failed command becomes the `CmqError` of its code (`cmq.rpc.error_for`).
+the leader. A failed command becomes the `CmqError` of its code (`cmq.errors.error_for`).
 
 Receives long-poll: while the queue has no visible message they wait on `Wakeups`, which the
 node sets from the machines' apply effects (`QueueMachine.take_changed`), or until the next
@@ -20,7 +20,14 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, cast
 
-from cmq.errors import InvariantBroken, OutcomeUnknown, Overloaded, QueueNotFound, ReceiptInvalid
+from cmq.errors import (
+    InvariantBroken,
+    OutcomeUnknown,
+    Overloaded,
+    QueueNotFound,
+    ReceiptInvalid,
+    error_for,
+)
 from cmq.fsm.commands import (
     Ack,
     ChangeVisibility,
@@ -68,7 +75,6 @@ from cmq.rpc import (
     RegisterNodeCall,
     RemoveQueueCall,
     SetAttributesCall,
-    error_for,
 )
 from raftlog.errors import Overloaded as RaftOverloaded
 from raftlog.runtime import MultiRaft

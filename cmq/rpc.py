@@ -26,14 +26,8 @@ import orjson
 from cmq.errors import (
     CmqError,
     InvalidParameter,
-    InvariantBroken,
-    MessageTooLarge,
-    OutcomeUnknown,
-    Overloaded,
-    QueueAlreadyExists,
-    QueueNotFound,
-    ReceiptInvalid,
     Unavailable,
+    error_for,
 )
 from cmq.model import QueueAttributes, QueueStats, ReceivedMessage, SentMessage
 
@@ -226,27 +220,6 @@ def decode_call(payload: bytes) -> AnyCall:
 RETRY = "Retry"
 """Error code of a forwarded call that should simply be routed again (the peer no longer
 leads the group, or its proposal was dropped before reaching the log)."""
-
-ERRORS: dict[str, type[CmqError]] = {
-    cls.code: cls
-    for cls in (
-        InvalidParameter,
-        QueueNotFound,
-        QueueAlreadyExists,
-        MessageTooLarge,
-        Overloaded,
-        Unavailable,
-        OutcomeUnknown,
-        ReceiptInvalid,
-        InvariantBroken,
-    )
-}
-"""Error code -> the `CmqError` class raised for it (any other code: `CmqError`)."""
-
-
-def error_for(code: str, message: str) -> CmqError:
-    """The `CmqError` for ``code`` (from a forwarded reply or a `CommandFailed`)."""
-    return ERRORS.get(code, CmqError)(message)
 
 
 def encode_error(code: str, message: str) -> bytes:

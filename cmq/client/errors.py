@@ -17,18 +17,10 @@ from __future__ import annotations
 from typing import cast
 
 from cmq.errors import (
+    BY_CODE,
     CmqError,
     InvalidParameter,
-    InvalidQueueName,
-    MessageTooLarge,
     OutcomeUnknown,
-    Overloaded,
-    QueueAlreadyExists,
-    QueueNotFound,
-    ReceiptInvalid,
-    RequestTooLarge,
-    TooManyEntries,
-    Unavailable,
 )
 
 
@@ -91,24 +83,11 @@ UNKNOWN_OUTCOME: tuple[type[CmqError], ...] = (OutcomeUnknown, ResponseLost)
 """The errors after which a change may or may not have been stored (``except UNKNOWN_OUTCOME``)."""
 
 _BY_CODE: dict[str, type[CmqError]] = {
-    cls.code: cls
-    for cls in (
-        InvalidParameter,
-        InvalidQueueName,
-        QueueNotFound,
-        QueueAlreadyExists,
-        MessageTooLarge,
-        RequestTooLarge,
-        TooManyEntries,
-        Overloaded,
-        Unavailable,
-        OutcomeUnknown,
-        ReceiptInvalid,
-    )
+    **BY_CODE,
+    # Codes of the HTTP layer, raised as the queue error they refine.
+    "InvalidJson": InvalidParameter,
+    "EmptyBatch": InvalidParameter,
 }
-# Codes of the HTTP layer, raised as the queue error they refine.
-_BY_CODE["InvalidJson"] = InvalidParameter
-_BY_CODE["EmptyBatch"] = InvalidParameter
 
 
 _REFINED: dict[type[CmqError], type[ServerError]] = {CmqError: ServerError}
