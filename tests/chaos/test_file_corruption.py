@@ -31,17 +31,15 @@ from typing import Any
 import pytest
 
 from tests.chaos import filefaults
-from tests.chaos.filefaults import FileKind, copy_data_dir, data_files, snapshot_group
-from tests.chaos.test_power_loss import (
+from tests.chaos.diskcluster import (
     LONG,
     SNAPSHOTS,
     DiskCluster,
     caught_up,
     wait_caught_up,
 )
+from tests.chaos.filefaults import FileKind, copy_data_dir, data_files, snapshot_group
 from tests.cmq.cluster import Load, Outcome, assert_safe, request
-
-pytestmark = pytest.mark.slow
 
 pytestmark = pytest.mark.slow
 

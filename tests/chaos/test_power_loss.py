@@ -14,120 +14,30 @@ replay of the log suffix. `CHAOS_LONG=1` runs longer loads with more power losse
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import signal
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cmq.client import NO_RETRY, Client, SyncClient
-from cmq.errors import CmqError
+from cmq.client import Client
 from cmq.fsm.segments import FileSegmentStore, StoredMessage, encode_record
+from tests.chaos.diskcluster import (
+    LONG,
+    SNAPSHOTS,
+    DiskCluster,
+    assert_no_stopped_groups,
+    create_queue,
+    wait_caught_up,
+    wait_ready,
+)
 from tests.chaos.lazyfs import LazyFS, unavailable_reason
-from tests.cmq.cluster import CmqCluster, Load, assert_safe
+from tests.cmq.cluster import Load, assert_safe
 
 pytestmark = pytest.mark.slow
-
-pytestmark = pytest.mark.slow
-
-LONG = os.environ.get("CHAOS_LONG") == "1"
-
-# `cmq serve` with the data groups' snapshot options overridden (the CLI has no flags for them).
-_LAUNCHER = """
-import json, sys
-import cmq.node
-from raftlog.runtime import GroupOptions
-options = GroupOptions(**json.loads(sys.argv[1]))
-config = cmq.node.NodeConfig
-cmq.node.NodeConfig = lambda *a, **kw: config(*a, **kw, group_options=options)
-from cmq.cli import main
-sys.exit(main(sys.argv[2:]))
-"""
-
-
-class DiskCluster(CmqCluster):
-    """A `CmqCluster` whose nodes may have their data directory on a LazyFS mount and may run
-    with other snapshot options. ``data_dir(n)`` is what the node sees; ``disk_dir(n)`` is
-    where the bytes are (the LazyFS backing directory, or the data directory itself)."""
-
-    def __init__(
-        self,
-        root: Path,
-        *,
-        lazy: bool,
-        groups: int = 1,
-        group_options: dict[str, Any] | None = None,
-    ) -> None:
-        super().__init__(root, n=3, groups=groups)
-        if group_options:
-            for nid, args in self.args.items():
-                assert args[1:3] == ["-m", "cmq"], args
-                self.args[nid] = [sys.executable, "-c", _LAUNCHER, json.dumps(group_options)]
-                self.args[nid] += args[3:]
-        self.fs: dict[int, LazyFS] = {}
-        if lazy:
-            for nid in self.args:
-                fs = LazyFS(root / f"node{nid}.disk", self.data_dir(nid))
-                fs.start()
-                self.fs[nid] = fs
-
-    def data_dir(self, nid: int) -> Path:
-        return self.root / f"node{nid}"
-
-    def disk_dir(self, nid: int) -> Path:
-        return self.fs[nid].backing if nid in self.fs else self.data_dir(nid)
-
-    def log(self, nid: int) -> str:
-        return (self.root / f"node{nid}.log").read_text(errors="replace")
-
-    def kill_all_at_once(self) -> list[int]:
-        """SIGKILL every node before waiting for any (a coordinated power loss)."""
-        victims = sorted(self.procs)
-        for nid in victims:
-            self.procs[nid].send_signal(signal.SIGKILL)
-        for nid in victims:
-            self.procs.pop(nid).wait()
-        return victims
-
-    def power_loss(self, nid: int, torn_seed: int | None = None) -> dict[str, Any]:
-        """SIGKILL node ``nid`` and drop what its disk had not made durable (with
-        ``torn_seed``: keeping a random prefix of each file's unsynced appends)."""
-        self.kill(nid)
-        return self.fs[nid].drop_unsynced(torn_seed)
-
-    def leader_of(self, queue: str, timeout: float = 15) -> int:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                return self.leader_node_of_queue(queue)
-            except AssertionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
-
-    def close(self) -> None:
-        self.stop_all()
-        for fs in self.fs.values():
-            fs.stop()
-
-
-def assert_no_stopped_groups(c: DiskCluster) -> None:
-    for nid in c.args:
-        log = c.log(nid)
-        for bad in ("stopped:", "InvariantBroken", "CorruptRecord", "commit beyond"):
-            assert bad not in log, f"node {nid}: {bad!r} in its log:\n{log[-3000:]}"
-
 
 _REASON = unavailable_reason()
 needs_fuse = pytest.mark.skipif(_REASON is not None, reason=f"LazyFS unavailable: {_REASON}")
-
-# Small snapshot intervals: several snapshots and compactions during the run.
-SNAPSHOTS = {"snapshot_entries": 60, "keep_entries": 20}
 
 
 @pytest.fixture
@@ -138,45 +48,6 @@ def lazy_cluster(tmp_path: Path) -> Iterator[DiskCluster]:
         yield c
     finally:
         c.close()
-
-
-async def create_queue(c: CmqCluster, name: str) -> None:
-    async with Client(c.http[1]) as client:
-        await client.create_queue(name, {"visibility_timeout": 3})
-
-
-def caught_up(c: CmqCluster, nid: int, group: int = 1) -> bool:
-    """Node ``nid`` follows a leader of ``group`` and has applied what that leader committed."""
-    with SyncClient(c.http[nid], timeout=10, retry=NO_RETRY) as client:
-        try:
-            st = client.status()
-        except CmqError:
-            return False
-        g = st["groups"].get(str(group), {})
-        leader = g.get("leader")
-        if not leader or leader not in c.procs:
-            return False
-        if leader == nid:  # it may win an election after its restart: caught up with itself
-            return bool(g.get("applied", -1) >= g.get("commit", 0) > 0)
-    with SyncClient(c.http[leader], timeout=10, retry=NO_RETRY) as client:
-        try:
-            lst = client.status()
-        except CmqError:
-            return False
-    return bool(g.get("applied", -1) >= lst["groups"][str(group)]["commit"])
-
-
-def wait_caught_up(c: CmqCluster, nid: int, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not caught_up(c, nid):
-        if nid in c.procs and c.procs[nid].poll() is not None:
-            raise AssertionError(f"node {nid} exited; see {c.root}")
-        assert time.monotonic() < deadline, f"node {nid} did not catch up; see {c.root}"
-        time.sleep(0.2)
-
-
-async def wait_ready(c: DiskCluster) -> None:
-    await asyncio.to_thread(c.wait_ready, 60)
 
 
 @needs_fuse

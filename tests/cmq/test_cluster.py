@@ -17,8 +17,6 @@ from tests.cmq.cluster import CmqCluster, Load, assert_safe, unique_queue
 
 pytestmark = pytest.mark.slow
 
-pytestmark = pytest.mark.slow
-
 
 def _node(client: Client, cluster: CmqCluster, nid: int) -> Client:
     return client.derive([cluster.http[nid]])

@@ -32,8 +32,6 @@ from tests.cmq.cluster import CmqCluster, unique_queue
 
 pytestmark = pytest.mark.slow
 
-pytestmark = pytest.mark.slow
-
 
 # -- bodies ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("size", [HEADER_LEN, HEADER_LEN + 1, 1024, 65_536])
