@@ -135,9 +135,20 @@ def caught_up(c: CmqCluster, nid: int, group: int = 1) -> bool:
     return bool(g.get("applied", -1) >= lst["groups"][str(group)]["commit"])
 
 
-def wait_caught_up(c: CmqCluster, nid: int, timeout: float = 30) -> None:
+def group_of(c: CmqCluster, queue: str) -> int:
+    """The data group holding ``queue`` (from any live node's status)."""
+    for nid in sorted(c.procs):
+        with SyncClient(c.http[nid], timeout=10, retry=NO_RETRY) as client:
+            try:
+                return int(client.status()["placement"][queue])
+            except (CmqError, KeyError):
+                continue
+    raise AssertionError(f"no node knows where {queue} is")
+
+
+def wait_caught_up(c: CmqCluster, nid: int, timeout: float = 30, group: int = 1) -> None:
     deadline = time.monotonic() + timeout
-    while not caught_up(c, nid):
+    while not caught_up(c, nid, group):
         if nid in c.procs and c.procs[nid].poll() is not None:
             raise AssertionError(f"node {nid} exited; see {c.root}")
         assert time.monotonic() < deadline, f"node {nid} did not catch up; see {c.root}"

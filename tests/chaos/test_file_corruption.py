@@ -36,6 +36,7 @@ from tests.chaos.diskcluster import (
     SNAPSHOTS,
     DiskCluster,
     caught_up,
+    group_of,
     wait_caught_up,
 )
 from tests.chaos.filefaults import FileKind, copy_data_dir, data_files, snapshot_group
@@ -163,12 +164,18 @@ def rejoin(c: DiskCluster, nid: int) -> None:
     wait_caught_up(c, nid)
 
 
-def make_leader(c: DiskCluster, queue: str, nid: int, attempts: int = 8) -> None:
-    """Kill the queue's leader until ``nid`` leads it (each killed node restarts at once)."""
+def make_leader(c: DiskCluster, queue: str, nid: int, attempts: int = 20) -> None:
+    """Kill the queue's leader until ``nid`` leads it (each killed node restarts at once).
+
+    Before each kill ``nid`` catches up with the leader, so that it can win the election that
+    follows (a lagging node is refused by the other, up-to-date voter); it then wins about
+    every other election."""
+    group = group_of(c, queue)
     for _ in range(attempts):
         leader = c.leader_of(queue)
         if leader == nid:
             return
+        wait_caught_up(c, nid, group=group)
         c.kill(leader)
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
