@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from raftlog.core import ConfChangeKind, Role
-from raftlog.errors import NotLeader, PeerUnavailable
+from raftlog.errors import ConfChangeInProgress, LearnerNotReady, NotLeader, PeerUnavailable
 from raftlog.runtime import GroupOptions, MultiRaft, RuntimeConfig
 from raftlog.runtime.applog import AppendLog
 from raftlog.runtime.multiraft import RemoteCallError
@@ -81,6 +81,33 @@ async def propose_retrying(nodes: dict[int, MultiRaft], group: int, cmd: bytes) 
         except (TimeoutError, NotLeader):
             await asyncio.sleep(0.05)
     raise AssertionError("proposal never committed")
+
+
+async def change_retrying(
+    nodes: dict[int, MultiRaft], group: int, kind: ConfChangeKind, node: int, timeout: float = 20
+) -> None:
+    """A membership change at whoever leads, retried while it is refused for a passing reason
+    (leadership moved, a change still pending, the learner not caught up yet)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        leader = await wait_leader(nodes, group)
+        try:
+            await nodes[leader].change_membership(group, kind, node)
+            return
+        except (NotLeader, ConfChangeInProgress, LearnerNotReady):
+            if loop.time() > deadline:
+                raise
+            await asyncio.sleep(0.05)
+
+
+async def until(check: Any, timeout: float = 15) -> bool:
+    """Poll ``check()`` until it holds or ``timeout`` seconds pass; its last value."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not check() and loop.time() < deadline:
+        await asyncio.sleep(0.02)
+    return bool(check())
 
 
 async def wait_applied(nodes: dict[int, MultiRaft], group: int, count: int) -> None:
@@ -177,27 +204,16 @@ async def test_membership_and_transfer(tmp_path: Path) -> None:
     try:
         for k in range(10):
             await propose_retrying(nodes, 1, b"%d" % k)
-        leader = await wait_leader(nodes, 1)
-        await nodes[leader].change_membership(1, ConfChangeKind.ADD_LEARNER, 4)
-        for _ in range(300):
-            if len(sm(nodes[4], 1).commands) >= 10:
-                break
-            await asyncio.sleep(0.02)
+        await change_retrying(nodes, 1, ConfChangeKind.ADD_LEARNER, 4)
+        await until(lambda: len(sm(nodes[4], 1).commands) >= 10)
         assert sm(nodes[4], 1).commands[:10] == [b"%d" % k for k in range(10)]
-        leader = await wait_leader(nodes, 1)
-        await nodes[leader].change_membership(1, ConfChangeKind.PROMOTE, 4)
+        await change_retrying(nodes, 1, ConfChangeKind.PROMOTE, 4)
         # A transfer target must know it is a voter, or it ignores the order to campaign.
-        for _ in range(200):
-            if 4 in nodes[4].status(1).conf.voters:
-                break
-            await asyncio.sleep(0.02)
+        await until(lambda: 4 in nodes[4].status(1).conf.voters)
+        leader = await wait_leader(nodes, 1)
         nodes[leader].transfer_leader(1, 4)
         assert await wait_leader(nodes, 1) in (4, leader)
-        for _ in range(200):
-            if nodes[4].status(1).role is Role.LEADER:
-                break
-            await asyncio.sleep(0.02)
-        assert nodes[4].status(1).role is Role.LEADER
+        assert await until(lambda: nodes[4].status(1).role is Role.LEADER)
         assert nodes[4].status(1).conf.voters == (1, 2, 3, 4)
     finally:
         for nd in nodes.values():
