@@ -2,8 +2,9 @@
 queue name -> capped body -> request model -> handler -> rendered reply), an error middleware
 that renders every failure as JSON, and a metrics middleware.
 
-The only thing called here is the `QueueService` protocol: queue logic lives behind it, so an
-SQS surface can be mounted next to these routes on the same service later.
+The only thing called here is the `QueueService` protocol: queue logic lives behind it. The SQS
+surface (`api.sqs`) is mounted next to these routes on the same service: ``/`` and the queue
+URLs ``/<account>/<name>``; it answers its own errors in SQS's shapes.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from api.metrics import UNMATCHED_ROUTE, HttpMetrics
 from api.models import MAX_REQUEST_BYTES
 from api.openapi import openapi_document
 from api.routes import ROUTES, Context, Reply, Route, Served
+from api.sqs.http import SqsHandler
+from api.sqs.queues import SqsSettings
 from cmq.errors import CmqError, RequestTooLarge
 from cmq.model import check_queue_name
 from cmq.service import QueueService
@@ -56,11 +59,14 @@ def make_app(
     registry: CollectorRegistry | None = None,
     max_request_bytes: int = MAX_REQUEST_BYTES,
     routes: Sequence[Route] = ROUTES,
+    sqs: SqsSettings | None = None,
 ) -> web.Application:
     """The native API on ``service``. ``registry`` receives the HTTP metrics and is what
     ``/metrics`` renders (a fresh one when None, never the process-global default, so several
     apps can live in one process). Request bodies above ``max_request_bytes`` get 413.
-    ``routes`` are served and documented at ``/openapi.json`` (tests extend the table)."""
+    ``routes`` are served and documented at ``/openapi.json`` (tests extend the table).
+    ``sqs``: the SQS surface's settings (None: no SQS surface; ``cmq serve`` always mounts it).
+    The SQS routes are not in ``/openapi.json``, which describes the native API."""
     registry = CollectorRegistry() if registry is None else registry
     app = web.Application(
         client_max_size=max_request_bytes,
@@ -74,6 +80,8 @@ def make_app(
     app[SERVED_KEY] = Served(service, http_metrics, _encoder.encode(openapi_document(routes)))
     for route in routes:  # GET routes get no implicit HEAD: probes use GET
         app.router.add_route(route.method, route.path, _handler(route))
+    if sqs is not None:
+        SqsHandler(service, sqs, max_request_bytes).add_routes(app)
     return app
 
 

@@ -9,6 +9,10 @@ and snapshots are JSON (orjson).
 Placement: `AssignQueue` picks, *inside apply*, the data group holding the fewest queues (ties:
 the lowest id), so every replica agrees without the proposer having to be right about load.
 Assigning an existing name returns the existing assignment (idempotent, resumable creation).
+
+Each placed queue may carry metadata: string keys to string values that the catalog stores but
+never interprets (the SQS surface keeps tags, timestamps and its own attributes there). Removing
+a queue forgets its metadata.
 """
 
 from __future__ import annotations
@@ -32,13 +36,14 @@ class Assignment:
 class CatalogMachine:
     """Queue name → data group. Implements raftlog's `StateMachine`."""
 
-    __slots__ = ("data_groups", "nodes", "queues")
+    __slots__ = ("data_groups", "meta", "nodes", "queues")
 
     def __init__(self, data_groups: tuple[int, ...]) -> None:
         if not data_groups:
             raise ValueError("at least one data group is required")
         self.data_groups = tuple(sorted(data_groups))
         self.queues: dict[str, int] = {}
+        self.meta: dict[str, dict[str, str]] = {}
         # node id -> {"address": "host:port", "data_dirs": [...]}
         self.nodes: dict[int, dict[str, Any]] = {}
 
@@ -60,6 +65,12 @@ class CatalogMachine:
         """Command: forget ``name``. Result: True if it was known."""
         return orjson.dumps({"op": "remove", "name": name})
 
+    @staticmethod
+    def update_meta(name: str, changes: dict[str, str], unset: list[str]) -> bytes:
+        """Command: set ``changes`` and remove the keys ``unset`` in the metadata of ``name``.
+        Result: the metadata after the change, or None when ``name`` is not placed."""
+        return orjson.dumps({"op": "meta", "name": name, "set": changes, "unset": unset})
+
     def apply(self, index: int, command: bytes) -> object:
         try:
             cmd = orjson.loads(command)
@@ -73,7 +84,18 @@ class CatalogMachine:
                 self.queues[name] = group
             return Assignment(name, group)
         if op == "remove":
+            self.meta.pop(name, None)
             return self.queues.pop(name, None) is not None
+        if op == "meta":
+            if name not in self.queues:
+                return None
+            meta = self.meta.setdefault(name, {})
+            meta.update({str(k): str(v) for k, v in cmd["set"].items()})
+            for key in cmd["unset"]:
+                meta.pop(str(key), None)
+            if not meta:
+                del self.meta[name]
+            return dict(meta)
         if op == "node":
             self.nodes[int(name)] = {"address": cmd["address"], "data_dirs": cmd["data_dirs"]}
             return True
@@ -92,6 +114,12 @@ class CatalogMachine:
 
     def names(self) -> list[str]:
         return sorted(self.queues)
+
+    def meta_of(self, name: str) -> dict[str, str] | None:
+        """The metadata of ``name`` (a copy; empty when none), None when it is not placed."""
+        if name not in self.queues:
+            return None
+        return dict(self.meta.get(name, {}))
 
     def node_info(self, node: int) -> dict[str, Any] | None:
         return self.nodes.get(node)
@@ -115,17 +143,27 @@ class CatalogMachine:
 
     # -- snapshots --------------------------------------------------------------------------------
     def snapshot(self) -> bytes:
-        image = {"queues": self.queues, "nodes": {str(n): i for n, i in self.nodes.items()}}
+        image: dict[str, Any] = {
+            "queues": self.queues,
+            "nodes": {str(n): i for n, i in self.nodes.items()},
+        }
+        if self.meta:  # absent when empty: images without metadata keep their old bytes
+            image["meta"] = self.meta
         return orjson.dumps(image, option=orjson.OPT_SORT_KEYS)
 
     def restore(self, index: int, data: bytes) -> None:
         if not data:
             self.queues = {}
             self.nodes = {}
+            self.meta = {}
             return
         try:
             image = orjson.loads(data)
             self.queues = {str(k): int(v) for k, v in image["queues"].items()}
             self.nodes = {int(k): dict(v) for k, v in image.get("nodes", {}).items()}
+            self.meta = {
+                str(q): {str(k): str(v) for k, v in m.items()}
+                for q, m in image.get("meta", {}).items()
+            }
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
             raise InvariantBroken(f"undecodable catalog snapshot at {index}: {e}") from None

@@ -20,7 +20,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cmq.errors import InvalidParameter, MessageTooLarge, Overloaded
+from cmq.errors import InvalidParameter, MessageTooLarge, Overloaded, QueueNotFound
 from cmq.fsm.machine import QueueMachine
 from cmq.fsm.segments import FileSegmentStore
 from cmq.housekeeping import Housekeeper
@@ -46,6 +46,7 @@ from cmq.rpc import (
     GetQueueCall,
     NackCall,
     PurgeCall,
+    QueueMetaCall,
     ReceiveCall,
     RemoveQueueCall,
     SetAttributesCall,
@@ -199,6 +200,23 @@ class QueueNode:
         check_queue_name(name)
         await self.router.run(DeleteQueueCall(self.router.group_of(name), name))
         await self.router.run(RemoveQueueCall(META_GROUP, name))
+
+    async def queue_metadata(self, name: str) -> dict[str, str]:
+        check_queue_name(name)
+        meta = await self.router.run(QueueMetaCall(META_GROUP, name))
+        if meta is None:
+            raise QueueNotFound(f"queue {name!r} does not exist")
+        return meta
+
+    async def update_metadata(
+        self, name: str, changes: dict[str, str], unset: list[str]
+    ) -> dict[str, str]:
+        check_queue_name(name)
+        call = QueueMetaCall(META_GROUP, name, tuple(changes.items()), tuple(unset))
+        meta = await self.router.run(call)
+        if meta is None:
+            raise QueueNotFound(f"queue {name!r} does not exist")
+        return meta
 
     async def purge(self, name: str) -> int:
         check_queue_name(name)

@@ -71,6 +71,7 @@ from cmq.rpc import (
     NackCall,
     ProduceCall,
     PurgeCall,
+    QueueMetaCall,
     ReceiveCall,
     RegisterNodeCall,
     RemoveQueueCall,
@@ -244,6 +245,11 @@ class LeaderOps:
                 cmd = CatalogMachine.register_node(call.node, call.address, list(call.data_dirs))
                 await self.propose(META_GROUP, cmd)
                 return None
+            case QueueMetaCall():
+                if not call.changes and not call.unset:
+                    return self._catalog.meta_of(call.name)
+                cmd = CatalogMachine.update_meta(call.name, dict(call.changes), list(call.unset))
+                return await self.propose(META_GROUP, cmd)
 
     async def propose(self, group: int, data: bytes) -> object:
         """Propose ``data`` to ``group`` and await its applied result; `OutcomeUnknown` when

@@ -188,6 +188,17 @@ class RegisterNodeCall(Call[None], frozen=True, tag=13):
     _REPLY = _decoder(None)
 
 
+class QueueMetaCall(Call[dict[str, str] | None], frozen=True, tag=14):
+    """Set ``changes`` and remove ``unset`` in the queue's catalog metadata; with neither, read
+    it at the catalog's leader. The reply is the metadata after the call, None when the queue
+    is not placed."""
+
+    name: str
+    changes: tuple[tuple[str, str], ...] = ()
+    unset: tuple[str, ...] = ()
+    _REPLY = _decoder(dict[str, str] | None)
+
+
 AnyCall = (
     ProduceCall
     | ReceiveCall
@@ -202,6 +213,7 @@ AnyCall = (
     | AssignQueueCall
     | RemoveQueueCall
     | RegisterNodeCall
+    | QueueMetaCall
 )
 
 _calls: msgspec.msgpack.Decoder[AnyCall] = msgspec.msgpack.Decoder(AnyCall)

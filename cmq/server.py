@@ -18,6 +18,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from api.app import make_app
+from api.sqs.queues import SqsSettings
 from cmq.metrics import register_node_metrics
 from cmq.node import NodeConfig, QueueNode
 from raftlog.runtime import new_event_loop
@@ -33,7 +34,7 @@ async def serve(cfg: NodeConfig, http: Address, stop: asyncio.Event) -> None:
     try:
         registry = CollectorRegistry()
         register_node_metrics(registry, node.raft)
-        app = make_app(node, registry=registry)
+        app = make_app(node, registry=registry, sqs=SqsSettings.from_env())
         # Cancel a handler whose client went away: an abandoned long poll must not lease.
         runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
         await runner.setup()

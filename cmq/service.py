@@ -45,6 +45,20 @@ class QueueService(Protocol):
         """Delete the queue and its messages; `QueueNotFound` if absent."""
         ...
 
+    async def queue_metadata(self, name: str) -> dict[str, str]:
+        """The queue's metadata: string pairs the catalog stores for other surfaces (the SQS
+        surface keeps tags and timestamps there) without interpreting them; `QueueNotFound` if
+        absent. Read at the catalog's leader."""
+        ...
+
+    async def update_metadata(
+        self, name: str, changes: dict[str, str], unset: list[str]
+    ) -> dict[str, str]:
+        """Set ``changes`` and remove the keys ``unset`` in the queue's metadata (committed in
+        the catalog before this returns); returns the metadata after the change. Deleting the
+        queue deletes its metadata."""
+        ...
+
     async def purge(self, name: str) -> int:
         """Delete every message; returns how many were deleted."""
         ...
