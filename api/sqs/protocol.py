@@ -47,6 +47,10 @@ _MAPS = {
     "Tag": ("Tags", "Key", "Value"),
     "Tags": ("Tags", "Key", "Value"),
 }
+_EMPTY: dict[str, type[list[Any]] | type[dict[str, Any]]] = {
+    **dict.fromkeys(_LISTS.values(), list),
+    **{member: dict for member, _, _ in _MAPS.values()},
+}
 _INTEGERS = frozenset(
     {"DelaySeconds", "MaxNumberOfMessages", "VisibilityTimeout", "WaitTimeSeconds", "MaxResults"}
 )
@@ -106,7 +110,9 @@ def query_params(pairs: list[tuple[str, str]]) -> dict[str, Any]:
 
 
 def _indexed(node: object, path: str) -> list[Any]:
-    """The items of a flattened list, by their 1-based indices."""
+    """The items of a flattened list, by their 1-based indices (an empty value: none)."""
+    if node == "":
+        return []
     if not isinstance(node, dict):
         raise MalformedQueryString(f"{path} needs an index ({path}.1, {path}.2, ...)")
     items: list[tuple[int, Any]] = []
@@ -141,6 +147,8 @@ def _convert(tree: dict[str, Any], prefix: str) -> dict[str, Any]:
                     else (_convert(value, f"{path}.N.{value_name}."))
                 )
             out[member] = entries
+        elif node == "" and key in _EMPTY:  # an empty list or map, under its own member name
+            out[key] = _EMPTY[key]()
         elif isinstance(node, str):
             out[key] = int(node) if key in _INTEGERS and _is_int(node) else node
         else:

@@ -22,7 +22,9 @@ from typing import Any
 
 import boto3
 import botocore.session
+import pytest
 from botocore.config import Config
+from botocore.exceptions import ClientError
 
 ACCOUNT = "000000000000"
 REGION = "us-east-1"
@@ -132,6 +134,22 @@ def client(url: str, protocol: str, data_dir: Path | None = None) -> Any:
     sqs.meta.events.register("before-parameter-build.sqs", _keep_params)
     sqs.meta.events.register("after-call.sqs", _after_call)
     return sqs
+
+
+# -- answers ---------------------------------------------------------------------------------
+def code_of(excinfo: pytest.ExceptionInfo[ClientError]) -> str:
+    return str(excinfo.value.response["Error"]["Code"])
+
+
+def status_of(excinfo: pytest.ExceptionInfo[ClientError]) -> int:
+    return int(excinfo.value.response["ResponseMetadata"]["HTTPStatusCode"])
+
+
+def attributes(sqs: Any, url: str, *names: str) -> dict[str, str]:
+    got: dict[str, str] = sqs.get_queue_attributes(
+        QueueUrl=url, AttributeNames=list(names) or ["All"]
+    ).get("Attributes", {})
+    return got
 
 
 # -- checksums ---------------------------------------------------------------------------------
