@@ -76,6 +76,9 @@ CONTRACTS = [
     "no-simulator-in-production",
     "archive-outside-server",
     "api-service-surface",
+    "sqs-pure",
+    "sqs-via-service",
+    "native-api-without-sqs",
     "sim-pure",
 ]
 
@@ -179,3 +182,23 @@ def test_the_core_simulator_doing_io_is_caught(tree: Path, module: str) -> None:
 def test_the_runtime_simulator_may_use_asyncio(tree: Path) -> None:
     plant(tree, "raftlog.sim.runtime_sim", "import asyncio")
     assert_kept(tree, "sim-pure")
+
+
+def test_the_sqs_protocol_importing_aiohttp_is_caught(tree: Path) -> None:
+    plant(tree, "api.sqs.queues", "import aiohttp")
+    assert_broken(tree, "sqs-pure", "api.sqs.queues -> aiohttp")
+
+
+def test_the_sqs_surface_using_the_native_models_is_caught(tree: Path) -> None:
+    plant(tree, "api.sqs.protocol", "import api.models")
+    assert_broken(tree, "sqs-pure", "api.sqs.protocol -> api.models")
+
+
+def test_the_sqs_surface_reaching_past_the_service_is_caught(tree: Path) -> None:
+    plant(tree, "api.sqs.http", "from cmq.router import Router")
+    assert_broken(tree, "sqs-via-service", "api.sqs.http -> cmq.router")
+
+
+def test_the_native_api_importing_the_sqs_surface_is_caught(tree: Path) -> None:
+    plant(tree, "api.routes", "import api.sqs.protocol")
+    assert_broken(tree, "native-api-without-sqs", "api.routes -> api.sqs.protocol")
