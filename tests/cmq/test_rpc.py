@@ -31,6 +31,7 @@ from cmq.rpc import (
     NackCall,
     ProduceCall,
     PurgeCall,
+    QueueMetaCall,
     ReceiveCall,
     RegisterNodeCall,
     RemoveQueueCall,
@@ -88,6 +89,13 @@ calls: st.SearchStrategy[AnyCall] = st.one_of(
     st.builds(AssignQueueCall, group, text),
     st.builds(RemoveQueueCall, group, text),
     st.builds(RegisterNodeCall, group, count, text, st.lists(text, max_size=3).map(tuple)),
+    st.builds(
+        QueueMetaCall,
+        group,
+        text,
+        st.lists(st.tuples(text, text), max_size=3).map(tuple),
+        st.lists(text, max_size=3).map(tuple),
+    ),
 )
 
 
@@ -117,6 +125,7 @@ def _one_of_each() -> list[AnyCall]:
         AssignQueueCall(0, "q"),
         RemoveQueueCall(0, "q"),
         RegisterNodeCall(0, 2, "127.0.0.1:9080", ("/data/a",)),
+        QueueMetaCall(0, "q", (("tag.k", "v"),), ("sqs.old",)),
     ]
 
 
@@ -165,6 +174,8 @@ REPLIES: list[tuple[AnyCall, Any]] = [
     (AssignQueueCall(0, "q"), 3),
     (RemoveQueueCall(0, "q"), None),
     (RegisterNodeCall(0, 1, "a:1", ()), None),
+    (QueueMetaCall(0, "q"), {"tag.k": "v"}),
+    (QueueMetaCall(0, "q", (("a", "b"),)), None),
 ]
 
 
