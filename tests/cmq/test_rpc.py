@@ -81,7 +81,7 @@ calls: st.SearchStrategy[AnyCall] = st.one_of(
         SetAttributesCall,
         group,
         text,
-        st.dictionaries(text, st.integers() | text | st.none(), max_size=3).map(
+        st.dictionaries(text, st.integers(-(2**63), 2**63 - 1) | text | st.none(), max_size=3).map(
             lambda d: tuple(d.items())
         ),
     ),

@@ -1,14 +1,19 @@
 """The SQS surface on the wire, without an SDK: error shapes of each protocol, the query
 protocol by GET and at queue URLs, malformed requests; then aiobotocore (the async path) and a
-planted checksum mismatch that the clients' check must catch. Real 3-node cluster."""
+planted checksum mismatch that the clients' check must catch; and the AWS CLI (v1). Real
+3-node cluster."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import urllib.error
 import urllib.parse
 import urllib.request
 import xml.etree.ElementTree as ET
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -155,3 +160,61 @@ def test_a_wrong_checksum_fails_the_call(sqs: Any) -> None:
         sqs.send_message(QueueUrl=url, MessageBody="x")
     sqs.meta.events.unregister("after-call.sqs.SendMessage", corrupt)
     sqs.delete_queue(QueueUrl=url)
+
+
+def aws(cmq_cluster: CmqCluster, tmp_path: Path, *args: str) -> Any:
+    """Run the AWS CLI (v1, from PyPI) against node 1; its JSON output, parsed."""
+    env = {
+        **os.environ,
+        "AWS_ACCESS_KEY_ID": CREDENTIALS["aws_access_key_id"],
+        "AWS_SECRET_ACCESS_KEY": CREDENTIALS["aws_secret_access_key"],
+        "AWS_DEFAULT_REGION": REGION,
+        "AWS_CONFIG_FILE": str(tmp_path / "none"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+    }
+    cli = Path(sys.executable).with_name("aws")
+    out = subprocess.run(
+        [str(cli), "--endpoint-url", cmq_cluster.urls[0], "--output", "json", "sqs", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    return orjson.loads(out.stdout) if out.stdout.strip() else None
+
+
+@pytest.mark.skipif(
+    not Path(sys.executable).with_name("aws").exists(), reason="awscli not installed"
+)
+def test_the_aws_cli(cmq_cluster: CmqCluster, tmp_path: Path) -> None:
+    name = unique_queue("sqs-cli")
+    url = aws(cmq_cluster, tmp_path, "create-queue", "--queue-name", name)["QueueUrl"]
+    sent = aws(cmq_cluster, tmp_path, "send-message", "--queue-url", url, "--message-body", "cli")
+    assert sent["MD5OfMessageBody"] == body_md5("cli")
+    got = aws(
+        cmq_cluster, tmp_path, "receive-message", "--queue-url", url, "--wait-time-seconds", "2"
+    )
+    (m,) = got["Messages"]
+    assert m["Body"] == "cli"
+    aws(
+        cmq_cluster,
+        tmp_path,
+        "delete-message",
+        "--queue-url",
+        url,
+        "--receipt-handle",
+        m["ReceiptHandle"],
+    )
+    attrs = aws(
+        cmq_cluster,
+        tmp_path,
+        "get-queue-attributes",
+        "--queue-url",
+        url,
+        "--attribute-names",
+        "ApproximateNumberOfMessages",
+    )
+    assert attrs["Attributes"] == {"ApproximateNumberOfMessages": "0"}
+    aws(cmq_cluster, tmp_path, "delete-queue", "--queue-url", url)
