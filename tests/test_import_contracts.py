@@ -79,6 +79,7 @@ CONTRACTS = [
     "sqs-pure",
     "sqs-via-service",
     "native-api-without-sqs",
+    "auth-pure",
     "sim-pure",
 ]
 
@@ -202,3 +203,8 @@ def test_the_sqs_surface_reaching_past_the_service_is_caught(tree: Path) -> None
 def test_the_native_api_importing_the_sqs_surface_is_caught(tree: Path) -> None:
     plant(tree, "api.routes", "import api.sqs.protocol")
     assert_broken(tree, "native-api-without-sqs", "api.routes -> api.sqs.protocol")
+
+
+def test_authentication_reaching_the_queue_is_caught(tree: Path) -> None:
+    plant(tree, "api.auth.sigv4", "import cmq.model")
+    assert_broken(tree, "auth-pure", "api.auth.sigv4 -> cmq.model")
