@@ -6,6 +6,7 @@ with ``UnsupportedOperation``).
 * `protocol`: request parsing of both protocols into one parameter shape, and rendering of
   results and errors in each protocol's shape;
 * `operations`: each SQS operation mapped onto the queue service;
+* `moves`: message move tasks (committed in the catalog, run by the node that started them);
 * `queues` (queue URLs, queue attributes, redrive policies) and `messages` (message attributes,
   their cmq encoding, system attributes); `md5`: SQS's checksums;
 * `errors`: SQS's error codes and statuses, and the translation of cmq's errors;

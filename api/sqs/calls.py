@@ -9,12 +9,15 @@ import binascii
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from api.sqs.errors import InvalidParameterValue, MissingParameter, from_cmq
 from api.sqs.queues import SqsSettings
 from cmq.errors import CmqError
 from cmq.service import QueueService
+
+if TYPE_CHECKING:
+    from api.sqs.moves import MoveTasks
 
 MAX_LIST = 1000
 
@@ -24,12 +27,14 @@ Result = dict[str, Any] | None
 @dataclass(frozen=True, slots=True)
 class Caller:
     """One request's context: the service, the surface's settings, the base URL the client
-    called (``http://host:port``, for the queue URLs answered) and the sender's id."""
+    called (``http://host:port``, for the queue URLs answered), the sender's id, and this
+    node's message move tasks."""
 
     service: QueueService
     settings: SqsSettings
     base_url: str
     sender_id: str
+    moves: MoveTasks | None = None
 
     def url(self, name: str) -> str:
         return self.settings.url(self.base_url, name)

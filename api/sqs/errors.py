@@ -61,6 +61,7 @@ BatchEntryIdsNotDistinct = _error("BatchEntryIdsNotDistinct", _PREFIX + "BatchEn
 InvalidBatchEntryId = _error("InvalidBatchEntryId", _PREFIX + "InvalidBatchEntryId")
 BatchRequestTooLong = _error("BatchRequestTooLong", _PREFIX + "BatchRequestTooLong")
 UnsupportedOperation = _error("UnsupportedOperation", _PREFIX + "UnsupportedOperation")
+ResourceNotFound = _error("ResourceNotFoundException", "ResourceNotFoundException", 404)
 InvalidAction = _error("InvalidAction", "InvalidAction")
 UnknownOperation = _error("UnknownOperationException", "UnknownOperationException")
 MalformedQueryString = _error("MalformedQueryString", "MalformedQueryString")

@@ -30,6 +30,7 @@ from api.sqs.errors import (
     UnknownOperation,
     from_cmq,
 )
+from api.sqs.moves import MoveTasks
 from api.sqs.operations import OPERATIONS
 from api.sqs.queues import SqsSettings
 from cmq.errors import CmqError
@@ -48,13 +49,19 @@ class SqsHandler:
         self.service = service
         self.settings = settings
         self.max_request_bytes = max_request_bytes
+        self.moves = MoveTasks(service, settings)
 
     def add_routes(self, app: web.Application) -> None:
+        """Mount the SQS routes on ``app``; the message move tasks of this node stop with it."""
         app.router.add_route("POST", "/", self.handle)
         app.router.add_route("GET", "/", self.handle)
         queue_path = r"/{account:\d{12}}/{queue:[^/]+}"
         app.router.add_route("POST", queue_path, self.handle)
         app.router.add_route("GET", queue_path, self.handle)
+        app.on_cleanup.append(self._close)
+
+    async def _close(self, _: web.Application) -> None:
+        await self.moves.close()
 
     async def handle(self, request: web.Request) -> web.Response:
         request_id = str(uuid.uuid4())
@@ -127,7 +134,7 @@ class SqsHandler:
         credential = _CREDENTIAL.search(request.headers.get("Authorization", ""))
         sender = credential.group(1) if credential else self.settings.account
         base = f"{request.scheme}://{request.host}"
-        return Caller(self.service, self.settings, base, sender)
+        return Caller(self.service, self.settings, base, sender, self.moves)
 
     @staticmethod
     def _error(error: SqsError, json: bool, request_id: str) -> web.Response:

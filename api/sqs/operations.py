@@ -8,6 +8,7 @@ answers nothing, or raises an `api.sqs.errors.SqsError`.
 from __future__ import annotations
 
 from api.sqs import message_ops as m
+from api.sqs import moves
 from api.sqs import queue_ops as q
 from api.sqs.calls import Operation
 
@@ -23,9 +24,9 @@ OPERATIONS: dict[str, Operation] = {
     "UntagQueue": q.untag_queue,
     "ListQueueTags": q.list_queue_tags,
     "ListDeadLetterSourceQueues": q.list_dead_letter_source_queues,
-    "StartMessageMoveTask": q.message_move_task,
-    "ListMessageMoveTasks": q.message_move_task,
-    "CancelMessageMoveTask": q.message_move_task,
+    "StartMessageMoveTask": moves.start_message_move_task,
+    "ListMessageMoveTasks": moves.list_message_move_tasks,
+    "CancelMessageMoveTask": moves.cancel_message_move_task,
     "AddPermission": q.permissions,
     "RemovePermission": q.permissions,
     "SendMessage": m.send_message,

@@ -52,7 +52,14 @@ _EMPTY: dict[str, type[list[Any]] | type[dict[str, Any]]] = {
     **{member: dict for member, _, _ in _MAPS.values()},
 }
 _INTEGERS = frozenset(
-    {"DelaySeconds", "MaxNumberOfMessages", "VisibilityTimeout", "WaitTimeSeconds", "MaxResults"}
+    {
+        "DelaySeconds",
+        "MaxNumberOfMessages",
+        "VisibilityTimeout",
+        "WaitTimeSeconds",
+        "MaxResults",
+        "MaxNumberOfMessagesPerSecond",
+    }
 )
 _MAX_INDEX = 1000
 
@@ -62,6 +69,7 @@ _XML_LISTS = {
     "queueUrls": "QueueUrl",
     "Messages": "Message",
     "Failed": "BatchResultErrorEntry",
+    "Results": "ListMessageMoveTasksResultEntry",
 }
 _XML_MAPS = {
     "Attributes": ("Attribute", "Name"),

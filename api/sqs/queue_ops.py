@@ -208,14 +208,6 @@ async def list_dead_letter_source_queues(c: Caller, p: dict[str, Any]) -> Result
     return out
 
 
-async def message_move_task(c: Caller, p: dict[str, Any]) -> Result:
-    raise UnsupportedOperation(
-        "Message move tasks (StartMessageMoveTask, ListMessageMoveTasks, CancelMessageMoveTask) "
-        "are not supported by cmq yet; receive from the dead-letter queue and send to the "
-        "source instead."
-    )
-
-
 async def permissions(c: Caller, p: dict[str, Any]) -> Result:
     raise UnsupportedOperation(
         "AddPermission and RemovePermission are not supported: cmq has no queue policies."

@@ -17,6 +17,7 @@ import gzip
 import hashlib
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,8 @@ import botocore.session
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
+
+from tests.api.recording import RecordingService
 
 ACCOUNT = "000000000000"
 REGION = "us-east-1"
@@ -56,6 +59,7 @@ _LIST_ITEMS = {
     "QueueUrlList": "QueueUrl",
     "MessageList": "Message",
     "BatchResultErrorEntryList": "BatchResultErrorEntry",
+    "ListMessageMoveTasksResultEntryList": "ListMessageMoveTasksResultEntry",
     "SendMessageBatchRequestEntryList": "SendMessageBatchRequestEntry",
     "SendMessageBatchResultEntryList": "SendMessageBatchResultEntry",
     "DeleteMessageBatchRequestEntryList": "DeleteMessageBatchRequestEntry",
@@ -227,3 +231,21 @@ def _after_call(
 ) -> None:
     if "Error" not in parsed:
         verify_checksums(model.name, context.get("cmq_params", {}), parsed)
+
+
+# -- a service double ---------------------------------------------------------------------
+@dataclass
+class MetadataService(RecordingService):
+    """The recording double with the catalog metadata calls."""
+
+    meta: dict[str, str] = field(default_factory=dict)
+
+    async def queue_metadata(self, name: str) -> dict[str, str]:
+        self._record("queue_metadata", name)
+        return dict(self.meta)
+
+    async def update_metadata(
+        self, name: str, changes: dict[str, str], unset: list[str]
+    ) -> dict[str, str]:
+        self._record("update_metadata", name, changes, unset)
+        return {**self.meta, **changes}

@@ -5,7 +5,6 @@ made no call that changes anything. The query parser likewise refuses only with 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -13,10 +12,11 @@ from hypothesis import strategies as st
 
 from api.sqs.calls import Caller
 from api.sqs.errors import SqsError
+from api.sqs.moves import MoveTasks
 from api.sqs.operations import OPERATIONS
 from api.sqs.protocol import query_params
 from api.sqs.queues import SqsSettings
-from tests.api.recording import RecordingService
+from tests.sqs.helpers import MetadataService
 
 CHANGING = {
     "create_queue",
@@ -32,29 +32,27 @@ CHANGING = {
 }
 
 
-@dataclass
-class MetadataService(RecordingService):
-    """The recording double with the catalog metadata calls."""
-
-    meta: dict[str, str] = field(default_factory=dict)
-
-    async def queue_metadata(self, name: str) -> dict[str, str]:
-        self._record("queue_metadata", name)
-        return dict(self.meta)
-
-    async def update_metadata(
-        self, name: str, changes: dict[str, str], unset: list[str]
-    ) -> dict[str, str]:
-        self._record("update_metadata", name, changes, unset)
-        return {**self.meta, **changes}
-
-
 scalars = st.one_of(
     st.none(),
     st.booleans(),
     st.integers(-5, 2**40),
     st.text(max_size=12),
-    st.sampled_from(["All", "1", "0", "String", "Number", "Binary", "dlq", ".*", "aGk="]),
+    st.sampled_from(
+        [
+            "All",
+            "1",
+            "0",
+            "String",
+            "Number",
+            "Binary",
+            "dlq",
+            ".*",
+            "aGk=",
+            "arn:aws:sqs:us-east-1:000000000000:alpha",
+            "arn:aws:sqs:us-east-1:000000000000:beta",
+            "YWxwaGEvdGFzaw==",
+        ]
+    ),
 )
 values = st.recursive(
     scalars,
@@ -117,7 +115,7 @@ params = st.builds(
 @given(st.sampled_from(sorted(OPERATIONS)), params)
 def test_operations_answer_or_refuse_cleanly(operation: str, p: dict[str, Any]) -> None:
     service = MetadataService()
-    caller = Caller(service, SqsSettings(), "http://h:1", "AKID")
+    caller = Caller(service, SqsSettings(), "http://h:1", "AKID", MoveTasks(service, SqsSettings()))
     try:
         result = asyncio.run(OPERATIONS[operation](caller, p))
     except SqsError as e:

@@ -159,11 +159,11 @@ def test_refused_queue_requests(sqs: Any) -> None:
     with pytest.raises(ClientError) as e:
         sqs.get_queue_attributes(QueueUrl="http://h/111111111111/q", AttributeNames=["All"])
     assert code_of(e) == "AWS.SimpleQueueService.NonExistentQueue"
-    url = sqs.create_queue(QueueName=unique_queue("sqs-move"))["QueueUrl"]
     with pytest.raises(ClientError) as e:
-        sqs.start_message_move_task(SourceArn=f"arn:aws:sqs:us-east-1:{ACCOUNT}:x")
+        sqs.add_permission(
+            QueueUrl=f"http://h/{ACCOUNT}/q", Label="l", AWSAccountIds=["1"], Actions=["*"]
+        )
     assert code_of(e) == "AWS.SimpleQueueService.UnsupportedOperation"
-    sqs.delete_queue(QueueUrl=url)
 
 
 def test_redrive_policy_and_dead_letter_sources(sqs: Any) -> None:
