@@ -422,6 +422,13 @@ class Error(_Response):
 
 class GroupStatus(_Response, kw_only=True):
     role: str
+    recovering: Annotated[
+        bool,
+        Meta(
+            description="restarted and waiting for peers before it may vote, or catching up "
+            "what its disk lost"
+        ),
+    ] = False
     term: int
     leader: int
     commit: int

@@ -18,6 +18,7 @@ def render_status(
         st = raft.status(g)
         views[str(g)] = {
             "role": st.role.name.lower(),
+            "recovering": st.recovering,
             "term": st.term,
             "leader": st.leader,
             "commit": st.commit,

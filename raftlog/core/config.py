@@ -22,6 +22,10 @@ class UnsafeHooks:
     lazy_pipeline: bool = False
     """Send nothing on an append's acknowledgement: replication moves one message per
     heartbeat answer instead of a full window per round trip (a follower catches up slowly)."""
+    skip_recovery: bool = False
+    """Vote and campaign at once after a restart, trusting the disk (`raftlog.core.recovery`):
+    a node restored from an older copy of its data can then elect a leader lacking entries it
+    acknowledged, or vote twice in one term."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -150,11 +150,14 @@ class LeaderReplication:
                 self._handle_ack(m, pr)
         elif m.type is MsgType.LOG_LOST:
             # The follower lost entries we counted as matched: probe it from its real end.
-            # The commit index never moves back; only this follower's progress does.
+            # Nothing it holds is known to match any more (a disk restored from an older copy
+            # may end in entries since overwritten here), so its match drops to 0 until an
+            # append is acknowledged again; the commit index never moves back.
             pr.recent_active = True
-            if m.index < pr.match or pr.state is not ProgressState.PROBE:
-                pr.match = min(pr.match, m.index)
+            if pr.match > 0 or pr.state is not ProgressState.PROBE:
+                pr.match = 0
                 pr.become_probe()
+                pr.next = max(1, min(m.index, self.log.last_index()) + 1)
                 self._send_append(m.frm)
         elif m.type is MsgType.HEARTBEAT_RESP:
             pr.recent_active = True

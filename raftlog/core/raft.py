@@ -55,11 +55,12 @@ if TYPE_CHECKING:
 
 from raftlog.core.config import Config
 from raftlog.core.leader import LeaderReplication
+from raftlog.core.recovery import RecoveryGuard
 
 _LEADER_MESSAGES = frozenset({MsgType.APP, MsgType.HEARTBEAT, MsgType.SNAP, MsgType.TIMEOUT_NOW})
 
 
-class Raft(LeaderReplication):
+class Raft(LeaderReplication, RecoveryGuard):
     """Protocol state of one node in one group. Owned and driven by a `RawNode`. The leader's
     replication and commit rules live in `LeaderReplication`."""
 
@@ -98,12 +99,23 @@ class Raft(LeaderReplication):
         # Rejoining after data loss: the commit index to reach before voting (None: unknown).
         self.rejoining = config.rejoin
         self.rejoin_target: int | None = None
+        # The highest index the current leader's appends have shown to match its log (0 after
+        # a restart or a change of term): heartbeats commit no further than this.
+        self.verified = 0
+        # Heartbeats that showed this node lacks entries it had acknowledged (its disk was
+        # wiped, restored from an older copy, or lied about an fsync): reported by the runtime.
+        self.lost_acknowledged = 0
         self._reset_randomized_timeout()
+        # A node that has been in a term may have been restored from an older disk: it
+        # recovers before it votes (`raftlog.core.recovery`). A fresh node has nothing to lose.
+        self._init_recovery(restarted=hs.term > 0)
 
     # -- helpers -----------------------------------------------------------------------------------
     def promotable(self) -> bool:
-        """Whether this node is a voter that may campaign (not while rejoining)."""
-        return self.id in self.conf.voters and not self.rejoining
+        """Whether this node is a voter that may campaign (not while rejoining or recovering)."""
+        return (
+            self.id in self.conf.voters and not self.rejoining and self.recovery_allows_campaign()
+        )
 
     def _reset_randomized_timeout(self) -> None:
         et = self.cfg.election_tick
@@ -122,6 +134,7 @@ class Raft(LeaderReplication):
             self.term = term
             self.vote = NONE
         self.lead = NONE
+        self.verified = 0
         self.election_elapsed = 0
         self.heartbeat_elapsed = 0
         self._reset_randomized_timeout()
@@ -226,6 +239,7 @@ class Raft(LeaderReplication):
     # -- ticks -------------------------------------------------------------------------------------
     def tick(self) -> None:
         """Advance logical time by one tick."""
+        self._tick_recovery()
         if self.role is Role.LEADER:
             self._tick_leader()
         else:
@@ -327,6 +341,9 @@ class Raft(LeaderReplication):
     # -- stepping ----------------------------------------------------------------------------------
     def step(self, m: Message) -> None:
         """Process one message from the network."""
+        if m.type in (MsgType.RECOVER, MsgType.RECOVER_RESP):
+            self._step_recovery(m)  # about restarts, not terms: see `raftlog.core.recovery`
+            return
         if m.term > self.term:
             if m.type in (MsgType.VOTE, MsgType.PRE_VOTE):
                 in_lease = (
@@ -366,11 +383,15 @@ class Raft(LeaderReplication):
 
     def _handle_vote_request(self, m: Message) -> None:
         resp_type = MsgType.VOTE_RESP if m.type is MsgType.VOTE else MsgType.PRE_VOTE_RESP
-        can_vote = not self.rejoining and (
-            self.vote == m.frm
-            or (self.vote == NONE and self.lead == NONE)
-            or (m.type is MsgType.PRE_VOTE and m.term > self.term)
-            or (self.cfg.unsafe.vote_twice and m.type is MsgType.VOTE)
+        can_vote = (
+            not self.rejoining
+            and self.recovery_allows_vote(m)
+            and (
+                self.vote == m.frm
+                or (self.vote == NONE and self.lead == NONE)
+                or (m.type is MsgType.PRE_VOTE and m.term > self.term)
+                or (self.cfg.unsafe.vote_twice and m.type is MsgType.VOTE)
+            )
         )
         if can_vote and self.log.is_up_to_date(m.index, m.log_term):
             # A granted pre-vote answers in the candidate's future term so it can count it.
@@ -402,8 +423,24 @@ class Raft(LeaderReplication):
         elif m.type is MsgType.HEARTBEAT:
             self.election_elapsed = 0
             self.lead = m.frm
-            if self.rejoining and m.commit > self.log.last_index():
+            if m.commit > self.log.last_index():
+                # The leader counted entries this node no longer has (a wiped or rolled-back
+                # disk): vote again only once it holds that commit index, and get re-probed.
+                self.rejoining = True
+                self.lost_acknowledged += 1
                 self._log_lost(m.frm, m.commit)
+            elif m.commit > max(self.verified, self.log.committed):
+                # Entries this leader has not matched since a restart may differ from its log
+                # (a disk restored from an older copy): get re-probed before committing them.
+                self._send(
+                    Message(
+                        MsgType.LOG_LOST,
+                        to=m.frm,
+                        frm=self.id,
+                        term=self.term,
+                        index=self.log.last_index(),
+                    )
+                )
             else:
                 self.log.commit_to(m.commit)
             self._send(Message(MsgType.HEARTBEAT_RESP, to=m.frm, frm=self.id, term=self.term))
@@ -456,6 +493,7 @@ class Raft(LeaderReplication):
             return
         last = self.log.maybe_append(m.index, m.log_term, m.commit, m.entries)
         if last is not None:
+            self.verified = max(self.verified, last)
             self._send(
                 Message(
                     MsgType.APP_RESP,
@@ -496,6 +534,7 @@ class Raft(LeaderReplication):
         else:
             self.restore(snap)
             index = meta.index
+        self.verified = max(self.verified, index)
         self._send(
             Message(
                 MsgType.APP_RESP, to=m.frm, frm=self.id, term=self.term, index=index, epoch=m.epoch

@@ -68,6 +68,9 @@ class Status:
     conf: ConfState
     peers: dict[int, PeerStatus]
     transferee: int
+    recovering: bool = False
+    """Restarted and still waiting for peers' answers before it may vote
+    (`raftlog.core.recovery`), or out of elections until it holds what it lost (rejoining)."""
 
 
 class RawNode:
@@ -229,4 +232,5 @@ class RawNode:
             conf=r.conf,
             peers=peers,
             transferee=r.lead_transferee,
+            recovering=r.recovering or r.rejoining,
         )

@@ -146,6 +146,11 @@ class MsgType(IntEnum):
     LOG_LOST = 11
     """A rejoining follower tells the leader its log ends at ``index`` although the leader
     believed it held more (its disk was lost): the leader probes it again from there."""
+    RECOVER = 12
+    """A restarted node asks for the answerer's term and last log position (``term``,
+    ``log_term``/``index`` describe the asker's own); see `raftlog.core.recovery`."""
+    RECOVER_RESP = 13
+    """The answer: the answerer's ``term`` and last log position (``log_term``, ``index``)."""
 
 
 @dataclass(frozen=True, slots=True)

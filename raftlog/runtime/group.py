@@ -181,11 +181,21 @@ class GroupDriver:
     def step(self, m: Message) -> None:
         if self.stopped is not None:
             return
+        lost = self.raw.raft.lost_acknowledged
         try:
             self.raw.step(m)
         except RaftError as exc:
             self._halt(exc)
             return
+        if self.raw.raft.lost_acknowledged != lost:
+            log.error(
+                "group %d: this node lacks entries it acknowledged (the leader's commit index "
+                "%d is beyond its log, which ends at %d): its disk was wiped, restored from an "
+                "older copy, or did not keep what it fsynced; it votes again once it holds them",
+                self.group,
+                m.commit,
+                self.raw.raft.log.last_index(),
+            )
         self._after_input()
 
     def tick(self) -> None:

@@ -24,6 +24,7 @@ PLANTS = {
     "vote_twice": UnsafeHooks(vote_twice=True),
     "slow_elections": UnsafeHooks(slow_elections=True),
     "lazy_pipeline": UnsafeHooks(lazy_pipeline=True),
+    "skip_recovery": UnsafeHooks(skip_recovery=True),
 }
 
 
@@ -48,6 +49,12 @@ def main(argv: list[str] | None = None) -> int:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="random losses are not reported to the sender (default: on)",
+    )
+    ap.add_argument(
+        "--rollbacks",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="roll crashed nodes' disks back to older backups now and then (default: on)",
     )
     ap.add_argument(
         "--small-windows",
@@ -79,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         wipe_rejoining=args.wipe_rejoining,
         rejoin_wiped=args.rejoin_wiped,
         small_windows=args.small_windows,
+        rollbacks=args.rollbacks,
     )
     try:
         config.validate()

@@ -64,6 +64,15 @@ class StoredRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class DiskImage:
+    """A copy of a disk's durable state (`SimDisk.image`), for `SimDisk.rollback`."""
+
+    snapshot: Snapshot
+    entries: tuple[Entry, ...]
+    hard_state: HardState
+
+
+@dataclass(frozen=True, slots=True)
 class CrashOutcome:
     """What a crash did to the unsynced records: how many survived whole, lost, and torn."""
 
@@ -87,7 +96,7 @@ class SimDisk:
     state never shrinks except by a record that legitimately truncates or replaces it.
     """
 
-    __slots__ = ("_entries", "_hard", "_pending", "_snap", "crashed")
+    __slots__ = ("_entries", "_ghost_base", "_ghost_terms", "_hard", "_pending", "_snap", "crashed")
 
     def __init__(self, initial: Snapshot | None = None) -> None:
         """A disk holding only ``initial``: a founding member's ``bootstrap_snapshot(conf)``,
@@ -97,6 +106,9 @@ class SimDisk:
         self._hard = HardState()
         self._pending: list[StoredRecord] = []
         self.crashed = False
+        # What a rollback took away (see `rollback`): still counted by `holds`.
+        self._ghost_base = 0
+        self._ghost_terms: dict[int, int] = {}
 
     # -- writing ----------------------------------------------------------------------------------
     def write(self, records: list[Record]) -> None:
@@ -154,6 +166,33 @@ class SimDisk:
         self._pending = []
         self.crashed = False
         return self.storage(), RecoveryOutcome(replayed, dropped)
+
+    def image(self) -> DiskImage:
+        """The durable image as it is now (a backup to `rollback` to later)."""
+        return DiskImage(self._snap, tuple(self._entries), self._hard)
+
+    def rollback(self, image: DiskImage) -> int:
+        """Restore an earlier durable ``image`` of this crashed disk, as an operator restoring a
+        backup would; returns the highest durable index that went missing (0: none).
+
+        The entries lost stay counted by `holds` (as *ghosts*): the node did acknowledge them,
+        and the durability check is about the commit rule, which did its job; keeping them lost
+        is the recovery rule's job (`raftlog.core.recovery`), judged by the safety checks.
+        """
+        if not self.crashed:
+            raise InvariantViolation("rollback() is for a crashed disk")
+        before_base, before = self._snap.meta.index, list(self._entries)
+        self._snap = image.snapshot
+        self._entries = list(image.entries)
+        self._hard = image.hard_state
+        self._pending = []
+        lost_top = before_base if before_base > self._snap.meta.index else 0
+        self._ghost_base = max(self._ghost_base, before_base)
+        for e in before:
+            self._ghost_terms[e.index] = e.term
+            if not self.holds(e.index, e.term, ghosts=False):
+                lost_top = e.index
+        return lost_top
 
     def storage(self) -> MemoryStorage:
         """A `MemoryStorage` holding exactly the durable image (the core's view after restart).
@@ -231,8 +270,11 @@ class SimDisk:
         """The durable entries after the snapshot."""
         return tuple(self._entries)
 
-    def holds(self, index: int, term: int) -> bool:
-        """Whether the entry (index, term) is durable here, as an entry or under the snapshot."""
+    def holds(self, index: int, term: int, *, ghosts: bool = True) -> bool:
+        """Whether the entry (index, term) is durable here, as an entry or under the snapshot
+        (or was, before a `rollback`, unless ``ghosts`` is False)."""
+        if ghosts and (1 <= index <= self._ghost_base or self._ghost_terms.get(index) == term):
+            return True
         base = self._snap.meta.index
         if index <= base:
             return index >= 1

@@ -40,6 +40,10 @@ class SimConfig:
     log may be the copy that made the removal committed for a node that restarts with an older
     configuration (found by seed 244 with five nodes; see the README). Off by default."""
 
+    rollbacks: bool = True
+    """Restore a crashed node's disks, now and then, to an older backup of them
+    (`raftlog.sim.rollback`): the core's recovery rule must lose nothing acknowledged."""
+
     def validate(self) -> None:
         """Raise ``ValueError`` for a shape the simulator cannot run."""
         if not 1 <= self.nodes <= 9:
@@ -66,12 +70,20 @@ class Violation:
         ]
         if config.heal_timeouts != SimConfig().heal_timeouts:
             flags.append(f"--heal-timeouts {config.heal_timeouts}")
-        for name in ("commit_on_minority", "vote_twice", "slow_elections", "lazy_pipeline"):
+        for name in (
+            "commit_on_minority",
+            "vote_twice",
+            "slow_elections",
+            "lazy_pipeline",
+            "skip_recovery",
+        ):
             if getattr(config.unsafe, name):
                 flags.append(f"--plant {name}")
         for name in ("silent_loss", "small_windows", "wipe_rejoining"):
             if getattr(config, name):
                 flags.append("--" + name.replace("_", "-"))
+        if not config.rollbacks:
+            flags.append("--no-rollbacks")
         lines = [
             f"VIOLATION seed={self.seed} check={self.check} step={self.step}: {self.detail}",
             f"  replay: python -m raftlog.sim {' '.join(flags)}",

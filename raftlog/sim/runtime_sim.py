@@ -108,7 +108,9 @@ class SimDurableLog:
                 if not self.dead:
                     self.disk.sync()
 
-            loop.call_at(at, late_sync)
+            # Lazily, as a log that fsyncs on a timer does: a power loss of every node at once
+            # then loses entries a majority acknowledged.
+            loop.call_at(at + self.sim.rng.uniform(0.2, 1.0), late_sync)
             return fut
         loop.call_at(at, complete)
         return fut
@@ -169,8 +171,10 @@ class RuntimeSimConfig:
     heal_seconds: float = 20.0
     snapshot_entries: int = 40
     unsafe_early_ack: bool = False
-    """Test-only planted bug: storage reports writes durable before they are synced (what a
-    log that never fsyncs does). Crashes then lose acknowledged data; the checks must notice."""
+    """Test-only planted bug: storage reports writes durable before they are synced, and syncs
+    them only a fraction of a second later (a log that fsyncs on a timer). A crash of one node
+    then loses entries it acknowledged, which the recovery rule makes up for from its peers; a
+    power loss of every node at once loses committed entries, which the checks must notice."""
 
 
 @dataclass(slots=True)
@@ -325,6 +329,10 @@ class RuntimeSim:
                     self.violation(f"group {g} on n{n.id} halted: {d.stopped!r}")
                     d.stopped = None  # report once
                 r = d.raw.raft
+                if r.lost_acknowledged:
+                    # No fault here wipes or rolls back a disk: only a storage that lies does.
+                    self.violation(f"group {g} on n{n.id} lost entries it had acknowledged")
+                    r.lost_acknowledged = 0  # report once
                 if r.role is Role.LEADER:
                     key = (g, r.term)
                     other = self.leaders.setdefault(key, n.id)

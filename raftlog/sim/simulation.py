@@ -52,6 +52,7 @@ from raftlog.sim.liveness import CatchUp, MemberLog, catch_up, heal_bound_ticks
 from raftlog.sim.network import PERFECT, NetFaults, SendOutcome, SimNetwork
 from raftlog.sim.node import SimNode
 from raftlog.sim.outcome import SimConfig, draw_params
+from raftlog.sim.rollback import Rollbacks
 
 TICK = 10
 """Simulated time units per tick (network delays and disk latencies are in the same units)."""
@@ -88,6 +89,7 @@ class Simulation:
         self.generation = {(n, g): 0 for n in self.ids for g in self.groups}
         # (node, group) pairs whose disk was wiped and that have not caught up since.
         self.wiped: set[tuple[int, int]] = set()
+        self.rollbacks = Rollbacks()
         # With four or more nodes a group may be founded by three of them; the others start
         # with empty disks and join (as learners, through a snapshot) when a client adds them.
         self.founding: dict[int, ConfState] = {}
@@ -116,6 +118,7 @@ class Simulation:
         self.stats: dict[str, int] = {
             "acked": 0,
             "crashes": 0,
+            "rollbacks": 0,
             "torn": 0,
             "conf_changes": 0,
             "transfers": 0,
@@ -460,6 +463,13 @@ class Simulation:
             if peer != node:
                 self._link_broken(node, peer)
         self._log(f"CRASH n{node} {' '.join(parts)}")
+        if self.config.rollbacks:
+            note = self.rollbacks.on_crash(
+                self.rng, node, self.disks, self.groups, self.checker.conf
+            )
+            if note is not None:
+                self.stats["rollbacks"] += 1
+                self._log(note)
         self._push(self.now + self.rng.randint(TICK, 80 * TICK), _Ev.RESTART, node)
 
     def _restart(self, node: int) -> None:
