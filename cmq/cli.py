@@ -34,7 +34,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from cmq.client import EntryResult, QueueAttributes, ReceivedMessage, SyncClient
 
-DEFAULT_URL = "http://127.0.0.1:8080"
+DEFAULT_HTTP_PORT = 8080
+"""The HTTP API's default port (``cmq serve --http``; the image and the chart expose it)."""
+DEFAULT_PEER_PORT = 9080
+"""The peer (Raft) traffic's default port (``cmq serve --peer``)."""
+DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_HTTP_PORT}"
 
 
 # -- serve -----------------------------------------------------------------------------------------
@@ -66,8 +70,8 @@ def _serve(args: argparse.Namespace) -> int:
         with open(args.config, "rb") as f:
             conf = tomllib.load(f)
     node_id = int(_setting(args, conf, "node_id", 0))
-    http = Address.parse(str(_setting(args, conf, "http", "127.0.0.1:8080")))
-    peer = Address.parse(str(_setting(args, conf, "peer", "127.0.0.1:9080")))
+    http = Address.parse(str(_setting(args, conf, "http", f"127.0.0.1:{DEFAULT_HTTP_PORT}")))
+    peer = Address.parse(str(_setting(args, conf, "peer", f"127.0.0.1:{DEFAULT_PEER_PORT}")))
     peers_text = _setting(args, conf, "peers")
     peers = parse_peers(peers_text) if peers_text else {node_id: peer}
     dirs = _setting(args, conf, "data_dir")
