@@ -549,6 +549,19 @@ class QueueMachine:
             return []
         return [self._read_live(q, seq) for seq in seqs if q.is_live(seq)]
 
+    def peek(self, name: str, limit: int) -> list[StoredMessage]:
+        """Up to ``limit`` messages visible at the queue's clock (as of the last applied
+        command), lowest seq first, without leasing them: a read, nothing changes."""
+        q = self._queues.get(name)
+        if q is None:
+            return []
+        out: list[StoredMessage] = []
+        for seq in q.ready:
+            if len(out) >= limit:
+                break
+            out.append(self._read_live(q, seq))
+        return out
+
     def has_visible(self, name: str, now_ms: int) -> bool:
         """Whether a `Lease` at ``now_ms`` would find a message (a hint for long polls)."""
         q = self._queues.get(name)
