@@ -183,7 +183,7 @@ function renderQueueTable(status, infos) {
       el("td", { class: "num sent-rate", text: fmtRate(lastRate(q.name, "sent")) }),
       el("td", { class: "num acked-rate", text: fmtRate(lastRate(q.name, "acked")) }),
       el("td", { class: "num oldest", text: fmtAge(s.oldest_age_ms) }),
-      el("td", { class: "spark" }, chart(rateLines(q.name), 160, 28, false)),
+      el("td", { class: "spark" }, chart(rateLines(q.name), 220, 28, false)),
     );
   }));
 }
