@@ -76,6 +76,14 @@ def test_optional_parts_render_only_where_their_api_exists() -> None:
     docs = render(ALL_ON, api_versions=MONITORING_APIS)
     kinds = _validate(docs)
     assert {"ServiceMonitor", "PrometheusRule", "CronJob", "ConfigMap"} <= kinds
+    # Scraped once per pod: through the headless Service only (it lists not-ready pods too).
+    monitor = one(docs, "ServiceMonitor")["spec"]["selector"]["matchLabels"]
+    scraped = [
+        d["metadata"]["name"]
+        for d in docs
+        if d["kind"] == "Service" and monitor.items() <= d["metadata"]["labels"].items()
+    ]
+    assert scraped == ["q-cmq-headless"]
     rules = one(docs, "PrometheusRule")["spec"]["groups"][0]["rules"]
     assert {r["alert"] for r in rules} == {
         "CmqGroupWithoutLeader",

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -101,3 +104,28 @@ def test_dockerignore_keeps_the_context_small() -> None:
     assert {".git", ".venv", "tests"} <= ignored
     for needed in ("cmq", "api", "raftlog", "pyproject.toml", "README.md"):
         assert needed not in ignored
+
+
+def test_the_installed_package_ships_the_console(tmp_path: Path) -> None:
+    """The image installs the project with `pip install .`: the wheel must carry /ui's files."""
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (wheel,) = tmp_path.glob("cmq-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    static = {p.name for p in (ROOT / "api" / "ui" / "static").iterdir()}
+    assert {f"api/ui/static/{n}" for n in static} <= names
+    assert {"cmq/cli.py", "cmq/server.py", "api/app.py"} <= names
