@@ -80,7 +80,10 @@ def make_app(
 
 
 UI_DIR = Path(__file__).parent / "ui" / "static"
-"""The web console's files (`api.ui`), served under ``/ui``."""
+"""The web console's files (`api.ui`), served under `CONSOLE_PREFIX`."""
+CONSOLE_PREFIX = "/ui"
+"""Where the web console lives: HTML and static files, not part of the JSON API (so not in the
+OpenAPI document)."""
 
 
 def _add_console(router: web.UrlDispatcher) -> None:
@@ -92,9 +95,9 @@ def _add_console(router: web.UrlDispatcher) -> None:
     async def page(_: web.Request) -> web.StreamResponse:
         return web.FileResponse(UI_DIR / "index.html", headers={"Cache-Control": "no-cache"})
 
-    router.add_get("/ui", redirect, allow_head=False)
-    router.add_get("/ui/", page, allow_head=False)
-    router.add_static("/ui/", UI_DIR, append_version=False)
+    router.add_get(CONSOLE_PREFIX, redirect, allow_head=False)
+    router.add_get(f"{CONSOLE_PREFIX}/", page, allow_head=False)
+    router.add_static(f"{CONSOLE_PREFIX}/", UI_DIR, append_version=False)
 
 
 def _handler(route: Route) -> Handler:
