@@ -5,7 +5,8 @@ and with every optional part on, strict validation against the Kubernetes schema
 from __future__ import annotations
 
 import re
-import shlex
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
@@ -13,6 +14,7 @@ import pytest
 
 from cmq import cli
 from tests.deploy.chart import ALL_ON, CHART, MONITORING_APIS, helm, one, render
+from tests.deploy.pods import expand
 
 K8S_VERSION = "1.31"
 CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
@@ -130,7 +132,34 @@ def test_pod_spec_is_restricted_probed_and_spread() -> None:
     assert ports == {"http": cli.DEFAULT_HTTP_PORT, "peer": cli.DEFAULT_PEER_PORT}
 
 
-def test_one_claim_and_data_dir_per_disk() -> None:
+def _serve_argv(sts: dict[str, Any], pod: str, tmp_path: Path) -> list[str]:
+    """The arguments the container's script passes to ``cmq`` in pod ``pod``: the script run
+    by /bin/sh (after Kubernetes' ``$(VAR)`` expansion) with a stand-in ``cmq`` that prints
+    them, one per line."""
+    (c,) = sts["spec"]["template"]["spec"]["containers"]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    fake = bin_dir / "cmq"
+    fake.write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done\n')
+    fake.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "POD_NAME": pod}
+    argv = [expand(a, env) for a in c["command"] + c["args"]]
+    out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True, timeout=10)
+    return out.stdout.splitlines()
+
+
+def test_node_id_from_the_ordinal_and_rejoin_for_listed_ordinals(tmp_path: Path) -> None:
+    sts = one(render({"cluster.rejoinOrdinals": "{2}"}), "StatefulSet")
+    for ordinal in range(3):
+        words = _serve_argv(sts, f"q-cmq-{ordinal}", tmp_path)
+        assert words[0] == "serve"
+        assert words[words.index("--node-id") + 1] == str(ordinal + 1)
+        assert ("--rejoin" in words) == (ordinal == 2), words
+    plain = one(render(), "StatefulSet")
+    assert "--rejoin" not in _serve_argv(plain, "q-cmq-2", tmp_path)
+
+
+def test_one_claim_and_data_dir_per_disk(tmp_path: Path) -> None:
     sts = one(
         render(
             {
@@ -145,7 +174,7 @@ def test_one_claim_and_data_dir_per_disk() -> None:
     claims = {t["metadata"]["name"]: t for t in sts["spec"]["volumeClaimTemplates"]}
     assert set(claims) == {"wal", "bulk"}
     assert claims["bulk"]["spec"]["resources"]["requests"]["storage"] == "100Gi"
-    words = shlex.split(sts["spec"]["template"]["spec"]["containers"][0]["args"][0])
+    words = _serve_argv(sts, "q-cmq-0", tmp_path)
     dirs = [words[i + 1] for i, w in enumerate(words) if w == "--data-dir"]
     assert dirs == ["/var/lib/cmq/wal/node", "/var/lib/cmq/bulk/node"]
     mounts = {
@@ -175,6 +204,7 @@ def test_existing_secret_is_used_and_none_is_created() -> None:
         ({"cluster.groups": "0"}, "groups"),
         ({"image.repository": ""}, "repository"),
         ({"cluster.scaling": "join"}, "cmq serve --join"),
+        ({"cluster.rejoinOrdinals": "{-1}"}, "rejoinOrdinals"),
     ],
 )
 def test_bad_values_are_refused(sets: dict[str, str], message: str) -> None:

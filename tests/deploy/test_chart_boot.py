@@ -126,7 +126,8 @@ def test_rendered_statefulset_boots_and_passes_the_helm_test_hook(
                 source.mkdir(parents=True)
                 mounts[m["mountPath"]] = source
             argv = container_argv(container, env)
-            print(f"{pod} ({network.addresses[pod_ns[pod]]}): {' '.join(argv)[:160]}...")
+            shown = " ".join(" ".join(argv).split())
+            print(f"{pod} at {network.addresses[pod_ns[pod]]}: {shown}")
             log = open(tmp_path / f"{pod}.log", "wb")  # noqa: SIM115 - owned by the process
             procs.append(start_in_netns(pod_ns[pod], argv, env, mounts, log))
 
