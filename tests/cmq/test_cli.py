@@ -199,12 +199,17 @@ def test_dev_derives_peer_ports_and_any_stop_signal_stops_every_node(
                 break
             banner += line
         assert "Ctrl-C" in banner, banner
-        code, status = cmq("status", f"--url=http://127.0.0.1:{base}")
-        assert code == 0
-        # Peer ports follow the HTTP port (+1000), not the fixed 9080-9082.
-        assert {n["address"] for n in status["nodes"].values()} == {
-            f"127.0.0.1:{base + 1000 + i}" for i in range(3)
-        }
+        # Peer ports follow the HTTP port (+1000), not the fixed 9080-9082 (each node
+        # registers its address in the catalog shortly after the cluster is ready).
+        expected = {f"127.0.0.1:{base + 1000 + i}" for i in range(3)}
+        addresses: set[str] = set()
+        deadline = time.monotonic() + 20
+        while addresses != expected and time.monotonic() < deadline:
+            code, status = cmq("status", f"--url=http://127.0.0.1:{base}")
+            assert code == 0
+            addresses = {n["address"] for n in status["nodes"].values()}
+            time.sleep(0.2)
+        assert addresses == expected
         nodes = _children(dev.pid)
         assert len(nodes) == 3
         started = time.monotonic()

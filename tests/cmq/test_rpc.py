@@ -77,11 +77,12 @@ calls: st.SearchStrategy[AnyCall] = st.one_of(
     st.builds(CreateQueueCall, group, text, attributes),
     st.builds(DeleteQueueCall, group, text),
     st.builds(GetQueueCall, group, text),
+    st.builds(PeekCall, group, text, count),
     st.builds(
         SetAttributesCall,
         group,
         text,
-        st.dictionaries(text, st.integers() | text | st.none(), max_size=3).map(
+        st.dictionaries(text, st.integers(-(2**63), 2**64 - 1) | text | st.none(), max_size=3).map(
             lambda d: tuple(d.items())
         ),
     ),
