@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterable
+from itertools import islice
 
 from cmq import errors
 from cmq.errors import InvalidParameter, InvariantBroken
@@ -553,14 +554,7 @@ class QueueMachine:
         """Up to ``limit`` messages visible at the queue's clock (as of the last applied
         command), lowest seq first, without leasing them: a read, nothing changes."""
         q = self._queues.get(name)
-        if q is None:
-            return []
-        out: list[StoredMessage] = []
-        for seq in q.ready:
-            if len(out) >= limit:
-                break
-            out.append(self._read_live(q, seq))
-        return out
+        return [] if q is None else [self._read_live(q, s) for s in islice(q.ready, limit)]
 
     def has_visible(self, name: str, now_ms: int) -> bool:
         """Whether a `Lease` at ``now_ms`` would find a message (a hint for long polls)."""
