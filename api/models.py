@@ -367,6 +367,49 @@ class ReceivedMessage(_Response, kw_only=True, omit_defaults=True):
         )
 
 
+class PeekQuery(Struct, kw_only=True, forbid_unknown_fields=True):
+    """Query parameters of a peek (``?peek=N``)."""
+
+    peek: Annotated[
+        int,
+        Meta(ge=1, le=cmq.model.MAX_PEEK, description="How many messages at the head to read."),
+    ]
+
+
+class PeekedMessage(_Response, kw_only=True, omit_defaults=True):
+    """A message at the head of the queue, read without leasing it (no receipt)."""
+
+    id: str
+    seq: NonNegative
+    body: Annotated[str, Meta(description="Present if sent as body.")] | UnsetType = UNSET
+    body_base64: (
+        Annotated[bytes, Meta(description="Present if sent as body_base64.")] | UnsetType
+    ) = UNSET
+    sent_at: Annotated[int, Meta(ge=0, description="Milliseconds since the Unix epoch.")]
+    attributes: MessageAttributes
+
+    @classmethod
+    def of(cls, m: cmq.model.PeekedMessage) -> PeekedMessage:
+        text: str | UnsetType = UNSET
+        if not m.binary:
+            try:
+                text = m.body.decode("utf-8")
+            except UnicodeDecodeError:
+                text = UNSET
+        return cls(
+            id=m.id,
+            seq=m.seq,
+            body=text,
+            body_base64=m.body if text is UNSET else UNSET,
+            sent_at=m.sent_at_ms,
+            attributes=dict(m.attributes),
+        )
+
+
+class PeekResponse(_Response):
+    messages: list[PeekedMessage]
+
+
 class ReceiveResponse(_Response):
     messages: list[
         Annotated[

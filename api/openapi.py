@@ -93,8 +93,20 @@ def _operation(route: Route) -> Schema:
     }
     if route.description:
         op["description"] = route.description
+    params: list[Schema] = []
     if route.names_queue:
-        op["parameters"] = [{"$ref": "#/components/parameters/QueueName"}]
+        params.append({"$ref": "#/components/parameters/QueueName"})
+    if route.query is not None:
+        _, components = msgspec.json.schema_components([route.query])
+        fields = components[route.query.__name__]
+        for name, schema in fields["properties"].items():
+            param: Schema = {"name": name, "in": "query", "schema": schema}
+            param["required"] = name in fields.get("required", [])
+            if "description" in schema:
+                param["description"] = schema["description"]
+            params.append(param)
+    if params:
+        op["parameters"] = params
     if route.request is not None:
         op["requestBody"] = {
             "required": route.request_required,

@@ -27,6 +27,9 @@ from api.models import (
     EmptyRequest,
     Health,
     NackRequest,
+    PeekedMessage,
+    PeekQuery,
+    PeekResponse,
     PurgeResponse,
     Queue,
     QueueAttributes,
@@ -126,6 +129,8 @@ class Route:
     request: type[Struct] | None = None
     """The body model; None: the body is not read."""
     request_required: bool = True
+    query: type[Struct] | None = None
+    """The query parameters' model (a route reads a body or a query, not both)."""
     raises: tuple[type[CmqError], ...] = ()
     description: str | None = None
 
@@ -142,6 +147,8 @@ class Route:
             implied += (InvalidQueueName,)
         if self.request is not None:
             implied += (InvalidParameter, InvalidJson, RequestTooLarge)
+        if self.query is not None:
+            implied += (InvalidParameter,)
         return tuple(dict.fromkeys(implied + self.raises))
 
 
@@ -171,6 +178,11 @@ async def create_queue(ctx: Context, req: CreateQueueRequest) -> Reply:
 async def get_queue(ctx: Context, _: None) -> Reply:
     attributes, stats = await ctx.service.get_queue(ctx.name)
     return Reply(Queue(ctx.name, QueueAttributes.of(attributes), QueueStats.of(stats)))
+
+
+async def peek(ctx: Context, query: PeekQuery) -> Reply:
+    peeked = await ctx.service.peek(ctx.name, query.peek)
+    return Reply(PeekResponse([PeekedMessage.of(m) for m in peeked]))
 
 
 async def set_attributes(ctx: Context, req: SetAttributesRequest) -> Reply:
@@ -332,6 +344,18 @@ ROUTES: tuple[Route, ...] = (
         raises=(*QUEUE_ERRORS, MessageTooLarge),
         description="Returns only after every message is fsynced on a majority of the queue's "
         "replicas.",
+    ),
+    Route(
+        "GET",
+        _M,
+        "peekMessages",
+        "Read the messages at the head without leasing them",
+        peek,
+        _ok("Up to `peek` visible messages, lowest seq first (maybe none)", PeekResponse),
+        query=PeekQuery,
+        raises=QUEUE_ERRORS,
+        description="Read-only: nothing is leased, counted or changed. The messages visible "
+        "at the queue's clock as of its leader's last applied command.",
     ),
     Route(
         "POST",

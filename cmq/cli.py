@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import base64
 import dataclasses
-import json
 import os
 import secrets
 import signal
@@ -34,7 +33,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from cmq.client import EntryResult, QueueAttributes, ReceivedMessage, SyncClient
 
-DEFAULT_URL = "http://127.0.0.1:8080"
+DEFAULT_HTTP_PORT = 8080
+"""The HTTP API's default port (``cmq serve --http``; the image and the chart expose it)."""
+DEFAULT_PEER_PORT = 9080
+"""The peer (Raft) traffic's default port (``cmq serve --peer``)."""
+DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_HTTP_PORT}"
 
 
 # -- serve -----------------------------------------------------------------------------------------
@@ -66,8 +69,8 @@ def _serve(args: argparse.Namespace) -> int:
         with open(args.config, "rb") as f:
             conf = tomllib.load(f)
     node_id = int(_setting(args, conf, "node_id", 0))
-    http = Address.parse(str(_setting(args, conf, "http", "127.0.0.1:8080")))
-    peer = Address.parse(str(_setting(args, conf, "peer", "127.0.0.1:9080")))
+    http = Address.parse(str(_setting(args, conf, "http", f"127.0.0.1:{DEFAULT_HTTP_PORT}")))
+    peer = Address.parse(str(_setting(args, conf, "peer", f"127.0.0.1:{DEFAULT_PEER_PORT}")))
     peers_text = _setting(args, conf, "peers")
     peers = parse_peers(peers_text) if peers_text else {node_id: peer}
     dirs = _setting(args, conf, "data_dir")
@@ -95,14 +98,40 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 # -- dev -------------------------------------------------------------------------------------------
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+DEV_STOP_SECONDS = 5.0
+"""How long `cmq dev` waits for its nodes to exit after a stop before killing them."""
+
+
+class _Stopped(Exception):
+    """A stop signal reached `cmq dev`."""
+
+
 def _stop_on_signal(signum: int, _frame: object) -> None:
-    raise SystemExit(128 + signum)
+    raise _Stopped(signal.Signals(signum).name)
+
+
+def _stop_nodes(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM every node still running, wait up to `DEV_STOP_SECONDS` for all of them
+    together, then SIGKILL what is left. Further stop signals are ignored meanwhile."""
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    deadline = time.monotonic() + DEV_STOP_SECONDS
+    for p in procs:
+        try:
+            p.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 def _dev(args: argparse.Namespace) -> int:
-    # SIGTERM/SIGHUP must stop the nodes too (the `finally` below), not orphan them.
-    signal.signal(signal.SIGTERM, _stop_on_signal)
-    signal.signal(signal.SIGHUP, _stop_on_signal)
+    # INT, TERM and HUP all stop every node started here (the `finally` below).
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, _stop_on_signal)
     root = Path(args.data_dir)
     root.mkdir(parents=True, exist_ok=True)
     secret_path = root / "secret"
@@ -110,10 +139,18 @@ def _dev(args: argparse.Namespace) -> int:
         secret_path.write_text(secrets.token_hex(32))
         secret_path.chmod(0o600)
     n = args.nodes
+    # Peer ports follow the HTTP ports unless given: two dev clusters on different HTTP ports
+    # must not collide on the default peer ports.
+    peer_base = args.peer_port
+    if peer_base is None:
+        peer_base = args.http_port + DEFAULT_PEER_PORT - DEFAULT_HTTP_PORT
+    if max(args.http_port, peer_base) + n - 1 > 65535:
+        raise SystemExit("--http-port/--peer-port leave no room for the nodes' ports")
     http_ports = [args.http_port + i for i in range(n)]
-    peer_ports = [args.peer_port + i for i in range(n)]
+    peer_ports = [peer_base + i for i in range(n)]
     peers = ",".join(f"{i + 1}=127.0.0.1:{peer_ports[i]}" for i in range(n))
-    env = dict(os.environ, CMQ_SECRET=secret_path.read_text().strip())
+    # The whole cluster stops at once: no node can take a leadership handed to it.
+    env = dict(os.environ, CMQ_SECRET=secret_path.read_text().strip(), CMQ_HANDOFF_SECONDS="0")
     procs: list[subprocess.Popen[bytes]] = []
     try:
         for i in range(n):
@@ -144,7 +181,11 @@ def _dev(args: argparse.Namespace) -> int:
                 )
             )
         urls = [f"http://127.0.0.1:{p}" for p in http_ports]
-        if not _wait_ready(urls, 30):
+        from cmq.cli_output import progress
+
+        with progress(f"starting {n} nodes (logs in {root}/node*.log)"):
+            ready = _wait_ready(urls, 30)
+        if not ready:
             print("the cluster did not become ready; see the node logs in", root)
             return 1
         print(f"cmq dev cluster: {n} nodes, data in {root}, logs in {root}/node*.log")
@@ -164,18 +205,11 @@ def _dev(args: argparse.Namespace) -> int:
             time.sleep(0.5)
         print("a node exited; stopping the cluster (see its log)")
         return 1
-    except KeyboardInterrupt:
-        print("\nstopping")
+    except (_Stopped, KeyboardInterrupt) as e:
+        print(f"\n{e or 'SIGINT'}: stopping the cluster", flush=True)
         return 0
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        _stop_nodes(procs)
 
 
 def _wait_ready(urls: list[str], timeout: float) -> bool:
@@ -195,19 +229,25 @@ def _wait_ready(urls: list[str], timeout: float) -> bool:
 
 
 # -- client commands -------------------------------------------------------------------------------
-def _client_command(args: argparse.Namespace, call: Callable[[SyncClient], Any]) -> int:
-    """Run ``call`` with a client of ``--url``; print its JSON result (or the error as the
-    server renders it, ``{"error": {"code", "message"}}``); 0 on success, 1 on an error."""
+def _client_command(args: argparse.Namespace, call: Callable[[SyncClient], Any], kind: str) -> int:
+    """Run ``call`` with a client of ``--url``; print its result as tables (``kind`` names the
+    renderer, `cmq.cli_output`) or, with ``--json``, as JSON; an error as one line (``--json``:
+    ``{"error": {"code", "message"}}`` as the server renders it). 0 on success, 1 on an error."""
+    from cmq import cli_output
     from cmq.client import SyncClient
     from cmq.errors import CmqError
 
     with SyncClient(args.url) as client:
         try:
-            payload, ok = call(client), True
+            payload = call(client)
         except CmqError as e:
-            payload, ok = {"error": {"code": e.code, "message": e.message}}, False
-    print(json.dumps(payload, indent=2))
-    return 0 if ok else 1
+            cli_output.report_error(e.code, e.message, as_json=args.json)
+            return 1
+    if args.json:
+        cli_output.print_json(payload)
+    else:
+        cli_output.render(kind, payload)
+    return 0
 
 
 def _attributes(a: QueueAttributes) -> dict[str, Any]:
@@ -238,9 +278,27 @@ def _results(results: list[EntryResult]) -> dict[str, Any]:
     }
 
 
+def _list_queues(c: SyncClient, *, with_stats: bool) -> dict[str, Any]:
+    """``{"queues": [{"name"}]}``; for the table also each queue's stats (the first 500)."""
+    from cmq.errors import CmqError
+
+    names = c.list_queues()
+    if not with_stats:
+        return {"queues": [{"name": n} for n in names]}
+    out: list[dict[str, Any]] = []
+    for n in names[:500]:
+        try:
+            out.append({"name": n, "stats": dataclasses.asdict(c.get_queue(n).stats)})
+        except CmqError as e:
+            out.append({"name": n, "error": e.code})
+    return {"queues": out}
+
+
 def _queue(args: argparse.Namespace) -> int:
     if args.action == "list":
-        return _client_command(args, lambda c: {"queues": [{"name": n} for n in c.list_queues()]})
+        return _client_command(
+            args, lambda c: _list_queues(c, with_stats=not args.json), "queue list"
+        )
     if not args.name:
         raise SystemExit("a queue name is required")
     name = args.name
@@ -258,7 +316,7 @@ def _queue(args: argparse.Namespace) -> int:
                 "attributes": _attributes(got.attributes),
             }
 
-        return _client_command(args, create)
+        return _client_command(args, create, "queue create")
     if args.action == "stats":
 
         def stats(c: SyncClient) -> dict[str, Any]:
@@ -269,13 +327,13 @@ def _queue(args: argparse.Namespace) -> int:
                 "stats": dataclasses.asdict(info.stats),
             }
 
-        return _client_command(args, stats)
+        return _client_command(args, stats, "queue stats")
 
     def delete(c: SyncClient) -> dict[str, Any]:
         c.delete_queue(name)
         return {"name": name, "deleted": True}
 
-    return _client_command(args, delete)
+    return _client_command(args, delete, "queue delete")
 
 
 def _send(args: argparse.Namespace) -> int:
@@ -283,6 +341,7 @@ def _send(args: argparse.Namespace) -> int:
     return _client_command(
         args,
         lambda c: {"messages": [{"id": m.id, "seq": m.seq} for m in c.send(args.queue, bodies)]},
+        "send",
     )
 
 
@@ -294,11 +353,11 @@ def _receive(args: argparse.Namespace) -> int:
             out["acked"] = _results(c.ack(args.queue, [m.receipt for m in got]))
         return out
 
-    return _client_command(args, receive)
+    return _client_command(args, receive, "receive")
 
 
 def _status(args: argparse.Namespace) -> int:
-    return _client_command(args, lambda c: c.status())
+    return _client_command(args, lambda c: c.status(), "status")
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -337,13 +396,19 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--nodes", type=int, default=3)
     d.add_argument("--data-dir", default="./data/dev")
     d.add_argument("--http-port", type=int, default=8080)
-    d.add_argument("--peer-port", type=int, default=9080)
+    d.add_argument(
+        "--peer-port",
+        type=int,
+        help="first peer port (default: --http-port + "
+        f"{DEFAULT_PEER_PORT - DEFAULT_HTTP_PORT}, so {DEFAULT_PEER_PORT} for {DEFAULT_HTTP_PORT})",
+    )
     d.add_argument("--groups", type=int, default=4)
     d.set_defaults(func=_dev)
 
     for name, func in (("queue", _queue), ("send", _send), ("receive", _receive)):
         c = sub.add_parser(name)
         c.add_argument("--url", default=DEFAULT_URL)
+        c.add_argument("--json", action="store_true", help="machine-readable output")
         if name == "queue":
             c.add_argument("action", choices=("create", "list", "stats", "delete"))
             c.add_argument("name", nargs="?")
@@ -359,6 +424,7 @@ def main(argv: list[str] | None = None) -> int:
         c.set_defaults(func=func)
     st = sub.add_parser("status", help="groups, leaders, terms, commit/applied, lag")
     st.add_argument("--url", default=DEFAULT_URL)
+    st.add_argument("--json", action="store_true", help="machine-readable output")
     st.set_defaults(func=_status)
 
     b = sub.add_parser(
@@ -386,4 +452,24 @@ def main(argv: list[str] | None = None) -> int:
     b.set_defaults(func=_bench)
 
     args = p.parse_args(argv)
-    return int(args.func(args))
+    return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """``args.func(args)``, with any failure as one line on stderr (code and hint), never a
+    traceback (``CMQ_DEBUG=1`` shows it); Ctrl-C exits 130."""
+    from cmq import cli_output
+    from cmq.errors import CmqError
+
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        return 130
+    except CmqError as e:
+        cli_output.report_error(e.code, e.message, as_json=bool(getattr(args, "json", False)))
+        return 1
+    except Exception as e:
+        if os.environ.get("CMQ_DEBUG"):
+            raise
+        cli_output.report_error(type(e).__name__, str(e) or repr(e), as_json=False)
+        return 1

@@ -34,6 +34,7 @@ class RaftCollector(Collector):
         yield from self._wal(stats)
         yield from self._groups(stats)
         yield from self._peers(stats)
+        yield self._lag(stats)
 
     def _wal(self, stats: RuntimeStats) -> Iterator[Metric]:
         records = CounterMetricFamily(
@@ -82,7 +83,11 @@ class RaftCollector(Collector):
             "cmq_raft_is_leader", "1 when this node leads the group.", labels=["group"]
         )
         term = GaugeMetricFamily("cmq_raft_term", "The group's current term.", labels=["group"])
+        has_leader = GaugeMetricFamily(
+            "cmq_raft_has_leader", "1 when this node knows a leader of the group.", labels=["group"]
+        )
         for g in stats.groups:
+            has_leader.add_metric([str(g.group)], 1 if g.leader else 0)
             label = [str(g.group)]
             proposals.add_metric(label, g.proposals)
             batches.add_metric(label, g.batches)
@@ -99,7 +104,8 @@ class RaftCollector(Collector):
             "cmq_raft_append_entries_sent", "Entries carried by the appends sent."
         )
         entries.add_metric([], sends.append_entries)
-        yield from (proposals, batches, applied, snapshots, leader, term, appends, entries)
+        yield from (proposals, batches, applied, snapshots, leader, term, has_leader)
+        yield from (appends, entries)
 
     def _peers(self, stats: RuntimeStats) -> Iterator[Metric]:
         sent = CounterMetricFamily(
@@ -123,6 +129,22 @@ class RaftCollector(Collector):
             dropped.add_metric(label, st.dropped_full)
             connects.add_metric(label, st.connects)
         yield from (sent, received, dropped, connects)
+
+    def _lag(self, stats: RuntimeStats) -> Metric:
+        """On a group's leader: how many entries each voter's durable log is behind."""
+        lag = GaugeMetricFamily(
+            "cmq_raft_follower_lag_entries",
+            "Entries a follower is behind this leader's last index (leaders only).",
+            labels=["group", "peer"],
+        )
+        for g in stats.groups:
+            if g.leader != stats.node:
+                continue
+            st = self.raft.status(g.group)
+            for peer, ps in sorted(st.peers.items()):
+                if peer != stats.node:
+                    lag.add_metric([str(g.group), str(peer)], st.last_index - ps.match)
+        return lag
 
 
 def register_node_metrics(registry: CollectorRegistry, raft: MultiRaft) -> None:

@@ -141,6 +141,22 @@ class ReceivedMessage:
 
 
 @dataclass(frozen=True, slots=True)
+class PeekedMessage:
+    """A message at the head of a queue, read without leasing it (no receipt)."""
+
+    id: str
+    seq: int
+    body: bytes
+    binary: bool
+    sent_at_ms: int
+    attributes: tuple[tuple[str, str], ...]
+
+
+MAX_PEEK = 100
+"""Most messages one peek returns."""
+
+
+@dataclass(frozen=True, slots=True)
 class EntryResult:
     """The outcome of one ack / visibility change / nack entry."""
 

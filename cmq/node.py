@@ -26,8 +26,10 @@ from cmq.fsm.segments import FileSegmentStore
 from cmq.housekeeping import Housekeeper
 from cmq.meta import CatalogMachine
 from cmq.model import (
+    MAX_PEEK,
     EntryResult,
     OutgoingMessage,
+    PeekedMessage,
     QueueAttributes,
     QueueStats,
     ReceivedMessage,
@@ -45,6 +47,7 @@ from cmq.rpc import (
     DeleteQueueCall,
     GetQueueCall,
     NackCall,
+    PeekCall,
     PurgeCall,
     QueueMetaCall,
     ReceiveCall,
@@ -189,6 +192,12 @@ class QueueNode:
     async def get_queue(self, name: str) -> tuple[QueueAttributes, QueueStats]:
         check_queue_name(name)
         return await self.router.run(GetQueueCall(self.router.group_of(name), name))
+
+    async def peek(self, name: str, limit: int) -> list[PeekedMessage]:
+        check_queue_name(name)
+        if not 1 <= limit <= MAX_PEEK:
+            raise InvalidParameter(f"peek must be in [1, {MAX_PEEK}]; got {limit}")
+        return await self.router.run(PeekCall(self.router.group_of(name), name, limit))
 
     async def set_attributes(self, name: str, changes: dict[str, Any]) -> QueueAttributes:
         check_queue_name(name)

@@ -53,6 +53,7 @@ from cmq.meta import Assignment, CatalogMachine
 from cmq.model import (
     MAX_WAIT_SECONDS,
     OutgoingMessage,
+    PeekedMessage,
     QueueAttributes,
     QueueStats,
     ReceivedMessage,
@@ -69,6 +70,7 @@ from cmq.rpc import (
     DeleteQueueCall,
     GetQueueCall,
     NackCall,
+    PeekCall,
     ProduceCall,
     PurgeCall,
     QueueMetaCall,
@@ -227,6 +229,12 @@ class LeaderOps:
                 return None
             case GetQueueCall():
                 return self._get(call)
+            case PeekCall():
+                self._attributes(call.group, call.name)  # QueueNotFound
+                return [
+                    PeekedMessage(m.id, m.seq, m.body, m.binary, m.sent_at_ms, m.attributes)
+                    for m in self._machines[call.group].peek(call.name, call.limit)
+                ]
             case SetAttributesCall():
                 return await self._set_attributes(call)
             case PurgeCall():

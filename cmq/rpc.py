@@ -29,7 +29,13 @@ from cmq.errors import (
     Unavailable,
     error_for,
 )
-from cmq.model import QueueAttributes, QueueStats, ReceivedMessage, SentMessage
+from cmq.model import (
+    PeekedMessage,
+    QueueAttributes,
+    QueueStats,
+    ReceivedMessage,
+    SentMessage,
+)
 
 R = TypeVar("R")
 
@@ -148,6 +154,14 @@ class GetQueueCall(Call[tuple[QueueAttributes, QueueStats]], frozen=True, tag=8)
     _REPLY = _decoder(tuple[QueueAttributes, QueueStats])
 
 
+class PeekCall(Call[list[PeekedMessage]], frozen=True, tag=30):
+    """Up to ``limit`` messages at the head of the queue, read at its leader without leasing."""
+
+    name: str
+    limit: int
+    _REPLY = _decoder(list[PeekedMessage])
+
+
 class SetAttributesCall(Call[QueueAttributes], frozen=True, tag=9):
     """Merge validated attribute ``changes`` (name, value pairs, as `QueueAttributes.merged`
     takes them) into the committed attributes; the reply is the new attributes."""
@@ -208,6 +222,7 @@ AnyCall = (
     | CreateQueueCall
     | DeleteQueueCall
     | GetQueueCall
+    | PeekCall
     | SetAttributesCall
     | PurgeCall
     | AssignQueueCall

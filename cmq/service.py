@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from cmq.model import (
     EntryResult,
     OutgoingMessage,
+    PeekedMessage,
     QueueAttributes,
     QueueStats,
     ReceivedMessage,
@@ -35,6 +36,12 @@ class QueueService(Protocol):
 
     async def get_queue(self, name: str) -> tuple[QueueAttributes, QueueStats]:
         """Attributes and statistics; `QueueNotFound` if absent."""
+        ...
+
+    async def peek(self, name: str, limit: int) -> list[PeekedMessage]:
+        """Up to ``limit`` (1..`MAX_PEEK`) messages at the head of the queue, visible ones
+        lowest seq first, read at its leader without leasing them (nothing changes);
+        `QueueNotFound` if absent."""
         ...
 
     async def set_attributes(self, name: str, changes: dict[str, Any]) -> QueueAttributes:

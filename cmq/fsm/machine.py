@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterable
+from itertools import islice
 
 from cmq import errors
 from cmq.errors import InvalidParameter, InvariantBroken
@@ -548,6 +549,12 @@ class QueueMachine:
         if q is None:
             return []
         return [self._read_live(q, seq) for seq in seqs if q.is_live(seq)]
+
+    def peek(self, name: str, limit: int) -> list[StoredMessage]:
+        """Up to ``limit`` messages visible at the queue's clock (as of the last applied
+        command), lowest seq first, without leasing them: a read, nothing changes."""
+        q = self._queues.get(name)
+        return [] if q is None else [self._read_live(q, s) for s in islice(q.ready, limit)]
 
     def has_visible(self, name: str, now_ms: int) -> bool:
         """Whether a `Lease` at ``now_ms`` would find a message (a hint for long polls)."""

@@ -33,6 +33,7 @@ QUEUE_ENDPOINTS: list[tuple[str, str, Any]] = [
         {"entries": [{"receipt": "r", "visibility_timeout": 1}]},
     ),
     ("POST", "/v1/queues/{}/messages/nack", {"receipts": ["r"]}),
+    ("GET", "/v1/queues/{}/messages?peek=1", None),
 ]
 # Endpoints that read a JSON body.
 BODY_ENDPOINTS = [(m, p, ok) for m, p, ok in QUEUE_ENDPOINTS if m != "GET"]
@@ -75,6 +76,9 @@ def bad_input_cases() -> list[Any]:
         case(f"{ep} oversize", method, path, big, 413, "RequestTooLarge")
 
     bad = "InvalidParameter"
+    # --- GET /v1/queues/{name}/messages?peek=N
+    for query in ("", "?peek=0", "?peek=101", "?peek=x", "?peek=1.5", "?peek=1&wait=2"):
+        case(f"GET {M}{query}", "GET", f"{M}{query}", None, 400, bad)
     attrs: Any
     body: Any
     message: Any

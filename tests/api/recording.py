@@ -13,6 +13,7 @@ from typing import Any
 from cmq.model import (
     EntryResult,
     OutgoingMessage,
+    PeekedMessage,
     QueueAttributes,
     QueueStats,
     ReceivedMessage,
@@ -73,6 +74,10 @@ class RecordingService:
     async def get_queue(self, name: str) -> tuple[QueueAttributes, QueueStats]:
         self._record("get_queue", name)
         return self.attributes, self.stats
+
+    async def peek(self, name: str, limit: int) -> list[PeekedMessage]:
+        self._record("peek", name, limit)
+        return []
 
     async def set_attributes(self, name: str, changes: dict[str, Any]) -> QueueAttributes:
         self._record("set_attributes", name, changes)

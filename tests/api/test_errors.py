@@ -36,6 +36,7 @@ SERVICE_METHOD = {
     ("POST", "/v1/queues/{}/messages/ack"): "ack",
     ("POST", "/v1/queues/{}/messages/visibility"): "change_visibility",
     ("POST", "/v1/queues/{}/messages/nack"): "nack",
+    ("GET", "/v1/queues/{}/messages?peek=1"): "peek",
 }
 
 
@@ -209,7 +210,7 @@ async def test_wrong_method_is_a_json_405_with_allow(
     assert resp.status == 405
     assert (await _error(resp))["code"] == "MethodNotAllowed"
     assert resp.headers["Allow"] == "GET"
-    resp = await client.get("/v1/queues/q/messages")
+    resp = await client.get("/v1/queues/q/messages/ack")
     assert resp.status == 405
     assert service.calls == []
 

@@ -10,7 +10,7 @@ import pytest
 from aiohttp import web
 
 import api.openapi as api_openapi
-from api.app import make_app
+from api.app import CONSOLE_PREFIX, make_app
 from api.errors import HTTP_STATUS
 from api.models import Health
 from api.openapi import openapi_document
@@ -30,6 +30,8 @@ def app_routes(app: web.Application | None = None) -> set[tuple[str, str]]:
     out = set()
     for route in app.router.routes():
         assert route.resource is not None
+        if route.resource.canonical.startswith(CONSOLE_PREFIX):
+            continue  # the web console's HTML and files, not the JSON API
         out.add((route.method, route.resource.canonical))
     return out
 

@@ -29,6 +29,7 @@ from cmq.rpc import (
     DeleteQueueCall,
     GetQueueCall,
     NackCall,
+    PeekCall,
     ProduceCall,
     PurgeCall,
     QueueMetaCall,
@@ -77,6 +78,7 @@ calls: st.SearchStrategy[AnyCall] = st.one_of(
     st.builds(CreateQueueCall, group, text, attributes),
     st.builds(DeleteQueueCall, group, text),
     st.builds(GetQueueCall, group, text),
+    st.builds(PeekCall, group, text, count),
     st.builds(
         SetAttributesCall,
         group,
@@ -120,6 +122,7 @@ def _one_of_each() -> list[AnyCall]:
         CreateQueueCall(1, "q", QueueAttributes(visibility_timeout=7)),
         DeleteQueueCall(1, "q"),
         GetQueueCall(1, "q"),
+        PeekCall(1, "q", 10),
         SetAttributesCall(1, "q", (("visibility_timeout", 9),)),
         PurgeCall(1, "q"),
         AssignQueueCall(0, "q"),

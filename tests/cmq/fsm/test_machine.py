@@ -374,3 +374,21 @@ def test_restore_empty_clears_everything() -> None:
     e.produce(2)
     e.m.restore(0, b"")
     assert e.m.queue_names() == [] and e.store.segments == {}
+
+
+def test_peek_reads_the_visible_head_in_order_and_changes_nothing() -> None:
+    e = Env(QueueAttributes(visibility_timeout=30))
+    e.produce(2)
+    e.produce(1, start=2, delay=60)  # delayed: not at the head yet
+    e.produce(2, start=3)
+    e.lease(1)  # seq 1 is leased: not visible
+    before = e.m.stats("q", T0)
+    e.m.take_changed()
+    peeked = e.m.peek("q", 10)
+    assert [(m.seq, m.body) for m in peeked] == [(2, b"body1"), (4, b"body3"), (5, b"body4")]
+    assert peeked[0].attributes == (("a", "1"),)
+    assert [m.seq for m in e.m.peek("q", 2)] == [2, 4]
+    assert e.m.peek("missing", 5) == []
+    assert e.m.stats("q", T0) == before and not e.m.take_changed()
+    # The next lease still gets the head peek showed, as a first delivery.
+    assert [(m.seq, m.receive_count) for m in e.lease(1).messages] == [(2, 1)]

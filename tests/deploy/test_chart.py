@@ -1,0 +1,216 @@
+"""The Helm chart, rendered by the real helm: lint, the shapes it renders at 3 and 5 replicas
+and with every optional part on, strict validation against the Kubernetes schemas
+(kubernetes-validate), and the values schema refusing what it must."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+
+from cmq import cli
+from tests.deploy.chart import ALL_ON, CHART, MONITORING_APIS, helm, one, render
+from tests.deploy.pods import expand
+
+K8S_VERSION = "1.31"
+CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
+
+
+def test_lint_strict() -> None:
+    for sets in (
+        [],
+        ["--set", "replicaCount=5"],
+        *[["--set", f"{k}={v}"] for k, v in ALL_ON.items()],
+    ):
+        out = helm("lint", "--strict", str(CHART), *sets, check=False)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "0 chart(s) failed" in out.stdout
+
+
+def _validate(docs: list[dict[str, Any]]) -> set[str]:
+    kinds = set()
+    for d in docs:
+        kinds.add(d["kind"])
+        if d["kind"] in CRD_KINDS:
+            assert d["apiVersion"] == "monitoring.coreos.com/v1"
+            assert d["spec"], d
+            continue
+        kubernetes_validate.validate(d, K8S_VERSION, strict=True)
+    return kinds
+
+
+@pytest.mark.parametrize("replicas", [3, 5])
+def test_renders_valid_manifests_at_3_and_5_replicas(replicas: int) -> None:
+    docs = render({"replicaCount": str(replicas)})
+    kinds = _validate(docs)
+    assert kinds == {
+        "Secret",
+        "ServiceAccount",
+        "Service",
+        "StatefulSet",
+        "PodDisruptionBudget",
+        "Pod",  # the helm test hook
+    }
+    sts = one(docs, "StatefulSet")
+    assert sts["spec"]["replicas"] == replicas
+    assert sts["spec"]["podManagementPolicy"] == "Parallel"
+    script = sts["spec"]["template"]["spec"]["containers"][0]["args"][0]
+    peers = re.search(r'--peers "([^"]+)"', script)
+    assert peers is not None
+    expected = ",".join(
+        f"{i + 1}=q-cmq-{i}.q-cmq-headless.default.svc.cluster.local:{cli.DEFAULT_PEER_PORT}"
+        for i in range(replicas)
+    )
+    assert peers.group(1) == expected
+    headless = one(docs, "Service", "-headless")
+    assert headless["spec"]["clusterIP"] == "None"
+    assert headless["spec"]["publishNotReadyAddresses"] is True
+    assert one(docs, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
+
+
+def test_optional_parts_render_only_where_their_api_exists() -> None:
+    without = _validate(render(ALL_ON))
+    assert without.isdisjoint(CRD_KINDS), "no monitoring API: no ServiceMonitor/PrometheusRule"
+    docs = render(ALL_ON, api_versions=MONITORING_APIS)
+    kinds = _validate(docs)
+    assert {"ServiceMonitor", "PrometheusRule", "CronJob", "ConfigMap"} <= kinds
+    # Scraped once per pod: through the headless Service only (it lists not-ready pods too).
+    monitor = one(docs, "ServiceMonitor")["spec"]["selector"]["matchLabels"]
+    scraped = [
+        d["metadata"]["name"]
+        for d in docs
+        if d["kind"] == "Service" and monitor.items() <= d["metadata"]["labels"].items()
+    ]
+    assert scraped == ["q-cmq-headless"]
+    rules = one(docs, "PrometheusRule")["spec"]["groups"][0]["rules"]
+    assert {r["alert"] for r in rules} == {
+        "CmqGroupWithoutLeader",
+        "CmqReplicationLag",
+        "CmqDiskFilling",
+        "CmqSlowFsync",
+    }
+    cron = one(docs, "CronJob")
+    container = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["cmq"]
+    assert container["args"][:5] == [
+        "archive",
+        "--url",
+        f"http://q-cmq.default.svc.cluster.local:{cli.DEFAULT_HTTP_PORT}",
+        "--out",
+        "/archive",
+    ]
+
+
+def test_pod_spec_is_restricted_probed_and_spread() -> None:
+    sts = one(render(), "StatefulSet")
+    pod = sts["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    assert c["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert c["startupProbe"]["httpGet"]["path"] == "/healthz"
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert c["resources"]["requests"] and c["resources"]["limits"]
+    assert c["lifecycle"]["preStop"]["exec"]["command"][0] == "sleep"
+    anti = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert anti[0]["topologyKey"] == "kubernetes.io/hostname"
+    assert pod["topologySpreadConstraints"][0]["topologyKey"] == "topology.kubernetes.io/zone"
+    env = {e["name"]: e for e in c["env"]}
+    assert env["CMQ_SECRET"]["valueFrom"]["secretKeyRef"]["name"] == "q-cmq-secret"
+    zone = env["CMQ_ZONE"]["valueFrom"]["fieldRef"]["fieldPath"]
+    assert zone == "metadata.labels['topology.kubernetes.io/zone']"
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports == {"http": cli.DEFAULT_HTTP_PORT, "peer": cli.DEFAULT_PEER_PORT}
+
+
+def _serve_argv(sts: dict[str, Any], pod: str, tmp_path: Path) -> list[str]:
+    """The arguments the container's script passes to ``cmq`` in pod ``pod``: the script run
+    by /bin/sh (after Kubernetes' ``$(VAR)`` expansion) with a stand-in ``cmq`` that prints
+    them, one per line."""
+    (c,) = sts["spec"]["template"]["spec"]["containers"]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    fake = bin_dir / "cmq"
+    fake.write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done\n')
+    fake.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "POD_NAME": pod}
+    argv = [expand(a, env) for a in c["command"] + c["args"]]
+    out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True, timeout=10)
+    return out.stdout.splitlines()
+
+
+def test_node_id_from_the_ordinal_and_rejoin_for_listed_ordinals(tmp_path: Path) -> None:
+    sts = one(render({"cluster.rejoinOrdinals": "{2}"}), "StatefulSet")
+    for ordinal in range(3):
+        words = _serve_argv(sts, f"q-cmq-{ordinal}", tmp_path)
+        assert words[0] == "serve"
+        assert words[words.index("--node-id") + 1] == str(ordinal + 1)
+        assert ("--rejoin" in words) == (ordinal == 2), words
+    plain = one(render(), "StatefulSet")
+    assert "--rejoin" not in _serve_argv(plain, "q-cmq-2", tmp_path)
+
+
+def test_one_claim_and_data_dir_per_disk(tmp_path: Path) -> None:
+    sts = one(
+        render(
+            {
+                "persistence.disks[0].name": "wal",
+                "persistence.disks[0].size": "5Gi",
+                "persistence.disks[1].name": "bulk",
+                "persistence.disks[1].size": "100Gi",
+            }
+        ),
+        "StatefulSet",
+    )
+    claims = {t["metadata"]["name"]: t for t in sts["spec"]["volumeClaimTemplates"]}
+    assert set(claims) == {"wal", "bulk"}
+    assert claims["bulk"]["spec"]["resources"]["requests"]["storage"] == "100Gi"
+    words = _serve_argv(sts, "q-cmq-0", tmp_path)
+    dirs = [words[i + 1] for i, w in enumerate(words) if w == "--data-dir"]
+    assert dirs == ["/var/lib/cmq/wal/node", "/var/lib/cmq/bulk/node"]
+    mounts = {
+        m["name"]: m["mountPath"]
+        for m in sts["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+    }
+    assert mounts["wal"] == "/var/lib/cmq/wal" and mounts["bulk"] == "/var/lib/cmq/bulk"
+
+
+def test_existing_secret_is_used_and_none_is_created() -> None:
+    docs = render({"secret.existingSecret": "mine"})
+    assert not [d for d in docs if d["kind"] == "Secret"]
+    c = one(docs, "StatefulSet")["spec"]["template"]["spec"]["containers"][0]
+    ref = next(e for e in c["env"] if e["name"] == "CMQ_SECRET")["valueFrom"]["secretKeyRef"]
+    assert ref["name"] == "mine"
+
+
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        ({"replicaCount": "4"}, "replicaCount"),
+        ({"replicaCount": "2"}, "replicaCount"),
+        ({"persistence.disks[0].size": "ten"}, "size"),
+        ({"secret.value": "short"}, "value"),
+        ({"secret.create": "false"}, "existingSecret"),
+        ({"podDisruptionBudget.maxUnavailable": "2"}, "maxUnavailable"),
+        ({"cluster.groups": "0"}, "groups"),
+        ({"image.repository": ""}, "repository"),
+        ({"cluster.scaling": "join"}, "cmq serve --join"),
+        ({"cluster.rejoinOrdinals": "{-1}"}, "rejoinOrdinals"),
+    ],
+)
+def test_bad_values_are_refused(sets: dict[str, str], message: str) -> None:
+    args = ["template", "q", str(CHART)]
+    for k, v in sets.items():
+        args += ["--set", f"{k}={v}"]
+    out = helm(*args, check=False)
+    assert out.returncode != 0
+    assert message in out.stderr, out.stderr

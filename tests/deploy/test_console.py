@@ -1,0 +1,163 @@
+"""The web console (/ui) in a real browser: Debian's chromium, headless, driven by Playwright,
+against the session's 3-node cluster. It shows the nodes and groups, a queue's depth changes
+after sends, and the queue page peeks at the head without leasing. Also the read-only peek API
+itself, and the metrics the chart's alerts are written against."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from cmq.client import SyncClient
+from tests.cmq.cluster import CmqCluster, blocking, request, unique_queue
+from tests.deploy.chart import ALL_ON, MONITORING_APIS, one, render
+
+pytestmark = pytest.mark.slow
+
+T = TypeVar("T")
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+@pytest.fixture
+def browser_page(tmp_path: Path) -> Iterator[object]:
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("chromium is not installed (make test installs Debian's)")
+    from playwright.sync_api import sync_playwright
+
+    profile = tempfile.mkdtemp(prefix="chromium-profile-", dir=tmp_path)
+    with sync_playwright() as p:
+        context = p.chromium.launch_persistent_context(
+            profile,
+            executable_path=CHROMIUM,
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1360, "height": 900},
+        )
+        try:
+            yield context.new_page()
+        finally:
+            context.close()
+
+
+def test_console_shows_nodes_and_queue_depth_changes(
+    cmq_cluster: CmqCluster, browser_page: object, tmp_path: Path
+) -> None:
+    from playwright.sync_api import Page, expect
+
+    page = browser_page
+    assert isinstance(page, Page)
+    queue = unique_queue("console")
+    url = cmq_cluster.urls[0]
+
+    def call(f: Callable[[SyncClient], T]) -> T:
+        # Playwright's sync API runs an event loop in this thread: the client gets another.
+        def run() -> T:
+            with SyncClient(cmq_cluster.urls) as client:
+                return f(client)
+
+        return blocking(run)
+
+    call(lambda c: c.create_queue(queue, {"visibility_timeout": 60}))
+    try:
+        page.goto(url + "/ui")
+        assert page.url.endswith("/ui/")
+        expect(page.locator("#nodes .node")).to_have_count(3, timeout=15_000)
+        expect(page.locator("#nodes .node.self")).to_have_attribute("data-node", "1")
+        expect(page.locator("#health")).to_have_text("ready")
+        # Every group has a leader badge, none is leaderless.
+        expect(page.locator("#groups tbody tr").first).to_be_visible()
+        assert page.locator("#groups .pill.bad").count() == 0
+        row = page.locator(f'#queues tr[data-queue="{queue}"]')
+        expect(row.locator("td.depth")).to_have_text("0", timeout=15_000)
+
+        call(lambda c: c.send(queue, [f"console message {i}" for i in range(7)]))
+        expect(row.locator("td.depth")).to_have_text("7", timeout=15_000)
+        expect(row.locator("td.spark svg polyline").first).to_be_attached()
+        page.screenshot(path=str(tmp_path / "console-overview.png"), full_page=True)
+
+        # The queue page: stats, attributes, and the head of the queue, peeked.
+        row.locator("a.q").click()
+        expect(page.locator("#q-name")).to_have_text(queue)
+        peeked = page.locator("#q-peek tbody tr")
+        expect(peeked).to_have_count(7, timeout=15_000)
+        expect(peeked.first.locator("td.body")).to_have_text("console message 0")
+        attr = page.locator('#q-attributes tr[data-key="visibility_timeout"] td').nth(1)
+        expect(attr).to_have_text("60")
+        expect(page.locator('#q-stats tr[data-key="visible"] td').nth(1)).to_have_text("7")
+        page.screenshot(path=str(tmp_path / "console-queue.png"), full_page=True)
+
+        # Peeking leased nothing: the first receive is each message's first delivery.
+        got = call(lambda c: c.receive(queue, 7, wait_seconds=5))
+        assert [m.receive_count for m in got] == [1] * 7
+        call(lambda c: c.ack(queue, [m.receipt for m in got]))
+        expect(page.locator("#q-empty")).to_be_visible(timeout=15_000)
+        page.goto(url + "/ui/#/")
+        row = page.locator(f'#queues tr[data-queue="{queue}"]')
+        expect(row.locator("td.depth")).to_have_text("0", timeout=15_000)
+        expect(row.locator("td.acked-rate")).to_have_text(re.compile(r"^[0-9.,]+$"))
+    finally:
+        call(lambda c: c.delete_queue(queue))
+    shot = tmp_path / "console-overview.png"
+    assert shot.stat().st_size > 10_000
+    print(f"console screenshots: {tmp_path}/console-overview.png, {tmp_path}/console-queue.png")
+    keep = os.environ.get("CMQ_CONSOLE_SCREENSHOT_DIR")
+    if keep:
+        for name in ("console-overview.png", "console-queue.png"):
+            shutil.copy(tmp_path / name, Path(keep) / name)
+
+
+def test_peek_reads_the_head_without_leasing(cmq_cluster: CmqCluster) -> None:
+    queue = unique_queue("peek")
+    with SyncClient(cmq_cluster.urls) as client:
+        client.create_queue(queue, {})
+        try:
+            client.send(queue, ["a", "b", "c"])
+            for url in cmq_cluster.urls:  # any node answers (forwarded to the leader)
+                status, body = request(url, "GET", f"/v1/queues/{queue}/messages?peek=2")
+                assert status == 200, body
+                assert [m["body"] for m in body["messages"]] == ["a", "b"]
+                assert "receipt" not in body["messages"][0]
+            assert client.get_queue(queue).stats.in_flight == 0
+            status, body = request(
+                cmq_cluster.urls[0], "GET", f"/v1/queues/{queue}/messages?peek=0"
+            )
+            assert (status, body["error"]["code"]) == (400, "InvalidParameter")
+            status, body = request(
+                cmq_cluster.urls[0], "GET", "/v1/queues/no-such-q/messages?peek=1"
+            )
+            assert (status, body["error"]["code"]) == (404, "QueueNotFound")
+        finally:
+            client.delete_queue(queue)
+
+
+def test_alert_metrics_exist_on_a_real_node(cmq_cluster: CmqCluster) -> None:
+    """Every cmq_* series the PrometheusRule and the dashboard query is exported by a node."""
+    docs = render(ALL_ON, api_versions=MONITORING_APIS)
+    exprs = [r["expr"] for r in one(docs, "PrometheusRule")["spec"]["groups"][0]["rules"]]
+    exprs.append(one(docs, "ConfigMap", "-dashboard")["data"]["cmq.json"])
+    wanted = {m for e in exprs for m in re.findall(r"\bcmq_[a-z_]+", e)}
+    assert {"cmq_raft_has_leader", "cmq_raft_follower_lag_entries"} <= wanted
+    exported: set[str] = set()
+    for url in cmq_cluster.urls:  # lag is exported by the leaders
+        with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+        exported |= set(re.findall(r"^(cmq_[a-z_]+)", text, re.M))
+    missing = {m for m in wanted if m not in exported}
+    assert not missing, missing
