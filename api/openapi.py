@@ -95,6 +95,8 @@ def _operation(route: Route) -> Schema:
         op["description"] = route.description
     if route.names_queue:
         op["parameters"] = [{"$ref": "#/components/parameters/QueueName"}]
+    if "{node}" in route.path:
+        op["parameters"] = [{"$ref": "#/components/parameters/NodeId"}]
     if route.request is not None:
         op["requestBody"] = {
             "required": route.request_required,
@@ -149,7 +151,13 @@ def openapi_document(routes: Sequence[Route] = ROUTES) -> dict[str, Any]:
                     "in": "path",
                     "required": True,
                     "schema": {"type": "string", "pattern": QUEUE_NAME.pattern},
-                }
+                },
+                "NodeId": {
+                    "name": "node",
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "integer", "minimum": 1},
+                },
             },
             "headers": {
                 "RetryAfter": {

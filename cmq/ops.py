@@ -64,6 +64,7 @@ from cmq.rpc import (
     AnyCall,
     AssignQueueCall,
     Call,
+    CatalogCall,
     ChangeVisibilityCall,
     CreateQueueCall,
     DeleteQueueCall,
@@ -244,6 +245,8 @@ class LeaderOps:
                 cmd = CatalogMachine.register_node(call.node, call.address, list(call.data_dirs))
                 await self.propose(META_GROUP, cmd)
                 return None
+            case CatalogCall():
+                raise InvariantBroken("catalog calls are run by cmq.router.Router")
 
     async def propose(self, group: int, data: bytes) -> object:
         """Propose ``data`` to ``group`` and await its applied result; `OutcomeUnknown` when

@@ -188,6 +188,14 @@ class RegisterNodeCall(Call[None], frozen=True, tag=13):
     _REPLY = _decoder(None)
 
 
+class CatalogCall(Call[Any], frozen=True, tag=14):
+    """Propose a catalog command (`cmq.meta.CatalogMachine`: nodes, moves); the reply is its
+    result (a refusal is raised as its error). Run by `cmq.router.Router`."""
+
+    command: bytes
+    _REPLY = _decoder(Any)
+
+
 AnyCall = (
     ProduceCall
     | ReceiveCall
@@ -202,6 +210,7 @@ AnyCall = (
     | AssignQueueCall
     | RemoveQueueCall
     | RegisterNodeCall
+    | CatalogCall
 )
 
 _calls: msgspec.msgpack.Decoder[AnyCall] = msgspec.msgpack.Decoder(AnyCall)

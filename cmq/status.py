@@ -32,9 +32,25 @@ def render_status(
         "groups": views,
         "queues": len(placement),
         "placement": placement,
-        "nodes": {str(n): info for n, info in sorted(catalog.nodes.items())},
+        "nodes": {
+            str(n): {
+                "address": i.address,
+                "http": i.http,
+                "data_dirs": list(i.data_dirs),
+                "zone": i.zone,
+                "state": i.state,
+            }
+            for n, i in sorted(catalog.nodes.items())
+        },
         "data_groups": {
-            str(g): info | {"data_dirs": {str(n): d for n, d in info["data_dirs"].items()}}
+            str(g): info
+            | {
+                "data_dirs": {
+                    str(n): catalog.nodes[n].data_dirs[g % len(catalog.nodes[n].data_dirs)]
+                    for n in info["replicas"]
+                    if n in catalog.nodes and catalog.nodes[n].data_dirs
+                }
+            }
             for g, info in catalog.groups().items()
         },
     }

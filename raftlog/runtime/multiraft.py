@@ -211,11 +211,20 @@ class MultiRaft:
         """Which data directory a group is bound to (stable: by group id)."""
         return group % len(self.cfg.data_dirs)
 
+    def stored_groups(self) -> tuple[int, ...]:
+        """Every group with state in this node's data directories (open or not), sorted."""
+        return tuple(sorted({g for w in self.wals for g in w.groups()}))
+
     async def open_group(
-        self, group: int, sm: StateMachine, *, voters: Sequence[int] = ()
+        self, group: int, sm: StateMachine, *, voters: Sequence[int] = (), rejoin: bool = False
     ) -> GroupDriver:
         """Open ``group`` with its state machine. A group new to this node is bootstrapped with
-        ``voters`` when given (a founding member), or starts empty to join as a learner."""
+        ``voters`` when given (a founding member), or starts empty to join as a learner.
+
+        ``rejoin`` (or `RuntimeConfig.rejoin`): the group starts in the core's rejoin mode, as
+        a replica added to a running group should (no vote until caught up; a commit index
+        beyond its log, e.g. in a late heartbeat meant for an earlier incarnation of this
+        replica, makes it ask the leader for the log instead of stopping the group)."""
         if group in self.groups:
             raise ValueError(f"group {group} is already open")
         wal = self.wals[self.dir_for(group)]
@@ -226,7 +235,7 @@ class MultiRaft:
                 self.id,
                 election_tick=self.cfg.election_tick,
                 heartbeat_tick=self.cfg.heartbeat_tick,
-                rejoin=self.cfg.rejoin,
+                rejoin=self.cfg.rejoin or rejoin,
             ),
             store,
             random.Random(self._rng.getrandbits(64)),
@@ -242,6 +251,29 @@ class MultiRaft:
         self.groups[group] = driver
         driver.start()
         return driver
+
+    async def drop_group(self, group: int) -> None:
+        """Stop ``group`` here and durably forget its state (this node is no longer one of its
+        replicas): its waiters fail, a DROP record voids its WAL history and its snapshot
+        files go. Messages for it are counted as `unknown_group_messages` from now on."""
+        g = self.groups.pop(group, None)
+        if g is None:
+            return
+        await g.stop(f"group {group} left this node")
+        await asyncio.wrap_future(self.wals[self.dir_for(group)].drop_group(group))
+
+    def add_peer(self, node: int, address: Address) -> None:
+        """Know (or re-address) ``node``: a node that joined the cluster at run time."""
+        self.transport.add_peer(node, address)
+
+    def remove_peer(self, node: int) -> None:
+        """Forget ``node`` (removed from the cluster); a no-op for this node itself."""
+        if node != self.id:
+            self.transport.remove_peer(node)
+
+    def peers(self) -> tuple[int, ...]:
+        """The peers this node knows (itself excluded), sorted."""
+        return tuple(sorted(self.transport.peers))
 
     def group(self, group: int) -> GroupDriver:
         g = self.groups.get(group)

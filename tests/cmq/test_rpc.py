@@ -24,6 +24,7 @@ from cmq.rpc import (
     AckCall,
     AnyCall,
     AssignQueueCall,
+    CatalogCall,
     ChangeVisibilityCall,
     CreateQueueCall,
     DeleteQueueCall,
@@ -117,6 +118,7 @@ def _one_of_each() -> list[AnyCall]:
         AssignQueueCall(0, "q"),
         RemoveQueueCall(0, "q"),
         RegisterNodeCall(0, 2, "127.0.0.1:9080", ("/data/a",)),
+        CatalogCall(0, b'{"op": "drain", "name": "2"}'),
     ]
 
 
