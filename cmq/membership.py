@@ -162,8 +162,10 @@ class Membership:
     # -- 2. peers ---------------------------------------------------------------------------------
     def _sync_peers(self) -> None:
         nodes = self._catalog.nodes
+        known = set(self._raft.peers())
         for n, info in nodes.items():
-            if n != self._id:
+            # A peer known already keeps its address: the static one may be a proxy's.
+            if n != self._id and n not in known:
                 try:
                     self._raft.add_peer(n, Address.parse(info.address))
                 except ValueError:
