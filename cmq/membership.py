@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from cmq.errors import CmqError
 from cmq.meta import CatalogMachine
 from cmq.ops import META_GROUP
-from cmq.placement import ACTIVE
+from cmq.placement import ACTIVE, StepKind, next_step
 from cmq.router import Router
 from cmq.rpc import CatalogCall
 from raftlog.core import ConfChangeKind
@@ -215,29 +215,21 @@ class Membership:
         if p is None:
             return
         st = self._raft.status(g)
-        voters, learners = set(st.conf.voters), set(st.conf.learners)
-        goal = set(p.goal())
-        missing = sorted(goal - voters - learners)
-        if missing:
-            await self._change(g, ConfChangeKind.ADD_LEARNER, missing[0])
-            return
-        for n in sorted(learners & goal):
-            await self._change(g, ConfChangeKind.PROMOTE, n)
-            return
-        for n in sorted(learners - goal):
-            await self._change(g, ConfChangeKind.REMOVE, n)
-            return
-        for n in sorted(voters - goal):
-            if n == self._id:
-                self._hand_over(g, sorted(goal))
-            else:
-                await self._change(g, ConfChangeKind.REMOVE, n)
-            return
-        if p.move is not None and voters == goal:
+        step = next_step(
+            set(st.conf.voters), set(st.conf.learners), set(p.goal()), self._id, p.move is not None
+        )
+        if step.kind is StepKind.ADD_LEARNER:
+            await self._change(g, ConfChangeKind.ADD_LEARNER, step.node)
+        elif step.kind is StepKind.PROMOTE:
+            await self._change(g, ConfChangeKind.PROMOTE, step.node)
+        elif step.kind is StepKind.REMOVE:
+            await self._change(g, ConfChangeKind.REMOVE, step.node)
+        elif step.kind is StepKind.HAND_OVER:
+            self._hand_over(g, sorted(p.goal()))
+        elif step.kind is StepKind.REPORT and p.move is not None:
             cmd = CatalogMachine.moved(g, p.move.add, p.move.remove)
             await self._router.run(CatalogCall(META_GROUP, cmd))
-            return
-        if self._balance:
+        elif step.kind is StepKind.NONE and self._balance:
             self._balance_leader(g)
 
     async def _change(self, g: int, kind: ConfChangeKind, node: int) -> None:

@@ -10,11 +10,17 @@ meta group computes the same placement from the same catalog state.
   from the most-loaded node of a group to the least-loaded node outside it when that narrows the
   spread by two or more. A move never makes a group's zone spread worse.
 * `preferred_leaders`: a leader per data group, about G/N per node, among its replicas.
+* `next_step`: the one membership step a group's leader takes next towards the catalog's goal
+  (add the new node as a learner, promote it, hand leadership away if the leader is leaving,
+  remove the old replica, report the move done). The Raft core refuses to promote a learner
+  that is not caught up, so a promotion is retried until it is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
+from dataclasses import dataclass
+from enum import Enum
 
 import msgspec
 
@@ -215,4 +221,53 @@ def preferred_leaders(
         n = min(reps, key=lambda r: (count.get(r, 0), (r - g) % 1000003))
         count[n] = count.get(n, 0) + 1
         out[g] = n
+    # Greedy leaves some nodes two ahead: hand single groups over while that narrows the gap.
+    changed = True
+    while changed:
+        changed = False
+        for g in sorted(out):
+            lead = out[g]
+            reps = [n for n in groups[g].replicas if n in nodes and nodes[n].state == ACTIVE]
+            better = min(reps, key=lambda r: (count.get(r, 0), r))
+            if count.get(better, 0) + 1 < count[lead]:
+                count[lead] -= 1
+                count[better] = count.get(better, 0) + 1
+                out[g] = better
+                changed = True
     return out
+
+
+class StepKind(Enum):
+    NONE = "none"
+    ADD_LEARNER = "add_learner"
+    PROMOTE = "promote"
+    REMOVE = "remove"
+    HAND_OVER = "hand_over"
+    """The leader itself is leaving: give leadership to another goal voter first."""
+    REPORT = "report"
+    """The group's voters are the goal: record the move as done in the catalog."""
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    kind: StepKind
+    node: int = 0
+
+
+def next_step(
+    voters: Set[int], learners: Set[int], goal: Set[int], leader: int, move_pending: bool
+) -> Step:
+    """The next step of a group whose configuration is (``voters``, ``learners``), led by
+    ``leader``, towards voters == ``goal``: never removes a voter before every goal node is a
+    voter, so the group has at least as many voters as the goal throughout."""
+    for n in sorted(goal - voters - learners):
+        return Step(StepKind.ADD_LEARNER, n)
+    for n in sorted(learners & goal):
+        return Step(StepKind.PROMOTE, n)
+    for n in sorted(learners - goal):
+        return Step(StepKind.REMOVE, n)
+    for n in sorted(voters - goal):
+        return Step(StepKind.HAND_OVER if n == leader else StepKind.REMOVE, n)
+    if move_pending and voters == goal:
+        return Step(StepKind.REPORT)
+    return Step(StepKind.NONE)
