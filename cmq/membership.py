@@ -51,6 +51,8 @@ DropGroup = Callable[[int], Awaitable[None]]
 
 TRANSFER_COOLDOWN = 5.0
 """Seconds between two leadership hand-overs of one group by this node."""
+FULL_ROUND_EVERY = 10
+"""Rounds between two looks at the groups with no move in flight."""
 STEP_TIMEOUT = 5.0
 """Seconds a membership step may take to apply before it is tried again."""
 
@@ -101,6 +103,8 @@ class Membership:
         self._transferred: dict[int, float] = {}
         self._last_register = 0.0
         self._last_confirm: dict[int, float] = {}
+        self._rounds = 0
+        self._preferred: dict[int, int] = {}
 
     async def run(self) -> None:
         """Reconcile until cancelled; a failed round is logged and retried next interval."""
@@ -127,8 +131,14 @@ class Membership:
         await self._drop_unhosted()
         if self._raft.leader_of(META_GROUP) == self._id:
             await self._reconcile_meta()
-        for g in self._catalog.data_groups:
-            if g in self._raft.groups and self._raft.leader_of(g) == self._id:
+        # Groups with a move in flight every round; the others (a configuration to repair,
+        # leadership to balance) every `FULL_ROUND_EVERY` rounds: idle groups cost little.
+        self._rounds += 1
+        full = self._rounds % FULL_ROUND_EVERY == 0
+        self._preferred = self._catalog.preferred_leaders() if full and self._balance else {}
+        for g, p in list(self._catalog.placements.items()):
+            hosted = g in self._raft.groups
+            if (full or p.move is not None) and hosted and self._raft.leader_of(g) == self._id:
                 await self._reconcile_group(g)
 
     # -- 1. registration --------------------------------------------------------------------------
@@ -229,7 +239,7 @@ class Membership:
         elif step.kind is StepKind.REPORT and p.move is not None:
             cmd = CatalogMachine.moved(g, p.move.add, p.move.remove)
             await self._router.run(CatalogCall(META_GROUP, cmd))
-        elif step.kind is StepKind.NONE and self._balance:
+        elif step.kind is StepKind.NONE and self._preferred:
             self._balance_leader(g)
 
     async def _change(self, g: int, kind: ConfChangeKind, node: int) -> None:
@@ -263,7 +273,7 @@ class Membership:
 
     # -- 6. leader balance ------------------------------------------------------------------------
     def _balance_leader(self, g: int) -> None:
-        pref = self._catalog.preferred_leaders().get(g)
+        pref = self._preferred.get(g)
         if pref is None or pref == self._id:
             return
         st = self._raft.status(g)

@@ -75,7 +75,7 @@ _image_decoder = msgspec.json.Decoder(_Image)
 class CatalogMachine:
     """Nodes, data groups and queue placement. Implements raftlog's `StateMachine`."""
 
-    __slots__ = ("founders", "nodes", "placements", "queues", "replication")
+    __slots__ = ("_load", "founders", "nodes", "placements", "queues", "replication")
 
     def __init__(self) -> None:
         self.queues: dict[str, int] = {}
@@ -84,6 +84,8 @@ class CatalogMachine:
         self.replication = 0
         """R; 0 until ``init`` is applied."""
         self.founders: tuple[int, ...] = ()
+        self._load: dict[int, int] = {}
+        """Data group -> queues placed on it (derived from ``queues``)."""
 
     # -- commands ---------------------------------------------------------------------------------
     @staticmethod
@@ -169,9 +171,13 @@ class CatalogMachine:
                     return Refused("Unavailable", "the cluster is not initialized yet")
                 group = self._least_loaded()
                 self.queues[name] = group
+                self._load[group] = self._load.get(group, 0) + 1
             return Assignment(name, group)
         if op == "remove":
-            return self.queues.pop(name, None) is not None
+            gone = self.queues.pop(name, None)
+            if gone is not None:
+                self._load[gone] -= 1
+            return gone is not None
         if op == "node":
             node = int(name)
             old = self.nodes.get(node)
@@ -259,11 +265,7 @@ class CatalogMachine:
             self.placements[g] = msgspec.structs.replace(self.placements[g], move=move)
 
     def _least_loaded(self) -> int:
-        load = dict.fromkeys(self.placements, 0)
-        for g in self.queues.values():
-            if g in load:
-                load[g] += 1
-        return min(self.placements, key=lambda g: (load[g], g))
+        return min(self.placements, key=lambda g: (self._load.get(g, 0), g))
 
     # -- reads ------------------------------------------------------------------------------------
     @property
@@ -300,7 +302,7 @@ class CatalogMachine:
             out[g] = {
                 "replicas": list(p.replicas),
                 "move": None if p.move is None else {"add": p.move.add, "remove": p.move.remove},
-                "queues": sum(1 for q in self.queues.values() if q == g),
+                "queues": self._load.get(g, 0),
             }
         return out
 
@@ -324,6 +326,9 @@ class CatalogMachine:
         except msgspec.DecodeError as e:
             raise InvariantBroken(f"undecodable catalog snapshot at {index}: {e}") from None
         self.queues = dict(image.queues)
+        self._load = {}
+        for g in self.queues.values():
+            self._load[g] = self._load.get(g, 0) + 1
         self.nodes = dict(image.nodes)
         self.placements = dict(image.groups)
         self.replication = image.replication
