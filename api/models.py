@@ -513,4 +513,4 @@ class NodeList(_Response):
 
 class NodeChanged(_Response):
     node: int
-    state: Literal["draining", "removed"]
+    state: Literal["active", "draining", "removed"]

@@ -276,6 +276,12 @@ async def drain_node(ctx: Context, _: EmptyRequest) -> Reply:
     return Reply(NodeChanged(node, "draining"))
 
 
+async def activate_node(ctx: Context, _: EmptyRequest) -> Reply:
+    node = _node_in_path(ctx)
+    await ctx.service.activate_node(node)
+    return Reply(NodeChanged(node, "active"))
+
+
 async def remove_node(ctx: Context, _: EmptyRequest) -> Reply:
     node = _node_in_path(ctx)
     await ctx.service.remove_node(node)
@@ -313,6 +319,17 @@ NODE_ROUTES: tuple[Route, ...] = (
         request=EmptyRequest,
         request_required=False,
         raises=(*SERVICE_ERRORS, NodeNotFound, NodeBusy),
+    ),
+    Route(
+        "POST",
+        f"{_N}/activate",
+        "activateNode",
+        "Undo a drain: the node takes replicas again",
+        activate_node,
+        (Response(200, "Active", NodeChanged),),
+        request=EmptyRequest,
+        request_required=False,
+        raises=(*SERVICE_ERRORS, NodeNotFound),
     ),
     Route(
         "DELETE",

@@ -4,6 +4,7 @@
     cmq serve ... --replication 3                                    replicas per data group
     cmq node list [--url URL]          nodes, zones, state, replicas, leaders, lag
     cmq node drain N [--url URL]       move every replica and leadership off node N
+    cmq node activate N [--url URL]    undo a drain
     cmq node remove N [--url URL]      forget node N (refused while it holds replicas)
 
 Each node command prints its JSON result, or the error as JSON with exit status 1.
@@ -62,9 +63,11 @@ def add_node_commands(sub: Any) -> None:
     ls = nsub.add_parser("list", help="nodes, zones, state, replicas, leaders, lag")
     dr = nsub.add_parser("drain", help="move every replica and leadership off a node")
     dr.add_argument("node", type=int)
+    ac = nsub.add_parser("activate", help="undo a drain: the node takes replicas again")
+    ac.add_argument("node", type=int)
     rm = nsub.add_parser("remove", help="forget a drained node")
     rm.add_argument("node", type=int)
-    for c in (ls, dr, rm):
+    for c in (ls, dr, ac, rm):
         c.add_argument("--url", default=DEFAULT_URL)
     n.set_defaults(func=_node)
 
@@ -79,6 +82,9 @@ def _node(args: argparse.Namespace) -> int:
             elif args.node_cmd == "drain":
                 client.drain_node(args.node)
                 result = {"node": args.node, "state": "draining"}
+            elif args.node_cmd == "activate":
+                client.activate_node(args.node)
+                result = {"node": args.node, "state": "active"}
             else:
                 client.remove_node(args.node)
                 result = {"node": args.node, "removed": True}

@@ -12,7 +12,7 @@ proposer having to be right:
 * ``init`` (proposed by a founding node once every founder registered) fixes the number of data
   groups, the replication factor R and places each group on R nodes;
 * ``node`` registers or updates a node; a new node makes the catalog plan moves onto it;
-* ``drain`` marks a node draining: its replicas are planned away;
+* ``drain`` marks a node draining: its replicas are planned away (``activate`` undoes it);
 * ``forget`` removes a node that holds no replica (refused otherwise);
 * ``moved`` is the report of a group's leader that a move completed: the replicas become the
   move's goal and further moves are planned.
@@ -139,6 +139,11 @@ class CatalogMachine:
         return orjson.dumps({"op": "drain", "name": str(node)})
 
     @staticmethod
+    def activate(node: int) -> bytes:
+        """Command: a draining ``node`` takes replicas again. Result: True or `Refused`."""
+        return orjson.dumps({"op": "activate", "name": str(node)})
+
+    @staticmethod
     def forget(node: int) -> bytes:
         """Command: forget ``node`` (it must hold no replica). Result: True or `Refused`."""
         return orjson.dumps({"op": "forget", "name": str(node)})
@@ -195,6 +200,14 @@ class CatalogMachine:
             return self._init(int(cmd["groups"]), int(cmd["replication"]), cmd["founders"])
         if op == "drain":
             return self._drain(int(name))
+        if op == "activate":
+            info = self.nodes.get(int(name))
+            if info is None:
+                return Refused("NodeNotFound", f"node {name} is not registered")
+            if info.state != ACTIVE:
+                self.nodes[int(name)] = msgspec.structs.replace(info, state=ACTIVE)
+                self._plan()
+            return True
         if op == "forget":
             return self._forget(int(name))
         if op == "hosts":

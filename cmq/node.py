@@ -354,6 +354,9 @@ class QueueNode:
     async def drain_node(self, node: int) -> None:
         await self.admin.drain(node)
 
+    async def activate_node(self, node: int) -> None:
+        await self.admin.activate(node)
+
     async def remove_node(self, node: int) -> None:
         await self.admin.remove(node)
 

@@ -5,6 +5,7 @@
   learn of it from the catalog (`cmq.membership`).
 * `drain`: the catalog marks the node draining and plans its replicas away; the meta group's
   leader replaces it as a meta voter; leaderships move with the replicas.
+* `activate`: undo a drain (the node takes replicas again);
 * `remove`: forget a node that holds no replica and is no meta voter (`NodeBusy` otherwise,
   `NodeNotFound` for an unknown id).
 * `list`: every registered node with zone, state, replicas, the moves involving it, the groups
@@ -91,6 +92,10 @@ class NodesAdmin:
     async def drain(self, node: int) -> None:
         """Move every replica and leadership off ``node`` (asynchronously: watch `list`)."""
         await self._router.run(CatalogCall(META_GROUP, CatalogMachine.drain(node)))
+
+    async def activate(self, node: int) -> None:
+        """Undo a drain: ``node`` takes replicas again (moves planned back onto it)."""
+        await self._router.run(CatalogCall(META_GROUP, CatalogMachine.activate(node)))
 
     async def remove(self, node: int) -> None:
         """Forget ``node``; refused while it holds replicas or votes in the meta group."""

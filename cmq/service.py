@@ -105,6 +105,10 @@ class QueueService(Protocol):
         """Move every replica and leadership off ``node`` (`NodeNotFound`, `NodeBusy`)."""
         ...
 
+    async def activate_node(self, node: int) -> None:
+        """Undo a drain of ``node`` (`NodeNotFound`)."""
+        ...
+
     async def remove_node(self, node: int) -> None:
         """Forget a drained ``node`` (`NodeNotFound`, `NodeBusy`)."""
         ...

@@ -331,6 +331,10 @@ class Client:
         `list_nodes`). `NodeNotFound`; `NodeBusy` if too few active nodes would remain."""
         await self._call("POST", f"/v1/nodes/{int(node)}/drain", {}, Safety.IDEMPOTENT)
 
+    async def activate_node(self, node: int) -> None:
+        """Undo a drain: ``node`` takes replicas again. `NodeNotFound` for an unknown id."""
+        await self._call("POST", f"/v1/nodes/{int(node)}/activate", {}, Safety.IDEMPOTENT)
+
     async def remove_node(self, node: int) -> None:
         """Forget ``node``. `NodeBusy` while it holds replicas or votes in the catalog group
         (drain it first); `NodeNotFound` for an unknown id."""

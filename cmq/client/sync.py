@@ -72,6 +72,9 @@ class SyncClient:
     def drain_node(self, node: int) -> None:
         self._run(self._client.drain_node(node))
 
+    def activate_node(self, node: int) -> None:
+        self._run(self._client.activate_node(node))
+
     def remove_node(self, node: int) -> None:
         self._run(self._client.remove_node(node))
 

@@ -129,6 +129,9 @@ class RecordingService:
     async def drain_node(self, node: int) -> None:
         self._record("drain_node", node)
 
+    async def activate_node(self, node: int) -> None:
+        self._record("activate_node", node)
+
     async def remove_node(self, node: int) -> None:
         self._record("remove_node", node)
 
