@@ -7,14 +7,14 @@
     cmq node activate N [--url URL]    undo a drain
     cmq node remove N [--url URL]      forget node N (refused while it holds replicas)
 
-Each node command prints its JSON result, or the error as JSON with exit status 1.
+Each node command prints its JSON result (exit status 0), or the error as the server renders
+it, ``{"error": {"code", "message"}}`` (exit status 1).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
 from cmq.errors import CmqError
@@ -87,9 +87,9 @@ def _node(args: argparse.Namespace) -> int:
                 result = {"node": args.node, "state": "active"}
             else:
                 client.remove_node(args.node)
-                result = {"node": args.node, "removed": True}
-    except CmqError as e:
-        print(json.dumps({"error": e.code, "message": str(e)}), file=sys.stderr)
+                result = {"node": args.node, "state": "removed"}
+    except CmqError as e:  # rendered as the server renders errors
+        print(json.dumps({"error": {"code": e.code, "message": e.message}}, indent=2))
         return 1
     print(json.dumps(result, indent=2))
     return 0
