@@ -273,6 +273,13 @@ class CatalogMachine:
     def _plan(self) -> None:
         if not self.placements:
             return
+        # A move onto a node that is no longer active is cancelled: the goal is the replicas
+        # again, so the group's leader removes that node (learner or voter) and the catalog
+        # plans the group anew.
+        for g, p in list(self.placements.items()):
+            target = self.nodes.get(p.move.add) if p.move is not None else None
+            if p.move is not None and (target is None or target.state != ACTIVE):
+                self.placements[g] = msgspec.structs.replace(p, move=None, moved=True)
         moves = plan_moves(self.nodes, self.placements, self.replication, MAX_MOVES)
         for g, move in moves.items():
             self.placements[g] = msgspec.structs.replace(self.placements[g], move=move)

@@ -117,3 +117,37 @@ def test_catalog_drain_forget_and_moved() -> None:
     assert m.apply(12, CatalogMachine.moved(g, mv.add, mv.remove)) is False  # already done
     assert 4 in m.placements[g].replicas and m.placements[g].moved
     assert m.apply(13, CatalogMachine.hosts(4)) == list(m.hosted_by(4))
+
+
+def test_a_move_onto_a_node_that_is_drained_is_cancelled_and_replanned() -> None:
+    m = CatalogMachine()
+    for n in (1, 2, 3):
+        m.apply(n, CatalogMachine.register_node(n, f"10.0.0.{n}:1", ["/d"]))
+    m.apply(4, CatalogMachine.init(2, 3, [1, 2, 3]))
+    m.apply(5, CatalogMachine.register_node(4, "10.0.0.4:1", ["/d"]))
+    m.apply(6, CatalogMachine.register_node(5, "10.0.0.5:1", ["/d"]))
+    onto_4 = [g for g, p in m.placements.items() if p.move is not None and p.move.add == 4]
+    assert onto_4
+    assert m.apply(7, CatalogMachine.drain(4)) is True
+    for g in onto_4:
+        p = m.placements[g]
+        assert p.move is None or p.move.add != 4, p
+        assert 4 not in p.hosts()
+    # The group's leader, which had already made node 4 a voter, takes it out again.
+    p = m.placements[onto_4[0]]
+    voters, learners, leader = set(p.replicas) | {4}, set(), 4
+    for _ in range(10):
+        step = next_step(voters, learners, set(p.goal()), leader, p.move is not None)
+        if step.kind is StepKind.ADD_LEARNER:
+            learners.add(step.node)
+        elif step.kind is StepKind.PROMOTE:
+            learners.discard(step.node)
+            voters.add(step.node)
+        elif step.kind is StepKind.REMOVE:
+            voters.discard(step.node)
+        elif step.kind is StepKind.HAND_OVER:
+            leader = min(voters - {leader})
+        else:
+            break
+        assert len(voters) >= 3
+    assert voters == set(p.goal()) and 4 not in voters and not learners
