@@ -53,6 +53,9 @@ TRANSFER_COOLDOWN = 5.0
 """Seconds between two leadership hand-overs of one group by this node."""
 FULL_ROUND_EVERY = 10
 """Rounds between two looks at the groups with no move in flight."""
+TRANSFERS_PER_ROUND = 8
+"""Leadership hand-overs for balance a node starts per full round (bounded churn: with many
+groups, balance is reached over several rounds instead of in one burst of elections)."""
 STEP_TIMEOUT = 5.0
 """Seconds a membership step may take to apply before it is tried again."""
 
@@ -104,6 +107,7 @@ class Membership:
         self._last_register = 0.0
         self._last_confirm: dict[int, float] = {}
         self._rounds = 0
+        self._transfer_budget = 0
         self._preferred: dict[int, int] = {}
 
     async def run(self) -> None:
@@ -136,6 +140,7 @@ class Membership:
         self._rounds += 1
         full = self._rounds % FULL_ROUND_EVERY == 0
         self._preferred = self._catalog.preferred_leaders() if full and self._balance else {}
+        self._transfer_budget = TRANSFERS_PER_ROUND
         for g, p in list(self._catalog.placements.items()):
             hosted = g in self._raft.groups
             if (full or p.move is not None) and hosted and self._raft.leader_of(g) == self._id:
@@ -284,7 +289,9 @@ class Membership:
             and peer.recent_active
             and peer.match == st.last_index
             and st.transferee == 0
+            and self._transfer_budget > 0
         ):
+            self._transfer_budget -= 1
             self._transfer(g, pref)
 
     # -- 5. the meta group ------------------------------------------------------------------------
