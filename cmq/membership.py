@@ -118,6 +118,8 @@ class Membership:
                 await self.tick()
             except (CmqError, RaftError, TimeoutError) as e:
                 log.info("membership step deferred: %s", e)
+            except Exception:  # a bug must not end reconciliation on this node for good
+                log.exception("membership round failed; retrying next round")
 
     async def tick_local(self) -> None:
         """What needs no other node: know the catalog's peers, open the groups placed here."""
