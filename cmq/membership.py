@@ -44,8 +44,8 @@ from raftlog.transport.peer import Address
 
 log = logging.getLogger("cmq.membership")
 
-OpenGroup = Callable[[int, tuple[int, ...], bool], Awaitable[None]]
-"""Open data group (id, founding voters or (), rejoin mode) on this node."""
+OpenGroup = Callable[[int, tuple[int, ...], bool, int | None], Awaitable[None]]
+"""Open data group (id, founding voters or (), rejoin mode, data directory index) here."""
 DropGroup = Callable[[int], Awaitable[None]]
 """Stop a data group here and delete its state."""
 
@@ -204,7 +204,7 @@ class Membership:
                 p = self._catalog.placement(g)
                 assert p is not None
                 founder = not p.moved and self._id in p.founders
-                await self._open(g, p.founders if founder else (), not founder)
+                await self._open(g, p.founders if founder else (), not founder, p.dir_of(self._id))
 
     async def _drop_unhosted(self) -> None:
         if not self._catalog.initialized:

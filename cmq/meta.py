@@ -36,6 +36,7 @@ from cmq.placement import (
     GroupPlacement,
     Move,
     NodeInfo,
+    pick_dir,
     place_groups,
     plan_moves,
     preferred_leaders,
@@ -228,7 +229,12 @@ class CatalogMachine:
         self.founders = tuple(sorted(int(f) for f in founders))
         # The founders alone: nodes that joined before init take replicas through moves.
         founding = {n: self.nodes[n] for n in self.founders}
-        self.placements = place_groups(list(range(1, groups + 1)), founding, {}, replication)
+        placed = place_groups(list(range(1, groups + 1)), founding, {}, replication)
+        self.placements = {}
+        for g, founded in placed.items():
+            for n in founded.replicas:
+                founded = founded.with_dir(n, pick_dir(n, self.nodes, self.placements))  # noqa: PLW2901
+            self.placements[g] = founded
         self._plan()
         return True
 
@@ -264,9 +270,10 @@ class CatalogMachine:
         p = self.placements.get(group)
         if p is None or p.move is None or (p.move.add, p.move.remove) != (add, remove):
             return False
-        self.placements[group] = GroupPlacement(
-            replicas=p.goal(), founders=p.founders, move=None, moved=True
+        done = GroupPlacement(
+            replicas=p.goal(), founders=p.founders, move=None, moved=True, dirs=p.dirs
         )
+        self.placements[group] = done.with_dir(remove, None) if remove else done
         self._plan()
         return True
 
@@ -279,10 +286,14 @@ class CatalogMachine:
         for g, p in list(self.placements.items()):
             target = self.nodes.get(p.move.add) if p.move is not None else None
             if p.move is not None and (target is None or target.state != ACTIVE):
-                self.placements[g] = msgspec.structs.replace(p, move=None, moved=True)
+                cancelled = msgspec.structs.replace(p, move=None, moved=True)
+                self.placements[g] = cancelled.with_dir(p.move.add, None)
         moves = plan_moves(self.nodes, self.placements, self.replication, MAX_MOVES)
         for g, move in moves.items():
-            self.placements[g] = msgspec.structs.replace(self.placements[g], move=move)
+            d = pick_dir(move.add, self.nodes, self.placements)
+            self.placements[g] = msgspec.structs.replace(self.placements[g], move=move).with_dir(
+                move.add, d
+            )
 
     def _least_loaded(self) -> int:
         return min(self.placements, key=lambda g: (self._load.get(g, 0), g))
@@ -319,8 +330,14 @@ class CatalogMachine:
         """Every data group: replicas, the move in flight, founders and queue count."""
         out: dict[int, dict[str, Any]] = {}
         for g, p in sorted(self.placements.items()):
+            dirs = {}
+            for n, d in p.dirs:
+                info = self.nodes.get(n)
+                if info is not None and d < len(info.data_dirs):
+                    dirs[n] = info.data_dirs[d]
             out[g] = {
                 "replicas": list(p.replicas),
+                "data_dirs": dirs,
                 "move": None if p.move is None else {"add": p.move.add, "remove": p.move.remove},
                 "queues": self._load.get(g, 0),
             }

@@ -197,21 +197,28 @@ class QueueNode:
         self._spawn(self.housekeeper.run())
         self._spawn(self.membership.run())
 
-    async def _open_data_group(self, g: int, voters: tuple[int, ...], rejoin: bool) -> None:
-        """Open data group ``g`` here (founding ``voters``, or empty to be caught up)."""
-        data_dir = self.cfg.data_dirs[self.raft.dir_for(g)]
+    async def _open_data_group(
+        self, g: int, voters: tuple[int, ...], rejoin: bool, data_dir_index: int | None = None
+    ) -> None:
+        """Open data group ``g`` here (founding ``voters``, or empty to be caught up), in the
+        data directory the placement chose (a recovered group stays where it is)."""
+        data_dir = self.cfg.data_dirs[self.raft.dir_for(g, data_dir_index)]
         seg_dir = os.path.join(data_dir, "segments", f"g{g}")
         machine = QueueMachine(FileSegmentStore(seg_dir, durable_root=data_dir))
         await self.raft.open_group(
-            g, WakingMachine(machine, self.wakeups), voters=voters, rejoin=rejoin
+            g,
+            WakingMachine(machine, self.wakeups),
+            voters=voters,
+            rejoin=rejoin,
+            data_dir=data_dir_index,
         )
         self.machines[g] = machine
 
     async def _drop_data_group(self, g: int) -> None:
         """Stop data group ``g`` here and delete its log, snapshots and segment files."""
         self.machines.pop(g, None)
-        await self.raft.drop_group(g)
         data_dir = self.cfg.data_dirs[self.raft.dir_for(g)]
+        await self.raft.drop_group(g)
         seg_dir = os.path.join(data_dir, "segments", f"g{g}")
         await asyncio.to_thread(shutil.rmtree, seg_dir, True)
 

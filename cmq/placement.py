@@ -59,6 +59,22 @@ class GroupPlacement(msgspec.Struct, frozen=True):
     founders: tuple[int, ...]
     move: Move | None = None
     moved: bool = False
+    dirs: tuple[tuple[int, int], ...] = ()
+    """(node, index of the data directory it keeps this group in), sorted by node: chosen by
+    the catalog (`pick_dir`) when the node is given the group."""
+
+    def dir_of(self, node: int) -> int | None:
+        for n, d in self.dirs:
+            if n == node:
+                return d
+        return None
+
+    def with_dir(self, node: int, index: int | None) -> GroupPlacement:
+        """This placement with ``node``'s directory set (None: forgotten)."""
+        rest = [(n, d) for n, d in self.dirs if n != node]
+        if index is not None:
+            rest.append((node, index))
+        return msgspec.structs.replace(self, dirs=tuple(sorted(rest)))
 
     def goal(self) -> tuple[int, ...]:
         """The voters once the move in flight (if any) completes."""
@@ -128,6 +144,16 @@ def place_groups(
         replicas = tuple(sorted(chosen))
         out[g] = GroupPlacement(replicas=replicas, founders=replicas)
     return out
+
+
+def pick_dir(node: int, nodes: Mapping[int, NodeInfo], groups: Mapping[int, GroupPlacement]) -> int:
+    """The data directory of ``node`` holding the fewest of its groups (ties: the lowest)."""
+    count = [0] * max(1, len(nodes[node].data_dirs) if node in nodes else 1)
+    for p in groups.values():
+        d = p.dir_of(node)
+        if d is not None and d < len(count):
+            count[d] += 1
+    return min(range(len(count)), key=lambda i: (count[i], i))
 
 
 def _zone_count(members: list[int], nodes: Mapping[int, NodeInfo]) -> int:

@@ -43,14 +43,7 @@ def render_status(
             for n, i in sorted(catalog.nodes.items())
         },
         "data_groups": {
-            str(g): info
-            | {
-                "data_dirs": {
-                    str(n): catalog.nodes[n].data_dirs[g % len(catalog.nodes[n].data_dirs)]
-                    for n in info["replicas"]
-                    if n in catalog.nodes and catalog.nodes[n].data_dirs
-                }
-            }
+            str(g): info | {"data_dirs": {str(n): d for n, d in info["data_dirs"].items()}}
             for g, info in catalog.groups().items()
         },
     }

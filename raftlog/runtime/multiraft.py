@@ -147,6 +147,7 @@ class MultiRaft:
         self.cfg = cfg
         self.id = cfg.node_id
         self.groups: dict[int, GroupDriver] = {}
+        self._dir_of: dict[int, int] = {}  # open group -> index of its data directory
         self.wals: list[Wal] = []
         self._rng = random.Random(cfg.seed)
         self._outboxes: dict[int, _Outbox] = {}
@@ -207,16 +208,33 @@ class MultiRaft:
         self.wals = []
 
     # -- groups -----------------------------------------------------------------------------------
-    def dir_for(self, group: int) -> int:
-        """Which data directory a group is bound to (stable: by group id)."""
-        return group % len(self.cfg.data_dirs)
+    def dir_for(self, group: int, preferred: int | None = None) -> int:
+        """Which data directory ``group`` is bound to: where it is open, else where its state
+        was recovered, else ``preferred`` (e.g. the placement's choice) when it is a valid
+        index, else by group id."""
+        d = self._dir_of.get(group)
+        if d is not None:
+            return d
+        for i, w in enumerate(self.wals):
+            if group in w.groups():
+                return i
+        n = len(self.cfg.data_dirs)
+        if preferred is not None and 0 <= preferred < n:
+            return preferred
+        return group % n
 
     def stored_groups(self) -> tuple[int, ...]:
         """Every group with state in this node's data directories (open or not), sorted."""
         return tuple(sorted({g for w in self.wals for g in w.groups()}))
 
     async def open_group(
-        self, group: int, sm: StateMachine, *, voters: Sequence[int] = (), rejoin: bool = False
+        self,
+        group: int,
+        sm: StateMachine,
+        *,
+        voters: Sequence[int] = (),
+        rejoin: bool = False,
+        data_dir: int | None = None,
     ) -> GroupDriver:
         """Open ``group`` with its state machine. A group new to this node is bootstrapped with
         ``voters`` when given (a founding member), or starts empty to join as a learner.
@@ -227,7 +245,8 @@ class MultiRaft:
         replica, makes it ask the leader for the log instead of stopping the group)."""
         if group in self.groups:
             raise ValueError(f"group {group} is already open")
-        wal = self.wals[self.dir_for(group)]
+        index = self.dir_for(group, data_dir)
+        wal = self.wals[index]
         founding = ConfState(tuple(sorted(voters))) if voters else None
         store = await asyncio.to_thread(GroupLog, wal, group, initial_conf=founding)
         raw = RawNode(
@@ -249,6 +268,7 @@ class MultiRaft:
             options=self.cfg.group_options,
         )
         self.groups[group] = driver
+        self._dir_of[group] = index
         driver.start()
         return driver
 
@@ -260,7 +280,8 @@ class MultiRaft:
         if g is None:
             return
         await g.stop(f"group {group} left this node")
-        await asyncio.wrap_future(self.wals[self.dir_for(group)].drop_group(group))
+        index = self._dir_of.pop(group)
+        await asyncio.wrap_future(self.wals[index].drop_group(group))
 
     def add_peer(self, node: int, address: Address) -> None:
         """Know (or re-address) ``node``: a node that joined the cluster at run time."""

@@ -72,7 +72,13 @@ def test_catalog_records_nodes_and_refuses_to_found_without_them() -> None:
     assert m.data_groups == (1, 2)
     m.apply(8, CatalogMachine.assign("q"))
     groups = m.groups()
-    assert groups[1] == {"replicas": [1, 2], "move": None, "queues": 1}
+    assert groups[1] == {
+        "replicas": [1, 2],
+        "data_dirs": {1: "/d1", 2: "/data"},  # each node's groups spread over its directories
+        "move": None,
+        "queues": 1,
+    }
+    assert groups[2]["data_dirs"] == {1: "/d2", 2: "/data"}
     copy = CatalogMachine()
     copy.restore(8, m.snapshot())
     assert copy.nodes == m.nodes and copy.queues == m.queues

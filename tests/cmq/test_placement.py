@@ -151,3 +151,27 @@ def test_a_move_onto_a_node_that_is_drained_is_cancelled_and_replanned() -> None
             break
         assert len(voters) >= 3
     assert voters == set(p.goal()) and 4 not in voters and not learners
+
+
+def test_each_node_spreads_its_groups_over_its_data_directories() -> None:
+    m = CatalogMachine()
+    for n in (1, 2, 3):
+        m.apply(n, CatalogMachine.register_node(n, f"10.0.0.{n}:1", ["/a", "/b", "/c"]))
+    m.apply(4, CatalogMachine.init(6, 3, [1, 2, 3]))
+    m.apply(5, CatalogMachine.register_node(4, "10.0.0.4:1", ["/x", "/y"]))
+    per_dir: Counter[tuple[int, int]] = Counter()
+    for p in m.placements.values():
+        for n in p.hosts():
+            d = p.dir_of(n)
+            assert d is not None, (n, p)
+            per_dir[(n, d)] += 1
+    for n in (1, 2, 3):  # six groups over three directories: two each
+        assert [per_dir[(n, d)] for d in range(3)] == [2, 2, 2]
+    incoming = [p.dir_of(4) for p in m.placements.values() if 4 in p.hosts()]
+    assert (
+        incoming
+        and max(incoming.count(0), incoming.count(1)) - min(incoming.count(0), incoming.count(1))
+        <= 1
+    )
+    g = next(g for g, p in m.placements.items() if p.move is not None)
+    assert m.groups()[g]["data_dirs"][4] in ("/x", "/y")
