@@ -481,15 +481,24 @@ class GroupStatus(_Response, kw_only=True):
     lag: Annotated[dict[str, int], Meta(description="peer -> entries behind (on the leader)")]
 
 
-class NodeInfo(_Response):
+class NodeInfo(_Response, kw_only=True):
     address: str
     data_dirs: list[str]
+    http: str = ""
+    zone: str = ""
+    state: Literal["active", "draining"] = "active"
 
 
-class DataGroupInfo(_Response):
+class MoveInfo(_Response):
+    add: Annotated[int, Meta(description="the node joining the group")]
+    remove: Annotated[int, Meta(description="the node leaving it (0: none)")]
+
+
+class DataGroupInfo(_Response, kw_only=True):
     replicas: list[int]
     data_dirs: dict[str, str]
     queues: int
+    move: MoveInfo | None = None
 
 
 class ClusterStatus(_Response, kw_only=True):
@@ -515,3 +524,43 @@ class ClusterStatus(_Response, kw_only=True):
         | UnsetType
     ) = UNSET
     groups: dict[str, GroupStatus]
+
+
+# ---------------------------------------------------------------------------------------------
+# Nodes (/v1/nodes): joining, draining, removing, listing
+
+
+class JoinNodeRequest(_Request):
+    """A node registering itself (``cmq serve --join``)."""
+
+    id: Annotated[int, Meta(ge=1, description="the node's id (a positive integer)")]
+    address: Annotated[str, Meta(min_length=3, max_length=300, description="peer host:port")]
+    data_dirs: Annotated[list[Annotated[str, Meta(max_length=4096)]], Meta(min_length=1)]
+    http: Annotated[str, Meta(max_length=300, description="HTTP host:port")] = ""
+    zone: Annotated[str, Meta(max_length=64, description="failure-domain label")] = ""
+
+
+class JoinNodeResponse(_Response):
+    peers: Annotated[dict[str, str], Meta(description="node id -> peer host:port")]
+
+
+class NodeRow(_Response):
+    id: int
+    address: str
+    http: str
+    zone: str
+    state: Literal["active", "draining"]
+    replicas: Annotated[list[int], Meta(description="data groups it is a voter of")]
+    incoming: Annotated[list[int], Meta(description="data groups a move is adding it to")]
+    leaders: Annotated[list[int], Meta(description="groups it leads (0: the catalog), as known")]
+    meta: Annotated[str, Meta(description='its role in the catalog group: "voter", "learner"')]
+    lag: Annotated[int, Meta(description="entries behind, as the answering node's groups see")]
+
+
+class NodeList(_Response):
+    nodes: list[NodeRow]
+
+
+class NodeChanged(_Response):
+    node: int
+    state: Literal["active", "draining", "removed"]

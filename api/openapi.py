@@ -105,6 +105,8 @@ def _operation(route: Route) -> Schema:
             if "description" in schema:
                 param["description"] = schema["description"]
             params.append(param)
+    if "{node}" in route.path:
+        params.append({"$ref": "#/components/parameters/NodeId"})
     if params:
         op["parameters"] = params
     if route.request is not None:
@@ -161,7 +163,13 @@ def openapi_document(routes: Sequence[Route] = ROUTES) -> dict[str, Any]:
                     "in": "path",
                     "required": True,
                     "schema": {"type": "string", "pattern": QUEUE_NAME.pattern},
-                }
+                },
+                "NodeId": {
+                    "name": "node",
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "integer", "minimum": 1},
+                },
             },
             "headers": {
                 "RetryAfter": {

@@ -26,7 +26,12 @@ from api.models import (
     DeleteQueueResponse,
     EmptyRequest,
     Health,
+    JoinNodeRequest,
+    JoinNodeResponse,
     NackRequest,
+    NodeChanged,
+    NodeList,
+    NodeRow,
     PeekedMessage,
     PeekQuery,
     PeekResponse,
@@ -53,6 +58,8 @@ from cmq.errors import (
     InvalidParameter,
     InvalidQueueName,
     MessageTooLarge,
+    NodeBusy,
+    NodeNotFound,
     OutcomeUnknown,
     Overloaded,
     QueueAlreadyExists,
@@ -254,6 +261,103 @@ async def openapi(ctx: Context, _: None) -> Reply:
     return Reply(ctx.served.openapi)
 
 
+# -- nodes (/v1/nodes) ------------------------------------------------------------------------
+def _node_in_path(ctx: Context) -> int:
+    """The node id of ``/v1/nodes/{node}[/...]``; `InvalidParameter` when it is not one."""
+    part = ctx.path.split("/")[3] if ctx.path.count("/") >= 3 else ""
+    if not part.isdigit() or int(part) < 1 or len(part) > 18:
+        raise InvalidParameter(f"{part!r} is not a node id (a positive integer)")
+    return int(part)
+
+
+async def list_nodes(ctx: Context, _: None) -> Reply:
+    rows = await ctx.service.list_nodes()
+    return Reply(NodeList([NodeRow(**r) for r in rows]))
+
+
+async def join_node(ctx: Context, req: JoinNodeRequest) -> Reply:
+    peers = await ctx.service.join_node(
+        req.id, req.address, req.http, tuple(req.data_dirs), req.zone
+    )
+    return Reply(JoinNodeResponse({str(n): a for n, a in peers.items()}))
+
+
+async def drain_node(ctx: Context, _: EmptyRequest) -> Reply:
+    node = _node_in_path(ctx)
+    await ctx.service.drain_node(node)
+    return Reply(NodeChanged(node, "draining"))
+
+
+async def activate_node(ctx: Context, _: EmptyRequest) -> Reply:
+    node = _node_in_path(ctx)
+    await ctx.service.activate_node(node)
+    return Reply(NodeChanged(node, "active"))
+
+
+async def remove_node(ctx: Context, _: EmptyRequest) -> Reply:
+    node = _node_in_path(ctx)
+    await ctx.service.remove_node(node)
+    return Reply(NodeChanged(node, "removed"))
+
+
+_N = "/v1/nodes/{node}"
+NODE_ROUTES: tuple[Route, ...] = (
+    Route(
+        "GET",
+        "/v1/nodes",
+        "listNodes",
+        "Every registered node: zone, state, replicas, moves, leaders, lag",
+        list_nodes,
+        (Response(200, "Nodes", NodeList),),
+        raises=SERVICE_ERRORS,
+    ),
+    Route(
+        "POST",
+        "/v1/nodes",
+        "joinNode",
+        "Register a node joining the cluster (cmq serve --join); idempotent",
+        join_node,
+        (Response(200, "Registered; every node's peer address", JoinNodeResponse),),
+        request=JoinNodeRequest,
+        raises=SERVICE_ERRORS,
+    ),
+    Route(
+        "POST",
+        f"{_N}/drain",
+        "drainNode",
+        "Move every replica and leadership off a node (asynchronous: watch listNodes)",
+        drain_node,
+        (Response(200, "Draining", NodeChanged),),
+        request=EmptyRequest,
+        request_required=False,
+        raises=(*SERVICE_ERRORS, NodeNotFound, NodeBusy),
+    ),
+    Route(
+        "POST",
+        f"{_N}/activate",
+        "activateNode",
+        "Undo a drain: the node takes replicas again",
+        activate_node,
+        (Response(200, "Active", NodeChanged),),
+        request=EmptyRequest,
+        request_required=False,
+        raises=(*SERVICE_ERRORS, NodeNotFound),
+    ),
+    Route(
+        "DELETE",
+        _N,
+        "removeNode",
+        "Forget a node; refused (NodeBusy) while it holds replicas or votes in the catalog",
+        remove_node,
+        (Response(200, "Removed", NodeChanged),),
+        request=EmptyRequest,
+        request_required=False,
+        raises=(*SERVICE_ERRORS, NodeNotFound, NodeBusy),
+    ),
+)
+"""The node administration routes (added to `ROUTES`)."""
+
+
 # ---------------------------------------------------------------------------------------------
 # The table
 
@@ -448,5 +552,6 @@ ROUTES: tuple[Route, ...] = (
         openapi,
         (Response(200, "OpenAPI 3.1 document", None, schema={"type": "object"}),),
     ),
+    *NODE_ROUTES,
 )
 """Every route of the application, in the order the OpenAPI document lists them."""

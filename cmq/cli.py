@@ -30,6 +30,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cmq.cli_nodes import add_node_commands, add_serve_arguments, serve_settings
+
 if TYPE_CHECKING:
     from cmq.client import EntryResult, QueueAttributes, ReceivedMessage, SyncClient
 
@@ -73,6 +75,7 @@ def _serve(args: argparse.Namespace) -> int:
     peer = Address.parse(str(_setting(args, conf, "peer", f"127.0.0.1:{DEFAULT_PEER_PORT}")))
     peers_text = _setting(args, conf, "peers")
     peers = parse_peers(peers_text) if peers_text else {node_id: peer}
+    scale = serve_settings(args, conf, f"{http.host}:{http.port}", node_id)
     dirs = _setting(args, conf, "data_dir")
     data_dirs = tuple([dirs] if isinstance(dirs, str) else dirs or [])
     if not node_id or not data_dirs or node_id not in peers:
@@ -88,6 +91,7 @@ def _serve(args: argparse.Namespace) -> int:
         groups=int(_setting(args, conf, "groups", 4)),
         max_inflight_sends=int(_setting(args, conf, "max_inflight_sends", 24)),
         rejoin=bool(args.rejoin),
+        **scale,
     )
     if cfg.max_inflight_sends < 1:
         raise SystemExit("--max-inflight-sends must be at least 1")
@@ -390,6 +394,7 @@ def main(argv: list[str] | None = None) -> int:
         "up (required after wiping a node's disk; never on a healthy node)",
     )
     s.add_argument("--config", help="TOML file with the same settings")
+    add_serve_arguments(s)
     s.set_defaults(func=_serve)
 
     d = sub.add_parser("dev", help="run a local cluster in the foreground")
@@ -422,6 +427,7 @@ def main(argv: list[str] | None = None) -> int:
             c.add_argument("--wait", type=int, default=0)
             c.add_argument("--ack", action="store_true", help="acknowledge what was received")
         c.set_defaults(func=func)
+    add_node_commands(sub)
     st = sub.add_parser("status", help="groups, leaders, terms, commit/applied, lag")
     st.add_argument("--url", default=DEFAULT_URL)
     st.add_argument("--json", action="store_true", help="machine-readable output")

@@ -93,6 +93,19 @@ class InvariantBroken(CmqError):
     code = "InternalError"
 
 
+class NodeNotFound(CmqError):
+    """No node with that id is registered in the catalog."""
+
+    code = "NodeNotFound"
+
+
+class NodeBusy(CmqError):
+    """The node change is refused as it stands: the node still holds replicas (drain it
+    first), or draining it would leave fewer active nodes than replicas per group."""
+
+    code = "NodeBusy"
+
+
 BY_CODE: dict[str, type[CmqError]] = {
     cls.code: cls
     for cls in (
@@ -108,6 +121,8 @@ BY_CODE: dict[str, type[CmqError]] = {
         OutcomeUnknown,
         ReceiptInvalid,
         InvariantBroken,
+        NodeNotFound,
+        NodeBusy,
     )
 }
 """Every error code of the queue -> the class raised for it (forwarded replies, failed

@@ -1,13 +1,12 @@
 """`Housekeeper`: the timed work of the groups this node leads, proposed from what the pure
 queue machine says is due.
 
-Every `NodeConfig.housekeeping_interval` seconds (Ra's ``tick``) the housekeeper records this
-node in the catalog if it is not there yet, then asks each data group it leads what is due per
-queue (`QueueMachine.due`: retention expiry, messages marked for the dead-letter queue) and
-proposes it: an `Expire` carrying this node's clock, and an at-least-once dead-letter move (a
-deduplicated send of copies to the dead-letter queue, then a `DeadLetter` deleting them here).
-A failure defers that queue's work to the next tick; the machine still says it is due then.
-"""
+Every `NodeConfig.housekeeping_interval` seconds (Ra's ``tick``) the housekeeper asks each data
+group it leads what is due per queue (`QueueMachine.due`: retention expiry, messages marked for the
+dead-letter queue) and proposes it: an `Expire` carrying this node's clock, and an at-least-once
+dead-letter move (a deduplicated send of copies to the dead-letter queue, then a `DeadLetter`
+deleting them here). A failure defers that queue's work to the next tick; the machine still says it
+is due then."""
 
 from __future__ import annotations
 
@@ -21,9 +20,8 @@ from cmq.fsm.commands import DeadLetter, Expire, encode_command
 from cmq.fsm.machine import Due, QueueMachine
 from cmq.meta import CatalogMachine
 from cmq.model import OutgoingMessage, SentMessage
-from cmq.ops import META_GROUP, LeaderOps, now_ms
+from cmq.ops import LeaderOps, now_ms
 from cmq.router import Router
-from cmq.rpc import RegisterNodeCall
 from raftlog.errors import RaftError
 from raftlog.runtime import MultiRaft
 from raftlog.transport.peer import Address
@@ -73,9 +71,11 @@ class Housekeeper:
             await self.tick()
 
     async def tick(self) -> None:
-        """One round: register, then propose what is due in each group led here."""
-        await self._register()
-        for group, machine in self._machines.items():
+        """One round: propose what is due in each group led here (registration in the catalog
+        is `cmq.membership`'s)."""
+        for group, machine in list(self._machines.items()):
+            if group not in self._raft.groups:
+                continue  # dropped meanwhile
             if self._raft.status(group).leader != self._id:
                 continue
             for name in machine.queue_names():
@@ -85,17 +85,6 @@ class Housekeeper:
                         await self._propose_due(group, machine, due)
                 except (CmqError, RaftError) as e:
                     log.info("housekeeping of %s deferred: %s", name, e)
-
-    async def _register(self) -> None:
-        """Record this node (address, data directories) in the catalog if it is not there."""
-        reg = {"address": self._address, "data_dirs": self._data_dirs}
-        if self._catalog.node_info(self._id) == reg:
-            return
-        try:
-            call = RegisterNodeCall(META_GROUP, self._id, self._address, tuple(self._data_dirs))
-            await self._router.run(call)
-        except (CmqError, RaftError) as e:
-            log.info("catalog registration deferred: %s", e)
 
     async def _propose_due(self, group: int, machine: QueueMachine, due: Due) -> None:
         if due.expire:

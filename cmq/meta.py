@@ -1,14 +1,24 @@
 """The catalog: the meta group's (group 0) state machine. Pure and deterministic.
 
-It records the nodes (each registers its peer address and data directories when it starts),
-the data groups (their replicas and, per replica, the data directory they are bound to), and
-which data group holds each queue. Every node applies the meta group, so any node can
-route a request without asking anyone. Writes are rare (queue creation and deletion), so commands
-and snapshots are JSON (orjson).
+It records the nodes (each registers its peer and HTTP addresses, data directories and zone),
+the data groups (their replicas, founding voters and the replica move in flight, `cmq.placement`),
+and which data group holds each queue. Every node applies the meta group (as a voter or a
+learner), so any node can route a request without asking anyone. Writes are rare (queue creation
+and deletion, nodes joining and leaving, move steps), so commands and snapshots are JSON.
 
-Placement: `AssignQueue` picks, *inside apply*, the data group holding the fewest queues (ties:
-the lowest id), so every replica agrees without the proposer having to be right about load.
-Assigning an existing name returns the existing assignment (idempotent, resumable creation).
+Placement is decided *inside apply* (`cmq.placement`), so every replica agrees without the
+proposer having to be right:
+
+* ``init`` (proposed by a founding node once every founder registered) fixes the number of data
+  groups, the replication factor R and places each group on R nodes;
+* ``node`` registers or updates a node; a new node makes the catalog plan moves onto it;
+* ``drain`` marks a node draining: its replicas are planned away (``activate`` undoes it);
+* ``forget`` removes a node that holds no replica (refused otherwise);
+* ``moved`` is the report of a group's leader that a move completed: the replicas become the
+  move's goal and further moves are planned.
+
+`AssignQueue` picks the data group holding the fewest queues (ties: the lowest id); assigning an
+existing name returns the existing assignment (idempotent, resumable creation).
 
 Each placed queue may carry metadata: string keys to string values that the catalog stores but
 never interprets (the SQS surface keeps tags, timestamps and its own attributes there). Removing
@@ -20,9 +30,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import orjson
 
 from cmq.errors import InvariantBroken
+from cmq.placement import (
+    ACTIVE,
+    DRAINING,
+    GroupPlacement,
+    Move,
+    NodeInfo,
+    pick_dir,
+    place_groups,
+    plan_moves,
+    preferred_leaders,
+)
+
+MAX_MOVES = 2
+"""Replica moves in flight at once in the whole cluster."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,19 +58,41 @@ class Assignment:
     group: int
 
 
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A catalog command refused (nothing changed): a `cmq.errors` code and why."""
+
+    code: str
+    message: str
+
+
+class _Image(msgspec.Struct, frozen=True, omit_defaults=True):
+    queues: dict[str, int]
+    nodes: dict[int, NodeInfo]
+    groups: dict[int, GroupPlacement]
+    replication: int = 0
+    founders: tuple[int, ...] = ()
+    meta: dict[str, dict[str, str]] = {}
+
+
+_image_decoder = msgspec.json.Decoder(_Image)
+
+
 class CatalogMachine:
-    """Queue name → data group. Implements raftlog's `StateMachine`."""
+    """Nodes, data groups and queue placement. Implements raftlog's `StateMachine`."""
 
-    __slots__ = ("data_groups", "meta", "nodes", "queues")
+    __slots__ = ("_load", "founders", "meta", "nodes", "placements", "queues", "replication")
 
-    def __init__(self, data_groups: tuple[int, ...]) -> None:
-        if not data_groups:
-            raise ValueError("at least one data group is required")
-        self.data_groups = tuple(sorted(data_groups))
+    def __init__(self) -> None:
         self.queues: dict[str, int] = {}
+        self.nodes: dict[int, NodeInfo] = {}
         self.meta: dict[str, dict[str, str]] = {}
-        # node id -> {"address": "host:port", "data_dirs": [...]}
-        self.nodes: dict[int, dict[str, Any]] = {}
+        self.placements: dict[int, GroupPlacement] = {}
+        self.replication = 0
+        """R; 0 until ``init`` is applied."""
+        self.founders: tuple[int, ...] = ()
+        self._load: dict[int, int] = {}
+        """Data group -> queues placed on it (derived from ``queues``)."""
 
     # -- commands ---------------------------------------------------------------------------------
     @staticmethod
@@ -54,16 +101,71 @@ class CatalogMachine:
         return orjson.dumps({"op": "assign", "name": name})
 
     @staticmethod
-    def register_node(node: int, address: str, data_dirs: list[str]) -> bytes:
-        """Command: record a node's peer address and data directories (idempotent)."""
-        return orjson.dumps(
-            {"op": "node", "name": str(node), "address": address, "data_dirs": data_dirs}
-        )
-
-    @staticmethod
     def remove(name: str) -> bytes:
         """Command: forget ``name``. Result: True if it was known."""
         return orjson.dumps({"op": "remove", "name": name})
+
+    @staticmethod
+    def register_node(
+        node: int,
+        address: str,
+        data_dirs: list[str] | tuple[str, ...],
+        zone: str = "",
+        http: str = "",
+    ) -> bytes:
+        """Command: record a node (idempotent; keeps its state). Result: True."""
+        return orjson.dumps(
+            {
+                "op": "node",
+                "name": str(node),
+                "address": address,
+                "data_dirs": list(data_dirs),
+                "zone": zone,
+                "http": http,
+            }
+        )
+
+    @staticmethod
+    def init(groups: int, replication: int, founders: list[int]) -> bytes:
+        """Command: found ``groups`` data groups (ids 1..groups) with ``replication`` replicas
+        each, once every one of ``founders`` registered. Result: True when initialized (now or
+        before), `Refused` while a founder is missing."""
+        return orjson.dumps(
+            {
+                "op": "init",
+                "name": "",
+                "groups": groups,
+                "replication": replication,
+                "founders": founders,
+            }
+        )
+
+    @staticmethod
+    def drain(node: int) -> bytes:
+        """Command: move every replica off ``node``. Result: True or `Refused`."""
+        return orjson.dumps({"op": "drain", "name": str(node)})
+
+    @staticmethod
+    def activate(node: int) -> bytes:
+        """Command: a draining ``node`` takes replicas again. Result: True or `Refused`."""
+        return orjson.dumps({"op": "activate", "name": str(node)})
+
+    @staticmethod
+    def forget(node: int) -> bytes:
+        """Command: forget ``node`` (it must hold no replica). Result: True or `Refused`."""
+        return orjson.dumps({"op": "forget", "name": str(node)})
+
+    @staticmethod
+    def moved(group: int, add: int, remove: int) -> bytes:
+        """Command: ``group``'s move (add, remove) completed. Result: True if it was the move in
+        flight (False: already recorded or another move)."""
+        return orjson.dumps({"op": "moved", "name": str(group), "add": add, "remove": remove})
+
+    @staticmethod
+    def hosts(node: int) -> bytes:
+        """Command (a read through the log, so linearizable): the data groups ``node`` should
+        run a replica of. Result: a list of group ids."""
+        return orjson.dumps({"op": "hosts", "name": str(node)})
 
     @staticmethod
     def update_meta(name: str, changes: dict[str, str], unset: list[str]) -> bytes:
@@ -75,17 +177,26 @@ class CatalogMachine:
         try:
             cmd = orjson.loads(command)
             op, name = cmd["op"], cmd["name"]
-        except (orjson.JSONDecodeError, KeyError, TypeError) as e:
+            return self._apply(op, name, cmd, index)
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as e:
             raise InvariantBroken(f"undecodable catalog command at {index}: {e}") from None
+
+    def _apply(self, op: str, name: str, cmd: dict[str, Any], index: int) -> object:
         if op == "assign":
             group = self.queues.get(name)
             if group is None:
+                if not self.placements:
+                    return Refused("Unavailable", "the cluster is not initialized yet")
                 group = self._least_loaded()
                 self.queues[name] = group
+                self._load[group] = self._load.get(group, 0) + 1
             return Assignment(name, group)
         if op == "remove":
             self.meta.pop(name, None)
-            return self.queues.pop(name, None) is not None
+            gone = self.queues.pop(name, None)
+            if gone is not None:
+                self._load[gone] -= 1
+            return gone is not None
         if op == "meta":
             if name not in self.queues:
                 return None
@@ -97,18 +208,128 @@ class CatalogMachine:
                 del self.meta[name]
             return dict(meta)
         if op == "node":
-            self.nodes[int(name)] = {"address": cmd["address"], "data_dirs": cmd["data_dirs"]}
+            node = int(name)
+            old = self.nodes.get(node)
+            self.nodes[node] = NodeInfo(
+                address=str(cmd["address"]),
+                data_dirs=tuple(str(d) for d in cmd["data_dirs"]),
+                zone=str(cmd.get("zone", "")),
+                http=str(cmd.get("http", "")),
+                state=old.state if old is not None else ACTIVE,
+            )
+            if old is None:
+                self._plan()
             return True
+        if op == "init":
+            return self._init(int(cmd["groups"]), int(cmd["replication"]), cmd["founders"])
+        if op == "drain":
+            return self._drain(int(name))
+        if op == "activate":
+            info = self.nodes.get(int(name))
+            if info is None:
+                return Refused("NodeNotFound", f"node {name} is not registered")
+            if info.state != ACTIVE:
+                self.nodes[int(name)] = msgspec.structs.replace(info, state=ACTIVE)
+                self._plan()
+            return True
+        if op == "forget":
+            return self._forget(int(name))
+        if op == "hosts":
+            return list(self.hosted_by(int(name)))
+        if op == "moved":
+            return self._moved(int(name), int(cmd["add"]), int(cmd["remove"]))
         raise InvariantBroken(f"unknown catalog command {op!r} at {index}")
 
+    def _init(self, groups: int, replication: int, founders: list[int]) -> object:
+        if self.placements:
+            return True
+        missing = [f for f in founders if int(f) not in self.nodes]
+        if missing:
+            return Refused("Unavailable", f"founding nodes {missing} have not registered yet")
+        if groups < 1 or replication < 1:
+            return Refused("InvalidParameter", "groups and replication must be at least 1")
+        self.replication = replication
+        self.founders = tuple(sorted(int(f) for f in founders))
+        # The founders alone: nodes that joined before init take replicas through moves.
+        founding = {n: self.nodes[n] for n in self.founders}
+        placed = place_groups(list(range(1, groups + 1)), founding, {}, replication)
+        self.placements = {}
+        for g, founded in placed.items():
+            for n in founded.replicas:
+                founded = founded.with_dir(n, pick_dir(n, self.nodes, self.placements))  # noqa: PLW2901
+            self.placements[g] = founded
+        self._plan()
+        return True
+
+    def _drain(self, node: int) -> object:
+        info = self.nodes.get(node)
+        if info is None:
+            return Refused("NodeNotFound", f"node {node} is not registered")
+        if info.state == DRAINING:
+            return True
+        active = sum(1 for i in self.nodes.values() if i.state == ACTIVE)
+        if self.placements and active - 1 < self.replication:
+            return Refused(
+                "NodeBusy",
+                f"draining node {node} would leave {active - 1} active nodes for "
+                f"{self.replication} replicas per group",
+            )
+        self.nodes[node] = msgspec.structs.replace(info, state=DRAINING)
+        self._plan()
+        return True
+
+    def _forget(self, node: int) -> object:
+        if node not in self.nodes:
+            return Refused("NodeNotFound", f"node {node} is not registered")
+        held = sorted(g for g, p in self.placements.items() if node in p.hosts())
+        if held:
+            return Refused(
+                "NodeBusy", f"node {node} still holds replicas of groups {held}: drain it first"
+            )
+        del self.nodes[node]
+        return True
+
+    def _moved(self, group: int, add: int, remove: int) -> object:
+        p = self.placements.get(group)
+        if p is None or p.move is None or (p.move.add, p.move.remove) != (add, remove):
+            return False
+        done = GroupPlacement(
+            replicas=p.goal(), founders=p.founders, move=None, moved=True, dirs=p.dirs
+        )
+        self.placements[group] = done.with_dir(remove, None) if remove else done
+        self._plan()
+        return True
+
+    def _plan(self) -> None:
+        if not self.placements:
+            return
+        # A move onto a node that is no longer active is cancelled: the goal is the replicas
+        # again, so the group's leader removes that node (learner or voter) and the catalog
+        # plans the group anew.
+        for g, p in list(self.placements.items()):
+            target = self.nodes.get(p.move.add) if p.move is not None else None
+            if p.move is not None and (target is None or target.state != ACTIVE):
+                cancelled = msgspec.structs.replace(p, move=None, moved=True)
+                self.placements[g] = cancelled.with_dir(p.move.add, None)
+        moves = plan_moves(self.nodes, self.placements, self.replication, MAX_MOVES)
+        for g, move in moves.items():
+            d = pick_dir(move.add, self.nodes, self.placements)
+            self.placements[g] = msgspec.structs.replace(self.placements[g], move=move).with_dir(
+                move.add, d
+            )
+
     def _least_loaded(self) -> int:
-        load = dict.fromkeys(self.data_groups, 0)
-        for g in self.queues.values():
-            if g in load:
-                load[g] += 1
-        return min(self.data_groups, key=lambda g: (load[g], g))
+        return min(self.placements, key=lambda g: (self._load.get(g, 0), g))
 
     # -- reads ------------------------------------------------------------------------------------
+    @property
+    def initialized(self) -> bool:
+        return bool(self.placements)
+
+    @property
+    def data_groups(self) -> tuple[int, ...]:
+        return tuple(sorted(self.placements))
+
     def group_of(self, name: str) -> int | None:
         return self.queues.get(name)
 
@@ -121,49 +342,65 @@ class CatalogMachine:
             return None
         return dict(self.meta.get(name, {}))
 
-    def node_info(self, node: int) -> dict[str, Any] | None:
+    def node_info(self, node: int) -> NodeInfo | None:
         return self.nodes.get(node)
 
+    def placement(self, group: int) -> GroupPlacement | None:
+        return self.placements.get(group)
+
+    def hosted_by(self, node: int) -> tuple[int, ...]:
+        """The data groups ``node`` should run a replica of now."""
+        return tuple(g for g, p in sorted(self.placements.items()) if node in p.hosts())
+
+    def preferred_leaders(self) -> dict[int, int]:
+        return preferred_leaders(self.placements, self.nodes)
+
     def groups(self) -> dict[int, dict[str, Any]]:
-        """Every data group: its replicas (every registered node hosts every group) and, per
-        replica, the data directory it is bound to (group id modulo the node's directories)."""
+        """Every data group: replicas, the move in flight, founders and queue count."""
         out: dict[int, dict[str, Any]] = {}
-        for g in self.data_groups:
-            dirs = {
-                n: info["data_dirs"][g % len(info["data_dirs"])]
-                for n, info in sorted(self.nodes.items())
-                if info["data_dirs"]
-            }
+        for g, p in sorted(self.placements.items()):
+            dirs = {}
+            for n, d in p.dirs:
+                info = self.nodes.get(n)
+                if info is not None and d < len(info.data_dirs):
+                    dirs[n] = info.data_dirs[d]
             out[g] = {
-                "replicas": sorted(self.nodes),
+                "replicas": list(p.replicas),
                 "data_dirs": dirs,
-                "queues": sum(1 for q in self.queues.values() if q == g),
+                "move": None if p.move is None else {"add": p.move.add, "remove": p.move.remove},
+                "queues": self._load.get(g, 0),
             }
         return out
 
     # -- snapshots --------------------------------------------------------------------------------
     def snapshot(self) -> bytes:
-        image: dict[str, Any] = {
-            "queues": self.queues,
-            "nodes": {str(n): i for n, i in self.nodes.items()},
-        }
-        if self.meta:  # absent when empty: images without metadata keep their old bytes
-            image["meta"] = self.meta
-        return orjson.dumps(image, option=orjson.OPT_SORT_KEYS)
+        image = _Image(  # sorted: equal catalogs have equal images
+            queues=dict(sorted(self.queues.items())),
+            nodes=dict(sorted(self.nodes.items())),
+            groups=dict(sorted(self.placements.items())),
+            replication=self.replication,
+            founders=self.founders,
+            meta={q: dict(sorted(m.items())) for q, m in sorted(self.meta.items())},
+        )
+        return msgspec.json.encode(image)
 
     def restore(self, index: int, data: bytes) -> None:
         if not data:
-            self.queues = {}
-            self.nodes = {}
-            self.meta = {}
+            self.__init__()  # type: ignore[misc]
             return
         try:
-            image = orjson.loads(data)
-            self.queues = {str(k): int(v) for k, v in image["queues"].items()}
-            self.nodes = {int(k): dict(v) for k, v in image.get("nodes", {}).items()}
-            self.meta = {
-                str(q): {str(k): str(v) for k, v in m.items()}
-                for q, m in image.get("meta", {}).items()
-            }
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
+            image = _image_decoder.decode(data)
+        except msgspec.DecodeError as e:
             raise InvariantBroken(f"undecodable catalog snapshot at {index}: {e}") from None
+        self.queues = dict(image.queues)
+        self._load = {}
+        for g in self.queues.values():
+            self._load[g] = self._load.get(g, 0) + 1
+        self.nodes = dict(image.nodes)
+        self.placements = dict(image.groups)
+        self.replication = image.replication
+        self.founders = image.founders
+        self.meta = {q: dict(m) for q, m in image.meta.items()}
+
+
+__all__ = ["Assignment", "CatalogMachine", "GroupPlacement", "Move", "NodeInfo", "Refused"]

@@ -1,10 +1,12 @@
 """`QueueNode`: one cmq node, composed of its parts, implementing `cmq.service.QueueService`.
 
-It hosts the meta group (the catalog, `cmq.meta`) and the data groups (`cmq.fsm`) on a
-`MultiRaft`. Any node serves any queue: `cmq.router` sends each call to its group's leader (here
-through `cmq.ops`, or forwarded to a peer as a typed `cmq.rpc` call), retrying leader changes
-within the request deadline. `cmq.housekeeping` proposes the timed work of the groups led here,
-and `cmq.status` renders this node's view. Sends take one of a bounded number of send slots.
+It hosts the meta group (the catalog, `cmq.meta`: a voter or a learner) and the data groups
+(`cmq.fsm`) the catalog places on it (`cmq.placement`; `cmq.membership` opens and drops them and
+carries out replica moves) on a `MultiRaft`. Any node serves any queue: `cmq.router` sends each
+call to its group's leader (here through `cmq.ops`, or forwarded to a peer as a typed `cmq.rpc`
+call), retrying leader changes within the request deadline. `cmq.housekeeping` proposes the timed
+work of the groups led here, and `cmq.status` renders this node's view. Sends take one of a bounded
+number of send slots.
 
 Commands carry the clock (ms) of the node that built them, and sends their message ids (unique
 per node); the state machines never read a clock. Their apply effects (which queues changed) are
@@ -16,14 +18,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cmq.errors import InvalidParameter, MessageTooLarge, Overloaded, QueueNotFound
+from cmq.errors import InvalidParameter, MessageTooLarge, Overloaded, QueueNotFound, Unavailable
 from cmq.fsm.machine import QueueMachine
 from cmq.fsm.segments import FileSegmentStore
 from cmq.housekeeping import Housekeeper
+from cmq.membership import Identity, Membership
 from cmq.meta import CatalogMachine
 from cmq.model import (
     MAX_PEEK,
@@ -36,6 +40,7 @@ from cmq.model import (
     SentMessage,
     check_queue_name,
 )
+from cmq.nodes_admin import NodesAdmin
 from cmq.ops import META_GROUP, LeaderOps, ProduceBuilder, Wakeups, WakingMachine, now_ms
 from cmq.receipts import ReceiptSigner
 from cmq.router import Router
@@ -68,7 +73,8 @@ class NodeConfig:
     node_id: int
     peer: Address
     peers: dict[int, Address]
-    """Every node of the cluster by id (this one included)."""
+    """The founding nodes by id (this one included), or, for a node that joined
+    (``join``), the nodes the cluster named when it joined."""
     data_dirs: tuple[str, ...]
     secret: bytes
     groups: int = 4
@@ -85,6 +91,21 @@ class NodeConfig:
     group_options: GroupOptions = field(default_factory=GroupOptions)
     rejoin: bool = False
     """Start after losing this node's data (see `RuntimeConfig.rejoin`)."""
+    join: tuple[str, ...] = ()
+    """HTTP URLs of running nodes to join through (``--join``); `cmq.server` registers the
+    node there before starting it (then ``joined``)."""
+    joined: bool = False
+    """This node joined a running cluster: it founds nothing and follows the catalog as a
+    learner until it is given replicas; ``peers`` are the nodes the cluster named."""
+    replication: int = 3
+    """Voting replicas per data group (fewer when fewer nodes are active)."""
+    meta_voters: int = 3
+    """Voters of the meta group kept among active nodes (never fewer than its founders)."""
+    zone: str = ""
+    http: str = ""
+    """This node's HTTP address (host:port), recorded in the catalog for `cmq node list`."""
+    membership_interval: float = 0.2
+    balance_leaders: bool = True
 
 
 class QueueNode:
@@ -107,8 +128,7 @@ class QueueNode:
                 rejoin=cfg.rejoin,
             )
         )
-        self.data_groups = tuple(range(1, cfg.groups + 1))
-        self.catalog = CatalogMachine(self.data_groups)
+        self.catalog = CatalogMachine()
         self.machines: dict[int, QueueMachine] = {}
         self.wakeups = Wakeups()
         self.ops = LeaderOps(
@@ -132,6 +152,28 @@ class QueueNode:
             send=self.send,
             interval=cfg.housekeeping_interval,
         )
+        founders = () if cfg.joined else tuple(sorted(cfg.peers))
+        self.membership = Membership(
+            me=Identity(
+                node_id=self.id,
+                address=f"{cfg.peer.host}:{cfg.peer.port}",
+                http=cfg.http,
+                data_dirs=tuple(os.path.abspath(d) for d in cfg.data_dirs),
+                zone=cfg.zone,
+            ),
+            raft=self.raft,
+            catalog=self.catalog,
+            router=self.router,
+            open_group=self._open_data_group,
+            drop_group=self._drop_data_group,
+            founders=founders,
+            groups=cfg.groups,
+            replication=cfg.replication,
+            meta_voters=max(cfg.meta_voters, min(len(founders), 5)),
+            interval=cfg.membership_interval,
+            balance_leaders=cfg.balance_leaders,
+        )
+        self.admin = NodesAdmin(self.id, self.raft, self.catalog, self.router)
         self._produce = ProduceBuilder(self.id)
         self._send_slots = asyncio.Semaphore(cfg.max_inflight_sends)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -141,14 +183,13 @@ class QueueNode:
         """Recover and open every group, then serve forwarded calls and housekeeping."""
         await self.raft.start()
         try:
-            voters = sorted(self.cfg.peers)
+            voters = () if self.cfg.joined else sorted(self.cfg.peers)
             await self.raft.open_group(META_GROUP, self.catalog, voters=voters)
-            for g in self.data_groups:
-                data_dir = self.cfg.data_dirs[self.raft.dir_for(g)]
-                seg_dir = os.path.join(data_dir, "segments", f"g{g}")
-                machine = QueueMachine(FileSegmentStore(seg_dir, durable_root=data_dir))
-                self.machines[g] = machine
-                await self.raft.open_group(g, WakingMachine(machine, self.wakeups), voters=voters)
+            # The groups this node holds state of; the catalog names the rest (membership).
+            for g in self.raft.stored_groups():
+                if g != META_GROUP:
+                    await self._open_data_group(g, (), False)
+            await self.membership.tick_local()
         except BaseException:
             # E.g. damaged files: stop what started (bounded: the error must reach the
             # operator even if a shutdown step hangs), then report.
@@ -158,6 +199,32 @@ class QueueNode:
             raise
         self.raft.set_call_handler(self.router.serve)
         self._spawn(self.housekeeper.run())
+        self._spawn(self.membership.run())
+
+    async def _open_data_group(
+        self, g: int, voters: tuple[int, ...], rejoin: bool, data_dir_index: int | None = None
+    ) -> None:
+        """Open data group ``g`` here (founding ``voters``, or empty to be caught up), in the
+        data directory the placement chose (a recovered group stays where it is)."""
+        data_dir = self.cfg.data_dirs[self.raft.dir_for(g, data_dir_index)]
+        seg_dir = os.path.join(data_dir, "segments", f"g{g}")
+        machine = QueueMachine(FileSegmentStore(seg_dir, durable_root=data_dir))
+        await self.raft.open_group(
+            g,
+            WakingMachine(machine, self.wakeups),
+            voters=voters,
+            rejoin=rejoin,
+            data_dir=data_dir_index,
+        )
+        self.machines[g] = machine
+
+    async def _drop_data_group(self, g: int) -> None:
+        """Stop data group ``g`` here and delete its log, snapshots and segment files."""
+        self.machines.pop(g, None)
+        data_dir = self.cfg.data_dirs[self.raft.dir_for(g)]
+        await self.raft.drop_group(g)
+        seg_dir = os.path.join(data_dir, "segments", f"g{g}")
+        await asyncio.to_thread(shutil.rmtree, seg_dir, True)
 
     async def close(self) -> None:
         tasks = list(self._tasks)
@@ -171,11 +238,21 @@ class QueueNode:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    @property
+    def data_groups(self) -> tuple[int, ...]:
+        """Every data group of the cluster (from the catalog; empty until it is founded)."""
+        return self.catalog.data_groups
+
     def is_ready(self) -> bool:
-        return all(self.raft.leader_of(g) != 0 for g in (META_GROUP, *self.data_groups))
+        """The catalog is founded, its leader known, and every data group placed here is open
+        with a known leader."""
+        if not self.catalog.initialized or not self.raft.leader_of(META_GROUP):
+            return False
+        hosted = self.catalog.hosted_by(self.id)
+        return all(g in self.raft.groups and self.raft.leader_of(g) != 0 for g in hosted)
 
     def status(self) -> dict[str, Any]:
-        return render_status(self.id, self.raft, self.catalog, (META_GROUP, *self.data_groups))
+        return render_status(self.id, self.raft, self.catalog, tuple(sorted(self.raft.groups)))
 
     # -- QueueService ----------------------------------------------------------------------------
     async def create_queue(self, name: str, attributes: QueueAttributes) -> bool:
@@ -183,6 +260,8 @@ class QueueNode:
         if attributes.dead_letter_queue == name:
             raise InvalidParameter("a queue cannot be its own dead-letter queue")
         attributes = QueueAttributes.from_dict(attributes.to_dict())  # ranges, cross-field rules
+        if not self.catalog.initialized:
+            raise Unavailable("the cluster is not initialized yet; retry")
         group = await self.router.run(AssignQueueCall(META_GROUP, name))
         return await self.router.run(CreateQueueCall(group, name, attributes))
 
@@ -234,7 +313,8 @@ class QueueNode:
     async def send(self, name: str, messages: list[OutgoingMessage]) -> list[SentMessage]:
         check_queue_name(name)
         group = self.router.group_of(name)
-        attrs = self.machines[group].attributes(name)
+        machine = self.machines.get(group)  # None: the group has no replica here
+        attrs = machine.attributes(name) if machine is not None else None
         if attrs is not None:  # fail early; apply decides with the committed attributes
             for m in messages:
                 if len(m.body) > attrs.max_message_size:
@@ -295,6 +375,24 @@ class QueueNode:
         check_queue_name(name)
         call = NackCall(self.router.group_of(name), name, tuple(receipts), delay_seconds)
         return _entry_results(receipts, await self.router.run(call))
+
+    # -- nodes -----------------------------------------------------------------------------------
+    async def list_nodes(self) -> list[dict[str, Any]]:
+        return [row.to_dict() for row in self.admin.list()]
+
+    async def join_node(
+        self, node: int, address: str, http: str, data_dirs: tuple[str, ...], zone: str
+    ) -> dict[int, str]:
+        return await self.admin.join(node, address, http, data_dirs, zone)
+
+    async def drain_node(self, node: int) -> None:
+        await self.admin.drain(node)
+
+    async def activate_node(self, node: int) -> None:
+        await self.admin.activate(node)
+
+    async def remove_node(self, node: int) -> None:
+        await self.admin.remove(node)
 
 
 def _entry_results(receipts: list[str], codes: tuple[str | None, ...]) -> list[EntryResult]:

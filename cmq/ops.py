@@ -65,6 +65,7 @@ from cmq.rpc import (
     AnyCall,
     AssignQueueCall,
     Call,
+    CatalogCall,
     ChangeVisibilityCall,
     CreateQueueCall,
     DeleteQueueCall,
@@ -258,6 +259,8 @@ class LeaderOps:
                     return self._catalog.meta_of(call.name)
                 cmd = CatalogMachine.update_meta(call.name, dict(call.changes), list(call.unset))
                 return await self.propose(META_GROUP, cmd)
+            case CatalogCall():
+                raise InvariantBroken("catalog calls are run by cmq.router.Router")
 
     async def propose(self, group: int, data: bytes) -> object:
         """Propose ``data`` to ``group`` and await its applied result; `OutcomeUnknown` when

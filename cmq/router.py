@@ -9,6 +9,11 @@ forwarded call without an answer) is repeated only when the call says a repeat i
 (`Call.retry_unknown`); otherwise `OutcomeUnknown` is raised at once. A send is therefore never
 repeated after such an attempt unless every message carries a dedup id. If the deadline passes
 after an attempt with an unknown outcome, `OutcomeUnknown` is raised rather than `Unavailable`.
+
+A data group this node does not host (it runs only the groups it is a replica of) is routed to
+the leader a replica last named, else to its replicas in turn (from the catalog); a replica
+that does not lead answers ``Retry`` with the leader it knows. `CatalogCall`s (node and move
+commands) are proposed to the meta group here, their refusals raised as errors.
 """
 
 from __future__ import annotations
@@ -18,10 +23,12 @@ import random
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from cmq.errors import CmqError, OutcomeUnknown, QueueNotFound, Unavailable
-from cmq.meta import CatalogMachine
-from cmq.ops import LeaderOps
-from cmq.rpc import RETRY, Call, decode_call, decode_error, encode_error
+import orjson
+
+from cmq.errors import CmqError, OutcomeUnknown, QueueNotFound, Unavailable, error_for
+from cmq.meta import CatalogMachine, Refused
+from cmq.ops import META_GROUP, LeaderOps
+from cmq.rpc import RETRY, Call, CatalogCall, decode_call, decode_error, encode_error
 from raftlog.errors import NotLeader, PeerUnavailable, ProposalDropped
 from raftlog.errors import Overloaded as RaftOverloaded
 from raftlog.runtime import MultiRaft
@@ -52,6 +59,23 @@ class Router:
         self._ops = ops
         self._timeout = request_timeout
         self._rng = random.Random()
+        self._hints: dict[int, int] = {}  # group not hosted here -> the leader last named
+        self._turn = 0
+
+    def _leader(self, group: int) -> int:
+        """Where to send a call for ``group``: its known leader when hosted here; else the
+        leader a replica named, else the next replica in the catalog (0: nowhere yet)."""
+        if group in self._raft.groups:
+            return self._raft.leader_of(group)
+        hint = self._hints.get(group)
+        if hint:
+            return hint
+        p = self._catalog.placement(group)
+        hosts = [n for n in (p.hosts() if p is not None else ()) if n != self._id]
+        if not hosts:
+            return 0
+        self._turn += 1
+        return hosts[self._turn % len(hosts)]
 
     def group_of(self, name: str) -> int:
         """The data group holding queue ``name``; `QueueNotFound` if the catalog lacks it."""
@@ -78,22 +102,24 @@ class Router:
                 if unknown is not None:
                     raise unknown
                 raise Unavailable(f"no leader for group {group} answered in time")
-            leader = self._raft.leader_of(group)
+            leader = self._leader(group)
             try:
                 if leader == self._id:
                     call = attempt()
-                    return await self._ops.execute(call)
+                    return await self._execute(call)
                 if leader:
                     call = attempt()
                     reply = await self._raft.call(leader, call.encode(), timeout=remaining)
                     return call.decode_reply(reply)
             except RemoteCallError as e:
+                self._note_hint(group, e.payload)
                 err = decode_error(e.payload)
                 if isinstance(err, OutcomeUnknown):
                     unknown = err
                 elif err is not None:
                     raise err from None
             except (NotLeader, ProposalDropped, PeerUnavailable, RaftOverloaded) as e:
+                self._hints.pop(group, None)
                 if e.outcome_unknown:
                     unknown = OutcomeUnknown(f"{e}; the outcome is unknown")
             if unknown is not None and call is not None and not call.retry_unknown():
@@ -105,17 +131,47 @@ class Router:
     async def serve(self, peer: int, payload: bytes) -> bytes:
         """Serve a call forwarded by ``peer`` (we should lead its group); failures are
         answered with `cmq.rpc.encode_error` (``Retry``: route it again)."""
+        hint = 0
         try:
             call = decode_call(payload)
-            leader = self._raft.leader_of(call.group)
+            hosted = call.group in self._raft.groups
+            leader = self._raft.leader_of(call.group) if hosted else 0
             if leader != self._id:
+                hint = leader
                 raise NotLeader(leader)
             return await self._answer(cast("Call[Any]", call))
         except CmqError as e:
             raise RemoteCallError(encode_error(e.code, e.message)) from None
         except (NotLeader, ProposalDropped, RaftOverloaded) as e:
             code = OutcomeUnknown.code if e.outcome_unknown else RETRY
+            if code == RETRY:  # with the leader this node knows, for the caller's next try
+                reply = {"error": code, "message": str(e), "leader": hint}
+                raise RemoteCallError(orjson.dumps(reply)) from None
             raise RemoteCallError(encode_error(code, str(e))) from None
 
+    def _note_hint(self, group: int, payload: bytes) -> None:
+        if group in self._raft.groups:
+            return
+        try:
+            hint = int(orjson.loads(payload).get("leader", 0))
+        except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
+            hint = 0
+        if hint and hint != self._id:
+            self._hints[group] = hint
+        else:
+            self._hints.pop(group, None)
+
+    async def _execute(self, call: Call[R]) -> R:
+        if isinstance(call, CatalogCall):
+            return cast(R, await self._catalog_command(call.command))
+        return await self._ops.execute(call)
+
+    async def _catalog_command(self, command: bytes) -> object:
+        """Propose a catalog command here (the meta leader); a `Refused` result is raised."""
+        res = await self._ops.propose(META_GROUP, command)
+        if isinstance(res, Refused):
+            raise error_for(res.code, res.message)
+        return res
+
     async def _answer(self, call: Call[R]) -> bytes:
-        return call.encode_reply(await self._ops.execute(call))
+        return call.encode_reply(await self._execute(call))

@@ -213,6 +213,14 @@ class QueueMetaCall(Call[dict[str, str] | None], frozen=True, tag=14):
     _REPLY = _decoder(dict[str, str] | None)
 
 
+class CatalogCall(Call[Any], frozen=True, tag=15):
+    """Propose a catalog command (`cmq.meta.CatalogMachine`: nodes, moves); the reply is its
+    result (a refusal is raised as its error). Run by `cmq.router.Router`."""
+
+    command: bytes
+    _REPLY = _decoder(Any)
+
+
 AnyCall = (
     ProduceCall
     | ReceiveCall
@@ -229,6 +237,7 @@ AnyCall = (
     | RemoveQueueCall
     | RegisterNodeCall
     | QueueMetaCall
+    | CatalogCall
 )
 
 _calls: msgspec.msgpack.Decoder[AnyCall] = msgspec.msgpack.Decoder(AnyCall)

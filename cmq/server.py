@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -23,16 +24,46 @@ from prometheus_client import CollectorRegistry
 
 from api.app import make_app
 from api.sqs.queues import SqsSettings
+from cmq.errors import CmqError
 from cmq.metrics import register_node_metrics
 from cmq.node import NodeConfig, QueueNode
 from raftlog.runtime import MultiRaft, new_event_loop
 from raftlog.transport.peer import Address
 
+JOIN_TIMEOUT = 120.0
+"""Seconds ``--join`` keeps trying the given nodes before giving up."""
+
+
+async def join_cluster(cfg: NodeConfig) -> NodeConfig:
+    """Register this node through one of ``cfg.join``'s nodes (retried until it answers or
+    `JOIN_TIMEOUT`); the configuration to start with: the registered nodes as peers."""
+    from cmq.client import Client
+
+    address = f"{cfg.peer.host}:{cfg.peer.port}"
+    dirs = [os.path.abspath(d) for d in cfg.data_dirs]
+    async with Client(cfg.join, timeout=10) as client:
+        async with asyncio.timeout(JOIN_TIMEOUT):
+            while True:
+                try:
+                    known = await client.join_node(
+                        cfg.node_id, address, dirs, http=cfg.http, zone=cfg.zone
+                    )
+                    break
+                except CmqError as e:
+                    logging.getLogger("cmq.server").warning("join deferred: %s", e)
+                    await asyncio.sleep(1.0)
+    peers = {n: Address.parse(a) for n, a in known.items()}
+    peers[cfg.node_id] = cfg.peer
+    return dataclasses.replace(cfg, peers=peers, joined=True)
+
 
 async def serve(cfg: NodeConfig, http: Address, stop: asyncio.Event) -> None:
     """Start the node (recovery, groups, peers), serve HTTP on ``http`` until ``stop`` is set,
     then stop accepting requests and close the node. A start that fails closes what it started
-    and raises (`QueueNode.start`)."""
+    and raises (`QueueNode.start`). With ``cfg.join`` the node first registers through a
+    running node (`join_cluster`)."""
+    if cfg.join:
+        cfg = await join_cluster(cfg)
     node = QueueNode(cfg)
     await node.start()
     try:

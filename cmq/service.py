@@ -110,3 +110,26 @@ class QueueService(Protocol):
         "groups": {group id: {"role", "term", "leader", "commit", "applied", "last_index",
         "voters", "lag": {peer: entries behind}}}}``; ``lag`` is known on a group's leader."""
         ...
+
+    # -- nodes (cmq.nodes_admin) ------------------------------------------------------------------
+    async def list_nodes(self) -> list[dict[str, Any]]:
+        """Every registered node as this node sees it (`cmq.nodes_admin.NodeView.to_dict`)."""
+        ...
+
+    async def join_node(
+        self, node: int, address: str, http: str, data_dirs: tuple[str, ...], zone: str
+    ) -> dict[int, str]:
+        """Register a joining node; every registered node's peer address by id."""
+        ...
+
+    async def drain_node(self, node: int) -> None:
+        """Move every replica and leadership off ``node`` (`NodeNotFound`, `NodeBusy`)."""
+        ...
+
+    async def activate_node(self, node: int) -> None:
+        """Undo a drain of ``node`` (`NodeNotFound`)."""
+        ...
+
+    async def remove_node(self, node: int) -> None:
+        """Forget a drained ``node`` (`NodeNotFound`, `NodeBusy`)."""
+        ...

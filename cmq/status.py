@@ -33,7 +33,16 @@ def render_status(
         "groups": views,
         "queues": len(placement),
         "placement": placement,
-        "nodes": {str(n): info for n, info in sorted(catalog.nodes.items())},
+        "nodes": {
+            str(n): {
+                "address": i.address,
+                "http": i.http,
+                "data_dirs": list(i.data_dirs),
+                "zone": i.zone,
+                "state": i.state,
+            }
+            for n, i in sorted(catalog.nodes.items())
+        },
         "data_groups": {
             str(g): info | {"data_dirs": {str(n): d for n, d in info["data_dirs"].items()}}
             for g, info in catalog.groups().items()

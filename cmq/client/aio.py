@@ -296,6 +296,50 @@ class Client:
         got: dict[str, Any] = await self._call("GET", "/v1/status", None, Safety.IDEMPOTENT)
         return got
 
+    # -- nodes -------------------------------------------------------------------------------------
+    async def list_nodes(self) -> list[dict[str, Any]]:
+        """Every registered node (``GET /v1/nodes``): id, addresses, zone, state ("active",
+        "draining"), replicas, incoming moves, leaderships and lag as the answering node sees
+        them."""
+        got: dict[str, Any] = await self._call("GET", "/v1/nodes", None, Safety.IDEMPOTENT)
+        nodes: list[dict[str, Any]] = got["nodes"]
+        return nodes
+
+    async def join_node(
+        self,
+        node: int,
+        address: str,
+        data_dirs: Sequence[str],
+        *,
+        http: str = "",
+        zone: str = "",
+    ) -> dict[int, str]:
+        """Register node ``node`` (peer ``address`` host:port) in the cluster (idempotent);
+        every registered node's peer address by id. `cmq serve --join` calls it."""
+        body = {
+            "id": node,
+            "address": address,
+            "http": http,
+            "data_dirs": list(data_dirs),
+            "zone": zone,
+        }
+        got: dict[str, Any] = await self._call("POST", "/v1/nodes", body, Safety.IDEMPOTENT)
+        return {int(k): str(v) for k, v in got["peers"].items()}
+
+    async def drain_node(self, node: int) -> None:
+        """Move every replica and leadership off ``node`` (returns at once; watch
+        `list_nodes`). `NodeNotFound`; `NodeBusy` if too few active nodes would remain."""
+        await self._call("POST", f"/v1/nodes/{int(node)}/drain", {}, Safety.IDEMPOTENT)
+
+    async def activate_node(self, node: int) -> None:
+        """Undo a drain: ``node`` takes replicas again. `NodeNotFound` for an unknown id."""
+        await self._call("POST", f"/v1/nodes/{int(node)}/activate", {}, Safety.IDEMPOTENT)
+
+    async def remove_node(self, node: int) -> None:
+        """Forget ``node``. `NodeBusy` while it holds replicas or votes in the catalog group
+        (drain it first); `NodeNotFound` for an unknown id."""
+        await self._call("DELETE", f"/v1/nodes/{int(node)}", None, Safety.IDEMPOTENT)
+
     async def health(self) -> bool:
         """Whether the first node answers ``/healthz`` (liveness; never raises)."""
         return await self._probe("/healthz")

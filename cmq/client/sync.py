@@ -55,6 +55,29 @@ class SyncClient:
     def urls(self) -> tuple[str, ...]:
         return self._client.urls
 
+    def list_nodes(self) -> list[dict[str, Any]]:
+        return self._run(self._client.list_nodes())
+
+    def join_node(
+        self,
+        node: int,
+        address: str,
+        data_dirs: Sequence[str],
+        *,
+        http: str = "",
+        zone: str = "",
+    ) -> dict[int, str]:
+        return self._run(self._client.join_node(node, address, data_dirs, http=http, zone=zone))
+
+    def drain_node(self, node: int) -> None:
+        self._run(self._client.drain_node(node))
+
+    def activate_node(self, node: int) -> None:
+        self._run(self._client.activate_node(node))
+
+    def remove_node(self, node: int) -> None:
+        self._run(self._client.remove_node(node))
+
     def create_queue(
         self, name: str, attributes: QueueAttributes | dict[str, Any] | None = None
     ) -> QueueCreated:

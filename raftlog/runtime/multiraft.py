@@ -147,6 +147,7 @@ class MultiRaft:
         self.cfg = cfg
         self.id = cfg.node_id
         self.groups: dict[int, GroupDriver] = {}
+        self._dir_of: dict[int, int] = {}  # open group -> index of its data directory
         self.wals: list[Wal] = []
         self._rng = random.Random(cfg.seed)
         self._outboxes: dict[int, _Outbox] = {}
@@ -207,18 +208,45 @@ class MultiRaft:
         self.wals = []
 
     # -- groups -----------------------------------------------------------------------------------
-    def dir_for(self, group: int) -> int:
-        """Which data directory a group is bound to (stable: by group id)."""
-        return group % len(self.cfg.data_dirs)
+    def dir_for(self, group: int, preferred: int | None = None) -> int:
+        """Which data directory ``group`` is bound to: where it is open, else where its state
+        was recovered, else ``preferred`` (e.g. the placement's choice) when it is a valid
+        index, else by group id."""
+        d = self._dir_of.get(group)
+        if d is not None:
+            return d
+        for i, w in enumerate(self.wals):
+            if group in w.groups():
+                return i
+        n = len(self.cfg.data_dirs)
+        if preferred is not None and 0 <= preferred < n:
+            return preferred
+        return group % n
+
+    def stored_groups(self) -> tuple[int, ...]:
+        """Every group with state in this node's data directories (open or not), sorted."""
+        return tuple(sorted({g for w in self.wals for g in w.groups()}))
 
     async def open_group(
-        self, group: int, sm: StateMachine, *, voters: Sequence[int] = ()
+        self,
+        group: int,
+        sm: StateMachine,
+        *,
+        voters: Sequence[int] = (),
+        rejoin: bool = False,
+        data_dir: int | None = None,
     ) -> GroupDriver:
         """Open ``group`` with its state machine. A group new to this node is bootstrapped with
-        ``voters`` when given (a founding member), or starts empty to join as a learner."""
+        ``voters`` when given (a founding member), or starts empty to join as a learner.
+
+        ``rejoin`` (or `RuntimeConfig.rejoin`): the group starts in the core's rejoin mode, as
+        a replica added to a running group should (no vote until caught up; a commit index
+        beyond its log, e.g. in a late heartbeat meant for an earlier incarnation of this
+        replica, makes it ask the leader for the log instead of stopping the group)."""
         if group in self.groups:
             raise ValueError(f"group {group} is already open")
-        wal = self.wals[self.dir_for(group)]
+        index = self.dir_for(group, data_dir)
+        wal = self.wals[index]
         founding = ConfState(tuple(sorted(voters))) if voters else None
         store = await asyncio.to_thread(GroupLog, wal, group, initial_conf=founding)
         raw = RawNode(
@@ -226,7 +254,7 @@ class MultiRaft:
                 self.id,
                 election_tick=self.cfg.election_tick,
                 heartbeat_tick=self.cfg.heartbeat_tick,
-                rejoin=self.cfg.rejoin,
+                rejoin=self.cfg.rejoin or rejoin,
             ),
             store,
             random.Random(self._rng.getrandbits(64)),
@@ -240,8 +268,33 @@ class MultiRaft:
             options=self.cfg.group_options,
         )
         self.groups[group] = driver
+        self._dir_of[group] = index
         driver.start()
         return driver
+
+    async def drop_group(self, group: int) -> None:
+        """Stop ``group`` here and durably forget its state (this node is no longer one of its
+        replicas): its waiters fail, a DROP record voids its WAL history and its snapshot
+        files go. Messages for it are counted as `unknown_group_messages` from now on."""
+        g = self.groups.pop(group, None)
+        if g is None:
+            return
+        await g.stop(f"group {group} left this node")
+        index = self._dir_of.pop(group)
+        await asyncio.wrap_future(self.wals[index].drop_group(group))
+
+    def add_peer(self, node: int, address: Address) -> None:
+        """Know (or re-address) ``node``: a node that joined the cluster at run time."""
+        self.transport.add_peer(node, address)
+
+    def remove_peer(self, node: int) -> None:
+        """Forget ``node`` (removed from the cluster); a no-op for this node itself."""
+        if node != self.id:
+            self.transport.remove_peer(node)
+
+    def peers(self) -> tuple[int, ...]:
+        """The peers this node knows (itself excluded), sorted."""
+        return tuple(sorted(self.transport.peers))
 
     def group(self, group: int) -> GroupDriver:
         g = self.groups.get(group)

@@ -142,6 +142,7 @@ class _Peer:
         # another, one chunk per writer turn after the regular frames.
         self.bulk: deque[deque[Chunk]] = deque()
         self.reassembly = Reassembly(cfg.max_reassembly_bytes)
+        self.tasks: set[asyncio.Task[None]] = set()
 
     def enqueue_bulk(self, chunks: list[Chunk]) -> bool:
         if len(self.bulk) >= self.cfg.max_chunked_transfers:
@@ -224,9 +225,35 @@ class Transport:
             self._accept, self.listen.host, self.listen.port, reuse_address=True
         )
         for peer in self.peers.values():
-            self._spawn(self._write_loop(peer), f"peer-writer-{peer.id}")
-            if self.id < peer.id:
-                self._spawn(self._dial_loop(peer), f"peer-dialer-{peer.id}")
+            self._start_peer(peer)
+
+    def _start_peer(self, peer: _Peer) -> None:
+        peer.tasks.add(self._spawn(self._write_loop(peer), f"peer-writer-{peer.id}"))
+        if self.id < peer.id:
+            peer.tasks.add(self._spawn(self._dial_loop(peer), f"peer-dialer-{peer.id}"))
+
+    def add_peer(self, peer_id: int, address: Address) -> None:
+        """Know ``peer_id`` at ``address`` from now on (a node that joined at run time); a known
+        peer's address is updated (the next connection attempt uses it). Call after `start`."""
+        if peer_id == self.id or self._closed:
+            return
+        peer = self.peers.get(peer_id)
+        if peer is not None:
+            peer.address = address
+            return
+        peer = self.peers[peer_id] = _Peer(peer_id, address, self.cfg)
+        if self._server is not None:
+            self._start_peer(peer)
+
+    def remove_peer(self, peer_id: int) -> None:
+        """Forget ``peer_id``: close its connection and stop its tasks (a removed node)."""
+        peer = self.peers.pop(peer_id, None)
+        if peer is None:
+            return
+        if peer.writer is not None:
+            peer.writer.close()
+        for t in peer.tasks:
+            t.cancel()
 
     async def close(self) -> None:
         """Stop listening, cancel every task, close every connection. Idempotent."""
@@ -245,10 +272,11 @@ class Transport:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 2.0)
 
-    def _spawn(self, coro: object, name: str) -> None:
+    def _spawn(self, coro: object, name: str) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro, name=name)  # type: ignore[arg-type]
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     # -- sending -----------------------------------------------------------------------------------
     def send(self, peer_id: int, kind: FrameKind, body: bytes) -> bool:
@@ -350,7 +378,10 @@ class Transport:
                 )
                 writer.close()
                 return
-            peer = self.peers[peer_id]
+            peer = self.peers.get(peer_id)
+            if peer is None:
+                writer.close()  # removed while it authenticated
+                return
             if peer.writer is not None:
                 peer.writer.close()  # the peer reconnected: the old connection is dead
             await self._serve_connection(peer, reader, writer)
@@ -432,7 +463,9 @@ class Transport:
         kind, body = await self._read_frame(reader)
         expected = _proof(self.secret, b"client", nonce, peer_id, self.id)
         if kind is not FrameKind.AUTH or not hmac.compare_digest(body, expected):
-            self.peers[peer_id].stats.auth_failures += 1
+            known = self.peers.get(peer_id)
+            if known is not None:
+                known.stats.auth_failures += 1
             raise AuthError(f"node {peer_id} failed authentication")
         return peer_id
 

@@ -118,6 +118,28 @@ class RecordingService:
         self._record("nack", name, receipts, delay_seconds)
         return self._results(receipts)
 
+    # -- nodes ------------------------------------------------------------------------------------
+    async def list_nodes(self) -> list[dict[str, Any]]:
+        self._record("list_nodes")
+        row = {"id": 1, "address": "10.0.0.1:9080", "http": "10.0.0.1:8080", "zone": "a"}
+        more = {"replicas": [1, 2], "incoming": [], "leaders": [0, 1], "meta": "voter", "lag": 0}
+        return [row | {"state": "active"} | more]
+
+    async def join_node(
+        self, node: int, address: str, http: str, data_dirs: tuple[str, ...], zone: str
+    ) -> dict[int, str]:
+        self._record("join_node", node, address, http, data_dirs, zone)
+        return {1: "10.0.0.1:9080", node: address}
+
+    async def drain_node(self, node: int) -> None:
+        self._record("drain_node", node)
+
+    async def activate_node(self, node: int) -> None:
+        self._record("activate_node", node)
+
+    async def remove_node(self, node: int) -> None:
+        self._record("remove_node", node)
+
     def is_ready(self) -> bool:
         self._record("is_ready")
         return self.ready

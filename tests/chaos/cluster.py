@@ -325,8 +325,15 @@ class ChaosCluster:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             mine = await self.status(nid)
+            # The groups placed on ``nid`` (every group when the status names no replicas).
+            placed = {
+                g
+                for g in target
+                if g == "0"
+                or nid in (mine or {}).get("data_groups", {}).get(g, {}).get("replicas", [nid])
+            }
             if mine is not None and all(
-                int(mine["groups"].get(g, {}).get("applied", -1)) >= c for g, c in target.items()
+                int(mine["groups"].get(g, {}).get("applied", -1)) >= target[g] for g in placed
             ):
                 return True
             await asyncio.sleep(0.25)

@@ -10,6 +10,9 @@ it. Kinds:
   links, a bridge (5 nodes); each direction paused (lossless, TCP-like) or dropped;
 * ``power-loss``: SIGKILL nodes whose data directory is a LazyFS mount and forget what they had
   not fsynced (one node, or all mounted nodes at once), then restart (`tests.chaos.lazyfs`);
+* ``membership``: drain a node (4 nodes or more) so its replicas move away, half of the time
+  killing the leader of a group in the middle of its move; heal restarts it and undoes the
+  drain (the replicas move back);
 * ``bitflip`` / ``truncate`` / ``rollback``: file faults on one stopped node's data directory
   (`tests.chaos.filefaults`). They are *exclusive*: no other fault runs with them, and heal
   waits until the node caught up. A node that cannot (a group stopped loudly on corruption, as
@@ -33,6 +36,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Protocol
 
+from cmq.errors import CmqError
 from tests.chaos.cluster import ChaosCluster
 from tests.chaos.proxy import Mode
 
@@ -429,6 +433,72 @@ class Rollback:
         return Injected(self.name, f"rollback node {nid}: {_short(what)}", [nid], 1.0, heal, "disk")
 
 
+@dataclass
+class MembershipChange:
+    name: str = "membership"
+    exclusive: bool = False
+    category: str = "process"
+    weight: int = 2
+
+    def unavailable(self, cluster: ChaosCluster) -> str | None:
+        if cluster.n < 4:
+            return "needs 4 nodes or more (a drained node's replicas need somewhere to go)"
+        return None
+
+    async def inject(self, cluster: ChaosCluster, rng: random.Random) -> Injected | None:
+        running = cluster.running()
+        nid = await pick_target(cluster, rng)
+        others = [n for n in running if n != nid]
+        if nid is None or not others:
+            return None
+        try:
+            await cluster.node(rng.choice(others), 5).drain_node(nid)
+        except CmqError:
+            return None  # refused (too few active nodes) or no catalog leader right now
+        description = f"drain node {nid}"
+        killed: list[int] = []
+        if rng.random() < 0.5 and _minority_ok(cluster, 1):
+            target = await _moving_leader(cluster, timeout=3.0)
+            if target is not None:
+                group, leader = target
+                cluster.kill(leader)
+                killed.append(leader)
+                description += f"; SIGKILL node {leader} leading group {group} mid-move"
+
+        async def heal() -> str:
+            extra = await restart_checked(cluster, killed) if killed else ""
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    via = rng.choice(cluster.running())
+                    await cluster.node(via, 5).activate_node(nid)
+                    return extra
+                except (CmqError, IndexError) as e:
+                    if time.monotonic() > deadline:
+                        return f"{extra}; node {nid} left draining: {e}".lstrip("; ")
+                    await asyncio.sleep(0.5)
+
+        return Injected(
+            self.name, description, [nid, *killed], rng.uniform(2.0, 6.0), heal, self.category
+        )
+
+
+async def _moving_leader(cluster: ChaosCluster, timeout: float) -> tuple[int, int] | None:
+    """(group, its leader) for a data group with a move in flight, within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        statuses = await cluster.statuses(cluster.running())
+        catalog: dict[str, dict[str, object]] = {}
+        for st in statuses.values():
+            catalog = st.get("data_groups") or catalog
+        leaders = await cluster.leaders()
+        for g, info in sorted(catalog.items()):
+            if info.get("move") is not None and int(g) in leaders:
+                return int(g), leaders[int(g)]
+        await asyncio.sleep(0.1)
+    return None
+
+
 REGISTRY: dict[str, Callable[[], FaultKind]] = {
     "kill": Kill,
     "pause": Pause,
@@ -437,6 +507,7 @@ REGISTRY: dict[str, Callable[[], FaultKind]] = {
     "bitflip": lambda: FileFault("bitflip"),
     "truncate": lambda: FileFault("truncate"),
     "rollback": Rollback,
+    "membership": MembershipChange,
 }
 
 

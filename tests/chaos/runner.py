@@ -36,7 +36,16 @@ from tests.chaos.faults import (
 from tests.chaos.history import History
 from tests.chaos.workload import Workload, WorkloadConfig
 
-ALL_FAULTS = ["kill", "pause", "partition", "power-loss", "bitflip", "truncate", "rollback"]
+ALL_FAULTS = [
+    "kill",
+    "pause",
+    "partition",
+    "power-loss",
+    "bitflip",
+    "truncate",
+    "rollback",
+    "membership",
+]
 Say = Callable[[str], None]
 
 

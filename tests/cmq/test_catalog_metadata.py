@@ -5,10 +5,11 @@ refused for queues that are not placed."""
 from __future__ import annotations
 
 from cmq.meta import CatalogMachine
+from tests.cmq.test_meta_receipts import founded
 
 
 def test_metadata_set_unset_and_forgotten_with_the_queue() -> None:
-    cat = CatalogMachine((1, 2))
+    cat = founded(2)
     assert cat.apply(1, CatalogMachine.update_meta("q", {"a": "1"}, [])) is None  # not placed
     assert cat.meta_of("q") is None
     cat.apply(2, CatalogMachine.assign("q"))
@@ -31,13 +32,13 @@ def test_metadata_set_unset_and_forgotten_with_the_queue() -> None:
 
 
 def test_metadata_survives_snapshots_and_old_images_still_restore() -> None:
-    cat = CatalogMachine((1,))
-    cat.apply(1, CatalogMachine.assign("q"))
+    cat = founded(1)
+    cat.apply(10, CatalogMachine.assign("q"))
     bare = cat.snapshot()
     assert b"meta" not in bare  # images without metadata keep their former bytes
-    cat.apply(2, CatalogMachine.update_meta("q", {"tag.k": "v"}, []))
+    cat.apply(11, CatalogMachine.update_meta("q", {"tag.k": "v"}, []))
     image = cat.snapshot()
-    other = CatalogMachine((1,))
+    other = CatalogMachine()
     other.restore(2, image)
     assert other.meta_of("q") == {"tag.k": "v"}
     assert other.snapshot() == image

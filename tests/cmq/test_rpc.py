@@ -24,6 +24,7 @@ from cmq.rpc import (
     AckCall,
     AnyCall,
     AssignQueueCall,
+    CatalogCall,
     ChangeVisibilityCall,
     CreateQueueCall,
     DeleteQueueCall,
@@ -129,6 +130,7 @@ def _one_of_each() -> list[AnyCall]:
         RemoveQueueCall(0, "q"),
         RegisterNodeCall(0, 2, "127.0.0.1:9080", ("/data/a",)),
         QueueMetaCall(0, "q", (("tag.k", "v"),), ("sqs.old",)),
+        CatalogCall(0, b'{"op": "drain", "name": "2"}'),
     ]
 
 

@@ -1,0 +1,105 @@
+"""The command line's node administration and the scale-out settings of ``cmq serve``.
+
+    cmq serve --node-id 4 --join http://10.0.0.1:8080 --zone b ...   join a running cluster
+    cmq serve ... --replication 3                                    replicas per data group
+    cmq node list [--url URL]          nodes, zones, state, replicas, leaders, lag
+    cmq node drain N [--url URL]       move every replica and leadership off node N
+    cmq node activate N [--url URL]    undo a drain
+    cmq node remove N [--url URL]      forget node N (refused while it holds replicas)
+
+Each node command prints its JSON result (exit status 0), or the error as the server renders
+it, ``{"error": {"code", "message"}}`` (exit status 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+from cmq.errors import CmqError
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+
+
+def add_serve_arguments(s: argparse.ArgumentParser) -> None:
+    """``cmq serve``'s scale-out flags."""
+    s.add_argument(
+        "--join",
+        help="URL[,URL...] of running nodes: join that cluster (no --peers needed)",
+    )
+    s.add_argument("--zone", help="failure-domain label: a group's replicas prefer distinct zones")
+    s.add_argument(
+        "--replication",
+        type=int,
+        help="voting replicas per data group: 3 (default) or 5",
+    )
+
+
+def serve_settings(
+    args: argparse.Namespace, conf: dict[str, Any], http: str, node_id: int
+) -> dict[str, Any]:
+    """`cmq.node.NodeConfig` fields from the scale-out flags, then the ``CMQ_JOIN``,
+    ``CMQ_ZONE`` and ``CMQ_REPLICATION`` environment variables, then the TOML file's ``join``,
+    ``zone``, ``replication``; exits with a message on a bad value."""
+
+    def setting(name: str, default: Any) -> Any:
+        value = getattr(args, name)
+        if value is not None:
+            return value
+        return os.environ.get("CMQ_" + name.upper(), conf.get(name, default))
+
+    join = setting("join", None)
+    zone = setting("zone", "")
+    try:
+        replication = int(setting("replication", 3))
+    except ValueError:
+        raise SystemExit("--replication must be 3 or 5 (1 for a single node)") from None
+    if replication not in (1, 3, 5):
+        raise SystemExit("--replication must be 3 or 5 (1 for a single node)")
+    urls: tuple[str, ...] = ()
+    if join:
+        urls = tuple(u.strip() for u in str(join).split(",") if u.strip())
+    if node_id <= 0:
+        raise SystemExit("--node-id must be a positive integer")
+    return {"join": urls, "zone": str(zone or ""), "replication": replication, "http": http}
+
+
+def add_node_commands(sub: Any) -> None:
+    """``cmq node list|drain|remove``."""
+    n = sub.add_parser("node", help="list, drain or remove cluster nodes")
+    nsub = n.add_subparsers(dest="node_cmd", required=True)
+    ls = nsub.add_parser("list", help="nodes, zones, state, replicas, leaders, lag")
+    dr = nsub.add_parser("drain", help="move every replica and leadership off a node")
+    dr.add_argument("node", type=int)
+    ac = nsub.add_parser("activate", help="undo a drain: the node takes replicas again")
+    ac.add_argument("node", type=int)
+    rm = nsub.add_parser("remove", help="forget a drained node")
+    rm.add_argument("node", type=int)
+    for c in (ls, dr, ac, rm):
+        c.add_argument("--url", default=DEFAULT_URL)
+    n.set_defaults(func=_node)
+
+
+def _node(args: argparse.Namespace) -> int:
+    from cmq.client import SyncClient  # imported late: ``cmq serve`` does not need it
+
+    try:
+        with SyncClient(args.url) as client:
+            if args.node_cmd == "list":
+                result: Any = {"nodes": client.list_nodes()}
+            elif args.node_cmd == "drain":
+                client.drain_node(args.node)
+                result = {"node": args.node, "state": "draining"}
+            elif args.node_cmd == "activate":
+                client.activate_node(args.node)
+                result = {"node": args.node, "state": "active"}
+            else:
+                client.remove_node(args.node)
+                result = {"node": args.node, "state": "removed"}
+    except CmqError as e:  # rendered as the server renders errors
+        print(json.dumps({"error": {"code": e.code, "message": e.message}}, indent=2))
+        return 1
+    print(json.dumps(result, indent=2))
+    return 0

@@ -1,0 +1,144 @@
+"""Real ``cmq serve`` processes for the scale-out tests: founding nodes started with ``--peers``
+and spare nodes started later with ``--join``; statuses and node lists over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from cmq.client import NO_RETRY, Client
+from cmq.errors import CmqError
+from tests.ports import free_ports
+
+SECRET = "scale-out-test-secret-0123456789"
+
+
+class ScaleCluster:
+    """``founders`` nodes (ids 1..founders) plus ``spares`` that join later."""
+
+    def __init__(self, root: Path, founders: int = 3, spares: int = 2, groups: int = 6) -> None:
+        self.root = root
+        n = founders + spares
+        ports = free_ports(2 * n)
+        self.ids = list(range(1, n + 1))
+        self.founders = list(range(1, founders + 1))
+        self.http = {i: f"http://127.0.0.1:{ports[i - 1]}" for i in self.ids}
+        self.peer = {i: f"127.0.0.1:{ports[n + i - 1]}" for i in self.ids}
+        self.groups = groups
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.client = Client(list(self.http.values()), retry=NO_RETRY, timeout=5)
+
+    def args(self, nid: int, join: list[int] | None = None) -> list[str]:
+        args = [
+            sys.executable,
+            "-m",
+            "cmq",
+            "serve",
+            "--node-id",
+            str(nid),
+            "--http",
+            self.http[nid].removeprefix("http://"),
+            "--peer",
+            self.peer[nid],
+            "--data-dir",
+            str(self.root / f"node{nid}"),
+            "--groups",
+            str(self.groups),
+        ]
+        if join:
+            return [*args, "--join", ",".join(self.http[j] for j in join)]
+        peers = ",".join(f"{f}={self.peer[f]}" for f in self.founders)
+        return [*args, "--peers", peers]
+
+    def start(self, nid: int, join: list[int] | None = None) -> None:
+        assert nid not in self.procs
+        env = dict(os.environ, CMQ_SECRET=SECRET, CMQ_LOG_LEVEL="INFO")
+        with (self.root / f"node{nid}.log").open("ab") as log:
+            self.procs[nid] = subprocess.Popen(
+                self.args(nid, join), env=env, stdout=log, stderr=log
+            )
+
+    def kill(self, nid: int) -> None:
+        p = self.procs.pop(nid, None)
+        if p is not None:
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+
+    async def close(self) -> None:
+        for p in self.procs.values():
+            p.terminate()
+        for p in self.procs.values():
+            try:
+                await asyncio.to_thread(p.wait, 10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        self.procs.clear()
+        await self.client.close()
+
+    def node(self, nid: int, timeout: float = 5) -> Client:
+        return self.client.derive([self.http[nid]], timeout=timeout)
+
+    async def wait_ready(self, nodes: list[int], timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(await asyncio.gather(*(self.node(n, 2).ready() for n in nodes))):
+                return
+            await asyncio.sleep(0.2)
+        raise AssertionError(f"nodes {nodes} not ready in {timeout}s; logs in {self.root}")
+
+    async def status(self, nid: int) -> dict[str, Any] | None:
+        try:
+            return await self.node(nid).status()
+        except CmqError:
+            return None
+
+    async def statuses(self, nodes: list[int] | None = None) -> dict[int, dict[str, Any]]:
+        ids = sorted(self.procs) if nodes is None else nodes
+        got = await asyncio.gather(*(self.status(n) for n in ids))
+        return {n: s for n, s in zip(ids, got, strict=True) if s is not None}
+
+    async def catalog_groups(self, via: int) -> dict[str, Any]:
+        """The catalog's data groups (replicas, move) as node ``via`` sees them."""
+        st = await self.status(via)
+        return {} if st is None else dict(st.get("data_groups", {}))
+
+    async def leaders(self) -> dict[int, int]:
+        """Group -> the running node that leads it with the highest term."""
+        best: dict[int, tuple[int, int]] = {}
+        for nid, st in (await self.statuses()).items():
+            for g, info in st["groups"].items():
+                if info["role"] == "leader":
+                    cand = (int(info["term"]), nid)
+                    best[int(g)] = max(best.get(int(g), cand), cand)
+        return {g: nid for g, (_, nid) in best.items()}
+
+    async def queue_stats(self, queue: str, nodes: list[int]) -> dict[int, dict[str, Any]]:
+        out = {}
+        for nid in nodes:
+            with contextlib.suppress(CmqError):
+                info = await self.node(nid).get_queue(queue)
+                stats = dataclasses.asdict(info.stats)
+                stats.pop("oldest_age_ms", None)
+                out[nid] = stats
+        return out
+
+
+async def until(check: Any, timeout: float, what: str, interval: float = 0.3) -> Any:
+    """Await ``check()`` (a coroutine function) until it returns a truthy value; that value.
+    AssertionError naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = await check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(interval)
