@@ -423,26 +423,7 @@ class Raft(LeaderReplication, RecoveryGuard):
         elif m.type is MsgType.HEARTBEAT:
             self.election_elapsed = 0
             self.lead = m.frm
-            if m.commit > self.log.last_index():
-                # The leader counted entries this node no longer has (a wiped or rolled-back
-                # disk): vote again only once it holds that commit index, and get re-probed.
-                self.rejoining = True
-                self.lost_acknowledged += 1
-                self._log_lost(m.frm, m.commit)
-            elif m.commit > max(self.verified, self.log.committed):
-                # Entries this leader has not matched since a restart may differ from its log
-                # (a disk restored from an older copy): get re-probed before committing them.
-                self._send(
-                    Message(
-                        MsgType.LOG_LOST,
-                        to=m.frm,
-                        frm=self.id,
-                        term=self.term,
-                        index=self.log.last_index(),
-                    )
-                )
-            else:
-                self.log.commit_to(m.commit)
+            self._heartbeat_commit(m)
             self._send(Message(MsgType.HEARTBEAT_RESP, to=m.frm, frm=self.id, term=self.term))
         elif m.type is MsgType.SNAP:
             self.election_elapsed = 0

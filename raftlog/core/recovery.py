@@ -74,6 +74,9 @@ class RecoveryGuard:
     vote: int
     conf: ConfState
 
+    rejoining: bool
+    verified: int
+    lost_acknowledged: int
     recovering: bool
     refreshing: bool
     election_elapsed: int
@@ -89,6 +92,26 @@ class RecoveryGuard:
 
     def become_follower(self, term: int, lead: int) -> None:
         raise NotImplementedError
+
+    def _log_lost(self, leader: int, commit: int) -> None:
+        raise NotImplementedError
+
+    def _heartbeat_commit(self, m: Message) -> None:
+        """Take the commit index of the leader's heartbeat ``m`` (min(its commit, our match)),
+        unless it shows this node lost entries or it reaches past what the leader matched."""
+        if m.commit > self.log.last_index():
+            # The leader counted entries this node no longer has (a wiped or rolled-back disk):
+            # vote again only once it holds that commit index, and get re-probed.
+            self.rejoining = True
+            self.lost_acknowledged += 1
+            self._log_lost(m.frm, m.commit)
+        elif m.commit > max(self.verified, self.log.committed):
+            # Entries this leader has not matched since a restart may differ from its log (a
+            # disk restored from an older copy): get re-probed before committing them.
+            last = self.log.last_index()
+            self._send(Message(MsgType.LOG_LOST, to=m.frm, frm=self.id, term=self.term, index=last))
+        else:
+            self.log.commit_to(m.commit)
 
     def _init_recovery(self, *, restarted: bool) -> None:
         self.recovering = restarted and not self.cfg.unsafe.skip_recovery

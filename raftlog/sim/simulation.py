@@ -115,18 +115,11 @@ class Simulation:
         self.pending: dict[tuple[int, int], dict[int, tuple[int, bytes]]] = {}
         self.acked_at: set[tuple[int, int, int]] = set()
         self.proposals = 0
-        self.stats: dict[str, int] = {
-            "acked": 0,
-            "crashes": 0,
-            "rollbacks": 0,
-            "torn": 0,
-            "conf_changes": 0,
-            "transfers": 0,
-            "snapshots_installed": 0,
-            "partitions": 0,
-            "heal_ticks": -1,
-            "heal_bound": -1,
-        }
+        counters = (
+            "acked crashes rollbacks torn conf_changes transfers snapshots_installed partitions"
+        )
+        self.stats: dict[str, int] = dict.fromkeys(counters.split(), 0)
+        self.stats |= {"heal_ticks": -1, "heal_bound": -1}
         self.trace: deque[str] = deque(maxlen=config.trace_lines)
         self._trace_hash = hashlib.blake2b(digest_size=16)
         self._heal_plan: dict[int, tuple[int, int, int, bytes] | None] = {}
