@@ -4,8 +4,10 @@ queue machine says is due.
 Every `NodeConfig.housekeeping_interval` seconds (Ra's ``tick``) the housekeeper records this
 node in the catalog if it is not there yet, then asks each data group it leads what is due per
 queue (`QueueMachine.due`: retention expiry, messages marked for the dead-letter queue) and
-proposes it: an `Expire` carrying this node's clock, and an at-least-once dead-letter move (a
-deduplicated send of copies to the dead-letter queue, then a `DeadLetter` deleting them here).
+proposes it: an `Expire` carrying this node's clock, a `Tidy` (seal an old active segment, copy
+the few live messages of sparse sealed segments forward; `cmq.fsm.lifecycle`), and an
+at-least-once dead-letter move (a deduplicated send of copies to the dead-letter queue, then a
+`DeadLetter` deleting them here).
 A failure defers that queue's work to the next tick; the machine still says it is due then.
 """
 
@@ -17,7 +19,7 @@ import os
 from collections.abc import Awaitable, Callable
 
 from cmq.errors import CmqError
-from cmq.fsm.commands import DeadLetter, Expire, encode_command
+from cmq.fsm.commands import DeadLetter, Expire, Tidy, encode_command
 from cmq.fsm.machine import Due, QueueMachine
 from cmq.meta import CatalogMachine
 from cmq.model import OutgoingMessage, SentMessage
@@ -100,6 +102,8 @@ class Housekeeper:
     async def _propose_due(self, group: int, machine: QueueMachine, due: Due) -> None:
         if due.expire:
             await self._ops.propose(group, encode_command(Expire(due.queue, due.now_ms)))
+        if due.tidy:
+            await self._ops.propose(group, encode_command(Tidy(due.queue, due.now_ms)))
         if not due.dead_letters:
             return
         # At-least-once move: copy into the dead-letter queue, then delete here.
