@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from cmq.errors import CorruptSegment
 from cmq.model import (
     ArchiveResult,
     ClaimResult,
@@ -62,6 +63,8 @@ class RecordingService:
     bad_receipts: frozenset[str] = frozenset()
     """Receipts answered with ``ok: false, error: "LeaseStale"``."""
     ready: bool = True
+    corrupt_mid_stream: bool = False
+    """`read_segment`'s records fail their checksum after the first batch."""
 
     def _record(self, method: str, *args: Any) -> None:
         self.calls.append(Call(method, args))
@@ -139,6 +142,8 @@ class RecordingService:
 
         async def batches() -> AsyncIterator[list[SegmentRecord]]:
             yield records[:2]
+            if self.corrupt_mid_stream:
+                raise CorruptSegment("record 3 fails its checksum")
             yield records[2:]
 
         return SegmentStream("0a1b2c3d", batches())
