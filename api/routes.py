@@ -23,10 +23,6 @@ from api.errors import InvalidJson
 from api.metrics import HttpMetrics
 from api.models import (
     AckRequest,
-    ArchivedRequest,
-    ArchivedResponse,
-    ClaimRequest,
-    ClaimResponse,
     ClusterStatus,
     CreateQueueRequest,
     CreateQueueResponse,
@@ -46,14 +42,20 @@ from api.models import (
     ReceiveRequest,
     ReceiveResponse,
     ResultsResponse,
-    SegmentListing,
-    SegmentRecordLine,
-    SegmentStreamTrailer,
     SendRequest,
     SendResponse,
     Sent,
     SetAttributesRequest,
     VisibilityRequest,
+)
+from api.segment_models import (
+    ArchivedRequest,
+    ArchivedResponse,
+    ClaimRequest,
+    ClaimResponse,
+    SegmentListing,
+    SegmentRecordLine,
+    SegmentStreamTrailer,
 )
 from cmq.errors import (
     CmqError,

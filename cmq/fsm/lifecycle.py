@@ -223,10 +223,10 @@ def restore_sent_keys(q: QueueState, seg: Segment) -> None:
 
 
 # ------------------------------------------------------------------------------ read side
-def listing(m: QueueMachine, q: QueueState, state: str) -> list[SegmentInfo]:
+def listing(q: QueueState, state: str, pending: list[Segment]) -> list[SegmentInfo]:
     """The segments of ``q`` in ``state`` (one of `SEGMENT_STATES`, or ``all``: active, sealed
     and released), by first seq. ``archived_pending`` lists the segments whose files await
-    removal on this replica (local, not replicated state)."""
+    removal on this replica (``pending``: local, not replicated state)."""
     if state != "all" and state not in SEGMENT_STATES:
         raise InvalidParameter(
             f"state must be one of {', '.join(('all', *SEGMENT_STATES))}; got {state!r}"
@@ -236,8 +236,8 @@ def listing(m: QueueMachine, q: QueueState, state: str) -> list[SegmentInfo]:
         if state in ("all", seg.state()):
             out.append(_info(seg, seg.state()))
     if state == "archived_pending":
-        pending = sorted(m.pending_segments(q.key), key=lambda s: s.first_seq)
-        out.extend(_info(seg, "archived_pending") for seg in pending)
+        for seg in sorted(pending, key=lambda s: s.first_seq):
+            out.append(_info(seg, "archived_pending"))
     return out
 
 

@@ -24,14 +24,15 @@ lease id even after its deadline (nobody else holds the message; SQS does the sa
 ChangeVisibility and Nack need an unexpired lease (``MessageNotInflight`` otherwise). Any other
 lease id, or a message that is gone, gets ``LeaseStale``.
 
-Per-queue state and its queries live in `cmq.fsm.queue`, the snapshot image in `cmq.fsm.image`.
+Per-queue state and its queries live in `cmq.fsm.queue`, the machine's read-only queries in
+`cmq.fsm.reads`, the segment lifecycle (release, archive claims, copy-forward) in
+`cmq.fsm.lifecycle`, the snapshot image in `cmq.fsm.image`.
 """
 
 from __future__ import annotations
 
 import zlib
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator
 
 from cmq import errors
 from cmq.errors import InvalidParameter, InvariantBroken
@@ -87,14 +88,11 @@ from cmq.fsm.queue import (
     Segment,
     encode_head,
 )
+from cmq.fsm.reads import MachineReads
 from cmq.fsm.store import SegmentLayout, SegmentStore, StoredMessage, encode_record
 from cmq.model import (
     DEDUP_WINDOW_MS,
     QUEUE_NAME,
-    QueueAttributes,
-    QueueStats,
-    SegmentInfo,
-    SegmentRecord,
 )
 
 __all__ = ["MAX_DEAD_LETTER_PER_LEASE", "Due", "QueueMachine"]
@@ -103,7 +101,7 @@ MAX_DEAD_LETTER_PER_LEASE = 100
 """At most this many messages are marked pending-dead-letter by one `Lease` (bounds its work)."""
 
 
-class QueueMachine:
+class QueueMachine(MachineReads):
     """The data-group state machine (implements `raftlog.runtime.statemachine.StateMachine`).
 
     ``apply`` is total and deterministic: user errors are `CommandFailed` results; only a broken
@@ -562,15 +560,6 @@ class QueueMachine:
         del q.firsts[i]
         self._released.append((q.key, seg))
 
-    def pending_segments(self, key: str) -> list[Segment]:
-        """The segments of queue store key ``key`` whose files await removal here."""
-        return [s for k, s in (*self._releasing, *self._released) if k == key and s is not None]
-
-    def pending_files(self, key: str) -> tuple[int, int]:
-        """(segments, bytes) of queue store key ``key`` whose files await removal here."""
-        pending = self.pending_segments(key)
-        return len(pending), sum(s.size for s in pending)
-
     def _delete_one(self, q: QueueState, seq: int, outcome: int) -> bool:
         """Delete the live message ``seq`` (recording ``outcome``); False if already gone."""
         seg = q.segment_of(seq)
@@ -597,80 +586,6 @@ class QueueMachine:
         for seg in hit:
             self.maybe_release(q, seg)
         return count
-
-    def _read_live(self, q: QueueState, seq: int) -> StoredMessage:
-        seg = q.segment_of(seq)
-        if seg is None:
-            raise InvariantBroken(f"queue {q.name!r}: live seq {seq} has no segment")
-        return self._store.read(q.key, seg.first_seq, seq)
-
-    # ------------------------------------------------------------------------ reads
-    def queue_names(self) -> list[str]:
-        """Every queue of this group, sorted."""
-        return sorted(self._queues)
-
-    def attributes(self, name: str) -> QueueAttributes | None:
-        q = self._queues.get(name)
-        return None if q is None else q.attributes
-
-    def stats(self, name: str, now_ms: int) -> QueueStats | None:
-        """Exact counts at ``max(now_ms, queue clock)`` (`QueueState.stats`)."""
-        q = self._queues.get(name)
-        return None if q is None else q.stats(now_ms, self.pending_files(q.key))
-
-    def read(self, name: str, seqs: Iterable[int]) -> list[StoredMessage]:
-        """The stored messages among ``seqs`` that are still live (others skipped), in the
-        given order."""
-        q = self._queues.get(name)
-        if q is None:
-            return []
-        return [self._read_live(q, seq) for seq in seqs if q.is_live(seq)]
-
-    def segments(self, name: str, state: str = "all") -> list[SegmentInfo] | None:
-        """The segments of queue ``name`` in ``state`` on this replica (see
-        `lifecycle.listing`); None when the queue is not here. `InvalidParameter` for an
-        unknown state."""
-        q = self._queues.get(name)
-        return None if q is None else lifecycle.listing(self, q, state)
-
-    def records(
-        self, name: str, first_seq: int, chunk: int = lifecycle.READ_CHUNK
-    ) -> tuple[str, Iterator[list[SegmentRecord]]]:
-        """(checksum, records) of the released segment ``first_seq`` of ``name``, read from
-        this replica's files (`lifecycle.read_records`: lazily, one chunk at a time).
-        `QueueNotFound`, `SegmentNotFound` or `SegmentNotReleased` at once."""
-        q = self._queues.get(name)
-        if q is None:
-            raise errors.QueueNotFound(f"queue {name!r} does not exist")
-        seg = lifecycle.released_segment(q, first_seq)
-        return f"{seg.crc:08x}", lifecycle.read_records(self._store, q.key, seg, chunk)
-
-    def has_visible(self, name: str, now_ms: int) -> bool:
-        """Whether a `Lease` at ``now_ms`` would find a message (a hint for long polls)."""
-        q = self._queues.get(name)
-        return q is not None and q.has_visible(now_ms)
-
-    def next_visible_at(self, name: str) -> int | None:
-        """The earliest time an invisible message (delayed, leased, nacked) becomes visible."""
-        q = self._queues.get(name)
-        return None if q is None else q.next_visible_at()
-
-    def expirable(self, name: str, now_ms: int) -> bool:
-        """Whether an `Expire` at ``now_ms`` would delete something."""
-        q = self._queues.get(name)
-        return q is not None and q.expirable(now_ms)
-
-    def due(self, name: str, now_ms: int, dead_letter_limit: int = 100) -> Due | None:
-        """The timed work due on queue ``name`` at ``now_ms``: whether an `Expire` would delete
-        something, and up to ``dead_letter_limit`` seqs marked for its dead-letter queue
-        (none when it has no dead-letter queue). None when nothing is due."""
-        q = self._queues.get(name)
-        return None if q is None else q.due(now_ms, dead_letter_limit)
-
-    def pending_dead_letters(self, name: str) -> list[int]:
-        """Seqs marked for the dead-letter queue, awaiting a `DeadLetter` (ascending)."""
-        q = self._queues.get(name)
-        return [] if q is None else q.pending_dl_seqs()
 
     # ------------------------------------------------------------------------ image
     def encode_image(self, *, reuse: bool = True) -> bytes:
