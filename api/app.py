@@ -8,6 +8,7 @@ SQS surface can be mounted next to these routes on the same service later.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -135,7 +136,8 @@ async def _stream(request: web.Request, reply: Reply) -> web.StreamResponse:
             await response.write(chunk)
     except (ConnectionResetError, CmqError) as e:
         log.warning("%s %s: stream ended early: %s", request.method, request.path, e)
-    await response.write_eof()
+    with contextlib.suppress(ConnectionResetError):
+        await response.write_eof()
     return response
 
 

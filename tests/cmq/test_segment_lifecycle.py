@@ -7,7 +7,9 @@ real segment files and fsync, small segments and frequent snapshots):
   the group's leader is killed the message is still delivered correctly;
 * the archive read side over HTTP: a released segment of an ``archive`` queue is listed and
   streamed from a follower with the right outcomes, claimed, marked archived, and its files
-  are then gone from every replica.
+  are then gone from every replica;
+* real ``cmq serve`` processes with ``--segment-max-bytes`` / ``--segment-max-age``: segments
+  sealed by size and by age, then listed, streamed, claimed and archived through `SyncClient`.
 """
 
 from __future__ import annotations
@@ -269,3 +271,54 @@ async def test_a_released_segment_is_listed_streamed_claimed_and_archived(
             assert files_gone()
             listing = await c.list_segments("arch", url=urls[follower])
             assert not {s.first_seq for s in listing.segments} & set(firsts)
+
+
+@pytest.mark.slow
+def test_cmq_serve_segment_flags_and_the_archive_api_end_to_end(tmp_path: Path) -> None:
+    """Real ``cmq serve`` processes started with ``--segment-max-bytes`` / ``--segment-max-age``:
+    an archive queue's segments are sealed by size and by age (housekeeping), released once
+    acked, streamed from a follower with `SyncClient`, claimed and marked archived."""
+    from cmq.client import SyncClient
+    from tests.cmq.cluster import CmqCluster
+
+    c = CmqCluster(tmp_path, n=3, groups=1)
+    for nid in c.args:
+        c.args[nid] += ["--segment-max-bytes", "2048", "--segment-max-age", "1"]
+    c.start_all()
+    try:
+        with SyncClient(c.urls, timeout=10) as client:
+            client.create_queue("flags", {"archive": True})
+            client.send("flags", [b"m%03d" % i + b"." * 200 for i in range(30)])
+            got = client.receive("flags", 30, visibility_timeout=30)
+            assert len(got) == 30
+            client.ack("flags", [m.receipt for m in got])
+            leader = c.leader_node_of_queue("flags")
+            follower = next(n for n in c.http if n != leader)
+            url = c.http[follower]
+            # By size: several segments of 2 KiB; the last one by age (1 s, housekeeping).
+            deadline = time.monotonic() + 20
+            released: list[int] = []
+            while time.monotonic() < deadline:
+                listing = client.list_segments("flags", "released", url=url)
+                released = [s.first_seq for s in listing.segments]
+                if listing.segments and listing.segments[-1].last_seq == 30:
+                    break
+                time.sleep(0.2)
+            assert len(released) >= 3 and released[0] == 1, released
+            assert listing.leader == leader
+            seqs = []
+            for s in listing.segments:
+                records = list(
+                    client.read_segment("flags", s.first_seq, url=url, checksum=s.checksum)
+                )
+                assert {r.outcome for r in records} == {"acked"}
+                seqs += [r.seq for r in records]
+            assert seqs == list(range(1, 31))
+            assert client.claim_segments("flags", "run-1", released).claimed == tuple(released)
+            done = client.mark_archived("flags", "run-1", released)
+            assert done.archived == tuple(released)
+            assert client.list_segments("flags", "released", url=url).segments == ()
+            info = client.get_queue("flags")
+            assert info.stats.segments.released == 0 and info.stats.acked_total == 30
+    finally:
+        c.stop_all()

@@ -115,7 +115,11 @@ class QueueSim(RuntimeSim):
     async def workload(self, group: int, cid: int, stop: asyncio.Event) -> None:
         await self.ensure_queue(group)
         if cid == 0:
-            await self.producer(group, stop)
+            lifecycle = asyncio.ensure_future(self.lifecycle(group, stop))
+            try:
+                await self.producer(group, stop)
+            finally:
+                await lifecycle
         else:
             await self.consumer(group, cid, stop)
 
@@ -133,11 +137,18 @@ class QueueSim(RuntimeSim):
             if isinstance(res, Produced):
                 self.confirmed.update(m.id for m in batch)
                 self.result.acked += len(batch)
-            if n % 10 < 4:
-                await self.run(group, Tidy(f"q{group}", self.now_ms()))
-            if n % 25 < 4:
-                await self.archive_some(group)
             await asyncio.sleep(self.rng.uniform(0.0, 0.02))
+
+    async def lifecycle(self, group: int, stop: asyncio.Event) -> None:
+        """Next to the producer (its own cadence, no draws from the run's random generator, so
+        the workload's other choices stay as they were): `Tidy`, and archive what is released."""
+        rounds = 0
+        while not stop.is_set():
+            rounds += 1
+            await self.run(group, Tidy(f"q{group}", self.now_ms()))
+            if rounds % 2 == 0:
+                await self.archive_some(group)
+            await asyncio.sleep(LIFECYCLE_PERIOD)
 
     async def archive_some(self, group: int) -> None:
         """Claim up to 3 released segments, read their records on the leader's replica, and
@@ -266,6 +277,8 @@ class QueueSim(RuntimeSim):
         return len(applied) == 1
 
 
+LIFECYCLE_PERIOD = 1.0
+"""Virtual seconds between two `Tidy` proposals of a group (an archive round every other one)."""
 DRAIN_SECONDS = 60
 """How long (virtual seconds, after the heal phase) the final drain may take."""
 DRAIN_VISIBILITY_MS = 5_000
