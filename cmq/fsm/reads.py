@@ -6,6 +6,7 @@ leader's service and the archive read side ask between applies. Pure: reads go t
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 
 from cmq import errors
 from cmq.fsm import lifecycle
@@ -53,11 +54,18 @@ class MachineReads:
 
     def read(self, name: str, seqs: Iterable[int]) -> list[StoredMessage]:
         """The stored messages among ``seqs`` that are still live (others skipped), in the
-        given order."""
+        given order. A message copied forward since (`Tidy`: a lease's answer may be rendered
+        after a copy applied) is read from its copy but named by the seq asked for."""
         q = self._queues.get(name)
         if q is None:
             return []
-        return [self._read_live(q, seq) for seq in seqs if q.is_live(seq)]
+        out = []
+        for seq in seqs:
+            current = q.resolve(seq)
+            if q.is_live(current):
+                stored = self._read_live(q, current)
+                out.append(stored if current == seq else replace(stored, seq=seq))
+        return out
 
     def segments(self, name: str, state: str = "all") -> list[SegmentInfo] | None:
         """The segments of queue ``name`` in ``state`` on this replica (see

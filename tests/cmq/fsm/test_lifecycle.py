@@ -231,6 +231,9 @@ def test_a_leased_message_is_copied_forward_and_its_receipt_still_works() -> Non
     assert listed[1] == 9 and listed[21] == 9
     # The lease survived the copy: extend it and ack with the receipt's (old) seq.
     old = held.messages[0]
+    # A lease answered after a copy applied reads the copy, named by the leased seq.
+    [read] = e.m.read("q", [old.seq])
+    assert (read.seq, read.id, read.body, read.sent_at_ms) == (old.seq, "id0", b"body0", T0)
     res = e.run(ChangeVisibility("q", T0 + 2, ((old.seq, old.lease_id, 60_000),)))
     assert res == EntryOutcomes((None,))
     assert e.lease(5, T0 + 3).messages[1].id == "id29"  # 31, then the copy of 30 (new seq)
