@@ -112,6 +112,8 @@ def test_a_released_segment_without_archive_is_forgotten_and_its_files_go() -> N
     assert isinstance(e.store, MemorySegmentStore)
     assert stats is not None and stats.segments.archived_pending == 1
     assert stats.disk_bytes == sum(len(b) for b in e.store.segments.values())
+    [pending] = e.m.segments("q", "archived_pending") or []
+    assert (pending.first_seq, pending.last_seq, pending.state) == (1, 10, "archived_pending")
     assert ("q.1", 1) in e.store.segments
     e.m.snapshot()  # records the release...
     assert ("q.1", 1) in e.store.segments
