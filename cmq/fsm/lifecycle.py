@@ -78,6 +78,8 @@ def _bad_batch(batch_id: str) -> CommandFailed | None:
 
 
 def claim(m: QueueMachine, cmd: ClaimSegments) -> Result:
+    """`SegmentsClaimed`: each segment claimed until the queue clock + ``ttl_ms`` (capped at
+    `MAX_CLAIM_TTL_MS`), or refused as ``not_found``, ``not_released`` or ``claimed``."""
     bad = _bad_batch(cmd.batch_id)
     if bad is not None:
         return bad
@@ -103,6 +105,9 @@ def claim(m: QueueMachine, cmd: ClaimSegments) -> Result:
 
 
 def mark_archived(m: QueueMachine, cmd: MarkArchived) -> Result:
+    """`SegmentsArchived`: each released segment not held by another batch's unexpired claim
+    is forgotten (`QueueMachine.forget_segment`: its files go after the next snapshot but
+    one); unknown (or already archived) ones are ``already``."""
     bad = _bad_batch(cmd.batch_id)
     if bad is not None:
         return bad
@@ -130,6 +135,9 @@ def mark_archived(m: QueueMachine, cmd: MarkArchived) -> Result:
 
 
 def tidy(m: QueueMachine, cmd: Tidy) -> Result:
+    """`Tidied`: the active segment sealed if it reached the queue's segment age; the sparse
+    sealed segments' live messages copied forward, oldest segment first, while the copies stay
+    within `TIDY_MAX_COPIES` (a segment is copied whole or not at all)."""
     q = m.mutable(cmd.queue)
     if q is None:
         return m.not_found(cmd.queue)
