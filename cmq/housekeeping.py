@@ -8,12 +8,16 @@ proposes it: an `Expire` carrying this node's clock, a `Tidy` (seal an old activ
 the few live messages of sparse sealed segments forward; `cmq.fsm.lifecycle`), and an
 at-least-once dead-letter move (a deduplicated send of copies to the dead-letter queue, then a
 `DeadLetter` deleting them here).
+While segment files await removal (released or archived segments: they go at the snapshot after
+the one that records their release), it asks every replica's group for a snapshot each tick,
+and the leader proposes one `Tidy` so that idle groups apply an entry to snapshot after.
 A failure defers that queue's work to the next tick; the machine still says it is due then.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -78,9 +82,20 @@ class Housekeeper:
         """One round: register, then propose what is due in each group led here."""
         await self._register()
         for group, machine in self._machines.items():
+            pending = machine.files_pending()
+            if pending:
+                # Released / archived segments' files go at the snapshot after the one that
+                # records their release: snapshot now rather than after 20,000 entries.
+                self._raft.group(group).request_snapshot()
             if self._raft.status(group).leader != self._id:
                 continue
-            for name in machine.queue_names():
+            names = machine.queue_names()
+            if pending and names:
+                # The second snapshot needs one more applied entry on every replica, also on
+                # an idle group: a Tidy (harmless, decided in apply) is one.
+                with contextlib.suppress(CmqError, RaftError):
+                    await self._ops.propose(group, encode_command(Tidy(names[0], now_ms())))
+            for name in names:
                 try:
                     due = machine.due(name, now_ms(), DEAD_LETTER_BATCH)
                     if due is not None:

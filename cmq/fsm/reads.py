@@ -33,6 +33,11 @@ class MachineReads:
         """The segments of queue store key ``key`` whose files await removal here."""
         return [s for k, s in (*self._releasing, *self._released) if k == key and s is not None]
 
+    def files_pending(self) -> bool:
+        """Whether segment files (or a deleted queue's) await removal: the next snapshot but
+        one removes them (`QueueMachine.snapshot`)."""
+        return bool(self._released or self._releasing)
+
     def pending_files(self, key: str) -> tuple[int, int]:
         """(segments, bytes) of queue store key ``key`` whose files await removal here."""
         pending = self.pending_segments(key)

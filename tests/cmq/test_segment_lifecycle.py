@@ -264,19 +264,14 @@ async def test_a_released_segment_is_listed_streamed_claimed_and_archived(
             assert again.already == tuple(firsts) and again.archived == ()
 
             def files_gone() -> bool:
-                # The archived segments' files go after the snapshots that follow (every 20
-                # entries): keep the group busy until then.
+                # Housekeeping asks for the snapshots after which the files go (the group is
+                # idle now).
                 return all(
                     not names & {f.name for f in segment_files(cfg, "arch.2")}
                     for cfg in cfgs.values()
                 )
 
-            for _ in range(200):
-                if files_gone():
-                    break
-                await c.send("arch", ["tick"])
-                await asyncio.sleep(0.02)
-            assert files_gone()
+            await wait_until(files_gone, timeout=10)
             listing = await c.list_segments("arch", url=urls[follower])
             assert not {s.first_seq for s in listing.segments} & set(firsts)
 
@@ -285,7 +280,8 @@ async def test_a_released_segment_is_listed_streamed_claimed_and_archived(
 def test_cmq_serve_segment_flags_and_the_archive_api_end_to_end(tmp_path: Path) -> None:
     """Real ``cmq serve`` processes started with ``--segment-max-bytes`` / ``--segment-max-age``:
     an archive queue's segments are sealed by size and by age (housekeeping), released once
-    acked, streamed from a follower with `SyncClient`, claimed and marked archived."""
+    acked, streamed from a follower with `SyncClient`, claimed and marked archived; then every
+    replica removes their files within seconds, on an otherwise idle group."""
     from cmq.client import SyncClient
     from tests.cmq.cluster import CmqCluster
 
@@ -322,9 +318,22 @@ def test_cmq_serve_segment_flags_and_the_archive_api_end_to_end(tmp_path: Path) 
                 assert {r.outcome for r in records} == {"acked"}
                 seqs += [r.seq for r in records]
             assert seqs == list(range(1, 31))
+            names = {f"{first:020d}.seg" for first in released}
+
+            def files(nid: int) -> set[str]:
+                qdir = tmp_path / f"node{nid}" / "segments" / "g1" / "flags.1"
+                return {f.name for f in qdir.glob("*.seg")}
+
+            assert all(names <= files(nid) for nid in c.http)
             assert client.claim_segments("flags", "run-1", released).claimed == tuple(released)
             done = client.mark_archived("flags", "run-1", released)
             assert done.archived == tuple(released)
+            # Housekeeping asks for the snapshots that let every replica remove the files,
+            # even though nothing else happens in the group.
+            deadline = time.monotonic() + 20
+            while any(names & files(nid) for nid in c.http) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert not any(names & files(nid) for nid in c.http)
             assert client.list_segments("flags", "released", url=url).segments == ()
             info = client.get_queue("flags")
             assert info.stats.segments.released == 0 and info.stats.acked_total == 30
