@@ -157,7 +157,11 @@ class QueueStats(_Response, kw_only=True):
     disk_bytes: Annotated[int, Meta(ge=0, description="Bytes of the queue's segment files.")]
     oldest_unarchived_ms: Annotated[
         int,
-        Meta(ge=0, description="Age of the oldest segment still held (not archived); 0: none."),
+        Meta(
+            ge=0,
+            description="The archive's backlog: age of the oldest message of a released "
+            "segment not yet archived; 0: none (always 0 without archive).",
+        ),
     ]
 
     @classmethod

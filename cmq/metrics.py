@@ -150,7 +150,8 @@ class SegmentCollector(Collector):
         )
         oldest = GaugeMetricFamily(
             "cmq_queue_oldest_unarchived_seconds",
-            "Age of the oldest segment of a queue still held on this replica (not archived).",
+            "The archive's backlog: age of the oldest message of a released segment not yet "
+            "archived (0 without archive).",
             labels=["queue"],
         )
         now = self.now_ms()

@@ -199,8 +199,8 @@ class QueueStats:
     disk_bytes: int = 0
     """Bytes of the queue's segment files on this replica (archived_pending ones included)."""
     oldest_unarchived_ms: int = 0
-    """Age of the oldest segment still held (active, sealed or released), from its
-    creation; 0 when there is none."""
+    """The archive's backlog: age of the oldest message of a released segment not yet
+    archived (from its send time); 0 when none (always 0 on a queue without ``archive``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -422,7 +422,8 @@ class QueueState:
         for seg in self.segments:
             by_state[seg.state()] += 1
             disk += seg.size
-        held = min((seg.created_ms for seg in self.segments), default=None)
+        # The archive's backlog: the oldest released segment (first send time) not archived.
+        held = min((seg.sent_at[0] for seg in self.segments if seg.released), default=None)
         return QueueStats(
             visible=len(self.ready) + due,
             in_flight=in_flight + len(self.pending_dl),

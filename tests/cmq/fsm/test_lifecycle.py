@@ -201,8 +201,12 @@ def test_turning_archive_off_releases_the_kept_segments() -> None:
     e.produce(11)
     e.ack(e.lease(10))
     assert e.states() == [(1, "released"), (11, "active")]
+    stats = e.m.stats("q", T0 + 7000)
+    assert stats is not None and stats.oldest_unarchived_ms == 7000  # the archive's backlog
     e.run(SetAttributes("q", QueueAttributes()))
     assert e.states() == [(11, "active")]
+    stats = e.m.stats("q", T0 + 7000)
+    assert stats is not None and stats.oldest_unarchived_ms == 0
 
 
 def pinned(e: Env, now: int) -> Leased:
