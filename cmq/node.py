@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import os
 import shutil
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,15 +30,25 @@ from cmq.housekeeping import Housekeeper
 from cmq.membership import Identity, Membership
 from cmq.meta import CatalogMachine
 from cmq.model import (
+    DEFAULT_SEGMENT_AGE_SECONDS,
+    DEFAULT_SEGMENT_BYTES,
+    MAX_CLAIM_TTL_MS,
     MAX_PEEK,
+    ArchiveResult,
+    ClaimResult,
     EntryResult,
     OutgoingMessage,
     PeekedMessage,
     QueueAttributes,
     QueueStats,
     ReceivedMessage,
+    SegmentListing,
+    SegmentRecord,
+    SegmentStream,
     SentMessage,
+    check_batch_id,
     check_queue_name,
+    check_segments,
 )
 from cmq.nodes_admin import NodesAdmin
 from cmq.ops import META_GROUP, LeaderOps, ProduceBuilder, Wakeups, WakingMachine, now_ms
@@ -48,9 +58,11 @@ from cmq.rpc import (
     AckCall,
     AssignQueueCall,
     ChangeVisibilityCall,
+    ClaimSegmentsCall,
     CreateQueueCall,
     DeleteQueueCall,
     GetQueueCall,
+    MarkArchivedCall,
     NackCall,
     PeekCall,
     PurgeCall,
@@ -106,6 +118,10 @@ class NodeConfig:
     """This node's HTTP address (host:port), recorded in the catalog for `cmq node list`."""
     membership_interval: float = 0.2
     balance_leaders: bool = True
+    segment_max_bytes: int = DEFAULT_SEGMENT_BYTES
+    """Queues created through this node seal a segment at this size (recorded per queue)..."""
+    segment_max_age: float = DEFAULT_SEGMENT_AGE_SECONDS
+    """...or at this age in seconds (by the queue's clock, checked by housekeeping too)."""
 
 
 class QueueNode:
@@ -138,6 +154,8 @@ class QueueNode:
             signer=ReceiptSigner(cfg.secret),
             wakeups=self.wakeups,
             request_timeout=cfg.request_timeout,
+            segment_bytes=cfg.segment_max_bytes,
+            segment_age_ms=round(cfg.segment_max_age * 1000),
         )
         self.router = Router(self.id, self.raft, self.catalog, self.ops, cfg.request_timeout)
         self.housekeeper = Housekeeper(
@@ -393,6 +411,69 @@ class QueueNode:
 
     async def remove_node(self, node: int) -> None:
         await self.admin.remove(node)
+
+    # -- the archive (see `cmq.fsm.lifecycle`) -------------------------------------------------
+    def _local_machine(self, name: str) -> tuple[int, QueueMachine]:
+        check_queue_name(name)
+        group = self.router.group_of(name)
+        machine = self.machines.get(group)
+        if machine is None:
+            placed = self.catalog.placement(group)
+            hosts = ", ".join(str(n) for n in placed.replicas) if placed else "unknown"
+            raise Unavailable(
+                f"node {self.id} holds no replica of queue {name!r} (data group {group}); "
+                f"ask a node that does: {hosts}"
+            )
+        if machine.attributes(name) is None:
+            raise QueueNotFound(f"queue {name!r} does not exist")
+        return group, machine
+
+    async def list_segments(self, name: str, state: str = "all") -> SegmentListing:
+        group, machine = self._local_machine(name)
+        segments = machine.segments(name, state)
+        if segments is None:
+            raise QueueNotFound(f"queue {name!r} does not exist")
+        leader = self.raft.leader_of(group)
+        return SegmentListing(name, group, leader or None, tuple(segments))
+
+    async def read_segment(self, name: str, first_seq: int) -> SegmentStream:
+        _, machine = self._local_machine(name)
+        checksum, records = machine.records(name, first_seq)
+        first = next(records, None)  # damage in the first chunk fails before any answer
+        return SegmentStream(checksum, _batches(first, records))
+
+    async def claim_segments(
+        self, name: str, batch_id: str, segments: list[int], ttl_ms: int
+    ) -> ClaimResult:
+        check_queue_name(name)
+        check_batch_id(batch_id)
+        firsts = check_segments(segments)
+        if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int):
+            raise InvalidParameter("ttl_ms must be an integer")
+        if not 1 <= ttl_ms <= MAX_CLAIM_TTL_MS:
+            raise InvalidParameter(f"ttl_ms must be in [1, {MAX_CLAIM_TTL_MS}]; got {ttl_ms}")
+        call = ClaimSegmentsCall(self.router.group_of(name), name, batch_id, firsts, ttl_ms)
+        return await self.router.run(call)
+
+    async def mark_archived(self, name: str, batch_id: str, segments: list[int]) -> ArchiveResult:
+        check_queue_name(name)
+        check_batch_id(batch_id)
+        firsts = check_segments(segments)
+        call = MarkArchivedCall(self.router.group_of(name), name, batch_id, firsts)
+        return await self.router.run(call)
+
+
+async def _batches(
+    first: list[SegmentRecord] | None, rest: Iterator[list[SegmentRecord]]
+) -> AsyncIterator[list[SegmentRecord]]:
+    """``first`` then ``rest``, yielding to the event loop between chunks (each read is one
+    bounded ``pread`` of the local file)."""
+    if first is None:
+        return
+    yield first
+    for batch in rest:
+        await asyncio.sleep(0)
+        yield batch
 
 
 def _entry_results(receipts: list[str], codes: tuple[str | None, ...]) -> list[EntryResult]:

@@ -30,6 +30,8 @@ from cmq.errors import (
     error_for,
 )
 from cmq.model import (
+    ArchiveResult,
+    ClaimResult,
     PeekedMessage,
     QueueAttributes,
     QueueStats,
@@ -178,6 +180,27 @@ class PurgeCall(Call[int], frozen=True, tag=10):
     _REPLY = _decoder(int)
 
 
+class ClaimSegmentsCall(Call[ClaimResult], frozen=True, tag=16):
+    """Claim released segments for archive batch ``batch_id`` for ``ttl_ms`` (a repeat renews
+    the same claim: safe to retry)."""
+
+    name: str
+    batch_id: str
+    segments: tuple[int, ...]
+    ttl_ms: int
+    _REPLY = _decoder(ClaimResult)
+
+
+class MarkArchivedCall(Call[ArchiveResult], frozen=True, tag=17):
+    """Mark released segments archived by batch ``batch_id`` (idempotent: a repeat answers
+    them as already archived)."""
+
+    name: str
+    batch_id: str
+    segments: tuple[int, ...]
+    _REPLY = _decoder(ArchiveResult)
+
+
 # -- the catalog (meta group) ---------------------------------------------------------------
 class AssignQueueCall(Call[int], frozen=True, tag=11):
     """Place the queue in a data group (idempotent); the reply is the group."""
@@ -238,6 +261,8 @@ AnyCall = (
     | RegisterNodeCall
     | QueueMetaCall
     | CatalogCall
+    | ClaimSegmentsCall
+    | MarkArchivedCall
 )
 
 _calls: msgspec.msgpack.Decoder[AnyCall] = msgspec.msgpack.Decoder(AnyCall)

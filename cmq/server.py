@@ -26,7 +26,7 @@ from api.app import make_app
 from api.sqs.queues import SqsSettings
 from cmq.errors import CmqError
 from cmq.metrics import register_node_metrics
-from cmq.node import NodeConfig, QueueNode
+from cmq.node import NodeConfig, QueueNode, now_ms
 from raftlog.runtime import MultiRaft, new_event_loop
 from raftlog.transport.peer import Address
 
@@ -68,7 +68,7 @@ async def serve(cfg: NodeConfig, http: Address, stop: asyncio.Event) -> None:
     await node.start()
     try:
         registry = CollectorRegistry()
-        register_node_metrics(registry, node.raft)
+        register_node_metrics(registry, node.raft, node.machines, now_ms)
         app = make_app(node, registry=registry, sqs=SqsSettings.from_env())
         # Cancel a handler whose client went away: an abandoned long poll must not lease.
         runner = web.AppRunner(app, access_log=None, handler_cancellation=True)

@@ -18,7 +18,15 @@ from cmq.errors import (
     ReceiptInvalid,
     Unavailable,
 )
-from cmq.model import QueueAttributes, QueueStats, ReceivedMessage, SentMessage
+from cmq.model import (
+    ArchiveResult,
+    ClaimResult,
+    QueueAttributes,
+    QueueStats,
+    ReceivedMessage,
+    Refused,
+    SentMessage,
+)
 from cmq.rpc import (
     RETRY,
     AckCall,
@@ -26,9 +34,11 @@ from cmq.rpc import (
     AssignQueueCall,
     CatalogCall,
     ChangeVisibilityCall,
+    ClaimSegmentsCall,
     CreateQueueCall,
     DeleteQueueCall,
     GetQueueCall,
+    MarkArchivedCall,
     NackCall,
     PeekCall,
     ProduceCall,
@@ -131,6 +141,8 @@ def _one_of_each() -> list[AnyCall]:
         RegisterNodeCall(0, 2, "127.0.0.1:9080", ("/data/a",)),
         QueueMetaCall(0, "q", (("tag.k", "v"),), ("sqs.old",)),
         CatalogCall(0, b'{"op": "drain", "name": "2"}'),
+        ClaimSegmentsCall(1, "q", "b-1", (1, 11), 60_000),
+        MarkArchivedCall(1, "q", "b-1", (1, 11)),
     ]
 
 
@@ -181,6 +193,11 @@ REPLIES: list[tuple[AnyCall, Any]] = [
     (RegisterNodeCall(0, 1, "a:1", ()), None),
     (QueueMetaCall(0, "q"), {"tag.k": "v"}),
     (QueueMetaCall(0, "q", (("a", "b"),)), None),
+    (
+        ClaimSegmentsCall(1, "q", "b", (1, 7), 10),
+        ClaimResult((1,), (Refused(7, "claimed", "other"), Refused(9, "not_found"))),
+    ),
+    (MarkArchivedCall(1, "q", "b", (1,)), ArchiveResult((1,), (3,), (Refused(7, "claimed", "x"),))),
 ]
 
 
