@@ -24,6 +24,8 @@ def test_lint_strict() -> None:
     for sets in (
         [],
         ["--set", "replicaCount=5"],
+        ["--set", "cluster.scaling=static"],
+        ["--set", "cluster.scaling=static", "--set", "replicaCount=5"],
         *[["--set", f"{k}={v}"] for k, v in ALL_ON.items()],
     ):
         out = helm("lint", "--strict", str(CHART), *sets, check=False)
@@ -43,9 +45,14 @@ def _validate(docs: list[dict[str, Any]]) -> set[str]:
     return kinds
 
 
+def _host(i: int) -> str:
+    return f"q-cmq-{i}.q-cmq-headless.default.svc.cluster.local"
+
+
+@pytest.mark.parametrize("scaling", ["join", "static"])
 @pytest.mark.parametrize("replicas", [3, 5])
-def test_renders_valid_manifests_at_3_and_5_replicas(replicas: int) -> None:
-    docs = render({"replicaCount": str(replicas)})
+def test_renders_valid_manifests_at_3_and_5_replicas(replicas: int, scaling: str) -> None:
+    docs = render({"replicaCount": str(replicas), "cluster.scaling": scaling})
     kinds = _validate(docs)
     assert kinds == {
         "Secret",
@@ -54,6 +61,7 @@ def test_renders_valid_manifests_at_3_and_5_replicas(replicas: int) -> None:
         "StatefulSet",
         "PodDisruptionBudget",
         "Pod",  # the helm test hook
+        *(["Job"] if scaling == "join" else []),  # the scale-down hook
     }
     sts = one(docs, "StatefulSet")
     assert sts["spec"]["replicas"] == replicas
@@ -61,15 +69,46 @@ def test_renders_valid_manifests_at_3_and_5_replicas(replicas: int) -> None:
     script = sts["spec"]["template"]["spec"]["containers"][0]["args"][0]
     peers = re.search(r'--peers "([^"]+)"', script)
     assert peers is not None
-    expected = ",".join(
-        f"{i + 1}=q-cmq-{i}.q-cmq-headless.default.svc.cluster.local:{cli.DEFAULT_PEER_PORT}"
-        for i in range(replicas)
-    )
+    founders = 3 if scaling == "join" else replicas
+    expected = ",".join(f"{i + 1}={_host(i)}:{cli.DEFAULT_PEER_PORT}" for i in range(founders))
     assert peers.group(1) == expected
+    joins = re.search(r'--join "([^"]+)"', script)
+    assert joins is not None
+    assert joins.group(1) == ",".join(
+        f"http://{_host(i)}:{cli.DEFAULT_HTTP_PORT}" for i in range(founders)
+    )
     headless = one(docs, "Service", "-headless")
     assert headless["spec"]["clusterIP"] == "None"
     assert headless["spec"]["publishNotReadyAddresses"] is True
     assert one(docs, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
+
+
+def test_join_scaling_changes_no_running_pod() -> None:
+    """Scaling up or down with scaling=join changes only the StatefulSet's replica count: the
+    pod template (founders, join URLs, addresses) is the same, so no running pod restarts."""
+    at3, at5 = (one(render({"replicaCount": str(n)}), "StatefulSet") for n in (3, 5))
+    assert at3["spec"]["template"] == at5["spec"]["template"]
+    static3, static5 = (
+        one(render({"replicaCount": str(n), "cluster.scaling": "static"}), "StatefulSet")
+        for n in (3, 5)
+    )
+    assert static3["spec"]["template"] != static5["spec"]["template"]
+
+
+def test_scale_down_hook_drains_the_nodes_above_the_new_count() -> None:
+    job = one(render({"replicaCount": "3"}), "Job", "-scaledown")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-upgrade"
+    pod = job["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    env = {e["name"]: e["value"] for e in c["env"]}
+    assert env["CMQ_KEEP_NODES"] == "3"
+    assert env["CMQ_URL"] == f"http://q-cmq.default.svc.cluster.local:{cli.DEFAULT_HTTP_PORT}"
+    assert c["command"] == ["python", "-c"]
+    compile(c["args"][0], "scaledown", "exec")  # the script is valid Python
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert job["spec"]["activeDeadlineSeconds"] > int(env["CMQ_DRAIN_TIMEOUT"])
+    off = render({"cluster.drainOnScaleDown": "false"}) + render({"cluster.scaling": "static"})
+    assert not [d for d in off if d["kind"] == "Job"]
 
 
 def test_optional_parts_render_only_where_their_api_exists() -> None:
@@ -159,6 +198,22 @@ def test_node_id_from_the_ordinal_and_rejoin_for_listed_ordinals(tmp_path: Path)
     assert "--rejoin" not in _serve_argv(plain, "q-cmq-2", tmp_path)
 
 
+@pytest.mark.parametrize("scaling", ["join", "static"])
+def test_founders_found_and_the_other_pods_join(scaling: str, tmp_path: Path) -> None:
+    sts = one(render({"replicaCount": "5", "cluster.scaling": scaling}), "StatefulSet")
+    for ordinal in range(5):
+        words = _serve_argv(sts, f"q-cmq-{ordinal}", tmp_path)
+        # The address the other nodes dial (and the catalog records): the stable DNS name.
+        assert words[words.index("--peer") + 1] == f"{_host(ordinal)}:{cli.DEFAULT_PEER_PORT}"
+        founder = scaling == "static" or ordinal < 3
+        assert ("--peers" in words) == founder, words
+        assert ("--join" in words) == (not founder), words
+        if not founder:
+            assert words[words.index("--join") + 1].split(",")[0] == (
+                f"http://{_host(0)}:{cli.DEFAULT_HTTP_PORT}"
+            )
+
+
 def test_one_claim_and_data_dir_per_disk(tmp_path: Path) -> None:
     sts = one(
         render(
@@ -203,7 +258,11 @@ def test_existing_secret_is_used_and_none_is_created() -> None:
         ({"podDisruptionBudget.maxUnavailable": "2"}, "maxUnavailable"),
         ({"cluster.groups": "0"}, "groups"),
         ({"image.repository": ""}, "repository"),
-        ({"cluster.scaling": "join"}, "cmq serve --join"),
+        ({"cluster.scaling": "elastic"}, "scaling"),
+        ({"cluster.founders": "5"}, "founders"),
+        ({"cluster.founders": "2"}, "founders"),
+        ({"cluster.replication": "5"}, "replication"),
+        ({"cluster.replication": "4"}, "replication"),
         ({"cluster.rejoinOrdinals": "{-1}"}, "rejoinOrdinals"),
     ],
 )
