@@ -5,12 +5,14 @@ and with every optional part on, strict validation against the Kubernetes schema
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
+import yaml
 
 from cmq import cli
 from tests.deploy.chart import ALL_ON, CHART, MONITORING_APIS, helm, one, render
@@ -273,3 +275,55 @@ def test_bad_values_are_refused(sets: dict[str, str], message: str) -> None:
     out = helm(*args, check=False)
     assert out.returncode != 0
     assert message in out.stderr, out.stderr
+
+
+def _upgrade_render(
+    tmp_path: Path, running: dict[str, Any], sets: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """``helm template`` of a copy of the chart in which ``lookup`` of the release's
+    StatefulSet answers ``running`` (what a cluster would answer on ``helm upgrade``)."""
+    chart = tmp_path / "cmq"
+    if not chart.exists():
+        shutil.copytree(CHART, chart)
+        (chart / "values.schema.json").unlink()
+        call = 'lookup "apps/v1" "StatefulSet" .Release.Namespace (include "cmq.fullname" .)'
+        for name in ("statefulset.yaml", "scaledown-hook.yaml"):
+            path = chart / "templates" / name
+            text = path.read_text()
+            assert call in text, name
+            path.write_text(text.replace(call, ".Values.runningStatefulSet"))
+    (tmp_path / "running.yaml").write_text(yaml.safe_dump({"runningStatefulSet": running}))
+    args = ["template", "q", str(chart), "-f", str(tmp_path / "running.yaml")]
+    for k, v in sets.items():
+        args += ["--set", f"{k}={v}"]
+    return helm(*args, check=False)
+
+
+def test_upgrade_guards_against_the_running_statefulset(tmp_path: Path) -> None:
+    def running(replicas: int, founders: str | None) -> dict[str, Any]:
+        meta: dict[str, Any] = {"labels": {"app": "cmq"}}
+        if founders is not None:
+            meta["annotations"] = {"cmq/founders": founders}
+        return {"spec": {"replicas": replicas, "template": {"metadata": meta}}}
+
+    def kinds(out: subprocess.CompletedProcess[str]) -> list[str]:
+        assert out.returncode == 0, out.stderr
+        return [d["kind"] for d in yaml.safe_load_all(out.stdout) if d]
+
+    joined5 = running(5, "3")
+    # Down: the scale-down hook; up or unchanged: none.
+    assert "Job" in kinds(_upgrade_render(tmp_path, joined5, {"replicaCount": "3"}))
+    assert "Job" not in kinds(_upgrade_render(tmp_path, joined5, {"replicaCount": "7"}))
+    assert "Job" not in kinds(_upgrade_render(tmp_path, joined5, {"replicaCount": "5"}))
+    # The founders are fixed; a release from before join scaling had every pod as a founder.
+    out = _upgrade_render(tmp_path, joined5, {"replicaCount": "5", "cluster.founders": "5"})
+    assert out.returncode != 0 and "founded by 3 pods" in out.stderr, out.stderr
+    legacy5 = running(5, None)
+    out = _upgrade_render(tmp_path, legacy5, {"replicaCount": "5"})
+    assert out.returncode != 0 and "set cluster.founders=5" in out.stderr, out.stderr
+    assert "StatefulSet" in kinds(
+        _upgrade_render(tmp_path, legacy5, {"replicaCount": "7", "cluster.founders": "5"})
+    )
+    # static: replicaCount cannot change.
+    out = _upgrade_render(tmp_path, legacy5, {"replicaCount": "3", "cluster.scaling": "static"})
+    assert out.returncode != 0 and "cannot change to 3" in out.stderr, out.stderr
