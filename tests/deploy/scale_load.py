@@ -79,6 +79,7 @@ async def wait_joined(keep: int, urls: list[str]) -> int:
             f"node {r['id']} {r['address']} {r['state']} replicas={r['replicas']} "
             f"incoming={r['incoming']} leaders={r['leaders']} meta={r['meta']}"
         )
+        print(f"node {r['id']} zone={r['zone']} ")
     return 0 if _settled(rows, keep) else 1
 
 

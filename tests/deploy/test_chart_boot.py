@@ -1,7 +1,8 @@
 """The chart boots a real cluster: the StatefulSet rendered by helm for 3 replicas is run the
 way Kubernetes would run it, one process per pod, each in a network namespace of its own with
-the pods' DNS names resolving to their addresses; then the `helm test` hook's command is run,
-from a client namespace, against the client Service's name and port.
+the pods' DNS names resolving to their addresses and each pod labelled with its node's zone
+(three zones, reaching the node as CMQ_ZONE); then the `helm test` hook's command is run, from
+a client namespace, against the client Service's name and port.
 
 Then the cluster is scaled 3 -> 5 -> 3 the way `helm upgrade --set replicaCount=...` does it:
 the chart rendered for 5 replicas (the same pod template: no running pod restarts) adds pods 3
@@ -46,6 +47,7 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 RELEASE, NAMESPACE, REPLICAS = "boot", "cmq-boot", 3
 SCALE_LOAD = "tests.deploy.scale_load"
+ZONES = ("zone-a", "zone-b", "zone-c")
 
 READY_SCRIPT = """
 import json, sys, time, urllib.request
@@ -93,6 +95,8 @@ def _pod_labels(sts: dict[str, Any], pod: str, ordinal: int) -> dict[str, str]:
     labels = dict(sts["spec"]["template"]["metadata"]["labels"])
     labels["statefulset.kubernetes.io/pod-name"] = pod
     labels["apps.kubernetes.io/pod-index"] = str(ordinal)
+    # The zone of the pod's node, as Kubernetes copies it onto the pod (three zones).
+    labels["topology.kubernetes.io/zone"] = ZONES[ordinal % len(ZONES)]
     return labels
 
 
@@ -227,9 +231,11 @@ def test_rendered_statefulset_boots_scales_3_5_3_and_passes_the_helm_test_hook(
         print(joined.stdout, joined.stderr)
         everyone = [*pods, *added]
         assert joined.returncode == 0, joined.stdout + joined.stderr + _logs(tmp_path, everyone)
-        # Registered at their stable DNS names (what the other nodes dial).
-        for ordinal, pod in enumerate(added, start=REPLICAS + 1):
-            assert f"node {ordinal} {pod}.{headless}.{domain}:" in joined.stdout, joined.stdout
+        # Registered at their stable DNS names (what the other nodes dial), in their zones.
+        for node, pod in enumerate(everyone, start=1):
+            zone = ZONES[(node - 1) % len(ZONES)]
+            assert f"node {node} {pod}.{headless}.{domain}:" in joined.stdout, joined.stdout
+            assert f"node {node} zone={zone} " in joined.stdout, joined.stdout
 
         # helm upgrade --set replicaCount=3: the pre-upgrade hook drains and removes nodes 4
         # and 5 (its command exactly as rendered), then the StatefulSet stops pods 3 and 4.
