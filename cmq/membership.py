@@ -4,7 +4,9 @@ Every `NodeConfig.membership_interval` seconds each node:
 
 1. registers itself in the catalog (address, HTTP address, data directories, zone) if the
    catalog does not show it as it is; a founding node (started with ``--peers``) proposes the
-   catalog's ``init`` once every founder is registered;
+   catalog's ``init`` once every founder is registered. A node the catalog showed and then
+   forgot (``cmq node remove``) was removed: it does not register again (a restart with
+   ``--join`` does);
 2. knows every registered node as a peer (a node that joined is dialed without a restart) and
    forgets nodes the catalog forgot;
 3. opens the data groups the catalog places on it (a founder of a group that never moved
@@ -105,6 +107,7 @@ class Membership:
         self._balance = balance_leaders
         self._transferred: dict[int, float] = {}
         self._last_register = 0.0
+        self._seen_registered = False
         self._last_confirm: dict[int, float] = {}
         self._rounds = 0
         self._transfer_budget = 0
@@ -152,6 +155,9 @@ class Membership:
     async def _register(self) -> None:
         me = self._me
         info = self._catalog.node_info(self._id)
+        if info is None and self._seen_registered:
+            return  # removed from the cluster: stays out until restarted with --join
+        self._seen_registered = info is not None
         if info is not None and (info.address, info.http, info.data_dirs, info.zone) == (
             me.address,
             me.http,

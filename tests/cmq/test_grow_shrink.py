@@ -3,6 +3,7 @@ onto them (still three voters each), a node is drained and removed, and no messa
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -128,6 +129,9 @@ async def test_nodes_join_groups_move_and_a_drained_node_is_removed(tmp_path: Pa
         await wait_until(lambda: 1 not in nodes[2].raft.status(META_GROUP).conf.voters, 30)
         await wait_until(lambda: set(nodes[1].raft.groups) == {META_GROUP}, 30)
         await nodes[2].remove_node(1)
+        assert 1 not in nodes[2].catalog.nodes
+        # Still running, the removed node does not register itself again.
+        await asyncio.sleep(20 * nodes[1].cfg.membership_interval)
         assert 1 not in nodes[2].catalog.nodes
         got = []
         while len(got) < len(sent):

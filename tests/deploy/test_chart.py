@@ -5,12 +5,14 @@ and with every optional part on, strict validation against the Kubernetes schema
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
+import yaml
 
 from cmq import cli
 from tests.deploy.chart import ALL_ON, CHART, MONITORING_APIS, helm, one, render
@@ -24,6 +26,8 @@ def test_lint_strict() -> None:
     for sets in (
         [],
         ["--set", "replicaCount=5"],
+        ["--set", "cluster.scaling=static"],
+        ["--set", "cluster.scaling=static", "--set", "replicaCount=5"],
         *[["--set", f"{k}={v}"] for k, v in ALL_ON.items()],
     ):
         out = helm("lint", "--strict", str(CHART), *sets, check=False)
@@ -43,9 +47,14 @@ def _validate(docs: list[dict[str, Any]]) -> set[str]:
     return kinds
 
 
+def _host(i: int) -> str:
+    return f"q-cmq-{i}.q-cmq-headless.default.svc.cluster.local"
+
+
+@pytest.mark.parametrize("scaling", ["join", "static"])
 @pytest.mark.parametrize("replicas", [3, 5])
-def test_renders_valid_manifests_at_3_and_5_replicas(replicas: int) -> None:
-    docs = render({"replicaCount": str(replicas)})
+def test_renders_valid_manifests_at_3_and_5_replicas(replicas: int, scaling: str) -> None:
+    docs = render({"replicaCount": str(replicas), "cluster.scaling": scaling})
     kinds = _validate(docs)
     assert kinds == {
         "Secret",
@@ -54,6 +63,7 @@ def test_renders_valid_manifests_at_3_and_5_replicas(replicas: int) -> None:
         "StatefulSet",
         "PodDisruptionBudget",
         "Pod",  # the helm test hook
+        *(["Job"] if scaling == "join" else []),  # the scale-down hook
     }
     sts = one(docs, "StatefulSet")
     assert sts["spec"]["replicas"] == replicas
@@ -61,15 +71,46 @@ def test_renders_valid_manifests_at_3_and_5_replicas(replicas: int) -> None:
     script = sts["spec"]["template"]["spec"]["containers"][0]["args"][0]
     peers = re.search(r'--peers "([^"]+)"', script)
     assert peers is not None
-    expected = ",".join(
-        f"{i + 1}=q-cmq-{i}.q-cmq-headless.default.svc.cluster.local:{cli.DEFAULT_PEER_PORT}"
-        for i in range(replicas)
-    )
+    founders = 3 if scaling == "join" else replicas
+    expected = ",".join(f"{i + 1}={_host(i)}:{cli.DEFAULT_PEER_PORT}" for i in range(founders))
     assert peers.group(1) == expected
+    joins = re.search(r'--join "([^"]+)"', script)
+    assert joins is not None
+    assert joins.group(1) == ",".join(
+        f"http://{_host(i)}:{cli.DEFAULT_HTTP_PORT}" for i in range(founders)
+    )
     headless = one(docs, "Service", "-headless")
     assert headless["spec"]["clusterIP"] == "None"
     assert headless["spec"]["publishNotReadyAddresses"] is True
     assert one(docs, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
+
+
+def test_join_scaling_changes_no_running_pod() -> None:
+    """Scaling up or down with scaling=join changes only the StatefulSet's replica count: the
+    pod template (founders, join URLs, addresses) is the same, so no running pod restarts."""
+    at3, at5 = (one(render({"replicaCount": str(n)}), "StatefulSet") for n in (3, 5))
+    assert at3["spec"]["template"] == at5["spec"]["template"]
+    static3, static5 = (
+        one(render({"replicaCount": str(n), "cluster.scaling": "static"}), "StatefulSet")
+        for n in (3, 5)
+    )
+    assert static3["spec"]["template"] != static5["spec"]["template"]
+
+
+def test_scale_down_hook_drains_the_nodes_above_the_new_count() -> None:
+    job = one(render({"replicaCount": "3"}), "Job", "-scaledown")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-upgrade"
+    pod = job["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    env = {e["name"]: e["value"] for e in c["env"]}
+    assert env["CMQ_KEEP_NODES"] == "3"
+    assert env["CMQ_URL"] == f"http://q-cmq.default.svc.cluster.local:{cli.DEFAULT_HTTP_PORT}"
+    assert c["command"] == ["python", "-c"]
+    compile(c["args"][0], "scaledown", "exec")  # the script is valid Python
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert job["spec"]["activeDeadlineSeconds"] > int(env["CMQ_DRAIN_TIMEOUT"])
+    off = render({"cluster.drainOnScaleDown": "false"}) + render({"cluster.scaling": "static"})
+    assert not [d for d in off if d["kind"] == "Job"]
 
 
 def test_optional_parts_render_only_where_their_api_exists() -> None:
@@ -159,6 +200,22 @@ def test_node_id_from_the_ordinal_and_rejoin_for_listed_ordinals(tmp_path: Path)
     assert "--rejoin" not in _serve_argv(plain, "q-cmq-2", tmp_path)
 
 
+@pytest.mark.parametrize("scaling", ["join", "static"])
+def test_founders_found_and_the_other_pods_join(scaling: str, tmp_path: Path) -> None:
+    sts = one(render({"replicaCount": "5", "cluster.scaling": scaling}), "StatefulSet")
+    for ordinal in range(5):
+        words = _serve_argv(sts, f"q-cmq-{ordinal}", tmp_path)
+        # The address the other nodes dial (and the catalog records): the stable DNS name.
+        assert words[words.index("--peer") + 1] == f"{_host(ordinal)}:{cli.DEFAULT_PEER_PORT}"
+        founder = scaling == "static" or ordinal < 3
+        assert ("--peers" in words) == founder, words
+        assert ("--join" in words) == (not founder), words
+        if not founder:
+            assert words[words.index("--join") + 1].split(",")[0] == (
+                f"http://{_host(0)}:{cli.DEFAULT_HTTP_PORT}"
+            )
+
+
 def test_one_claim_and_data_dir_per_disk(tmp_path: Path) -> None:
     sts = one(
         render(
@@ -203,7 +260,11 @@ def test_existing_secret_is_used_and_none_is_created() -> None:
         ({"podDisruptionBudget.maxUnavailable": "2"}, "maxUnavailable"),
         ({"cluster.groups": "0"}, "groups"),
         ({"image.repository": ""}, "repository"),
-        ({"cluster.scaling": "join"}, "cmq serve --join"),
+        ({"cluster.scaling": "elastic"}, "scaling"),
+        ({"cluster.founders": "5"}, "founders"),
+        ({"cluster.founders": "2"}, "founders"),
+        ({"cluster.replication": "5"}, "replication"),
+        ({"cluster.replication": "4"}, "replication"),
         ({"cluster.rejoinOrdinals": "{-1}"}, "rejoinOrdinals"),
     ],
 )
@@ -214,3 +275,55 @@ def test_bad_values_are_refused(sets: dict[str, str], message: str) -> None:
     out = helm(*args, check=False)
     assert out.returncode != 0
     assert message in out.stderr, out.stderr
+
+
+def _upgrade_render(
+    tmp_path: Path, running: dict[str, Any], sets: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """``helm template`` of a copy of the chart in which ``lookup`` of the release's
+    StatefulSet answers ``running`` (what a cluster would answer on ``helm upgrade``)."""
+    chart = tmp_path / "cmq"
+    if not chart.exists():
+        shutil.copytree(CHART, chart)
+        (chart / "values.schema.json").unlink()
+        call = 'lookup "apps/v1" "StatefulSet" .Release.Namespace (include "cmq.fullname" .)'
+        for name in ("statefulset.yaml", "scaledown-hook.yaml"):
+            path = chart / "templates" / name
+            text = path.read_text()
+            assert call in text, name
+            path.write_text(text.replace(call, ".Values.runningStatefulSet"))
+    (tmp_path / "running.yaml").write_text(yaml.safe_dump({"runningStatefulSet": running}))
+    args = ["template", "q", str(chart), "-f", str(tmp_path / "running.yaml")]
+    for k, v in sets.items():
+        args += ["--set", f"{k}={v}"]
+    return helm(*args, check=False)
+
+
+def test_upgrade_guards_against_the_running_statefulset(tmp_path: Path) -> None:
+    def running(replicas: int, founders: str | None) -> dict[str, Any]:
+        meta: dict[str, Any] = {"labels": {"app": "cmq"}}
+        if founders is not None:
+            meta["annotations"] = {"cmq/founders": founders}
+        return {"spec": {"replicas": replicas, "template": {"metadata": meta}}}
+
+    def kinds(out: subprocess.CompletedProcess[str]) -> list[str]:
+        assert out.returncode == 0, out.stderr
+        return [d["kind"] for d in yaml.safe_load_all(out.stdout) if d]
+
+    joined5 = running(5, "3")
+    # Down: the scale-down hook; up or unchanged: none.
+    assert "Job" in kinds(_upgrade_render(tmp_path, joined5, {"replicaCount": "3"}))
+    assert "Job" not in kinds(_upgrade_render(tmp_path, joined5, {"replicaCount": "7"}))
+    assert "Job" not in kinds(_upgrade_render(tmp_path, joined5, {"replicaCount": "5"}))
+    # The founders are fixed; a release from before join scaling had every pod as a founder.
+    out = _upgrade_render(tmp_path, joined5, {"replicaCount": "5", "cluster.founders": "5"})
+    assert out.returncode != 0 and "founded by 3 pods" in out.stderr, out.stderr
+    legacy5 = running(5, None)
+    out = _upgrade_render(tmp_path, legacy5, {"replicaCount": "5"})
+    assert out.returncode != 0 and "set cluster.founders=5" in out.stderr, out.stderr
+    assert "StatefulSet" in kinds(
+        _upgrade_render(tmp_path, legacy5, {"replicaCount": "7", "cluster.founders": "5"})
+    )
+    # static: replicaCount cannot change.
+    out = _upgrade_render(tmp_path, legacy5, {"replicaCount": "3", "cluster.scaling": "static"})
+    assert out.returncode != 0 and "cannot change to 3" in out.stderr, out.stderr

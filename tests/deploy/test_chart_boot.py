@@ -1,7 +1,15 @@
 """The chart boots a real cluster: the StatefulSet rendered by helm for 3 replicas is run the
 way Kubernetes would run it, one process per pod, each in a network namespace of its own with
-the pods' DNS names resolving to their addresses; then the `helm test` hook's command is run,
-from a client namespace, against the client Service's name and port.
+the pods' DNS names resolving to their addresses and each pod labelled with its node's zone
+(three zones, reaching the node as CMQ_ZONE); then the `helm test` hook's command is run, from
+a client namespace, against the client Service's name and port.
+
+Then the cluster is scaled 3 -> 5 -> 3 the way `helm upgrade --set replicaCount=...` does it:
+the chart rendered for 5 replicas (the same pod template: no running pod restarts) adds pods 3
+and 4, started with exactly their rendered configuration (they join through the founders);
+once they hold replicas, the chart rendered back for 3 replicas gives the pre-upgrade hook Job,
+whose command drains and removes nodes 4 and 5; then the StatefulSet's scale-down stops their
+pods. A producer/consumer load runs throughout and must lose nothing.
 
 Nothing of the configuration is written by the test: command, args and environment come from
 the rendered manifests (the image's own ENV from the Dockerfile), the cluster secret from the
@@ -11,10 +19,12 @@ rendered Secret, and each volume mount is a fresh directory bound at its mount p
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +46,8 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 RELEASE, NAMESPACE, REPLICAS = "boot", "cmq-boot", 3
+SCALE_LOAD = "tests.deploy.scale_load"
+ZONES = ("zone-a", "zone-b", "zone-c")
 
 READY_SCRIPT = """
 import json, sys, time, urllib.request
@@ -83,10 +95,68 @@ def _pod_labels(sts: dict[str, Any], pod: str, ordinal: int) -> dict[str, str]:
     labels = dict(sts["spec"]["template"]["metadata"]["labels"])
     labels["statefulset.kubernetes.io/pod-name"] = pod
     labels["apps.kubernetes.io/pod-index"] = str(ordinal)
+    # The zone of the pod's node, as Kubernetes copies it onto the pod (three zones).
+    labels["topology.kubernetes.io/zone"] = ZONES[ordinal % len(ZONES)]
     return labels
 
 
-def test_rendered_statefulset_boots_and_passes_the_helm_test_hook(
+@dataclass
+class Pods:
+    """The StatefulSet's pods as processes: `start` runs pod ``ordinal`` of a rendered
+    StatefulSet in a namespace of its own (created here, its DNS name added to every hosts
+    file), with its volumes as fresh directories under ``root``."""
+
+    network: PodNetwork
+    root: Path
+    secrets: dict[str, dict[str, str]]
+    domain: str
+    ns: dict[str, str] = field(default_factory=dict)
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def add(self, sts: dict[str, Any], ordinals: range) -> list[str]:
+        pods = [f"{sts['metadata']['name']}-{i}" for i in ordinals]
+        for pod in pods:
+            self.ns[pod] = self.network.add(pod)
+            host = f"{pod}.{sts['spec']['serviceName']}.{self.domain}"
+            self.network.names[host] = self.network.addresses[self.ns[pod]]
+        self.network.write_hosts()  # rewritten in place: running pods resolve the new names
+        return pods
+
+    def start(self, sts: dict[str, Any], ordinal: int) -> None:
+        pod = f"{sts['metadata']['name']}-{ordinal}"
+        spec = sts["spec"]["template"]["spec"]
+        (container,) = spec["containers"]
+        claims = {t["metadata"]["name"] for t in sts["spec"]["volumeClaimTemplates"]}
+        empty_dirs = {v["name"] for v in spec.get("volumes", []) if "emptyDir" in v}
+        address = self.network.addresses[self.ns[pod]]
+        identity = PodIdentity(pod, NAMESPACE, address, _pod_labels(sts, pod, ordinal))
+        env = _image_env() | resolve_env(container, identity, self.secrets)
+        mounts: dict[str, Path] = {}
+        for m in container["volumeMounts"]:
+            assert m["name"] in claims | empty_dirs, m
+            if m["name"] in empty_dirs and _hides_this_python(m["mountPath"]):
+                continue  # scratch space (/tmp) over this checkout's virtualenv: skipped
+            source = self.root / pod / m["name"]
+            source.mkdir(parents=True)
+            mounts[m["mountPath"]] = source
+        argv = container_argv(container, env)
+        print(f"{pod} at {address}: {' '.join(' '.join(argv).split())}")
+        log = open(self.root / f"{pod}.log", "wb")  # noqa: SIM115 - owned by the process
+        self.procs[pod] = start_in_netns(self.ns[pod], argv, env, mounts, log)
+
+    def stop(self, pods: list[str]) -> None:
+        """SIGTERM (what the kubelet sends after preStop), then wait; SIGKILL after 20 s."""
+        for pod in pods:
+            self.procs[pod].send_signal(signal.SIGTERM)
+        for pod in pods:
+            try:
+                self.procs[pod].wait(20)
+            except subprocess.TimeoutExpired:
+                self.procs[pod].kill()
+                self.procs[pod].wait()
+
+
+def test_rendered_statefulset_boots_scales_3_5_3_and_passes_the_helm_test_hook(
     network: PodNetwork, tmp_path: Path
 ) -> None:
     docs = render({"replicaCount": str(REPLICAS)}, release=RELEASE, namespace=NAMESPACE)
@@ -95,46 +165,24 @@ def test_rendered_statefulset_boots_and_passes_the_helm_test_hook(
     headless = sts["spec"]["serviceName"]
     client_svc = one(docs, "Service", fullname)
     hook = one(docs, "Pod", "-test")
+    # The Secret is created once and kept across upgrades (lookup): every render uses it.
     secrets = secrets_of(docs)
-    spec = sts["spec"]["template"]["spec"]
-    (container,) = spec["containers"]
-    claims = {t["metadata"]["name"] for t in sts["spec"]["volumeClaimTemplates"]}
-    empty_dirs = {v["name"] for v in spec.get("volumes", []) if "emptyDir" in v}
+    (container,) = sts["spec"]["template"]["spec"]["containers"]
     http_port = next(p["containerPort"] for p in container["ports"] if p["name"] == "http")
-
-    pods = [f"{fullname}-{i}" for i in range(REPLICAS)]
-    pod_ns = {pod: network.add(pod) for pod in pods}
-    client_ns = network.add("client")
     domain = f"{NAMESPACE}.svc.cluster.local"
-    for pod in pods:
-        address = network.addresses[pod_ns[pod]]
-        network.names[f"{pod}.{headless}.{domain}"] = address
+    cluster = Pods(network, tmp_path, secrets, domain)
+
+    pods = cluster.add(sts, range(REPLICAS))
+    client_ns = network.add("client")
     # The client Service: a virtual address in front of the ready pods; here, pod 0's.
-    network.names[f"{fullname}.{domain}"] = network.addresses[pod_ns[pods[0]]]
+    network.names[f"{fullname}.{domain}"] = network.addresses[cluster.ns[pods[0]]]
     network.write_hosts()
+    urls = [f"http://{pod}.{headless}.{domain}:{http_port}" for pod in pods]
 
-    procs: list[subprocess.Popen[bytes]] = []
+    load: subprocess.Popen[str] | None = None
     try:
-        for ordinal, pod in enumerate(pods):
-            identity = PodIdentity(
-                pod, NAMESPACE, network.addresses[pod_ns[pod]], _pod_labels(sts, pod, ordinal)
-            )
-            env = _image_env() | resolve_env(container, identity, secrets)
-            mounts: dict[str, Path] = {}
-            for m in container["volumeMounts"]:
-                assert m["name"] in claims | empty_dirs, m
-                if m["name"] in empty_dirs and _hides_this_python(m["mountPath"]):
-                    continue  # scratch space (/tmp) over this checkout's virtualenv: skipped
-                source = tmp_path / pod / m["name"]
-                source.mkdir(parents=True)
-                mounts[m["mountPath"]] = source
-            argv = container_argv(container, env)
-            shown = " ".join(" ".join(argv).split())
-            print(f"{pod} at {network.addresses[pod_ns[pod]]}: {shown}")
-            log = open(tmp_path / f"{pod}.log", "wb")  # noqa: SIM115 - owned by the process
-            procs.append(start_in_netns(pod_ns[pod], argv, env, mounts, log))
-
-        urls = [f"http://{pod}.{headless}.{domain}:{http_port}" for pod in pods]
+        for ordinal in range(REPLICAS):
+            cluster.start(sts, ordinal)
         ready = _run_in(client_ns, ["python", "-c", READY_SCRIPT, *urls], {}, tmp_path)
         print(ready.stdout)
         assert ready.returncode == 0, ready.stdout + ready.stderr + _logs(tmp_path, pods)
@@ -155,16 +203,69 @@ def test_rendered_statefulset_boots_and_passes_the_helm_test_hook(
         print(out.stdout, out.stderr)
         assert out.returncode == 0, out.stdout + out.stderr + _logs(tmp_path, pods)
         assert "round trip ok" in out.stdout
+
+        # -- scale 3 -> 5 -> 3 under load ------------------------------------------------------
+        load = subprocess.Popen(
+            ["ip", "netns", "exec", client_ns, "python", "-m", SCALE_LOAD, "load", *urls],
+            cwd=ROOT,
+            env={"PATH": image_path(), "HOME": str(tmp_path), "PYTHONPATH": str(ROOT)},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        assert load.stdout is not None
+        started = load.stdout.readline()
+        assert started.startswith("load started"), started + load.stdout.read()
+
+        # helm upgrade --set replicaCount=5: the same pod template, two more pods.
+        sts5 = one(
+            render({"replicaCount": "5"}, release=RELEASE, namespace=NAMESPACE), "StatefulSet"
+        )
+        assert sts5["spec"]["replicas"] == 5
+        assert sts5["spec"]["template"] == sts["spec"]["template"], "running pods would restart"
+        added = cluster.add(sts5, range(REPLICAS, 5))
+        for ordinal in range(REPLICAS, 5):
+            cluster.start(sts5, ordinal)
+        joined = _scale_load(client_ns, ["wait-joined", str(REPLICAS), *urls], tmp_path)
+        print(joined.stdout, joined.stderr)
+        everyone = [*pods, *added]
+        assert joined.returncode == 0, joined.stdout + joined.stderr + _logs(tmp_path, everyone)
+        # Registered at their stable DNS names (what the other nodes dial), in their zones.
+        for node, pod in enumerate(everyone, start=1):
+            zone = ZONES[(node - 1) % len(ZONES)]
+            assert f"node {node} {pod}.{headless}.{domain}:" in joined.stdout, joined.stdout
+            assert f"node {node} zone={zone} " in joined.stdout, joined.stdout
+
+        # helm upgrade --set replicaCount=3: the pre-upgrade hook drains and removes nodes 4
+        # and 5 (its command exactly as rendered), then the StatefulSet stops pods 3 and 4.
+        down = render({"replicaCount": str(REPLICAS)}, release=RELEASE, namespace=NAMESPACE)
+        job = one(down, "Job", "-scaledown")
+        (job_container,) = job["spec"]["template"]["spec"]["containers"]
+        job_env = resolve_env(
+            job_container, PodIdentity(job["metadata"]["name"], NAMESPACE, "", {}), secrets
+        )
+        drained = _run_in(client_ns, container_argv(job_container, job_env), job_env, tmp_path)
+        print(drained.stdout, drained.stderr)
+        assert drained.returncode == 0, drained.stdout + drained.stderr + _logs(tmp_path, everyone)
+        assert "nodes [4, 5] drained and removed" in drained.stdout
+        left = _scale_load(client_ns, ["nodes", str(REPLICAS), *urls], tmp_path)
+        assert left.returncode == 0, left.stdout + left.stderr
+        cluster.stop(added)
+
+        load.stdin.write("stop\n")  # type: ignore[union-attr]
+        load.stdin.flush()  # type: ignore[union-attr]
+        rest, _ = load.communicate(timeout=90)
+        print(rest)
+        assert load.returncode == 0, rest + _logs(tmp_path, everyone)
+        outcome = json.loads(next(x for x in reversed(rest.splitlines()) if x.startswith("{")))
+        assert outcome["lost"] == 0 and outcome["redelivered_after_ack"] == 0, outcome
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-    for pod in pods:
+        if load is not None and load.poll() is None:
+            load.kill()
+            load.wait()
+        cluster.stop([p for p, proc in cluster.procs.items() if proc.poll() is None])
+    for pod in cluster.procs:
         log = (tmp_path / f"{pod}.log").read_text()
         assert "groups still led here: 0" in log, log[-2000:]
 
@@ -182,6 +283,19 @@ def _run_in(
     return subprocess.run(
         ["ip", "netns", "exec", ns, *argv],
         env={"PATH": image_path(), "HOME": str(tmp_path), **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def _scale_load(ns: str, args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m tests.deploy.scale_load ARGS`` in namespace ``ns``."""
+    return subprocess.run(
+        ["ip", "netns", "exec", ns, "python", "-m", SCALE_LOAD, *args],
+        cwd=ROOT,
+        env={"PATH": image_path(), "HOME": str(tmp_path), "PYTHONPATH": str(ROOT)},
         capture_output=True,
         text=True,
         timeout=120,

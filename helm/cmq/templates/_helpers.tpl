@@ -53,18 +53,38 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
+{{/* The domain of the pods' stable DNS names: <headless>.<namespace>.svc.<clusterDomain>. */}}
+{{- define "cmq.podDomain" -}}
+{{- printf "%s.%s.svc.%s" (include "cmq.headless" .) .Release.Namespace .Values.clusterDomain }}
+{{- end }}
+
 {{/* The stable DNS name of pod <ordinal> through the headless Service. */}}
 {{- define "cmq.podHost" -}}
 {{- $root := index . 0 }}{{ $i := index . 1 -}}
-{{- printf "%s-%d.%s.%s.svc.%s" (include "cmq.fullname" $root) $i (include "cmq.headless" $root) $root.Release.Namespace $root.Values.clusterDomain }}
+{{- printf "%s-%d.%s" (include "cmq.fullname" $root) $i (include "cmq.podDomain" $root) }}
+{{- end }}
+
+{{/* The founding members: every pod with scaling=static, the first cluster.founders with join. */}}
+{{- define "cmq.founders" -}}
+{{- if eq .Values.cluster.scaling "static" }}{{ int .Values.replicaCount }}{{ else }}{{ int .Values.cluster.founders }}{{ end }}
 {{- end }}
 
 {{/* --peers: node id = ordinal + 1, at its pod's stable DNS name (the founding members). */}}
 {{- define "cmq.peers" -}}
 {{- $root := . }}
 {{- $out := list }}
-{{- range $i := until (int .Values.replicaCount) }}
+{{- range $i := until (int (include "cmq.founders" .)) }}
 {{- $out = append $out (printf "%d=%s:%d" (add1 $i) (include "cmq.podHost" (list $root $i)) (int $root.Values.ports.peer)) }}
+{{- end }}
+{{- join "," $out }}
+{{- end }}
+
+{{/* --join: the founding members' HTTP URLs at their stable DNS names. */}}
+{{- define "cmq.joinURLs" -}}
+{{- $root := . }}
+{{- $out := list }}
+{{- range $i := until (int (include "cmq.founders" .)) }}
+{{- $out = append $out (printf "http://%s:%d" (include "cmq.podHost" (list $root $i)) (int $root.Values.ports.http)) }}
 {{- end }}
 {{- join "," $out }}
 {{- end }}
