@@ -60,7 +60,7 @@ from cmq.archive.errors import (
 )
 from cmq.archive.records import SegmentTask, plan_tasks
 from cmq.archive.remote import ClusterClient, Listing, Segment
-from cmq.archive.storage import Storage
+from cmq.archive.storage import Storage, open_storage
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -146,9 +146,11 @@ class _FileStats:
 
 @dataclass(slots=True)
 class ArchiveJob:
-    """One batch (see the module docstring). ``clock`` returns seconds since the epoch."""
+    """One batch (see the module docstring). ``spark`` gives the session when the job first needs
+    it (a run with nothing to write on a local root never starts one); ``clock`` returns seconds
+    since the epoch."""
 
-    spark: SparkSession
+    spark_factory: Callable[[], SparkSession]
     config: JobConfig
     clock: Callable[[], float] = time.time
     batch_id: str = ""
@@ -159,7 +161,11 @@ class ArchiveJob:
     def __post_init__(self) -> None:
         self.batch_id = self.batch_id or new_batch_id(self.clock())
         self.client = ClusterClient(self.config.urls, self.config.timeout)
-        self.storage = Storage(self.spark, self.config.out)
+        self.storage = open_storage(self.config.out, self.spark_factory)
+
+    @property
+    def spark(self) -> SparkSession:
+        return self.spark_factory()
 
     # -- the run -------------------------------------------------------------------------------
     def run(self) -> Summary:

@@ -102,14 +102,21 @@ def main(argv: list[str] | None = None) -> int:
         claim_ttl_ms=max(1, int(args.claim_ttl * 1000)),
         timeout=args.timeout,
     )
-    spark = spark_session(args.master)
+    sessions: list[SparkSession] = []
+
+    def spark() -> SparkSession:
+        if not sessions:
+            sessions.append(spark_session(args.master))
+        return sessions[0]
+
     try:
         summary = ArchiveJob(spark, config).run()
     except ArchiveError as e:
         print(f"error: {e.code}: {e.message}", file=sys.stderr)
         return 1
     finally:
-        spark.stop()
+        for s in sessions:
+            s.stop()
     if args.json:
         print(msgspec.json.encode(summary).decode())
     else:

@@ -144,6 +144,14 @@ class FakeCluster:
         with self.lock:
             return sorted(self.queues[queue].segments)
 
+    def expire_claims(self) -> None:
+        """Every claim's TTL has run out (as if time went by)."""
+        with self.lock:
+            for q in self.queues.values():
+                for s in q.segments.values():
+                    if s.claim is not None:
+                        s.claim = (s.claim[0], 0)
+
     # -- serving ---------------------------------------------------------------------------
     @property
     def urls(self) -> list[str]:
