@@ -143,9 +143,7 @@ class ClusterClient:
             try:
                 got = msgspec.json.decode(self._once(url, "GET", "/v1/status", None))
                 out[url] = int(got["node"])
-            except (OSError, http.client.HTTPException, msgspec.DecodeError, KeyError, TypeError):
-                out[url] = None
-            except ValueError:
+            except (OSError, http.client.HTTPException, ValueError, KeyError, TypeError):
                 out[url] = None
         return out
 

@@ -231,7 +231,9 @@ def test_archive_of_a_real_cluster(cluster: CmqCluster, tmp_path: Path) -> None:
     assert set(by_body) == set(expect)
     for body, want in expect.items():
         r = by_body[body]
-        assert (r["id"], r["seq"], r["outcome"]) == (want["id"], want["seq"], want["outcome"])
+        assert (r["id"], r["outcome"]) == (want["id"], want["outcome"])
+        # A message still live in an old sparse segment was copied forward under a new seq.
+        assert r["seq"] >= want["seq"]
         assert dict(r["attributes"]) == {"n": body} and r["queue"] == queue
     assert Counter(r["outcome"] for r in got_rows) == {
         "acked": TOTAL - EXPIRE - DEAD,

@@ -31,7 +31,7 @@ from tests.archive.output import check_exactly_once, manifests, rows
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-pytestmark = NEEDS_JAVA
+pytestmark = [NEEDS_JAVA, pytest.mark.slow]  # one JVM for the session; subprocess jobs
 
 
 def run_job(spark: SparkSession, fake: FakeCluster, out: Path, **kw: object) -> Summary:
