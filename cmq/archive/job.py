@@ -114,6 +114,8 @@ class Summary:
     """Batches whose leftover output was removed."""
     skipped: int = 0
     """Released segments left to other batches (claimed by them)."""
+    spark_seconds: float = 0.0
+    """Of ``seconds``, the time spent starting Spark (0 when it was running already)."""
 
     def render(self) -> str:
         mb = self.bytes / 1e6
@@ -129,6 +131,8 @@ class Summary:
             lines.append("removed the output of crashed batches: " + ", ".join(self.garbage))
         if self.skipped:
             lines.append(f"skipped: {self.skipped} segments claimed by other batches")
+        if self.spark_seconds:
+            lines.append(f"of which {self.spark_seconds:.1f} s starting Spark")
         return "\n".join(lines)
 
 
@@ -157,15 +161,21 @@ class ArchiveJob:
     client: ClusterClient = field(init=False)
     storage: Storage = field(init=False)
     _dirs: list[str] = field(init=False, default_factory=list)
+    _spark_seconds: float = field(init=False, default=0.0)
+    _session: SparkSession | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.batch_id = self.batch_id or new_batch_id(self.clock())
         self.client = ClusterClient(self.config.urls, self.config.timeout)
-        self.storage = open_storage(self.config.out, self.spark_factory)
+        self.storage = open_storage(self.config.out, lambda: self.spark)
 
     @property
     def spark(self) -> SparkSession:
-        return self.spark_factory()
+        if self._session is None:
+            start = time.monotonic()
+            self._session = self.spark_factory()
+            self._spark_seconds = time.monotonic() - start
+        return self._session
 
     # -- the run -------------------------------------------------------------------------------
     def run(self) -> Summary:
@@ -175,8 +185,9 @@ class ArchiveJob:
         garbage = self.collect_garbage({m.batch_id for m in manifests})
         tasks, skipped = self.plan_and_claim()
         if not tasks:
+            seconds = time.monotonic() - start
             return Summary(
-                self.batch_id, 0, 0, 0, 0, time.monotonic() - start, recovered, garbage, skipped
+                self.batch_id, 0, 0, 0, 0, seconds, recovered, garbage, skipped, self._spark_seconds
             )
         crash_point("before-write")
         try:
@@ -200,6 +211,7 @@ class ArchiveJob:
             recovered,
             garbage,
             skipped,
+            self._spark_seconds,
         )
 
     # -- 1. recover ------------------------------------------------------------------------------
