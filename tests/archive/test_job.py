@@ -249,3 +249,23 @@ def test_a_crash_at_each_step_then_a_rerun_archives_each_record_once(
     finally:
         for fake in fakes.values():
             fake.stop()
+
+
+def test_the_hadoop_storage_behaves_like_the_local_one(spark: SparkSession, tmp_path: Path) -> None:
+    """Roots other than local paths go through Hadoop's FileSystem: the same operations, here on
+    a file: URI (what hdfs:, s3a: ... get)."""
+    from cmq.archive.storage import HadoopStorage, LocalStorage
+
+    for store in (HadoopStorage(spark, f"file://{tmp_path}/h"), LocalStorage(str(tmp_path / "l"))):
+        store.mkdirs("a/b")
+        store.write("a/b/_tmp.json", b'{"x": 1}')
+        assert store.rename("a/b/_tmp.json", "a/b/m.json")
+        assert store.read("a/b/m.json") == b'{"x": 1}' and store.size("a/b/m.json") == 8
+        store.write("a/other", b"")
+        assert not store.rename("a/other", "a/b/m.json")  # never over an existing file
+        names = [(e.name, e.is_dir) for e in store.list("a") if not e.name.startswith(".")]
+        assert names == [("b", True), ("other", False)]
+        assert store.list("missing") == [] and store.size("a/b") is None
+        store.delete("a/b")
+        assert not store.exists("a/b/m.json") and store.exists("a/other")
+        store.delete("nothing-here")
