@@ -8,6 +8,7 @@ SQS surface can be mounted next to these routes on the same service later.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -85,8 +86,12 @@ def _handler(route: Route) -> Handler:
     async def handle(request: web.Request) -> web.StreamResponse:
         name = check_queue_name(request.match_info["name"]) if route.names_queue else ""
         body = None if model is None else decode(await _read_body(request), model)
-        ctx = Context(request.app[SERVED_KEY], request.path, name)
-        return _response(await route.handler(ctx, body))
+        params = {k: v for k, v in request.match_info.items() if k != "name"}
+        ctx = Context(request.app[SERVED_KEY], request.path, name, params, dict(request.query))
+        reply = await route.handler(ctx, body)
+        if reply.stream is not None:
+            return await _stream(request, reply)
+        return _response(reply)
 
     return handle
 
@@ -112,6 +117,28 @@ def _response(reply: Reply) -> web.Response:
     return web.Response(
         body=body, status=reply.status, headers=reply.headers, content_type=reply.content_type
     )
+
+
+async def _stream(request: web.Request, reply: Reply) -> web.StreamResponse:
+    """Send ``reply`` chunked: its body, then every chunk of its stream. A failure once the
+    answer started cannot become an error answer: it ends the body early (the stream's format
+    lets the reader notice) and is logged."""
+    assert reply.stream is not None
+    response = web.StreamResponse(status=reply.status, headers=reply.headers)
+    if reply.content_type is not None:
+        response.content_type = reply.content_type
+    response.enable_chunked_encoding()
+    await response.prepare(request)
+    try:
+        if reply.body:
+            await response.write(reply.body if isinstance(reply.body, bytes) else b"")
+        async for chunk in reply.stream:
+            await response.write(chunk)
+    except (ConnectionResetError, CmqError) as e:
+        log.warning("%s %s: stream ended early: %s", request.method, request.path, e)
+    with contextlib.suppress(ConnectionResetError):
+        await response.write_eof()
+    return response
 
 
 def _error_response(rendered: RenderedError) -> web.Response:

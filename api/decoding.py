@@ -24,6 +24,7 @@ bad-input table.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -144,6 +145,8 @@ def _explain_str(
 ) -> CmqError | None:
     lo, hi = t.min_length or 0, t.max_length
     if isinstance(value, str) and lo <= len(value) and (hi is None or len(value) <= hi):
+        if t.pattern is not None and not re.search(t.pattern, value):
+            return InvalidParameter(f"{where} must match {t.pattern}; got {value[:80]!r}")
         return None
     if hi is not None:
         return InvalidParameter(f"{where} must be a string of {lo}..{hi} characters")

@@ -22,6 +22,7 @@ import orjson
 
 from cmq.errors import (
     CmqError,
+    CorruptSegment,
     InvalidParameter,
     InvalidQueueName,
     InvariantBroken,
@@ -32,6 +33,8 @@ from cmq.errors import (
     QueueNotFound,
     ReceiptInvalid,
     RequestTooLarge,
+    SegmentNotFound,
+    SegmentNotReleased,
     TooManyEntries,
     Unavailable,
 )
@@ -74,6 +77,9 @@ HTTP_STATUS: dict[type[CmqError], int] = {
     NotFound: 404,
     MethodNotAllowed: 405,
     QueueAlreadyExists: 409,
+    SegmentNotFound: 404,
+    SegmentNotReleased: 409,
+    CorruptSegment: 500,
     MessageTooLarge: 413,
     RequestTooLarge: 413,
     CmqError: 500,

@@ -71,6 +71,10 @@ _DLQ = "Queue that receives messages received max_receive_count times."
 _MAX_RECEIVE_COUNT = (
     "Receives before a message is dead-lettered; 0 = no limit. > 0 needs dead_letter_queue."
 )
+_ARCHIVE = (
+    "Keep released segments (every message deleted) until an archive job marks them archived; "
+    "false: they are deleted once released. Default false."
+)
 AckReceipts = Annotated[list[Receipt], Meta(min_length=1, max_length=MAX_ACK_BATCH)]
 NackReceipts = Annotated[list[Receipt], Meta(min_length=1, max_length=MAX_NACK_BATCH)]
 
@@ -97,6 +101,7 @@ class QueueAttributes(_Response, kw_only=True):
     receive_wait_seconds: Annotated[int, _attribute("receive_wait_seconds")]
     dead_letter_queue: Annotated[QueueName | None, Meta(description=_DLQ)]
     max_receive_count: Annotated[int, _attribute("max_receive_count", _MAX_RECEIVE_COUNT)]
+    archive: Annotated[bool, Meta(description=_ARCHIVE)] = False
 
     @classmethod
     def of(cls, attributes: cmq.model.QueueAttributes) -> QueueAttributes:
@@ -117,11 +122,24 @@ class QueueAttributesInput(_Request):
     max_receive_count: (
         Annotated[int, _attribute("max_receive_count", _MAX_RECEIVE_COUNT)] | UnsetType
     ) = UNSET
+    archive: Annotated[bool, Meta(description=_ARCHIVE)] | UnsetType = UNSET
 
     def changes(self) -> dict[str, Any]:
         """The attributes given, by name (what `QueueAttributes.check_changes` returns)."""
         given = ((f, getattr(self, f)) for f in self.__struct_fields__)
         return {f: v for f, v in given if v is not UNSET}
+
+
+class SegmentCounts(_Response, kw_only=True):
+    """A queue's segments by state on the replica that answered: ``active`` takes appends,
+    ``sealed`` still holds live messages, ``released`` (every message deleted) waits for the
+    archive, ``archived_pending`` is archived (or released without archive) and its files go at
+    that replica's next snapshots."""
+
+    active: NonNegative
+    sealed: NonNegative
+    released: NonNegative
+    archived_pending: NonNegative
 
 
 class QueueStats(_Response, kw_only=True):
@@ -135,6 +153,16 @@ class QueueStats(_Response, kw_only=True):
     dead_lettered_total: NonNegative
     expired_total: NonNegative
     oldest_age_ms: NonNegative
+    segments: SegmentCounts
+    disk_bytes: Annotated[int, Meta(ge=0, description="Bytes of the queue's segment files.")]
+    oldest_unarchived_ms: Annotated[
+        int,
+        Meta(
+            ge=0,
+            description="The archive's backlog: age of the oldest message of a released "
+            "segment not yet archived; 0: none (always 0 without archive).",
+        ),
+    ]
 
     @classmethod
     def of(cls, stats: cmq.model.QueueStats) -> QueueStats:

@@ -27,9 +27,12 @@ REF = "#/components/schemas/{name}"
 
 ERROR_RESPONSES: dict[int, tuple[str, str]] = {
     400: ("BadRequest", "The request is malformed; nothing changed"),
-    404: ("NotFound", "The queue (or route) does not exist"),
+    404: ("NotFound", "The queue, segment (or route) does not exist"),
     405: ("MethodNotAllowed", "The path does not support this method"),
-    409: ("Conflict", "The queue exists with different attributes"),
+    409: (
+        "Conflict",
+        "The queue exists with different attributes, or the segment is not released",
+    ),
     413: ("TooLarge", "A message or the request body is too large"),
     429: ("TooManyRequests", "Rate limited; retry after Retry-After seconds"),
     500: ("Internal", "Unexpected server error (details are in the server log)"),
@@ -93,8 +96,12 @@ def _operation(route: Route) -> Schema:
     }
     if route.description:
         op["description"] = route.description
+    parameters: list[Schema] = []
     if route.names_queue:
-        op["parameters"] = [{"$ref": "#/components/parameters/QueueName"}]
+        parameters.append({"$ref": "#/components/parameters/QueueName"})
+    parameters.extend(dict(p) for p in route.parameters)
+    if parameters:
+        op["parameters"] = parameters
     if route.request is not None:
         op["requestBody"] = {
             "required": route.request_required,

@@ -9,11 +9,14 @@ model. Queue logic lives behind the service.
 
 from __future__ import annotations
 
+import base64
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+import zlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 from msgspec import Struct
 
 from api.errors import InvalidJson
@@ -45,8 +48,18 @@ from api.models import (
     SetAttributesRequest,
     VisibilityRequest,
 )
+from api.segment_models import (
+    ArchivedRequest,
+    ArchivedResponse,
+    ClaimRequest,
+    ClaimResponse,
+    SegmentListing,
+    SegmentRecordLine,
+    SegmentStreamTrailer,
+)
 from cmq.errors import (
     CmqError,
+    CorruptSegment,
     InvalidParameter,
     InvalidQueueName,
     MessageTooLarge,
@@ -55,8 +68,11 @@ from cmq.errors import (
     QueueAlreadyExists,
     QueueNotFound,
     RequestTooLarge,
+    SegmentNotFound,
+    SegmentNotReleased,
     Unavailable,
 )
+from cmq.model import SEGMENT_STATES, SegmentRecord
 from cmq.service import QueueService
 
 log = logging.getLogger(__name__)
@@ -81,6 +97,10 @@ class Context:
     """The request path (``/v1/queues/orders``)."""
     name: str = ""
     """The queue named by the path, already checked (empty when the route names none)."""
+    params: Mapping[str, str] = field(default_factory=dict)
+    """The path's other parameters (``first_seq``), unchecked."""
+    query: Mapping[str, str] = field(default_factory=dict)
+    """The query string's parameters, unchecked."""
 
     @property
     def service(self) -> QueueService:
@@ -96,6 +116,9 @@ class Reply:
     status: int = 200
     headers: Mapping[str, str] = field(default_factory=dict)
     content_type: str | None = "application/json"
+    stream: AsyncIterator[bytes] | None = None
+    """Set: the answer is streamed (chunked) from these chunks after ``body``; it ends early,
+    without error, if the iterator stops early (its format says how a reader notices)."""
 
 
 Handler = Callable[[Context, Any], Awaitable[Reply]]
@@ -128,6 +151,8 @@ class Route:
     request_required: bool = True
     raises: tuple[type[CmqError], ...] = ()
     description: str | None = None
+    parameters: tuple[Mapping[str, Any], ...] = ()
+    """OpenAPI parameter objects beyond the queue name (other path parts, the query)."""
 
     @property
     def names_queue(self) -> bool:
@@ -214,6 +239,79 @@ async def nack(ctx: Context, req: NackRequest) -> Reply:
     return Reply(ResultsResponse.of(await ctx.service.nack(ctx.name, req.receipts, delay)))
 
 
+def _int_param(ctx: Context, name: str) -> int:
+    raw = ctx.params.get(name, "")
+    if not raw.isdigit() or len(raw) > 19 or int(raw) < 1:
+        raise InvalidParameter(f"{name} must be a positive integer; got {raw!r}")
+    return int(raw)
+
+
+async def list_segments(ctx: Context, _: None) -> Reply:
+    unknown = set(ctx.query) - {"state"}
+    if unknown:
+        raise InvalidParameter(f"unknown query parameter {sorted(unknown)[0]!r}")
+    state = ctx.query.get("state", "all")
+    if state not in ("all", *SEGMENT_STATES):
+        raise InvalidParameter(f"state must be one of all, {', '.join(SEGMENT_STATES)}")
+    listing = await ctx.service.list_segments(ctx.name, state)
+    return Reply(SegmentListing.of(listing))
+
+
+_line_encoder = msgspec.json.Encoder()
+
+
+def _record_line(r: SegmentRecord) -> bytes:
+    line = SegmentRecordLine(
+        seq=r.seq,
+        id=r.id,
+        sent_at_ms=r.sent_at_ms,
+        receive_count=r.receive_count,
+        attributes=dict(r.attributes),
+        body_b64=base64.b64encode(r.body).decode(),
+        outcome=r.outcome,  # type: ignore[arg-type]
+    )
+    return _line_encoder.encode(line) + b"\n"
+
+
+async def segment_records(ctx: Context, _: None) -> Reply:
+    """The records stream of a released segment (see `SegmentStreamTrailer`)."""
+    if ctx.query:
+        raise InvalidParameter(f"unknown query parameter {sorted(ctx.query)[0]!r}")
+    first_seq = _int_param(ctx, "first_seq")
+    stream = await ctx.service.read_segment(ctx.name, first_seq)
+
+    async def chunks() -> AsyncIterator[bytes]:
+        crc = count = 0
+        try:
+            async for batch in stream.batches:
+                lines = [_record_line(r) for r in batch]
+                for line in lines:
+                    crc = zlib.crc32(line, crc)
+                count += len(lines)
+                if lines:
+                    yield b"".join(lines)
+        except CorruptSegment as e:
+            log.error("%s: stream cut without a trailer: %s", ctx.path, e)
+            return
+        trailer = SegmentStreamTrailer(
+            end=True, count=count, stream_crc=f"{crc:08x}", checksum=stream.checksum
+        )
+        yield _line_encoder.encode(trailer) + b"\n"
+
+    return Reply(b"", content_type="application/x-ndjson", stream=chunks())
+
+
+async def claim_segments(ctx: Context, req: ClaimRequest) -> Reply:
+    ttl = DEFAULT_CLAIM_TTL_MS if req.ttl_ms is None else req.ttl_ms
+    result = await ctx.service.claim_segments(ctx.name, req.batch_id, req.segments, ttl)
+    return Reply(ClaimResponse.of(result))
+
+
+async def mark_archived(ctx: Context, req: ArchivedRequest) -> Reply:
+    result = await ctx.service.mark_archived(ctx.name, req.batch_id, req.segments)
+    return Reply(ArchivedResponse.of(result))
+
+
 async def cluster_status(ctx: Context, _: None) -> Reply:
     """The service's view, rendered as it is (`ClusterStatus` only documents it)."""
     return Reply(ctx.service.status())
@@ -247,6 +345,28 @@ async def openapi(ctx: Context, _: None) -> Reply:
 
 _Q = "/v1/queues/{name}"
 _M = f"{_Q}/messages"
+_S = f"{_Q}/segments"
+DEFAULT_CLAIM_TTL_MS = 600_000
+_STATE_PARAM: Mapping[str, Any] = {
+    "name": "state",
+    "in": "query",
+    "required": False,
+    "schema": {"type": "string", "enum": ["all", *SEGMENT_STATES], "default": "all"},
+    "description": "Only the segments in this state; all = active, sealed and released "
+    "(archived_pending, this replica's segments whose files await removal, only on request).",
+}
+_FIRST_SEQ_PARAM: Mapping[str, Any] = {
+    "name": "first_seq",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "integer", "minimum": 1},
+    "description": "The segment's first seq.",
+}
+_NDJSON_SCHEMA: Mapping[str, Any] = {
+    "type": "string",
+    "description": "One JSON object per line: SegmentRecordLine objects in seq order, then one "
+    "SegmentStreamTrailer (absent: the stream was cut).",
+}
 
 
 def _ok(description: str, model: type[Struct]) -> tuple[Response, ...]:
@@ -375,6 +495,70 @@ ROUTES: tuple[Route, ...] = (
         _ok("Per-receipt results", ResultsResponse),
         request=NackRequest,
         raises=QUEUE_ERRORS,
+    ),
+    Route(
+        "GET",
+        _S,
+        "listSegments",
+        "A queue's segments on this node's replica (for the archive)",
+        list_segments,
+        _ok("The segments, by first seq", SegmentListing),
+        raises=(*QUEUE_ERRORS, InvalidParameter),
+        parameters=(_STATE_PARAM,),
+        description="Served from the answering node's replica of the queue's group (any node "
+        "hosting it; the leader is not needed), so an archive job can prefer a follower.",
+    ),
+    Route(
+        "GET",
+        f"{_S}/{{first_seq}}/records",
+        "readSegmentRecords",
+        "Stream the records of a released segment, with their outcomes",
+        segment_records,
+        (
+            Response(
+                200,
+                "Chunked application/x-ndjson: record lines, then the trailer",
+                None,
+                media_type="application/x-ndjson",
+                schema=_NDJSON_SCHEMA,
+            ),
+        ),
+        raises=(
+            *QUEUE_ERRORS,
+            InvalidParameter,
+            SegmentNotFound,
+            SegmentNotReleased,
+            CorruptSegment,
+        ),
+        parameters=(_FIRST_SEQ_PARAM,),
+        description="Read from this node's replica. Each record is checked against its stored "
+        "CRC; damage found before the answer starts is 500 corrupt_segment, later it ends the "
+        "stream without its trailer. A reader checks the trailer: present, count and stream_crc "
+        "match the lines received, checksum matches the listing.",
+    ),
+    Route(
+        "POST",
+        f"{_S}/claim",
+        "claimSegments",
+        "Claim released segments for an archive batch",
+        claim_segments,
+        _ok("Claimed and refused segments, after commit", ClaimResponse),
+        request=ClaimRequest,
+        raises=QUEUE_ERRORS,
+        description="A segment is claimed when it is released and unclaimed, its claim expired, "
+        "or this batch already claims it (renewed).",
+    ),
+    Route(
+        "POST",
+        f"{_S}/archived",
+        "markSegmentsArchived",
+        "Mark released segments archived (every replica deletes their files)",
+        mark_archived,
+        _ok("Archived, already archived and refused segments, after commit", ArchivedResponse),
+        request=ArchivedRequest,
+        raises=QUEUE_ERRORS,
+        description="Idempotent. A released segment unclaimed or claimed by this batch (expired "
+        "or not) is archived; one claimed by another batch with an unexpired claim is refused.",
     ),
     Route(
         "GET",

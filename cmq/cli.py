@@ -86,7 +86,11 @@ def _serve(args: argparse.Namespace) -> int:
         groups=int(_setting(args, conf, "groups", 4)),
         max_inflight_sends=int(_setting(args, conf, "max_inflight_sends", 24)),
         rejoin=bool(args.rejoin),
+        segment_max_bytes=int(_setting(args, conf, "segment_max_bytes", 64 << 20)),
+        segment_max_age=float(_setting(args, conf, "segment_max_age", 3600)),
     )
+    if cfg.segment_max_bytes < 1 or cfg.segment_max_age < 0:
+        raise SystemExit("--segment-max-bytes must be >= 1 and --segment-max-age >= 0")
     if cfg.max_inflight_sends < 1:
         raise SystemExit("--max-inflight-sends must be at least 1")
 
@@ -333,6 +337,16 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--peers", help="ID=HOST:PORT,... for every node (this one included)")
     s.add_argument("--data-dir", action="append", help="a data directory (repeat for more disks)")
     s.add_argument("--groups", type=int, help="data groups (default 4)")
+    s.add_argument(
+        "--segment-max-bytes",
+        type=int,
+        help="seal a queue's segment at this size (default 64 MiB; recorded per queue)",
+    )
+    s.add_argument(
+        "--segment-max-age",
+        type=float,
+        help="seal a queue's segment at this age in seconds (default 3600)",
+    )
     s.add_argument(
         "--max-inflight-sends",
         type=int,

@@ -87,6 +87,26 @@ class ReceiptInvalid(CmqError):
     code = "ReceiptHandleIsInvalid"
 
 
+class SegmentNotFound(CmqError):
+    """No such segment of the queue, or it is already archived."""
+
+    code = "segment_not_found"
+
+
+class SegmentNotReleased(CmqError):
+    """The segment still holds live messages (or takes appends): it cannot be read for the
+    archive yet."""
+
+    code = "segment_not_released"
+
+
+class CorruptSegment(CmqError):
+    """This replica's copy of a segment fails its checksum; read it from another replica."""
+
+    code = "corrupt_segment"
+    retriable = True
+
+
 class InvariantBroken(CmqError):
     """A state machine invariant does not hold: a bug or damaged data. The group stops."""
 
@@ -107,6 +127,9 @@ BY_CODE: dict[str, type[CmqError]] = {
         Unavailable,
         OutcomeUnknown,
         ReceiptInvalid,
+        SegmentNotFound,
+        SegmentNotReleased,
+        CorruptSegment,
         InvariantBroken,
     )
 }

@@ -4,20 +4,26 @@ queue machine says is due.
 Every `NodeConfig.housekeeping_interval` seconds (Ra's ``tick``) the housekeeper records this
 node in the catalog if it is not there yet, then asks each data group it leads what is due per
 queue (`QueueMachine.due`: retention expiry, messages marked for the dead-letter queue) and
-proposes it: an `Expire` carrying this node's clock, and an at-least-once dead-letter move (a
-deduplicated send of copies to the dead-letter queue, then a `DeadLetter` deleting them here).
+proposes it: an `Expire` carrying this node's clock, a `Tidy` (seal an old active segment, copy
+the few live messages of sparse sealed segments forward; `cmq.fsm.lifecycle`), and an
+at-least-once dead-letter move (a deduplicated send of copies to the dead-letter queue, then a
+`DeadLetter` deleting them here).
+While segment files await removal (released or archived segments: they go at the snapshot after
+the one that records their release), it asks every replica's group for a snapshot each tick,
+and the leader proposes one `Tidy` so that idle groups apply an entry to snapshot after.
 A failure defers that queue's work to the next tick; the machine still says it is due then.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from collections.abc import Awaitable, Callable
 
 from cmq.errors import CmqError
-from cmq.fsm.commands import DeadLetter, Expire, encode_command
+from cmq.fsm.commands import DeadLetter, Expire, Tidy, encode_command
 from cmq.fsm.machine import Due, QueueMachine
 from cmq.meta import CatalogMachine
 from cmq.model import OutgoingMessage, SentMessage
@@ -76,9 +82,20 @@ class Housekeeper:
         """One round: register, then propose what is due in each group led here."""
         await self._register()
         for group, machine in self._machines.items():
+            pending = machine.files_pending()
+            if pending:
+                # Released / archived segments' files go at the snapshot after the one that
+                # records their release: snapshot now rather than after 20,000 entries.
+                self._raft.group(group).request_snapshot()
             if self._raft.status(group).leader != self._id:
                 continue
-            for name in machine.queue_names():
+            names = machine.queue_names()
+            if pending and names:
+                # The second snapshot needs one more applied entry on every replica, also on
+                # an idle group: a Tidy (harmless, decided in apply) is one.
+                with contextlib.suppress(CmqError, RaftError):
+                    await self._ops.propose(group, encode_command(Tidy(names[0], now_ms())))
+            for name in names:
                 try:
                     due = machine.due(name, now_ms(), DEAD_LETTER_BATCH)
                     if due is not None:
@@ -100,6 +117,8 @@ class Housekeeper:
     async def _propose_due(self, group: int, machine: QueueMachine, due: Due) -> None:
         if due.expire:
             await self._ops.propose(group, encode_command(Expire(due.queue, due.now_ms)))
+        if due.tidy:
+            await self._ops.propose(group, encode_command(Tidy(due.queue, due.now_ms)))
         if not due.dead_letters:
             return
         # At-least-once move: copy into the dead-letter queue, then delete here.

@@ -8,7 +8,7 @@ paths keep their plain integer counters and pay nothing for exporting them. Labe
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.core import (
@@ -19,6 +19,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from cmq.fsm.machine import QueueMachine
+from cmq.model import SEGMENT_STATES
 from raftlog.runtime import MultiRaft, RuntimeStats
 from raftlog.storage.wal import FSYNC_BUCKETS
 
@@ -125,8 +127,56 @@ class RaftCollector(Collector):
         yield from (sent, received, dropped, connects)
 
 
-def register_node_metrics(registry: CollectorRegistry, raft: MultiRaft) -> None:
+class SegmentCollector(Collector):
+    """Per queue of this node's replicas, read at scrape time from the queue machines: segments
+    by state, segment-file bytes, and the age of the oldest segment not yet archived (the
+    archive's backlog). ``queue`` labels are bounded by the queues of the cluster."""
+
+    def __init__(self, machines: Mapping[int, QueueMachine], now_ms: Callable[[], int]) -> None:
+        self.machines = machines
+        self.now_ms = now_ms
+
+    def collect(self) -> Iterator[Metric]:
+        segments = GaugeMetricFamily(
+            "cmq_queue_segments",
+            "A queue's segments on this replica by state (active, sealed, released: kept for "
+            "the archive, archived_pending: files await removal).",
+            labels=["queue", "state"],
+        )
+        disk = GaugeMetricFamily(
+            "cmq_queue_disk_bytes",
+            "Bytes of a queue's segment files on this replica.",
+            labels=["queue"],
+        )
+        oldest = GaugeMetricFamily(
+            "cmq_queue_oldest_unarchived_seconds",
+            "The archive's backlog: age of the oldest message of a released segment not yet "
+            "archived (0 without archive).",
+            labels=["queue"],
+        )
+        now = self.now_ms()
+        for machine in self.machines.values():
+            for name in machine.queue_names():
+                stats = machine.stats(name, now)
+                if stats is None:
+                    continue
+                for state in SEGMENT_STATES:
+                    segments.add_metric([name, state], getattr(stats.segments, state))
+                disk.add_metric([name], stats.disk_bytes)
+                oldest.add_metric([name], stats.oldest_unarchived_ms / 1000)
+        yield from (segments, disk, oldest)
+
+
+def register_node_metrics(
+    registry: CollectorRegistry,
+    raft: MultiRaft,
+    machines: Mapping[int, QueueMachine] | None = None,
+    now_ms: Callable[[], int] | None = None,
+) -> None:
     """Add the Raft runtime's metrics and the process's (CPU seconds, resident memory, open
-    files: ``process_*``) to ``registry``."""
+    files: ``process_*``) to ``registry``; with ``machines`` (data group -> its queue machine)
+    and a clock ``now_ms``, the queues' segment metrics too (`SegmentCollector`)."""
     registry.register(RaftCollector(raft))
+    if machines is not None and now_ms is not None:
+        registry.register(SegmentCollector(machines, now_ms))
     ProcessCollector(registry=registry)

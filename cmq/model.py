@@ -8,6 +8,7 @@ proposer (the leader) and carried in commands, never read during apply.
 from __future__ import annotations
 
 import re
+from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
@@ -23,6 +24,22 @@ MAX_ATTRIBUTE_NAME = 256
 MAX_DEDUP_ID = 128
 DEDUP_WINDOW_MS = 5 * 60 * 1000
 MAX_WAIT_SECONDS = 20
+DEFAULT_SEGMENT_BYTES = 64 << 20
+"""A queue's segment is sealed once it holds this many bytes (`--segment-max-bytes`)..."""
+DEFAULT_SEGMENT_AGE_SECONDS = 3600
+"""...or once it is this old (`--segment-max-age`); both recorded per queue at its creation."""
+BATCH_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+"""An archive batch id (the claims and `MarkArchived` of one archive run)."""
+MAX_SEGMENTS_PER_CALL = 1000
+"""At most this many segments per claim / mark-archived call."""
+MAX_CLAIM_TTL_MS = 24 * 3600 * 1000
+SEGMENT_STATES = ("active", "sealed", "released", "archived_pending")
+"""What a queue's segment can be: ``active`` (takes appends), ``sealed`` (full or old, some
+message still live), ``released`` (every message deleted, kept for the archive: the queue has
+``archive=true``), ``archived_pending`` (archived, or released without archive: its files go
+at this replica's next snapshot but one)."""
+OUTCOMES = ("acked", "expired", "dead_lettered", "purged")
+"""How a message left its queue (recorded per message, streamed with a released segment)."""
 
 
 def check_queue_name(name: object) -> str:
@@ -59,6 +76,9 @@ class QueueAttributes:
     receive_wait_seconds: int = 0
     dead_letter_queue: str | None = None
     max_receive_count: int = 0
+    archive: bool = False
+    """Keep released segments (every message deleted) until an archive job marks them
+    archived; False: every replica deletes them once released."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -98,6 +118,10 @@ class QueueAttributes:
                 if not lo <= v <= hi:
                     raise InvalidParameter(f"attribute {key} must be in [{lo}, {hi}]; got {v}")
                 values[key] = v
+        if "archive" in data:
+            if not isinstance(data["archive"], bool):
+                raise InvalidParameter("attribute archive must be a boolean")
+            values["archive"] = data["archive"]
         if "dead_letter_queue" in data:
             dlq = data["dead_letter_queue"]
             if dlq is not None:
@@ -150,6 +174,16 @@ class EntryResult:
 
 
 @dataclass(frozen=True, slots=True)
+class SegmentCounts:
+    """A queue's segments by state (see `SEGMENT_STATES`), on the replica that answers."""
+
+    active: int = 0
+    sealed: int = 0
+    released: int = 0
+    archived_pending: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class QueueStats:
     """Counts for `GET /v1/queues/{name}` (exact at the leader's applied index)."""
 
@@ -161,3 +195,108 @@ class QueueStats:
     dead_lettered_total: int = 0
     expired_total: int = 0
     oldest_age_ms: int = 0
+    segments: SegmentCounts = SegmentCounts()
+    disk_bytes: int = 0
+    """Bytes of the queue's segment files on this replica (archived_pending ones included)."""
+    oldest_unarchived_ms: int = 0
+    """The archive's backlog: age of the oldest message of a released segment not yet
+    archived (from its send time); 0 when none (always 0 on a queue without ``archive``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentClaim:
+    """An archive job's claim on a released segment, until ``expires_at_ms``."""
+
+    batch_id: str
+    expires_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentInfo:
+    """One segment of a queue as listed for the archive. ``count``: the records the records
+    stream of a released segment carries (messages copied forward are not counted)."""
+
+    first_seq: int
+    last_seq: int
+    count: int
+    bytes: int
+    state: str
+    checksum: str
+    """CRC-32 of the segment's stored bytes, 8 hex digits (equal on every replica)."""
+    claim: SegmentClaim | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentListing:
+    """A queue's segments on the replica that answered; ``leader``: its group's leader."""
+
+    queue: str
+    group: int
+    leader: int | None
+    segments: tuple[SegmentInfo, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentRecord:
+    """One message of a released segment, with how it left the queue (`OUTCOMES`)."""
+
+    seq: int
+    id: str
+    sent_at_ms: int
+    receive_count: int
+    attributes: tuple[tuple[str, str], ...]
+    body: bytes
+    outcome: str
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A segment a claim or mark-archived call left alone, and why (``claimed``,
+    ``not_released``, ``not_found``); ``batch_id``: the claim holding it, if any."""
+
+    first_seq: int
+    reason: str
+    batch_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimResult:
+    claimed: tuple[int, ...]
+    refused: tuple[Refused, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveResult:
+    archived: tuple[int, ...]
+    already: tuple[int, ...]
+    refused: tuple[Refused, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentStream:
+    """The records of one released segment as this replica reads them: ``batches`` yields
+    them in seq order (a list per chunk read); it raises `CorruptSegment` on damage, after
+    which the reader must not trust the stream. ``checksum``: the listing's CRC-32 (8 hex
+    digits), which the bytes read matched once ``batches`` ends without an error."""
+
+    checksum: str
+    batches: AsyncIterator[list[SegmentRecord]]
+
+
+def check_batch_id(batch_id: object) -> str:
+    """``batch_id`` if it matches `BATCH_ID`, else `InvalidParameter`."""
+    if not isinstance(batch_id, str) or not BATCH_ID.match(batch_id):
+        raise InvalidParameter(f"batch_id must match {BATCH_ID.pattern}; got {batch_id!r}")
+    return batch_id
+
+
+def check_segments(segments: object) -> tuple[int, ...]:
+    """A non-empty list of at most `MAX_SEGMENTS_PER_CALL` segment first seqs (>= 1)."""
+    if not isinstance(segments, list | tuple) or not segments:
+        raise InvalidParameter("segments must be a non-empty list of first seqs")
+    if len(segments) > MAX_SEGMENTS_PER_CALL:
+        raise InvalidParameter(f"at most {MAX_SEGMENTS_PER_CALL} segments per call")
+    for s in segments:
+        if isinstance(s, bool) or not isinstance(s, int) or s < 1:
+            raise InvalidParameter(f"segments are first seqs (integers >= 1); got {s!r}")
+    return tuple(segments)

@@ -16,23 +16,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from cmq.errors import InvalidParameter, MessageTooLarge, Overloaded
+from cmq.errors import InvalidParameter, MessageTooLarge, Overloaded, QueueNotFound
 from cmq.fsm.machine import QueueMachine
 from cmq.fsm.segments import FileSegmentStore
 from cmq.housekeeping import Housekeeper
 from cmq.meta import CatalogMachine
 from cmq.model import (
+    DEFAULT_SEGMENT_AGE_SECONDS,
+    DEFAULT_SEGMENT_BYTES,
+    MAX_CLAIM_TTL_MS,
+    ArchiveResult,
+    ClaimResult,
     EntryResult,
     OutgoingMessage,
     QueueAttributes,
     QueueStats,
     ReceivedMessage,
+    SegmentListing,
+    SegmentRecord,
+    SegmentStream,
     SentMessage,
+    check_batch_id,
     check_queue_name,
+    check_segments,
 )
 from cmq.ops import META_GROUP, LeaderOps, ProduceBuilder, Wakeups, WakingMachine, now_ms
 from cmq.receipts import ReceiptSigner
@@ -41,9 +51,11 @@ from cmq.rpc import (
     AckCall,
     AssignQueueCall,
     ChangeVisibilityCall,
+    ClaimSegmentsCall,
     CreateQueueCall,
     DeleteQueueCall,
     GetQueueCall,
+    MarkArchivedCall,
     NackCall,
     PurgeCall,
     ReceiveCall,
@@ -81,6 +93,10 @@ class NodeConfig:
     group_options: GroupOptions = field(default_factory=GroupOptions)
     rejoin: bool = False
     """Start after losing this node's data (see `RuntimeConfig.rejoin`)."""
+    segment_max_bytes: int = DEFAULT_SEGMENT_BYTES
+    """Queues created through this node seal a segment at this size (recorded per queue)..."""
+    segment_max_age: float = DEFAULT_SEGMENT_AGE_SECONDS
+    """...or at this age in seconds (by the queue's clock, checked by housekeeping too)."""
 
 
 class QueueNode:
@@ -114,6 +130,8 @@ class QueueNode:
             signer=ReceiptSigner(cfg.secret),
             wakeups=self.wakeups,
             request_timeout=cfg.request_timeout,
+            segment_bytes=cfg.segment_max_bytes,
+            segment_age_ms=round(cfg.segment_max_age * 1000),
         )
         self.router = Router(self.id, self.raft, self.catalog, self.ops, cfg.request_timeout)
         self.housekeeper = Housekeeper(
@@ -268,6 +286,62 @@ class QueueNode:
         check_queue_name(name)
         call = NackCall(self.router.group_of(name), name, tuple(receipts), delay_seconds)
         return _entry_results(receipts, await self.router.run(call))
+
+    # -- the archive (see `cmq.fsm.lifecycle`) -------------------------------------------------
+    def _local_machine(self, name: str) -> tuple[int, QueueMachine]:
+        check_queue_name(name)
+        group = self.router.group_of(name)
+        machine = self.machines.get(group)
+        if machine is None or machine.attributes(name) is None:
+            raise QueueNotFound(f"queue {name!r} does not exist")
+        return group, machine
+
+    async def list_segments(self, name: str, state: str = "all") -> SegmentListing:
+        group, machine = self._local_machine(name)
+        segments = machine.segments(name, state)
+        if segments is None:
+            raise QueueNotFound(f"queue {name!r} does not exist")
+        leader = self.raft.leader_of(group)
+        return SegmentListing(name, group, leader or None, tuple(segments))
+
+    async def read_segment(self, name: str, first_seq: int) -> SegmentStream:
+        _, machine = self._local_machine(name)
+        checksum, records = machine.records(name, first_seq)
+        first = next(records, None)  # damage in the first chunk fails before any answer
+        return SegmentStream(checksum, _batches(first, records))
+
+    async def claim_segments(
+        self, name: str, batch_id: str, segments: list[int], ttl_ms: int
+    ) -> ClaimResult:
+        check_queue_name(name)
+        check_batch_id(batch_id)
+        firsts = check_segments(segments)
+        if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int):
+            raise InvalidParameter("ttl_ms must be an integer")
+        if not 1 <= ttl_ms <= MAX_CLAIM_TTL_MS:
+            raise InvalidParameter(f"ttl_ms must be in [1, {MAX_CLAIM_TTL_MS}]; got {ttl_ms}")
+        call = ClaimSegmentsCall(self.router.group_of(name), name, batch_id, firsts, ttl_ms)
+        return await self.router.run(call)
+
+    async def mark_archived(self, name: str, batch_id: str, segments: list[int]) -> ArchiveResult:
+        check_queue_name(name)
+        check_batch_id(batch_id)
+        firsts = check_segments(segments)
+        call = MarkArchivedCall(self.router.group_of(name), name, batch_id, firsts)
+        return await self.router.run(call)
+
+
+async def _batches(
+    first: list[SegmentRecord] | None, rest: Iterator[list[SegmentRecord]]
+) -> AsyncIterator[list[SegmentRecord]]:
+    """``first`` then ``rest``, yielding to the event loop between chunks (each read is one
+    bounded ``pread`` of the local file)."""
+    if first is None:
+        return
+    yield first
+    for batch in rest:
+        await asyncio.sleep(0)
+        yield batch
 
 
 def _entry_results(receipts: list[str], codes: tuple[str | None, ...]) -> list[EntryResult]:

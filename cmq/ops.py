@@ -31,6 +31,7 @@ from cmq.errors import (
 from cmq.fsm.commands import (
     Ack,
     ChangeVisibility,
+    ClaimSegments,
     Command,
     CommandFailed,
     Created,
@@ -39,23 +40,31 @@ from cmq.fsm.commands import (
     EntryOutcomes,
     Lease,
     Leased,
+    MarkArchived,
     Nack,
     NewMessage,
     Produce,
     Produced,
     Purge,
     Purged,
+    SegmentsArchived,
+    SegmentsClaimed,
     SetAttributes,
     encode_command,
 )
 from cmq.fsm.machine import QueueMachine
 from cmq.meta import Assignment, CatalogMachine
 from cmq.model import (
+    DEFAULT_SEGMENT_AGE_SECONDS,
+    DEFAULT_SEGMENT_BYTES,
     MAX_WAIT_SECONDS,
+    ArchiveResult,
+    ClaimResult,
     OutgoingMessage,
     QueueAttributes,
     QueueStats,
     ReceivedMessage,
+    Refused,
     SentMessage,
 )
 from cmq.receipts import ReceiptSigner
@@ -65,9 +74,11 @@ from cmq.rpc import (
     AssignQueueCall,
     Call,
     ChangeVisibilityCall,
+    ClaimSegmentsCall,
     CreateQueueCall,
     DeleteQueueCall,
     GetQueueCall,
+    MarkArchivedCall,
     NackCall,
     ProduceCall,
     PurgeCall,
@@ -177,6 +188,10 @@ class ProduceBuilder:
         return ProduceCall(group, command, dedup_only)
 
 
+def _refused(refused: tuple[tuple[int, str, str], ...]) -> tuple[Refused, ...]:
+    return tuple(Refused(first, reason, batch or None) for first, reason, batch in refused)
+
+
 def check(res: object) -> None:
     """Raise the `CmqError` of a failed command."""
     if isinstance(res, CommandFailed):
@@ -195,7 +210,13 @@ class LeaderOps:
         signer: ReceiptSigner,
         wakeups: Wakeups,
         request_timeout: float,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        segment_age_ms: int = DEFAULT_SEGMENT_AGE_SECONDS * 1000,
     ) -> None:
+        """``segment_bytes`` / ``segment_age_ms``: this node's segment limits, recorded with
+        each queue it creates (`CreateQueue`)."""
+        self._segment_bytes = segment_bytes
+        self._segment_age_ms = segment_age_ms
         self._raft = raft
         self._catalog = catalog
         self._machines = machines
@@ -240,6 +261,10 @@ class LeaderOps:
             case RemoveQueueCall():
                 await self.propose(META_GROUP, CatalogMachine.remove(call.name))
                 return None
+            case ClaimSegmentsCall():
+                return await self._claim(call)
+            case MarkArchivedCall():
+                return await self._mark_archived(call)
             case RegisterNodeCall():
                 cmd = CatalogMachine.register_node(call.node, call.address, list(call.data_dirs))
                 await self.propose(META_GROUP, cmd)
@@ -263,7 +288,9 @@ class LeaderOps:
 
     # -- administration ----------------------------------------------------------------------
     async def _create(self, call: CreateQueueCall) -> bool:
-        cmd = CreateQueue(call.name, call.attributes, now_ms())
+        cmd = CreateQueue(
+            call.name, call.attributes, now_ms(), self._segment_bytes, self._segment_age_ms
+        )
         res = await self.propose(call.group, encode_command(cmd))
         check(res)
         if not isinstance(res, Created):
@@ -282,6 +309,23 @@ class LeaderOps:
         merged = self._attributes(call.group, call.name).merged(changes)
         check(await self.propose(call.group, encode_command(SetAttributes(call.name, merged))))
         return merged
+
+    # -- the archive -------------------------------------------------------------------------
+    async def _claim(self, call: ClaimSegmentsCall) -> ClaimResult:
+        cmd = ClaimSegments(call.name, now_ms(), call.batch_id, call.segments, call.ttl_ms)
+        res = await self.propose(call.group, encode_command(cmd))
+        check(res)
+        if not isinstance(res, SegmentsClaimed):
+            raise InvariantBroken(f"claim returned {res!r}")
+        return ClaimResult(res.claimed, _refused(res.refused))
+
+    async def _mark_archived(self, call: MarkArchivedCall) -> ArchiveResult:
+        cmd = MarkArchived(call.name, now_ms(), call.batch_id, call.segments)
+        res = await self.propose(call.group, encode_command(cmd))
+        check(res)
+        if not isinstance(res, SegmentsArchived):
+            raise InvariantBroken(f"mark-archived returned {res!r}")
+        return ArchiveResult(res.archived, res.already, _refused(res.refused))
 
     # -- messages ----------------------------------------------------------------------------
     async def _produce(self, call: ProduceCall) -> list[SentMessage]:

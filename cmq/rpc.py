@@ -29,7 +29,14 @@ from cmq.errors import (
     Unavailable,
     error_for,
 )
-from cmq.model import QueueAttributes, QueueStats, ReceivedMessage, SentMessage
+from cmq.model import (
+    ArchiveResult,
+    ClaimResult,
+    QueueAttributes,
+    QueueStats,
+    ReceivedMessage,
+    SentMessage,
+)
 
 R = TypeVar("R")
 
@@ -164,6 +171,27 @@ class PurgeCall(Call[int], frozen=True, tag=10):
     _REPLY = _decoder(int)
 
 
+class ClaimSegmentsCall(Call[ClaimResult], frozen=True, tag=14):
+    """Claim released segments for archive batch ``batch_id`` for ``ttl_ms`` (a repeat renews
+    the same claim: safe to retry)."""
+
+    name: str
+    batch_id: str
+    segments: tuple[int, ...]
+    ttl_ms: int
+    _REPLY = _decoder(ClaimResult)
+
+
+class MarkArchivedCall(Call[ArchiveResult], frozen=True, tag=15):
+    """Mark released segments archived by batch ``batch_id`` (idempotent: a repeat answers
+    them as already archived)."""
+
+    name: str
+    batch_id: str
+    segments: tuple[int, ...]
+    _REPLY = _decoder(ArchiveResult)
+
+
 # -- the catalog (meta group) ---------------------------------------------------------------
 class AssignQueueCall(Call[int], frozen=True, tag=11):
     """Place the queue in a data group (idempotent); the reply is the group."""
@@ -202,6 +230,8 @@ AnyCall = (
     | AssignQueueCall
     | RemoveQueueCall
     | RegisterNodeCall
+    | ClaimSegmentsCall
+    | MarkArchivedCall
 )
 
 _calls: msgspec.msgpack.Decoder[AnyCall] = msgspec.msgpack.Decoder(AnyCall)

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 
 from api.app import make_app
 from cmq.metrics import register_node_metrics
-from cmq.node import NodeConfig, QueueNode
+from cmq.node import NodeConfig, QueueNode, now_ms
 from raftlog.runtime import new_event_loop
 from raftlog.transport.peer import Address
 
@@ -32,7 +32,7 @@ async def serve(cfg: NodeConfig, http: Address, stop: asyncio.Event) -> None:
     await node.start()
     try:
         registry = CollectorRegistry()
-        register_node_metrics(registry, node.raft)
+        register_node_metrics(registry, node.raft, node.machines, now_ms)
         app = make_app(node, registry=registry)
         # Cancel a handler whose client went away: an abandoned long poll must not lease.
         runner = web.AppRunner(app, access_log=None, handler_cancellation=True)

@@ -12,11 +12,15 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from cmq.model import (
+    ArchiveResult,
+    ClaimResult,
     EntryResult,
     OutgoingMessage,
     QueueAttributes,
     QueueStats,
     ReceivedMessage,
+    SegmentListing,
+    SegmentStream,
     SentMessage,
 )
 
@@ -76,6 +80,28 @@ class QueueService(Protocol):
 
     async def nack(self, name: str, receipts: list[str], delay_seconds: int) -> list[EntryResult]:
         """Release leases: the messages become visible again after ``delay_seconds``."""
+        ...
+
+    async def list_segments(self, name: str, state: str = "all") -> SegmentListing:
+        """The queue's segments in ``state`` (active, sealed, released, archived_pending or
+        all) as this node's replica holds them (no leader needed); `InvalidParameter` for
+        another state."""
+        ...
+
+    async def read_segment(self, name: str, first_seq: int) -> SegmentStream:
+        """The records of a released segment from this node's replica, with their outcomes;
+        `SegmentNotFound` (unknown or archived), `SegmentNotReleased`, or `CorruptSegment`
+        (this replica's copy is damaged: read another) before anything is streamed."""
+        ...
+
+    async def claim_segments(
+        self, name: str, batch_id: str, segments: list[int], ttl_ms: int
+    ) -> ClaimResult:
+        """Claim released segments for an archive batch (committed); per-segment refusals."""
+        ...
+
+    async def mark_archived(self, name: str, batch_id: str, segments: list[int]) -> ArchiveResult:
+        """Forget archived segments (committed; every replica then deletes their files)."""
         ...
 
     def is_ready(self) -> bool:

@@ -11,6 +11,11 @@
 where safe: `cmq.client.retry`); `SyncClient` is its blocking facade for scripts. Errors are
 `cmq.errors` classes (also `ServerError`, with the HTTP status) and `ConnectFailed` /
 `ResponseLost` for the transport (`cmq.client.errors`).
+
+The archive read side: `Client.list_segments` (one node's replica, e.g. a follower's),
+`Client.read_segment` (records yielded lazily; the stream's trailer, count, CRC and the
+listing's checksum are checked when it ends: `CorruptSegment` otherwise), `claim_segments`
+and `mark_archived`; the same on `SyncClient`.
 """
 
 from cmq.client.aio import DEFAULT_URL, Client, parse_urls

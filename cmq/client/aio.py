@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any, Final
 
 import aiohttp
@@ -33,6 +33,12 @@ from cmq.client.errors import (
     server_error,
 )
 from cmq.client.retry import RetryPolicy, Safety, failure_of, retry_after_of
+from cmq.client.segments import (
+    RecordsReader,
+    archived_from_json,
+    claim_from_json,
+    listing_from_json,
+)
 from cmq.client.types import (
     Json,
     Outgoing,
@@ -53,8 +59,12 @@ from cmq.model import (
     MAX_ACK_BATCH,
     MAX_SEND_BATCH,
     MAX_WAIT_SECONDS,
+    ArchiveResult,
+    ClaimResult,
     EntryResult,
     QueueAttributes,
+    SegmentListing,
+    SegmentRecord,
     SentMessage,
 )
 
@@ -289,6 +299,73 @@ class Client:
         got = await self._call("POST", _m(queue) + "/nack", body, Safety.IDEMPOTENT)
         return results_from_json(got)
 
+    # -- segments and the archive ------------------------------------------------------------------
+    async def list_segments(
+        self, queue: str, state: str = "all", *, url: str | None = None
+    ) -> SegmentListing:
+        """The segments of ``queue`` in ``state`` (active, sealed, released, archived_pending
+        or all) as one node's replica holds them: ``url``'s (e.g. a follower's, so archiving
+        does not load the leader), else the first answering node's. ``leader`` names the
+        group's leader (map node ids to URLs with `status`)."""
+        client = self if url is None else self.derive(url)
+        got = await client._call("GET", f"{_q(queue)}/segments?state={state}", None, _IDEM)
+        return listing_from_json(got)
+
+    async def read_segment(
+        self,
+        queue: str,
+        first_seq: int,
+        *,
+        url: str | None = None,
+        checksum: str | None = None,
+        chunk: int = 1 << 16,
+    ) -> AsyncGenerator[SegmentRecord, None]:
+        """The records of a released segment, read lazily from one node's replica (``url``,
+        else the current node), each with how it left the queue. The stream is checked as
+        it ends: a cut stream, a count or CRC mismatch, or a trailer checksum other than
+        ``checksum`` (the listing's, when given) raises `CorruptSegment`, so a caller that
+        stores records must only commit them once iteration ended cleanly (then read again
+        from another replica on failure). `SegmentNotFound` / `SegmentNotReleased` as the
+        server answers."""
+        base = url.rstrip("/") if url is not None else self.urls[self._current]
+        path = f"{_q(queue)}/segments/{first_seq}/records"
+        reader = RecordsReader(f"{base}{path}", checksum)
+        session = self._pool.get()
+        try:
+            async with session.get(
+                base + path, timeout=aiohttp.ClientTimeout(total=None, sock_read=self.timeout)
+            ) as resp:
+                if resp.status >= 300:
+                    content = await resp.read()
+                    retry_after = _retry_after(resp.headers.get("Retry-After"))
+                    raise _error_of(resp.status, content, retry_after)
+                async for data in resp.content.iter_chunked(chunk):
+                    for record in reader.feed(data):
+                        yield record
+        except aiohttp.ClientConnectorError as e:
+            raise ConnectFailed(f"connect: {e.strerror or e}", base, type(e).__name__) from None
+        except (aiohttp.ClientError, TimeoutError) as e:
+            raise ResponseLost(f"{type(e).__name__}: {e}", base, type(e).__name__) from None
+        reader.finish()
+
+    async def claim_segments(
+        self, queue: str, batch_id: str, segments: Sequence[int], ttl_ms: int = 600_000
+    ) -> ClaimResult:
+        """Claim released segments for archive batch ``batch_id`` for ``ttl_ms``; a repeat by
+        the same batch renews (so it is retried like a read)."""
+        body = {"batch_id": batch_id, "segments": list(segments), "ttl_ms": ttl_ms}
+        got = await self._call("POST", f"{_q(queue)}/segments/claim", body, _IDEM)
+        return claim_from_json(got)
+
+    async def mark_archived(
+        self, queue: str, batch_id: str, segments: Sequence[int]
+    ) -> ArchiveResult:
+        """Mark released segments archived (idempotent: a repeat lists them in ``already``);
+        every replica then deletes their files."""
+        body = {"batch_id": batch_id, "segments": list(segments)}
+        got = await self._call("POST", f"{_q(queue)}/segments/archived", body, _IDEM)
+        return archived_from_json(got)
+
     # -- operations --------------------------------------------------------------------------------
     async def status(self) -> dict[str, Any]:
         """The first answering node's view of the cluster (``GET /v1/status``): its groups
@@ -397,6 +474,9 @@ class Client:
         except aiohttp.ClientError as e:
             reason = type(e).__name__
             raise ResponseLost(f"{reason}: {e}", url, reason) from None
+
+
+_IDEM = Safety.IDEMPOTENT
 
 
 def _q(name: str) -> str:

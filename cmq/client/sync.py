@@ -8,13 +8,21 @@ methods, same contracts, same errors; close it (or use ``with``) to release the 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Sequence
+from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
 from cmq.client.aio import DEFAULT_URL, Client
 from cmq.client.retry import RetryPolicy
 from cmq.client.types import Outgoing, QueueCreated, QueueInfo, RawResponse, ReceivedMessage
-from cmq.model import EntryResult, QueueAttributes, SentMessage
+from cmq.model import (
+    ArchiveResult,
+    ClaimResult,
+    EntryResult,
+    QueueAttributes,
+    SegmentListing,
+    SegmentRecord,
+    SentMessage,
+)
 
 T = TypeVar("T")
 
@@ -122,6 +130,39 @@ class SyncClient:
     ) -> list[EntryResult]:
         return self._run(self._client.nack(queue, receipts, delay_seconds))
 
+    def list_segments(
+        self, queue: str, state: str = "all", *, url: str | None = None
+    ) -> SegmentListing:
+        return self._run(self._client.list_segments(queue, state, url=url))
+
+    def read_segment(
+        self,
+        queue: str,
+        first_seq: int,
+        *,
+        url: str | None = None,
+        checksum: str | None = None,
+    ) -> Iterator[SegmentRecord]:
+        """Lazily, like `Client.read_segment` (consume it before the next call)."""
+        stream = self._client.read_segment(queue, first_seq, url=url, checksum=checksum)
+        try:
+            while True:
+                try:
+                    record = self._run(_next(stream))
+                except StopAsyncIteration:
+                    return
+                yield record
+        finally:
+            self._run(stream.aclose())
+
+    def claim_segments(
+        self, queue: str, batch_id: str, segments: Sequence[int], ttl_ms: int = 600_000
+    ) -> ClaimResult:
+        return self._run(self._client.claim_segments(queue, batch_id, segments, ttl_ms))
+
+    def mark_archived(self, queue: str, batch_id: str, segments: Sequence[int]) -> ArchiveResult:
+        return self._run(self._client.mark_archived(queue, batch_id, segments))
+
     def status(self) -> dict[str, Any]:
         return self._run(self._client.status())
 
@@ -138,3 +179,7 @@ class SyncClient:
         self, method: str, path: str, body: Any = None, *, raw: bytes | None = None
     ) -> RawResponse:
         return self._run(self._client.request(method, path, body, raw=raw))
+
+
+async def _next(stream: AsyncIterator[T]) -> T:
+    return await anext(stream)

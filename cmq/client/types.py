@@ -14,12 +14,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from cmq.model import EntryResult, QueueAttributes, QueueStats, SentMessage
+from cmq.model import EntryResult, QueueAttributes, QueueStats, SegmentCounts, SentMessage
 
 Json = dict[str, Any]
 
 _ATTRIBUTE_NAMES = frozenset(f.name for f in fields(QueueAttributes))
 _STATS_NAMES = frozenset(f.name for f in fields(QueueStats))
+_SEGMENT_COUNT_NAMES = frozenset(f.name for f in fields(SegmentCounts))
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +117,13 @@ def attributes_from_json(data: Mapping[str, Any]) -> QueueAttributes:
 
 
 def stats_from_json(data: Mapping[str, Any]) -> QueueStats:
-    return QueueStats(**{k: v for k, v in data.items() if k in _STATS_NAMES})
+    values = {k: v for k, v in data.items() if k in _STATS_NAMES}
+    if isinstance(values.get("segments"), dict):
+        counts = values["segments"]
+        values["segments"] = SegmentCounts(
+            **{k: v for k, v in counts.items() if k in _SEGMENT_COUNT_NAMES}
+        )
+    return QueueStats(**values)
 
 
 def sent_from_json(payload: Json) -> list[SentMessage]:

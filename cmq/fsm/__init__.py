@@ -1,6 +1,7 @@
 """The data-group state machine: commands, the queue machine and segment stores.
 
 `cmq.fsm.machine` (command dispatch), `cmq.fsm.queue` (per-queue state and its queries),
+`cmq.fsm.lifecycle` (released segments, archive claims, copy-forward, the records stream),
 `cmq.fsm.image` (snapshot image) and `cmq.fsm.commands` are pure (no os/asyncio/time); file I/O
 lives in `cmq.fsm.segments`.
 """
@@ -8,6 +9,7 @@ lives in `cmq.fsm.segments`.
 from cmq.fsm.commands import (
     Ack,
     ChangeVisibility,
+    ClaimSegments,
     Command,
     CommandFailed,
     CommandType,
@@ -22,6 +24,7 @@ from cmq.fsm.commands import (
     Lease,
     Leased,
     LeasedMessage,
+    MarkArchived,
     Nack,
     NewMessage,
     Produce,
@@ -29,7 +32,11 @@ from cmq.fsm.commands import (
     Purge,
     Purged,
     Result,
+    SegmentsArchived,
+    SegmentsClaimed,
     SetAttributes,
+    Tidied,
+    Tidy,
     decode_command,
     encode_command,
 )
@@ -40,6 +47,7 @@ from cmq.fsm.store import SegmentStore, StoredMessage
 __all__ = [
     "Ack",
     "ChangeVisibility",
+    "ClaimSegments",
     "Command",
     "CommandFailed",
     "CommandType",
@@ -55,6 +63,7 @@ __all__ = [
     "Lease",
     "Leased",
     "LeasedMessage",
+    "MarkArchived",
     "MemorySegmentStore",
     "Nack",
     "NewMessage",
@@ -65,8 +74,12 @@ __all__ = [
     "QueueMachine",
     "Result",
     "SegmentStore",
+    "SegmentsArchived",
+    "SegmentsClaimed",
     "SetAttributes",
     "StoredMessage",
+    "Tidied",
+    "Tidy",
     "decode_command",
     "encode_command",
 ]

@@ -18,7 +18,7 @@ from enum import IntEnum
 
 from cmq.errors import InvalidParameter
 from cmq.fsm.wire import Reader, Writer
-from cmq.model import QueueAttributes
+from cmq.model import DEFAULT_SEGMENT_AGE_SECONDS, DEFAULT_SEGMENT_BYTES, QueueAttributes
 
 
 class CommandType(IntEnum):
@@ -35,6 +35,9 @@ class CommandType(IntEnum):
     NACK = 9
     DEAD_LETTER = 10
     EXPIRE = 11
+    CLAIM_SEGMENTS = 12
+    MARK_ARCHIVED = 13
+    TIDY = 14
 
 
 # --------------------------------------------------------------------------------------------
@@ -43,11 +46,15 @@ class CommandType(IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class CreateQueue:
-    """Create ``name``; idempotent when it exists with equal attributes."""
+    """Create ``name``; idempotent when it exists with equal attributes. The segment limits
+    (the proposer's node settings) are recorded with the queue, so every replica seals its
+    segments at the same records whatever its own settings."""
 
     name: str
     attributes: QueueAttributes
     now_ms: int
+    segment_bytes: int = DEFAULT_SEGMENT_BYTES
+    segment_age_ms: int = DEFAULT_SEGMENT_AGE_SECONDS * 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +155,39 @@ class Expire:
     now_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class ClaimSegments:
+    """Claim released segments for archive batch ``batch_id`` until ``now_ms + ttl_ms``: each
+    one released and unclaimed, or whose claim expired, or already claimed by this batch."""
+
+    queue: str
+    now_ms: int
+    batch_id: str
+    segments: tuple[int, ...]
+    ttl_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class MarkArchived:
+    """Forget released segments stored by archive batch ``batch_id`` (their files go on every
+    replica): each one unclaimed or claimed by this batch, or whose claim expired."""
+
+    queue: str
+    now_ms: int
+    batch_id: str
+    segments: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Tidy:
+    """Segment upkeep at ``now_ms``, decided in apply: seal the active segment once it is
+    older than the queue's segment age, and copy the few live messages of sparse sealed
+    segments forward (so they can be released)."""
+
+    queue: str
+    now_ms: int
+
+
 Command = (
     CreateQueue
     | DeleteQueue
@@ -160,6 +200,9 @@ Command = (
     | Nack
     | DeadLetter
     | Expire
+    | ClaimSegments
+    | MarkArchived
+    | Tidy
 )
 
 
@@ -231,7 +274,42 @@ class Expired:
     count: int
 
 
-Result = CommandFailed | Done | Created | Purged | Produced | Leased | EntryOutcomes | Expired
+@dataclass(frozen=True, slots=True)
+class SegmentsClaimed:
+    """``refused``: ``(first_seq, reason, holding batch id or "")`` per refused segment."""
+
+    claimed: tuple[int, ...]
+    refused: tuple[tuple[int, str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentsArchived:
+    archived: tuple[int, ...]
+    already: tuple[int, ...]
+    refused: tuple[tuple[int, str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Tidied:
+    """Segments sealed and messages copied forward."""
+
+    sealed: int
+    copied: int
+
+
+Result = (
+    CommandFailed
+    | Done
+    | Created
+    | Purged
+    | Produced
+    | Leased
+    | EntryOutcomes
+    | Expired
+    | SegmentsClaimed
+    | SegmentsArchived
+    | Tidied
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -246,6 +324,7 @@ def _write_attributes(w: Writer, a: QueueAttributes) -> None:
     w.i64(a.receive_wait_seconds)
     w.opt_text(a.dead_letter_queue)
     w.i64(a.max_receive_count)
+    w.u8(1 if a.archive else 0)
 
 
 def _read_attributes(r: Reader) -> QueueAttributes:
@@ -257,6 +336,7 @@ def _read_attributes(r: Reader) -> QueueAttributes:
         receive_wait_seconds=r.i64(),
         dead_letter_queue=r.opt_text(),
         max_receive_count=r.i64(),
+        archive=r.boolean(),
     )
 
 
@@ -274,11 +354,13 @@ def encode_command(cmd: Command) -> bytes:
     """The proposal bytes of ``cmd`` (see the module docstring for the layout)."""
     w = Writer()
     match cmd:
-        case CreateQueue(name, attributes, now_ms):
+        case CreateQueue(name, attributes, now_ms, segment_bytes, segment_age_ms):
             w.u8(CommandType.CREATE_QUEUE)
             w.text(name)
             _write_attributes(w, attributes)
             w.i64(now_ms)
+            w.i64(segment_bytes)
+            w.i64(segment_age_ms)
         case DeleteQueue(name):
             w.u8(CommandType.DELETE_QUEUE)
             w.text(name)
@@ -347,7 +429,30 @@ def encode_command(cmd: Command) -> bytes:
             w.u8(CommandType.EXPIRE)
             w.text(queue)
             w.i64(now_ms)
+        case ClaimSegments(queue, now_ms, batch_id, segments, ttl_ms):
+            w.u8(CommandType.CLAIM_SEGMENTS)
+            w.text(queue)
+            w.i64(now_ms)
+            w.text(batch_id)
+            _write_seqs(w, segments)
+            w.i64(ttl_ms)
+        case MarkArchived(queue, now_ms, batch_id, segments):
+            w.u8(CommandType.MARK_ARCHIVED)
+            w.text(queue)
+            w.i64(now_ms)
+            w.text(batch_id)
+            _write_seqs(w, segments)
+        case Tidy(queue, now_ms):
+            w.u8(CommandType.TIDY)
+            w.text(queue)
+            w.i64(now_ms)
     return w.getvalue()
+
+
+def _write_seqs(w: Writer, seqs: tuple[int, ...]) -> None:
+    w.u32(len(seqs))
+    for seq in seqs:
+        w.i64(seq)
 
 
 def _count(r: Reader, item_size: int) -> int:
@@ -369,7 +474,7 @@ def decode_command(data: bytes) -> Command:
     cmd: Command
     match kind:
         case CommandType.CREATE_QUEUE:
-            cmd = CreateQueue(r.text(), _read_attributes(r), r.i64())
+            cmd = CreateQueue(r.text(), _read_attributes(r), r.i64(), r.i64(), r.i64())
         case CommandType.DELETE_QUEUE:
             cmd = DeleteQueue(r.text())
         case CommandType.SET_ATTRIBUTES:
@@ -403,5 +508,14 @@ def decode_command(data: bytes) -> Command:
             cmd = DeadLetter(queue, tuple(r.i64() for _ in range(_count(r, 8))))
         case CommandType.EXPIRE:
             cmd = Expire(r.text(), r.i64())
+        case CommandType.CLAIM_SEGMENTS:
+            queue, now_ms, batch = r.text(), r.i64(), r.text()
+            firsts = tuple(r.i64() for _ in range(_count(r, 8)))
+            cmd = ClaimSegments(queue, now_ms, batch, firsts, r.i64())
+        case CommandType.MARK_ARCHIVED:
+            queue, now_ms, batch = r.text(), r.i64(), r.text()
+            cmd = MarkArchived(queue, now_ms, batch, tuple(r.i64() for _ in range(_count(r, 8))))
+        case CommandType.TIDY:
+            cmd = Tidy(r.text(), r.i64())
     r.end()
     return cmd

@@ -1,9 +1,11 @@
 """The snapshot image of the queue machine, and its self-contained "shipped" form (pure).
 
 Image layout: ``CMQF``, version, incarnation counter, queue count, then per queue (sorted by
-name): name, attributes, incarnation, clock and counters; segments (first seq, count, size,
-sealed, created, deleted bitmap); the touched cells; the dedup window. Equal states give equal
-bytes (replicas compare images at equal applied index).
+name): name, attributes, incarnation, clock, counters and segment limits; segments (first seq,
+count, size, sealed, created, deleted bitmap, released, CRC-32; the outcome bitmaps expired,
+dead-lettered, purged and moved, the copies bitmap, receive-count exceptions, the archive
+claim); the touched cells; the messages copied forward (seq, send time, earlier seqs); the
+dedup window. Equal states give equal bytes (replicas compare images at equal applied index).
 
 Shipped form (for a follower that lacks the segment files): ``CMQSHIP1``, image length, segment
 count, the image, then per segment its key length, first seq, size and CRC-32, key and bytes.
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from array import array
 from collections.abc import Iterable
 
 from pyroaring import BitMap
@@ -24,11 +27,13 @@ from cmq.fsm.store import SegmentStore
 from cmq.fsm.wire import Reader, Writer
 
 IMAGE_MAGIC = b"CMQF"
-IMAGE_VERSION = 1
+IMAGE_VERSION = 2
 
 _IMAGE_HEAD = struct.Struct("<BqI")
-_QUEUE_HEAD = struct.Struct("<10qI")
-_SEGMENT_HEAD = struct.Struct("<qqqBqI")
+_QUEUE_HEAD = struct.Struct("<12qI")
+_SEGMENT_HEAD = struct.Struct("<qqqBqIBI")
+"""first seq, count, size, sealed, created, deleted bitmap length, released, crc."""
+_CLAIM_TAIL = struct.Struct("<q")
 _DEDUP_TAIL = struct.Struct("<qq")
 SHIPPED_MAGIC = b"CMQSHIP1"
 _SHIPPED_HEAD = struct.Struct("<QI")  # light image length, segment count
@@ -116,6 +121,8 @@ def encode_queue(q: QueueState) -> bytes:
             q.acked_total,
             q.dead_lettered_total,
             q.expired_total,
+            q.segment_bytes,
+            q.segment_age_ms,
             len(q.segments),
         )
     )
@@ -123,17 +130,42 @@ def encode_queue(q: QueueState) -> bytes:
         bits = canonical_bits(seg.deleted)
         w.raw(
             _SEGMENT_HEAD.pack(
-                seg.first_seq, seg.count, seg.size, int(seg.sealed), seg.created_ms, len(bits)
+                seg.first_seq,
+                seg.count,
+                seg.size,
+                int(seg.sealed),
+                seg.created_ms,
+                len(bits),
+                int(seg.released),
+                seg.crc,
             )
         )
         w.raw(bits)
+        for extra in (seg.expired, seg.dead, seg.purged, seg.moved, seg.copies):
+            w.blob(canonical_bits(extra))
+        w.int_array(array("q", [x for rel in sorted(seg.counts) for x in (rel, seg.counts[rel])]))
+        w.opt_text(None if seg.claim is None else seg.claim[0])
+        if seg.claim is not None:
+            w.raw(_CLAIM_TAIL.pack(seg.claim[1]))
     w.int_array(q.touched.cells)
+    w.u32(len(q.moved))
+    for seq in sorted(q.moved):
+        sent, olds = q.moved[seq]
+        w.raw(_DEDUP_TAIL.pack(seq, sent))
+        w.int_array(array("q", olds))
     w.u32(len(q.dedup))
     for dedup_id, (mid, seq, at) in q.dedup.items():
         w.text(dedup_id)
         w.text(mid)
         w.raw(_DEDUP_TAIL.pack(seq, at))
     return w.getvalue()
+
+
+def _bits(data: bytes) -> BitMap:
+    try:
+        return BitMap.deserialize(data)
+    except (ValueError, OverflowError) as e:
+        raise InvalidParameter(f"bad bitmap: {e}") from None
 
 
 def decode_queues(r: Reader) -> tuple[int, dict[str, QueueState]]:
@@ -147,7 +179,9 @@ def decode_queues(r: Reader) -> tuple[int, dict[str, QueueState]]:
         name = r.text()
         attributes = read_attributes(r)
         head = _QUEUE_HEAD.unpack(r.raw(_QUEUE_HEAD.size))
-        q = QueueState(name, head[0], attributes, head[1])
+        q = QueueState(
+            name, head[0], attributes, head[1], segment_bytes=head[10], segment_age_ms=head[11]
+        )
         (
             q.clock,
             q.next_seq,
@@ -157,18 +191,23 @@ def decode_queues(r: Reader) -> tuple[int, dict[str, QueueState]]:
             q.acked_total,
             q.dead_lettered_total,
             q.expired_total,
-            nsegments,
-        ) = head[2:]
-        for _ in range(nsegments):
-            first, count, size, sealed, created, nbits = _SEGMENT_HEAD.unpack(
+        ) = head[2:10]
+        for _ in range(head[12]):
+            first, count, size, sealed, created, nbits, released, crc = _SEGMENT_HEAD.unpack(
                 r.raw(_SEGMENT_HEAD.size)
             )
             seg = Segment(first, created)
             seg.count, seg.size, seg.sealed = count, size, bool(sealed)
-            try:
-                seg.deleted = BitMap.deserialize(r.raw(nbits))
-            except (ValueError, OverflowError) as e:
-                raise InvalidParameter(f"bad bitmap: {e}") from None
+            seg.released, seg.crc = bool(released), crc
+            seg.deleted = _bits(r.raw(nbits))
+            seg.expired, seg.dead, seg.purged, seg.moved, seg.copies = (
+                _bits(r.blob()) for _ in range(5)
+            )
+            pairs = r.int_array("q")
+            seg.counts = dict(zip(pairs[0::2], pairs[1::2], strict=True))
+            batch = r.opt_text()
+            if batch is not None:
+                seg.claim = (batch, _CLAIM_TAIL.unpack(r.raw(_CLAIM_TAIL.size))[0])
             q.segments.append(seg)
             q.firsts.append(first)
         t = q.touched
@@ -178,6 +217,9 @@ def decode_queues(r: Reader) -> tuple[int, dict[str, QueueState]]:
         t.reindex()
         if len(t.slot_of) * WIDTH != len(t.cells):
             raise InvalidParameter(f"queue {name!r}: a seq is touched twice")
+        for _ in range(r.u32()):
+            seq, sent = _DEDUP_TAIL.unpack(r.raw(_DEDUP_TAIL.size))
+            q.moved[seq] = (sent, tuple(r.int_array("q")))
         for _ in range(r.u32()):
             dedup_id, mid = r.text(), r.text()
             seq, at = _DEDUP_TAIL.unpack(r.raw(_DEDUP_TAIL.size))

@@ -24,19 +24,23 @@ lease id even after its deadline (nobody else holds the message; SQS does the sa
 ChangeVisibility and Nack need an unexpired lease (``MessageNotInflight`` otherwise). Any other
 lease id, or a message that is gone, gets ``LeaseStale``.
 
-Per-queue state and its queries live in `cmq.fsm.queue`, the snapshot image in `cmq.fsm.image`.
+Per-queue state and its queries live in `cmq.fsm.queue`, the machine's read-only queries in
+`cmq.fsm.reads`, the segment lifecycle (release, archive claims, copy-forward) in
+`cmq.fsm.lifecycle`, the snapshot image in `cmq.fsm.image`.
 """
 
 from __future__ import annotations
 
+import zlib
 from bisect import bisect_right
-from collections.abc import Iterable
 
 from cmq import errors
 from cmq.errors import InvalidParameter, InvariantBroken
+from cmq.fsm import lifecycle
 from cmq.fsm.commands import (
     Ack,
     ChangeVisibility,
+    ClaimSegments,
     Command,
     CommandFailed,
     Created,
@@ -50,6 +54,7 @@ from cmq.fsm.commands import (
     Lease,
     Leased,
     LeasedMessage,
+    MarkArchived,
     Nack,
     Produce,
     Produced,
@@ -57,6 +62,7 @@ from cmq.fsm.commands import (
     Purged,
     Result,
     SetAttributes,
+    Tidy,
     decode_command,
 )
 from cmq.fsm.image import (
@@ -68,30 +74,34 @@ from cmq.fsm.image import (
     ship,
 )
 from cmq.fsm.queue import (
+    ACKED,
     COUNT,
+    DEAD_LETTERED,
+    EXPIRED,
     FLAGS,
     LEASE,
     PENDING_DEAD_LETTER,
+    PURGED,
     VIS,
     Due,
     QueueState,
     Segment,
     encode_head,
 )
+from cmq.fsm.reads import MachineReads
 from cmq.fsm.store import SegmentLayout, SegmentStore, StoredMessage, encode_record
-from cmq.model import DEDUP_WINDOW_MS, QUEUE_NAME, QueueAttributes, QueueStats
+from cmq.model import (
+    DEDUP_WINDOW_MS,
+    QUEUE_NAME,
+)
 
 __all__ = ["MAX_DEAD_LETTER_PER_LEASE", "Due", "QueueMachine"]
 
-SEGMENT_BYTES = 8 << 20
-"""A segment is sealed once it holds this many bytes..."""
-SEGMENT_AGE_MS = 60 * 60 * 1000
-"""...or once it is this old (by the queue clock) when the next message arrives."""
 MAX_DEAD_LETTER_PER_LEASE = 100
 """At most this many messages are marked pending-dead-letter by one `Lease` (bounds its work)."""
 
 
-class QueueMachine:
+class QueueMachine(MachineReads):
     """The data-group state machine (implements `raftlog.runtime.statemachine.StateMachine`).
 
     ``apply`` is total and deterministic: user errors are `CommandFailed` results; only a broken
@@ -111,21 +121,28 @@ class QueueMachine:
         self,
         store: SegmentStore,
         *,
-        segment_bytes: int = SEGMENT_BYTES,
-        segment_age_ms: int = SEGMENT_AGE_MS,
+        segment_bytes: int | None = None,
+        segment_age_ms: int | None = None,
     ) -> None:
+        """``segment_bytes`` / ``segment_age_ms``: for tests and simulations, lower the
+        segment limits every queue recorded at its creation (`CreateQueue`); every replica of
+        a group must then be built with the same values."""
         self._store = store
         self._changed_queues: set[str] = set()
         self._segment_bytes = segment_bytes
         self._segment_age_ms = segment_age_ms
         self._queues: dict[str, QueueState] = {}
         self._incarnations = 0
-        # Segments (queue key, first seq) and whole queues (first seq None) no longer in the
-        # state. Their files are removed only once no durable snapshot lists them: those
+        # Segments (queue key, first seq, bytes) and whole queues (first seq None) no longer in
+        # the state. Their files are removed only once no durable snapshot lists them: those
         # released before the previous `snapshot()` are removed by the next one.
-        self._released: list[tuple[str, int | None]] = []
-        self._releasing: list[tuple[str, int | None]] = []
+        self._released: list[tuple[str, Segment | None]] = []
+        self._releasing: list[tuple[str, Segment | None]] = []
         self.applied_index = 0
+
+    @property
+    def store(self) -> SegmentStore:
+        return self._store
 
     # ------------------------------------------------------------------------ StateMachine
     def apply(self, index: int, command: bytes) -> object:
@@ -145,11 +162,11 @@ class QueueMachine:
         before this call: files released before the previous call are removed now."""
         image = self.encode_image()
         self._store.flush()
-        for key, first in self._releasing:
-            if first is None:
+        for key, seg in self._releasing:
+            if seg is None:
                 self._store.drop_queue(key)
             else:
-                self._store.release(key, first)
+                self._store.release(key, seg.first_seq)
         self._releasing, self._released = self._released, []
         return image
 
@@ -182,8 +199,10 @@ class QueueMachine:
             live = sum(seg.count - len(seg.deleted) for seg in q.segments)
             if live != q.live:
                 raise InvariantBroken(f"snapshot of {q.name!r}: {live} live messages != {q.live}")
+            q.rebuild_alias()
             for seg, rec in zip(q.segments, recovered[q.key], strict=True):
                 seg.sent_at = rec.sent_at
+                lifecycle.restore_sent_keys(q, seg)
                 q.rebuild_derived(seg, rec.visible_at)
             q.rebuild_touched()
         self._queues = queues
@@ -217,15 +236,21 @@ class QueueMachine:
                 return self._dead_letter(cmd)
             case Expire():
                 return self._expire(cmd)
+            case ClaimSegments():
+                return lifecycle.claim(self, cmd)
+            case MarkArchived():
+                return lifecycle.mark_archived(self, cmd)
+            case Tidy():
+                return lifecycle.tidy(self, cmd)
 
-    def _mutable(self, name: str) -> QueueState | None:
+    def mutable(self, name: str) -> QueueState | None:
         """The queue a command is about to change (its cached image is dropped)."""
         q = self._queues.get(name)
         if q is not None:
             q.image = None
         return q
 
-    def _changed(self, name: str) -> None:
+    def changed(self, name: str) -> None:
         self._changed_queues.add(name)
 
     def take_changed(self) -> set[str]:
@@ -235,14 +260,14 @@ class QueueMachine:
         return changed
 
     @staticmethod
-    def _not_found(name: str) -> CommandFailed:
+    def not_found(name: str) -> CommandFailed:
         return CommandFailed(errors.QueueNotFound.code, f"queue {name!r} does not exist")
 
     def _create(self, cmd: CreateQueue) -> Result:
         if not QUEUE_NAME.match(cmd.name):
             # The service validates names; re-checked because names become directory names.
             return CommandFailed(errors.InvalidQueueName.code, f"bad queue name {cmd.name!r}")
-        q = self._mutable(cmd.name)
+        q = self.mutable(cmd.name)
         if q is not None:
             if q.attributes != cmd.attributes:
                 return CommandFailed(
@@ -252,41 +277,50 @@ class QueueMachine:
             return Created(False, q.attributes)
         self._incarnations += 1
         self._queues[cmd.name] = QueueState(
-            cmd.name, self._incarnations, cmd.attributes, cmd.now_ms
+            cmd.name,
+            self._incarnations,
+            cmd.attributes,
+            cmd.now_ms,
+            segment_bytes=max(1, cmd.segment_bytes),
+            segment_age_ms=max(0, cmd.segment_age_ms),
         )
-        self._changed(cmd.name)
+        self.changed(cmd.name)
         return Created(True, cmd.attributes)
 
     def _delete_queue(self, cmd: DeleteQueue) -> Result:
         q = self._queues.pop(cmd.name, None)
         if q is None:
-            return self._not_found(cmd.name)
+            return self.not_found(cmd.name)
         self._released.append((q.key, None))
-        self._changed(cmd.name)
+        self.changed(cmd.name)
         return Done()
 
     def _set_attributes(self, cmd: SetAttributes) -> Result:
-        q = self._mutable(cmd.name)
+        q = self.mutable(cmd.name)
         if q is None:
-            return self._not_found(cmd.name)
+            return self.not_found(cmd.name)
         q.attributes = cmd.attributes
         q.head = encode_head(q.name, q.attributes)
-        self._changed(cmd.name)
+        if not q.attributes.archive:
+            # No archive any more: the segments kept for it go like any released one.
+            for seg in [seg for seg in q.segments if seg.released]:
+                self.forget_segment(q, seg)
+        self.changed(cmd.name)
         return Done()
 
     def _purge(self, cmd: Purge) -> Result:
-        q = self._mutable(cmd.name)
+        q = self.mutable(cmd.name)
         if q is None:
-            return self._not_found(cmd.name)
+            return self.not_found(cmd.name)
         q.advance(cmd.now_ms)
-        count = self._delete_prefix(q, q.next_seq)
-        self._changed(cmd.name)
+        count = self._delete_prefix(q, q.next_seq, PURGED)
+        self.changed(cmd.name)
         return Purged(count)
 
     def _produce(self, cmd: Produce) -> Result:
-        q = self._mutable(cmd.queue)
+        q = self.mutable(cmd.queue)
         if q is None:
-            return self._not_found(cmd.queue)
+            return self.not_found(cmd.queue)
         limit = q.attributes.max_message_size
         for m in cmd.messages:
             # Any node builds produce commands from its own replica's view of the attributes;
@@ -315,11 +349,11 @@ class QueueMachine:
                 if hit is not None:
                     out.append((hit[0], hit[1]))
                     continue
-            if seg is None or self._must_seal(q, seg):
+            if seg is None or self.must_seal(q, seg):
                 if seg is not None:
-                    self._append(q, seg, messages, frames)
+                    self.append(q, seg, messages, frames)
                     messages, frames = [], []
-                    self._seal(q, seg)
+                    self.seal(q, seg)
                 seg = Segment(q.next_seq, clock)
                 q.segments.append(seg)
                 q.firsts.append(seg.first_seq)
@@ -333,6 +367,7 @@ class QueueMachine:
             frames.append(frame)
             seg.count += 1
             seg.size += len(frame)
+            seg.crc = zlib.crc32(frame, seg.crc)
             seg.sent_at.append(clock)
             q.live += 1
             q.sent_total += 1
@@ -341,14 +376,14 @@ class QueueMachine:
                 dedup[m.dedup_id] = (m.id, seq, clock)
             out.append((m.id, seq))
         if seg is not None and messages:
-            self._append(q, seg, messages, frames)
-        self._changed(cmd.queue)
+            self.append(q, seg, messages, frames)
+        self.changed(cmd.queue)
         return Produced(tuple(out))
 
     def _lease(self, cmd: Lease) -> Result:
-        q = self._mutable(cmd.queue)
+        q = self.mutable(cmd.queue)
         if q is None:
-            return self._not_found(cmd.queue)
+            return self.not_found(cmd.queue)
         q.advance(cmd.now_ms)
         attrs = q.attributes
         visibility = (
@@ -389,28 +424,30 @@ class QueueMachine:
         return Leased(tuple(leased), tuple(dead))
 
     def _ack(self, cmd: Ack) -> Result:
-        q = self._mutable(cmd.queue)
+        q = self.mutable(cmd.queue)
         if q is None:
-            return self._not_found(cmd.queue)
+            return self.not_found(cmd.queue)
         q.advance(cmd.now_ms)
         out: list[str | None] = []
-        for seq, lease_id in cmd.entries:
+        for old_seq, lease_id in cmd.entries:
+            seq = q.resolve(old_seq)
             if q.lease_slot(seq, lease_id) is None:
                 out.append(errors.LEASE_STALE)
                 continue
-            self._delete_one(q, seq)
+            self._delete_one(q, seq, ACKED)
             q.acked_total += 1
             out.append(None)
-        self._changed(cmd.queue)
+        self.changed(cmd.queue)
         return EntryOutcomes(tuple(out))
 
     def _change_visibility(self, cmd: ChangeVisibility) -> Result:
-        q = self._mutable(cmd.queue)
+        q = self.mutable(cmd.queue)
         if q is None:
-            return self._not_found(cmd.queue)
+            return self.not_found(cmd.queue)
         q.advance(cmd.now_ms)
         out: list[str | None] = []
-        for seq, lease_id, visibility_ms in cmd.entries:
+        for old_seq, lease_id, visibility_ms in cmd.entries:
+            seq = q.resolve(old_seq)
             slot = q.inflight_slot(seq, lease_id)
             if isinstance(slot, str):
                 out.append(slot)
@@ -419,17 +456,18 @@ class QueueMachine:
             q.touched.set(slot, VIS, at)
             q.schedule(seq, at)
             out.append(None)
-        self._changed(cmd.queue)
+        self.changed(cmd.queue)
         return EntryOutcomes(tuple(out))
 
     def _nack(self, cmd: Nack) -> Result:
-        q = self._mutable(cmd.queue)
+        q = self.mutable(cmd.queue)
         if q is None:
-            return self._not_found(cmd.queue)
+            return self.not_found(cmd.queue)
         q.advance(cmd.now_ms)
         at = q.clock + max(0, cmd.delay_ms)
         out: list[str | None] = []
-        for seq, lease_id in cmd.entries:
+        for old_seq, lease_id in cmd.entries:
+            seq = q.resolve(old_seq)
             slot = q.inflight_slot(seq, lease_id)
             if isinstance(slot, str):
                 out.append(slot)
@@ -438,23 +476,23 @@ class QueueMachine:
             q.touched.set(slot, VIS, at)
             q.schedule(seq, at)
             out.append(None)
-        self._changed(cmd.queue)
+        self.changed(cmd.queue)
         return EntryOutcomes(tuple(out))
 
     def _dead_letter(self, cmd: DeadLetter) -> Result:
-        q = self._mutable(cmd.queue)
+        q = self.mutable(cmd.queue)
         if q is None:
-            return self._not_found(cmd.queue)
+            return self.not_found(cmd.queue)
         for seq in cmd.seqs:
-            if self._delete_one(q, seq):
+            if self._delete_one(q, q.resolve(seq), DEAD_LETTERED):
                 q.dead_lettered_total += 1
-        self._changed(cmd.queue)
+        self.changed(cmd.queue)
         return Done()
 
     def _expire(self, cmd: Expire) -> Result:
-        q = self._mutable(cmd.queue)
+        q = self.mutable(cmd.queue)
         if q is None:
-            return self._not_found(cmd.queue)
+            return self.not_found(cmd.queue)
         q.advance(cmd.now_ms)
         cutoff = q.clock - q.attributes.message_retention_seconds * 1000
         end_seq = 0
@@ -464,16 +502,31 @@ class QueueMachine:
             end_seq = seg.first_seq + k
             if k < seg.count:
                 break
-        count = self._delete_prefix(q, end_seq)
+        count = self._delete_prefix(q, end_seq, EXPIRED)
+        # Messages copied forward carry their real send time apart (their place in the
+        # sorted send times is their copy's).
+        for seq in sorted(seq for seq, (sent, _) in q.moved.items() if sent <= cutoff):
+            if self._delete_one(q, seq, EXPIRED):
+                count += 1
         q.expired_total += count
-        self._changed(cmd.queue)
+        self.changed(cmd.queue)
         return Expired(count)
 
     # ------------------------------------------------------------------------ helpers
-    def _must_seal(self, q: QueueState, seg: Segment) -> bool:
-        return seg.size >= self._segment_bytes or q.clock - seg.created_ms >= self._segment_age_ms
+    def must_seal(self, q: QueueState, seg: Segment) -> bool:
+        return seg.size >= self.segment_bytes(q) or q.clock - seg.created_ms >= self.segment_age(q)
 
-    def _append(
+    def segment_bytes(self, q: QueueState) -> int:
+        """The size at which ``q``'s segments are sealed."""
+        limit = self._segment_bytes
+        return q.segment_bytes if limit is None else min(limit, q.segment_bytes)
+
+    def segment_age(self, q: QueueState) -> int:
+        """The age (ms) at which ``q``'s segments are sealed."""
+        limit = self._segment_age_ms
+        return q.segment_age_ms if limit is None else min(limit, q.segment_age_ms)
+
+    def append(
         self, q: QueueState, seg: Segment, messages: list[StoredMessage], frames: list[bytes]
     ) -> None:
         size = self._store.append(q.key, seg.first_seq, messages, frames)
@@ -482,99 +535,57 @@ class QueueMachine:
                 f"queue {q.name!r} segment {seg.first_seq}: store size {size} != {seg.size}"
             )
 
-    def _seal(self, q: QueueState, seg: Segment) -> None:
+    def seal(self, q: QueueState, seg: Segment) -> None:
         seg.sealed = True
         self._store.seal(q.key, seg.first_seq)
-        self._maybe_release(q, seg)
+        self.maybe_release(q, seg)
 
-    def _maybe_release(self, q: QueueState, seg: Segment) -> None:
-        if not (seg.sealed and seg.full()):
+    def maybe_release(self, q: QueueState, seg: Segment) -> None:
+        """Release ``seg`` if it is sealed and every message is deleted: kept for the archive
+        (``archive`` queues), else forgotten (its files go after the next snapshot)."""
+        if seg.released or not (seg.sealed and seg.full()):
             return
+        if q.attributes.archive and seg.archivable() > 0:
+            seg.released = True
+            return
+        self.forget_segment(q, seg)
+
+    def forget_segment(self, q: QueueState, seg: Segment) -> None:
+        """Drop ``seg`` from the state; its files are removed once no durable snapshot lists
+        it (see `snapshot`)."""
         i = bisect_right(q.firsts, seg.first_seq) - 1
         if i < 0 or q.segments[i] is not seg:
             raise InvariantBroken(f"queue {q.name!r}: segment {seg.first_seq} not in its list")
         del q.segments[i]
         del q.firsts[i]
-        self._released.append((q.key, seg.first_seq))
+        self._released.append((q.key, seg))
 
-    def _delete_one(self, q: QueueState, seq: int) -> bool:
-        """Delete the live message ``seq``; False if it was already gone."""
+    def _delete_one(self, q: QueueState, seq: int, outcome: int) -> bool:
+        """Delete the live message ``seq`` (recording ``outcome``); False if already gone."""
         seg = q.segment_of(seq)
         if seg is None:
             return False
         rel = seq - seg.first_seq
         if rel in seg.deleted:
             return False
+        slot = q.touched.slot_of.get(seq)
+        seg.record(rel, outcome, 0 if slot is None else q.touched.get(slot, COUNT))
         seg.deleted.add(rel)
+        q.forget_moved(seq)
         q.live -= 1
         q.ready.discard(seq)
         q.timer_of.pop(seq, None)
         q.pending_dl.discard(seq)
         q.touched.remove(seq)
-        self._maybe_release(q, seg)
+        self.maybe_release(q, seg)
         return True
 
-    def _delete_prefix(self, q: QueueState, end_seq: int) -> int:
+    def _delete_prefix(self, q: QueueState, end_seq: int, outcome: int) -> int:
         """Delete every live message with seq < ``end_seq``; returns how many."""
-        count, hit = q.delete_prefix(end_seq)
+        count, hit = q.delete_prefix(end_seq, outcome)
         for seg in hit:
-            self._maybe_release(q, seg)
+            self.maybe_release(q, seg)
         return count
-
-    def _read_live(self, q: QueueState, seq: int) -> StoredMessage:
-        seg = q.segment_of(seq)
-        if seg is None:
-            raise InvariantBroken(f"queue {q.name!r}: live seq {seq} has no segment")
-        return self._store.read(q.key, seg.first_seq, seq)
-
-    # ------------------------------------------------------------------------ reads
-    def queue_names(self) -> list[str]:
-        """Every queue of this group, sorted."""
-        return sorted(self._queues)
-
-    def attributes(self, name: str) -> QueueAttributes | None:
-        q = self._queues.get(name)
-        return None if q is None else q.attributes
-
-    def stats(self, name: str, now_ms: int) -> QueueStats | None:
-        """Exact counts at ``max(now_ms, queue clock)`` (`QueueState.stats`)."""
-        q = self._queues.get(name)
-        return None if q is None else q.stats(now_ms)
-
-    def read(self, name: str, seqs: Iterable[int]) -> list[StoredMessage]:
-        """The stored messages among ``seqs`` that are still live (others skipped), in the
-        given order."""
-        q = self._queues.get(name)
-        if q is None:
-            return []
-        return [self._read_live(q, seq) for seq in seqs if q.is_live(seq)]
-
-    def has_visible(self, name: str, now_ms: int) -> bool:
-        """Whether a `Lease` at ``now_ms`` would find a message (a hint for long polls)."""
-        q = self._queues.get(name)
-        return q is not None and q.has_visible(now_ms)
-
-    def next_visible_at(self, name: str) -> int | None:
-        """The earliest time an invisible message (delayed, leased, nacked) becomes visible."""
-        q = self._queues.get(name)
-        return None if q is None else q.next_visible_at()
-
-    def expirable(self, name: str, now_ms: int) -> bool:
-        """Whether an `Expire` at ``now_ms`` would delete something."""
-        q = self._queues.get(name)
-        return q is not None and q.expirable(now_ms)
-
-    def due(self, name: str, now_ms: int, dead_letter_limit: int = 100) -> Due | None:
-        """The timed work due on queue ``name`` at ``now_ms``: whether an `Expire` would delete
-        something, and up to ``dead_letter_limit`` seqs marked for its dead-letter queue
-        (none when it has no dead-letter queue). None when nothing is due."""
-        q = self._queues.get(name)
-        return None if q is None else q.due(now_ms, dead_letter_limit)
-
-    def pending_dead_letters(self, name: str) -> list[int]:
-        """Seqs marked for the dead-letter queue, awaiting a `DeadLetter` (ascending)."""
-        q = self._queues.get(name)
-        return [] if q is None else q.pending_dl_seqs()
 
     # ------------------------------------------------------------------------ image
     def encode_image(self, *, reuse: bool = True) -> bytes:

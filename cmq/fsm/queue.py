@@ -10,6 +10,7 @@ from __future__ import annotations
 import heapq
 from array import array
 from bisect import bisect_right
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from pyroaring import BitMap, BitMap64
@@ -17,10 +18,16 @@ from pyroaring import BitMap, BitMap64
 from cmq import errors
 from cmq.fsm.commands import write_attributes
 from cmq.fsm.wire import Writer
-from cmq.model import QueueAttributes, QueueStats
+from cmq.model import OUTCOMES, QueueAttributes, QueueStats, SegmentCounts
 
 PENDING_DEAD_LETTER = 1
 """Flag of a touched slot: the message waits for a `DeadLetter` (it is in ``pending_dl``)."""
+ACKED, EXPIRED, DEAD_LETTERED, PURGED = range(4)
+"""How a message left its queue (index into `cmq.model.OUTCOMES`)."""
+COMPACT_MAX_LIVE = 64
+COMPACT_RATIO = 8
+"""A sealed segment is *sparse* (its live messages are copied forward by `Tidy`) when it holds
+at most `COMPACT_MAX_LIVE` live messages and at most 1/`COMPACT_RATIO` of its records."""
 # Cells of a touched slot.
 SEQ, VIS, LEASE, COUNT, FLAGS = range(5)
 WIDTH = 5
@@ -38,6 +45,8 @@ class Due:
     """Seqs marked for the dead-letter queue (ascending, at most the asked limit); empty when
     the queue has no dead-letter queue."""
     dead_letter_queue: str
+    tidy: bool = False
+    """A `Tidy` at ``now_ms`` would seal the active segment or copy messages forward."""
 
 
 class Touched:
@@ -96,21 +105,92 @@ class Touched:
 
 
 class Segment:
-    """One segment of a queue: ``count`` records from ``first_seq``, ``size`` bytes."""
+    """One segment of a queue: ``count`` records from ``first_seq``, ``size`` bytes, whose
+    stored bytes have CRC-32 ``crc``.
 
-    __slots__ = ("count", "created_ms", "deleted", "first_seq", "sealed", "sent_at", "size")
+    Each deleted record's outcome is kept for the archive: ``deleted`` minus the ``expired``,
+    ``dead``, ``purged`` and ``moved`` (copied forward, not archived from here) bitmaps were
+    acked; ``counts`` holds the final receive counts that differ from the default (1 for an
+    acked message, else 0). A ``released`` segment (every record deleted, queue with
+    ``archive``) stays until archived; ``claim`` is an archive batch's (batch id, expiry).
+    ``sent_at`` holds per record the send time, except for the records that are copies of
+    messages copied forward here (``copies``), whose entry repeats the previous one, or the
+    creation time for the first (so the array stays sorted; see `QueueState.moved`)."""
+
+    __slots__ = (
+        "claim",
+        "copies",
+        "count",
+        "counts",
+        "crc",
+        "created_ms",
+        "dead",
+        "deleted",
+        "expired",
+        "first_seq",
+        "moved",
+        "purged",
+        "released",
+        "sealed",
+        "sent_at",
+        "size",
+    )
 
     def __init__(self, first_seq: int, created_ms: int) -> None:
         self.first_seq = first_seq
         self.created_ms = created_ms
         self.count = 0
         self.size = 0
+        self.crc = 0
         self.sealed = False
+        self.released = False
+        self.claim: tuple[str, int] | None = None
         self.deleted = BitMap()
+        self.expired = BitMap()
+        self.dead = BitMap()
+        self.purged = BitMap()
+        self.moved = BitMap()
+        self.copies = BitMap()
+        self.counts: dict[int, int] = {}
         self.sent_at: array[int] = array("q")
 
     def full(self) -> bool:
         return len(self.deleted) >= self.count
+
+    @property
+    def last_seq(self) -> int:
+        return self.first_seq + self.count - 1
+
+    def outcome_bitmap(self, outcome: int) -> BitMap | None:
+        return (None, self.expired, self.dead, self.purged)[outcome]
+
+    def record(self, rel: int, outcome: int, receive_count: int) -> None:
+        """Record how the just-deleted record ``rel`` left and its final receive count."""
+        bits = self.outcome_bitmap(outcome)
+        if bits is not None:
+            bits.add(rel)
+        if receive_count != (1 if outcome == ACKED else 0):
+            self.counts[rel] = receive_count
+
+    def outcome_of(self, rel: int) -> tuple[str, int] | None:
+        """(outcome name, receive count) of deleted record ``rel``; None if copied forward."""
+        if rel in self.moved:
+            return None
+        outcome = ACKED
+        for o, bits in ((EXPIRED, self.expired), (DEAD_LETTERED, self.dead), (PURGED, self.purged)):
+            if rel in bits:
+                outcome = o
+                break
+        return OUTCOMES[outcome], self.counts.get(rel, 1 if outcome == ACKED else 0)
+
+    def archivable(self) -> int:
+        """Records the archive stream of this segment carries (copied ones excluded)."""
+        return self.count - len(self.moved)
+
+    def state(self) -> str:
+        if self.released:
+            return "released"
+        return "sealed" if self.sealed else "active"
 
 
 class QueueState:
@@ -118,6 +198,7 @@ class QueueState:
 
     __slots__ = (
         "acked_total",
+        "alias",
         "attributes",
         "clock",
         "created_ms",
@@ -132,10 +213,13 @@ class QueueState:
         "key",
         "lease_counter",
         "live",
+        "moved",
         "name",
         "next_seq",
         "pending_dl",
         "ready",
+        "segment_age_ms",
+        "segment_bytes",
         "segments",
         "sent_total",
         "timer_of",
@@ -143,7 +227,14 @@ class QueueState:
     )
 
     def __init__(
-        self, name: str, incarnation: int, attributes: QueueAttributes, created_ms: int
+        self,
+        name: str,
+        incarnation: int,
+        attributes: QueueAttributes,
+        created_ms: int,
+        *,
+        segment_bytes: int,
+        segment_age_ms: int,
     ) -> None:
         self.name = name
         self.incarnation = incarnation
@@ -161,8 +252,15 @@ class QueueState:
         self.acked_total = 0
         self.dead_lettered_total = 0
         self.expired_total = 0
+        self.segment_bytes = segment_bytes
+        self.segment_age_ms = segment_age_ms
         self.segments: list[Segment] = []
         self.firsts: list[int] = []
+        # Live messages copied forward by `Tidy`: seq -> (real send time, the seqs it had
+        # before, oldest first). ``alias`` (derived): each earlier seq -> the current one, so a
+        # receipt minted before a copy still names the message.
+        self.moved: dict[int, tuple[int, tuple[int, ...]]] = {}
+        self.alias: dict[int, int] = {}
         self.touched = Touched()
         # dedup id -> (message id, seq, produced at); insertion order is time order.
         self.dedup: dict[str, tuple[str, int, int]] = {}
@@ -179,6 +277,20 @@ class QueueState:
             return None
         seg = self.segments[i]
         return seg if seq < seg.first_seq + seg.count else None
+
+    def resolve(self, seq: int) -> int:
+        """The current seq of the message that had seq ``seq`` (copied forward since)."""
+        return self.alias.get(seq, seq)
+
+    def forget_moved(self, seq: int) -> None:
+        """``seq`` is deleted: drop its copy bookkeeping, if any."""
+        entry = self.moved.pop(seq, None)
+        if entry is not None:
+            for old in entry[1]:
+                self.alias.pop(old, None)
+
+    def rebuild_alias(self) -> None:
+        self.alias = {old: seq for seq, (_, olds) in self.moved.items() for old in olds}
 
     def is_live(self, seq: int) -> bool:
         seg = self.segment_of(seq)
@@ -241,9 +353,10 @@ class QueueState:
             return errors.MESSAGE_NOT_INFLIGHT
         return slot
 
-    def delete_prefix(self, end_seq: int) -> tuple[int, list[Segment]]:
-        """Delete every live message with seq < ``end_seq``; returns how many, and the
-        segments that lost messages (the machine releases those that became full)."""
+    def delete_prefix(self, end_seq: int, outcome: int) -> tuple[int, list[Segment]]:
+        """Delete every live message with seq < ``end_seq`` (recording ``outcome`` for each);
+        returns how many, and the segments that lost messages (the machine releases those
+        that became full)."""
         count = 0
         hit: list[Segment] = []
         for seg in self.segments:
@@ -252,11 +365,24 @@ class QueueState:
             hi = min(seg.count, end_seq - seg.first_seq)
             n = hi - seg.deleted.range_cardinality(0, hi)
             if n:
-                seg.deleted.add_range(0, hi)
+                newly = BitMap(range(hi))
+                newly.difference_update(seg.deleted)
+                bits = seg.outcome_bitmap(outcome)
+                if bits is not None:
+                    bits.update(newly)
+                seg.deleted.update(newly)
                 count += n
                 hit.append(seg)
         if not count:
             return 0, hit
+        touched = self.touched
+        for slot, seq in enumerate(touched.seqs()):
+            if seq < end_seq:
+                owner = self.segment_of(seq)
+                if owner is not None:
+                    owner.record(seq - owner.first_seq, outcome, touched.get(slot, COUNT))
+        for seq in [s for s in self.moved if s < end_seq]:
+            self.forget_moved(seq)
         self.live -= count
         self.ready.remove_range(0, end_seq)
         self.pending_dl.remove_range(0, end_seq)
@@ -272,10 +398,11 @@ class QueueState:
         return count, hit
 
     # -- reads (the leader's queries; see `QueueMachine`) ---------------------------------------
-    def stats(self, now_ms: int) -> QueueStats:
+    def stats(self, now_ms: int, pending: tuple[int, int] = (0, 0)) -> QueueStats:
         """Exact counts at ``max(now_ms, clock)``. ``in_flight`` includes messages waiting to
         be moved to the dead-letter queue; ``delayed`` = invisible without a lease (delayed
-        sends, nacks with a delay). O(invisible messages)."""
+        sends, nacks with a delay). O(invisible messages + segments). ``pending``: (count,
+        bytes) of this replica's segments of the queue whose files await removal."""
         clock = max(now_ms, self.clock)
         due = in_flight = delayed = 0
         touched = self.touched
@@ -288,8 +415,15 @@ class QueueState:
                 in_flight += 1
             else:
                 delayed += 1
-        first = self.first_live()
-        oldest = 0 if first is None else max(0, clock - first[0].sent_at[first[1]])
+        oldest_sent = self.oldest_sent()
+        oldest = 0 if oldest_sent is None else max(0, clock - oldest_sent)
+        by_state = {"active": 0, "sealed": 0, "released": 0}
+        disk = pending[1]
+        for seg in self.segments:
+            by_state[seg.state()] += 1
+            disk += seg.size
+        # The archive's backlog: the oldest released segment (first send time) not archived.
+        held = min((seg.sent_at[0] for seg in self.segments if seg.released), default=None)
         return QueueStats(
             visible=len(self.ready) + due,
             in_flight=in_flight + len(self.pending_dl),
@@ -299,7 +433,21 @@ class QueueState:
             dead_lettered_total=self.dead_lettered_total,
             expired_total=self.expired_total,
             oldest_age_ms=oldest,
+            segments=SegmentCounts(
+                by_state["active"], by_state["sealed"], by_state["released"], pending[0]
+            ),
+            disk_bytes=disk,
+            oldest_unarchived_ms=0 if held is None else max(0, clock - held),
         )
+
+    def oldest_sent(self) -> int | None:
+        """The send time of the oldest live message (copies forward included)."""
+        first = self.first_live()
+        oldest = None if first is None else first[0].sent_at[first[1]]
+        for sent, _ in self.moved.values():
+            if oldest is None or sent < oldest:
+                oldest = sent
+        return oldest
 
     def has_visible(self, now_ms: int) -> bool:
         """Whether a `Lease` at ``now_ms`` would find a message."""
@@ -315,11 +463,11 @@ class QueueState:
 
     def expirable(self, now_ms: int) -> bool:
         """Whether an `Expire` at ``now_ms`` would delete something."""
-        first = self.first_live()
-        if first is None:
+        oldest = self.oldest_sent()
+        if oldest is None:
             return False
         retention = self.attributes.message_retention_seconds * 1000
-        return first[0].sent_at[first[1]] + retention <= max(now_ms, self.clock)
+        return oldest + retention <= max(now_ms, self.clock)
 
     def due(self, now_ms: int, dead_letter_limit: int) -> Due | None:
         """What is due at ``now_ms`` (None: nothing)."""
@@ -328,9 +476,26 @@ class QueueState:
         dead: tuple[int, ...] = ()
         if dlq and self.pending_dl:
             dead = tuple(self.pending_dl_seqs()[:dead_letter_limit])
-        if not expire and not dead:
+        tidy = self.seal_due(now_ms) or any(True for _ in self.sparse())
+        if not expire and not dead and not tidy:
             return None
-        return Due(self.name, now_ms, expire, dead, dlq or "")
+        return Due(self.name, now_ms, expire, dead, dlq or "", tidy)
+
+    def seal_due(self, now_ms: int) -> bool:
+        """Whether the active segment is older than the queue's segment age at ``now_ms``."""
+        if not self.segments or self.segments[-1].sealed:
+            return False
+        seg = self.segments[-1]
+        return max(now_ms, self.clock) - seg.created_ms >= self.segment_age_ms
+
+    def sparse(self) -> Iterator[Segment]:
+        """The sealed segments whose few live messages `Tidy` copies forward, oldest first."""
+        for seg in self.segments:
+            if not seg.sealed or seg.released:
+                continue
+            live = seg.count - len(seg.deleted)
+            if 0 < live <= COMPACT_MAX_LIVE and live * COMPACT_RATIO <= seg.count:
+                yield seg
 
     # -- derived indexes, rebuilt on restore -----------------------------------------------------
     def rebuild_derived(self, seg: Segment, visible_at: array[int]) -> None:

@@ -15,7 +15,7 @@ import zlib
 from abc import ABC, abstractmethod
 from array import array
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from cmq.errors import InvalidParameter, InvariantBroken
 from cmq.fsm.store import (
@@ -105,6 +105,13 @@ class _FramedStore(ABC):
                 f"{self._describe((queue, segment))}: {len(data)} B, expected {size} B to export"
             )
         return data
+
+    def scan(self, queue: str, segment: int, size: int, chunk: int) -> Iterator[bytes]:
+        """`SegmentStore.scan`."""
+        return self._scan((queue, segment), size, max(1, chunk))
+
+    @abstractmethod
+    def _scan(self, key: _Key, size: int, chunk: int) -> Iterator[bytes]: ...
 
     def install(self, queue: str, segment: int, data: bytes) -> None:
         """Replace a segment with ``data`` (received with a leader's snapshot); made durable by
@@ -340,6 +347,11 @@ class MemorySegmentStore(_FramedStore):
     def _describe(self, key: _Key) -> str:
         return f"memory:{key[0]}/{key[1]:020d}.seg"
 
+    def _scan(self, key: _Key, size: int, chunk: int) -> Iterator[bytes]:
+        data = bytes(self.segments.get(key, b"")[:size])
+        for pos in range(0, len(data), chunk):
+            yield data[pos : pos + chunk]
+
     def flush(self) -> None:
         self.flushes += 1
         self._durable = {key: len(buf) for key, buf in self.segments.items()}
@@ -449,6 +461,22 @@ class FileSegmentStore(_FramedStore):
                 chunks.append(chunk)
                 pos += len(chunk)
             return b"".join(chunks)
+        finally:
+            os.close(fd)
+
+    def _scan(self, key: _Key, size: int, chunk: int) -> Iterator[bytes]:
+        try:
+            fd = os.open(self._path(key), os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        try:
+            pos = 0
+            while pos < size:
+                data = os.pread(fd, min(size - pos, chunk), pos)
+                if not data:
+                    return
+                pos += len(data)
+                yield data
         finally:
             os.close(fd)
 

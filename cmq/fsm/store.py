@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 import zlib
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -160,6 +160,12 @@ class SegmentStore(Protocol):
 
     def install(self, queue: str, segment: int, data: bytes) -> None:
         """Replace a segment with bytes received from a leader (durable at the next flush)."""
+        ...
+
+    def scan(self, queue: str, segment: int, size: int, chunk: int) -> Iterator[bytes]:
+        """The first ``size`` bytes of a segment in chunks of at most ``chunk`` bytes, read
+        through a handle of its own opened at the first chunk (so a removal meanwhile does not
+        cut the read short); fewer bytes than ``size`` when the segment is shorter or gone."""
         ...
 
     def recover(

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from cmq.model import MAX_ACK_BATCH, MAX_SEND_BATCH
+from cmq.model import MAX_ACK_BATCH, MAX_CLAIM_TTL_MS, MAX_SEGMENTS_PER_CALL, MAX_SEND_BATCH
 from tests.api.conftest import SMALL_REQUEST_CAP
 
 Q = "/v1/queues/q"
@@ -33,6 +33,10 @@ QUEUE_ENDPOINTS: list[tuple[str, str, Any]] = [
         {"entries": [{"receipt": "r", "visibility_timeout": 1}]},
     ),
     ("POST", "/v1/queues/{}/messages/nack", {"receipts": ["r"]}),
+    ("GET", "/v1/queues/{}/segments", None),
+    ("GET", "/v1/queues/{}/segments/1/records", None),
+    ("POST", "/v1/queues/{}/segments/claim", {"batch_id": "b-1", "segments": [1]}),
+    ("POST", "/v1/queues/{}/segments/archived", {"batch_id": "b-1", "segments": [1]}),
 ]
 # Endpoints that read a JSON body.
 BODY_ENDPOINTS = [(m, p, ok) for m, p, ok in QUEUE_ENDPOINTS if m != "GET"]
@@ -188,6 +192,55 @@ def bad_input_cases() -> list[Any]:
         # the bad message is not the first one: the whole batch is refused
         body = {"messages": [{"body": "fine"}, message]}
         case(f"send message={message!r}"[:70], "POST", M, body, 400, bad)
+
+    # --- the archive read side
+    S = f"{Q}/segments"
+    for query in ("state=bogus", "state=", "state=ALL", "colour=red"):
+        case(f"segments ?{query}", "GET", f"{S}?{query}", None, 400, bad)
+    for first in ("abc", "0", "-1", "1.5", "99999999999999999999"):
+        case(f"records first_seq={first}", "GET", f"{S}/{first}/records", None, 400, bad)
+    case("records with a query", "GET", f"{S}/1/records?x=1", None, 400, bad)
+    for path in (f"{S}/claim", f"{S}/archived"):
+        kind = path.rsplit("/", 1)[1]
+        for body in (
+            None,
+            {},
+            {"segments": [1]},
+            {"batch_id": "b"},
+            {"batch_id": "", "segments": [1]},
+            {"batch_id": "has space", "segments": [1]},
+            {"batch_id": "b" * 65, "segments": [1]},
+            {"batch_id": 5, "segments": [1]},
+            {"batch_id": "b", "segments": [0]},
+            {"batch_id": "b", "segments": [-3]},
+            {"batch_id": "b", "segments": ["1"]},
+            {"batch_id": "b", "segments": [True]},
+            {"batch_id": "b", "segments": [1.5]},
+            {"batch_id": "b", "segments": 1},
+            {"batch_id": "b", "segments": [1], "extra": 1},
+        ):
+            case(f"{kind} body={body!r}"[:60], "POST", path, body, 400, bad)
+        case(
+            f"{kind} no segments",
+            "POST",
+            path,
+            {"batch_id": "b", "segments": []},
+            400,
+            "EmptyBatch",
+        )
+        many = {"batch_id": "b", "segments": list(range(1, MAX_SEGMENTS_PER_CALL + 2))}
+        case(f"{kind} too many segments", "POST", path, many, 400, "TooManyEntries")
+    for ttl in (0, -1, MAX_CLAIM_TTL_MS + 1, 1.5, "60", True):
+        body = {"batch_id": "b", "segments": [1], "ttl_ms": ttl}
+        case(f"claim ttl_ms={ttl!r}", "POST", f"{S}/claim", body, 400, bad)
+    case(
+        "archived with ttl",
+        "POST",
+        f"{S}/archived",
+        {"batch_id": "b", "segments": [1], "ttl_ms": 5},
+        400,
+        bad,
+    )
 
     # --- POST .../messages/receive
     R = f"{M}/receive"

@@ -7,15 +7,25 @@ service is tested end to end elsewhere.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from cmq.errors import CorruptSegment
 from cmq.model import (
+    ArchiveResult,
+    ClaimResult,
     EntryResult,
     OutgoingMessage,
     QueueAttributes,
     QueueStats,
     ReceivedMessage,
+    SegmentClaim,
+    SegmentCounts,
+    SegmentInfo,
+    SegmentListing,
+    SegmentRecord,
+    SegmentStream,
     SentMessage,
 )
 
@@ -28,6 +38,9 @@ CANNED_STATS = QueueStats(
     dead_lettered_total=0,
     expired_total=0,
     oldest_age_ms=1500,
+    segments=SegmentCounts(active=1, sealed=2, released=3, archived_pending=4),
+    disk_bytes=12345,
+    oldest_unarchived_ms=60_000,
 )
 
 
@@ -50,6 +63,8 @@ class RecordingService:
     bad_receipts: frozenset[str] = frozenset()
     """Receipts answered with ``ok: false, error: "LeaseStale"``."""
     ready: bool = True
+    corrupt_mid_stream: bool = False
+    """`read_segment`'s records fail their checksum after the first batch."""
 
     def _record(self, method: str, *args: Any) -> None:
         self.calls.append(Call(method, args))
@@ -112,6 +127,36 @@ class RecordingService:
     async def nack(self, name: str, receipts: list[str], delay_seconds: int) -> list[EntryResult]:
         self._record("nack", name, receipts, delay_seconds)
         return self._results(receipts)
+
+    async def list_segments(self, name: str, state: str = "all") -> SegmentListing:
+        self._record("list_segments", name, state)
+        seg = SegmentInfo(1, 10, 9, 900, "released", "0a1b2c3d", SegmentClaim("b-1", 5))
+        return SegmentListing(name, 1, 2, (seg,))
+
+    async def read_segment(self, name: str, first_seq: int) -> SegmentStream:
+        self._record("read_segment", name, first_seq)
+        records = [
+            SegmentRecord(first_seq + i, f"m{i}", 1000 + i, 1, (("k", "v"),), b"x" * i, "acked")
+            for i in range(3)
+        ]
+
+        async def batches() -> AsyncIterator[list[SegmentRecord]]:
+            yield records[:2]
+            if self.corrupt_mid_stream:
+                raise CorruptSegment("record 3 fails its checksum")
+            yield records[2:]
+
+        return SegmentStream("0a1b2c3d", batches())
+
+    async def claim_segments(
+        self, name: str, batch_id: str, segments: list[int], ttl_ms: int
+    ) -> ClaimResult:
+        self._record("claim_segments", name, batch_id, segments, ttl_ms)
+        return ClaimResult(tuple(segments), ())
+
+    async def mark_archived(self, name: str, batch_id: str, segments: list[int]) -> ArchiveResult:
+        self._record("mark_archived", name, batch_id, segments)
+        return ArchiveResult(tuple(segments), (), ())
 
     def is_ready(self) -> bool:
         self._record("is_ready")

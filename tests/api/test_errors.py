@@ -36,6 +36,10 @@ SERVICE_METHOD = {
     ("POST", "/v1/queues/{}/messages/ack"): "ack",
     ("POST", "/v1/queues/{}/messages/visibility"): "change_visibility",
     ("POST", "/v1/queues/{}/messages/nack"): "nack",
+    ("GET", "/v1/queues/{}/segments"): "list_segments",
+    ("GET", "/v1/queues/{}/segments/1/records"): "read_segment",
+    ("POST", "/v1/queues/{}/segments/claim"): "claim_segments",
+    ("POST", "/v1/queues/{}/segments/archived"): "mark_archived",
 }
 
 

@@ -75,6 +75,7 @@ async def test_get_renders_attributes_and_stats(client: Client, service: Recordi
             "receive_wait_seconds": 0,
             "dead_letter_queue": None,
             "max_receive_count": 0,
+            "archive": False,
         },
         "stats": {
             "visible": CANNED_STATS.visible,
@@ -85,6 +86,9 @@ async def test_get_renders_attributes_and_stats(client: Client, service: Recordi
             "dead_lettered_total": 0,
             "expired_total": 0,
             "oldest_age_ms": CANNED_STATS.oldest_age_ms,
+            "segments": {"active": 1, "sealed": 2, "released": 3, "archived_pending": 4},
+            "disk_bytes": 12345,
+            "oldest_unarchived_ms": 60_000,
         },
     }
     assert service.calls == [Call("get_queue", ("orders",))]

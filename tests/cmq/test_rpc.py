@@ -18,16 +18,26 @@ from cmq.errors import (
     ReceiptInvalid,
     Unavailable,
 )
-from cmq.model import QueueAttributes, QueueStats, ReceivedMessage, SentMessage
+from cmq.model import (
+    ArchiveResult,
+    ClaimResult,
+    QueueAttributes,
+    QueueStats,
+    ReceivedMessage,
+    Refused,
+    SentMessage,
+)
 from cmq.rpc import (
     RETRY,
     AckCall,
     AnyCall,
     AssignQueueCall,
     ChangeVisibilityCall,
+    ClaimSegmentsCall,
     CreateQueueCall,
     DeleteQueueCall,
     GetQueueCall,
+    MarkArchivedCall,
     NackCall,
     ProduceCall,
     PurgeCall,
@@ -117,6 +127,8 @@ def _one_of_each() -> list[AnyCall]:
         AssignQueueCall(0, "q"),
         RemoveQueueCall(0, "q"),
         RegisterNodeCall(0, 2, "127.0.0.1:9080", ("/data/a",)),
+        ClaimSegmentsCall(1, "q", "b-1", (1, 11), 60_000),
+        MarkArchivedCall(1, "q", "b-1", (1, 11)),
     ]
 
 
@@ -165,6 +177,11 @@ REPLIES: list[tuple[AnyCall, Any]] = [
     (AssignQueueCall(0, "q"), 3),
     (RemoveQueueCall(0, "q"), None),
     (RegisterNodeCall(0, 1, "a:1", ()), None),
+    (
+        ClaimSegmentsCall(1, "q", "b", (1, 7), 10),
+        ClaimResult((1,), (Refused(7, "claimed", "other"), Refused(9, "not_found"))),
+    ),
+    (MarkArchivedCall(1, "q", "b", (1,)), ArchiveResult((1,), (3,), (Refused(7, "claimed", "x"),))),
 ]
 
 

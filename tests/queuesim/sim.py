@@ -9,7 +9,11 @@ Producers append uniquely named messages; consumers lease and acknowledge them. 
 - no redelivery after a committed ack;
 - at most one unexpired lease per message;
 - replicas identical: at equal applied index every replica encodes the same state image;
-- no proposal hangs (inherited), one leader per term (inherited).
+- no proposal hangs (inherited), one leader per term (inherited);
+- the segment lifecycle: the queues keep released segments for the archive; producers also
+  propose `Tidy` (sealing by age, copying sparse segments' live messages forward: acks then go
+  through the old seqs) and archive released segments (claim, read the records from the
+  leader's replica, `MarkArchived`); no message is archived twice or without being sent.
 
 ``python -m tests.queuesim --seeds N`` runs seeds and prints ``queue seeds=… violations=…``
 (``acked`` there counts confirmed messages).
@@ -20,17 +24,23 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from cmq.errors import CmqError
 from cmq.fsm.commands import (
     Ack,
+    ClaimSegments,
     Command,
     CommandFailed,
     CreateQueue,
     EntryOutcomes,
     Lease,
     Leased,
+    MarkArchived,
     NewMessage,
     Produce,
     Produced,
+    SegmentsArchived,
+    SegmentsClaimed,
+    Tidy,
     encode_command,
 )
 from cmq.fsm.machine import QueueMachine
@@ -62,6 +72,8 @@ class QueueSim(RuntimeSim):
         self.acked_ids: set[str] = set()
         self.leases: dict[str, tuple[int, int]] = {}  # id -> (lease id, deadline ms)
         self.deliveries = 0
+        self.archived: set[str] = set()
+        self.archive_batches = 0
 
     # -- hooks ----------------------------------------------------------------------------------
     def new_state_machine(self, nid: int, group: int) -> StateMachine:
@@ -94,14 +106,20 @@ class QueueSim(RuntimeSim):
 
     async def ensure_queue(self, group: int) -> None:
         while group not in self.created:
-            res = await self.run(group, CreateQueue(f"q{group}", QueueAttributes(), self.now_ms()))
+            attrs = QueueAttributes(archive=True)
+            cmd = CreateQueue(f"q{group}", attrs, self.now_ms(), 2048, 3_000)
+            res = await self.run(group, cmd)
             if res is not None:
                 self.created.add(group)
 
     async def workload(self, group: int, cid: int, stop: asyncio.Event) -> None:
         await self.ensure_queue(group)
         if cid == 0:
-            await self.producer(group, stop)
+            lifecycle = asyncio.ensure_future(self.lifecycle(group, stop))
+            try:
+                await self.producer(group, stop)
+            finally:
+                await lifecycle
         else:
             await self.consumer(group, cid, stop)
 
@@ -120,6 +138,58 @@ class QueueSim(RuntimeSim):
                 self.confirmed.update(m.id for m in batch)
                 self.result.acked += len(batch)
             await asyncio.sleep(self.rng.uniform(0.0, 0.02))
+
+    async def lifecycle(self, group: int, stop: asyncio.Event) -> None:
+        """Next to the producer (its own cadence, no draws from the run's random generator, so
+        the workload's other choices stay as they were): `Tidy`, and archive what is released."""
+        rounds = 0
+        while not stop.is_set():
+            rounds += 1
+            await self.run(group, Tidy(f"q{group}", self.now_ms()))
+            if rounds % 2 == 0:
+                await self.archive_some(group)
+            await asyncio.sleep(LIFECYCLE_PERIOD)
+
+    async def archive_some(self, group: int) -> None:
+        """Claim up to 3 released segments, read their records on the leader's replica, and
+        mark them archived (what the archive job does over HTTP)."""
+        d = self.leader_of(group)
+        if d is None:
+            return
+        sm = d.sm
+        assert isinstance(sm, QueueMachine)
+        name = f"q{group}"
+        released = [s.first_seq for s in sm.segments(name, "released") or []][:3]
+        if not released:
+            return
+        self.archive_batches += 1
+        batch = f"b{group}-{self.archive_batches}"
+        claimed = await self.run(
+            group, ClaimSegments(name, self.now_ms(), batch, tuple(released), 5_000)
+        )
+        if not isinstance(claimed, SegmentsClaimed) or not claimed.claimed:
+            return
+        ids: dict[int, list[str]] = {}
+        d = self.leader_of(group)
+        if d is None:
+            return
+        sm = d.sm
+        assert isinstance(sm, QueueMachine)
+        for first in claimed.claimed:
+            try:
+                _, records = sm.records(name, first)
+                ids[first] = [r.id for batch_ in records for r in batch_]
+            except CmqError:  # archived meanwhile (a repeated batch) or gone with a leader change
+                return
+        done = await self.run(group, MarkArchived(name, self.now_ms(), batch, tuple(ids)))
+        if isinstance(done, SegmentsArchived):
+            for first in done.archived:
+                for mid in ids[first]:
+                    if mid in self.archived:
+                        self.violation(f"{mid} archived twice")
+                    if mid not in self.sent:
+                        self.violation(f"{mid} archived but never sent")
+                    self.archived.add(mid)
 
     async def consume_once(self, group: int, visibility_ms: int, ack_probability: float) -> int:
         now = self.now_ms()
@@ -207,6 +277,8 @@ class QueueSim(RuntimeSim):
         return len(applied) == 1
 
 
+LIFECYCLE_PERIOD = 1.0
+"""Virtual seconds between two `Tidy` proposals of a group (an archive round every other one)."""
 DRAIN_SECONDS = 60
 """How long (virtual seconds, after the heal phase) the final drain may take."""
 DRAIN_VISIBILITY_MS = 5_000

@@ -1,0 +1,119 @@
+"""The read-only queries of `cmq.fsm.machine.QueueMachine` (a base class of it): what the
+leader's service and the archive read side ask between applies. Pure: reads go through the
+`SegmentStore`; they reflect the state after the last applied command.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import replace
+
+from cmq import errors
+from cmq.fsm import lifecycle
+from cmq.fsm.queue import Due, QueueState, Segment
+from cmq.fsm.store import SegmentStore, StoredMessage
+from cmq.model import QueueAttributes, QueueStats, SegmentInfo, SegmentRecord
+
+
+class MachineReads:
+    """The queries (see the module docstring); the state is the machine's."""
+
+    _queues: dict[str, QueueState]
+    _store: SegmentStore
+    _released: list[tuple[str, Segment | None]]
+    _releasing: list[tuple[str, Segment | None]]
+
+    def _read_live(self, q: QueueState, seq: int) -> StoredMessage:
+        seg = q.segment_of(seq)
+        if seg is None:
+            raise errors.InvariantBroken(f"queue {q.name!r}: live seq {seq} has no segment")
+        return self._store.read(q.key, seg.first_seq, seq)
+
+    def pending_segments(self, key: str) -> list[Segment]:
+        """The segments of queue store key ``key`` whose files await removal here."""
+        return [s for k, s in (*self._releasing, *self._released) if k == key and s is not None]
+
+    def files_pending(self) -> bool:
+        """Whether segment files (or a deleted queue's) await removal: the next snapshot but
+        one removes them (`QueueMachine.snapshot`)."""
+        return bool(self._released or self._releasing)
+
+    def pending_files(self, key: str) -> tuple[int, int]:
+        """(segments, bytes) of queue store key ``key`` whose files await removal here."""
+        pending = self.pending_segments(key)
+        return len(pending), sum(s.size for s in pending)
+
+    # ------------------------------------------------------------------------ reads
+    def queue_names(self) -> list[str]:
+        """Every queue of this group, sorted."""
+        return sorted(self._queues)
+
+    def attributes(self, name: str) -> QueueAttributes | None:
+        q = self._queues.get(name)
+        return None if q is None else q.attributes
+
+    def stats(self, name: str, now_ms: int) -> QueueStats | None:
+        """Exact counts at ``max(now_ms, queue clock)`` (`QueueState.stats`)."""
+        q = self._queues.get(name)
+        return None if q is None else q.stats(now_ms, self.pending_files(q.key))
+
+    def read(self, name: str, seqs: Iterable[int]) -> list[StoredMessage]:
+        """The stored messages among ``seqs`` that are still live (others skipped), in the
+        given order. A message copied forward since (`Tidy`: a lease's answer may be rendered
+        after a copy applied) is read from its copy but named by the seq asked for."""
+        q = self._queues.get(name)
+        if q is None:
+            return []
+        out = []
+        for seq in seqs:
+            current = q.resolve(seq)
+            if q.is_live(current):
+                stored = self._read_live(q, current)
+                out.append(stored if current == seq else replace(stored, seq=seq))
+        return out
+
+    def segments(self, name: str, state: str = "all") -> list[SegmentInfo] | None:
+        """The segments of queue ``name`` in ``state`` on this replica (see
+        `lifecycle.listing`); None when the queue is not here. `InvalidParameter` for an
+        unknown state."""
+        q = self._queues.get(name)
+        return None if q is None else lifecycle.listing(q, state, self.pending_segments(q.key))
+
+    def records(
+        self, name: str, first_seq: int, chunk: int = lifecycle.READ_CHUNK
+    ) -> tuple[str, Iterator[list[SegmentRecord]]]:
+        """(checksum, records) of the released segment ``first_seq`` of ``name``, read from
+        this replica's files (`lifecycle.read_records`: lazily, one chunk at a time).
+        `QueueNotFound`, `SegmentNotFound` or `SegmentNotReleased` at once."""
+        q = self._queues.get(name)
+        if q is None:
+            raise errors.QueueNotFound(f"queue {name!r} does not exist")
+        seg = lifecycle.released_segment(q, first_seq)
+        return f"{seg.crc:08x}", lifecycle.read_records(self._store, q.key, seg, chunk)
+
+    def has_visible(self, name: str, now_ms: int) -> bool:
+        """Whether a `Lease` at ``now_ms`` would find a message (a hint for long polls)."""
+        q = self._queues.get(name)
+        return q is not None and q.has_visible(now_ms)
+
+    def next_visible_at(self, name: str) -> int | None:
+        """The earliest time an invisible message (delayed, leased, nacked) becomes visible."""
+        q = self._queues.get(name)
+        return None if q is None else q.next_visible_at()
+
+    def expirable(self, name: str, now_ms: int) -> bool:
+        """Whether an `Expire` at ``now_ms`` would delete something."""
+        q = self._queues.get(name)
+        return q is not None and q.expirable(now_ms)
+
+    def due(self, name: str, now_ms: int, dead_letter_limit: int = 100) -> Due | None:
+        """The timed work due on queue ``name`` at ``now_ms``: whether an `Expire` would delete
+        something, and up to ``dead_letter_limit`` seqs marked for its dead-letter queue
+        (none when it has no dead-letter queue). None when nothing is due."""
+        q = self._queues.get(name)
+        return None if q is None else q.due(now_ms, dead_letter_limit)
+
+    def pending_dead_letters(self, name: str) -> list[int]:
+        """Seqs marked for the dead-letter queue, awaiting a `DeadLetter` (ascending)."""
+        q = self._queues.get(name)
+        return [] if q is None else q.pending_dl_seqs()
