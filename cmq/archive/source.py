@@ -18,8 +18,9 @@ segments it claimed). Reading only lists and streams; it never claims or archive
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -109,6 +110,12 @@ class CmqDataSource(DataSource):
         return CmqReader(dict(self.options))
 
 
+_REGISTERED: weakref.WeakSet[Any] = weakref.WeakSet()
+"""Spark contexts ``cmq`` is registered in."""
+
+
 def register(spark: SparkSession) -> None:
-    """Make ``format("cmq")`` available in ``spark``."""
-    spark.dataSource.register(CmqDataSource)
+    """Make ``format("cmq")`` available in ``spark`` (once per Spark context)."""
+    if spark.sparkContext not in _REGISTERED:
+        spark.dataSource.register(CmqDataSource)
+        _REGISTERED.add(spark.sparkContext)
