@@ -81,7 +81,7 @@ unit: $(APT_STAMP)
 # (headless) when `java -version` fails or reports an older one (as root; a no-op otherwise).
 # Without it the archive tests skip with a reason.
 JAVA_STAMP := $(VENV)/.java
-JAVA_OK = java -version 2>&1 | awk -F'"' '/version/ {split($$2, v, "."); exit !(v[1] >= 17)}'
+JAVA_OK = java -version 2>&1 | awk -F'"' '/version/ {split($$2, v, "."); ok = (v[1] >= 17)} END {exit !ok}'
 
 $(JAVA_STAMP): $(STAMP)
 	@if ! $(JAVA_OK); then \
