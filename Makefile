@@ -11,7 +11,7 @@ SIM_STEPS ?= 20000
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,archive]'
 	touch $(STAMP)
 
 # The main job: a local 3-node cluster in the foreground (Ctrl-C stops it; data in ./data/dev).
@@ -101,6 +101,25 @@ $(CHROMIUM_STAMP): $(STAMP)
 
 unit: $(HELM) $(CHROMIUM_STAMP)
 unit-fast: $(HELM)
+
+# Java for the Spark archive job and its tests (PySpark 4 needs Java 17+): Debian's default JRE
+# (headless) when `java -version` fails or reports an older one (as root; a no-op otherwise).
+# Without it the archive tests skip with a reason.
+JAVA_STAMP := $(VENV)/.java
+JAVA_OK = java -version 2>&1 | awk -F'"' '/version/ {split($$2, v, "."); ok = (v[1] >= 17)} END {exit !ok}'
+
+$(JAVA_STAMP): $(STAMP)
+	@if ! $(JAVA_OK); then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			(DEBIAN_FRONTEND=noninteractive apt-get install -y -q default-jre-headless >/dev/null 2>&1 || \
+			 (apt-get update -q >/dev/null && \
+			  DEBIAN_FRONTEND=noninteractive apt-get install -y -q default-jre-headless >/dev/null)) || true; \
+		fi; \
+	fi
+	@if $(JAVA_OK); then java -version 2>&1 | head -1; touch $(JAVA_STAMP); \
+	else echo "warning: no Java 17+; the Spark archive tests will be skipped"; fi
+
+unit unit-fast: $(JAVA_STAMP)
 
 # Jepsen-style chaos soak (tests/chaos, docs/chaos.md): runs with new seeds on 3- and 5-node
 # clusters for CHAOS_MINUTES, then leader-failover trials; prints a table, exits 1 on a failed

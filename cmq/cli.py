@@ -7,6 +7,7 @@ generate load.
     cmq queue create|list|stats|delete ...     cmq send ...     cmq receive [--ack] ...
     cmq status
     cmq bench [--producers 4] [--consumers 2] [--size 1024] [--batch 1] [--rate 0] ...
+    cmq archive --url URL[,URL...] --out DIR [--queue NAME ...]   (cmq/archive/main.py)
 
 Settings for ``serve`` come from flags, then ``CMQ_*`` environment variables, then a TOML file
 (``--config``). The cluster secret (shared by all nodes: peer authentication and receipt
@@ -374,9 +375,23 @@ def _bench(args: argparse.Namespace) -> int:
     return main_from_args(args)
 
 
+def _archive(argv: list[str]) -> int:
+    """``cmq archive ...`` = ``python -m cmq.archive ...`` in a child process: the archive job
+    (and Spark) is never imported by the ``cmq`` command (contract archive-outside-server)."""
+    return subprocess.call([sys.executable, "-m", "cmq.archive", *argv])
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["archive"]:
+        return _archive(argv[1:])
     p = argparse.ArgumentParser(prog="cmq", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser(
+        "archive",
+        add_help=False,
+        help="archive released segments as Parquet with Spark (cmq archive --help)",
+    )
 
     s = sub.add_parser("serve", help="run one node")
     s.add_argument("--node-id", type=int)

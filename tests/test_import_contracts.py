@@ -75,6 +75,7 @@ CONTRACTS = [
     "queue-below-http",
     "no-simulator-in-production",
     "archive-outside-server",
+    "archive-http-client",
     "api-service-surface",
     "sqs-pure",
     "sqs-via-service",
@@ -156,6 +157,12 @@ def test_the_server_importing_the_archive_is_caught(tree: Path, importer: str) -
     plant(tree, "cmq.archive.job", "import pyspark")
     plant(tree, importer, "from cmq.archive import job")
     assert_broken(tree, "archive-outside-server", "cmq.archive.job")
+
+
+@pytest.mark.parametrize("imported", ["cmq.fsm.machine", "cmq.node", "raftlog.errors", "api.app"])
+def test_the_archive_reaching_past_the_http_api_is_caught(tree: Path, imported: str) -> None:
+    plant(tree, "cmq.archive.job", f"import {imported}")
+    assert_broken(tree, "archive-http-client", f"cmq.archive.job -> {imported}")
 
 
 def test_the_server_importing_spark_is_caught(tree: Path) -> None:

@@ -1,0 +1,14 @@
+"""The Spark archive job: released segments of a cmq cluster become Parquet files.
+
+A client of the cluster's HTTP API only (it imports nothing of the state machine, the node or
+Raft), and imported by nothing the server runs (pyproject.toml, import-linter contracts
+``archive-outside-server`` and ``archive-http-client``).
+
+    cmq/archive/remote.py    the HTTP contract: listing, claim, MarkArchived, node ids
+    cmq/archive/records.py   one segment's records stream, checked end to end -> Arrow batches
+    cmq/archive/source.py    the PySpark Python data source ``cmq``
+    cmq/archive/storage.py   the output location through Hadoop's FileSystem
+    cmq/archive/manifest.py  ``_manifests/<batch_id>.json``
+    cmq/archive/job.py       the re-entrant job (recover, garbage, claim, write, commit, mark)
+    cmq/archive/main.py      ``cmq archive`` / ``python -m cmq.archive`` and the Spark session
+"""

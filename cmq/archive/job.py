@@ -1,0 +1,537 @@
+"""The archive job: released segments -> Parquet under ``--out`` -> manifest -> MarkArchived.
+
+One run is one batch (``batch_id``, new per run). Its steps, each re-entrant:
+
+1. **Recover.** Every manifest under ``_manifests/`` names segments whose records are in its
+   files. A segment named there that the cluster still lists as released (same seq range and
+   checksum) is marked archived now, with that manifest's batch id (its files are checked to
+   exist with their recorded sizes first; its data is never rewritten). A segment named by two
+   manifests is an error (`DuplicateSegment`).
+2. **Collect garbage.** Output directories (``queue=Q/date=D/batch_id=B`` and ``_staging/B``) of a
+   batch with no manifest and no live claim on any segment are what a crashed run left: removed.
+   A batch with a live claim may still be running: left alone.
+3. **Plan and claim.** The released segments of the chosen queues (default: every queue with
+   ``archive`` set) not claimed by another live batch, lowest seqs first, at most
+   ``max_segments``, are claimed for this batch (contract §3) for ``claim_ttl_ms``. Only what the
+   cluster granted is archived: two jobs at once never hold the same segment.
+4. **Write.** The `cmq` data source reads exactly the claimed segments (each checked end to end)
+   and Spark writes Parquet partitioned ``queue=/date=/batch_id=`` into ``_staging/<batch>``; its
+   directories are then moved under the root.
+5. **Verify and commit.** The claims are renewed (refused -> abort: another batch took a segment
+   after ours expired); the written files are read back (rows, distinct seqs and seq range per
+   file, each file inside one segment, each segment's rows = its listed count); the manifest is
+   written to a temporary name and renamed to ``_manifests/<batch>.json``: the commit point.
+6. **Mark archived** exactly the manifest's segments (contract §4). Refused -> error; the next
+   run's recovery retries.
+
+A crash before step 5's rename leaves garbage (removed by a later run once the claims expired)
+and released segments (archived by a later batch); a crash after it leaves a manifest that a
+later run's recovery completes. So after any crash and a rerun every record is in the output
+exactly once and every archived segment is released from the cluster. Assumption: a job does
+not stall for longer than the claim TTL between renewing its claims and its MarkArchived; and
+clocks of the job and the nodes agree within a small fraction of the TTL (claims expire on the
+proposing node's clock).
+
+Crash points for tests: environment ``CMQ_ARCHIVE_CRASH_AT`` = ``before-write``, ``after-write``
+or ``after-manifest`` makes the process exit at once (``os._exit(CRASH_EXIT)``) at that step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from cmq.archive import manifest as mf
+from cmq.archive.errors import (
+    ApiError,
+    ArchiveError,
+    ConflictingClaim,
+    DuplicateSegment,
+    ManifestInvalid,
+    VerificationFailed,
+    WriteFailed,
+)
+from cmq.archive.records import SegmentTask, plan_tasks
+from cmq.archive.remote import ClusterClient, Listing, Segment
+from cmq.archive.storage import Storage, open_storage
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+CRASH_ENV = "CMQ_ARCHIVE_CRASH_AT"
+CRASH_POINTS = ("before-write", "after-write", "after-manifest")
+CRASH_EXIT = 86
+STAGING = "_staging"
+DEFAULT_CLAIM_TTL_MS = 600_000
+
+
+def crash_point(step: str) -> None:
+    """Exit the process at once, without cleanup, if ``CMQ_ARCHIVE_CRASH_AT`` names ``step``."""
+    if os.environ.get(CRASH_ENV) == step:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(CRASH_EXIT)
+
+
+def new_batch_id(now: float) -> str:
+    """``b-<UTC yyyymmddThhmmss>-<8 hex>``: sortable by start time, unique per run."""
+    return "b-" + time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + "-" + secrets.token_hex(4)
+
+
+@dataclass(frozen=True, slots=True)
+class JobConfig:
+    urls: tuple[str, ...]
+    out: str
+    queues: tuple[str, ...] = ()
+    """Queues to archive; empty = every queue whose attribute ``archive`` is true."""
+    max_segments: int | None = None
+    claim_ttl_ms: int = DEFAULT_CLAIM_TTL_MS
+    timeout: float = 60.0
+    """Seconds per HTTP call (and per records stream)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """What one run did. ``bytes``: Parquet bytes written; ``source_bytes``: the segments'
+    stored bytes as listed."""
+
+    batch_id: str
+    segments: int
+    rows: int
+    bytes: int
+    source_bytes: int
+    seconds: float
+    recovered: int = 0
+    """Segments marked archived from earlier manifests (crashed runs)."""
+    garbage: tuple[str, ...] = ()
+    """Batches whose leftover output was removed."""
+    skipped: int = 0
+    """Released segments left to other batches (claimed by them)."""
+    spark_seconds: float = 0.0
+    """Of ``seconds``, the time spent starting Spark (0 when it was running already)."""
+
+    def render(self) -> str:
+        mb = self.bytes / 1e6
+        rate = self.rows / self.seconds if self.seconds > 0 else 0.0
+        lines = [
+            f"batch {self.batch_id}: {self.segments} segments, {self.rows} rows, "
+            f"{mb:.2f} MB Parquet ({self.source_bytes / 1e6:.2f} MB of segments) "
+            f"in {self.seconds:.1f} s ({rate:,.0f} rows/s)",
+        ]
+        if self.recovered:
+            lines.append(f"recovered: {self.recovered} segments of earlier batches marked archived")
+        if self.garbage:
+            lines.append("removed the output of crashed batches: " + ", ".join(self.garbage))
+        if self.skipped:
+            lines.append(f"skipped: {self.skipped} segments claimed by other batches")
+        if self.spark_seconds:
+            lines.append(f"of which {self.spark_seconds:.1f} s starting Spark")
+        return "\n".join(lines)
+
+
+@dataclass(slots=True)
+class _FileStats:
+    rel: str
+    queue: str
+    date: str
+    rows: int
+    distinct: int
+    min_seq: int
+    max_seq: int
+    size: int = 0
+
+
+@dataclass(slots=True)
+class ArchiveJob:
+    """One batch (see the module docstring). ``spark`` gives the session when the job first needs
+    it (a run with nothing to write on a local root never starts one); ``clock`` returns seconds
+    since the epoch."""
+
+    spark_factory: Callable[[], SparkSession]
+    config: JobConfig
+    clock: Callable[[], float] = time.time
+    batch_id: str = ""
+    client: ClusterClient = field(init=False)
+    storage: Storage = field(init=False)
+    _dirs: list[str] = field(init=False, default_factory=list)
+    _spark_seconds: float = field(init=False, default=0.0)
+    _session: SparkSession | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        self.batch_id = self.batch_id or new_batch_id(self.clock())
+        self.client = ClusterClient(self.config.urls, self.config.timeout)
+        self.storage = open_storage(self.config.out, lambda: self.spark)
+
+    @property
+    def spark(self) -> SparkSession:
+        if self._session is None:
+            start = time.monotonic()
+            self._session = self.spark_factory()
+            self._spark_seconds = time.monotonic() - start
+        return self._session
+
+    # -- the run -------------------------------------------------------------------------------
+    def run(self) -> Summary:
+        start = time.monotonic()
+        manifests = self.load_manifests()
+        recovered = self.recover(manifests)
+        garbage = self.collect_garbage({m.batch_id for m in manifests})
+        tasks, skipped = self.plan_and_claim()
+        if not tasks:
+            seconds = time.monotonic() - start
+            return Summary(
+                self.batch_id, 0, 0, 0, 0, seconds, recovered, garbage, skipped, self._spark_seconds
+            )
+        crash_point("before-write")
+        try:
+            self.write(tasks)
+            crash_point("after-write")
+            self.renew(tasks)
+            manifest = self.build_manifest(tasks)
+            self.commit(manifest)
+        except BaseException:
+            self.discard()
+            raise
+        crash_point("after-manifest")
+        self.mark(manifest)
+        return Summary(
+            self.batch_id,
+            len(manifest.segments),
+            manifest.rows,
+            manifest.bytes,
+            sum(t.bytes for t in tasks),
+            time.monotonic() - start,
+            recovered,
+            garbage,
+            skipped,
+            self._spark_seconds,
+        )
+
+    # -- 1. recover ------------------------------------------------------------------------------
+    def load_manifests(self) -> list[mf.Manifest]:
+        out = []
+        for e in self.storage.list(mf.MANIFESTS):
+            if e.is_dir or not e.name.endswith(".json") or e.name.startswith(("_", ".")):
+                continue
+            try:
+                out.append(mf.decode(self.storage.read(f"{mf.MANIFESTS}/{e.name}")))
+            except Exception as ex:
+                raise ManifestInvalid(f"{mf.MANIFESTS}/{e.name}: {ex}") from None
+        seen: dict[tuple[str, int], str] = {}
+        for m in out:
+            for s in m.segments:
+                other = seen.setdefault((s.queue, s.first_seq), m.batch_id)
+                if other != m.batch_id:
+                    raise DuplicateSegment(
+                        f"segment {s.queue}/{s.first_seq} is in batches {other} and {m.batch_id}"
+                    )
+        return out
+
+    def _listing(self, queue: str) -> Listing | None:
+        try:
+            return self.client.segments(queue, "released")
+        except ApiError as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def recover(self, manifests: Sequence[mf.Manifest]) -> int:
+        """Mark archived every segment of ``manifests`` still released (see step 1)."""
+        marked = 0
+        listings: dict[str, Listing | None] = {}
+        for m in manifests:
+            pending: dict[str, list[int]] = defaultdict(list)
+            for s in m.segments:
+                if s.queue not in listings:
+                    listings[s.queue] = self._listing(s.queue)
+                listing = listings[s.queue]
+                if listing is None:
+                    continue
+                if any(
+                    x.first_seq == s.first_seq
+                    and x.last_seq == s.last_seq
+                    and x.checksum == s.checksum
+                    and x.state == "released"
+                    for x in listing.segments
+                ):
+                    pending[s.queue].append(s.first_seq)
+            if not pending:
+                continue
+            self.check_files(m)
+            for queue, firsts in sorted(pending.items()):
+                marked += self._mark(queue, m.batch_id, firsts)
+        return marked
+
+    def check_files(self, m: mf.Manifest) -> None:
+        """Every file of ``m`` exists with its recorded size, else `ManifestInvalid`."""
+        for f in m.files:
+            size = self.storage.size(f.path)
+            if size != f.bytes:
+                got = "missing" if size is None else f"{size} bytes"
+                raise ManifestInvalid(
+                    f"batch {m.batch_id}: {f.path} is {got}, the manifest says {f.bytes} bytes"
+                )
+
+    # -- 2. garbage ----------------------------------------------------------------------------
+    def batch_dirs(self) -> dict[str, list[str]]:
+        """Every batch with output under the root -> its directories."""
+        dirs: dict[str, list[str]] = defaultdict(list)
+        for e in self.storage.list(STAGING):
+            if e.is_dir:
+                dirs[e.name].append(f"{STAGING}/{e.name}")
+        for q in self.storage.list(""):
+            if not (q.is_dir and q.name.startswith("queue=")):
+                continue
+            for d in self.storage.list(q.name):
+                if not (d.is_dir and d.name.startswith("date=")):
+                    continue
+                for b in self.storage.list(f"{q.name}/{d.name}"):
+                    if b.is_dir and b.name.startswith("batch_id="):
+                        dirs[b.name.removeprefix("batch_id=")].append(f"{q.name}/{d.name}/{b.name}")
+        return dirs
+
+    def live_claims(self, queues: Iterable[str]) -> set[str]:
+        """Batches holding an unexpired claim on a released segment of ``queues``."""
+        now_ms = int(self.clock() * 1000)
+        live = set()
+        for queue in sorted(set(queues)):
+            listing = self._listing(queue)
+            for s in listing.segments if listing else ():
+                if s.claim is not None and s.claim.expires_at_ms > now_ms:
+                    live.add(s.claim.batch_id)
+        return live
+
+    def collect_garbage(self, committed: set[str]) -> tuple[str, ...]:
+        """Remove the output of batches with neither a manifest nor a live claim."""
+        dirs = self.batch_dirs()
+        candidates = sorted(b for b in dirs if b not in committed)
+        if not candidates:
+            return ()
+        live = self.live_claims([*self.client.queues(), *self.config.queues])
+        removed = []
+        for b in candidates:
+            if b in live or self.storage.exists(mf.manifest_path(b)):
+                continue
+            for d in dirs[b]:
+                self.storage.delete(d)
+            removed.append(b)
+        return tuple(removed)
+
+    # -- 3. plan and claim -------------------------------------------------------------------------
+    def plan_and_claim(self) -> tuple[list[SegmentTask], int]:
+        now_ms = int(self.clock() * 1000)
+        others = 0
+
+        def free(queue: str, seg: Segment) -> bool:
+            nonlocal others
+            c = seg.claim
+            taken = c is not None and c.batch_id != self.batch_id and c.expires_at_ms > now_ms
+            others += taken
+            return not taken
+
+        tasks = plan_tasks(
+            self.client, self.config.queues or None, self.config.max_segments, keep=free
+        )
+        by_queue: dict[str, list[SegmentTask]] = defaultdict(list)
+        for t in tasks:
+            by_queue[t.queue].append(t)
+        granted: list[SegmentTask] = []
+        for queue, ts in sorted(by_queue.items()):
+            res = self.client.claim(
+                queue, self.batch_id, [t.first_seq for t in ts], self.config.claim_ttl_ms
+            )
+            ok = set(res.claimed)
+            granted.extend(t for t in ts if t.first_seq in ok)
+            others += len(ts) - len([t for t in ts if t.first_seq in ok])
+        return granted, others
+
+    # -- 4. write --------------------------------------------------------------------------------
+    def write(self, tasks: Sequence[SegmentTask]) -> None:
+        from pyspark.sql import functions as F
+
+        from cmq.archive.source import encode_tasks, register
+
+        register(self.spark)
+        self.spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MILLIS")
+        df = (
+            self.spark.read.format("cmq")
+            .option("segments", encode_tasks(tasks))
+            .option("batch_id", self.batch_id)
+            .option("timeout", str(self.config.timeout))
+            .load()
+        )
+        # The UTC day, whatever the session's time zone: whole days since the epoch.
+        days = F.floor(F.unix_micros(F.col("sent_at")) / F.lit(86_400_000_000)).cast("int")
+        df = df.withColumn("date", F.date_from_unix_date(days).cast("string"))
+        staging = f"{STAGING}/{self.batch_id}"
+        self._dirs.append(staging)
+        try:
+            df.write.partitionBy("queue", "date", "batch_id").mode("error").parquet(
+                self.storage.uri(staging)
+            )
+        except Exception as e:
+            raise WriteFailed(_first_lines(str(e))) from None
+        for q in self.storage.list(staging):
+            if not (q.is_dir and q.name.startswith("queue=")):
+                continue
+            for d in self.storage.list(f"{staging}/{q.name}"):
+                for b in self.storage.list(f"{staging}/{q.name}/{d.name}"):
+                    rel = f"{q.name}/{d.name}/{b.name}"
+                    self.storage.mkdirs(f"{q.name}/{d.name}")
+                    self._dirs.append(rel)
+                    if not self.storage.rename(f"{staging}/{rel}", rel):
+                        raise WriteFailed(f"could not move {staging}/{rel} to {rel}")
+        self.storage.delete(staging)
+
+    def discard(self) -> None:
+        """Best effort: remove this batch's output (it has no manifest)."""
+        for d in self._dirs:
+            with contextlib.suppress(Exception):  # a later run's garbage collection removes it
+                self.storage.delete(d)
+
+    # -- 5. verify and commit --------------------------------------------------------------------
+    def renew(self, tasks: Sequence[SegmentTask]) -> None:
+        by_queue: dict[str, list[int]] = defaultdict(list)
+        for t in tasks:
+            by_queue[t.queue].append(t.first_seq)
+        for queue, firsts in sorted(by_queue.items()):
+            res = self.client.claim(queue, self.batch_id, firsts, self.config.claim_ttl_ms)
+            if res.refused:
+                raise ConflictingClaim(f"renewing the claims of {self.batch_id}: {res.refused}")
+
+    def file_stats(self) -> list[_FileStats]:
+        from pyspark.sql import functions as F
+
+        files: dict[str, int] = {}
+        dirs = [d for d in self._dirs if not d.startswith(STAGING)]
+        for d in dirs:
+            for e in self.storage.list(d):
+                if not e.is_dir and not e.name.startswith(("_", ".")):
+                    files[f"{d}/{e.name}"] = e.size
+        if not files:
+            return []
+        df = self.spark.read.option("basePath", self.storage.root).parquet(
+            *[self.storage.uri(d) for d in dirs]
+        )
+        rows = (
+            df.select(F.input_file_name().alias("f"), "seq")
+            .groupBy("f")
+            .agg(
+                F.count("*").alias("n"),
+                F.countDistinct("seq").alias("d"),
+                F.min("seq").alias("lo"),
+                F.max("seq").alias("hi"),
+            )
+            .collect()
+        )
+        out = []
+        for r in rows:
+            rel = "/".join(str(r["f"]).split("/")[-4:])
+            if rel not in files:
+                raise VerificationFailed(f"read back a file not in the batch: {r['f']}")
+            q, d = rel.split("/")[:2]
+            out.append(
+                _FileStats(
+                    rel,
+                    q.removeprefix("queue="),
+                    d.removeprefix("date="),
+                    int(r["n"]),
+                    int(r["d"]),
+                    int(r["lo"]),
+                    int(r["hi"]),
+                    files[rel],
+                )
+            )
+        missing = set(files) - {f.rel for f in out}
+        if missing:
+            raise VerificationFailed(f"files with no rows: {sorted(missing)}")
+        return out
+
+    def build_manifest(self, tasks: Sequence[SegmentTask]) -> mf.Manifest:
+        """Check the written files against ``tasks`` and describe them (step 5)."""
+        stats = self.file_stats()
+        by_task: dict[tuple[str, int], list[_FileStats]] = defaultdict(list)
+        for f in stats:
+            owner = [
+                t
+                for t in tasks
+                if t.queue == f.queue and t.first_seq <= f.min_seq and f.max_seq <= t.last_seq
+            ]
+            if len(owner) != 1 or f.rows != f.distinct:
+                raise VerificationFailed(
+                    f"{f.rel}: {f.rows} rows, {f.distinct} distinct seqs in "
+                    f"[{f.min_seq}, {f.max_seq}]: not within exactly one segment of the batch"
+                )
+            by_task[(owner[0].queue, owner[0].first_seq)].append(f)
+        segments = []
+        for t in tasks:
+            fs = by_task.get((t.queue, t.first_seq), [])
+            rows = sum(f.rows for f in fs)
+            if rows != t.count:
+                raise VerificationFailed(
+                    f"segment {t.queue}/{t.first_seq}: {rows} rows written, {t.count} listed"
+                )
+            segments.append(
+                mf.ManifestSegment(
+                    t.queue,
+                    t.first_seq,
+                    t.last_seq,
+                    t.count,
+                    t.checksum,
+                    rows,
+                    min((f.min_seq for f in fs), default=None),
+                    max((f.max_seq for f in fs), default=None),
+                    sorted(f.rel for f in fs),
+                )
+            )
+        files = [
+            mf.ManifestFile(f.rel, f.queue, f.date, f.rows, f.size, f.min_seq, f.max_seq)
+            for f in sorted(stats, key=lambda f: f.rel)
+        ]
+        return mf.Manifest(
+            mf.VERSION,
+            self.batch_id,
+            int(self.clock() * 1000),
+            self.storage.root,
+            sum(f.rows for f in files),
+            sum(f.bytes for f in files),
+            segments,
+            files,
+        )
+
+    def commit(self, manifest: mf.Manifest) -> None:
+        """Write the manifest under a temporary name, then rename it into place."""
+        self.storage.mkdirs(mf.MANIFESTS)
+        tmp = mf.temp_path(self.batch_id)
+        self.storage.write(tmp, mf.encode(manifest))
+        if not self.storage.rename(tmp, mf.manifest_path(self.batch_id)):
+            raise ArchiveError(f"could not rename {tmp} to {mf.manifest_path(self.batch_id)}")
+
+    # -- 6. mark archived ------------------------------------------------------------------------
+    def _mark(self, queue: str, batch_id: str, firsts: Sequence[int]) -> int:
+        res = self.client.mark_archived(queue, batch_id, firsts)
+        if res.refused:
+            refused = [(r.first_seq, r.reason, r.batch_id) for r in res.refused]
+            raise ConflictingClaim(f"MarkArchived {queue} {batch_id}: refused {refused}")
+        return len(res.archived)
+
+    def mark(self, manifest: mf.Manifest) -> None:
+        by_queue: dict[str, list[int]] = defaultdict(list)
+        for s in manifest.segments:
+            by_queue[s.queue].append(s.first_seq)
+        for queue, firsts in sorted(by_queue.items()):
+            self._mark(queue, manifest.batch_id, firsts)
+
+
+def _first_lines(text: str, n: int = 12) -> str:
+    """The lines of a Spark error worth showing: ours first (``segment_unreadable`` etc.)."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    ours = [ln for ln in lines if "cmq.archive.errors" in ln or "every replica failed" in ln]
+    return "\n".join((ours or lines)[:n])

@@ -1,0 +1,124 @@
+"""``cmq archive`` (and ``python -m cmq.archive``, which ``spark-submit`` can run):
+
+    cmq archive --url URL[,URL...] --out DIR [--queue NAME ...] [--master local[2]]
+                [--max-segments N] [--claim-ttl SECONDS] [--timeout SECONDS] [--json]
+
+Prints a summary (segments, rows, bytes, seconds); exits 0 on success, 1 on any failure (the
+error's code and message on stderr), 2 on bad arguments.
+
+The Spark session: ``--master`` (default ``local[2]``; under ``spark-submit`` the master it was
+given). On a local master the session stays quiet and offline: no UI, driver bound to
+127.0.0.1, small shuffles. Always: log level WARN, executors' Python = this interpreter unless
+``PYSPARK_PYTHON`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from cmq.archive.errors import ArchiveError
+from cmq.archive.job import DEFAULT_CLAIM_TTL_MS, ArchiveJob, JobConfig
+from cmq.archive.remote import split_urls
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+LOCAL_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+}
+COMMON_CONF = {"spark.sql.session.timeZone": "UTC"}
+
+
+def spark_session(master: str | None, app_name: str = "cmq-archive") -> SparkSession:
+    """A Spark session for the job (see the module docstring). ``master`` None: the one
+    ``spark-submit`` gave, else ``local[2]``."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # launched by spark-submit
+    if master is None and not submitted:
+        master = "local[2]"
+    local = master is not None and master.startswith("local")
+    if local:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name)
+    if master is not None:
+        builder = builder.master(master)
+    for k, v in {**COMMON_CONF, **(LOCAL_CONF if local else {})}.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="cmq archive",
+        description="Archive the released segments of a cmq cluster's queues as Parquet.",
+    )
+    p.add_argument("--url", required=True, help="URL[,URL...] of the cluster's nodes")
+    p.add_argument("--out", required=True, help="output root: a local path or a Hadoop URI")
+    p.add_argument(
+        "--queue",
+        action="append",
+        default=[],
+        help="a queue to archive (repeat; default: every queue with archive=true)",
+    )
+    p.add_argument("--master", help="Spark master (default local[2]; spark-submit's under it)")
+    p.add_argument("--max-segments", type=int, help="archive at most N segments in this run")
+    p.add_argument(
+        "--claim-ttl",
+        type=float,
+        default=DEFAULT_CLAIM_TTL_MS / 1000,
+        help="seconds a claim on a segment lasts (default 600)",
+    )
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds per HTTP call")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    urls = split_urls(args.url)
+    if not urls or (args.max_segments is not None and args.max_segments < 1):
+        print("error: invalid_argument: --url needs a URL, --max-segments N >= 1", file=sys.stderr)
+        return 2
+    config = JobConfig(
+        urls=urls,
+        out=args.out,
+        queues=tuple(args.queue),
+        max_segments=args.max_segments,
+        claim_ttl_ms=max(1, int(args.claim_ttl * 1000)),
+        timeout=args.timeout,
+    )
+    sessions: list[SparkSession] = []
+
+    def spark() -> SparkSession:
+        if not sessions:
+            sessions.append(spark_session(args.master))
+        return sessions[0]
+
+    try:
+        summary = ArchiveJob(spark, config).run()
+    except ArchiveError as e:
+        print(f"error: {e.code}: {e.message}", file=sys.stderr)
+        return 1
+    finally:
+        for s in sessions:
+            s.stop()
+    if args.json:
+        print(msgspec.json.encode(summary).decode())
+    else:
+        print(summary.render())
+    return 0
