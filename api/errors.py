@@ -22,6 +22,7 @@ import orjson
 
 from cmq.errors import (
     CmqError,
+    GroupNotFound,
     InvalidParameter,
     InvalidQueueName,
     InvariantBroken,
@@ -75,6 +76,7 @@ HTTP_STATUS: dict[type[CmqError], int] = {
     QueueNotFound: 404,
     NotFound: 404,
     NodeNotFound: 404,
+    GroupNotFound: 404,
     NodeBusy: 409,
     MethodNotAllowed: 405,
     QueueAlreadyExists: 409,

@@ -9,6 +9,7 @@ model. Queue logic lives behind the service.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from api.models import (
     CreateQueueResponse,
     DeleteQueueResponse,
     EmptyRequest,
+    GroupDigestResponse,
     Health,
     JoinNodeRequest,
     JoinNodeResponse,
@@ -55,6 +57,7 @@ from api.models import (
 )
 from cmq.errors import (
     CmqError,
+    GroupNotFound,
     InvalidParameter,
     InvalidQueueName,
     MessageTooLarge,
@@ -236,6 +239,14 @@ async def nack(ctx: Context, req: NackRequest) -> Reply:
 async def cluster_status(ctx: Context, _: None) -> Reply:
     """The service's view, rendered as it is (`ClusterStatus` only documents it)."""
     return Reply(ctx.service.status())
+
+
+async def group_digest(ctx: Context, _: None) -> Reply:
+    part = ctx.path.split("/")[3] if ctx.path.count("/") >= 3 else ""
+    if not part.isdigit() or int(part) < 1 or len(part) > 18:
+        raise InvalidParameter(f"{part!r} is not a data group id (a positive integer)")
+    d = await ctx.service.group_digest(int(part))
+    return Reply(GroupDigestResponse(**dataclasses.asdict(d)))
 
 
 async def healthz(ctx: Context, _: None) -> Reply:
@@ -511,6 +522,15 @@ ROUTES: tuple[Route, ...] = (
         "This node's view of every Raft group (role, term, leader, commit, lag)",
         cluster_status,
         _ok("Status", ClusterStatus),
+    ),
+    Route(
+        "GET",
+        "/v1/groups/{group}/digest",
+        "groupDigest",
+        "Hashes of a data group's state on this node (applied index, image, segment files)",
+        group_digest,
+        _ok("Digest", GroupDigestResponse),
+        raises=(InvalidParameter, GroupNotFound, Unavailable),
     ),
     Route(
         "GET",

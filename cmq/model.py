@@ -177,3 +177,20 @@ class QueueStats:
     dead_lettered_total: int = 0
     expired_total: int = 0
     oldest_age_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDigest:
+    """A data group's replicated state on one node, hashed (``GET /v1/groups/{group}/digest``):
+    replicas that applied the same index must show the same hashes. ``image_sha256`` covers
+    the state machine's snapshot image (queues, messages' metadata, leases, dedup window);
+    ``segments_sha256`` the bytes of the ``segments`` segment files that image lists, up to
+    the sizes it records."""
+
+    group: int
+    node: int
+    applied: int
+    image_sha256: str
+    image_bytes: int
+    segments_sha256: str
+    segments: int

@@ -10,8 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from cmq.errors import GroupNotFound
 from cmq.model import (
     EntryResult,
+    GroupDigest,
     OutgoingMessage,
     PeekedMessage,
     QueueAttributes,
@@ -139,6 +141,12 @@ class RecordingService:
 
     async def remove_node(self, node: int) -> None:
         self._record("remove_node", node)
+
+    async def group_digest(self, group: int) -> GroupDigest:
+        self._record("group_digest", group)
+        if group != 1:
+            raise GroupNotFound(f"node 1 hosts no replica of data group {group}")
+        return GroupDigest(1, 1, 10, "0" * 64, 12, "1" * 64, 0)
 
     def is_ready(self) -> bool:
         self._record("is_ready")

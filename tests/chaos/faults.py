@@ -499,6 +499,12 @@ async def _moving_leader(cluster: ChaosCluster, timeout: float) -> tuple[int, in
     return None
 
 
+def _pinned() -> FaultKind:
+    from tests.chaos.pinned import PinnedClients
+
+    return PinnedClients()
+
+
 REGISTRY: dict[str, Callable[[], FaultKind]] = {
     "kill": Kill,
     "pause": Pause,
@@ -508,6 +514,7 @@ REGISTRY: dict[str, Callable[[], FaultKind]] = {
     "truncate": lambda: FileFault("truncate"),
     "rollback": Rollback,
     "membership": MembershipChange,
+    "pinned": _pinned,
 }
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.chaos.failover import failover_trials
-from tests.chaos.runner import ALL_FAULTS, RunConfig, run_once
+from tests.chaos.runner import ALL_FAULTS, RunConfig, replay_command, run_once
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +40,9 @@ async def test_chaos_run(seed: int, nodes: int, duration: float) -> None:
         known_issues=KNOWN_ISSUES,
     )
     result = await run_once(cfg)
-    assert result.ok, f"seed {seed}: {result.failures()} (logs: {result.root})"
+    assert result.ok, (
+        f"seed {seed}: {result.failures()} (logs: {result.root}; replay: {replay_command(cfg)})"
+    )
     assert result.report.acked > 100, "the workload made no progress"
     assert sum(result.faults.values()) >= 3, f"too few faults injected: {result.faults}"
 
