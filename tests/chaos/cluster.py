@@ -96,6 +96,8 @@ class ChaosCluster:
         self.client: Client | None = None
         """One attempt per call, all nodes' connections in one pool (set by `start`)."""
         self.starts = 0
+        self.clock_offset_ms: dict[int, int] = {}
+        """Per node: the clock offset (``CMQ_CLOCK_OFFSET_MS``) its next start gets."""
 
     # -- layout ------------------------------------------------------------------------------------
     def data_dir(self, nid: int) -> Path:
@@ -148,6 +150,7 @@ class ChaosCluster:
         assert nid not in self.procs, f"node {nid} is running"
         self.data_dir(nid).mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, CMQ_SECRET=SECRET)
+        env["CMQ_CLOCK_OFFSET_MS"] = str(self.clock_offset_ms.get(nid, 0))
         if self.code is not None:
             env["PYTHONPATH"] = str(self.code)
         with self.log_path(nid).open("ab") as log:

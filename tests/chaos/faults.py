@@ -505,6 +505,12 @@ def _pinned() -> FaultKind:
     return PinnedClients()
 
 
+def _clock() -> FaultKind:
+    from tests.chaos.clock import ClockJump  # it imports this module
+
+    return ClockJump()
+
+
 REGISTRY: dict[str, Callable[[], FaultKind]] = {
     "kill": Kill,
     "pause": Pause,
@@ -515,6 +521,7 @@ REGISTRY: dict[str, Callable[[], FaultKind]] = {
     "rollback": Rollback,
     "membership": MembershipChange,
     "pinned": _pinned,
+    "clock": _clock,
 }
 
 

@@ -48,6 +48,7 @@ ALL_FAULTS = [
     "rollback",
     "membership",
     "pinned",
+    "clock",
 ]
 Say = Callable[[str], None]
 
@@ -97,6 +98,8 @@ class RunResult:
 
     def failures(self) -> list[str]:
         out = self.report.failures()
+        if self.faults["clock"]:  # leases are stamped by skewed clocks: reported, not failed
+            out = [f for f in out if not f.startswith("lease_overlaps=")]
         if self.error:
             out.insert(0, f"run aborted: {self.error}")
         out += self.unknown_restart_failures()
