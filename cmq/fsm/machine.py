@@ -29,7 +29,6 @@ Per-queue state and its queries live in `cmq.fsm.queue`, the snapshot image in `
 
 from __future__ import annotations
 
-import hashlib
 from bisect import bisect_right
 from collections.abc import Iterable
 from itertools import islice
@@ -67,6 +66,7 @@ from cmq.fsm.image import (
     encode_queue,
     image_head,
     install_shipped,
+    segments_digest,
     ship,
 )
 from cmq.fsm.queue import (
@@ -165,19 +165,8 @@ class QueueMachine:
         return ship(data, queues.values(), self._store)
 
     def segments_digest(self, data: bytes) -> tuple[str, int]:
-        """(SHA-256 hex, count) over every segment the image ``data`` (`encode_image`) lists:
-        each one's queue key, first seq, size and bytes up to that size, in the image's order.
-        Two replicas at the same applied index must agree. Runs on a worker thread (reads
-        files only, like `export_snapshot`); a segment missing or short: `InvariantBroken`."""
-        digest = hashlib.sha256()
-        count = 0
-        _, queues = decode_image(data) if data else (0, {})
-        for q in queues.values():
-            for seg in q.segments:
-                digest.update(f"{q.key}\0{seg.first_seq}\0{seg.size}\0".encode())
-                digest.update(self._store.export(q.key, seg.first_seq, seg.size))
-                count += 1
-        return digest.hexdigest(), count
+        """`image.segments_digest` of the segments the image ``data`` lists (worker thread)."""
+        return segments_digest(decode_image(data)[1].values() if data else (), self._store)
 
     def restore(self, index: int, data: bytes) -> None:
         """Replace the state with the image ``data`` (``b""``: empty) and bring the segment
