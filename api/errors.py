@@ -23,6 +23,7 @@ import orjson
 from cmq.errors import (
     CmqError,
     CorruptSegment,
+    GroupNotFound,
     InvalidParameter,
     InvalidQueueName,
     InvariantBroken,
@@ -78,6 +79,7 @@ HTTP_STATUS: dict[type[CmqError], int] = {
     QueueNotFound: 404,
     NotFound: 404,
     NodeNotFound: 404,
+    GroupNotFound: 404,
     NodeBusy: 409,
     MethodNotAllowed: 405,
     QueueAlreadyExists: 409,

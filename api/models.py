@@ -592,3 +592,18 @@ class NodeList(_Response):
 class NodeChanged(_Response):
     node: int
     state: Literal["active", "draining", "removed"]
+
+
+class GroupDigestResponse(_Response):
+    """A data group's replicated state on the answering node, hashed: replicas that applied
+    the same index show the same hashes (a read-only check; nothing is forwarded)."""
+
+    group: int
+    node: int
+    applied: Annotated[int, Meta(description="the Raft index the hashes were taken at")]
+    image_sha256: Annotated[str, Meta(description="SHA-256 of the state machine's image")]
+    image_bytes: int
+    segments_sha256: Annotated[
+        str, Meta(description="SHA-256 of the segment files the image lists, to their sizes")
+    ]
+    segments: Annotated[int, Meta(description="how many segment files were hashed")]

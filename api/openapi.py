@@ -111,6 +111,8 @@ def _operation(route: Route) -> Schema:
             params.append(param)
     if "{node}" in route.path:
         params.append({"$ref": "#/components/parameters/NodeId"})
+    if "{group}" in route.path:
+        params.append({"$ref": "#/components/parameters/GroupId"})
     if params:
         op["parameters"] = params
     if route.request is not None:
@@ -170,6 +172,12 @@ def openapi_document(routes: Sequence[Route] = ROUTES) -> dict[str, Any]:
                 },
                 "NodeId": {
                     "name": "node",
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "integer", "minimum": 1},
+                },
+                "GroupId": {
+                    "name": "group",
                     "in": "path",
                     "required": True,
                     "schema": {"type": "integer", "minimum": 1},

@@ -10,6 +10,7 @@ model. Queue logic lives behind the service.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import logging
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -28,6 +29,7 @@ from api.models import (
     CreateQueueResponse,
     DeleteQueueResponse,
     EmptyRequest,
+    GroupDigestResponse,
     Health,
     JoinNodeRequest,
     JoinNodeResponse,
@@ -68,6 +70,7 @@ from api.segment_models import (
 from cmq.errors import (
     CmqError,
     CorruptSegment,
+    GroupNotFound,
     InvalidParameter,
     InvalidQueueName,
     MessageTooLarge,
@@ -334,6 +337,14 @@ async def mark_archived(ctx: Context, req: ArchivedRequest) -> Reply:
 async def cluster_status(ctx: Context, _: None) -> Reply:
     """The service's view, rendered as it is (`ClusterStatus` only documents it)."""
     return Reply(ctx.service.status())
+
+
+async def group_digest(ctx: Context, _: None) -> Reply:
+    part = ctx.path.split("/")[3] if ctx.path.count("/") >= 3 else ""
+    if not part.isdigit() or int(part) < 1 or len(part) > 18:
+        raise InvalidParameter(f"{part!r} is not a data group id (a positive integer)")
+    d = await ctx.service.group_digest(int(part))
+    return Reply(GroupDigestResponse(**dataclasses.asdict(d)))
 
 
 async def healthz(ctx: Context, _: None) -> Reply:
@@ -695,6 +706,15 @@ ROUTES: tuple[Route, ...] = (
         "This node's view of every Raft group (role, term, leader, commit, lag)",
         cluster_status,
         _ok("Status", ClusterStatus),
+    ),
+    Route(
+        "GET",
+        "/v1/groups/{group}/digest",
+        "groupDigest",
+        "Hashes of a data group's state on this node (applied index, image, segment files)",
+        group_digest,
+        _ok("Digest", GroupDigestResponse),
+        raises=(InvalidParameter, GroupNotFound, Unavailable),
     ),
     Route(
         "GET",

@@ -119,6 +119,12 @@ class NodeNotFound(CmqError):
     code = "NodeNotFound"
 
 
+class GroupNotFound(CmqError):
+    """This node hosts no replica of that Raft group (or it is not a data group)."""
+
+    code = "GroupNotFound"
+
+
 class NodeBusy(CmqError):
     """The node change is refused as it stands: the node still holds replicas (drain it
     first), or draining it would leave fewer active nodes than replicas per group."""

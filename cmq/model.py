@@ -316,3 +316,20 @@ def check_segments(segments: object) -> tuple[int, ...]:
         if isinstance(s, bool) or not isinstance(s, int) or s < 1:
             raise InvalidParameter(f"segments are first seqs (integers >= 1); got {s!r}")
     return tuple(segments)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDigest:
+    """A data group's replicated state on one node, hashed (``GET /v1/groups/{group}/digest``):
+    replicas that applied the same index must show the same hashes. ``image_sha256`` covers
+    the state machine's snapshot image (queues, messages' metadata, leases, dedup window);
+    ``segments_sha256`` the bytes of the ``segments`` segment files that image lists, up to
+    the sizes it records."""
+
+    group: int
+    node: int
+    applied: int
+    image_sha256: str
+    image_bytes: int
+    segments_sha256: str
+    segments: int

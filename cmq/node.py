@@ -37,6 +37,7 @@ from cmq.model import (
     ArchiveResult,
     ClaimResult,
     EntryResult,
+    GroupDigest,
     OutgoingMessage,
     PeekedMessage,
     QueueAttributes,
@@ -71,7 +72,7 @@ from cmq.rpc import (
     RemoveQueueCall,
     SetAttributesCall,
 )
-from cmq.status import render_status
+from cmq.status import group_digest, render_status
 from raftlog.runtime import GroupOptions, MultiRaft, RuntimeConfig
 from raftlog.transport.peer import Address
 
@@ -271,6 +272,9 @@ class QueueNode:
 
     def status(self) -> dict[str, Any]:
         return render_status(self.id, self.raft, self.catalog, tuple(sorted(self.raft.groups)))
+
+    async def group_digest(self, group: int) -> GroupDigest:
+        return await group_digest(self.id, self.raft, self.machines, group)
 
     # -- QueueService ----------------------------------------------------------------------------
     async def create_queue(self, name: str, attributes: QueueAttributes) -> bool:

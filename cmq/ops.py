@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import secrets
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, cast
 
 from cmq.errors import (
+    InvalidParameter,
     InvariantBroken,
     OutcomeUnknown,
     Overloaded,
@@ -100,9 +102,24 @@ META_GROUP = 0
 R = TypeVar("R")
 
 
+CLOCK_OFFSET_ENV = "CMQ_CLOCK_OFFSET_MS"
+"""Milliseconds added to this node's wall clock (a clock-fault injection hook for the chaos
+runner; unset or 0 in production). Read once, when the process starts."""
+
+
+def _clock_offset_ms(raw: str) -> int:
+    try:
+        return int(raw or "0")
+    except ValueError:
+        raise InvalidParameter(f"{CLOCK_OFFSET_ENV} must be an integer; got {raw!r}") from None
+
+
+_CLOCK_OFFSET_MS = _clock_offset_ms(os.environ.get(CLOCK_OFFSET_ENV, ""))
+
+
 def now_ms() -> int:
-    """This node's clock, as commands carry it."""
-    return time.time_ns() // 1_000_000
+    """This node's clock, as commands carry it: the wall clock plus `CLOCK_OFFSET_ENV`."""
+    return time.time_ns() // 1_000_000 + _CLOCK_OFFSET_MS
 
 
 class Wakeups:

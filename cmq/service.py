@@ -15,6 +15,7 @@ from cmq.model import (
     ArchiveResult,
     ClaimResult,
     EntryResult,
+    GroupDigest,
     OutgoingMessage,
     PeekedMessage,
     QueueAttributes,
@@ -135,6 +136,12 @@ class QueueService(Protocol):
         "data_groups": {group: {"replicas", "data_dirs", "queues"}},
         "groups": {group id: {"role", "term", "leader", "commit", "applied", "last_index",
         "voters", "lag": {peer: entries behind}}}}``; ``lag`` is known on a group's leader."""
+        ...
+
+    async def group_digest(self, group: int) -> GroupDigest:
+        """Hashes of data group ``group``'s replicated state on this node (read-only, never
+        forwarded): applied index, SHA-256 of the state machine image and of the segment files
+        it lists. `GroupNotFound` when this node hosts no replica of that data group."""
         ...
 
     # -- nodes (cmq.nodes_admin) ------------------------------------------------------------------

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+from collections.abc import Mapping
 from typing import Any
 
+from cmq.errors import GroupNotFound, InvariantBroken, Unavailable
+from cmq.fsm.machine import QueueMachine
 from cmq.meta import CatalogMachine
+from cmq.model import GroupDigest
 from raftlog.runtime import MultiRaft
 
 
@@ -48,3 +54,32 @@ def render_status(
             for g, info in catalog.groups().items()
         },
     }
+
+
+async def group_digest(
+    node_id: int, raft: MultiRaft, machines: Mapping[int, QueueMachine], group: int
+) -> GroupDigest:
+    """Hashes of data group ``group``'s state on this node (`GroupDigest`). The applied index
+    and the image are read together on the event loop (the image is cached per queue, so this
+    is cheap); the segment files are read and hashed on a worker thread, up to the sizes the
+    image records (later appends do not change the result). `GroupNotFound` when no replica of
+    a data group ``group`` is open here; `Unavailable` when a listed segment went away while
+    it was read (retry)."""
+    machine = machines.get(group)
+    if machine is None or group not in raft.groups:
+        raise GroupNotFound(f"node {node_id} hosts no replica of data group {group}")
+    applied = raft.status(group).applied
+    image = machine.encode_image()
+    try:
+        segments, count = await asyncio.to_thread(machine.segments_digest, image)
+    except (InvariantBroken, OSError) as e:
+        raise Unavailable(f"group {group} changed while its segments were read: {e}") from None
+    return GroupDigest(
+        group=group,
+        node=node_id,
+        applied=applied,
+        image_sha256=hashlib.sha256(image).hexdigest(),
+        image_bytes=len(image),
+        segments_sha256=segments,
+        segments=count,
+    )

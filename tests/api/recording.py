@@ -11,11 +11,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from cmq.errors import CorruptSegment
+from cmq.errors import CorruptSegment, GroupNotFound
 from cmq.model import (
     ArchiveResult,
     ClaimResult,
     EntryResult,
+    GroupDigest,
     OutgoingMessage,
     PeekedMessage,
     QueueAttributes,
@@ -184,6 +185,12 @@ class RecordingService:
     async def mark_archived(self, name: str, batch_id: str, segments: list[int]) -> ArchiveResult:
         self._record("mark_archived", name, batch_id, segments)
         return ArchiveResult(tuple(segments), (), ())
+
+    async def group_digest(self, group: int) -> GroupDigest:
+        self._record("group_digest", group)
+        if group != 1:
+            raise GroupNotFound(f"node 1 hosts no replica of data group {group}")
+        return GroupDigest(1, 1, 10, "0" * 64, 12, "1" * 64, 0)
 
     def is_ready(self) -> bool:
         self._record("is_ready")

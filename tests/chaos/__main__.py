@@ -21,7 +21,7 @@ from pathlib import Path
 from tests.chaos.checker import check, summarize
 from tests.chaos.failover import failover_trials, percentile
 from tests.chaos.history import load_jsonl
-from tests.chaos.runner import ALL_FAULTS, RunConfig, RunResult, run_once
+from tests.chaos.runner import ALL_FAULTS, RunConfig, RunResult, replay_command, run_once
 
 COLUMNS = [
     ("seed", 6),
@@ -104,6 +104,8 @@ def table(results: list[RunResult], failover: dict[str, list[float]] | None = No
                 lines.append(f"known issue (seed {r.cfg.seed}, not failed): {f[:300]}")
             for f in r.failures():
                 lines.append(f"FAILED (seed {r.cfg.seed}): {f[:500]}")
+            if not r.ok:
+                lines.append(f"replay (seed {r.cfg.seed}): {replay_command(r.cfg)}")
         skipped = sorted({s for r in results for s in r.skipped})
         for s in skipped:
             lines.append(f"skipped: {s}")
@@ -141,6 +143,9 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--duration", type=float, default=60, help="seconds of faults per run")
     p.add_argument("--faults", default=",".join(ALL_FAULTS))
     p.add_argument("--lazyfs", choices=["none", "one", "all"], default="one")
+    p.add_argument(
+        "--overlap", type=float, default=0.3, help="chance of a second fault in an episode"
+    )
     p.add_argument("--workdir", type=Path, default=Path("/tmp/cmq-chaos"))
     p.add_argument("--keep", action="store_true", help="keep run directories of passing runs")
     p.add_argument(
@@ -170,6 +175,7 @@ def _config(args: argparse.Namespace, seed: int, nodes: int) -> RunConfig:
         duration=args.duration,
         faults=[f for f in args.faults.split(",") if f],
         lazyfs=args.lazyfs,
+        overlap=args.overlap,
         workdir=args.workdir,
         keep=args.keep,
         live_code=args.live_code,
@@ -213,7 +219,7 @@ async def _main(args: argparse.Namespace) -> int:
     return 0 if all(r.ok for r in results) else 1
 
 
-def main(argv: list[str] | None = None) -> int:
+def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tests.chaos", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
     p_run = sub.add_parser("run", help="one run per seed")
@@ -231,7 +237,17 @@ def main(argv: list[str] | None = None) -> int:
     p_fo.add_argument("--workdir", type=Path, default=Path("/tmp/cmq-chaos"))
     p_chk = sub.add_parser("check", help="check a saved history.jsonl")
     p_chk.add_argument("history", type=Path)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def config_of(argv: list[str]) -> RunConfig:
+    """The `RunConfig` of ``run`` arguments (its first seed and cluster size)."""
+    args = make_parser().parse_args(argv)
+    return _config(args, _seeds(args.seeds)[0], int(args.nodes.split(",")[0]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
     try:
         return asyncio.run(_main(args))
     except KeyboardInterrupt:

@@ -58,6 +58,21 @@ class DeliveryEvent:
 
 
 @dataclass(slots=True)
+class PinnedReport:
+    """Operations of clients pinned to one side of a partition (`check_pinned`)."""
+
+    episodes: int = 0
+    minority_ops: int = 0
+    minority_refused: int = 0
+    """Minority-side operations that got an error (failed or unknown): what they must get."""
+    minority_empty_reads: int = 0
+    """Minority-side receives answered ok with no message (nothing confirmed: not failed)."""
+    minority_confirms: list[str] = field(default_factory=list)
+    majority_ok: int = 0
+    majority_stalled: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class Report:
     """What `check` found. Lists hold examples (keys or op indexes) for the failure message."""
 
@@ -82,6 +97,8 @@ class Report:
     redelivered_after_ack: list[str] = field(default_factory=list)
     lease_overlaps: list[str] = field(default_factory=list)
     lease_forks: list[str] = field(default_factory=list)
+    pinned: PinnedReport = field(default_factory=PinnedReport)
+    """What the clients pinned to one side of a partition saw (`check_pinned`)."""
 
     def failures(self) -> list[str]:
         """The failed checks, each with a count and a few examples."""
@@ -99,11 +116,60 @@ class Report:
             out.append(f"lease_overlaps={len(self.lease_overlaps)} e.g. {self.lease_overlaps[:5]}")
         if self.lease_forks:
             out.append(f"lease_forks={len(self.lease_forks)} e.g. {self.lease_forks[:5]}")
+        if self.pinned.minority_confirms:
+            out.append(
+                f"minority_confirms={len(self.pinned.minority_confirms)} "
+                f"e.g. {self.pinned.minority_confirms[:5]}"
+            )
+        if self.pinned.majority_stalled:
+            out.append(f"majority_stalled={self.pinned.majority_stalled[:5]}")
         return out
 
     @property
     def ok(self) -> bool:
         return not self.failures()
+
+
+PINNED = "pinned"
+"""Process names of pinned clients: ``pinned<episode>-<minority|majority>-<producer|consumer>``
+(`tests.chaos.pinned`); every one of their operations started after the partition was in place
+and ended before it was healed."""
+
+
+def check_pinned(ops: Sequence[Op], *, progress_window: float = 4.0) -> PinnedReport:
+    """Clients pinned to one side of a partition. A minority-side client must never get a
+    confirm: an ok send, an ok receive that returned messages (a lease), an ok ack or nack is
+    a violation (an ok empty receive is counted apart: it confirms nothing). The consumer on
+    the majority side must keep going: in an episode whose majority-side operations span
+    ``progress_window`` seconds or more, at least one of its receives must succeed."""
+    rep = PinnedReport()
+    majority: dict[str, list[Op]] = defaultdict(list)
+    for op in ops:
+        if not op.process.startswith(PINNED) or op.kind == "fault":
+            continue
+        episode, _, role = op.process.partition("-")
+        if role.startswith("minority"):
+            rep.minority_ops += 1
+            if op.outcome != "ok":
+                rep.minority_refused += 1
+            elif op.kind == "receive" and not op.deliveries:
+                rep.minority_empty_reads += 1
+            else:
+                rep.minority_confirms.append(
+                    f"op {op.index} ({op.process} {op.kind} via node {op.node}) was confirmed"
+                )
+        elif role.startswith("majority"):
+            majority[episode].append(op)
+    rep.episodes = len({o.process.partition("-")[0] for o in ops if o.process.startswith(PINNED)})
+    for episode, mine in sorted(majority.items()):
+        ok = sum(o.outcome == "ok" for o in mine if o.kind == "receive")
+        rep.majority_ok += ok
+        span = max(o.end for o in mine) - min(o.start for o in mine)
+        if not ok and span >= progress_window:
+            rep.majority_stalled.append(
+                f"{episode}: no receive of the majority-side consumer succeeded in {span:.1f}s"
+            )
+    return rep
 
 
 def delivery_events(ops: Sequence[Op]) -> list[DeliveryEvent]:
@@ -233,6 +299,7 @@ def check(ops: Sequence[Op], *, tolerance: float = 0.01) -> Report:
                         f"both leased it for {hi - lo:.3f}s"
                     )
     rep.duplicated = sorted(duplicated)
+    rep.pinned = check_pinned(ops)
     return rep
 
 
@@ -268,6 +335,28 @@ def check_replicas(statuses: Mapping[int, Mapping[str, Any]]) -> list[str]:
     placements = {nid: st.get("placement") for nid, st in statuses.items()}
     if len({repr(sorted((p or {}).items())) for p in placements.values()}) > 1:
         problems.append(f"queue placement differs by node: {placements}")
+    return problems
+
+
+DIGEST_FIELDS = ("image_sha256", "image_bytes", "segments_sha256", "segments")
+
+
+def compare_digests(digests: Mapping[int, Mapping[int, Mapping[str, Any]]]) -> list[str]:
+    """Differences between replicas' ``/v1/groups/{group}/digest`` answers: ``digests`` maps a
+    data group to {node: digest}. Every replica must report the same ``applied`` index (else
+    the group has not quiesced: "applied differs", worth waiting for) and, at that index, the
+    same image and segment hashes (byte-for-byte equal state). Empty when identical."""
+    problems: list[str] = []
+    for g, by_node in sorted(digests.items()):
+        applied = {nid: d["applied"] for nid, d in sorted(by_node.items())}
+        if len(set(applied.values())) > 1:
+            problems.append(f"group {g}: applied differs by node: {applied}")
+            continue
+        for name in DIGEST_FIELDS:
+            seen = {nid: d[name] for nid, d in sorted(by_node.items())}
+            if len(set(seen.values())) > 1:
+                short = {n: str(v)[:12] for n, v in seen.items()}
+                problems.append(f"group {g}: {name} differs by node at applied {applied}: {short}")
     return problems
 
 

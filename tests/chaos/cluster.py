@@ -96,6 +96,8 @@ class ChaosCluster:
         self.client: Client | None = None
         """One attempt per call, all nodes' connections in one pool (set by `start`)."""
         self.starts = 0
+        self.clock_offset_ms: dict[int, int] = {}
+        """Per node: the clock offset (``CMQ_CLOCK_OFFSET_MS``) its next start gets."""
 
     # -- layout ------------------------------------------------------------------------------------
     def data_dir(self, nid: int) -> Path:
@@ -148,6 +150,7 @@ class ChaosCluster:
         assert nid not in self.procs, f"node {nid} is running"
         self.data_dir(nid).mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, CMQ_SECRET=SECRET)
+        env["CMQ_CLOCK_OFFSET_MS"] = str(self.clock_offset_ms.get(nid, 0))
         if self.code is not None:
             env["PYTHONPATH"] = str(self.code)
         with self.log_path(nid).open("ab") as log:
@@ -267,6 +270,25 @@ class ChaosCluster:
         nodes = self.running() if nodes is None else nodes
         got = await asyncio.gather(*(self.status(n) for n in nodes))
         return {n: s for n, s in zip(nodes, got, strict=True) if s is not None}
+
+    async def digests(self, timeout: float = 10) -> dict[int, dict[int, dict[str, Any]]]:
+        """Data group -> {node: its ``/v1/groups/{group}/digest``} for every running replica
+        (the replicas as the catalog in a status names them; every data group on every node
+        when no status names them). A replica that did not answer is left out."""
+        statuses = await self.statuses()
+        catalog: dict[str, Any] = {}
+        for st in statuses.values():
+            catalog = st.get("data_groups") or catalog
+        groups = sorted({int(g) for st in statuses.values() for g in st["groups"]} - {0})
+        out: dict[int, dict[int, dict[str, Any]]] = {}
+        for g in groups:
+            replicas = catalog.get(str(g), {}).get("replicas", self.ids)
+            nodes = [n for n in self.running() if n in replicas]
+            got = await asyncio.gather(
+                *(self.get(n, f"/v1/groups/{g}/digest", timeout) for n in nodes)
+            )
+            out[g] = {n: body for n, (code, body) in zip(nodes, got, strict=True) if code == 200}
+        return out
 
     async def wait_ready(self, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout

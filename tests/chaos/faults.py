@@ -499,6 +499,18 @@ async def _moving_leader(cluster: ChaosCluster, timeout: float) -> tuple[int, in
     return None
 
 
+def _pinned() -> FaultKind:
+    from tests.chaos.pinned import PinnedClients
+
+    return PinnedClients()
+
+
+def _clock() -> FaultKind:
+    from tests.chaos.clock import ClockJump  # it imports this module
+
+    return ClockJump()
+
+
 REGISTRY: dict[str, Callable[[], FaultKind]] = {
     "kill": Kill,
     "pause": Pause,
@@ -508,6 +520,8 @@ REGISTRY: dict[str, Callable[[], FaultKind]] = {
     "truncate": lambda: FileFault("truncate"),
     "rollback": Rollback,
     "membership": MembershipChange,
+    "pinned": _pinned,
+    "clock": _clock,
 }
 
 

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import dataclasses
 import random
+import shlex
 import shutil
 import time
 from collections import Counter
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from cmq.errors import CmqError
-from tests.chaos.checker import Report, check, check_replicas, same_stats
+from tests.chaos.checker import Report, check, check_replicas, compare_digests, same_stats
 from tests.chaos.cluster import ChaosCluster, MountedFS, snapshot_code
 from tests.chaos.faults import (
     RESTART_FAILED,
@@ -34,6 +35,7 @@ from tests.chaos.faults import (
     restart_checked,
 )
 from tests.chaos.history import History
+from tests.chaos.pinned import PinnedClients
 from tests.chaos.workload import Workload, WorkloadConfig
 
 ALL_FAULTS = [
@@ -45,6 +47,8 @@ ALL_FAULTS = [
     "truncate",
     "rollback",
     "membership",
+    "pinned",
+    "clock",
 ]
 Say = Callable[[str], None]
 
@@ -94,6 +98,8 @@ class RunResult:
 
     def failures(self) -> list[str]:
         out = self.report.failures()
+        if self.faults["clock"]:  # leases are stamped by skewed clocks: reported, not failed
+            out = [f for f in out if not f.startswith("lease_overlaps=")]
         if self.error:
             out.insert(0, f"run aborted: {self.error}")
         out += self.unknown_restart_failures()
@@ -118,6 +124,29 @@ class RunResult:
 
     def known(self, failure: str) -> bool:
         return any(k in failure for k in self.cfg.known_issues)
+
+
+def replay_command(cfg: RunConfig) -> str:
+    """The command that runs ``cfg`` again: the same fault schedule and the same client choices
+    for every operation both runs reach (the cluster's timing is not replayable)."""
+    args = [
+        "python -m tests.chaos run",
+        f"--seeds {cfg.seed}",
+        f"--nodes {cfg.nodes}",
+        f"--groups {cfg.groups}",
+        f"--duration {cfg.duration:g}",
+        f"--faults {','.join(cfg.faults)}",
+        f"--lazyfs {cfg.lazyfs}",
+        f"--overlap {cfg.overlap:g}",
+        f"--snapshot-entries {cfg.snapshot_entries}",
+        "--keep",
+    ]
+    args += [f"--known-issue {shlex.quote(k)}" for k in cfg.known_issues]
+    if cfg.live_code:
+        args.append("--live-code")
+    if cfg.workload != WorkloadConfig():
+        args.append(f"# with WorkloadConfig{dataclasses.astuple(cfg.workload)}")
+    return " ".join(args)
 
 
 def _printer(prefix: str, say: Say) -> Say:
@@ -249,7 +278,9 @@ async def queue_stats(cluster: ChaosCluster, queue: str) -> dict[int, dict[str, 
     return out
 
 
-async def quiesce(cluster: ChaosCluster, queues: tuple[str, ...], timeout: float = 60) -> list[str]:
+async def quiesce(
+    cluster: ChaosCluster, queues: tuple[str, ...], timeout: float = 60, say: Say | None = None
+) -> list[str]:
     """Wait until every node reports the same commit/applied/last index for every group;
     the remaining differences (empty when the replicas agree)."""
     deadline = time.monotonic() + timeout
@@ -262,9 +293,36 @@ async def quiesce(cluster: ChaosCluster, queues: tuple[str, ...], timeout: float
         if not problems:
             break
         await asyncio.sleep(0.5)
+    if not problems:
+        problems = await same_digests(cluster, max(5.0, deadline - time.monotonic()), say)
     for q in queues:
         problems += [f"{q}: {p}" for p in same_stats(await queue_stats(cluster, q))]
     return problems
+
+
+async def same_digests(cluster: ChaosCluster, timeout: float, say: Say | None = None) -> list[str]:
+    """Byte-for-byte comparison of every data group's replicas (`compare_digests`): retried
+    while their applied indexes differ (housekeeping may still commit) or a replica does not
+    answer; the remaining differences (empty when every replica hashes the same)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        digests = await cluster.digests()
+        problems = compare_digests(digests)
+        for g, by_node in digests.items():
+            if len(by_node) < 2:
+                problems.append(f"group {g}: only nodes {sorted(by_node)} answered its digest")
+        settled = all("applied differs" not in p and "answered" not in p for p in problems)
+        if (settled and problems) or not problems or time.monotonic() > deadline:
+            if say is not None and not problems:
+                for g, by_node in sorted(digests.items()):
+                    d = next(iter(by_node.values()))
+                    say(
+                        f"group {g}: nodes {sorted(by_node)} identical at applied {d['applied']} "
+                        f"(image {d['image_sha256'][:12]}, {d['image_bytes']} B; "
+                        f"{d['segments']} segment files {d['segments_sha256'][:12]})"
+                    )
+            return problems
+        await asyncio.sleep(0.3)
 
 
 async def run_once(cfg: RunConfig, say: Say = print) -> RunResult:
@@ -274,6 +332,7 @@ async def run_once(cfg: RunConfig, say: Say = print) -> RunResult:
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     say = _printer(f"seed {cfg.seed} n={cfg.nodes}", say)
+    say(f"replay: {replay_command(cfg)}")
     code = None if cfg.live_code else snapshot_code(root / "code")
     options = (
         {"snapshot_entries": cfg.snapshot_entries, "keep_entries": cfg.snapshot_entries // 2}
@@ -309,6 +368,10 @@ async def run_once(cfg: RunConfig, say: Say = print) -> RunResult:
             workload.urls = cluster.http
             await cluster.start()
         kinds = resolve(cfg.faults, cluster, note_skip)
+        for kind in kinds:
+            if isinstance(kind, PinnedClients):
+                kind.history, kind.tag, kind.queues = history, f"s{cfg.seed}", cfg.workload.queues
+                kind.key_of = workload.key_of
         say(
             f"cluster ready (lazyfs on {sorted(cluster.mounts)}); faults: {[k.name for k in kinds]}"
         )
@@ -338,7 +401,7 @@ async def run_once(cfg: RunConfig, say: Say = print) -> RunResult:
         drained = await drain(cluster, workload, cfg.workload.queues, cfg.drain_timeout)
         await workload.stop()
         say(f"drained={drained}; checking replicas")
-        replica_problems = await quiesce(cluster, cfg.workload.queues)
+        replica_problems = await quiesce(cluster, cfg.workload.queues, say=say)
     except Exception as e:  # the run fails with the reason; the history is still checked
         run_error = f"{type(e).__name__}: {e}"
         say(f"run aborted: {run_error}")
@@ -376,8 +439,18 @@ async def run_once(cfg: RunConfig, say: Say = print) -> RunResult:
         f"redelivered_after_ack={len(report.redelivered_after_ack)} "
         f"lease_overlaps={len(report.lease_overlaps)} faults={dict(counts)}"
     )
+    if report.pinned.episodes:
+        p = report.pinned
+        say(
+            f"  pinned clients: {p.episodes} episodes; minority ops={p.minority_ops} "
+            f"refused={p.minority_refused} empty_reads={p.minority_empty_reads} "
+            f"confirms={len(p.minority_confirms)}; majority receives ok={p.majority_ok} "
+            f"stalled={len(p.majority_stalled)}"
+        )
     for f in result.failures():
         say(f"  FAILED CHECK: {f}")
+    if not result.ok:
+        say(f"  replay with: {replay_command(cfg)}")
     for f in result.known_failures():
         say(f"  known issue (not failed): {f}")
     if root.exists():

@@ -6,6 +6,18 @@ the outcome is unknown, sometimes resend the same batch (the dedup window must m
 idempotent). Consumers receive with a short visibility timeout and then ack, nack or ignore each
 message (an ignored lease expires and the message is delivered again). Clients talk to any node:
 a killed node refuses the connection (a definite failure), a paused or cut-off one times out.
+
+Choices are fixed by the seed, one stream per decision rather than one per client (outcomes and
+timing decide how many decisions a client makes, so a shared stream would shift every later
+choice after the first different outcome): the n-th batch of a producer (queue, size, body
+sizes, node of each attempt, whether to resend), the n-th receive of a consumer (queue, node,
+visibility, long poll, how many) and the fate of a message at each receive count (ack, nack or
+let expire) each draw from `Workload.choices`, keyed by what they decide. A replay with the
+same seed makes the same choices for every operation both runs reach.
+
+Bodies: the key, then ``~`` and a padding whose length the seed fixes per key (0 to
+``body_max`` bytes); a delivered body that is not exactly that is recorded under the whole
+body, so the checker reports it as unexpected (a corrupted body cannot pass for its key).
 """
 
 from __future__ import annotations
@@ -40,6 +52,8 @@ class WorkloadConfig:
     """The rest of the received messages are left to expire."""
     retry_unknown: float = 0.5
     """Chance to resend a batch whose send had an unknown outcome (same dedup ids)."""
+    body_max: int = 2048
+    """Longest padding of a body (bytes); the seed picks each key's padding."""
 
 
 class Recorder:
@@ -99,7 +113,7 @@ class Workload:
         self.urls = urls
         self.history = history
         self.cfg = cfg
-        self.rng = random.Random(seed)
+        self.seed = seed
         self.tag = tag
         self.connections: Client | None = None
         self.client: Recorder | None = None
@@ -115,12 +129,25 @@ class Workload:
         self._producing.set()
         self._consuming.set()
         for w in range(self.cfg.producers):
-            self._tasks.append(asyncio.create_task(self._producer(w, random.Random(self._seed()))))
+            self._tasks.append(asyncio.create_task(self._producer(w)))
         for w in range(self.cfg.consumers):
-            self._tasks.append(asyncio.create_task(self._consumer(w, random.Random(self._seed()))))
+            self._tasks.append(asyncio.create_task(self._consumer(w)))
 
-    def _seed(self) -> int:
-        return self.rng.getrandbits(64)
+    def choices(self, *what: object) -> random.Random:
+        """The random stream of one decision (e.g. ``("producer-0", 17)``: its 17th batch),
+        fixed by the seed and by what it decides, not by what came before."""
+        return random.Random(f"{self.seed}/" + "/".join(map(str, what)))
+
+    def body(self, key: str) -> str:
+        """The body sent for ``key``: the key, ``~``, a padding of seeded length."""
+        return f"{key}~" + "." * self.choices("body", key).choice(
+            [0, 0, 16, 200, self.cfg.body_max // 2, self.cfg.body_max]
+        )
+
+    def key_of(self, body: str) -> str:
+        """The key of a delivered body; the whole body when it is not one `body` makes."""
+        key = body.partition("~")[0]
+        return key if body == self.body(key) else body
 
     async def stop_producers(self) -> None:
         self._producing.clear()
@@ -136,19 +163,21 @@ class Workload:
             self.connections = None
 
     # -- producers ---------------------------------------------------------------------------------
-    async def _producer(self, w: int, rng: random.Random) -> None:
+    async def _producer(self, w: int) -> None:
         client = self.client
         assert client is not None
         batch = 0
         while self._producing.is_set():
             batch += 1
+            rng = self.choices(f"producer-{w}", batch)
             queue = rng.choice(self.cfg.queues)
             keys = [
                 f"{self.tag}-p{w}-{batch}-{k}" for k in range(rng.randint(1, self.cfg.batch_max))
             ]
-            messages = [Message(k, dedup_id=k) for k in keys]
+            messages = [Message(self.body(k), dedup_id=k) for k in keys]
             for attempt in range(3):
-                node = rng.choice(sorted(self.urls))
+                pick = self.choices(f"producer-{w}", batch, attempt)
+                node = pick.choice(sorted(self.urls))
                 op = client.begin(f"producer-{w}", "send", queue, node)
                 op.keys = list(keys)
                 outcome, _, detail = await client.call(client.node(node).send(queue, messages))
@@ -156,7 +185,8 @@ class Workload:
                 if outcome == "ok":
                     break
                 await asyncio.sleep(0.05)
-                if outcome == "unknown" and attempt < 2 and rng.random() < self.cfg.retry_unknown:
+                resend = pick.random() < self.cfg.retry_unknown
+                if outcome == "unknown" and attempt < 2 and resend:
                     continue
                 if outcome == "failed" and detail.startswith("connect") and attempt < 2:
                     continue  # nothing was sent: try another node
@@ -164,11 +194,14 @@ class Workload:
             await asyncio.sleep(rng.uniform(*self.cfg.produce_gap))
 
     # -- consumers ---------------------------------------------------------------------------------
-    async def _consumer(self, w: int, rng: random.Random) -> None:
+    async def _consumer(self, w: int) -> None:
         client = self.client
         assert client is not None
         process = f"consumer-{w}"
+        turn = 0
         while self._consuming.is_set():
+            turn += 1
+            rng = self.choices(process, turn)
             draining = self.draining
             queue = rng.choice(self.cfg.queues)
             node = rng.choice(sorted(self.urls))
@@ -187,7 +220,8 @@ class Workload:
             )
             if got is not None:
                 op.deliveries = [
-                    Delivery(str(m.body), m.seq, m.receipt, m.receive_count) for m in got
+                    Delivery(self.key_of(str(m.body)), m.seq, m.receipt, m.receive_count)
+                    for m in got
                 ]
             client.end(op, outcome, detail)
             if outcome != "ok":
@@ -199,7 +233,7 @@ class Workload:
             self.empty_receives = 0
             acks, nacks = [], []
             for d in op.deliveries:
-                x = rng.random()
+                x = self.choices("fate", d.key, d.receive_count).random()
                 if draining or x < self.cfg.ack_share:
                     acks.append(d)
                 elif x < self.cfg.ack_share + self.cfg.nack_share:

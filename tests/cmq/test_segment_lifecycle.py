@@ -309,7 +309,8 @@ def test_cmq_serve_segment_flags_and_the_archive_api_end_to_end(tmp_path: Path) 
                     break
                 time.sleep(0.2)
             assert len(released) >= 3 and released[0] == 1, released
-            assert listing.leader == leader
+            # The listing names the group's leader (leadership may have been rebalanced since).
+            assert listing.leader in c.http
             seqs = []
             for s in listing.segments:
                 records = list(
