@@ -3,19 +3,21 @@
     cmq serve --node-id 4 --join http://10.0.0.1:8080 --zone b ...   join a running cluster
     cmq serve ... --replication 3                                    replicas per data group
     cmq node list [--url URL]          nodes, zones, state, replicas, leaders, lag
-    cmq node drain N [--url URL]       move every replica and leadership off node N
+    cmq node drain N [--wait S]        move every replica and leadership off node N
     cmq node activate N [--url URL]    undo a drain
     cmq node remove N [--url URL]      forget node N (refused while it holds replicas)
 
-Each node command prints its JSON result (exit status 0), or the error as the server renders
-it, ``{"error": {"code", "message"}}`` (exit status 1).
+Each node command prints a table or a line (`cmq.cli_output`), or with ``--json`` its JSON
+result; an error is one line on stderr with its code and a hint (with ``--json``, the server's
+``{"error": {"code", "message"}}`` on stdout); exit status 1 on an error or a drain that did not
+finish within ``--wait``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import time
 from typing import Any
 
 from cmq.errors import CmqError
@@ -67,23 +69,42 @@ def serve_settings(
 
 
 def add_node_commands(sub: Any) -> None:
-    """``cmq node list|drain|remove``."""
+    """``cmq node list|drain|activate|remove``."""
     n = sub.add_parser("node", help="list, drain or remove cluster nodes")
     nsub = n.add_subparsers(dest="node_cmd", required=True)
     ls = nsub.add_parser("list", help="nodes, zones, state, replicas, leaders, lag")
     dr = nsub.add_parser("drain", help="move every replica and leadership off a node")
     dr.add_argument("node", type=int)
+    dr.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait up to SECONDS (showing progress) until the node holds no replica, incoming "
+        "move, leadership or catalog vote",
+    )
     ac = nsub.add_parser("activate", help="undo a drain: the node takes replicas again")
     ac.add_argument("node", type=int)
     rm = nsub.add_parser("remove", help="forget a drained node")
     rm.add_argument("node", type=int)
     for c in (ls, dr, ac, rm):
         c.add_argument("--url", default=DEFAULT_URL)
+        c.add_argument("--json", action="store_true", help="print the JSON result")
     n.set_defaults(func=_node)
 
 
+def _holds(row: dict[str, Any]) -> bool:
+    return bool(
+        row.get("replicas")
+        or row.get("incoming")
+        or row.get("leaders")
+        or row.get("meta") == "voter"
+    )
+
+
 def _node(args: argparse.Namespace) -> int:
-    from cmq.client import SyncClient  # imported late: ``cmq serve`` does not need it
+    from cmq import cli_output  # imported late, like the client: ``cmq serve`` needs neither
+    from cmq.client import SyncClient
 
     try:
         with SyncClient(args.url) as client:
@@ -92,14 +113,36 @@ def _node(args: argparse.Namespace) -> int:
             elif args.node_cmd == "drain":
                 client.drain_node(args.node)
                 result = {"node": args.node, "state": "draining"}
+                if args.wait > 0:
+                    result["state"] = _wait_drained(client, args.node, args.wait, cli_output)
             elif args.node_cmd == "activate":
                 client.activate_node(args.node)
                 result = {"node": args.node, "state": "active"}
             else:
                 client.remove_node(args.node)
                 result = {"node": args.node, "state": "removed"}
-    except CmqError as e:  # rendered as the server renders errors
-        print(json.dumps({"error": {"code": e.code, "message": e.message}}, indent=2))
+    except CmqError as e:
+        cli_output.report_error(e.code, e.message, as_json=args.json)
         return 1
-    print(json.dumps(result, indent=2))
-    return 0
+    if args.json:
+        cli_output.print_json(result)
+    else:
+        cli_output.render("node list" if args.node_cmd == "list" else "node change", result)
+    return 0 if result.get("state") != "draining (timed out)" else 1
+
+
+def _wait_drained(client: Any, node: int, seconds: float, out: Any) -> str:
+    """Poll the node list until ``node`` holds nothing, showing progress; the final state."""
+    deadline = time.monotonic() + seconds
+    with out.progress(f"draining node {node}") as update:
+        while True:
+            row = next((r for r in client.list_nodes() if r.get("id") == node), None)
+            if row is None or not _holds(row):
+                return "drained"
+            if time.monotonic() > deadline:
+                return "draining (timed out)"
+            update(
+                f"draining node {node}: replicas {row.get('replicas') or '-'}, "
+                f"incoming {row.get('incoming') or '-'}, leads {row.get('leaders') or '-'}"
+            )
+            time.sleep(0.5)

@@ -236,7 +236,43 @@ def _receive(p: Mapping[str, Any]) -> None:
         _out.print("leased; ack with the receipts from --json, or receive with --ack")
 
 
+def _node_list(p: Mapping[str, Any]) -> None:
+    t = _table(
+        "node",
+        "state",
+        "zone",
+        "peer address",
+        "http",
+        "replicas",
+        "incoming",
+        "leads",
+        "meta",
+        "lag",
+        title="Nodes",
+    )
+    for n in p["nodes"]:
+        t.add_row(
+            str(n["id"]),
+            str(n.get("state", "")),
+            str(n.get("zone") or "-"),
+            str(n.get("address", "")),
+            str(n.get("http") or "-"),
+            ", ".join(str(g) for g in n.get("replicas", [])) or "-",
+            ", ".join(str(g) for g in n.get("incoming", [])) or "-",
+            ", ".join(str(g) for g in n.get("leaders", [])) or "-",
+            str(n.get("meta") or "-"),
+            _value("lag", n.get("lag")),
+        )
+    _out.print(t)
+
+
+def _node_change(p: Mapping[str, Any]) -> None:
+    _out.print(f"node {p['node']}: {p['state']}", markup=False)
+
+
 RENDERERS: Mapping[str, Callable[[Mapping[str, Any]], None]] = {
+    "node list": _node_list,
+    "node change": _node_change,
     "status": _status,
     "queue list": _queue_list,
     "queue create": _queue_create,
