@@ -158,6 +158,8 @@ class ArchiveJob:
     config: JobConfig
     clock: Callable[[], float] = time.time
     batch_id: str = ""
+    progress: Callable[[str], None] = field(default=lambda step: None)
+    """Told each step as it starts (`cmq archive` prints them on stderr)."""
     client: ClusterClient = field(init=False)
     storage: Storage = field(init=False)
     _dirs: list[str] = field(init=False, default_factory=list)
@@ -180,9 +182,12 @@ class ArchiveJob:
     # -- the run -------------------------------------------------------------------------------
     def run(self) -> Summary:
         start = time.monotonic()
+        self.progress("reading manifests")
         manifests = self.load_manifests()
+        self.progress(f"recovering from {len(manifests)} manifests")
         recovered = self.recover(manifests)
         garbage = self.collect_garbage({m.batch_id for m in manifests})
+        self.progress("listing and claiming released segments")
         tasks, skipped = self.plan_and_claim()
         if not tasks:
             seconds = time.monotonic() - start
@@ -191,8 +196,10 @@ class ArchiveJob:
             )
         crash_point("before-write")
         try:
+            self.progress(f"writing {len(tasks)} segments with Spark (batch {self.batch_id})")
             self.write(tasks)
             crash_point("after-write")
+            self.progress("verifying the output and committing the manifest")
             self.renew(tasks)
             manifest = self.build_manifest(tasks)
             self.commit(manifest)
@@ -200,6 +207,7 @@ class ArchiveJob:
             self.discard()
             raise
         crash_point("after-manifest")
+        self.progress(f"marking {len(manifest.segments)} segments archived")
         self.mark(manifest)
         return Summary(
             self.batch_id,

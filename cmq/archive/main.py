@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -110,7 +111,12 @@ def main(argv: list[str] | None = None) -> int:
         return sessions[0]
 
     try:
-        summary = ArchiveJob(spark, config).run()
+        started = time.monotonic()
+
+        def progress(step: str) -> None:
+            print(f"[{time.monotonic() - started:6.1f} s] {step}", file=sys.stderr, flush=True)
+
+        summary = ArchiveJob(spark, config, progress=progress).run()
     except ArchiveError as e:
         print(f"error: {e.code}: {e.message}", file=sys.stderr)
         return 1

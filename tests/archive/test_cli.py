@@ -35,6 +35,8 @@ def test_nothing_to_archive_starts_no_spark(fake: FakeCluster, tmp_path: Path) -
     summary = json.loads(got.stdout)
     assert (summary["segments"], summary["rows"], summary["skipped"]) == (0, 0, 0)
     assert "Spark" not in got.stderr and "log4j" not in got.stderr
+    steps = [line.split("] ", 1)[1] for line in got.stderr.splitlines() if line.startswith("[")]
+    assert steps[-1] == "listing and claiming released segments", got.stderr  # the progress
     assert fake.remaining("q") == [0]
 
 
