@@ -361,6 +361,17 @@ class SendResponse(_Response):
     messages: list[Sent]
 
 
+def _body_fields(body: bytes, binary: bool) -> tuple[str | UnsetType, bytes | UnsetType]:
+    """A message body as the API renders it: ``body`` text when it was sent as text (and is
+    UTF-8), else ``body_base64`` bytes."""
+    if not binary:
+        try:
+            return body.decode("utf-8"), UNSET
+        except UnicodeDecodeError:
+            pass
+    return UNSET, body
+
+
 class ReceivedMessage(_Response, kw_only=True, omit_defaults=True):
     id: str
     seq: NonNegative
@@ -377,17 +388,12 @@ class ReceivedMessage(_Response, kw_only=True, omit_defaults=True):
     def of(cls, m: cmq.model.ReceivedMessage) -> ReceivedMessage:
         """In the form it was sent; a text body that is (exceptionally) not UTF-8 falls back to
         base64 rather than fail."""
-        text: str | UnsetType = UNSET
-        if not m.binary:
-            try:
-                text = m.body.decode("utf-8")
-            except UnicodeDecodeError:
-                text = UNSET
+        text, raw = _body_fields(m.body, m.binary)
         return cls(
             id=m.id,
             seq=m.seq,
             body=text,
-            body_base64=m.body if text is UNSET else UNSET,
+            body_base64=raw,
             receipt=m.receipt,
             receive_count=m.receive_count,
             sent_at=m.sent_at_ms,
@@ -418,17 +424,12 @@ class PeekedMessage(_Response, kw_only=True, omit_defaults=True):
 
     @classmethod
     def of(cls, m: cmq.model.PeekedMessage) -> PeekedMessage:
-        text: str | UnsetType = UNSET
-        if not m.binary:
-            try:
-                text = m.body.decode("utf-8")
-            except UnicodeDecodeError:
-                text = UNSET
+        text, raw = _body_fields(m.body, m.binary)
         return cls(
             id=m.id,
             seq=m.seq,
             body=text,
-            body_base64=m.body if text is UNSET else UNSET,
+            body_base64=raw,
             sent_at=m.sent_at_ms,
             attributes=dict(m.attributes),
         )
