@@ -32,7 +32,8 @@ from api.errors import (
 from api.metrics import UNMATCHED_ROUTE, HttpMetrics
 from api.models import MAX_REQUEST_BYTES
 from api.openapi import openapi_document
-from api.routes import ROUTES, Context, Reply, Route, Served
+from api.routes import ROUTES
+from api.routing import Context, Reply, Route, Served
 from api.sqs.http import SqsHandler
 from api.sqs.queues import SqsSettings
 from cmq.errors import CmqError, InvalidParameter, RequestTooLarge

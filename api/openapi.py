@@ -17,7 +17,8 @@ import msgspec
 
 from api.errors import HTTP_STATUS, status_of
 from api.models import MAX_REQUEST_BYTES, Error
-from api.routes import ROUTES, Route
+from api.routes import ROUTES
+from api.routing import Route
 from cmq.errors import CmqError
 from cmq.model import QUEUE_NAME
 

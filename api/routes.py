@@ -4,7 +4,8 @@ other. Pure: no aiohttp; handlers take a `Context` and the decoded request model
 `Reply`.
 
 Each handler is thin: request model -> `cmq.model` values -> `QueueService` call -> response
-model. Queue logic lives behind the service.
+model. Queue logic lives behind the service. The table's types are `api.routing`'s; the node
+administration routes are `api.node_routes`'.
 """
 
 from __future__ import annotations
@@ -13,15 +14,12 @@ import base64
 import dataclasses
 import logging
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import msgspec
 from msgspec import Struct
 
-from api.errors import InvalidJson
-from api.metrics import HttpMetrics
 from api.models import (
     AckRequest,
     ClusterStatus,
@@ -31,12 +29,7 @@ from api.models import (
     EmptyRequest,
     GroupDigestResponse,
     Health,
-    JoinNodeRequest,
-    JoinNodeResponse,
     NackRequest,
-    NodeChanged,
-    NodeList,
-    NodeRow,
     PeekedMessage,
     PeekQuery,
     PeekResponse,
@@ -58,6 +51,8 @@ from api.models import (
     SetAttributesRequest,
     VisibilityRequest,
 )
+from api.node_routes import NODE_ROUTES
+from api.routing import QUEUE_ERRORS, SERVICE_ERRORS, Context, Reply, Response, Route
 from api.segment_models import (
     ArchivedRequest,
     ArchivedResponse,
@@ -68,128 +63,18 @@ from api.segment_models import (
     SegmentStreamTrailer,
 )
 from cmq.errors import (
-    CmqError,
     CorruptSegment,
     GroupNotFound,
     InvalidParameter,
-    InvalidQueueName,
     MessageTooLarge,
-    NodeBusy,
-    NodeNotFound,
-    OutcomeUnknown,
-    Overloaded,
     QueueAlreadyExists,
-    QueueNotFound,
-    RequestTooLarge,
     SegmentNotFound,
     SegmentNotReleased,
     Unavailable,
 )
 from cmq.model import SEGMENT_STATES, SegmentRecord
-from cmq.service import QueueService
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Served:
-    """What the handlers of one application share."""
-
-    service: QueueService
-    metrics: HttpMetrics
-    openapi: bytes
-    """The OpenAPI document, encoded once."""
-
-
-@dataclass(frozen=True, slots=True)
-class Context:
-    """One request as a handler sees it (the body is the handler's second argument)."""
-
-    served: Served
-    path: str
-    """The request path (``/v1/queues/orders``)."""
-    name: str = ""
-    """The queue named by the path, already checked (empty when the route names none)."""
-    params: Mapping[str, str] = field(default_factory=dict)
-    """The path's other parameters (``first_seq``), unchecked."""
-    query: Mapping[str, str] = field(default_factory=dict)
-    """The query string's parameters, unchecked."""
-
-    @property
-    def service(self) -> QueueService:
-        return self.served.service
-
-
-@dataclass(frozen=True, slots=True)
-class Reply:
-    """A handler's answer: a response model (or a plain dict for ``/v1/status``, or ready
-    bytes), its status and extra headers. ``content_type`` None: ``headers`` set it."""
-
-    body: Struct | dict[str, Any] | bytes
-    status: int = 200
-    headers: Mapping[str, str] = field(default_factory=dict)
-    content_type: str | None = "application/json"
-    stream: AsyncIterator[bytes] | None = None
-    """Set: the answer is streamed (chunked) from these chunks after ``body``; it ends early,
-    without error, if the iterator stops early (its format says how a reader notices)."""
-
-
-Handler = Callable[[Context, Any], Awaitable[Reply]]
-
-
-@dataclass(frozen=True, slots=True)
-class Response:
-    """A documented response: status, description and body model (None: ``schema``)."""
-
-    status: int
-    description: str
-    model: type[Struct] | None
-    media_type: str = "application/json"
-    schema: Mapping[str, Any] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    """One operation: where it is, what it reads and answers, and which errors it can raise
-    (documented by status; see `Route.errors`)."""
-
-    method: str
-    path: str
-    operation_id: str
-    summary: str
-    handler: Handler
-    responses: tuple[Response, ...]
-    request: type[Struct] | None = None
-    """The body model; None: the body is not read."""
-    request_required: bool = True
-    query: type[Struct] | None = None
-    """The query parameters' model (a route reads a body or a query, not both)."""
-    raises: tuple[type[CmqError], ...] = ()
-    description: str | None = None
-    parameters: tuple[Mapping[str, Any], ...] = ()
-    """OpenAPI parameter objects beyond the queue name (other path parts, the query)."""
-
-    @property
-    def names_queue(self) -> bool:
-        return "{name}" in self.path
-
-    @property
-    def errors(self) -> tuple[type[CmqError], ...]:
-        """Every error class the route can answer with: ``raises`` plus those of a queue name
-        in the path and of a request body."""
-        implied: tuple[type[CmqError], ...] = ()
-        if self.names_queue:
-            implied += (InvalidQueueName,)
-        if self.request is not None:
-            implied += (InvalidParameter, InvalidJson, RequestTooLarge)
-        if self.query is not None:
-            implied += (InvalidParameter,)
-        return tuple(dict.fromkeys(implied + self.raises))
-
-
-SERVICE_ERRORS: tuple[type[CmqError], ...] = (CmqError, Unavailable, OutcomeUnknown, Overloaded)
-"""What any `QueueService` call can raise (``CmqError`` itself is ``InternalError``)."""
-QUEUE_ERRORS = (*SERVICE_ERRORS, QueueNotFound)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -368,103 +253,6 @@ async def metrics(ctx: Context, _: None) -> Reply:
 
 async def openapi(ctx: Context, _: None) -> Reply:
     return Reply(ctx.served.openapi)
-
-
-# -- nodes (/v1/nodes) ------------------------------------------------------------------------
-def _node_in_path(ctx: Context) -> int:
-    """The node id of ``/v1/nodes/{node}[/...]``; `InvalidParameter` when it is not one."""
-    part = ctx.path.split("/")[3] if ctx.path.count("/") >= 3 else ""
-    if not part.isdigit() or int(part) < 1 or len(part) > 18:
-        raise InvalidParameter(f"{part!r} is not a node id (a positive integer)")
-    return int(part)
-
-
-async def list_nodes(ctx: Context, _: None) -> Reply:
-    rows = await ctx.service.list_nodes()
-    return Reply(NodeList([NodeRow(**r) for r in rows]))
-
-
-async def join_node(ctx: Context, req: JoinNodeRequest) -> Reply:
-    peers = await ctx.service.join_node(
-        req.id, req.address, req.http, tuple(req.data_dirs), req.zone
-    )
-    return Reply(JoinNodeResponse({str(n): a for n, a in peers.items()}))
-
-
-async def drain_node(ctx: Context, _: EmptyRequest) -> Reply:
-    node = _node_in_path(ctx)
-    await ctx.service.drain_node(node)
-    return Reply(NodeChanged(node, "draining"))
-
-
-async def activate_node(ctx: Context, _: EmptyRequest) -> Reply:
-    node = _node_in_path(ctx)
-    await ctx.service.activate_node(node)
-    return Reply(NodeChanged(node, "active"))
-
-
-async def remove_node(ctx: Context, _: EmptyRequest) -> Reply:
-    node = _node_in_path(ctx)
-    await ctx.service.remove_node(node)
-    return Reply(NodeChanged(node, "removed"))
-
-
-_N = "/v1/nodes/{node}"
-NODE_ROUTES: tuple[Route, ...] = (
-    Route(
-        "GET",
-        "/v1/nodes",
-        "listNodes",
-        "Every registered node: zone, state, replicas, moves, leaders, lag",
-        list_nodes,
-        (Response(200, "Nodes", NodeList),),
-        raises=SERVICE_ERRORS,
-    ),
-    Route(
-        "POST",
-        "/v1/nodes",
-        "joinNode",
-        "Register a node joining the cluster (cmq serve --join); idempotent",
-        join_node,
-        (Response(200, "Registered; every node's peer address", JoinNodeResponse),),
-        request=JoinNodeRequest,
-        raises=SERVICE_ERRORS,
-    ),
-    Route(
-        "POST",
-        f"{_N}/drain",
-        "drainNode",
-        "Move every replica and leadership off a node (asynchronous: watch listNodes)",
-        drain_node,
-        (Response(200, "Draining", NodeChanged),),
-        request=EmptyRequest,
-        request_required=False,
-        raises=(*SERVICE_ERRORS, NodeNotFound, NodeBusy),
-    ),
-    Route(
-        "POST",
-        f"{_N}/activate",
-        "activateNode",
-        "Undo a drain: the node takes replicas again",
-        activate_node,
-        (Response(200, "Active", NodeChanged),),
-        request=EmptyRequest,
-        request_required=False,
-        raises=(*SERVICE_ERRORS, NodeNotFound),
-    ),
-    Route(
-        "DELETE",
-        _N,
-        "removeNode",
-        "Forget a node; refused (NodeBusy) while it holds replicas or votes in the catalog",
-        remove_node,
-        (Response(200, "Removed", NodeChanged),),
-        request=EmptyRequest,
-        request_required=False,
-        raises=(*SERVICE_ERRORS, NodeNotFound, NodeBusy),
-    ),
-)
-"""The node administration routes (added to `ROUTES`)."""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,7 +14,8 @@ from api.app import CONSOLE_PREFIX, make_app
 from api.errors import HTTP_STATUS
 from api.models import Health
 from api.openapi import openapi_document
-from api.routes import ROUTES, Response, Route, healthz
+from api.routes import ROUTES, healthz
+from api.routing import Response, Route
 from cmq.errors import QueueAlreadyExists, QueueNotFound, Unavailable
 from cmq.model import LIMITS, MAX_RECEIVE_BATCH, MAX_SEND_BATCH, QUEUE_NAME, ReceivedMessage
 from tests.api.bad_input_table import bad_input_cases

@@ -1,0 +1,112 @@
+"""The node administration routes (``/v1/nodes``: list, join, drain, activate, remove), added
+to `api.routes.ROUTES`. Thin handlers over `QueueService`'s node methods (`cmq.nodes_admin`).
+"""
+
+from __future__ import annotations
+
+from api.models import (
+    EmptyRequest,
+    JoinNodeRequest,
+    JoinNodeResponse,
+    NodeChanged,
+    NodeList,
+    NodeRow,
+)
+from api.routing import SERVICE_ERRORS, Context, Reply, Response, Route
+from cmq.errors import InvalidParameter, NodeBusy, NodeNotFound
+
+
+def _node_in_path(ctx: Context) -> int:
+    """The node id of ``/v1/nodes/{node}[/...]``; `InvalidParameter` when it is not one."""
+    part = ctx.path.split("/")[3] if ctx.path.count("/") >= 3 else ""
+    if not part.isdigit() or int(part) < 1 or len(part) > 18:
+        raise InvalidParameter(f"{part!r} is not a node id (a positive integer)")
+    return int(part)
+
+
+async def list_nodes(ctx: Context, _: None) -> Reply:
+    rows = await ctx.service.list_nodes()
+    return Reply(NodeList([NodeRow(**r) for r in rows]))
+
+
+async def join_node(ctx: Context, req: JoinNodeRequest) -> Reply:
+    peers = await ctx.service.join_node(
+        req.id, req.address, req.http, tuple(req.data_dirs), req.zone
+    )
+    return Reply(JoinNodeResponse({str(n): a for n, a in peers.items()}))
+
+
+async def drain_node(ctx: Context, _: EmptyRequest) -> Reply:
+    node = _node_in_path(ctx)
+    await ctx.service.drain_node(node)
+    return Reply(NodeChanged(node, "draining"))
+
+
+async def activate_node(ctx: Context, _: EmptyRequest) -> Reply:
+    node = _node_in_path(ctx)
+    await ctx.service.activate_node(node)
+    return Reply(NodeChanged(node, "active"))
+
+
+async def remove_node(ctx: Context, _: EmptyRequest) -> Reply:
+    node = _node_in_path(ctx)
+    await ctx.service.remove_node(node)
+    return Reply(NodeChanged(node, "removed"))
+
+
+_N = "/v1/nodes/{node}"
+NODE_ROUTES: tuple[Route, ...] = (
+    Route(
+        "GET",
+        "/v1/nodes",
+        "listNodes",
+        "Every registered node: zone, state, replicas, moves, leaders, lag",
+        list_nodes,
+        (Response(200, "Nodes", NodeList),),
+        raises=SERVICE_ERRORS,
+    ),
+    Route(
+        "POST",
+        "/v1/nodes",
+        "joinNode",
+        "Register a node joining the cluster (cmq serve --join); idempotent",
+        join_node,
+        (Response(200, "Registered; every node's peer address", JoinNodeResponse),),
+        request=JoinNodeRequest,
+        raises=SERVICE_ERRORS,
+    ),
+    Route(
+        "POST",
+        f"{_N}/drain",
+        "drainNode",
+        "Move every replica and leadership off a node (asynchronous: watch listNodes)",
+        drain_node,
+        (Response(200, "Draining", NodeChanged),),
+        request=EmptyRequest,
+        request_required=False,
+        raises=(*SERVICE_ERRORS, NodeNotFound, NodeBusy),
+    ),
+    Route(
+        "POST",
+        f"{_N}/activate",
+        "activateNode",
+        "Undo a drain: the node takes replicas again",
+        activate_node,
+        (Response(200, "Active", NodeChanged),),
+        request=EmptyRequest,
+        request_required=False,
+        raises=(*SERVICE_ERRORS, NodeNotFound),
+    ),
+    Route(
+        "DELETE",
+        _N,
+        "removeNode",
+        "Forget a node; refused (NodeBusy) while it holds replicas or votes in the catalog",
+        remove_node,
+        (Response(200, "Removed", NodeChanged),),
+        request=EmptyRequest,
+        request_required=False,
+        raises=(*SERVICE_ERRORS, NodeNotFound, NodeBusy),
+    ),
+)
+"""The node administration routes (added to `ROUTES`)."""
