@@ -4,14 +4,8 @@ to `api.routes.ROUTES`. Thin handlers over `QueueService`'s node methods (`cmq.n
 
 from __future__ import annotations
 
-from api.models import (
-    EmptyRequest,
-    JoinNodeRequest,
-    JoinNodeResponse,
-    NodeChanged,
-    NodeList,
-    NodeRow,
-)
+from api.models import EmptyRequest
+from api.node_models import JoinNodeRequest, JoinNodeResponse, NodeChanged, NodeList, NodeRow
 from api.routing import SERVICE_ERRORS, Context, Reply, Response, Route
 from cmq.errors import InvalidParameter, NodeBusy, NodeNotFound
 

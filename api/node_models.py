@@ -1,0 +1,48 @@
+"""The typed bodies of the node administration routes (``/v1/nodes``: join, list, drain,
+activate, remove): msgspec `Struct`s like those of `api.models`, whose rules they follow. Pure:
+no aiohttp, no I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from msgspec import Meta
+
+from api.models import _Request, _Response
+
+
+class JoinNodeRequest(_Request):
+    """A node registering itself (``cmq serve --join``)."""
+
+    id: Annotated[int, Meta(ge=1, description="the node's id (a positive integer)")]
+    address: Annotated[str, Meta(min_length=3, max_length=300, description="peer host:port")]
+    data_dirs: Annotated[list[Annotated[str, Meta(max_length=4096)]], Meta(min_length=1)]
+    http: Annotated[str, Meta(max_length=300, description="HTTP host:port")] = ""
+    zone: Annotated[str, Meta(max_length=64, description="failure-domain label")] = ""
+
+
+class JoinNodeResponse(_Response):
+    peers: Annotated[dict[str, str], Meta(description="node id -> peer host:port")]
+
+
+class NodeRow(_Response):
+    id: int
+    address: str
+    http: str
+    zone: str
+    state: Literal["active", "draining"]
+    replicas: Annotated[list[int], Meta(description="data groups it is a voter of")]
+    incoming: Annotated[list[int], Meta(description="data groups a move is adding it to")]
+    leaders: Annotated[list[int], Meta(description="groups it leads (0: the catalog), as known")]
+    meta: Annotated[str, Meta(description='its role in the catalog group: "voter", "learner"')]
+    lag: Annotated[int, Meta(description="entries behind, as the answering node's groups see")]
+
+
+class NodeList(_Response):
+    nodes: list[NodeRow]
+
+
+class NodeChanged(_Response):
+    node: int
+    state: Literal["active", "draining", "removed"]
