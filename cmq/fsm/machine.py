@@ -71,7 +71,6 @@ from cmq.fsm.image import (
     encode_queue,
     image_head,
     install_shipped,
-    segments_digest,
     ship,
 )
 from cmq.fsm.queue import (
@@ -179,10 +178,6 @@ class QueueMachine(MachineReads):
             return data
         _, queues = decode_image(data)
         return ship(data, queues.values(), self._store)
-
-    def segments_digest(self, data: bytes) -> tuple[str, int]:
-        """`image.segments_digest` of the segments the image ``data`` lists (worker thread)."""
-        return segments_digest(decode_image(data)[1].values() if data else (), self._store)
 
     def restore(self, index: int, data: bytes) -> None:
         """Replace the state with the image ``data`` (``b""``: empty) and bring the segment

@@ -11,6 +11,7 @@ from itertools import islice
 
 from cmq import errors
 from cmq.fsm import lifecycle
+from cmq.fsm.image import decode_image, segments_digest
 from cmq.fsm.queue import Due, QueueState, Segment
 from cmq.fsm.store import SegmentStore, StoredMessage
 from cmq.model import QueueAttributes, QueueStats, SegmentInfo, SegmentRecord
@@ -72,6 +73,11 @@ class MachineReads:
                 stored = self._read_live(q, current)
                 out.append(stored if current == seq else replace(stored, seq=seq))
         return out
+
+    def segments_digest(self, data: bytes) -> tuple[str, int]:
+        """`image.segments_digest` of the segments the snapshot image ``data`` lists (on a
+        worker thread: it reads files)."""
+        return segments_digest(decode_image(data)[1].values() if data else (), self._store)
 
     def peek(self, name: str, limit: int) -> list[StoredMessage]:
         """Up to ``limit`` messages visible at the queue's clock (as of the last applied
