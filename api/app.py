@@ -4,7 +4,8 @@ that renders every failure as JSON, and a metrics middleware.
 
 The only thing called here is the `QueueService` protocol: queue logic lives behind it. The SQS
 surface (`api.sqs`) is mounted next to these routes on the same service: ``/`` and the queue
-URLs ``/<account>/<name>``; it answers its own errors in SQS's shapes.
+URLs ``/<account>/<name>``; it answers its own errors in SQS's shapes. So is the streaming
+protocol (`api.stream`, a WebSocket on ``/v1/stream``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from api.routes import ROUTES
 from api.routing import Context, Reply, Route, Served
 from api.sqs.http import SqsHandler
 from api.sqs.queues import SqsSettings
+from api.stream import STREAM_PATH, stream_handler
 from cmq.errors import CmqError, InvalidParameter, RequestTooLarge
 from cmq.model import check_queue_name
 from cmq.service import QueueService
@@ -83,6 +85,7 @@ def make_app(
     app[SERVED_KEY] = Served(service, http_metrics, _encoder.encode(openapi_document(routes)))
     for route in routes:  # GET routes get no implicit HEAD: probes use GET
         app.router.add_route(route.method, route.path, _handler(route))
+    _add_stream(app.router, service, max_request_bytes)
     _add_console(app.router)
     if sqs is not None:
         SqsHandler(service, sqs, max_request_bytes).add_routes(app)
@@ -94,6 +97,17 @@ UI_DIR = Path(__file__).parent / "ui" / "static"
 CONSOLE_PREFIX = "/ui"
 """Where the web console lives: HTML and static files, not part of the JSON API (so not in the
 OpenAPI document)."""
+
+
+def _add_stream(router: web.UrlDispatcher, service: QueueService, max_bytes: int) -> None:
+    """``GET /v1/stream``: the streaming protocol (`api.stream`), a WebSocket beside the JSON
+    API; documented in ``docs/api.md``, not in the OpenAPI document (which describes HTTP
+    request/response calls)."""
+
+    async def stream(request: web.Request) -> web.StreamResponse:
+        return await stream_handler(request, service, max_bytes)
+
+    router.add_get(STREAM_PATH, stream, allow_head=False)
 
 
 def _add_console(router: web.UrlDispatcher) -> None:

@@ -21,6 +21,7 @@ from api.routes import ROUTES
 from api.routing import Route
 from cmq.errors import CmqError
 from cmq.model import QUEUE_NAME
+from cmq.stream import STREAM_PATH
 
 Schema = dict[str, Any]
 
@@ -141,11 +142,31 @@ def _schemas(routes: Sequence[Route]) -> dict[str, Schema]:
     return components
 
 
+_STREAM_OPERATION: Schema = {
+    "operationId": "openStream",
+    "summary": "Open a stream (WebSocket)",
+    "description": (
+        "Upgrades to a WebSocket carrying the streaming protocol: binary MessagePack frames for "
+        "sends with publisher confirms, subscriptions pushing leased messages within a granted "
+        "credit, acks and nacks; the same guarantees and error codes as the HTTP calls. The "
+        "frames are specified in docs/api.md (Streaming protocol)."
+    ),
+    "responses": {
+        "101": {"description": "Switching Protocols: the stream is open."},
+        "400": {
+            "description": "Not a WebSocket upgrade request (BadRequest).",
+            "content": {"application/json": {"schema": _ref(Error.__name__)}},
+        },
+    },
+}
+
+
 def openapi_document(routes: Sequence[Route] = ROUTES) -> dict[str, Any]:
     """The whole OpenAPI 3.1 document of ``routes`` (a fresh dict on every call)."""
     paths: dict[str, Schema] = {}
     for route in routes:
         paths.setdefault(route.path, {})[route.method.lower()] = _operation(route)
+    paths[STREAM_PATH] = {"get": _STREAM_OPERATION}
     codes = codes_by_status()
     return {
         "openapi": "3.1.0",

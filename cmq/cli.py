@@ -483,6 +483,12 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--no-drain", action="store_true", help="do not drain after producing")
     b.add_argument("--drain-timeout", type=float, default=60.0)
     b.add_argument("--keep-queue", action="store_true", help="keep a queue this run created")
+    b.add_argument(
+        "--protocol",
+        choices=("http", "stream"),
+        default="http",
+        help="http: a request per call; stream: a WebSocket per client (docs/api.md)",
+    )
     b.add_argument("--json", action="store_true", help="machine-readable report")
     b.set_defaults(func=_bench)
 

@@ -22,6 +22,9 @@ PERCENTILES: Final = (50.0, 90.0, 99.0, 99.9)
 LEFT_KEYS: Final = ("visible", "in_flight", "delayed")
 
 
+PROTOCOLS = ("http", "stream")
+
+
 @dataclass(frozen=True, slots=True)
 class BenchConfig:
     """One run's settings; :meth:`validate` states the limits."""
@@ -51,6 +54,10 @@ class BenchConfig:
     """Give up draining after this long (leases lost in transit need the visibility timeout)."""
     keep_queue: bool = False
     request_timeout: float = 30.0
+    protocol: str = "http"
+    """``http`` (one request per send / receive / ack) or ``stream`` (one WebSocket per
+    producer and consumer: ``window`` unconfirmed sends, deliveries pushed within a credit of
+    ``recv_batch`` x ``recv_window``)."""
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first setting out of its range."""
@@ -90,6 +97,7 @@ class BenchConfig:
             ),
             (0 < self.drain_timeout <= 3_600, "--drain-timeout must be in (0, 3600]"),
             (0 < self.request_timeout <= 600, "the request timeout must be in (0, 600]"),
+            (self.protocol in PROTOCOLS, f"--protocol must be one of {', '.join(PROTOCOLS)}"),
         ]
         for ok, why in checks:
             if not ok:
@@ -259,7 +267,13 @@ def format_report(r: BenchReport) -> str:
             "producers",
             f"{c.producers} x window {c.window}, batch {c.batch}, {c.size:,} B, rate {rate}",
         ),
-        ("consumers", f"{c.consumers} x {c.recv_window} receive loops, batch {c.recv_batch}"),
+        (
+            "consumers",
+            f"{c.consumers} x {c.recv_window} receive loops, batch {c.recv_batch}"
+            if c.protocol == "http"
+            else f"{c.consumers} x prefetch {c.recv_batch * c.recv_window}, batch {c.recv_batch}",
+        ),
+        ("protocol", c.protocol),
         ("sent", f"{r.sent:,} msgs in {r.produce_seconds:.1f} s"),
         (
             "confirmed",
@@ -315,6 +329,7 @@ def report_to_json(r: BenchReport) -> dict[str, Any]:
             "messages": c.messages,
             "seconds": c.seconds,
             "drain": c.drain,
+            "protocol": c.protocol,
         },
         "produce_seconds": round(r.produce_seconds, 3),
         "consume_seconds": round(r.consume_seconds, 3),

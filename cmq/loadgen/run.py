@@ -12,11 +12,19 @@ import dataclasses
 import signal
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import IO, Any, Final
 
-from cmq.client import NO_RETRY, Client, RetryPolicy, ServerError, TransportError
+from cmq.client import (
+    NO_RETRY,
+    Client,
+    ReceivedMessage,
+    RetryPolicy,
+    ServerError,
+    TransportError,
+)
 from cmq.client.retry import Safety, failure_of, retry_after_of
+from cmq.client.stream import StreamClient
 from cmq.errors import CmqError, QueueAlreadyExists
 from cmq.loadgen.body import Stamp, decode_body, encode_body, new_run_tag
 from cmq.loadgen.measure import LatencyHistogram, SeqTracker, TokenBucket
@@ -116,6 +124,11 @@ class _Run:
         """The client of the ``i``-th node (round robin over the URLs; no failover)."""
         return self._nodes[i % len(self._nodes)]
 
+    def stream(self, i: int) -> StreamClient:
+        """A stream connection of its own to the ``i``-th node (round robin over the URLs)."""
+        url = self.cfg.urls[i % len(self.cfg.urls)]
+        return StreamClient([url], timeout=self.cfg.request_timeout, window=self.cfg.window)
+
     @staticmethod
     def _label(e: CmqError) -> str:
         """An error's name in the report: ``<status> <code>`` for an answer, ``timeout`` or
@@ -145,7 +158,7 @@ class _Run:
             self.budget -= n
         return n
 
-    async def _send_loop(self, producer: int, node: Client) -> None:
+    async def _send_loop(self, producer: int, node: Client | StreamClient) -> None:
         """One in-flight slot of ``producer``: send, await the answer, repeat until stopped."""
         cfg = self.cfg
         while not self.stop_producing.is_set():
@@ -191,6 +204,28 @@ class _Run:
                 break
 
     # ---- consumers
+    def _took(self, got: Sequence[ReceivedMessage]) -> list[str]:
+        """Account for delivered messages (duplicates, end-to-end latency); their receipts."""
+        self.last_delivery = time.monotonic()
+        self.empty_since_delivery = 0
+        now_us = int((self.last_delivery - self.t0) * 1e6)
+        receipts = []
+        for m in got:
+            self.deliveries += 1
+            receipts.append(m.receipt)
+            stamp = decode_body(m.body) if isinstance(m.body, str) else None
+            first = (
+                self.tracker.deliver(stamp.producer, stamp.seq)
+                if stamp is not None and stamp.tag == self.tag
+                else None
+            )
+            if first is None:
+                self.foreign += 1
+                continue
+            if first and stamp is not None:
+                self.e2e_hist.record(now_us - stamp.sent_us)
+        return receipts
+
     async def _recv_loop(self, node: Client) -> None:
         cfg = self.cfg
         while not self.stop_consuming.is_set():
@@ -208,28 +243,54 @@ class _Run:
             if not got:
                 self.empty_since_delivery += 1
                 continue
-            self.last_delivery = time.monotonic()
-            self.empty_since_delivery = 0
-            now_us = int((self.last_delivery - self.t0) * 1e6)
-            receipts = []
-            for m in got:
-                self.deliveries += 1
-                receipts.append(m.receipt)
-                stamp = decode_body(m.body) if isinstance(m.body, str) else None
-                first = (
-                    self.tracker.deliver(stamp.producer, stamp.seq)
-                    if stamp is not None and stamp.tag == self.tag
-                    else None
-                )
-                if first is None:
-                    self.foreign += 1
-                    continue
-                if first and stamp is not None:
-                    self.e2e_hist.record(now_us - stamp.sent_us)
-            await self._ack(node, receipts)
+            await self._ack(node, self._took(got))
             self._check_settled()
 
-    async def _ack(self, node: Client, receipts: list[str]) -> None:
+    async def _stream_consumer(self, stream: StreamClient) -> None:
+        """One consumer on the streaming protocol: deliveries pushed within a credit of
+        ``recv_batch`` x ``recv_window``, each batch acknowledged (up to ``recv_window`` acks
+        in flight) and its credit granted back."""
+        cfg = self.cfg
+        acks = asyncio.Semaphore(cfg.recv_window)
+
+        async def ack(got: list[ReceivedMessage], receipts: list[str]) -> None:
+            try:
+                await self._ack(stream, receipts)
+            finally:
+                await sub.grant(len(got))
+                acks.release()
+            self._check_settled()
+
+        sub = await stream.subscribe(
+            self.queue,
+            prefetch=cfg.recv_batch * cfg.recv_window,
+            visibility_timeout=RECV_VISIBILITY_TIMEOUT,
+            max_batch=cfg.recv_batch,
+        )
+        async with asyncio.TaskGroup() as tg:
+            while not self.stop_consuming.is_set():
+                try:
+                    got = await asyncio.wait_for(sub.next(), _RECV_WAIT_SECONDS)
+                except TimeoutError:
+                    self.empty_since_delivery += 1
+                    continue
+                except CmqError as e:  # the subscription ended: open another
+                    self.error(self._label(e))
+                    await asyncio.sleep(min(retry_after_of(e) or 0.2, _MAX_RETRY_SLEEP))
+                    await sub.close()
+                    sub = await stream.subscribe(
+                        self.queue,
+                        prefetch=cfg.recv_batch * cfg.recv_window,
+                        visibility_timeout=RECV_VISIBILITY_TIMEOUT,
+                        max_batch=cfg.recv_batch,
+                    )
+                    continue
+                receipts = self._took(got)
+                await acks.acquire()
+                tg.create_task(ack(got, receipts))
+        await sub.close()
+
+    async def _ack(self, node: Client | StreamClient, receipts: list[str]) -> None:
         attempt = 0
         while True:
             attempt += 1
@@ -333,15 +394,28 @@ class _Run:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signal.SIGINT, self._interrupt)
         try:
-            async with asyncio.TaskGroup() as tg:
+            async with contextlib.AsyncExitStack() as streams, asyncio.TaskGroup() as tg:
                 progress = tg.create_task(self._progress())
-                consumers = [
-                    tg.create_task(self._recv_loop(self.node(c)))
-                    for c in range(cfg.consumers)
-                    for _ in range(cfg.recv_window)
-                ]
+                if cfg.protocol == "stream":
+                    consumers = [
+                        tg.create_task(
+                            self._stream_consumer(await streams.enter_async_context(self.stream(c)))
+                        )
+                        for c in range(cfg.consumers)
+                    ]
+                    senders: list[Client | StreamClient] = [
+                        await streams.enter_async_context(self.stream(p))
+                        for p in range(cfg.producers)
+                    ]
+                else:
+                    consumers = [
+                        tg.create_task(self._recv_loop(self.node(c)))
+                        for c in range(cfg.consumers)
+                        for _ in range(cfg.recv_window)
+                    ]
+                    senders = [self.node(p) for p in range(cfg.producers)]
                 producers = [
-                    tg.create_task(self._send_loop(p, self.node(p)))
+                    tg.create_task(self._send_loop(p, senders[p]))
                     for p in range(cfg.producers)
                     for _ in range(cfg.window)
                 ]
@@ -465,6 +539,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         drain=not args.no_drain,
         drain_timeout=args.drain_timeout,
         keep_queue=args.keep_queue,
+        protocol=getattr(args, "protocol", "http"),
     )
 
 

@@ -312,3 +312,24 @@ def test_bench_against_a_real_cluster(cmq_cluster: CmqCluster) -> None:
     assert rc == 0, (r, err)
     assert r["sent"] == 500 and r["confirmed"] == 500 and r["received"] == 500
     assert r["missing"] == 0 and r["duplicates"] == 0 and r["failed"] == 0
+
+
+def test_bench_over_the_streaming_protocol(cmq_cluster: CmqCluster) -> None:
+    rc, r, err = _bench(
+        cmq_cluster,
+        "--protocol",
+        "stream",
+        "--messages",
+        "2000",
+        "--producers",
+        "2",
+        "--window",
+        "32",
+        "--consumers",
+        "2",
+    )
+    assert rc == 0, (r, err)
+    assert r["config"]["protocol"] == "stream"  # type: ignore[index]
+    assert r["sent"] == r["confirmed"] == r["received"] == r["acked"] == 2000
+    assert r["missing"] == 0 and r["duplicates"] == 0 and r["failed"] == 0
+    assert r["drain_result"] == "complete" and r["errors"] == {}

@@ -1,0 +1,409 @@
+"""`StreamClient`: the Python client of the streaming protocol (`cmq.stream`, one WebSocket per
+client on ``/v1/stream``), for producers and consumers that want the brokers' model: many
+unconfirmed sends on one connection (publisher confirms), messages pushed within a credit the
+consumer grants (prefetch), acks sent as frames.
+
+    async with StreamClient("http://127.0.0.1:8080,http://127.0.0.1:8081") as s:
+        sent = await s.send("orders", ["order 1", "order 2"])   # committed on a majority
+        sub = await s.subscribe("orders", prefetch=256)
+        async for batch in sub:
+            ...
+            await sub.ack(batch)            # acknowledges, and grants the credit back
+
+Guarantees are the HTTP API's: a `send` returns after the messages are committed; a delivered
+message is leased and comes back after its visibility timeout unless acknowledged. Every call
+may raise the `cmq.errors` class of the server's error code (also a `ServerError` with the HTTP
+status the same failure gets over HTTP), `ConnectFailed` when no node accepted the connection,
+or `ResponseLost` when the connection dropped or ``timeout`` passed with the request sent:
+then a send's outcome is unknown, and it is never resent here.
+
+At most ``window`` requests are unanswered at once (further calls wait). A dropped connection
+fails the requests in flight; the next call connects again, to the next node URL, and every
+open subscription is resumed there with the credit it had left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator, Sequence
+from typing import Final
+
+import aiohttp
+
+from cmq.client.aio import parse_urls
+from cmq.client.errors import ConnectFailed, ResponseLost, server_error
+from cmq.client.types import Message, Outgoing, ReceivedMessage
+from cmq.errors import CmqError
+from cmq.model import EntryResult, SentMessage
+from cmq.stream import (
+    STREAM_PATH,
+    Ack,
+    Answer,
+    Credit,
+    Deliver,
+    Failed,
+    Nack,
+    Request,
+    Results,
+    Send,
+    Sent,
+    Subscribe,
+    Unsubscribe,
+    decode_answers,
+    encode,
+)
+from cmq.stream import Message as WireMessage
+
+_MAX_BATCH_FRAMES: Final = 512
+_MAX_MESSAGE_BYTES: Final = 64 << 20
+_RESUME_FIRST: Final = 0.05
+_RESUME_MAX: Final = 2.0
+
+
+def _wire(m: Outgoing) -> WireMessage:
+    if isinstance(m, Message):
+        attrs = dict(m.attributes) if m.attributes else None
+        body, binary = (m.body, True) if isinstance(m.body, bytes) else (m.body.encode(), False)
+        return WireMessage(body, binary, m.delay_seconds, attrs, m.dedup_id)
+    if isinstance(m, bytes):
+        return WireMessage(m, True)
+    return WireMessage(m.encode())
+
+
+def _body(body: bytes, binary: bool) -> str | bytes:
+    """A delivered body as it was sent: text unless binary (or stored text that is not UTF-8,
+    handed over as bytes rather than failing)."""
+    if binary:
+        return body
+    try:
+        return body.decode()
+    except UnicodeDecodeError:
+        return body
+
+
+def _received(d: Deliver) -> list[ReceivedMessage]:
+    return [
+        ReceivedMessage(
+            m.id,
+            m.seq,
+            _body(m.body, m.binary),
+            m.receipt,
+            m.receive_count,
+            m.sent_at_ms,
+            m.attributes,
+        )
+        for m in d.messages
+    ]
+
+
+class _Connection:
+    """One WebSocket and its reader and writer tasks; `closed` is set when it ends."""
+
+    def __init__(self, client: StreamClient, ws: aiohttp.ClientWebSocketResponse, url: str):
+        self.client = client
+        self.ws = ws
+        self.url = url
+        self.out: asyncio.Queue[Request] = asyncio.Queue(_MAX_BATCH_FRAMES * 4)
+        self.pending: dict[int, asyncio.Future[Answer]] = {}
+        self.closed = asyncio.Event()
+        self.tasks = [
+            asyncio.get_running_loop().create_task(self._read()),
+            asyncio.get_running_loop().create_task(self._write()),
+        ]
+
+    async def _read(self) -> None:
+        try:
+            async for msg in self.ws:
+                if msg.type != aiohttp.WSMsgType.BINARY:
+                    break
+                for answer in decode_answers(msg.data):
+                    self._dispatch(answer)
+        except (CmqError, aiohttp.ClientError, ConnectionError):
+            pass
+        finally:
+            self._lost()
+
+    def _dispatch(self, answer: Answer) -> None:
+        if isinstance(answer, Deliver):
+            sub = self.client._subs.get(answer.id)
+            if sub is not None:
+                sub._deliver(_received(answer))
+            return
+        fut = self.pending.pop(answer.id, None)
+        if fut is not None:
+            if not fut.done():
+                fut.set_result(answer)
+        elif isinstance(answer, Failed):
+            sub = self.client._subs.get(answer.id)
+            if sub is not None:
+                sub._fail(server_error(answer.status, answer.code, answer.message))
+
+    async def _write(self) -> None:
+        try:
+            while True:
+                frames = [await self.out.get()]
+                while len(frames) < _MAX_BATCH_FRAMES and not self.out.empty():
+                    frames.append(self.out.get_nowait())
+                await self.ws.send_bytes(encode(frames))
+        except (aiohttp.ClientError, ConnectionError, RuntimeError):
+            await self.ws.close()
+
+    def _lost(self) -> None:
+        if not self.closed.is_set():
+            self.closed.set()
+            self.client._lost()
+        for fut in self.pending.values():
+            if not fut.done():
+                fut.set_exception(
+                    ResponseLost(f"stream to {self.url} closed", self.url, "ConnectionClosed")
+                )
+        self.pending.clear()
+
+    async def close(self) -> None:
+        await self.ws.close()
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        self._lost()
+
+
+class Subscription:
+    """Messages of one queue pushed to this client, at most ``prefetch`` delivered and not yet
+    granted back (`grant`, or `ack` which grants what it acknowledges)."""
+
+    def __init__(
+        self,
+        client: StreamClient,
+        sid: int,
+        queue: str,
+        *,
+        prefetch: int,
+        visibility_timeout: int | None,
+        max_batch: int,
+    ) -> None:
+        self.client = client
+        self.id = sid
+        self.queue = queue
+        self.prefetch = prefetch
+        self.visibility_timeout = visibility_timeout
+        self.max_batch = max_batch
+        self.outstanding = 0
+        """Messages delivered and not granted back."""
+        self._batches: asyncio.Queue[list[ReceivedMessage] | CmqError] = asyncio.Queue()
+        self._closed = False
+
+    def _frame(self) -> Subscribe:
+        credit = max(0, self.prefetch - self.outstanding)
+        return Subscribe(self.id, self.queue, credit, self.visibility_timeout, self.max_batch)
+
+    def _deliver(self, batch: list[ReceivedMessage]) -> None:
+        self.outstanding += len(batch)
+        self._batches.put_nowait(batch)  # bounded by the credit: at most prefetch messages
+
+    def _fail(self, error: CmqError) -> None:
+        self.client._subs.pop(self.id, None)
+        self._closed = True
+        self._batches.put_nowait(error)
+
+    async def next(self) -> list[ReceivedMessage]:
+        """The next delivered batch (waits for one); raises the error that ended the
+        subscription (e.g. `QueueNotFound`)."""
+        item = await self._batches.get()
+        if isinstance(item, CmqError):
+            self._batches.put_nowait(item)
+            raise item
+        return item
+
+    def __aiter__(self) -> AsyncIterator[list[ReceivedMessage]]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[list[ReceivedMessage]]:
+        while not self._closed or not self._batches.empty():
+            yield await self.next()
+
+    async def grant(self, n: int) -> None:
+        """Let the server deliver ``n`` more messages (after handling ``n`` delivered ones)."""
+        n = min(n, self.outstanding)
+        if n <= 0 or self._closed:
+            return
+        self.outstanding -= n
+        conn = await self.client._connection()
+        await conn.out.put(Credit(self.id, n))
+
+    async def ack(self, messages: Sequence[ReceivedMessage]) -> list[EntryResult]:
+        """Acknowledge ``messages`` (delivered by this subscription), then grant their credit
+        back; per-message results."""
+        try:
+            return await self.client.ack(self.queue, [m.receipt for m in messages])
+        finally:
+            await self.grant(len(messages))
+
+    async def close(self) -> None:
+        """Stop deliveries; messages delivered and not acknowledged keep their leases."""
+        if self._closed:
+            return
+        self._closed = True
+        self.client._subs.pop(self.id, None)
+        conn = self.client._conn
+        if conn is not None and not conn.closed.is_set():
+            await conn.out.put(Unsubscribe(self.id))
+
+
+class StreamClient:
+    """See the module docstring. Not thread-safe; use it from one event loop."""
+
+    def __init__(
+        self,
+        urls: str | Sequence[str],
+        *,
+        timeout: float = 30.0,
+        window: int = 1024,
+        session: aiohttp.ClientSession | None = None,
+    ) -> None:
+        self.urls = parse_urls(urls)
+        self.timeout = timeout
+        self._window = asyncio.Semaphore(window)
+        self._session = session
+        self._owned = session is None
+        self._conn: _Connection | None = None
+        self._lock = asyncio.Lock()
+        self._next_url = 0
+        self._ids = itertools.count(1)
+        self._subs: dict[int, Subscription] = {}
+        self._closing = False
+        self._resumer: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> StreamClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the connection (requests in flight fail with `ResponseLost`)."""
+        self._closing = True
+        if self._resumer is not None:
+            self._resumer.cancel()
+            await asyncio.gather(self._resumer, return_exceptions=True)
+        for sub in list(self._subs.values()):
+            sub._closed = True
+        self._subs.clear()
+        if self._conn is not None:
+            await self._conn.close()
+            self._conn = None
+        if self._owned and self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def _connection(self) -> _Connection:
+        conn = self._conn
+        if conn is not None and not conn.closed.is_set():
+            return conn
+        async with self._lock:
+            conn = self._conn
+            if conn is not None and not conn.closed.is_set():
+                return conn
+            if conn is not None:
+                await conn.close()
+            if self._session is None:
+                self._session = aiohttp.ClientSession()
+            last: Exception | None = None
+            for i in range(len(self.urls)):
+                url = self.urls[(self._next_url + i) % len(self.urls)]
+                try:
+                    ws = await self._session.ws_connect(
+                        url + STREAM_PATH,
+                        timeout=aiohttp.ClientWSTimeout(ws_close=5.0),
+                        max_msg_size=_MAX_MESSAGE_BYTES,
+                        heartbeat=30.0,
+                        autoping=True,
+                    )
+                except (aiohttp.ClientError, OSError, TimeoutError) as e:
+                    last = e
+                    continue
+                self._next_url = (self._next_url + i + 1) % len(self.urls)
+                self._conn = _Connection(self, ws, url)
+                for sub in self._subs.values():
+                    await self._conn.out.put(sub._frame())
+                return self._conn
+            raise ConnectFailed(
+                f"no node accepted a stream connection: {last}", self.urls[0], type(last).__name__
+            )
+
+    async def _call(self, frame: Send | Ack | Nack) -> Answer:
+        async with self._window:
+            conn = await self._connection()
+            fut: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+            conn.pending[frame.id] = fut
+            await conn.out.put(frame)
+            try:
+                async with asyncio.timeout(self.timeout):
+                    answer = await fut
+            except TimeoutError:
+                conn.pending.pop(frame.id, None)
+                raise ResponseLost(
+                    f"no answer from {conn.url} within {self.timeout} s", conn.url, "timeout"
+                ) from None
+        if isinstance(answer, Failed):
+            raise server_error(answer.status, answer.code, answer.message, answer.retry_after)
+        return answer
+
+    async def send(self, queue: str, messages: Sequence[Outgoing]) -> list[SentMessage]:
+        """Append ``messages`` (1..100) in order; returns once they are committed."""
+        answer = await self._call(Send(next(self._ids), queue, [_wire(m) for m in messages]))
+        assert isinstance(answer, Sent), answer
+        return [SentMessage(mid, seq) for mid, seq in answer.messages]
+
+    async def ack(self, queue: str, receipts: Sequence[str]) -> list[EntryResult]:
+        """Delete the messages whose receipts hold current leases; per-receipt results."""
+        answer = await self._call(Ack(next(self._ids), queue, list(receipts)))
+        assert isinstance(answer, Results), answer
+        return [EntryResult(r, ok, err) for r, ok, err in answer.results]
+
+    async def nack(
+        self, queue: str, receipts: Sequence[str], delay_seconds: int = 0
+    ) -> list[EntryResult]:
+        """Release leases: the messages become visible again after ``delay_seconds``."""
+        answer = await self._call(Nack(next(self._ids), queue, list(receipts), delay_seconds))
+        assert isinstance(answer, Results), answer
+        return [EntryResult(r, ok, err) for r, ok, err in answer.results]
+
+    async def subscribe(
+        self,
+        queue: str,
+        *,
+        prefetch: int = 256,
+        visibility_timeout: int | None = None,
+        max_batch: int = 32,
+    ) -> Subscription:
+        """Start deliveries of ``queue``'s messages, at most ``prefetch`` unacknowledged at once
+        (see `Subscription`). ``visibility_timeout`` None: the queue's."""
+        sub = Subscription(
+            self,
+            next(self._ids),
+            queue,
+            prefetch=prefetch,
+            visibility_timeout=visibility_timeout,
+            max_batch=max_batch,
+        )
+        conn = await self._connection()
+        self._subs[sub.id] = sub
+        await conn.out.put(sub._frame())
+        return sub
+
+    def _lost(self) -> None:
+        """A connection ended: resume the subscriptions on a new one (in the background: a
+        consumer may only be waiting for deliveries)."""
+        if self._subs and not self._closing and (self._resumer is None or self._resumer.done()):
+            self._resumer = asyncio.get_running_loop().create_task(self._resume())
+
+    async def _resume(self) -> None:
+        delay = _RESUME_FIRST
+        while self._subs and not self._closing:
+            try:
+                await self._connection()
+                return
+            except ConnectFailed:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _RESUME_MAX)

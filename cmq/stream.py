@@ -1,0 +1,268 @@
+"""The streaming protocol's frames and codec (pure: no I/O), shared by the server
+(`api.stream`) and the client (`cmq.client.stream`).
+
+A stream is one WebSocket on ``GET /v1/stream`` carrying binary messages. Each WebSocket
+message is a MessagePack array of one or more *frames* (a sender coalesces what it has ready
+into one message); a frame is a MessagePack array whose first element is its tag. Requests carry
+a client-chosen correlation ``id`` (an unsigned integer, unique among the connection's requests
+in flight) that the answer repeats, so any number of requests can be outstanding on one
+connection and answers come back in completion order, not request order.
+
+Client to server:
+
+* `Send` ``(id, queue, messages)``: append messages (1..100) in order. Answered by `Sent` once
+  they are committed (fsynced on a majority), exactly as ``POST .../messages``, or `Failed`.
+* `Subscribe` ``(id, queue, credit, visibility_timeout, max_batch)``: start pushing leased
+  messages of ``queue`` as `Deliver` frames tagged with ``id`` (the subscription's id), never
+  more than ``credit`` messages beyond what `Credit` frames grant. Each delivered message is
+  leased (committed) exactly as a receive leases it; an unacknowledged message comes back after
+  its visibility timeout. A subscription that cannot go on (the queue is deleted) ends with a
+  `Failed` frame carrying its id.
+* `Credit` ``(id, credit)``: grant a subscription ``credit`` more messages (prefetch, as AMQP's
+  ``basic.qos`` and NATS's pull batches).
+* `Unsubscribe` ``(id)``: stop a subscription; its messages in flight keep their leases.
+* `Ack` ``(id, queue, receipts)``, `Nack` ``(id, queue, receipts, delay_seconds)``: answered by
+  `Results`, one entry per receipt, as the HTTP calls.
+
+Server to client: `Sent` ``(id, [(message id, seq), ...])``, `Deliver` ``(id, messages)``,
+`Results` ``(id, [(receipt, ok, error), ...])``, `Failed` ``(id, status, code, message,
+retry_after)`` with the HTTP status and error code the same failure gets over HTTP.
+
+A body is MessagePack ``bin`` with a flag saying whether it is binary (else UTF-8 text,
+which the client hands back as text). Limits are the HTTP API's (`cmq.model`). A frame that
+does not decode, or breaks a limit, is answered by `Failed` with code ``InvalidParameter``
+when its id can be read, else the connection is closed with WebSocket status 1007 (invalid
+payload data); nothing is stored.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Final
+
+import msgspec
+from msgspec import Meta, Struct
+
+from cmq.errors import InvalidParameter
+from cmq.model import (
+    LIMITS,
+    MAX_ACK_BATCH,
+    MAX_ATTRIBUTE_NAME,
+    MAX_DEDUP_ID,
+    MAX_MESSAGE_ATTRIBUTES,
+    MAX_RECEIVE_BATCH,
+    MAX_SEND_BATCH,
+    OutgoingMessage,
+    ReceivedMessage,
+)
+
+STREAM_PATH: Final = "/v1/stream"
+"""Where a node accepts stream connections (a WebSocket upgrade of a GET)."""
+MAX_CREDIT: Final = 100_000
+"""The most messages a subscription may have granted and not yet delivered."""
+MAX_FRAMES: Final = 1024
+"""The most frames in one WebSocket message."""
+
+_Id = Annotated[int, Meta(ge=0, le=2**63 - 1)]
+_Queue = Annotated[str, Meta(min_length=1, max_length=80)]
+_Receipts = Annotated[list[Annotated[str, Meta(min_length=1)]], Meta(min_length=1)]
+_Attributes = Annotated[
+    dict[Annotated[str, Meta(min_length=1, max_length=MAX_ATTRIBUTE_NAME)], str],
+    Meta(max_length=MAX_MESSAGE_ATTRIBUTES),
+]
+
+
+def _bounded(name: str) -> Meta:
+    lo, hi, _ = LIMITS[name]
+    return Meta(ge=lo, le=hi)
+
+
+class Message(Struct, array_like=True, forbid_unknown_fields=True):
+    """One message of a `Send`: its body, whether it is binary (False: UTF-8 text, returned as
+    text), and an optional delay (None: the queue's), attributes and deduplication id."""
+
+    body: bytes
+    binary: bool = False
+    delay_seconds: Annotated[int, _bounded("delay_seconds")] | None = None
+    attributes: _Attributes | None = None
+    dedup_id: Annotated[str, Meta(min_length=1, max_length=MAX_DEDUP_ID)] | None = None
+
+    def to_model(self) -> OutgoingMessage:
+        return OutgoingMessage(
+            body=self.body,
+            binary=self.binary,
+            delay_seconds=self.delay_seconds,
+            attributes=() if not self.attributes else tuple(self.attributes.items()),
+            dedup_id=self.dedup_id,
+        )
+
+
+class Send(Struct, tag=1, array_like=True, forbid_unknown_fields=True):
+    id: _Id
+    queue: _Queue
+    messages: Annotated[list[Message], Meta(min_length=1, max_length=MAX_SEND_BATCH)]
+
+
+class Subscribe(Struct, tag=2, array_like=True, forbid_unknown_fields=True):
+    id: _Id
+    queue: _Queue
+    credit: Annotated[int, Meta(ge=0, le=MAX_CREDIT)]
+    visibility_timeout: Annotated[int, _bounded("visibility_timeout")] | None = None
+    max_batch: Annotated[int, Meta(ge=1, le=MAX_RECEIVE_BATCH)] = 32
+
+
+class Credit(Struct, tag=3, array_like=True, forbid_unknown_fields=True):
+    id: _Id
+    credit: Annotated[int, Meta(ge=1, le=MAX_CREDIT)]
+
+
+class Unsubscribe(Struct, tag=4, array_like=True, forbid_unknown_fields=True):
+    id: _Id
+
+
+class Ack(Struct, tag=5, array_like=True, forbid_unknown_fields=True):
+    id: _Id
+    queue: _Queue
+    receipts: Annotated[_Receipts, Meta(max_length=MAX_ACK_BATCH)]
+
+
+class Nack(Struct, tag=6, array_like=True, forbid_unknown_fields=True):
+    id: _Id
+    queue: _Queue
+    receipts: Annotated[_Receipts, Meta(max_length=MAX_ACK_BATCH)]
+    delay_seconds: Annotated[int, _bounded("delay_seconds")] = 0
+
+
+class Sent(Struct, tag=16, array_like=True):
+    id: int
+    messages: list[tuple[str, int]]
+
+
+class Delivered(Struct, array_like=True):
+    """One leased message of a `Deliver` frame."""
+
+    id: str
+    seq: int
+    body: bytes
+    binary: bool
+    receipt: str
+    receive_count: int
+    sent_at_ms: int
+    attributes: dict[str, str]
+
+    @classmethod
+    def of(cls, m: ReceivedMessage) -> Delivered:
+        return cls(
+            m.id,
+            m.seq,
+            m.body,
+            m.binary,
+            m.receipt,
+            m.receive_count,
+            m.sent_at_ms,
+            dict(m.attributes),
+        )
+
+    def to_model(self) -> ReceivedMessage:
+        return ReceivedMessage(
+            id=self.id,
+            seq=self.seq,
+            body=self.body,
+            binary=self.binary,
+            receipt=self.receipt,
+            receive_count=self.receive_count,
+            sent_at_ms=self.sent_at_ms,
+            attributes=tuple(self.attributes.items()),
+        )
+
+
+class Deliver(Struct, tag=17, array_like=True):
+    id: int
+    messages: list[Delivered]
+
+
+class Results(Struct, tag=18, array_like=True):
+    id: int
+    results: list[tuple[str, bool, str | None]]
+
+
+class Failed(Struct, tag=19, array_like=True):
+    id: int
+    status: int
+    code: str
+    message: str
+    retry_after: float | None = None
+
+
+Request = Send | Subscribe | Credit | Unsubscribe | Ack | Nack
+"""What a client sends."""
+Answer = Sent | Deliver | Results | Failed
+"""What a server sends."""
+
+_encoder = msgspec.msgpack.Encoder()
+_requests = msgspec.msgpack.Decoder(
+    Annotated[list[Request], Meta(min_length=1, max_length=MAX_FRAMES)]
+)
+_answers = msgspec.msgpack.Decoder(list[Answer])
+_one_request = msgspec.msgpack.Decoder(Request)
+_raw_frames = msgspec.msgpack.Decoder(
+    Annotated[list[msgspec.Raw], Meta(min_length=1, max_length=MAX_FRAMES)]
+)
+
+
+def encode(frames: list[Request] | list[Answer]) -> bytes:
+    """One WebSocket message carrying ``frames`` in order."""
+    return _encoder.encode(frames)
+
+
+def decode_answers(data: bytes) -> list[Answer]:
+    """The frames of a server's message; `InvalidParameter` if it does not decode."""
+    try:
+        return _answers.decode(data)
+    except msgspec.DecodeError as e:
+        raise InvalidParameter(f"undecodable stream message: {e}") from None
+
+
+class BadFrame(InvalidParameter):
+    """A request frame that does not decode or breaks a limit. ``id`` is its correlation id
+    when that much could be read (answer with `Failed`), else None (close the connection)."""
+
+    def __init__(self, message: str, id: int | None) -> None:
+        super().__init__(message)
+        self.id = id
+
+
+def decode_requests(data: bytes) -> list[Request | BadFrame]:
+    """The frames of a client's message, in order; a frame that does not decode is returned
+    as its `BadFrame` (the others are still served). Raises `BadFrame` (id None) when the
+    message itself is not an array of frames."""
+    try:
+        return list(_requests.decode(data))
+    except msgspec.DecodeError:
+        pass
+    try:
+        raws = _raw_frames.decode(data)
+    except msgspec.DecodeError as e:
+        raise BadFrame(
+            f"a stream message is an array of 1..{MAX_FRAMES} frames: {e}", None
+        ) from None
+    out: list[Request | BadFrame] = []
+    for raw in raws:
+        try:
+            out.append(_one_request.decode(raw))
+        except msgspec.DecodeError as e:
+            out.append(BadFrame(f"bad frame: {e}", _frame_id(raw)))
+    return out
+
+
+def _frame_id(raw: msgspec.Raw) -> int | None:
+    """The correlation id of an undecodable frame: its second element, if the frame is an
+    array whose second element is a valid id."""
+    try:
+        items = msgspec.msgpack.decode(raw)
+    except msgspec.DecodeError:
+        return None
+    if isinstance(items, list) and len(items) >= 2:
+        fid = items[1]
+        if isinstance(fid, int) and not isinstance(fid, bool) and 0 <= fid < 2**63:
+            return fid
+    return None
