@@ -90,6 +90,8 @@ class NewMessage:
     attributes: tuple[tuple[str, str], ...]
     delay_ms: int | None
     dedup_id: str | None
+    group_id: str | None = None
+    """FIFO queues: the message group (required there, refused on a standard queue)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,12 +105,15 @@ class Produce:
 
 @dataclass(frozen=True, slots=True)
 class Lease:
-    """Lease up to ``max_messages`` visible messages for ``visibility_ms`` (None: queue default)."""
+    """Lease up to ``max_messages`` visible messages for ``visibility_ms`` (None: queue default).
+    ``attempt_id`` (FIFO queues; ignored elsewhere): a retried receive with the same id within
+    5 minutes gets the same messages and leases while they are all still in flight."""
 
     queue: str
     now_ms: int
     max_messages: int
     visibility_ms: int | None
+    attempt_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,6 +320,9 @@ Result = (
 # --------------------------------------------------------------------------------------------
 # Encoding
 
+_ARCHIVE, _FIFO, _CONTENT_DEDUP = 1, 2, 4
+"""Bits of the attributes' flags byte."""
+
 
 def _write_attributes(w: Writer, a: QueueAttributes) -> None:
     w.i64(a.visibility_timeout)
@@ -324,19 +332,30 @@ def _write_attributes(w: Writer, a: QueueAttributes) -> None:
     w.i64(a.receive_wait_seconds)
     w.opt_text(a.dead_letter_queue)
     w.i64(a.max_receive_count)
-    w.u8(1 if a.archive else 0)
+    # One flags byte (was the archive boolean: standard queues encode as before).
+    w.u8(
+        (_ARCHIVE if a.archive else 0)
+        | (_FIFO if a.fifo else 0)
+        | (_CONTENT_DEDUP if a.content_based_deduplication else 0)
+    )
 
 
 def _read_attributes(r: Reader) -> QueueAttributes:
+    values = (r.i64(), r.i64(), r.i64(), r.i64(), r.i64(), r.opt_text(), r.i64())
+    flags = r.u8()
+    if flags & ~(_ARCHIVE | _FIFO | _CONTENT_DEDUP):
+        raise InvalidParameter(f"bad attribute flags {flags:#x}")
     return QueueAttributes(
-        visibility_timeout=r.i64(),
-        delay_seconds=r.i64(),
-        message_retention_seconds=r.i64(),
-        max_message_size=r.i64(),
-        receive_wait_seconds=r.i64(),
-        dead_letter_queue=r.opt_text(),
-        max_receive_count=r.i64(),
-        archive=r.boolean(),
+        visibility_timeout=values[0],
+        delay_seconds=values[1],
+        message_retention_seconds=values[2],
+        max_message_size=values[3],
+        receive_wait_seconds=values[4],
+        dead_letter_queue=values[5],
+        max_receive_count=values[6],
+        archive=bool(flags & _ARCHIVE),
+        fifo=bool(flags & _FIFO),
+        content_based_deduplication=bool(flags & _CONTENT_DEDUP),
     )
 
 
@@ -387,12 +406,14 @@ def encode_command(cmd: Command) -> bytes:
                     w.text(v)
                 w.opt_i64(m.delay_ms)
                 w.opt_text(m.dedup_id)
-        case Lease(queue, now_ms, max_messages, visibility_ms):
+                w.opt_text(m.group_id)
+        case Lease(queue, now_ms, max_messages, visibility_ms, attempt_id):
             w.u8(CommandType.LEASE)
             w.text(queue)
             w.i64(now_ms)
             w.u32(max_messages)
             w.opt_i64(visibility_ms)
+            w.opt_text(attempt_id)
         case Ack(queue, now_ms, entries):
             w.u8(CommandType.ACK)
             w.text(queue)
@@ -484,13 +505,14 @@ def decode_command(data: bytes) -> Command:
         case CommandType.PRODUCE:
             queue, now_ms = r.text(), r.i64()
             messages = []
-            for _ in range(_count(r, 13)):
+            for _ in range(_count(r, 14)):
                 mid, body, binary = r.text(), r.blob(), r.boolean()
                 attrs = tuple((r.text(), r.text()) for _ in range(_count(r, 8)))
-                messages.append(NewMessage(mid, body, binary, attrs, r.opt_i64(), r.opt_text()))
+                delay, dedup, group = r.opt_i64(), r.opt_text(), r.opt_text()
+                messages.append(NewMessage(mid, body, binary, attrs, delay, dedup, group))
             cmd = Produce(queue, now_ms, tuple(messages))
         case CommandType.LEASE:
-            cmd = Lease(r.text(), r.i64(), r.u32(), r.opt_i64())
+            cmd = Lease(r.text(), r.i64(), r.u32(), r.opt_i64(), r.opt_text())
         case CommandType.ACK:
             queue, now_ms = r.text(), r.i64()
             pairs = tuple((r.i64(), r.i64()) for _ in range(_count(r, 16)))
