@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from cmq.errors import InvalidParameter, InvalidQueueName
+from cmq.errors import InvalidParameter, InvalidQueueName, MissingParameter
 
 QUEUE_NAME = re.compile(r"^(?=.{1,80}$)[A-Za-z0-9_-]+(\.fifo)?$")
 """Queue names: 1-80 characters, letters, digits, ``-`` and ``_``; a FIFO queue's name (and
@@ -181,6 +181,28 @@ class OutgoingMessage:
     dedup_id: str | None = None
     group_id: str | None = None
     """The message group (FIFO queues: required; standard queues: refused)."""
+
+
+def check_send_rules(queue: str, messages: list[OutgoingMessage]) -> None:
+    """The FIFO rules a send can be checked against before it is proposed, from the queue's
+    name alone (the committed attributes decide again in apply): on a FIFO queue every
+    message needs a group id (`MissingParameter`) and takes no delay of its own; a standard
+    queue takes no group id; ids are `FIFO_ID`s."""
+    fifo = is_fifo_name(queue)
+    for m in messages:
+        if m.group_id is None:
+            if fifo:
+                raise MissingParameter("a FIFO queue's messages need a group_id (MessageGroupId)")
+        elif not fifo:
+            raise InvalidParameter("group_id (MessageGroupId) is only for FIFO queues")
+        else:
+            check_fifo_id(m.group_id, "group_id (MessageGroupId)")
+        if fifo and m.dedup_id is not None:
+            check_fifo_id(m.dedup_id, "dedup_id (MessageDeduplicationId)")
+        if fifo and m.delay_seconds is not None:
+            raise InvalidParameter(
+                "a FIFO queue takes no per-message delay (DelaySeconds); set the queue's"
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -105,6 +105,8 @@ class ReceiveCall(Call[list[ReceivedMessage]], frozen=True, tag=2):
     max_messages: int
     visibility_timeout: int | None
     wait_seconds: int | None
+    attempt_id: str | None = None
+    """FIFO queues: the receive request attempt id (`cmq.fsm.commands.Lease`)."""
     _REPLY = _decoder(list[ReceivedMessage])
 
 
