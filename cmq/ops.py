@@ -384,8 +384,12 @@ class LeaderOps:
         visibility = call.visibility_timeout
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
+        # A FIFO receive with an attempt id proposes once even with nothing visible: a retry
+        # of that attempt gets its messages again (they are in flight, so not visible).
+        replay = call.attempt_id is not None
         while True:
-            if machine.has_visible(name, now_ms()):
+            if replay or machine.has_visible(name, now_ms()):
+                replay = False
                 lease = Lease(
                     name,
                     now_ms(),

@@ -171,7 +171,7 @@ class SetAttributesCall(Call[QueueAttributes], frozen=True, tag=9):
     takes them) into the committed attributes; the reply is the new attributes."""
 
     name: str
-    changes: tuple[tuple[str, int | str | None], ...]
+    changes: tuple[tuple[str, bool | int | str | None], ...]
     _REPLY = _decoder(QueueAttributes)
 
 
