@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
@@ -31,6 +32,8 @@ from cmq.fsm import (
     SetAttributes,
     Tidy,
 )
+from cmq.fsm import fifo as fifo_module
+from cmq.fsm import machine as machine_module
 from cmq.fsm.fifo import MAX_ATTEMPTS
 from cmq.model import DEDUP_WINDOW_MS, QueueAttributes
 
@@ -356,3 +359,24 @@ FifoMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestFifoMachine = FifoMachine.TestCase
+
+
+def test_dedup_table_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At the cap a FIFO queue refuses a send needing a new dedup id (nothing stored); a
+    standard queue forgets its oldest id instead. Entries expire after the window."""
+    monkeypatch.setattr(fifo_module, "MAX_DEDUP_ENTRIES", 3)
+    monkeypatch.setattr(machine_module, "MAX_DEDUP_ENTRIES", 3)
+    env = Fifo()
+    env.send(fm(1), fm(2), fm(3))
+    res = env.run(Produce(Q, T0, (fm(4),)))
+    assert isinstance(res, CommandFailed) and res.code == errors.Overloaded.code
+    assert env.send(fm(9, dedup="d1")) == [("id1", 1)]  # a known id still answers
+    assert [m.id for m in env.lease(10).messages] == ["id1", "id2", "id3"]
+    assert env.send(fm(4), now=T0 + DEDUP_WINDOW_MS)[0][0] == "id4"  # expired: room again
+    std = QueueMachine(MemorySegmentStore())
+    run = Applier(std)
+    run(CreateQueue("s", QueueAttributes(), T0))
+    for i in range(5):
+        run(Produce("s", T0, (NewMessage(f"s{i}", b"x", False, (), None, f"k{i}"),)))
+    q = std._queues["s"]
+    assert list(q.dedup) == ["k2", "k3", "k4"]
