@@ -39,6 +39,8 @@ FIELDS = [
     "body_base64",
     "delay_seconds",
     "dedup_id",
+    "group_id",
+    "attempt_id",
     "max_messages",
     "visibility_timeout",
     "wait_seconds",
