@@ -37,6 +37,9 @@ attrs = st.builds(
     delay_seconds=i64,
     dead_letter_queue=st.none() | text,
     max_receive_count=i64,
+    archive=st.booleans(),
+    fifo=st.booleans(),
+    content_based_deduplication=st.booleans(),
 )
 new_message = st.builds(
     NewMessage,
@@ -46,6 +49,7 @@ new_message = st.builds(
     attributes=st.lists(st.tuples(text, text), max_size=3).map(tuple),
     delay_ms=st.none() | i64,
     dedup_id=st.none() | text,
+    group_id=st.none() | text,
 )
 pairs = st.lists(st.tuples(i64, i64), max_size=4).map(tuple)
 commands: st.SearchStrategy[Command] = st.one_of(
@@ -54,7 +58,7 @@ commands: st.SearchStrategy[Command] = st.one_of(
     st.builds(SetAttributes, text, attrs),
     st.builds(Purge, text, i64),
     st.builds(Produce, text, i64, st.lists(new_message, max_size=4).map(tuple)),
-    st.builds(Lease, text, i64, u32, st.none() | i64),
+    st.builds(Lease, text, i64, u32, st.none() | i64, st.none() | text),
     st.builds(Ack, text, i64, pairs),
     st.builds(
         ChangeVisibility, text, i64, st.lists(st.tuples(i64, i64, i64), max_size=4).map(tuple)
