@@ -4,7 +4,9 @@ Every command is a frozen, slotted dataclass; `encode_command` turns it into byt
 proposal and `decode_command` parses them back. Format: a leading `CommandType` byte, then the
 fields in declaration order, little-endian: ints as i64 (counts as u32), strings and bodies as
 ``[u32 len][bytes]`` (UTF-8 for text, raw for bodies), optionals as a presence byte then the value,
-tuples as ``[u32 count][items]``. No pickle: a malformed payload raises `InvalidParameter`.
+tuples as ``[u32 count][items]``. FIFO fields added later trail their command and are present
+only when set (a Produce's group ids, a Lease's attempt id), so earlier logs still decode. No
+pickle: a malformed payload raises `InvalidParameter`.
 
 Times (``now_ms``, delays, visibility) are integer milliseconds fixed by the proposer (the
 leader); apply never reads a clock. Results are plain values handed back to the proposer: user
@@ -13,7 +15,7 @@ errors are `CommandFailed` results, never exceptions (apply is total).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import IntEnum
 
 from cmq.errors import InvalidParameter
@@ -406,14 +408,20 @@ def encode_command(cmd: Command) -> bytes:
                     w.text(v)
                 w.opt_i64(m.delay_ms)
                 w.opt_text(m.dedup_id)
-                w.opt_text(m.group_id)
+            # FIFO group ids trail the messages, present only when one has a group: a
+            # standard queue's Produce encodes as before group ids existed.
+            if any(m.group_id is not None for m in messages):
+                w.u32(len(messages))
+                for m in messages:
+                    w.opt_text(m.group_id)
         case Lease(queue, now_ms, max_messages, visibility_ms, attempt_id):
             w.u8(CommandType.LEASE)
             w.text(queue)
             w.i64(now_ms)
             w.u32(max_messages)
             w.opt_i64(visibility_ms)
-            w.opt_text(attempt_id)
+            if attempt_id is not None:  # trailing and optional, as the group ids above
+                w.opt_text(attempt_id)
         case Ack(queue, now_ms, entries):
             w.u8(CommandType.ACK)
             w.text(queue)
@@ -505,14 +513,23 @@ def decode_command(data: bytes) -> Command:
         case CommandType.PRODUCE:
             queue, now_ms = r.text(), r.i64()
             messages = []
-            for _ in range(_count(r, 14)):
+            for _ in range(_count(r, 13)):
                 mid, body, binary = r.text(), r.blob(), r.boolean()
                 attrs = tuple((r.text(), r.text()) for _ in range(_count(r, 8)))
-                delay, dedup, group = r.opt_i64(), r.opt_text(), r.opt_text()
-                messages.append(NewMessage(mid, body, binary, attrs, delay, dedup, group))
+                messages.append(NewMessage(mid, body, binary, attrs, r.opt_i64(), r.opt_text()))
+            if r.remaining():
+                if _count(r, 1) != len(messages):
+                    raise InvalidParameter("group ids do not match the messages")
+                messages = [replace(m, group_id=r.opt_text()) for m in messages]
             cmd = Produce(queue, now_ms, tuple(messages))
         case CommandType.LEASE:
-            cmd = Lease(r.text(), r.i64(), r.u32(), r.opt_i64(), r.opt_text())
+            queue, now_ms, count, visibility = r.text(), r.i64(), r.u32(), r.opt_i64()
+            attempt = None
+            if r.remaining():
+                attempt = r.opt_text()
+                if attempt is None:
+                    raise InvalidParameter("an absent attempt id is not encoded")
+            cmd = Lease(queue, now_ms, count, visibility, attempt)
         case CommandType.ACK:
             queue, now_ms = r.text(), r.i64()
             pairs = tuple((r.i64(), r.i64()) for _ in range(_count(r, 16)))
