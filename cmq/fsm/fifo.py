@@ -1,6 +1,6 @@
 """FIFO queues in the queue machine (pure: no clocks, no I/O): per-group order, group blocking,
 deduplication rules and receive-attempt replay. `cmq.fsm.machine` calls in here for queues whose
-attributes say ``fifo``.
+attributes say ``fifo``; `cmq.fsm.leasing` applies a FIFO `Lease` with `plan` and `replay`.
 
 State (`FifoState`, one per FIFO queue):
 
@@ -12,7 +12,7 @@ State (`FifoState`, one per FIFO queue):
   send order: a FIFO queue's messages are never copied forward, see `QueueState.sparse`) and
   ``heads`` (the seq at the front of each group).
 
-Delivery rule (`lease`): a group is *blocked* while one of its messages is in flight (leased
+Delivery rule (`plan`): a group is *blocked* while one of its messages is in flight (leased
 and its lease not expired, or marked for the dead-letter queue). Groups are visited by the seq
 of their head, oldest first; an unblocked group whose head is visible gives its messages in
 order, as many as are visible in a row and still fit, before the next group is visited (as few
