@@ -28,6 +28,7 @@ from cmq.errors import (
     InvalidQueueName,
     InvariantBroken,
     MessageTooLarge,
+    MissingParameter,
     NodeBusy,
     NodeNotFound,
     OutcomeUnknown,
@@ -72,6 +73,7 @@ class MethodNotAllowed(CmqError):
 HTTP_STATUS: dict[type[CmqError], int] = {
     InvalidParameter: 400,
     InvalidQueueName: 400,
+    MissingParameter: 400,
     InvalidJson: 400,
     EmptyBatch: 400,
     TooManyEntries: 400,

@@ -75,6 +75,12 @@ _ARCHIVE = (
     "Keep released segments (every message deleted) until an archive job marks them archived; "
     "false: they are deleted once released. Default false."
 )
+_FIFO = (
+    "A FIFO queue (its name ends in .fifo; fixed at creation): group_id on every send, each "
+    "group delivered in order with one receive of it in flight at a time, 5-minute dedup."
+)
+_CONTENT_DEDUP = "FIFO only: a send without dedup_id is deduplicated by its body's SHA-256."
+FifoId = Annotated[str, Meta(pattern=cmq.model.FIFO_ID.pattern)]
 AckReceipts = Annotated[list[Receipt], Meta(min_length=1, max_length=MAX_ACK_BATCH)]
 NackReceipts = Annotated[list[Receipt], Meta(min_length=1, max_length=MAX_NACK_BATCH)]
 
@@ -102,6 +108,8 @@ class QueueAttributes(_Response, kw_only=True):
     dead_letter_queue: Annotated[QueueName | None, Meta(description=_DLQ)]
     max_receive_count: Annotated[int, _attribute("max_receive_count", _MAX_RECEIVE_COUNT)]
     archive: Annotated[bool, Meta(description=_ARCHIVE)] = False
+    fifo: Annotated[bool, Meta(description=_FIFO)] = False
+    content_based_deduplication: Annotated[bool, Meta(description=_CONTENT_DEDUP)] = False
 
     @classmethod
     def of(cls, attributes: cmq.model.QueueAttributes) -> QueueAttributes:
@@ -123,6 +131,10 @@ class QueueAttributesInput(_Request):
         Annotated[int, _attribute("max_receive_count", _MAX_RECEIVE_COUNT)] | UnsetType
     ) = UNSET
     archive: Annotated[bool, Meta(description=_ARCHIVE)] | UnsetType = UNSET
+    fifo: Annotated[bool, Meta(description=_FIFO)] | UnsetType = UNSET
+    content_based_deduplication: Annotated[bool, Meta(description=_CONTENT_DEDUP)] | UnsetType = (
+        UNSET
+    )
 
     def changes(self) -> dict[str, Any]:
         """The attributes given, by name (what `QueueAttributes.check_changes` returns)."""
@@ -229,8 +241,15 @@ class OutgoingMessage(_Request):
                 min_length=1,
                 max_length=MAX_DEDUP_ID,
                 description="A resend with the same dedup_id within 5 minutes is not stored "
-                "again; it returns the original id and seq.",
+                "again; it returns the original id and seq. FIFO queues: printable ASCII.",
             ),
+        ]
+        | None
+    ) = None
+    group_id: (
+        Annotated[
+            FifoId,
+            Meta(description="FIFO queues: the message group (required there; refused elsewhere)."),
         ]
         | None
     ) = None
@@ -248,6 +267,7 @@ class OutgoingMessage(_Request):
             delay_seconds=self.delay_seconds,
             attributes=() if self.attributes is None else tuple(self.attributes.items()),
             dedup_id=self.dedup_id,
+            group_id=self.group_id,
         )
 
 
@@ -287,6 +307,16 @@ class ReceiveRequest(_Request):
             Meta(
                 description="Long poll: wait up to this long for a message; null: the queue's "
                 "receive_wait_seconds."
+            ),
+        ]
+        | None
+    ) = None
+    attempt_id: (
+        Annotated[
+            FifoId,
+            Meta(
+                description="FIFO queues: a retry with the same attempt_id within 5 minutes "
+                "returns the same messages and receipts while they are all still in flight."
             ),
         ]
         | None
@@ -350,104 +380,6 @@ class DeleteQueueResponse(_Response):
 
 class PurgeResponse(_Response):
     purged: NonNegative
-
-
-class Sent(_Response):
-    id: str
-    seq: NonNegative
-
-
-class SendResponse(_Response):
-    messages: list[Sent]
-
-
-def _body_fields(body: bytes, binary: bool) -> tuple[str | UnsetType, bytes | UnsetType]:
-    """A message body as the API renders it: ``body`` text when it was sent as text (and is
-    UTF-8), else ``body_base64`` bytes."""
-    if not binary:
-        try:
-            return body.decode("utf-8"), UNSET
-        except UnicodeDecodeError:
-            pass
-    return UNSET, body
-
-
-class ReceivedMessage(_Response, kw_only=True, omit_defaults=True):
-    id: str
-    seq: NonNegative
-    body: Annotated[str, Meta(description="Present if sent as body.")] | UnsetType = UNSET
-    body_base64: (
-        Annotated[bytes, Meta(description="Present if sent as body_base64.")] | UnsetType
-    ) = UNSET
-    receipt: Annotated[str, Meta(description="Opaque handle for ack / visibility / nack.")]
-    receive_count: Annotated[int, Meta(ge=1)]
-    sent_at: Annotated[int, Meta(ge=0, description="Milliseconds since the Unix epoch.")]
-    attributes: MessageAttributes
-
-    @classmethod
-    def of(cls, m: cmq.model.ReceivedMessage) -> ReceivedMessage:
-        """In the form it was sent; a text body that is (exceptionally) not UTF-8 falls back to
-        base64 rather than fail."""
-        text, raw = _body_fields(m.body, m.binary)
-        return cls(
-            id=m.id,
-            seq=m.seq,
-            body=text,
-            body_base64=raw,
-            receipt=m.receipt,
-            receive_count=m.receive_count,
-            sent_at=m.sent_at_ms,
-            attributes=dict(m.attributes),
-        )
-
-
-class PeekQuery(Struct, kw_only=True, forbid_unknown_fields=True):
-    """Query parameters of a peek (``?peek=N``)."""
-
-    peek: Annotated[
-        int,
-        Meta(ge=1, le=cmq.model.MAX_PEEK, description="How many messages at the head to read."),
-    ]
-
-
-class PeekedMessage(_Response, kw_only=True, omit_defaults=True):
-    """A message at the head of the queue, read without leasing it (no receipt)."""
-
-    id: str
-    seq: NonNegative
-    body: Annotated[str, Meta(description="Present if sent as body.")] | UnsetType = UNSET
-    body_base64: (
-        Annotated[bytes, Meta(description="Present if sent as body_base64.")] | UnsetType
-    ) = UNSET
-    sent_at: Annotated[int, Meta(ge=0, description="Milliseconds since the Unix epoch.")]
-    attributes: MessageAttributes
-
-    @classmethod
-    def of(cls, m: cmq.model.PeekedMessage) -> PeekedMessage:
-        text, raw = _body_fields(m.body, m.binary)
-        return cls(
-            id=m.id,
-            seq=m.seq,
-            body=text,
-            body_base64=raw,
-            sent_at=m.sent_at_ms,
-            attributes=dict(m.attributes),
-        )
-
-
-class PeekResponse(_Response):
-    messages: list[PeekedMessage]
-
-
-class ReceiveResponse(_Response):
-    messages: list[
-        Annotated[
-            ReceivedMessage,
-            Meta(
-                extra_json_schema={"oneOf": [{"required": ["body"]}, {"required": ["body_base64"]}]}
-            ),
-        ]
-    ]
 
 
 class Result(_Response, omit_defaults=True):

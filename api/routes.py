@@ -20,6 +20,15 @@ from typing import Any
 import msgspec
 from msgspec import Struct
 
+from api.message_models import (
+    PeekedMessage,
+    PeekQuery,
+    PeekResponse,
+    ReceivedMessage,
+    ReceiveResponse,
+    SendResponse,
+    Sent,
+)
 from api.models import (
     AckRequest,
     ClusterStatus,
@@ -30,9 +39,6 @@ from api.models import (
     GroupDigestResponse,
     Health,
     NackRequest,
-    PeekedMessage,
-    PeekQuery,
-    PeekResponse,
     PurgeResponse,
     Queue,
     QueueAttributes,
@@ -41,13 +47,9 @@ from api.models import (
     QueueRef,
     QueueStats,
     Ready,
-    ReceivedMessage,
     ReceiveRequest,
-    ReceiveResponse,
     ResultsResponse,
     SendRequest,
-    SendResponse,
-    Sent,
     SetAttributesRequest,
     VisibilityRequest,
 )
@@ -72,7 +74,7 @@ from cmq.errors import (
     SegmentNotReleased,
     Unavailable,
 )
-from cmq.model import SEGMENT_STATES, SegmentRecord
+from cmq.model import SEGMENT_STATES, SegmentRecord, is_fifo_name
 
 log = logging.getLogger(__name__)
 
@@ -121,13 +123,18 @@ async def purge(ctx: Context, _: EmptyRequest) -> Reply:
 
 async def send(ctx: Context, req: SendRequest) -> Reply:
     sent = await ctx.service.send(ctx.name, [m.to_model() for m in req.messages])
-    return Reply(SendResponse([Sent(m.id, m.seq) for m in sent]))
+    fifo = is_fifo_name(ctx.name)
+    return Reply(SendResponse([Sent.of(m, fifo) for m in sent]))
 
 
 async def receive(ctx: Context, req: ReceiveRequest) -> Reply:
     max_messages = 1 if req.max_messages is None else req.max_messages
     received = await ctx.service.receive(
-        ctx.name, max_messages, req.visibility_timeout, req.wait_seconds
+        ctx.name,
+        max_messages,
+        req.visibility_timeout,
+        req.wait_seconds,
+        attempt_id=req.attempt_id,
     )
     return Reply(ReceiveResponse([ReceivedMessage.of(m) for m in received]))
 

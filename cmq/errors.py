@@ -27,6 +27,12 @@ class InvalidParameter(CmqError):
     code = "InvalidParameter"
 
 
+class MissingParameter(InvalidParameter):
+    """A parameter the operation needs on this queue is absent (a FIFO send's group id)."""
+
+    code = "MissingParameter"
+
+
 class InvalidQueueName(InvalidParameter):
     code = "InvalidQueueName"
 
@@ -136,6 +142,7 @@ BY_CODE: dict[str, type[CmqError]] = {
     cls.code: cls
     for cls in (
         InvalidParameter,
+        MissingParameter,
         InvalidQueueName,
         TooManyEntries,
         QueueNotFound,

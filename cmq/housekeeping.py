@@ -115,13 +115,15 @@ class Housekeeper:
         stored = machine.read(due.queue, due.dead_letters)
         if not stored:
             return
+        fifo = machine.fifo_ids(due.queue, [m.seq for m in stored])  # FIFO: keep the group
         copies = [
             OutgoingMessage(
                 body=m.body,
                 binary=m.binary,
-                delay_seconds=0,
+                delay_seconds=None if m.seq in fifo else 0,
                 attributes=m.attributes,
                 dedup_id=f"dlq:{due.queue}:{m.id}"[:128],
+                group_id=fifo[m.seq][0] if m.seq in fifo else None,
             )
             for m in stored
         ]

@@ -12,9 +12,12 @@ from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from cmq.errors import InvalidParameter, InvalidQueueName
+from cmq.errors import InvalidParameter, InvalidQueueName, MissingParameter
 
-QUEUE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
+QUEUE_NAME = re.compile(r"^(?=.{1,80}$)[A-Za-z0-9_-]+(\.fifo)?$")
+"""Queue names: 1-80 characters, letters, digits, ``-`` and ``_``; a FIFO queue's name (and
+only a FIFO queue's) ends in ``.fifo``, as in SQS."""
+FIFO_SUFFIX = ".fifo"
 
 MAX_RECEIVE_BATCH = 100
 MAX_SEND_BATCH = 100
@@ -23,6 +26,14 @@ MAX_MESSAGE_ATTRIBUTES = 10
 MAX_ATTRIBUTE_NAME = 256
 MAX_DEDUP_ID = 128
 DEDUP_WINDOW_MS = 5 * 60 * 1000
+MAX_DEDUP_ENTRIES = 100_000
+"""At most this many unexpired deduplication ids per queue. At the cap a FIFO queue refuses a
+send that needs a new entry (`Overloaded`, nothing stored: dedup is its promise); a standard
+queue forgets its oldest entries early (its dedup only absorbs the router's own retries)."""
+MAX_GROUP_ID = 128
+FIFO_ID = re.compile(r"^[!-~]{1,128}$")
+"""A FIFO message group id or deduplication id: 1-128 printable ASCII characters (letters,
+digits and punctuation, as SQS allows)."""
 MAX_WAIT_SECONDS = 20
 DEFAULT_SEGMENT_BYTES = 64 << 20
 """A queue's segment is sealed once it holds this many bytes (`--segment-max-bytes`)..."""
@@ -42,8 +53,23 @@ OUTCOMES = ("acked", "expired", "dead_lettered", "purged")
 """How a message left its queue (recorded per message, streamed with a released segment)."""
 
 
+def is_fifo_name(name: str) -> bool:
+    """Whether ``name`` is a FIFO queue's name (ends in ``.fifo``)."""
+    return name.endswith(FIFO_SUFFIX)
+
+
+def check_fifo_id(value: object, what: str) -> str:
+    """``value`` if it is a valid group / deduplication id (`FIFO_ID`), else
+    `InvalidParameter` naming ``what``."""
+    if not isinstance(value, str) or not FIFO_ID.match(value):
+        raise InvalidParameter(
+            f"{what} must be 1-128 printable ASCII characters (letters, digits, punctuation)"
+        )
+    return value
+
+
 def check_queue_name(name: object) -> str:
-    """``name`` if it matches ``^[A-Za-z0-9_-]{1,80}$``, else `InvalidQueueName`."""
+    """``name`` if it matches `QUEUE_NAME`, else `InvalidQueueName`."""
     if not isinstance(name, str) or not QUEUE_NAME.match(name):
         raise InvalidQueueName(f"queue names match {QUEUE_NAME.pattern}; got {name!r}")
     return name
@@ -79,6 +105,12 @@ class QueueAttributes:
     archive: bool = False
     """Keep released segments (every message deleted) until an archive job marks them
     archived; False: every replica deletes them once released."""
+    fifo: bool = False
+    """A FIFO queue (fixed at creation; its name ends in ``.fifo``): messages carry a group id,
+    each group is delivered in send order with at most one receive of it in flight, and every
+    send is deduplicated for 5 minutes (`DEDUP_WINDOW_MS`)."""
+    content_based_deduplication: bool = False
+    """FIFO only: a send without a deduplication id uses the SHA-256 of its body instead."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -96,6 +128,12 @@ class QueueAttributes:
         attrs = replace(QueueAttributes(), **QueueAttributes.check_changes(data))
         if attrs.max_receive_count and not attrs.dead_letter_queue:
             raise InvalidParameter("max_receive_count needs dead_letter_queue")
+        if attrs.content_based_deduplication and not attrs.fifo:
+            raise InvalidParameter("content_based_deduplication is for FIFO queues only")
+        dlq = attrs.dead_letter_queue
+        if dlq and is_fifo_name(dlq) != attrs.fifo:
+            kind = "a FIFO" if attrs.fifo else "a standard"
+            raise InvalidParameter(f"the dead-letter queue of {kind} queue must be {kind} queue")
         return attrs
 
     @staticmethod
@@ -118,10 +156,11 @@ class QueueAttributes:
                 if not lo <= v <= hi:
                     raise InvalidParameter(f"attribute {key} must be in [{lo}, {hi}]; got {v}")
                 values[key] = v
-        if "archive" in data:
-            if not isinstance(data["archive"], bool):
-                raise InvalidParameter("attribute archive must be a boolean")
-            values["archive"] = data["archive"]
+        for key in ("archive", "fifo", "content_based_deduplication"):
+            if key in data:
+                if not isinstance(data[key], bool):
+                    raise InvalidParameter(f"attribute {key} must be a boolean")
+                values[key] = data[key]
         if "dead_letter_queue" in data:
             dlq = data["dead_letter_queue"]
             if dlq is not None:
@@ -140,11 +179,36 @@ class OutgoingMessage:
     delay_seconds: int | None = None
     attributes: tuple[tuple[str, str], ...] = ()
     dedup_id: str | None = None
+    group_id: str | None = None
+    """The message group (FIFO queues: required; standard queues: refused)."""
+
+
+def check_send_rules(queue: str, messages: list[OutgoingMessage]) -> None:
+    """The FIFO rules a send can be checked against before it is proposed, from the queue's
+    name alone (the committed attributes decide again in apply): on a FIFO queue every
+    message needs a group id (`MissingParameter`) and takes no delay of its own; a standard
+    queue takes no group id; ids are `FIFO_ID`s."""
+    fifo = is_fifo_name(queue)
+    for m in messages:
+        if m.group_id is None:
+            if fifo:
+                raise MissingParameter("a FIFO queue's messages need a group_id (MessageGroupId)")
+        elif not fifo:
+            raise InvalidParameter("group_id (MessageGroupId) is only for FIFO queues")
+        else:
+            check_fifo_id(m.group_id, "group_id (MessageGroupId)")
+        if fifo and m.dedup_id is not None:
+            check_fifo_id(m.dedup_id, "dedup_id (MessageDeduplicationId)")
+        if fifo and m.delay_seconds is not None:
+            raise InvalidParameter(
+                "a FIFO queue takes no per-message delay (DelaySeconds); set the queue's"
+            )
 
 
 @dataclass(frozen=True, slots=True)
 class SentMessage:
-    """The confirmation of one sent message (returned only after commit)."""
+    """The confirmation of one sent message (returned only after commit). ``seq`` is also a
+    FIFO message's sequence number; a deduplicated send gets the original's id and seq."""
 
     id: str
     seq: int
@@ -162,6 +226,9 @@ class ReceivedMessage:
     receive_count: int
     sent_at_ms: int
     attributes: tuple[tuple[str, str], ...]
+    group_id: str | None = None
+    """FIFO queues: the message's group; its deduplication id in ``dedup_id``."""
+    dedup_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,8 +48,11 @@ from cmq.model import (
     SegmentStream,
     SentMessage,
     check_batch_id,
+    check_fifo_id,
     check_queue_name,
     check_segments,
+    check_send_rules,
+    is_fifo_name,
 )
 from cmq.nodes_admin import NodesAdmin
 from cmq.ops import META_GROUP, LeaderOps, ProduceBuilder, Wakeups, WakingMachine, now_ms
@@ -279,6 +282,11 @@ class QueueNode:
     # -- QueueService ----------------------------------------------------------------------------
     async def create_queue(self, name: str, attributes: QueueAttributes) -> bool:
         check_queue_name(name)
+        if is_fifo_name(name) != attributes.fifo:
+            raise InvalidParameter(
+                "a FIFO queue's name ends in .fifo (and only a FIFO queue's): "
+                f"{name!r} with fifo={attributes.fifo}"
+            )
         if attributes.dead_letter_queue == name:
             raise InvalidParameter("a queue cannot be its own dead-letter queue")
         attributes = QueueAttributes.from_dict(attributes.to_dict())  # ranges, cross-field rules
@@ -303,6 +311,8 @@ class QueueNode:
     async def set_attributes(self, name: str, changes: dict[str, Any]) -> QueueAttributes:
         check_queue_name(name)
         QueueAttributes.check_changes(changes)  # validate before anything is sent anywhere
+        if "fifo" in changes and changes["fifo"] != is_fifo_name(name):
+            raise InvalidParameter("fifo is fixed at creation")
         call = SetAttributesCall(self.router.group_of(name), name, tuple(changes.items()))
         return await self.router.run(call)
 
@@ -337,6 +347,7 @@ class QueueNode:
         group = self.router.group_of(name)
         machine = self.machines.get(group)  # None: the group has no replica here
         attrs = machine.attributes(name) if machine is not None else None
+        check_send_rules(name, messages)
         if attrs is not None:  # fail early; apply decides with the committed attributes
             for m in messages:
                 if len(m.body) > attrs.max_message_size:
@@ -372,10 +383,19 @@ class QueueNode:
         max_messages: int,
         visibility_timeout: int | None,
         wait_seconds: int | None,
+        *,
+        attempt_id: str | None = None,
     ) -> list[ReceivedMessage]:
         check_queue_name(name)
+        if attempt_id is not None:
+            check_fifo_id(attempt_id, "the receive request attempt id")
         call = ReceiveCall(
-            self.router.group_of(name), name, max_messages, visibility_timeout, wait_seconds
+            self.router.group_of(name),
+            name,
+            max_messages,
+            visibility_timeout,
+            wait_seconds,
+            attempt_id,
         )
         return await self.router.run(call)
 

@@ -69,6 +69,7 @@ from cmq.model import (
     ReceivedMessage,
     Refused,
     SentMessage,
+    is_fifo_name,
 )
 from cmq.receipts import ReceiptSigner
 from cmq.rpc import (
@@ -201,11 +202,13 @@ class ProduceBuilder:
                 attributes=m.attributes,
                 delay_ms=None if m.delay_seconds is None else m.delay_seconds * 1000,
                 dedup_id=m.dedup_id,
+                group_id=m.group_id,
             )
             for m in messages
         )
         command = encode_command(Produce(name, now_ms(), new))
-        dedup_only = all(m.dedup_id is not None for m in messages)
+        # A FIFO queue deduplicates every send (by id or content): a resend is always safe.
+        dedup_only = is_fifo_name(name) or all(m.dedup_id is not None for m in messages)
         return ProduceCall(group, command, dedup_only)
 
 
@@ -340,7 +343,10 @@ class LeaderOps:
 
     async def _set_attributes(self, call: SetAttributesCall) -> QueueAttributes:
         changes: dict[str, Any] = dict(call.changes)
-        merged = self._attributes(call.group, call.name).merged(changes)
+        current = self._attributes(call.group, call.name)
+        merged = current.merged(changes)
+        if merged.fifo != current.fifo:
+            raise InvalidParameter("fifo is fixed at creation")
         check(await self.propose(call.group, encode_command(SetAttributes(call.name, merged))))
         return merged
 
@@ -378,13 +384,18 @@ class LeaderOps:
         visibility = call.visibility_timeout
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
+        # A FIFO receive with an attempt id proposes once even with nothing visible: a retry
+        # of that attempt gets its messages again (they are in flight, so not visible).
+        replay = call.attempt_id is not None
         while True:
-            if machine.has_visible(name, now_ms()):
+            if replay or machine.has_visible(name, now_ms()):
+                replay = False
                 lease = Lease(
                     name,
                     now_ms(),
                     call.max_messages,
                     None if visibility is None else visibility * 1000,
+                    call.attempt_id,
                 )
                 res = await self.propose(group, encode_command(lease))
                 check(res)
@@ -403,7 +414,9 @@ class LeaderOps:
     def _render_leased(
         self, machine: QueueMachine, name: str, res: Leased
     ) -> list[ReceivedMessage]:
-        stored = {m.seq: m for m in machine.read(name, [m.seq for m in res.messages])}
+        seqs = [m.seq for m in res.messages]
+        stored = {m.seq: m for m in machine.read(name, seqs)}
+        fifo = machine.fifo_ids(name, seqs)
         out = []
         for lm in res.messages:
             sm = stored.get(lm.seq)
@@ -419,6 +432,8 @@ class LeaderOps:
                     receive_count=lm.receive_count,
                     sent_at_ms=lm.sent_at_ms,
                     attributes=sm.attributes,
+                    group_id=fifo[lm.seq][0] if lm.seq in fifo else None,
+                    dedup_id=fifo[lm.seq][1] if lm.seq in fifo else None,
                 )
             )
         return out

@@ -105,6 +105,8 @@ class ReceiveCall(Call[list[ReceivedMessage]], frozen=True, tag=2):
     max_messages: int
     visibility_timeout: int | None
     wait_seconds: int | None
+    attempt_id: str | None = None
+    """FIFO queues: the receive request attempt id (`cmq.fsm.commands.Lease`)."""
     _REPLY = _decoder(list[ReceivedMessage])
 
 
@@ -169,7 +171,7 @@ class SetAttributesCall(Call[QueueAttributes], frozen=True, tag=9):
     takes them) into the committed attributes; the reply is the new attributes."""
 
     name: str
-    changes: tuple[tuple[str, int | str | None], ...]
+    changes: tuple[tuple[str, bool | int | str | None], ...]
     _REPLY = _decoder(QueueAttributes)
 
 

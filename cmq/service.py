@@ -85,9 +85,14 @@ class QueueService(Protocol):
         max_messages: int,
         visibility_timeout: int | None,
         wait_seconds: int | None,
+        *,
+        attempt_id: str | None = None,
     ) -> list[ReceivedMessage]:
         """Lease up to ``max_messages`` visible messages (the lease is committed before this
-        returns); waits up to ``wait_seconds`` (None: the queue's default) for one to appear."""
+        returns); waits up to ``wait_seconds`` (None: the queue's default) for one to appear.
+        FIFO queues: messages of one group in send order, none of a group while one of it is
+        in flight; ``attempt_id`` makes a retry within 5 minutes get the same messages and
+        receipts while they are all still in flight."""
         ...
 
     async def ack(self, name: str, receipts: list[str]) -> list[EntryResult]:

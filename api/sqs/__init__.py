@@ -1,7 +1,7 @@
 """The SQS surface: Amazon SQS's JSON protocol (``POST /`` with ``X-Amz-Target: AmazonSQS.<Op>``)
 and its query protocol (form-encoded ``Action=<Op>``, XML answers) over the same
-`cmq.service.QueueService` the native API calls. Standard queues only (FIFO queues are refused
-with ``UnsupportedOperation``).
+`cmq.service.QueueService` the native API calls. Standard and FIFO queues (``.fifo`` names:
+message groups, deduplication and sequence numbers are decided by the queue's state machine).
 
 * `protocol`: request parsing of both protocols into one parameter shape, and rendering of
   results and errors in each protocol's shape;

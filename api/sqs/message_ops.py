@@ -27,11 +27,17 @@ from api.sqs.errors import (
     ReceiptHandleIsInvalid,
     SqsError,
     TooManyEntriesInBatchRequest,
-    UnsupportedOperation,
 )
 from api.sqs.md5 import AttributeValue, md5_of_attributes, md5_of_body
-from cmq.errors import LEASE_STALE, MESSAGE_NOT_INFLIGHT, RECEIPT_INVALID
-from cmq.model import EntryResult, OutgoingMessage, ReceivedMessage
+from cmq.errors import LEASE_STALE, MESSAGE_NOT_INFLIGHT, RECEIPT_INVALID, InvalidParameter
+from cmq.model import (
+    EntryResult,
+    OutgoingMessage,
+    QueueAttributes,
+    ReceivedMessage,
+    check_fifo_id,
+    is_fifo_name,
+)
 
 MAX_BATCH = 10
 MAX_RECEIVE = 10
@@ -42,7 +48,11 @@ POLL_SLICE = 5
 """Long polls wait in slices of at most this many seconds, each one service call, so a wait
 never outlives the cluster's request deadline on a forwarded call."""
 _BATCH_ID = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
-_FIFO_PARAMETERS = ("MessageGroupId", "MessageDeduplicationId")
+_NOT_FOR_THIS_TYPE = "The request include parameter that is not valid for this queue type."
+_NO_DEDUP = (
+    "The queue should either have ContentBasedDeduplication enabled or MessageDeduplicationId "
+    "provided explicitly"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,12 +64,33 @@ class _Outgoing:
     size: int
 
 
-def _outgoing(c: Caller, p: dict[str, Any]) -> _Outgoing:
-    for key in _FIFO_PARAMETERS:
-        if p.get(key) is not None:
-            raise UnsupportedOperation(f"{key}: FIFO queues are not supported by cmq yet.")
+def _fifo_id(p: dict[str, Any], key: str) -> str | None:
+    value = p.get(key)
+    if value is None:
+        return None
+    try:
+        return check_fifo_id(value, key)
+    except InvalidParameter:
+        raise InvalidParameterValue(
+            f"Value {value!r} for parameter {key} is invalid. Reason: it must be 1 to 128 "
+            "alphanumeric or punctuation characters."
+        ) from None
+
+
+def _outgoing(c: Caller, p: dict[str, Any], fifo: bool) -> _Outgoing:
+    """One message to send to a FIFO (``fifo``) or standard queue, checked."""
+    group, dedup = _fifo_id(p, "MessageGroupId"), _fifo_id(p, "MessageDeduplicationId")
     body = msgs.check_body(p.get("MessageBody"))
     delay = integer(p, "DelaySeconds", 0, MAX_DELAY, None)
+    if fifo and group is None:
+        raise MissingParameter("The request must contain the parameter MessageGroupId.")
+    if not fifo and (group is not None or dedup is not None):
+        key = "MessageGroupId" if group is not None else "MessageDeduplicationId"
+        raise InvalidParameterValue(f"Value for parameter {key} is invalid. {_NOT_FOR_THIS_TYPE}")
+    if fifo and delay is not None:
+        raise InvalidParameterValue(
+            f"Value {delay} for parameter DelaySeconds is invalid. Reason: {_NOT_FOR_THIS_TYPE}"
+        )
     attributes = msgs.parse_attributes(p.get("MessageAttributes"))
     system = msgs.parse_attributes(p.get("MessageSystemAttributes"), system=True)
     size = msgs.message_size(body, attributes)
@@ -77,15 +108,40 @@ def _outgoing(c: Caller, p: dict[str, Any]) -> _Outgoing:
         answer["MD5OfMessageAttributes"] = digest
     if (digest := md5_of_attributes(system)) is not None:
         answer["MD5OfMessageSystemAttributes"] = digest
-    message = OutgoingMessage(body.encode("utf-8"), delay_seconds=delay, attributes=pairs)
+    message = OutgoingMessage(
+        body.encode("utf-8"),
+        delay_seconds=delay,
+        attributes=pairs,
+        dedup_id=dedup,
+        group_id=group,
+    )
     return _Outgoing(message, answer, size)
+
+
+def _sent(fifo: bool, seq: int) -> dict[str, str]:
+    """A FIFO send's answer carries the message's sequence number."""
+    return {"SequenceNumber": str(seq)} if fifo else {}
 
 
 async def send_message(c: Caller, p: dict[str, Any]) -> Result:
     name = queue_name(c, p)
-    out = _outgoing(c, p)
+    fifo = is_fifo_name(name)
+    out = _outgoing(c, p, fifo)
     (sent,) = await call(c.service.send(name, [out.message]))
-    return {**out.answer, "MessageId": sent.id}
+    return {**out.answer, "MessageId": sent.id, **_sent(fifo, sent.seq)}
+
+
+def _refusal(attributes: QueueAttributes, o: _Outgoing) -> SqsError | None:
+    """Why the queue (its attributes) refuses ``o``, checked per entry of a batch."""
+    m = o.message
+    if len(m.body) > attributes.max_message_size:
+        return InvalidParameterValue(
+            "One or more parameters are invalid. Reason: Message must be shorter "
+            f"than {attributes.max_message_size} bytes."
+        )
+    if attributes.fifo and m.dedup_id is None and not attributes.content_based_deduplication:
+        return InvalidParameterValue(_NO_DEDUP)
+    return None
 
 
 def _entries(p: dict[str, Any]) -> list[dict[str, Any]]:
@@ -125,9 +181,10 @@ async def send_message_batch(c: Caller, p: dict[str, Any]) -> Result:
     entries = _entries(p)
     checked: list[tuple[str, _Outgoing]] = []
     failed: list[dict[str, Any]] = []
+    fifo = is_fifo_name(name)
     for entry in entries:
         try:
-            checked.append((entry["Id"], _outgoing(c, entry)))
+            checked.append((entry["Id"], _outgoing(c, entry, fifo)))
         except SqsError as e:
             failed.append(_failed(entry["Id"], e))
     if sum(o.size for _, o in checked) > msgs.MAX_MESSAGE_BYTES:
@@ -137,22 +194,19 @@ async def send_message_batch(c: Caller, p: dict[str, Any]) -> Result:
     successful: list[dict[str, Any]] = []
     if checked:
         attributes, _ = await call(c.service.get_queue(name))
-        fits = [(i, o) for i, o in checked if len(o.message.body) <= attributes.max_message_size]
+        fits = []
         for entry_id, o in checked:
-            if len(o.message.body) > attributes.max_message_size:
-                failed.append(
-                    _failed(
-                        entry_id,
-                        InvalidParameterValue(
-                            "One or more parameters are invalid. Reason: Message must be shorter "
-                            f"than {attributes.max_message_size} bytes."
-                        ),
-                    )
-                )
+            refusal = _refusal(attributes, o)
+            if refusal is None:
+                fits.append((entry_id, o))
+            else:
+                failed.append(_failed(entry_id, refusal))
         if fits:
             sent = await call(c.service.send(name, [o.message for _, o in fits]))
             for (entry_id, o), s in zip(fits, sent, strict=True):
-                successful.append({"Id": entry_id, "MessageId": s.id, **o.answer})
+                successful.append(
+                    {"Id": entry_id, "MessageId": s.id, **o.answer, **_sent(fifo, s.seq)}
+                )
     return {"Successful": successful, "Failed": failed}
 
 
@@ -165,13 +219,16 @@ async def receive_message(c: Caller, p: dict[str, Any]) -> Result:
     system = msgs.system_names(p.get("AttributeNames"), p.get("MessageSystemAttributeNames"))
     wanted = p.get("MessageAttributeNames")
     msgs.select_attributes({}, wanted)  # checks the names before anything is leased
+    attempt = _fifo_id(p, "ReceiveRequestAttemptId") if is_fifo_name(name) else None
     if wait is None:  # the queue's ReceiveMessageWaitTimeSeconds
         attributes, _ = await call(c.service.get_queue(name))
         wait = attributes.receive_wait_seconds
     received: list[ReceivedMessage] = []
     while True:  # long poll in slices (see POLL_SLICE)
         slice_ = min(wait, POLL_SLICE)
-        received = await call(c.service.receive(name, count, visibility, slice_))
+        received = await call(
+            c.service.receive(name, count, visibility, slice_, attempt_id=attempt)
+        )
         wait -= slice_
         if received or wait <= 0:
             break
@@ -198,6 +255,9 @@ def _render_message(
         "ApproximateReceiveCount": str(m.receive_count),
         "ApproximateFirstReceiveTimestamp": str(now) if m.receive_count == 1 else None,
         "AWSTraceHeader": reserved.get(msgs.TRACE_KEY),
+        "MessageGroupId": m.group_id,
+        "MessageDeduplicationId": m.dedup_id,
+        "SequenceNumber": None if m.group_id is None else str(m.seq),
     }
     found = {k: v for k, v in values.items() if k in system and v is not None}
     if found:

@@ -48,6 +48,9 @@ SYSTEM_ATTRIBUTES = (
     "ApproximateReceiveCount",
     "ApproximateFirstReceiveTimestamp",
     "AWSTraceHeader",
+    "MessageGroupId",
+    "MessageDeduplicationId",
+    "SequenceNumber",
 )
 
 

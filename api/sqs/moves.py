@@ -31,7 +31,7 @@ from api.sqs import queues
 from api.sqs.calls import Caller, Result, call, integer, required
 from api.sqs.errors import InvalidParameterValue, ResourceNotFound, SqsError, from_cmq
 from cmq.errors import CmqError, QueueNotFound
-from cmq.model import OutgoingMessage
+from cmq.model import OutgoingMessage, is_fifo_name
 from cmq.service import QueueService
 
 log = logging.getLogger(__name__)
@@ -191,7 +191,19 @@ class MoveTasks:
         leased = await call(self.service.receive(source, count, LEASE_SECONDS, 0))
         if not leased:
             return 0
-        outgoing = [OutgoingMessage(m.body, m.binary, attributes=m.attributes) for m in leased]
+        # To a FIFO queue: the group kept, a fresh dedup id (the original's may still be in
+        # the destination's window, which would drop the message).
+        fifo = is_fifo_name(destination)
+        outgoing = [
+            OutgoingMessage(
+                m.body,
+                m.binary,
+                attributes=m.attributes,
+                dedup_id=f"move:{m.id}" if fifo else None,
+                group_id=(m.group_id or "redrive") if fifo else None,
+            )
+            for m in leased
+        ]
         await call(self.service.send(destination, outgoing))
         await call(self.service.ack(source, [m.receipt for m in leased]))
         return len(leased)

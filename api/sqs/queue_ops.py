@@ -17,13 +17,17 @@ from api.sqs.errors import (
     from_cmq,
 )
 from cmq.errors import CmqError, QueueAlreadyExists, QueueNotFound
-from cmq.model import QueueAttributes
+from cmq.model import QueueAttributes, is_fifo_name
 
 
 # -- queues ------------------------------------------------------------------------------------
 async def create_queue(c: Caller, p: dict[str, Any]) -> Result:
     name = queues.check_name(required(p, "QueueName"))
-    changes = queues.parse_attributes(p.get("Attributes"), c.settings)
+    changes = queues.parse_attributes(p.get("Attributes"), c.settings, name)
+    if is_fifo_name(name) and not changes.cmq.get("fifo"):
+        raise InvalidParameterValue(
+            "The attribute FifoQueue=true is required to create a queue whose name ends in .fifo."
+        )
     tags = _check_tags(p.get("tags", p.get("Tags")))
     try:
         existing, _ = await c.service.get_queue(name)
@@ -122,7 +126,7 @@ async def get_queue_attributes(c: Caller, p: dict[str, Any]) -> Result:
 
 async def set_queue_attributes(c: Caller, p: dict[str, Any]) -> Result:
     name = queue_name(c, p)
-    changes = queues.parse_attributes(required(p, "Attributes"), c.settings)
+    changes = queues.parse_attributes(required(p, "Attributes"), c.settings, name)
     await call(c.service.get_queue(name))  # exists, before anything changes
     if changes.dead_letter_target is not None:
         await _check_dead_letter_target(c, name, changes.dead_letter_target)

@@ -21,9 +21,8 @@ from api.sqs.errors import (
     InvalidAttributeValue,
     InvalidParameterValue,
     QueueDoesNotExist,
-    UnsupportedOperation,
 )
-from cmq.model import LIMITS, QUEUE_NAME, QueueAttributes
+from cmq.model import LIMITS, QUEUE_NAME, QueueAttributes, is_fifo_name
 
 META_CREATED = "sqs.created"
 """Catalog metadata: creation time, seconds since the epoch (set by SQS CreateQueue)."""
@@ -41,7 +40,9 @@ FIFO_ONLY = frozenset(
 NOT_SUPPORTED = frozenset(
     {"Policy", "KmsMasterKeyId", "KmsDataKeyReusePeriodSeconds", "SqsManagedSseEnabled"}
 )
-FIFO_MESSAGE = "FIFO queues are not supported by cmq yet; create a standard queue"
+FIFO_DEFAULTS = {"DeduplicationScope": "queue", "FifoThroughputLimit": "perQueue"}
+"""The FIFO attributes cmq accepts only with their default value: dedup covers the whole
+queue, and the throughput limit is the queue's (high-throughput mode is not offered)."""
 
 # SQS attribute name -> cmq attribute name (integers)
 _INTEGER_ATTRIBUTES = {
@@ -62,6 +63,7 @@ READABLE = (
     *_INTEGER_ATTRIBUTES,
     "RedrivePolicy",
     "RedriveAllowPolicy",
+    *sorted(FIFO_ONLY),
 )
 _ARN = re.compile(r"^arn:[a-z-]+:sqs:[a-z0-9-]*:(\d{12}):(.+)$")
 _MAX_RECEIVE_COUNT = 1000
@@ -121,12 +123,11 @@ class SqsSettings:
 
 
 def check_name(name: object) -> str:
-    """``name`` if it is a standard queue's name; ``.fifo`` names are refused as unsupported."""
-    if isinstance(name, str) and name.endswith(".fifo"):
-        raise UnsupportedOperation(FIFO_MESSAGE)
+    """``name`` if it is a queue name (a FIFO queue's ends in ``.fifo``)."""
     if not isinstance(name, str) or not QUEUE_NAME.match(name):
         raise InvalidParameterValue(
-            "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length"
+            "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in "
+            "length; a FIFO queue's name ends with the .fifo suffix"
         )
     return name
 
@@ -143,8 +144,9 @@ class AttributeChanges:
     dead_letter_target: str | None
 
 
-def parse_attributes(attributes: object, settings: SqsSettings) -> AttributeChanges:
-    """Validated SQS queue attributes (names, values, FIFO and unsupported ones refused)."""
+def parse_attributes(attributes: object, settings: SqsSettings, queue: str) -> AttributeChanges:
+    """Validated SQS queue attributes of queue ``queue`` (names, values; the FIFO ones only on
+    a ``.fifo`` queue, unsupported ones refused). ``FifoQueue=true`` sets cmq's ``fifo``."""
     if attributes is None:
         return AttributeChanges({}, {}, None)
     if not isinstance(attributes, dict):
@@ -154,9 +156,8 @@ def parse_attributes(attributes: object, settings: SqsSettings) -> AttributeChan
     target: str | None = None
     for name, value in attributes.items():
         if name in FIFO_ONLY:
-            if name == "FifoQueue" and str(value).lower() == "false":
-                continue
-            raise UnsupportedOperation(f"{name}: {FIFO_MESSAGE}")
+            _fifo_attribute(name, value, is_fifo_name(queue), cmq)
+            continue
         if name in NOT_SUPPORTED:
             raise InvalidAttributeName(f"The attribute {name} is not supported by cmq.")
         if name not in SETTABLE:
@@ -176,6 +177,38 @@ def parse_attributes(attributes: object, settings: SqsSettings) -> AttributeChan
         else:
             meta[META_REDRIVE_ALLOW] = _redrive_allow_policy(value, settings)
     return AttributeChanges(cmq, meta, target)
+
+
+def _fifo_attribute(name: str, value: object, fifo: bool, cmq: dict[str, Any]) -> None:
+    """One of `FIFO_ONLY` into ``cmq`` (``FifoQueue`` must agree with the name's suffix)."""
+    if not isinstance(value, str):
+        raise InvalidAttributeValue(f"Invalid value for the parameter {name}.")
+    if name == "FifoQueue":
+        if value not in ("true", "false"):
+            raise InvalidAttributeValue("Invalid value for the parameter FifoQueue.")
+        if (value == "true") != fifo:
+            raise InvalidParameterValue(
+                "The name of a FIFO queue can only include alphanumeric characters, hyphens, "
+                "or underscores, must end with .fifo suffix and be 1 to 80 in length "
+                "(FifoQueue=true and a .fifo name go together)."
+            )
+        if fifo:
+            cmq["fifo"] = True
+        return
+    if not fifo:
+        raise InvalidAttributeName(f"Unknown Attribute {name}.")
+    if name == "ContentBasedDeduplication":
+        if value not in ("true", "false"):
+            raise InvalidAttributeValue(
+                "Invalid value for the parameter ContentBasedDeduplication."
+            )
+        cmq["content_based_deduplication"] = value == "true"
+        return
+    if value != FIFO_DEFAULTS[name]:
+        raise InvalidAttributeValue(
+            f"Invalid value for the parameter {name}: cmq supports only "
+            f"{FIFO_DEFAULTS[name]!r} (one deduplication scope and throughput limit per queue)."
+        )
 
 
 def _redrive_policy(value: str, settings: SqsSettings, cmq: dict[str, Any]) -> str | None:
@@ -284,6 +317,10 @@ def render_attributes(
     }
     for sqs_name, key in _INTEGER_ATTRIBUTES.items():
         values[sqs_name] = str(getattr(attributes, key))
+    if attributes.fifo:
+        values["FifoQueue"] = "true"
+        values["ContentBasedDeduplication"] = str(attributes.content_based_deduplication).lower()
+        values.update(FIFO_DEFAULTS)
     if attributes.dead_letter_queue and attributes.max_receive_count:
         values["RedrivePolicy"] = orjson.dumps(
             {
@@ -291,7 +328,7 @@ def render_attributes(
                 "maxReceiveCount": attributes.max_receive_count,
             }
         ).decode()
-    return {k: v for k in READABLE if k in names and (v := values[k]) is not None}
+    return {k: v for k in READABLE if k in names and (v := values.get(k)) is not None}
 
 
 def check_attribute_names(names: object) -> set[str]:
@@ -306,7 +343,7 @@ def check_attribute_names(names: object) -> set[str]:
             out.update(READABLE)
         elif n in READABLE:
             out.add(n)
-        elif n in FIFO_ONLY or n in NOT_SUPPORTED or n == "SqsManagedSseEnabled":
+        elif n in NOT_SUPPORTED or n == "SqsManagedSseEnabled":
             continue  # not kept by cmq: never present, as on a queue that does not set them
         else:
             raise InvalidAttributeName(f"Unknown Attribute {n}.")

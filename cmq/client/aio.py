@@ -242,6 +242,7 @@ class Client:
         visibility_timeout: int | None = None,
         wait_seconds: int | None = None,
         timeout: float | None = None,
+        attempt_id: str | None = None,
     ) -> list[ReceivedMessage]:
         """Lease up to ``max_messages`` (1..100) visible messages for ``visibility_timeout``
         seconds (None: the queue's), waiting up to ``wait_seconds`` (None: the queue's
@@ -249,15 +250,20 @@ class Client:
 
         Retried only when the request was certainly not processed (could not connect, 503
         ``Overloaded`` / ``Unavailable``): after a timeout or dropped connection the messages
-        it may have leased come back after their visibility timeout."""
+        it may have leased come back after their visibility timeout. FIFO queues: with an
+        ``attempt_id`` a retry returns the same messages and receipts, so it is retried after
+        an unknown outcome too."""
         body: Json = {"max_messages": max_messages}
+        if attempt_id is not None:
+            body["attempt_id"] = attempt_id
         if visibility_timeout is not None:
             body["visibility_timeout"] = visibility_timeout
         if wait_seconds is not None:
             body["wait_seconds"] = wait_seconds
         wait = MAX_WAIT_SECONDS if wait_seconds is None else wait_seconds
         limit = (self.timeout if timeout is None else timeout) + wait
-        got = await self._call("POST", _m(queue) + "/receive", body, Safety.ONCE, limit)
+        safety = Safety.ONCE if attempt_id is None else Safety.IDEMPOTENT
+        got = await self._call("POST", _m(queue) + "/receive", body, safety, limit)
         return received_from_json(got)
 
     async def ack(self, queue: str, receipts: Sequence[str]) -> list[EntryResult]:

@@ -124,6 +124,7 @@ class SyncClient:
         *,
         visibility_timeout: int | None = None,
         wait_seconds: int | None = None,
+        attempt_id: str | None = None,
     ) -> list[ReceivedMessage]:
         return self._run(
             self._client.receive(
@@ -131,6 +132,7 @@ class SyncClient:
                 max_messages,
                 visibility_timeout=visibility_timeout,
                 wait_seconds=wait_seconds,
+                attempt_id=attempt_id,
             )
         )
 

@@ -28,12 +28,15 @@ class Message:
     """One message to send. ``body`` as text (sent as ``body``, stored as UTF-8) or bytes (sent
     as ``body_base64`` and received back as bytes). ``delay_seconds`` None: the queue's.
     ``dedup_id``: a resend with the same id within 5 minutes is not stored twice; a send whose
-    messages all carry one may be retried after an unknown outcome."""
+    messages all carry one may be retried after an unknown outcome. ``group_id``: FIFO queues
+    (required there, where every send is deduplicated: by ``dedup_id``, or by the body's SHA-256
+    on a queue with ``content_based_deduplication``)."""
 
     body: str | bytes
     delay_seconds: int | None = None
     attributes: Mapping[str, str] | None = None
     dedup_id: str | None = None
+    group_id: str | None = None
 
 
 Outgoing = str | bytes | Message
@@ -54,6 +57,10 @@ class ReceivedMessage:
     sent_at_ms: int
     """When the message was sent, in ms since the Unix epoch (the leader's clock)."""
     attributes: Mapping[str, str]
+    group_id: str | None = None
+    """FIFO queues: the message's group, deduplication id and sequence number (decimal)."""
+    dedup_id: str | None = None
+    sequence_number: str | None = None
 
     @property
     def data(self) -> bytes:
@@ -103,12 +110,17 @@ def message_json(m: Outgoing) -> Json:
         out["attributes"] = dict(m.attributes)
     if m.dedup_id is not None:
         out["dedup_id"] = m.dedup_id
+    if m.group_id is not None:
+        out["group_id"] = m.group_id
     return out
 
 
 def all_deduplicated(messages: Sequence[Outgoing]) -> bool:
-    """Whether every message carries a ``dedup_id`` (a resend then cannot store it twice)."""
-    return all(isinstance(m, Message) and m.dedup_id for m in messages)
+    """Whether every message carries a ``dedup_id``, or every one a ``group_id`` (a FIFO
+    queue deduplicates every send it accepts): a resend then cannot store it twice."""
+    return all(isinstance(m, Message) and m.dedup_id for m in messages) or all(
+        isinstance(m, Message) and m.group_id for m in messages
+    )
 
 
 def attributes_from_json(data: Mapping[str, Any]) -> QueueAttributes:
@@ -145,6 +157,9 @@ def received_from_json(payload: Json) -> list[ReceivedMessage]:
                 m["receive_count"],
                 m["sent_at"],
                 m.get("attributes") or {},
+                m.get("group_id"),
+                m.get("dedup_id"),
+                m.get("sequence_number"),
             )
         )
     return out

@@ -4,7 +4,9 @@ Every command is a frozen, slotted dataclass; `encode_command` turns it into byt
 proposal and `decode_command` parses them back. Format: a leading `CommandType` byte, then the
 fields in declaration order, little-endian: ints as i64 (counts as u32), strings and bodies as
 ``[u32 len][bytes]`` (UTF-8 for text, raw for bodies), optionals as a presence byte then the value,
-tuples as ``[u32 count][items]``. No pickle: a malformed payload raises `InvalidParameter`.
+tuples as ``[u32 count][items]``. FIFO fields added later trail their command and are present
+only when set (a Produce's group ids, a Lease's attempt id), so earlier logs still decode. No
+pickle: a malformed payload raises `InvalidParameter`.
 
 Times (``now_ms``, delays, visibility) are integer milliseconds fixed by the proposer (the
 leader); apply never reads a clock. Results are plain values handed back to the proposer: user
@@ -13,7 +15,7 @@ errors are `CommandFailed` results, never exceptions (apply is total).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import IntEnum
 
 from cmq.errors import InvalidParameter
@@ -90,6 +92,8 @@ class NewMessage:
     attributes: tuple[tuple[str, str], ...]
     delay_ms: int | None
     dedup_id: str | None
+    group_id: str | None = None
+    """FIFO queues: the message group (required there, refused on a standard queue)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,12 +107,15 @@ class Produce:
 
 @dataclass(frozen=True, slots=True)
 class Lease:
-    """Lease up to ``max_messages`` visible messages for ``visibility_ms`` (None: queue default)."""
+    """Lease up to ``max_messages`` visible messages for ``visibility_ms`` (None: queue default).
+    ``attempt_id`` (FIFO queues; ignored elsewhere): a retried receive with the same id within
+    5 minutes gets the same messages and leases while they are all still in flight."""
 
     queue: str
     now_ms: int
     max_messages: int
     visibility_ms: int | None
+    attempt_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,6 +322,9 @@ Result = (
 # --------------------------------------------------------------------------------------------
 # Encoding
 
+_ARCHIVE, _FIFO, _CONTENT_DEDUP = 1, 2, 4
+"""Bits of the attributes' flags byte."""
+
 
 def _write_attributes(w: Writer, a: QueueAttributes) -> None:
     w.i64(a.visibility_timeout)
@@ -324,19 +334,30 @@ def _write_attributes(w: Writer, a: QueueAttributes) -> None:
     w.i64(a.receive_wait_seconds)
     w.opt_text(a.dead_letter_queue)
     w.i64(a.max_receive_count)
-    w.u8(1 if a.archive else 0)
+    # One flags byte (was the archive boolean: standard queues encode as before).
+    w.u8(
+        (_ARCHIVE if a.archive else 0)
+        | (_FIFO if a.fifo else 0)
+        | (_CONTENT_DEDUP if a.content_based_deduplication else 0)
+    )
 
 
 def _read_attributes(r: Reader) -> QueueAttributes:
+    values = (r.i64(), r.i64(), r.i64(), r.i64(), r.i64(), r.opt_text(), r.i64())
+    flags = r.u8()
+    if flags & ~(_ARCHIVE | _FIFO | _CONTENT_DEDUP):
+        raise InvalidParameter(f"bad attribute flags {flags:#x}")
     return QueueAttributes(
-        visibility_timeout=r.i64(),
-        delay_seconds=r.i64(),
-        message_retention_seconds=r.i64(),
-        max_message_size=r.i64(),
-        receive_wait_seconds=r.i64(),
-        dead_letter_queue=r.opt_text(),
-        max_receive_count=r.i64(),
-        archive=r.boolean(),
+        visibility_timeout=values[0],
+        delay_seconds=values[1],
+        message_retention_seconds=values[2],
+        max_message_size=values[3],
+        receive_wait_seconds=values[4],
+        dead_letter_queue=values[5],
+        max_receive_count=values[6],
+        archive=bool(flags & _ARCHIVE),
+        fifo=bool(flags & _FIFO),
+        content_based_deduplication=bool(flags & _CONTENT_DEDUP),
     )
 
 
@@ -387,12 +408,20 @@ def encode_command(cmd: Command) -> bytes:
                     w.text(v)
                 w.opt_i64(m.delay_ms)
                 w.opt_text(m.dedup_id)
-        case Lease(queue, now_ms, max_messages, visibility_ms):
+            # FIFO group ids trail the messages, present only when one has a group: a
+            # standard queue's Produce encodes as before group ids existed.
+            if any(m.group_id is not None for m in messages):
+                w.u32(len(messages))
+                for m in messages:
+                    w.opt_text(m.group_id)
+        case Lease(queue, now_ms, max_messages, visibility_ms, attempt_id):
             w.u8(CommandType.LEASE)
             w.text(queue)
             w.i64(now_ms)
             w.u32(max_messages)
             w.opt_i64(visibility_ms)
+            if attempt_id is not None:  # trailing and optional, as the group ids above
+                w.opt_text(attempt_id)
         case Ack(queue, now_ms, entries):
             w.u8(CommandType.ACK)
             w.text(queue)
@@ -488,9 +517,19 @@ def decode_command(data: bytes) -> Command:
                 mid, body, binary = r.text(), r.blob(), r.boolean()
                 attrs = tuple((r.text(), r.text()) for _ in range(_count(r, 8)))
                 messages.append(NewMessage(mid, body, binary, attrs, r.opt_i64(), r.opt_text()))
+            if r.remaining():
+                if _count(r, 1) != len(messages):
+                    raise InvalidParameter("group ids do not match the messages")
+                messages = [replace(m, group_id=r.opt_text()) for m in messages]
             cmd = Produce(queue, now_ms, tuple(messages))
         case CommandType.LEASE:
-            cmd = Lease(r.text(), r.i64(), r.u32(), r.opt_i64())
+            queue, now_ms, count, visibility = r.text(), r.i64(), r.u32(), r.opt_i64()
+            attempt = None
+            if r.remaining():
+                attempt = r.opt_text()
+                if attempt is None:
+                    raise InvalidParameter("an absent attempt id is not encoded")
+            cmd = Lease(queue, now_ms, count, visibility, attempt)
         case CommandType.ACK:
             queue, now_ms = r.text(), r.i64()
             pairs = tuple((r.i64(), r.i64()) for _ in range(_count(r, 16)))

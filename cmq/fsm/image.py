@@ -5,7 +5,9 @@ name): name, attributes, incarnation, clock, counters and segment limits; segmen
 count, size, sealed, created, deleted bitmap, released, CRC-32; the outcome bitmaps expired,
 dead-lettered, purged and moved, the copies bitmap, receive-count exceptions, the archive
 claim); the touched cells; the messages copied forward (seq, send time, earlier seqs); the
-dedup window. Equal states give equal bytes (replicas compare images at equal applied index).
+dedup window; for a FIFO queue, each live message's group and deduplication id and the
+remembered receive attempts. Equal states give equal bytes (replicas compare images at equal
+applied index).
 
 Shipped form (for a follower that lacks the segment files): ``CMQSHIP1``, image length, segment
 count, the image, then per segment its key length, first seq, size and CRC-32, key and bytes.
@@ -23,6 +25,7 @@ from pyroaring import BitMap
 
 from cmq.errors import InvalidParameter, InvariantBroken
 from cmq.fsm.commands import read_attributes
+from cmq.fsm.fifo import FifoState
 from cmq.fsm.queue import WIDTH, QueueState, Segment
 from cmq.fsm.store import SegmentStore
 from cmq.fsm.wire import Reader, Writer
@@ -173,7 +176,40 @@ def encode_queue(q: QueueState) -> bytes:
         w.text(dedup_id)
         w.text(mid)
         w.raw(_DEDUP_TAIL.pack(seq, at))
+    if q.fifo is not None:
+        _encode_fifo(w, q.fifo)
     return w.getvalue()
+
+
+def _encode_fifo(w: Writer, fifo: FifoState) -> None:
+    """A FIFO queue's tail: each live message's group and deduplication id (by seq), then
+    the remembered receive attempts (oldest first) with their (seq, lease id) pairs."""
+    w.u32(len(fifo.meta))
+    for seq in sorted(fifo.meta):
+        group, dedup_id = fifo.meta[seq]
+        w.raw(_CLAIM_TAIL.pack(seq))
+        w.text(group)
+        w.text(dedup_id)
+    w.u32(len(fifo.attempts))
+    for attempt_id, (at, leases) in fifo.attempts.items():
+        w.text(attempt_id)
+        w.raw(_CLAIM_TAIL.pack(at))
+        w.int_array(array("q", [x for pair in leases for x in pair]))
+
+
+def _decode_fifo(r: Reader) -> FifoState:
+    fifo = FifoState()
+    for _ in range(r.u32()):
+        (seq,) = _CLAIM_TAIL.unpack(r.raw(_CLAIM_TAIL.size))
+        fifo.meta[seq] = (r.text(), r.text())
+    for _ in range(r.u32()):
+        attempt_id = r.text()
+        (at,) = _CLAIM_TAIL.unpack(r.raw(_CLAIM_TAIL.size))
+        flat = r.int_array("q")
+        if len(flat) % 2:
+            raise InvalidParameter("a receive attempt's leases are not pairs")
+        fifo.attempts[attempt_id] = (at, tuple(zip(flat[0::2], flat[1::2], strict=True)))
+    return fifo
 
 
 def _bits(data: bytes) -> BitMap:
@@ -239,6 +275,8 @@ def decode_queues(r: Reader) -> tuple[int, dict[str, QueueState]]:
             dedup_id, mid = r.text(), r.text()
             seq, at = _DEDUP_TAIL.unpack(r.raw(_DEDUP_TAIL.size))
             q.dedup[dedup_id] = (mid, seq, at)
+        if attributes.fifo:
+            q.fifo = _decode_fifo(r)
         queues[name] = q
     r.end()
     return incarnations, queues

@@ -36,7 +36,8 @@ from bisect import bisect_right
 
 from cmq import errors
 from cmq.errors import InvalidParameter, InvariantBroken
-from cmq.fsm import lifecycle
+from cmq.fsm import fifo as fifo_rules
+from cmq.fsm import leasing, lifecycle
 from cmq.fsm.commands import (
     Ack,
     ChangeVisibility,
@@ -52,8 +53,6 @@ from cmq.fsm.commands import (
     Expire,
     Expired,
     Lease,
-    Leased,
-    LeasedMessage,
     MarkArchived,
     Nack,
     Produce,
@@ -73,14 +72,13 @@ from cmq.fsm.image import (
     install_shipped,
     ship,
 )
+from cmq.fsm.leasing import MAX_DEAD_LETTER_PER_LEASE
 from cmq.fsm.queue import (
     ACKED,
     COUNT,
     DEAD_LETTERED,
     EXPIRED,
-    FLAGS,
     LEASE,
-    PENDING_DEAD_LETTER,
     PURGED,
     VIS,
     Due,
@@ -90,15 +88,9 @@ from cmq.fsm.queue import (
 )
 from cmq.fsm.reads import MachineReads
 from cmq.fsm.store import SegmentLayout, SegmentStore, StoredMessage, encode_record
-from cmq.model import (
-    DEDUP_WINDOW_MS,
-    QUEUE_NAME,
-)
+from cmq.model import DEDUP_WINDOW_MS, MAX_DEDUP_ENTRIES, QUEUE_NAME, is_fifo_name
 
 __all__ = ["MAX_DEAD_LETTER_PER_LEASE", "Due", "QueueMachine"]
-
-MAX_DEAD_LETTER_PER_LEASE = 100
-"""At most this many messages are marked pending-dead-letter by one `Lease` (bounds its work)."""
 
 
 class QueueMachine(MachineReads):
@@ -205,6 +197,8 @@ class QueueMachine(MachineReads):
                 lifecycle.restore_sent_keys(q, seg)
                 q.rebuild_derived(seg, rec.visible_at)
             q.rebuild_touched()
+            if q.fifo is not None:
+                q.fifo.rebuild()
         self._queues = queues
         self.applied_index = index
         self._changed_queues |= before
@@ -267,6 +261,10 @@ class QueueMachine(MachineReads):
         if not QUEUE_NAME.match(cmd.name):
             # The service validates names; re-checked because names become directory names.
             return CommandFailed(errors.InvalidQueueName.code, f"bad queue name {cmd.name!r}")
+        if is_fifo_name(cmd.name) != cmd.attributes.fifo:
+            return CommandFailed(
+                errors.InvalidParameter.code, "a FIFO queue's name ends in .fifo, and only its"
+            )
         q = self.mutable(cmd.name)
         if q is not None:
             if q.attributes != cmd.attributes:
@@ -284,6 +282,8 @@ class QueueMachine(MachineReads):
             segment_bytes=max(1, cmd.segment_bytes),
             segment_age_ms=max(0, cmd.segment_age_ms),
         )
+        if cmd.attributes.fifo:
+            self._queues[cmd.name].fifo = fifo_rules.FifoState()
         self.changed(cmd.name)
         return Created(True, cmd.attributes)
 
@@ -299,6 +299,8 @@ class QueueMachine(MachineReads):
         q = self.mutable(cmd.name)
         if q is None:
             return self.not_found(cmd.name)
+        if cmd.attributes.fifo != q.attributes.fifo:
+            return CommandFailed(errors.InvalidParameter.code, "fifo is fixed at creation")
         q.attributes = cmd.attributes
         q.head = encode_head(q.name, q.attributes)
         if not q.attributes.archive:
@@ -338,14 +340,19 @@ class QueueMachine(MachineReads):
             if clock - dedup[oldest][2] < DEDUP_WINDOW_MS:
                 break
             del dedup[oldest]
+        refused = fifo_rules.check_produce(q, cmd.messages)
+        if refused is not None:
+            return refused
+        fifo = q.fifo
         default_delay = q.attributes.delay_seconds * 1000
         out: list[tuple[str, int]] = []
         seg = q.segments[-1] if q.segments and not q.segments[-1].sealed else None
         messages: list[StoredMessage] = []
         frames: list[bytes] = []
         for m in cmd.messages:
-            if m.dedup_id is not None:
-                hit = dedup.get(m.dedup_id)
+            key = m.dedup_id if fifo is None else fifo_rules.dedup_key(q.attributes, m)
+            if key is not None:
+                hit = dedup.get(key)
                 if hit is not None:
                     out.append((hit[0], hit[1]))
                     continue
@@ -372,8 +379,12 @@ class QueueMachine(MachineReads):
             q.live += 1
             q.sent_total += 1
             q.schedule(seq, visible_at)
-            if m.dedup_id is not None:
-                dedup[m.dedup_id] = (m.id, seq, clock)
+            if key is not None:
+                if len(dedup) >= MAX_DEDUP_ENTRIES:  # standard queues only (check_produce)
+                    del dedup[next(iter(dedup))]
+                dedup[key] = (m.id, seq, clock)
+            if fifo is not None:
+                fifo.add(seq, m.group_id or "", key or "")
             out.append((m.id, seq))
         if seg is not None and messages:
             self.append(q, seg, messages, frames)
@@ -384,44 +395,7 @@ class QueueMachine(MachineReads):
         q = self.mutable(cmd.queue)
         if q is None:
             return self.not_found(cmd.queue)
-        q.advance(cmd.now_ms)
-        attrs = q.attributes
-        visibility = (
-            attrs.visibility_timeout * 1000 if cmd.visibility_ms is None else cmd.visibility_ms
-        )
-        deadline = q.clock + max(0, visibility)
-        limit = attrs.max_receive_count if attrs.dead_letter_queue else 0
-        touched = q.touched
-        leased: list[LeasedMessage] = []
-        dead: list[int] = []
-        while len(leased) < cmd.max_messages and q.ready:
-            seq = q.ready.min()
-            slot = touched.slot_of.get(seq)
-            if limit > 0 and slot is not None and touched.get(slot, COUNT) >= limit:
-                if len(dead) >= MAX_DEAD_LETTER_PER_LEASE:
-                    break
-                q.ready.remove(seq)
-                touched.set(slot, FLAGS, touched.get(slot, FLAGS) | PENDING_DEAD_LETTER)
-                q.pending_dl.add(seq)
-                dead.append(seq)
-                continue
-            q.ready.remove(seq)
-            if slot is None:
-                slot = touched.add(seq)
-            q.lease_counter += 1
-            count = touched.get(slot, COUNT) + 1
-            touched.set(slot, LEASE, q.lease_counter)
-            touched.set(slot, COUNT, count)
-            touched.set(slot, VIS, deadline)
-            message = self._read_live(q, seq)
-            leased.append(
-                LeasedMessage(seq, q.lease_counter, count, message.id, message.sent_at_ms)
-            )
-        # Scheduled after the loop: with a zero visibility a message is ready again at once and
-        # must not be picked twice by one Lease.
-        for m in leased:
-            q.schedule(m.seq, deadline)
-        return Leased(tuple(leased), tuple(dead))
+        return leasing.lease(self, q, cmd)
 
     def _ack(self, cmd: Ack) -> Result:
         q = self.mutable(cmd.queue)
@@ -577,12 +551,16 @@ class QueueMachine(MachineReads):
         q.timer_of.pop(seq, None)
         q.pending_dl.discard(seq)
         q.touched.remove(seq)
+        if q.fifo is not None:
+            q.fifo.drop(seq)
         self.maybe_release(q, seg)
         return True
 
     def _delete_prefix(self, q: QueueState, end_seq: int, outcome: int) -> int:
         """Delete every live message with seq < ``end_seq``; returns how many."""
         count, hit = q.delete_prefix(end_seq, outcome)
+        if count and q.fifo is not None:
+            q.fifo.drop_below(end_seq)
         for seg in hit:
             self.maybe_release(q, seg)
         return count

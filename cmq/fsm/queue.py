@@ -12,6 +12,7 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pyroaring import BitMap, BitMap64
 
@@ -19,6 +20,9 @@ from cmq import errors
 from cmq.fsm.commands import write_attributes
 from cmq.fsm.wire import Writer
 from cmq.model import OUTCOMES, QueueAttributes, QueueStats, SegmentCounts
+
+if TYPE_CHECKING:
+    from cmq.fsm.fifo import FifoState
 
 PENDING_DEAD_LETTER = 1
 """Flag of a touched slot: the message waits for a `DeadLetter` (it is in ``pending_dl``)."""
@@ -205,6 +209,7 @@ class QueueState:
         "dead_lettered_total",
         "dedup",
         "expired_total",
+        "fifo",
         "firsts",
         "head",
         "heap",
@@ -268,6 +273,8 @@ class QueueState:
         self.timer_of: dict[int, int] = {}
         self.heap: list[tuple[int, int]] = []
         self.pending_dl = BitMap64()
+        # FIFO queues only (`cmq.fsm.fifo`): groups, their ids, receive attempts.
+        self.fifo: FifoState | None = None
         # This queue's part of the snapshot image, kept until a command touches the queue.
         self.image: bytes | None = None
 
@@ -489,7 +496,10 @@ class QueueState:
         return max(now_ms, self.clock) - seg.created_ms >= self.segment_age_ms
 
     def sparse(self) -> Iterator[Segment]:
-        """The sealed segments whose few live messages `Tidy` copies forward, oldest first."""
+        """The sealed segments whose few live messages `Tidy` copies forward, oldest first.
+        Never on a FIFO queue: a copy gets a new seq, which would reorder its group."""
+        if self.fifo is not None:
+            return
         for seg in self.segments:
             if not seg.sealed or seg.released:
                 continue

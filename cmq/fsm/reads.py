@@ -10,7 +10,7 @@ from dataclasses import replace
 from itertools import islice
 
 from cmq import errors
-from cmq.fsm import lifecycle
+from cmq.fsm import fifo, lifecycle
 from cmq.fsm.image import decode_image, segments_digest
 from cmq.fsm.queue import Due, QueueState, Segment
 from cmq.fsm.store import SegmentStore, StoredMessage
@@ -30,6 +30,10 @@ class MachineReads:
         if seg is None:
             raise errors.InvariantBroken(f"queue {q.name!r}: live seq {seq} has no segment")
         return self._store.read(q.key, seg.first_seq, seq)
+
+    def read_live(self, q: QueueState, seq: int) -> StoredMessage:
+        """The stored record of the live message ``seq`` of ``q``."""
+        return self._read_live(q, seq)
 
     def pending_segments(self, key: str) -> list[Segment]:
         """The segments of queue store key ``key`` whose files await removal here."""
@@ -107,7 +111,20 @@ class MachineReads:
     def has_visible(self, name: str, now_ms: int) -> bool:
         """Whether a `Lease` at ``now_ms`` would find a message (a hint for long polls)."""
         q = self._queues.get(name)
-        return q is not None and q.has_visible(now_ms)
+        if q is None or not q.has_visible(now_ms):
+            return False
+        if q.fifo is None:
+            return True
+        return fifo.has_visible(q, q.fifo, now_ms)
+
+    def fifo_ids(self, name: str, seqs: Iterable[int]) -> dict[int, tuple[str, str]]:
+        """FIFO queues: (group id, deduplication id) of each live message among ``seqs``
+        (empty for a standard queue)."""
+        q = self._queues.get(name)
+        if q is None or q.fifo is None:
+            return {}
+        meta = q.fifo.meta
+        return {seq: meta[seq] for seq in seqs if seq in meta}
 
     def next_visible_at(self, name: str) -> int | None:
         """The earliest time an invisible message (delayed, leased, nacked) becomes visible."""

@@ -106,6 +106,8 @@ def bad_input_cases() -> list[Any]:
         {"max_receive_count": 3},
         {"max_receive_count": 1001, "dead_letter_queue": "dlq"},
         {"visibility_timeout": None},
+        {"fifo": "true"},
+        {"content_based_deduplication": 1},
     ):
         case(f"PUT attributes={attrs!r}"[:60], "PUT", Q, {"attributes": attrs}, 400, bad)
     case(
@@ -191,6 +193,11 @@ def bad_input_cases() -> list[Any]:
         {"body": "x", "dedup_id": ""},
         {"body": "x", "dedup_id": "d" * 129},
         {"body": "x", "dedup_id": 5},
+        {"body": "x", "group_id": ""},
+        {"body": "x", "group_id": "g" * 129},
+        {"body": "x", "group_id": "gr\u00fcn"},
+        {"body": "x", "group_id": "a b"},
+        {"body": "x", "group_id": 7},
         {"body": "x", "priority": 1},
     ):
         # the bad message is not the first one: the whole batch is refused
@@ -262,6 +269,9 @@ def bad_input_cases() -> list[Any]:
         {"wait_seconds": -1},
         {"wait_seconds": 1.5},
         {"wait_seconds": False},
+        {"attempt_id": ""},
+        {"attempt_id": "a" * 129},
+        {"attempt_id": 5},
         {"wait_time_seconds": 5},
     ):
         case(f"receive body={body!r}", "POST", R, body, 400, bad)

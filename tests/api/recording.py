@@ -116,6 +116,8 @@ class RecordingService:
         max_messages: int,
         visibility_timeout: int | None,
         wait_seconds: int | None,
+        *,
+        attempt_id: str | None = None,
     ) -> list[ReceivedMessage]:
         self._record("receive", name, max_messages, visibility_timeout, wait_seconds)
         return self.to_receive[:max_messages]

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from api import models
+from api import message_models, models
 from api.decoding import decode, explain
 from api.errors import http_status
 from api.routes import ROUTES
@@ -39,6 +39,8 @@ FIELDS = [
     "body_base64",
     "delay_seconds",
     "dedup_id",
+    "group_id",
+    "attempt_id",
     "max_messages",
     "visibility_timeout",
     "wait_seconds",
@@ -107,7 +109,7 @@ def test_sent_body_renders_back_in_the_same_form(body: bytes, binary: bool) -> N
     [message] = [m.to_model() for m in decode(raw, models.SendRequest).messages]
     assert message == OutgoingMessage(body=body, binary=binary)
     received = ReceivedMessage("i", 1, message.body, message.binary, "r", 1, 0, ())
-    rendered = msgspec.to_builtins(models.ReceivedMessage.of(received))
+    rendered = msgspec.to_builtins(message_models.ReceivedMessage.of(received))
     assert {k: rendered[k] for k in entry} == entry
 
 

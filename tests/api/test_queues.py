@@ -76,6 +76,8 @@ async def test_get_renders_attributes_and_stats(client: Client, service: Recordi
             "dead_letter_queue": None,
             "max_receive_count": 0,
             "archive": False,
+            "fifo": False,
+            "content_based_deduplication": False,
         },
         "stats": {
             "visible": CANNED_STATS.visible,

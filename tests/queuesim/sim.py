@@ -16,7 +16,7 @@ Producers append uniquely named messages; consumers lease and acknowledge them. 
   leader's replica, `MarkArchived`); no message is archived twice or without being sent.
 
 ``python -m tests.queuesim --seeds N`` runs seeds and prints ``queue seeds=… violations=…``
-(``acked`` there counts confirmed messages).
+(``acked`` there counts confirmed messages); ``--fifo`` runs `tests.queuesim.fifo` instead.
 """
 
 from __future__ import annotations
@@ -81,6 +81,10 @@ class QueueSim(RuntimeSim):
 
     def state_machine_crashed(self, nid: int, group: int) -> None:
         self.stores[(nid, group)].crash()
+
+    def queue_name(self, group: int) -> str:
+        """The queue of data group ``group``."""
+        return f"q{group}"
 
     def now_ms(self) -> int:
         return EPOCH_MS + int(self.loop.time() * 1000)
@@ -251,7 +255,7 @@ class QueueSim(RuntimeSim):
             return False
         sm = d.sm
         assert isinstance(sm, QueueMachine)
-        stats = sm.stats(f"q{group}", self.now_ms())
+        stats = sm.stats(self.queue_name(group), self.now_ms())
         return stats is not None and stats.visible + stats.delayed + stats.in_flight == 0
 
     async def check_replicas(self) -> None:
@@ -299,10 +303,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--nodes", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--fifo", action="store_true", help="FIFO queues (tests.queuesim.fifo)")
     args = ap.parse_args(argv)
     logging.disable(logging.CRITICAL)
     cfg = RuntimeSimConfig(nodes=args.nodes, seconds=args.seconds)
-    return report_seeds("queue", range(args.seed, args.seed + args.seeds), cfg, QueueSim)
+    seeds = range(args.seed, args.seed + args.seeds)
+    if args.fifo:
+        from tests.queuesim.fifo import FifoQueueSim
+
+        return report_seeds("fifo", seeds, cfg, FifoQueueSim)
+    return report_seeds("queue", seeds, cfg, QueueSim)
 
 
 if __name__ == "__main__":

@@ -126,7 +126,7 @@ def test_refused_sends_store_nothing(sqs: Any, queue: str) -> None:
         ),
         (
             {"MessageBody": "x", "MessageGroupId": "g"},
-            "AWS.SimpleQueueService.UnsupportedOperation",
+            "InvalidParameterValue",  # a FIFO parameter on a standard queue
         ),
     ]
     for params, code in cases:

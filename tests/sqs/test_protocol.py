@@ -210,8 +210,9 @@ def test_queue_urls_and_arns() -> None:
     for bad in ("http://h/orders", "http://h/000000000000/a/b", "", None):
         with pytest.raises(errors.InvalidParameterValue):
             SETTINGS.name_of_url(bad)
-    with pytest.raises(errors.UnsupportedOperation):
-        SETTINGS.name_of_url("http://h/000000000000/orders.fifo")
+    assert SETTINGS.name_of_url("http://h/000000000000/orders.fifo") == "orders.fifo"
+    with pytest.raises(errors.InvalidParameterValue):
+        SETTINGS.name_of_url("http://h/000000000000/orders.fifo.fifo")
     assert SETTINGS.name_of_arn("arn:aws:sqs:eu-west-1:000000000000:dlq", "p") == "dlq"
     with pytest.raises(ValueError):
         queues.SqsSettings(account="12")
@@ -228,6 +229,7 @@ def test_queue_attribute_parsing() -> None:
             "FifoQueue": "false",
         },
         SETTINGS,
+        "q",
     )
     assert parsed.cmq == {
         "visibility_timeout": 10,
@@ -244,13 +246,34 @@ def test_queue_attribute_parsing() -> None:
         ({"MaximumMessageSize": "1048577"}, errors.InvalidAttributeValue),
         ({"Nope": "1"}, errors.InvalidAttributeName),
         ({"KmsMasterKeyId": "k"}, errors.InvalidAttributeName),
-        ({"ContentBasedDeduplication": "true"}, errors.UnsupportedOperation),
+        ({"ContentBasedDeduplication": "true"}, errors.InvalidAttributeName),
+        ({"FifoQueue": "true"}, errors.InvalidParameterValue),
         ({"RedrivePolicy": '{"maxReceiveCount":1}'}, errors.InvalidAttributeValue),
         ({"RedriveAllowPolicy": '{"redrivePermission":"some"}'}, errors.InvalidAttributeValue),
         ({"RedriveAllowPolicy": '{"redrivePermission":"byQueue"}'}, errors.InvalidAttributeValue),
     ]:
         with pytest.raises(error):
-            queues.parse_attributes(bad, SETTINGS)
+            queues.parse_attributes(bad, SETTINGS, "q")
+    fifo = queues.parse_attributes(
+        {
+            "FifoQueue": "true",
+            "ContentBasedDeduplication": "true",
+            "DeduplicationScope": "queue",
+            "FifoThroughputLimit": "perQueue",
+        },
+        SETTINGS,
+        "q.fifo",
+    )
+    assert fifo.cmq == {"fifo": True, "content_based_deduplication": True}
+    for bad, error in [
+        ({"FifoQueue": "false"}, errors.InvalidParameterValue),
+        ({"FifoQueue": "yes"}, errors.InvalidAttributeValue),
+        ({"ContentBasedDeduplication": "maybe"}, errors.InvalidAttributeValue),
+        ({"DeduplicationScope": "messageGroup"}, errors.InvalidAttributeValue),
+        ({"FifoThroughputLimit": "perMessageGroupId"}, errors.InvalidAttributeValue),
+    ]:
+        with pytest.raises(error):
+            queues.parse_attributes(bad, SETTINGS, "q.fifo")
 
 
 @pytest.mark.parametrize("name", ["AWS.x", "amazon.y", ".a", "a.", "a..b", "a b", "x" * 257, ""])

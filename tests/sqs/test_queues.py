@@ -112,7 +112,8 @@ def test_set_attributes_and_tags(sqs: Any) -> None:
         ({"VisibilityTimeout": "soon"}, "InvalidAttributeValue"),
         ({"Colour": "blue"}, "InvalidAttributeName"),
         ({"Policy": "{}"}, "InvalidAttributeName"),
-        ({"FifoQueue": "true"}, "AWS.SimpleQueueService.UnsupportedOperation"),
+        ({"FifoQueue": "true"}, "InvalidParameterValue"),  # a standard queue stays one
+        ({"ContentBasedDeduplication": "true"}, "InvalidAttributeName"),
         ({"RedrivePolicy": "not json"}, "InvalidAttributeValue"),
     ]:
         with pytest.raises(ClientError) as e:
@@ -140,14 +141,14 @@ def test_set_attributes_and_tags(sqs: Any) -> None:
 
 
 def test_refused_queue_requests(sqs: Any) -> None:
-    for name in ("orders.fifo",):
-        with pytest.raises(ClientError) as e:
-            sqs.create_queue(QueueName=name)
-        assert code_of(e) == "AWS.SimpleQueueService.UnsupportedOperation"
-        assert "FIFO" in e.value.response["Error"]["Message"]
+    # A .fifo name needs FifoQueue=true, and FifoQueue=true needs a .fifo name.
+    with pytest.raises(ClientError) as e:
+        sqs.create_queue(QueueName=unique_queue("sqs-nofifo") + ".fifo")
+    assert code_of(e) == "InvalidParameterValue"
+    assert "FifoQueue" in e.value.response["Error"]["Message"]
     with pytest.raises(ClientError) as e:
         sqs.create_queue(QueueName=unique_queue("sqs-fifo"), Attributes={"FifoQueue": "true"})
-    assert code_of(e) == "AWS.SimpleQueueService.UnsupportedOperation"
+    assert code_of(e) == "InvalidParameterValue"
     for bad in ("has space", "x" * 81, ""):
         with pytest.raises(ClientError) as e:
             sqs.create_queue(QueueName=bad)

@@ -36,11 +36,11 @@ class FaultyService:
         if not asyncio.iscoroutinefunction(target):
             return target
 
-        async def call(*args: Any) -> Any:
+        async def call(*args: Any, **kwargs: Any) -> Any:
             self.calls[name] = self.calls.get(name, 0) + 1
             if name in self.before:
                 await self.before[name]()
-            result = await target(*args)
+            result = await target(*args, **kwargs)
             if name in self.after:
                 await self.after[name]()
             return result

@@ -1,0 +1,237 @@
+"""FIFO queues in the queue machine (pure: no clocks, no I/O): per-group order, group blocking,
+deduplication rules and receive-attempt replay. `cmq.fsm.machine` calls in here for queues whose
+attributes say ``fifo``; `cmq.fsm.leasing` applies a FIFO `Lease` with `plan` and `replay`.
+
+State (`FifoState`, one per FIFO queue):
+
+* ``meta``: per live message, its group id and deduplication id (in the snapshot image; the
+  segment records do not carry them);
+* ``attempts``: receive attempt id -> (time, the (seq, lease id) pairs it leased), at most
+  `MAX_ATTEMPTS`, forgotten after `DEDUP_WINDOW_MS` (in the image);
+* derived, rebuilt from ``meta`` on restore: ``groups`` (group -> its live seqs, ascending =
+  send order: a FIFO queue's messages are never copied forward, see `QueueState.sparse`) and
+  ``heads`` (the seq at the front of each group).
+
+Delivery rule (`plan`): a group is *blocked* while one of its messages is in flight (leased
+and its lease not expired, or marked for the dead-letter queue). Groups are visited by the seq
+of their head, oldest first; an unblocked group whose head is visible gives its messages in
+order, as many as are visible in a row and still fit, before the next group is visited (as few
+groups as possible per receive). A message at the queue's receive limit stops its group and is
+marked for the dead-letter queue; the group unblocks once `DeadLetter` deletes it.
+
+Why the in-flight check looks at a bounded prefix: a lease takes a prefix of an unblocked
+group, at most `MAX_RECEIVE_BATCH` messages; until none of them is in flight the group gives
+nothing more, and deletions only shorten the prefix. So every in-flight message of a group is
+among its first `MAX_RECEIVE_BATCH` live messages.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import deque
+from itertools import chain, islice
+
+from pyroaring import BitMap64
+
+from cmq import errors
+from cmq.fsm.commands import CommandFailed, NewMessage
+from cmq.fsm.queue import COUNT, LEASE, VIS, QueueState
+from cmq.model import DEDUP_WINDOW_MS, MAX_DEDUP_ENTRIES, MAX_RECEIVE_BATCH, QueueAttributes
+
+__all__ = ["MAX_ATTEMPTS", "FifoState", "check_produce", "dedup_key", "in_flight", "plan", "replay"]
+
+MAX_ATTEMPTS = 1000
+"""Receive attempt ids remembered per FIFO queue; beyond it the oldest is forgotten early (a
+retry of a forgotten attempt is served as a new receive)."""
+
+
+class FifoState:
+    """The FIFO part of one queue's state (see the module docstring)."""
+
+    __slots__ = ("attempts", "groups", "heads", "meta")
+
+    def __init__(self) -> None:
+        self.meta: dict[int, tuple[str, str]] = {}
+        self.attempts: dict[str, tuple[int, tuple[tuple[int, int], ...]]] = {}
+        self.groups: dict[str, deque[int]] = {}
+        self.heads = BitMap64()
+
+    def add(self, seq: int, group: str, dedup_id: str) -> None:
+        """Append the new message ``seq`` (the highest seq so far) to ``group``."""
+        self.meta[seq] = (group, dedup_id)
+        members = self.groups.get(group)
+        if members is None:
+            self.groups[group] = deque((seq,))
+            self.heads.add(seq)
+        else:
+            members.append(seq)
+
+    def drop(self, seq: int) -> None:
+        """``seq`` left the queue (acked, expired, dead-lettered, purged)."""
+        entry = self.meta.pop(seq, None)
+        if entry is None:
+            return
+        group = entry[0]
+        members = self.groups[group]
+        if members[0] == seq:
+            members.popleft()
+            self.heads.discard(seq)
+            if members:
+                self.heads.add(members[0])
+            else:
+                del self.groups[group]
+        else:
+            members.remove(seq)
+
+    def drop_below(self, end_seq: int) -> None:
+        """Every message with seq < ``end_seq`` left the queue."""
+        for seq in sorted(s for s in self.meta if s < end_seq):
+            self.drop(seq)
+
+    def rebuild(self) -> None:
+        """The derived ``groups`` and ``heads`` from ``meta`` (after a restore)."""
+        self.groups, self.heads = {}, BitMap64()
+        meta, self.meta = self.meta, {}
+        for seq in sorted(meta):
+            self.add(seq, *meta[seq])
+
+    def forget_attempts(self, clock: int) -> None:
+        """Drop attempts older than the window at ``clock`` (insertion order is time order)."""
+        attempts = self.attempts
+        while attempts:
+            oldest = next(iter(attempts))
+            if clock - attempts[oldest][0] < DEDUP_WINDOW_MS:
+                break
+            del attempts[oldest]
+
+    def remember(self, attempt_id: str, clock: int, leases: tuple[tuple[int, int], ...]) -> None:
+        self.attempts.pop(attempt_id, None)
+        while len(self.attempts) >= MAX_ATTEMPTS:
+            del self.attempts[next(iter(self.attempts))]
+        self.attempts[attempt_id] = (clock, leases)
+
+
+def in_flight(q: QueueState, fifo: FifoState, group: str, now_ms: int | None = None) -> bool:
+    """Whether a message of ``group`` is leased (unexpired) or waits for the dead-letter
+    queue: then the group gives nothing (see the module docstring for the bounded scan).
+    ``now_ms``: as a `Lease` at that time would see it, without changing anything (a read);
+    None: at the queue's clock."""
+    touched, ready = q.touched, q.ready
+    for seq in islice(fifo.groups[group], MAX_RECEIVE_BATCH):
+        if seq in ready or _due(q, seq, now_ms):
+            continue
+        slot = touched.slot_of.get(seq)
+        if slot is not None and touched.get(slot, LEASE) != 0:
+            return True
+    return False
+
+
+def _due(q: QueueState, seq: int, now_ms: int | None) -> bool:
+    if now_ms is None:
+        return False
+    at = q.timer_of.get(seq)
+    return at is not None and at <= now_ms
+
+
+def has_visible(q: QueueState, fifo: FifoState, now_ms: int) -> bool:
+    """Whether a `Lease` at ``now_ms`` would find a message: a visible head of an unblocked
+    group (a read: timers due by ``now_ms`` count as fired)."""
+    now = max(now_ms, q.clock)
+    heads = fifo.heads
+    due = [seq for seq, at in q.timer_of.items() if at <= now and seq in heads]
+    for head in chain(fifo.heads & q.ready, due):
+        if not in_flight(q, fifo, fifo.meta[head][0], now):
+            return True
+    return False
+
+
+def plan(
+    q: QueueState, fifo: FifoState, max_messages: int, limit: int, max_dead: int
+) -> tuple[list[int], list[int]]:
+    """What a `Lease` of ``max_messages`` takes (seqs in delivery order) and which group heads
+    reached the receive ``limit`` (0: none) and go to the dead-letter queue instead (at most
+    ``max_dead``). Changes nothing."""
+    take: list[int] = []
+    dead: list[int] = []
+    touched, ready = q.touched, q.ready
+    want = min(max_messages, MAX_RECEIVE_BATCH)
+    for head in fifo.heads & ready:
+        if len(take) >= want:
+            break
+        group = fifo.meta[head][0]
+        if in_flight(q, fifo, group):
+            continue
+        for seq in islice(fifo.groups[group], want - len(take)):
+            if seq not in ready:
+                break
+            slot = touched.slot_of.get(seq)
+            if limit > 0 and slot is not None and touched.get(slot, COUNT) >= limit:
+                if len(dead) < max_dead:
+                    dead.append(seq)
+                break
+            take.append(seq)
+    return take, dead
+
+
+def replay(q: QueueState, fifo: FifoState, attempt_id: str) -> list[tuple[int, int]] | None:
+    """The (seq, lease id) pairs of a remembered attempt if every one is still leased under
+    that lease and unexpired (a retried receive gets them again); else None."""
+    entry = fifo.attempts.get(attempt_id)
+    if entry is None or not entry[1]:
+        return None
+    for seq, lease_id in entry[1]:
+        slot = q.lease_slot(seq, lease_id)
+        if slot is None or q.touched.get(slot, VIS) <= q.clock:
+            return None
+    return list(entry[1])
+
+
+def dedup_key(attributes: QueueAttributes, m: NewMessage) -> str | None:
+    """The id a FIFO send is deduplicated by: its own, else (content-based) the SHA-256 of
+    its body in hex; None when neither applies."""
+    if m.dedup_id is not None:
+        return m.dedup_id
+    if attributes.content_based_deduplication:
+        return hashlib.sha256(m.body).hexdigest()
+    return None
+
+
+def check_produce(q: QueueState, messages: tuple[NewMessage, ...]) -> CommandFailed | None:
+    """The rules a send must follow on ``q`` (group ids only on FIFO queues; there, each
+    message needs a group, a deduplication id unless content-based, and no delay of its own;
+    the dedup table must have room), checked before anything changes."""
+    if not q.attributes.fifo:
+        if any(m.group_id is not None for m in messages):
+            return CommandFailed(
+                errors.InvalidParameter.code,
+                "MessageGroupId (group_id) is only for FIFO queues",
+            )
+        return None
+    fresh: set[str] = set()
+    for m in messages:
+        if m.group_id is None:
+            return CommandFailed(
+                errors.MissingParameter.code,
+                "the request must contain the parameter MessageGroupId (group_id)",
+            )
+        if m.delay_ms is not None:
+            return CommandFailed(
+                errors.InvalidParameter.code,
+                "a FIFO queue takes no per-message delay (DelaySeconds); set the queue's",
+            )
+        key = dedup_key(q.attributes, m)
+        if key is None:
+            return CommandFailed(
+                errors.InvalidParameter.code,
+                "the queue should either have ContentBasedDeduplication enabled or "
+                "MessageDeduplicationId (dedup_id) provided explicitly",
+            )
+        if key not in q.dedup:
+            fresh.add(key)
+    if len(q.dedup) + len(fresh) > MAX_DEDUP_ENTRIES:
+        return CommandFailed(
+            errors.Overloaded.code,
+            f"the queue holds {len(q.dedup)} deduplication ids of the last 5 minutes "
+            f"(at most {MAX_DEDUP_ENTRIES}); retry later",
+        )
+    return None
