@@ -44,6 +44,7 @@ from msgspec import Meta, Struct
 
 from cmq.errors import InvalidParameter
 from cmq.model import (
+    FIFO_ID,
     LIMITS,
     MAX_ACK_BATCH,
     MAX_ATTRIBUTE_NAME,
@@ -85,6 +86,8 @@ class Message(Struct, array_like=True, forbid_unknown_fields=True):
     delay_seconds: Annotated[int, _bounded("delay_seconds")] | None = None
     attributes: _Attributes | None = None
     dedup_id: Annotated[str, Meta(min_length=1, max_length=MAX_DEDUP_ID)] | None = None
+    group_id: Annotated[str, Meta(pattern=FIFO_ID.pattern)] | None = None
+    """FIFO queues: the message group (required there; refused on standard queues)."""
 
     def to_model(self) -> OutgoingMessage:
         return OutgoingMessage(
@@ -93,6 +96,7 @@ class Message(Struct, array_like=True, forbid_unknown_fields=True):
             delay_seconds=self.delay_seconds,
             attributes=() if not self.attributes else tuple(self.attributes.items()),
             dedup_id=self.dedup_id,
+            group_id=self.group_id,
         )
 
 
@@ -148,6 +152,9 @@ class Delivered(Struct, array_like=True):
     receive_count: int
     sent_at_ms: int
     attributes: dict[str, str]
+    group_id: str | None = None
+    """FIFO queues: the message's group and deduplication id (its seq is its sequence number)."""
+    dedup_id: str | None = None
 
     @classmethod
     def of(cls, m: ReceivedMessage) -> Delivered:
@@ -160,6 +167,8 @@ class Delivered(Struct, array_like=True):
             m.receive_count,
             m.sent_at_ms,
             dict(m.attributes),
+            m.group_id,
+            m.dedup_id,
         )
 
     def to_model(self) -> ReceivedMessage:
@@ -172,6 +181,8 @@ class Delivered(Struct, array_like=True):
             receive_count=self.receive_count,
             sent_at_ms=self.sent_at_ms,
             attributes=tuple(self.attributes.items()),
+            group_id=self.group_id,
+            dedup_id=self.dedup_id,
         )
 
 

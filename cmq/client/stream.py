@@ -65,7 +65,7 @@ def _wire(m: Outgoing) -> WireMessage:
     if isinstance(m, Message):
         attrs = dict(m.attributes) if m.attributes else None
         body, binary = (m.body, True) if isinstance(m.body, bytes) else (m.body.encode(), False)
-        return WireMessage(body, binary, m.delay_seconds, attrs, m.dedup_id)
+        return WireMessage(body, binary, m.delay_seconds, attrs, m.dedup_id, m.group_id)
     if isinstance(m, bytes):
         return WireMessage(m, True)
     return WireMessage(m.encode())
@@ -92,6 +92,9 @@ def _received(d: Deliver) -> list[ReceivedMessage]:
             m.receive_count,
             m.sent_at_ms,
             m.attributes,
+            m.group_id,
+            m.dedup_id,
+            None if m.group_id is None else str(m.seq),
         )
         for m in d.messages
     ]

@@ -183,3 +183,24 @@ async def test_a_dropped_connection_fails_requests_in_flight_and_resumes(
         while not any(m.body == "after" for m in got):
             got += await asyncio.wait_for(sub.next(), 10)
         await sub.ack(got)
+
+
+async def test_fifo_groups_over_the_stream(url: str) -> None:
+    async with Client(url) as c:
+        await c.create_queue("s8.fifo", {"fifo": True, "visibility_timeout": 30})
+    async with StreamClient(url) as s:
+        first = await s.send(
+            "s8.fifo", [Message(f"a{i}", group_id="a", dedup_id=f"a{i}") for i in range(3)]
+        )
+        again = await s.send("s8.fifo", [Message("a0", group_id="a", dedup_id="a0")])
+        assert again[0] == first[0]  # deduplicated: the original id and seq
+        with pytest.raises(InvalidParameter):  # FIFO needs a group id (and refuses it elsewhere)
+            await s.send("s8.fifo", [Message("x", dedup_id="x")])
+        sub = await s.subscribe("s8.fifo", prefetch=10)
+        order: list[str] = []
+        while len(order) < 3:
+            batch = await asyncio.wait_for(sub.next(), 10)
+            assert all(m.group_id == "a" and m.sequence_number == str(m.seq) for m in batch)
+            order += [str(m.body) for m in batch]
+            await sub.ack(batch)
+        assert order == ["a0", "a1", "a2"]
