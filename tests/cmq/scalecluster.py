@@ -42,6 +42,7 @@ class ScaleCluster:
             "-m",
             "cmq",
             "serve",
+            "--anonymous",
             "--node-id",
             str(nid),
             "--http",
