@@ -43,7 +43,7 @@ from cmq.keys import KeyGrant
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-PRINCIPAL = "cmq.access_key_id"
+PRINCIPAL = web.RequestKey("cmq.access_key_id", str)
 """Where a verified request keeps its key id (``request[PRINCIPAL]``)."""
 _SQS_PATH = re.compile(r"^/(\d{12}/[^/]+)?$")
 

@@ -27,9 +27,7 @@ from tests.ports import free_ports
 class CmqCluster:
     """N node processes; ``kill`` is SIGKILL, ``start`` reuses the node's data directory."""
 
-    def __init__(
-        self, root: Path, n: int = 3, groups: int = 2, *, anonymous: bool = True
-    ) -> None:
+    def __init__(self, root: Path, n: int = 3, groups: int = 2, *, anonymous: bool = True) -> None:
         """``anonymous``: the nodes serve unsigned requests (``--anonymous``); False: they ask
         for signatures (tests of authentication)."""
         self.root = root
