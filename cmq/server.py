@@ -120,6 +120,7 @@ async def serve(
             bootstrap = asyncio.create_task(
                 bootstrap_admin_key(node.catalog, node.router, cfg.secret, cfg.data_dirs[0], now_ms)
             )
+            bootstrap.add_done_callback(_report_bootstrap)
         app = make_app(node, registry=registry, sqs=SqsSettings.from_env(), auth=auth, keys=keys)
         # Cancel a handler whose client went away: an abandoned long poll must not lease.
         runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
@@ -142,6 +143,14 @@ async def serve(
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await bootstrap
         await node.close()
+
+
+def _report_bootstrap(task: asyncio.Task[object]) -> None:
+    """Log a bootstrap of the admin key that failed (it is not retried: restart the node)."""
+    if not task.cancelled() and task.exception() is not None:
+        logging.getLogger("cmq.server").error(
+            "the bootstrap admin key could not be made or written: %r", task.exception()
+        )
 
 
 def _handoff_seconds() -> float:
