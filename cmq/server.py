@@ -115,7 +115,9 @@ async def serve(
             )
             print("cmq: anonymous access enabled (--anonymous): no signatures asked", flush=True)
         else:
-            auth = AuthConfig(KeyRing(node.catalog, cfg.secret))
+            # CMQ_AUTH_REGION pins the credential scope's region (default: any region).
+            region = os.environ.get("CMQ_AUTH_REGION") or None
+            auth = AuthConfig(KeyRing(node.catalog, cfg.secret), region=region)
             keys = KeyAdmin(node.catalog, node.router, cfg.secret, now_ms)
             bootstrap = asyncio.create_task(
                 bootstrap_admin_key(node.catalog, node.router, cfg.secret, cfg.data_dirs[0], now_ms)
