@@ -1,6 +1,9 @@
 # cmq node image: `cmq serve` as a non-root user, data under /var/lib/cmq (a volume).
 #   docker build -t cmq .
 #   docker run -e CMQ_SECRET=... -v cmq1:/var/lib/cmq cmq serve --node-id 1 --peers 1=...
+# Requests must be signed: on first start the node writes the cluster's bootstrap admin key to
+# <data dir>/admin-key.json (mode 0600; `docker exec` to read it). `--anonymous` turns signing
+# off (development only). HTTPS: `--tls-cert`/`--tls-key`. See README "Security".
 # The Helm chart (helm/cmq) runs this image as a StatefulSet.
 
 # -- build: a wheel of the project and its dependencies, no compilers left in the final image --

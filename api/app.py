@@ -18,8 +18,11 @@ from pathlib import Path
 
 import msgspec
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 from prometheus_client import CollectorRegistry
 
+from api.auth.guard import AuthConfig, auth_middleware
+from api.auth.key_routes import KEY_OPERATIONS, KeyAdministration, add_key_routes
 from api.decoding import decode
 from api.errors import (
     MethodNotAllowed,
@@ -65,18 +68,24 @@ def make_app(
     max_request_bytes: int = MAX_REQUEST_BYTES,
     routes: Sequence[Route] = ROUTES,
     sqs: SqsSettings | None = None,
+    auth: AuthConfig | None = None,
+    keys: KeyAdministration | None = None,
 ) -> web.Application:
     """The native API on ``service``. ``registry`` receives the HTTP metrics and is what
     ``/metrics`` renders (a fresh one when None, never the process-global default, so several
     apps can live in one process). Request bodies above ``max_request_bytes`` get 413.
     ``routes`` are served and documented at ``/openapi.json`` (tests extend the table).
     ``sqs``: the SQS surface's settings (None: no SQS surface; ``cmq serve`` always mounts it).
-    The SQS routes are not in ``/openapi.json``, which describes the native API."""
+    The SQS routes are not in ``/openapi.json``, which describes the native API.
+    ``auth``: verify every request's signature and grants (`api.auth.guard`) before its
+    handler runs (None: anonymous access). ``keys``: serve the ``/v1/keys`` administration
+    routes on it (`api.auth.key_routes`)."""
     registry = CollectorRegistry() if registry is None else registry
-    app = web.Application(
-        client_max_size=max_request_bytes,
-        middlewares=[_middleware],
-    )
+    middlewares: list[Middleware] = [_middleware]
+    if auth is not None:
+        operations = {(r.method, r.path): r.operation_id for r in routes} | KEY_OPERATIONS
+        middlewares.append(auth_middleware(auth, operations))
+    app = web.Application(client_max_size=max_request_bytes, middlewares=middlewares)
     http_metrics = HttpMetrics(registry)
     app[SERVICE_KEY] = service
     app[REGISTRY_KEY] = registry
@@ -87,6 +96,8 @@ def make_app(
         app.router.add_route(route.method, route.path, _handler(route))
     _add_stream(app.router, service, max_request_bytes)
     _add_console(app.router)
+    if keys is not None:
+        add_key_routes(app, keys)
     if sqs is not None:
         SqsHandler(service, sqs, max_request_bytes).add_routes(app)
     return app

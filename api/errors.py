@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import orjson
 
 from cmq.errors import (
+    AccessKeyNotFound,
     CmqError,
     CorruptSegment,
     GroupNotFound,
@@ -81,6 +82,7 @@ HTTP_STATUS: dict[type[CmqError], int] = {
     QueueNotFound: 404,
     NotFound: 404,
     NodeNotFound: 404,
+    AccessKeyNotFound: 404,
     GroupNotFound: 404,
     NodeBusy: 409,
     MethodNotAllowed: 405,

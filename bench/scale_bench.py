@@ -60,6 +60,7 @@ class Cluster:
                 "-m",
                 "cmq",
                 "serve",
+                "--anonymous",
                 "--node-id",
                 str(i + 1),
                 "--http",

@@ -31,6 +31,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cmq.cli_keys import (
+    add_key_commands,
+    add_security_options,
+    add_serve_security,
+    apply_security_options,
+)
 from cmq.cli_nodes import add_node_commands, add_serve_arguments, serve_settings
 
 if TYPE_CHECKING:
@@ -101,9 +107,10 @@ def _serve(args: argparse.Namespace) -> int:
     if cfg.max_inflight_sends < 1:
         raise SystemExit("--max-inflight-sends must be at least 1")
 
+    from cmq.cli_keys import serve_security
     from cmq.server import run
 
-    return run(cfg, http)
+    return run(cfg, http, serve_security(args, conf))
 
 
 # -- dev -------------------------------------------------------------------------------------------
@@ -183,6 +190,7 @@ def _dev(args: argparse.Namespace) -> int:
                         str(root / f"node{i + 1}"),
                         "--groups",
                         str(args.groups),
+                        "--anonymous",
                     ],
                     env=env,
                     stdout=log,
@@ -198,6 +206,7 @@ def _dev(args: argparse.Namespace) -> int:
             print("the cluster did not become ready; see the node logs in", root)
             return 1
         print(f"cmq dev cluster: {n} nodes, data in {root}, logs in {root}/node*.log")
+        print("cmq dev: ANONYMOUS access (--anonymous): requests are not authenticated")
         for i, u in enumerate(urls):
             print(f"  node {i + 1}: {u}")
         u = urls[0]
@@ -424,6 +433,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     s.add_argument("--config", help="TOML file with the same settings")
     add_serve_arguments(s)
+    add_serve_security(s)
     s.set_defaults(func=_serve)
 
     d = sub.add_parser("dev", help="run a local cluster in the foreground")
@@ -457,6 +467,7 @@ def main(argv: list[str] | None = None) -> int:
             c.add_argument("--ack", action="store_true", help="acknowledge what was received")
         c.set_defaults(func=func)
     add_node_commands(sub)
+    add_key_commands(sub)
     st = sub.add_parser("status", help="groups, leaders, terms, commit/applied, lag")
     st.add_argument("--url", default=DEFAULT_URL)
     st.add_argument("--json", action="store_true", help="machine-readable output")
@@ -492,7 +503,9 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--json", action="store_true", help="machine-readable report")
     b.set_defaults(func=_bench)
 
+    add_security_options(p)
     args = p.parse_args(argv)
+    apply_security_options(args)
     return _run(args)
 
 

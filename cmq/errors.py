@@ -138,6 +138,12 @@ class NodeBusy(CmqError):
     code = "NodeBusy"
 
 
+class AccessKeyNotFound(CmqError):
+    """No access key has this id (`cmq.keys`)."""
+
+    code = "AccessKeyNotFound"
+
+
 BY_CODE: dict[str, type[CmqError]] = {
     cls.code: cls
     for cls in (
@@ -159,6 +165,7 @@ BY_CODE: dict[str, type[CmqError]] = {
         InvariantBroken,
         NodeNotFound,
         NodeBusy,
+        AccessKeyNotFound,
     )
 }
 """Every error code of the queue -> the class raised for it (forwarded replies, failed

@@ -34,6 +34,7 @@ import msgspec
 import orjson
 
 from cmq.errors import InvariantBroken
+from cmq.keys import KeyRefused, KeyStore
 from cmq.placement import (
     ACTIVE,
     DRAINING,
@@ -73,6 +74,7 @@ class _Image(msgspec.Struct, frozen=True, omit_defaults=True):
     replication: int = 0
     founders: tuple[int, ...] = ()
     meta: dict[str, dict[str, str]] = {}
+    keys: dict[str, Any] = {}
 
 
 _image_decoder = msgspec.json.Decoder(_Image)
@@ -81,7 +83,16 @@ _image_decoder = msgspec.json.Decoder(_Image)
 class CatalogMachine:
     """Nodes, data groups and queue placement. Implements raftlog's `StateMachine`."""
 
-    __slots__ = ("_load", "founders", "meta", "nodes", "placements", "queues", "replication")
+    __slots__ = (
+        "_load",
+        "founders",
+        "keys",
+        "meta",
+        "nodes",
+        "placements",
+        "queues",
+        "replication",
+    )
 
     def __init__(self) -> None:
         self.queues: dict[str, int] = {}
@@ -93,6 +104,8 @@ class CatalogMachine:
         self.founders: tuple[int, ...] = ()
         self._load: dict[int, int] = {}
         """Data group -> queues placed on it (derived from ``queues``)."""
+        self.keys = KeyStore()
+        """The access keys (`cmq.keys`: their ``key.*`` commands are applied there)."""
 
     # -- commands ---------------------------------------------------------------------------------
     @staticmethod
@@ -182,6 +195,11 @@ class CatalogMachine:
             raise InvariantBroken(f"undecodable catalog command at {index}: {e}") from None
 
     def _apply(self, op: str, name: str, cmd: dict[str, Any], index: int) -> object:
+        if op.startswith("key."):
+            res = self.keys.apply(op, name, cmd)
+            if isinstance(res, KeyRefused):
+                return Refused(res.code, res.message)
+            return msgspec.to_builtins(res)
         if op == "assign":
             group = self.queues.get(name)
             if group is None:
@@ -381,6 +399,7 @@ class CatalogMachine:
             replication=self.replication,
             founders=self.founders,
             meta={q: dict(sorted(m.items())) for q, m in sorted(self.meta.items())},
+            keys=self.keys.image() if self.keys.keys or self.keys.bootstrap else {},
         )
         return msgspec.json.encode(image)
 
@@ -401,6 +420,7 @@ class CatalogMachine:
         self.replication = image.replication
         self.founders = image.founders
         self.meta = {q: dict(m) for q, m in image.meta.items()}
+        self.keys.restore(image.keys)
 
 
 __all__ = ["Assignment", "CatalogMachine", "GroupPlacement", "Move", "NodeInfo", "Refused"]

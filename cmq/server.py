@@ -8,6 +8,12 @@ and tested on its own; this module only wires and runs them.
 On SIGINT/SIGTERM the node first hands the leadership of every group it leads to its most
 caught-up active voter (`hand_off_leadership`, bounded by ``CMQ_HANDOFF_SECONDS``, default 5)
 while it still serves, so a rolling restart costs one transfer instead of an election timeout.
+
+Requests must be signed with an access key (`api.auth`) unless the node runs ``anonymous``
+(``--anonymous``, logged as a warning). With authentication on, the node makes sure the
+cluster has its bootstrap admin key and writes it once to ``<data-dir>/admin-key.json``
+(`cmq.key_admin.bootstrap_admin_key`). With ``tls`` (certificate and key files) HTTP is served
+over TLS.
 """
 
 from __future__ import annotations
@@ -18,13 +24,18 @@ import dataclasses
 import logging
 import os
 import signal
+import ssl
+from dataclasses import dataclass
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from api.app import make_app
+from api.auth.guard import AuthConfig
 from api.sqs.queues import SqsSettings
 from cmq.errors import CmqError
+from cmq.key_admin import KeyAdmin, KeyRing, bootstrap_admin_key
+from cmq.keys import cluster_credential
 from cmq.metrics import register_node_metrics
 from cmq.node import NodeConfig, QueueNode, now_ms
 from raftlog.runtime import MultiRaft, new_event_loop
@@ -34,6 +45,24 @@ JOIN_TIMEOUT = 120.0
 """Seconds ``--join`` keeps trying the given nodes before giving up."""
 
 
+@dataclass(frozen=True, slots=True)
+class HttpSecurity:
+    """How the HTTP surface is protected: ``anonymous`` (no signatures asked: every request
+    is served) and the TLS certificate chain and private key files (None: plain HTTP)."""
+
+    anonymous: bool = False
+    tls_cert: str | None = None
+    tls_key: str | None = None
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The server's TLS context, or None for plain HTTP."""
+        if self.tls_cert is None:
+            return None
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(self.tls_cert, self.tls_key)
+        return context
+
+
 async def join_cluster(cfg: NodeConfig) -> NodeConfig:
     """Register this node through one of ``cfg.join``'s nodes (retried until it answers or
     `JOIN_TIMEOUT`); the configuration to start with: the registered nodes as peers."""
@@ -41,7 +70,7 @@ async def join_cluster(cfg: NodeConfig) -> NodeConfig:
 
     address = f"{cfg.peer.host}:{cfg.peer.port}"
     dirs = [os.path.abspath(d) for d in cfg.data_dirs]
-    async with Client(cfg.join, timeout=10) as client:
+    async with Client(cfg.join, timeout=10, access_key=cluster_credential(cfg.secret)) as client:
         async with asyncio.timeout(JOIN_TIMEOUT):
             while True:
                 try:
@@ -57,32 +86,73 @@ async def join_cluster(cfg: NodeConfig) -> NodeConfig:
     return dataclasses.replace(cfg, peers=peers, joined=True)
 
 
-async def serve(cfg: NodeConfig, http: Address, stop: asyncio.Event) -> None:
+async def serve(
+    cfg: NodeConfig, http: Address, stop: asyncio.Event, security: HttpSecurity | None = None
+) -> None:
     """Start the node (recovery, groups, peers), serve HTTP on ``http`` until ``stop`` is set,
     then stop accepting requests and close the node. A start that fails closes what it started
     and raises (`QueueNode.start`). With ``cfg.join`` the node first registers through a
-    running node (`join_cluster`)."""
+    running node (`join_cluster`). ``security``: see `HttpSecurity` (default: signed requests,
+    plain HTTP)."""
+    security = HttpSecurity() if security is None else security
+    log = logging.getLogger("cmq.server")
     if cfg.join:
         cfg = await join_cluster(cfg)
     node = QueueNode(cfg)
     await node.start()
+    bootstrap: asyncio.Task[object] | None = None
     try:
         registry = CollectorRegistry()
         register_node_metrics(registry, node.raft, node.machines, now_ms)
-        app = make_app(node, registry=registry, sqs=SqsSettings.from_env())
+        auth: AuthConfig | None = None
+        keys: KeyAdmin | None = None
+        if security.anonymous:
+            log.warning(
+                "ANONYMOUS ACCESS: requests are not authenticated; anyone reaching "
+                "%s:%d can do anything (never in production)",
+                http.host,
+                http.port,
+            )
+            print("cmq: anonymous access enabled (--anonymous): no signatures asked", flush=True)
+        else:
+            # CMQ_AUTH_REGION pins the credential scope's region (default: any region).
+            region = os.environ.get("CMQ_AUTH_REGION") or None
+            auth = AuthConfig(KeyRing(node.catalog, cfg.secret), region=region)
+            keys = KeyAdmin(node.catalog, node.router, cfg.secret, now_ms)
+            bootstrap = asyncio.create_task(
+                bootstrap_admin_key(node.catalog, node.router, cfg.secret, cfg.data_dirs[0], now_ms)
+            )
+            bootstrap.add_done_callback(_report_bootstrap)
+        app = make_app(node, registry=registry, sqs=SqsSettings.from_env(), auth=auth, keys=keys)
         # Cancel a handler whose client went away: an abandoned long poll must not lease.
         runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
         await runner.setup()
         try:
-            await web.TCPSite(runner, http.host, http.port, reuse_address=True).start()
-            print(f"cmq node {cfg.node_id} serving http://{http.host}:{http.port}", flush=True)
+            context = security.ssl_context()
+            await web.TCPSite(
+                runner, http.host, http.port, reuse_address=True, ssl_context=context
+            ).start()
+            scheme = "https" if context is not None else "http"
+            print(f"cmq node {cfg.node_id} serving {scheme}://{http.host}:{http.port}", flush=True)
             await stop.wait()
             left = await hand_off_leadership(node.raft, cfg.node_id, _handoff_seconds())
             print(f"cmq node {cfg.node_id} stopping; groups still led here: {left}", flush=True)
         finally:
             await runner.cleanup()
     finally:
+        if bootstrap is not None:
+            bootstrap.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await bootstrap
         await node.close()
+
+
+def _report_bootstrap(task: asyncio.Task[object]) -> None:
+    """Log a bootstrap of the admin key that failed (it is not retried: restart the node)."""
+    if not task.cancelled() and task.exception() is not None:
+        logging.getLogger("cmq.server").error(
+            "the bootstrap admin key could not be made or written: %r", task.exception()
+        )
 
 
 def _handoff_seconds() -> float:
@@ -115,7 +185,7 @@ async def hand_off_leadership(raft: MultiRaft, node_id: int, timeout: float) -> 
         await asyncio.sleep(0.05)
 
 
-def run(cfg: NodeConfig, http: Address) -> int:
+def run(cfg: NodeConfig, http: Address, security: HttpSecurity | None = None) -> int:
     """Run one node in the foreground on a fresh event loop (uvloop when installed) until
     SIGINT or SIGTERM; returns the process exit status. ``CMQ_LOG_LEVEL`` sets the log level
     (default WARNING)."""
@@ -129,7 +199,7 @@ def run(cfg: NodeConfig, http: Address) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await serve(cfg, http, stop)
+        await serve(cfg, http, stop, security)
 
     loop = new_event_loop()
     with contextlib.closing(loop):

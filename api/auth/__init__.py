@@ -1,7 +1,10 @@
-"""Request authentication for the HTTP surfaces. Pure.
+"""Request authentication and authorization for the HTTP surfaces.
 
 * `sigv4`: verification of AWS Signature Version 4 (the ``Authorization`` header form that
-  boto3, every AWS SDK and ``curl --aws-sigv4`` send); `errors`: its refusals.
+  boto3, every AWS SDK and ``curl --aws-sigv4`` send); `errors`: its refusals (pure);
+* `access`: the action and queue each native route and SQS operation needs (pure);
+* `guard`: the aiohttp middleware that verifies and authorizes every request of both surfaces
+  before its handler runs; `key_routes`: the ``/v1/keys`` administration routes.
 
-Not wired into the request path yet: that comes with the access keys kept in the catalog.
+The keys themselves (and their grants) live in the catalog: `cmq.keys`.
 """

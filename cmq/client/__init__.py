@@ -28,6 +28,7 @@ from cmq.client.errors import (
     TransportError,
 )
 from cmq.client.retry import NO_RETRY, RetryPolicy
+from cmq.client.signing import AccessKey
 from cmq.client.sync import SyncClient
 from cmq.client.types import (
     EntryResult,
@@ -46,6 +47,7 @@ __all__ = [
     "DEFAULT_URL",
     "NO_RETRY",
     "UNKNOWN_OUTCOME",
+    "AccessKey",
     "Client",
     "ConnectFailed",
     "EntryResult",

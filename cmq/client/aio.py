@@ -23,6 +23,7 @@ from typing import Any, Final
 
 import aiohttp
 import orjson
+from yarl import URL
 
 from cmq.client.errors import (
     ConnectFailed,
@@ -39,6 +40,7 @@ from cmq.client.segments import (
     claim_from_json,
     listing_from_json,
 )
+from cmq.client.signing import AccessKey, ssl_context
 from cmq.client.types import (
     Json,
     Outgoing,
@@ -84,16 +86,21 @@ def parse_urls(urls: str | Sequence[str]) -> tuple[str, ...]:
 class _Pool:
     """The shared `aiohttp.ClientSession` of a client and the clients derived from it."""
 
-    def __init__(self, connections: int, session: aiohttp.ClientSession | None) -> None:
+    def __init__(
+        self,
+        connections: int,
+        session: aiohttp.ClientSession | None,
+        ca_file: str | None = None,
+    ) -> None:
         self.connections = connections
         self.session = session
         self.owned = session is None
+        self.ssl = ssl_context(ca_file)
 
     def get(self) -> aiohttp.ClientSession:
         if self.session is None:
-            self.session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self.connections)
-            )
+            connector = aiohttp.TCPConnector(limit=self.connections, ssl=self.ssl or True)
+            self.session = aiohttp.ClientSession(connector=connector)
         return self.session
 
     async def close(self) -> None:
@@ -116,14 +123,21 @@ class Client:
         connections: int = 100,
         session: aiohttp.ClientSession | None = None,
         rng: random.Random | None = None,
+        access_key: AccessKey | tuple[str, str] | None = None,
+        ca_file: str | None = None,
     ) -> None:
         """``urls``: the nodes (``"URL[,URL...]"`` or a sequence; any node serves any queue),
         tried in order from the last one that worked. ``connections``: the pool's limit (0 =
-        unlimited). ``session``: an existing session to use (not closed by `close`)."""
+        unlimited). ``session``: an existing session to use (not closed by `close`).
+        ``access_key``: the key requests are signed with (an `AccessKey` or (id, secret));
+        None: the environment's or a key file's (`cmq.client.signing`), else unsigned.
+        ``ca_file``: the CA bundle ``https`` URLs are verified with (else ``CMQ_CA_FILE``,
+        else the system's)."""
         self.urls = parse_urls(urls)
+        self.access_key = AccessKey.resolve(access_key)
         self.timeout = timeout
         self.retry = retry if retry is not None else RetryPolicy()
-        self._pool = _Pool(connections, session)
+        self._pool = _Pool(connections, session, ca_file)
         self._rng = rng if rng is not None else random.Random()
         self._current = 0
         self._root = True
@@ -153,6 +167,7 @@ class Client:
         child.urls = self.urls if urls is None else parse_urls(urls)
         child.timeout = self.timeout if timeout is None else timeout
         child.retry = self.retry if retry is None else retry
+        child.access_key = self.access_key
         child._pool = self._pool
         child._rng = self._rng
         child._current = 0
@@ -339,7 +354,9 @@ class Client:
         session = self._pool.get()
         try:
             async with session.get(
-                base + path, timeout=aiohttp.ClientTimeout(total=None, sock_read=self.timeout)
+                URL(base + path, encoded=True),
+                headers=self._sign("GET", base + path, None),
+                timeout=aiohttp.ClientTimeout(total=None, sock_read=self.timeout),
             ) as resp:
                 if resp.status >= 300:
                     content = await resp.read()
@@ -500,17 +517,26 @@ class Client:
                 )
             )
 
+    def _sign(self, method: str, url: str, data: bytes | None) -> dict[str, str]:
+        """The signature headers of a request (none without an access key)."""
+        if self.access_key is None:
+            return {}
+        return self.access_key.sign(method, url, data)
+
     async def _attempt(
         self, url: str, method: str, path: str, data: bytes | None, timeout: float
     ) -> tuple[int, bytes, float | None]:
         """One HTTP exchange: (status, body bytes, ``Retry-After`` seconds or None)."""
         session = self._pool.get()
+        headers = self._sign(method, url + path, data)
+        if data is not None:
+            headers.update(_JSON_HEADERS)
         try:
             async with session.request(
                 method,
-                url + path,
+                URL(url + path, encoded=True),
                 data=data,
-                headers=_JSON_HEADERS if data is not None else None,
+                headers=headers,
                 timeout=aiohttp.ClientTimeout(total=timeout),
             ) as resp:
                 content = await resp.read()

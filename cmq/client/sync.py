@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from cmq.client.aio import DEFAULT_URL, Client
 from cmq.client.retry import RetryPolicy
+from cmq.client.signing import AccessKey
 from cmq.client.types import Outgoing, QueueCreated, QueueInfo, RawResponse, ReceivedMessage
 from cmq.model import (
     ArchiveResult,
@@ -37,9 +38,18 @@ class SyncClient:
         timeout: float = 30.0,
         retry: RetryPolicy | None = None,
         connections: int = 10,
+        access_key: AccessKey | tuple[str, str] | None = None,
+        ca_file: str | None = None,
     ) -> None:
         self._runner = asyncio.Runner()
-        self._client = Client(urls, timeout=timeout, retry=retry, connections=connections)
+        self._client = Client(
+            urls,
+            timeout=timeout,
+            retry=retry,
+            connections=connections,
+            access_key=access_key,
+            ca_file=ca_file,
+        )
         self._closed = False
 
     def __enter__(self) -> SyncClient:

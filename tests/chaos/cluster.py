@@ -118,6 +118,7 @@ class ChaosCluster:
         args = [
             *launch,
             "serve",
+            "--anonymous",
             "--node-id",
             str(nid),
             "--http",

@@ -27,7 +27,9 @@ from tests.ports import free_ports
 class CmqCluster:
     """N node processes; ``kill`` is SIGKILL, ``start`` reuses the node's data directory."""
 
-    def __init__(self, root: Path, n: int = 3, groups: int = 2) -> None:
+    def __init__(self, root: Path, n: int = 3, groups: int = 2, *, anonymous: bool = True) -> None:
+        """``anonymous``: the nodes serve unsigned requests (``--anonymous``); False: they ask
+        for signatures (tests of authentication)."""
         self.root = root
         self.n = n
         ports = free_ports(2 * n)
@@ -51,6 +53,7 @@ class CmqCluster:
                 str(root / f"node{i + 1}"),
                 "--groups",
                 str(groups),
+                *(["--anonymous"] if anonymous else []),
             ]
             for i in range(n)
         }

@@ -16,6 +16,7 @@ from typing import Any
 
 from cmq.client import NO_RETRY, Client
 from cmq.errors import CmqError
+from cmq.keys import cluster_credential
 from tests.ports import free_ports
 
 SECRET = "scale-out-test-secret-0123456789"
@@ -24,8 +25,19 @@ SECRET = "scale-out-test-secret-0123456789"
 class ScaleCluster:
     """``founders`` nodes (ids 1..founders) plus ``spares`` that join later."""
 
-    def __init__(self, root: Path, founders: int = 3, spares: int = 2, groups: int = 6) -> None:
+    def __init__(
+        self,
+        root: Path,
+        founders: int = 3,
+        spares: int = 2,
+        groups: int = 6,
+        *,
+        anonymous: bool = True,
+    ) -> None:
+        """``anonymous``: the nodes serve unsigned requests; False: they ask for signatures
+        (the test's client signs with the credential derived from the cluster secret)."""
         self.root = root
+        self.anonymous = anonymous
         n = founders + spares
         ports = free_ports(2 * n)
         self.ids = list(range(1, n + 1))
@@ -34,7 +46,8 @@ class ScaleCluster:
         self.peer = {i: f"127.0.0.1:{ports[n + i - 1]}" for i in self.ids}
         self.groups = groups
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
-        self.client = Client(list(self.http.values()), retry=NO_RETRY, timeout=5)
+        key = None if anonymous else cluster_credential(SECRET.encode())
+        self.client = Client(list(self.http.values()), retry=NO_RETRY, timeout=5, access_key=key)
 
     def args(self, nid: int, join: list[int] | None = None) -> list[str]:
         args = [
@@ -42,6 +55,7 @@ class ScaleCluster:
             "-m",
             "cmq",
             "serve",
+            *(["--anonymous"] if self.anonymous else []),
             "--node-id",
             str(nid),
             "--http",

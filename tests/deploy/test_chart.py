@@ -102,8 +102,11 @@ def test_scale_down_hook_drains_the_nodes_above_the_new_count() -> None:
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-upgrade"
     pod = job["spec"]["template"]["spec"]
     (c,) = pod["containers"]
-    env = {e["name"]: e["value"] for e in c["env"]}
+    env = {e["name"]: e.get("value") for e in c["env"]}
     assert env["CMQ_KEEP_NODES"] == "3"
+    # its requests are signed with the credential derived from the cluster secret
+    secret = next(e for e in c["env"] if e["name"] == "CMQ_SECRET")
+    assert secret["valueFrom"]["secretKeyRef"]["name"] == "q-cmq-secret"
     assert env["CMQ_URL"] == f"http://q-cmq.default.svc.cluster.local:{cli.DEFAULT_HTTP_PORT}"
     assert c["command"] == ["python", "-c"]
     compile(c["args"][0], "scaledown", "exec")  # the script is valid Python

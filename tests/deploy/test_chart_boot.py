@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 from dockerfile_parse import DockerfileParser
 
+from cmq.keys import cluster_credential
 from tests.deploy.chart import one, render
 from tests.deploy.netns import PodNetwork
 from tests.deploy.pods import (
@@ -65,8 +66,10 @@ while True:
     if time.monotonic() > deadline:
         sys.exit(f"not ready: {last}")
     time.sleep(0.3)
+from cmq.client import SyncClient
 for u in urls:
-    st = get(u + "/v1/status")[1]
+    with SyncClient(u, timeout=5) as c:
+        st = c.status()
     leaders = sorted({g["leader"] for g in st["groups"].values()})
     print(f"{u}: node {st['node']} ready, leaders of its groups: {leaders}")
 """
@@ -177,6 +180,11 @@ def test_rendered_statefulset_boots_scales_3_5_3_and_passes_the_helm_test_hook(
     cluster = Pods(network, tmp_path, secrets, domain)
 
     pods = cluster.add(sts, range(REPLICAS))
+    # The test's own clients sign with the credential derived from the rendered cluster secret
+    # (as the chart's hooks do).
+    cluster_env = resolve_env(container, PodIdentity(pods[0], NAMESPACE, "", {}), secrets)
+    key_id, key_secret = cluster_credential(cluster_env["CMQ_SECRET"].encode())
+    key_env = {"CMQ_ACCESS_KEY_ID": key_id, "CMQ_SECRET_ACCESS_KEY": key_secret}
     client_ns = network.add("client")
     # The client Service: a virtual address in front of the ready pods; here, pod 0's.
     network.names[f"{fullname}.{domain}"] = network.addresses[cluster.ns[pods[0]]]
@@ -187,7 +195,7 @@ def test_rendered_statefulset_boots_scales_3_5_3_and_passes_the_helm_test_hook(
     try:
         for ordinal in range(REPLICAS):
             cluster.start(sts, ordinal)
-        ready = _run_in(client_ns, ["python", "-c", READY_SCRIPT, *urls], {}, tmp_path)
+        ready = _run_in(client_ns, ["python", "-c", READY_SCRIPT, *urls], key_env, tmp_path)
         print(ready.stdout)
         assert ready.returncode == 0, ready.stdout + ready.stderr + _logs(tmp_path, pods)
         for ordinal, pod in enumerate(pods):
@@ -212,7 +220,7 @@ def test_rendered_statefulset_boots_scales_3_5_3_and_passes_the_helm_test_hook(
         load = subprocess.Popen(
             ["ip", "netns", "exec", client_ns, "python", "-m", SCALE_LOAD, "load", *urls],
             cwd=ROOT,
-            env={"PATH": image_path(), "HOME": str(tmp_path), "PYTHONPATH": str(ROOT)},
+            env={"PATH": image_path(), "HOME": str(tmp_path), "PYTHONPATH": str(ROOT), **key_env},
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -231,7 +239,7 @@ def test_rendered_statefulset_boots_scales_3_5_3_and_passes_the_helm_test_hook(
         added = cluster.add(sts5, range(REPLICAS, 5))
         for ordinal in range(REPLICAS, 5):
             cluster.start(sts5, ordinal)
-        joined = _scale_load(client_ns, ["wait-joined", str(REPLICAS), *urls], tmp_path)
+        joined = _scale_load(client_ns, ["wait-joined", str(REPLICAS), *urls], tmp_path, key_env)
         print(joined.stdout, joined.stderr)
         everyone = [*pods, *added]
         assert joined.returncode == 0, joined.stdout + joined.stderr + _logs(tmp_path, everyone)
@@ -253,7 +261,7 @@ def test_rendered_statefulset_boots_scales_3_5_3_and_passes_the_helm_test_hook(
         print(drained.stdout, drained.stderr)
         assert drained.returncode == 0, drained.stdout + drained.stderr + _logs(tmp_path, everyone)
         assert "nodes [4, 5] drained and removed" in drained.stdout
-        left = _scale_load(client_ns, ["nodes", str(REPLICAS), *urls], tmp_path)
+        left = _scale_load(client_ns, ["nodes", str(REPLICAS), *urls], tmp_path, key_env)
         assert left.returncode == 0, left.stdout + left.stderr
         cluster.stop(added)
 
@@ -304,12 +312,14 @@ def _run_in(
     )
 
 
-def _scale_load(ns: str, args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    """``python -m tests.deploy.scale_load ARGS`` in namespace ``ns``."""
+def _scale_load(
+    ns: str, args: list[str], tmp_path: Path, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """``python -m tests.deploy.scale_load ARGS`` in namespace ``ns`` with ``env`` added."""
     return subprocess.run(
         ["ip", "netns", "exec", ns, "python", "-m", SCALE_LOAD, *args],
         cwd=ROOT,
-        env={"PATH": image_path(), "HOME": str(tmp_path), "PYTHONPATH": str(ROOT)},
+        env={"PATH": image_path(), "HOME": str(tmp_path), "PYTHONPATH": str(ROOT), **env},
         capture_output=True,
         text=True,
         timeout=120,
