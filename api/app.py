@@ -21,7 +21,9 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 from prometheus_client import CollectorRegistry
 
-from api.auth.guard import AuthConfig, auth_middleware
+from api.auth.access import STREAM as STREAM_ACTIONS
+from api.auth.access import allowed
+from api.auth.guard import PRINCIPAL, AuthConfig, auth_middleware
 from api.auth.key_routes import KEY_OPERATIONS, KeyAdministration, add_key_routes
 from api.decoding import decode
 from api.errors import (
@@ -84,6 +86,7 @@ def make_app(
     middlewares: list[Middleware] = [_middleware]
     if auth is not None:
         operations = {(r.method, r.path): r.operation_id for r in routes} | KEY_OPERATIONS
+        operations[("GET", STREAM_PATH)] = "openStream"
         middlewares.append(auth_middleware(auth, operations))
     app = web.Application(client_max_size=max_request_bytes, middlewares=middlewares)
     http_metrics = HttpMetrics(registry)
@@ -94,7 +97,7 @@ def make_app(
     app[SERVED_KEY] = Served(service, http_metrics, _encoder.encode(openapi_document(routes)))
     for route in routes:  # GET routes get no implicit HEAD: probes use GET
         app.router.add_route(route.method, route.path, _handler(route))
-    _add_stream(app.router, service, max_request_bytes)
+    _add_stream(app.router, service, max_request_bytes, auth)
     _add_console(app.router)
     if keys is not None:
         add_key_routes(app, keys)
@@ -110,13 +113,23 @@ CONSOLE_PREFIX = "/ui"
 OpenAPI document)."""
 
 
-def _add_stream(router: web.UrlDispatcher, service: QueueService, max_bytes: int) -> None:
+def _add_stream(
+    router: web.UrlDispatcher, service: QueueService, max_bytes: int, auth: AuthConfig | None
+) -> None:
     """``GET /v1/stream``: the streaming protocol (`api.stream`), a WebSocket beside the JSON
-    API; documented in ``docs/api.md``, not in the OpenAPI document (which describes HTTP
-    request/response calls)."""
+    API (its frames are specified in ``docs/api.md``). With ``auth``, the upgrade request is
+    verified like any other and each frame is checked against the key's grants."""
 
     async def stream(request: web.Request) -> web.StreamResponse:
-        return await stream_handler(request, service, max_bytes)
+        authorize = None
+        if auth is not None:
+            key_id = request[PRINCIPAL]
+
+            def authorize(kind: str, queue: str) -> bool:
+                grants = auth.keys.grants_of(key_id) or ()
+                return allowed(grants, STREAM_ACTIONS[kind], queue)
+
+        return await stream_handler(request, service, max_bytes, authorize)
 
     router.add_get(STREAM_PATH, stream, allow_head=False)
 

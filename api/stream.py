@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -62,9 +63,15 @@ MAX_SUBSCRIPTIONS: Final = 64
 """Subscriptions open on one connection."""
 RECEIVERS: Final = 4
 """Receive loops per subscription (each holds at most ``max_batch`` of its credit)."""
+_KINDS: Final[dict[type, str]] = {Send: "send", Subscribe: "subscribe", Ack: "ack", Nack: "nack"}
 _OUT_QUEUE: Final = 4096
 _RETRY_FIRST: Final = 0.05
 _RETRY_MAX: Final = 1.0
+
+
+Authorize = Callable[[str, str], bool]
+"""Whether the connection's key may do a frame's kind (``send``, ``subscribe``, ``ack``,
+``nack``) on a queue; checked on every frame (a revoked grant takes effect at once)."""
 
 
 def _failed(fid: int, e: CmqError) -> Failed:
@@ -99,9 +106,12 @@ class _Connection:
     """One stream connection's state; `run` returns when the socket closes, with every task it
     started ended."""
 
-    def __init__(self, service: QueueService, ws: web.WebSocketResponse) -> None:
+    def __init__(
+        self, service: QueueService, ws: web.WebSocketResponse, authorize: Authorize | None
+    ) -> None:
         self.service = service
         self.ws = ws
+        self.authorize = authorize
         self.out: asyncio.Queue[Answer] = asyncio.Queue(_OUT_QUEUE)
         self.slots = asyncio.Semaphore(MAX_IN_FLIGHT)
         self.subs: dict[int, _Subscription] = {}
@@ -149,12 +159,24 @@ class _Connection:
                     )
                     return False
                 await self.out.put(_failed(frame.id, frame))
+            elif (denied := self._denied(frame)) is not None:
+                await self.out.put(denied)
             elif isinstance(frame, Subscribe | Credit | Unsubscribe):
                 await self._subscription_frame(frame)
             else:
                 await self.slots.acquire()
                 self._spawn(self._serve(frame))
         return True
+
+    def _denied(self, frame: Request) -> Failed | None:
+        """The refusal of a frame the connection's key is not granted (None: allowed)."""
+        if self.authorize is None or isinstance(frame, Credit | Unsubscribe):
+            return None
+        kind = _KINDS[type(frame)]
+        if self.authorize(kind, frame.queue):
+            return None
+        message = f"the stream's access key is not granted {kind} on queue {frame.queue}"
+        return Failed(frame.id, 403, "AccessDenied", message)
 
     async def _serve(self, frame: Send | Ack | Nack) -> None:
         try:
@@ -256,13 +278,18 @@ class _Connection:
 
 
 async def stream_handler(
-    request: web.Request, service: QueueService, max_message_bytes: int
+    request: web.Request,
+    service: QueueService,
+    max_message_bytes: int,
+    authorize: Authorize | None = None,
 ) -> web.WebSocketResponse:
     """Upgrade ``request`` and serve the stream until it closes; WebSocket messages above
-    ``max_message_bytes`` close the connection (status 1009)."""
+    ``max_message_bytes`` close the connection (status 1009). ``authorize``: the per-frame
+    check (None: anonymous access, every frame allowed); a refused frame gets `Failed` 403
+    ``AccessDenied`` and changes nothing."""
     ws = web.WebSocketResponse(max_msg_size=max_message_bytes, heartbeat=30.0, compress=False)
     await ws.prepare(request)
-    await _Connection(service, ws).run()
+    await _Connection(service, ws, authorize).run()
     if not ws.closed:
         await ws.close()
     return ws

@@ -52,6 +52,7 @@ NATIVE: dict[str, tuple[str, bool]] = {
     "deleteKey": (ADMIN, False),
     "grantKey": (ADMIN, False),
     "revokeKey": (ADMIN, False),
+    "openStream": (SIGNED, False),
 }
 """Native route (its OpenAPI operationId) -> the action it needs and whether on its queue."""
 
@@ -86,6 +87,11 @@ SQS: dict[str, str] = {
     "ChangeMessageVisibilityBatch": DELETE,
 }
 """SQS operation -> the action it needs on its queue (``QueueUrl``, else ``QueueName``)."""
+
+
+STREAM: dict[str, str] = {"send": SEND, "subscribe": RECEIVE, "ack": DELETE, "nack": DELETE}
+"""Streaming protocol frame (`cmq.stream`) -> the action it needs on its queue. Opening the
+stream needs a valid key; each frame is then checked against the key's grants as it arrives."""
 
 
 def allowed(grants: Iterable[KeyGrant], action: str, queue: str | None) -> bool:

@@ -33,6 +33,7 @@ import aiohttp
 
 from cmq.client.aio import parse_urls
 from cmq.client.errors import ConnectFailed, ResponseLost, server_error
+from cmq.client.signing import AccessKey, ssl_context
 from cmq.client.types import Message, Outgoing, ReceivedMessage
 from cmq.errors import CmqError
 from cmq.model import EntryResult, SentMessage
@@ -263,8 +264,15 @@ class StreamClient:
         timeout: float = 30.0,
         window: int = 1024,
         session: aiohttp.ClientSession | None = None,
+        access_key: AccessKey | tuple[str, str] | None = None,
+        ca_file: str | None = None,
     ) -> None:
+        """``access_key``: the key the connection is signed with (None: the environment's or
+        a key file's, `cmq.client.signing`, else unsigned); ``ca_file``: the CAs an https URL
+        is verified with."""
         self.urls = parse_urls(urls)
+        self.access_key = AccessKey.resolve(access_key)
+        self._ssl = ssl_context(ca_file)
         self.timeout = timeout
         self._window = asyncio.Semaphore(window)
         self._session = session
@@ -314,14 +322,27 @@ class StreamClient:
             last: Exception | None = None
             for i in range(len(self.urls)):
                 url = self.urls[(self._next_url + i) % len(self.urls)]
+                headers = (
+                    {}
+                    if self.access_key is None
+                    else self.access_key.sign("GET", url + STREAM_PATH, None)
+                )
                 try:
                     ws = await self._session.ws_connect(
                         url + STREAM_PATH,
+                        headers=headers,
+                        ssl=self._ssl or True,
                         timeout=aiohttp.ClientWSTimeout(ws_close=5.0),
                         max_msg_size=_MAX_MESSAGE_BYTES,
                         heartbeat=30.0,
                         autoping=True,
                     )
+                except aiohttp.WSServerHandshakeError as e:
+                    if e.status in {401, 403}:  # refused, not unreachable: say so
+                        code = "AccessDenied" if e.status == 403 else "Unauthorized"
+                        raise server_error(e.status, code, e.message) from None
+                    last = e
+                    continue
                 except (aiohttp.ClientError, OSError, TimeoutError) as e:
                     last = e
                     continue
