@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, cast
 
+from cmq import clockfault
 from cmq.errors import (
     InvalidParameter,
     InvariantBroken,
@@ -115,11 +116,14 @@ def _clock_offset_ms(raw: str) -> int:
 
 
 _CLOCK_OFFSET_MS = _clock_offset_ms(os.environ.get(CLOCK_OFFSET_ENV, ""))
+_FILE_CLOCK = clockfault.from_environment()
 
 
 def now_ms() -> int:
-    """This node's clock, as commands carry it: the wall clock plus `CLOCK_OFFSET_ENV`."""
-    return time.time_ns() // 1_000_000 + _CLOCK_OFFSET_MS
+    """This node's clock, as commands carry it: the wall clock plus `CLOCK_OFFSET_ENV`, plus
+    the test-only live offset of `cmq.clockfault` when ``CMQ_CLOCK_FILE`` is set."""
+    ms = time.time_ns() // 1_000_000 + _CLOCK_OFFSET_MS
+    return ms if _FILE_CLOCK is None else ms + _FILE_CLOCK.offset_ms()
 
 
 class Wakeups:

@@ -68,7 +68,7 @@ async def serve(cfg: NodeConfig, http: Address, stop: asyncio.Event) -> None:
     await node.start()
     try:
         registry = CollectorRegistry()
-        register_node_metrics(registry, node.raft, node.machines, now_ms)
+        register_node_metrics(registry, node.raft, node.machines, now_ms, node.clock)
         app = make_app(node, registry=registry, sqs=SqsSettings.from_env())
         # Cancel a handler whose client went away: an abandoned long poll must not lease.
         runner = web.AppRunner(app, access_log=None, handler_cancellation=True)

@@ -44,6 +44,7 @@ _BEAT = struct.Struct(">QQQ")
 _BEAT_ACK = struct.Struct(">QQ")
 _CALL = struct.Struct(">QB")
 _CHUNK = struct.Struct(">QBIIQI")
+_PONG = struct.Struct(">Qq")
 
 DEFAULT_MAX_FRAME = 64 << 20
 
@@ -58,6 +59,8 @@ class FrameKind(IntEnum):
     CALL = 7
     REPLY = 8
     CHUNK = 9
+    CLOCK_PING = 10
+    CLOCK_PONG = 11
 
 
 class CodecError(RaftError):
@@ -269,6 +272,32 @@ def decode_beat_acks(body: bytes | memoryview) -> list[BeatAck]:
     acks = [BeatAck(*r.take(_BEAT_ACK)) for _ in range(min(n, len(body) // _BEAT_ACK.size + 1))]
     r.done()
     return acks
+
+
+# -- clock probes -------------------------------------------------------------------------------
+def encode_clock_ping(seq: int) -> bytes:
+    """Body of a ``CLOCK_PING`` frame: the probe's sequence number (echoed in the pong)."""
+    return _U64.pack(seq)
+
+
+def decode_clock_ping(body: bytes | memoryview) -> int:
+    r = _Reader(body)
+    (seq,) = r.take(_U64)
+    r.done()
+    return int(seq)
+
+
+def encode_clock_pong(seq: int, wall_ms: int) -> bytes:
+    """Body of a ``CLOCK_PONG`` frame: the ping's sequence number and the answering node's
+    wall clock in milliseconds (signed: a badly set clock may read before the epoch)."""
+    return _PONG.pack(seq, wall_ms)
+
+
+def decode_clock_pong(body: bytes | memoryview) -> tuple[int, int]:
+    r = _Reader(body)
+    seq, wall_ms = r.take(_PONG)
+    r.done()
+    return int(seq), int(wall_ms)
 
 
 # -- handshake and calls ------------------------------------------------------------------------
