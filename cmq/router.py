@@ -192,6 +192,8 @@ class Router:
                         if e.outcome_unknown and deadline - loop.time() <= 0:
                             self._suspect(leader)  # unanswered for the whole deadline
                         raise
+                    if group not in self._raft.groups:
+                        self._hints[group] = leader  # it answered: it leads
                     return call.decode_reply(reply)
             except RemoteCallError as e:
                 self._note_hint(group, e.payload)
