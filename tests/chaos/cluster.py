@@ -98,6 +98,8 @@ class ChaosCluster:
         self.starts = 0
         self.clock_offset_ms: dict[int, int] = {}
         """Per node: the clock offset (``CMQ_CLOCK_OFFSET_MS``) its next start gets."""
+        self.drift_skew_ms = 0.0
+        """The largest skew a ``clock-drift`` episode reached (lease-overlap tolerance)."""
 
     # -- layout ------------------------------------------------------------------------------------
     def data_dir(self, nid: int) -> Path:
