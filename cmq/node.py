@@ -150,7 +150,7 @@ class QueueNode:
             )
         )
         self.raft.watch.wall_clock = now_ms  # clock probes report the clock commands carry
-        self.clock = ClockGuard(cfg.node_id, self.raft, cfg.clock_bound_ms)
+        self.clock = ClockGuard(cfg.node_id, self.raft, cfg.clock_bound_ms, wall_ms=now_ms)
         self.catalog = CatalogMachine()
         self.machines: dict[int, QueueMachine] = {}
         self.wakeups = Wakeups()
@@ -171,7 +171,7 @@ class QueueNode:
             self.ops,
             cfg.request_timeout,
             election_timeout=cfg.tick_interval * self.raft.cfg.election_tick,
-            clock_unsafe=self.clock.unsafe,
+            clock_ok=self.clock.trusted,
         )
         self.housekeeper = Housekeeper(
             node_id=self.id,
@@ -362,6 +362,8 @@ class QueueNode:
                         f"a message body has {len(m.body)} bytes; the queue allows "
                         f"{attrs.max_message_size}"
                     )
+        if not self.clock.trusted():  # the Produce would carry this node's clock
+            raise Unavailable("this node's clock is off (see its /v1/status); send elsewhere")
         await self._take_send_slot()
         try:
             return await self.router.run_attempts(

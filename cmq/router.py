@@ -26,7 +26,7 @@ dropped (also when the request is cancelled, e.g. its client went away). An atte
 that keeps talking is not cut short: a leader holding a send back for want of room
 (backpressure) is waited for, never answered with a duplicate-prone retry.
 
-While this node's clock is judged off (``clock_unsafe``, see `cmq.clockguard`), it runs nothing
+While this node's clock is not trusted (``clock_ok``, see `cmq.clockguard`), it runs nothing
 as a leader: local attempts and calls forwarded here are answered "not the leader" until the
 guard has handed its groups' leadership away.
 """
@@ -63,8 +63,8 @@ CHECK_EVERY = 0.1
 the leader?)."""
 
 
-def _never() -> bool:
-    return False
+def _always() -> bool:
+    return True
 
 
 class Router:
@@ -79,7 +79,7 @@ class Router:
         request_timeout: float,
         *,
         election_timeout: float = 0.5,
-        clock_unsafe: Callable[[], bool] = _never,
+        clock_ok: Callable[[], bool] = _always,
     ) -> None:
         self._id = node_id
         self._raft = raft
@@ -92,7 +92,8 @@ class Router:
         self.silence = 2 * election_timeout
         """A peer unheard for longer is taken for paused or gone (not routed to)."""
         self._suspects: dict[int, float] = {}  # peer -> monotonic time until it is avoided
-        self._clock_unsafe = clock_unsafe
+        self.clock_ok = clock_ok
+        """Whether this node's clock may stamp times (else it leads nothing)."""
 
     def usable(self, peer: int) -> bool:
         """Whether ``peer`` may be sent a call: heard from within `silence` seconds and not
@@ -171,7 +172,7 @@ class Router:
             leader = self._leader(group)
             try:
                 if leader == self._id:
-                    if self._clock_unsafe():
+                    if not self.clock_ok():
                         raise NotLeader(0, "this node's clock is off; it does not lead")
                     call = attempt()
                     return await self._execute(call)
@@ -223,7 +224,7 @@ class Router:
             if leader != self._id:
                 hint = leader
                 raise NotLeader(leader)
-            if self._clock_unsafe():
+            if not self.clock_ok():
                 raise NotLeader(0, "this node's clock is off; it does not lead")
             return await self._answer(cast("Call[Any]", call))
         except CmqError as e:

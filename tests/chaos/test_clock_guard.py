@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from cmq.clockfault import FileClock
+from cmq.errors import Unavailable
 from cmq.model import QueueAttributes
 from tests.chaos.cluster import ChaosCluster
 
@@ -96,13 +97,16 @@ async def test_a_node_an_hour_ahead_stops_leading_and_leads_again_when_back(
 
         await _wait(seen_off_by_the_others, 5, "the others naming the victim's clock off")
 
-        # The cluster serves through the victim too, one lease per message.
+        # The victim stamps nothing: a send through it is refused (nothing stored); a receive
+        # through it is served by a leader elsewhere, one lease per message.
         client = cluster.node(victim, timeout=10)
-        await client.create_queue("clocked", QueueAttributes())
-        await client.send("clocked", [b"one"])
+        await cluster.node(others[0], timeout=10).create_queue("clocked", QueueAttributes())
+        with pytest.raises(Unavailable, match="clock is off"):
+            await client.send("clocked", [b"refused"])
+        await cluster.node(others[0], timeout=10).send("clocked", [b"one"])
         got = await client.receive("clocked", max_messages=1, visibility_timeout=30)
         assert [m.body for m in got] == [b"one"]
-        again = await cluster.node(others[0], timeout=10).receive(
+        again = await cluster.node(others[1], timeout=10).receive(
             "clocked", max_messages=1, wait_seconds=1
         )
         assert again == []
