@@ -164,6 +164,7 @@ class QueueNode:
             segment_bytes=cfg.segment_max_bytes,
             segment_age_ms=round(cfg.segment_max_age * 1000),
         )
+        self.ops.clock_ok = self.clock.trusted
         self.router = Router(
             self.id,
             self.raft,

@@ -94,6 +94,7 @@ from cmq.rpc import (
     RemoveQueueCall,
     SetAttributesCall,
 )
+from raftlog.errors import NotLeader
 from raftlog.errors import Overloaded as RaftOverloaded
 from raftlog.runtime import MultiRaft
 
@@ -248,6 +249,16 @@ class LeaderOps:
         self._signer = signer
         self._wakeups = wakeups
         self._timeout = request_timeout
+        self.clock_ok: Callable[[], bool] = lambda: True
+        """Whether this node's clock may stamp commands (`cmq.clockguard`); set by the node."""
+
+    def stamp(self) -> int:
+        """This node's clock for a command proposed here; `NotLeader` (route it again) while
+        the clock is not trusted, checked at the moment of stamping (a long poll may have
+        begun before a step)."""
+        if not self.clock_ok():
+            raise NotLeader(0, "this node's clock is off; it does not lead")
+        return now_ms()
 
     async def execute(self, call: Call[R]) -> R:
         """Run ``call`` here (this node should lead ``call.group``)."""
@@ -281,7 +292,7 @@ class LeaderOps:
             case SetAttributesCall():
                 return await self._set_attributes(call)
             case PurgeCall():
-                res = await self.propose(call.group, encode_command(Purge(call.name, now_ms())))
+                res = await self.propose(call.group, encode_command(Purge(call.name, self.stamp())))
                 check(res)
                 return res.count if isinstance(res, Purged) else 0
             case AssignQueueCall():
@@ -327,7 +338,7 @@ class LeaderOps:
     # -- administration ----------------------------------------------------------------------
     async def _create(self, call: CreateQueueCall) -> bool:
         cmd = CreateQueue(
-            call.name, call.attributes, now_ms(), self._segment_bytes, self._segment_age_ms
+            call.name, call.attributes, self.stamp(), self._segment_bytes, self._segment_age_ms
         )
         res = await self.propose(call.group, encode_command(cmd))
         check(res)
@@ -350,7 +361,7 @@ class LeaderOps:
 
     # -- the archive -------------------------------------------------------------------------
     async def _claim(self, call: ClaimSegmentsCall) -> ClaimResult:
-        cmd = ClaimSegments(call.name, now_ms(), call.batch_id, call.segments, call.ttl_ms)
+        cmd = ClaimSegments(call.name, self.stamp(), call.batch_id, call.segments, call.ttl_ms)
         res = await self.propose(call.group, encode_command(cmd))
         check(res)
         if not isinstance(res, SegmentsClaimed):
@@ -358,7 +369,7 @@ class LeaderOps:
         return ClaimResult(res.claimed, _refused(res.refused))
 
     async def _mark_archived(self, call: MarkArchivedCall) -> ArchiveResult:
-        cmd = MarkArchived(call.name, now_ms(), call.batch_id, call.segments)
+        cmd = MarkArchived(call.name, self.stamp(), call.batch_id, call.segments)
         res = await self.propose(call.group, encode_command(cmd))
         check(res)
         if not isinstance(res, SegmentsArchived):
@@ -386,7 +397,7 @@ class LeaderOps:
             if machine.has_visible(name, now_ms()):
                 lease = Lease(
                     name,
-                    now_ms(),
+                    self.stamp(),
                     call.max_messages,
                     None if visibility is None else visibility * 1000,
                 )
@@ -456,7 +467,7 @@ class LeaderOps:
         return tuple(codes)
 
     async def _ack(self, call: AckCall) -> tuple[str | None, ...]:
-        now, name = now_ms(), call.name
+        now, name = self.stamp(), call.name
         return await self._entries(
             call.group,
             name,
@@ -465,7 +476,7 @@ class LeaderOps:
         )
 
     async def _change_visibility(self, call: ChangeVisibilityCall) -> tuple[str | None, ...]:
-        now, name = now_ms(), call.name
+        now, name = self.stamp(), call.name
         timeouts = [seconds * 1000 for _, seconds in call.entries]
         return await self._entries(
             call.group,
@@ -477,7 +488,7 @@ class LeaderOps:
         )
 
     async def _nack(self, call: NackCall) -> tuple[str | None, ...]:
-        now, name = now_ms(), call.name
+        now, name = self.stamp(), call.name
         delay = call.delay_seconds * 1000
         return await self._entries(
             call.group,
