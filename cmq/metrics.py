@@ -205,8 +205,9 @@ class ClockCollector(Collector):
         )
         yield GaugeMetricFamily(
             "cmq_clock_unsafe",
-            "1 while this node's clock is beyond the bound from its peers' (it does not lead).",
-            value=1.0 if v.unsafe else 0.0,
+            "1 while this node's clock is beyond the bound from its peers' or just stepped "
+            "(it does not lead and stamps nothing).",
+            value=0.0 if self.guard.trusted() else 1.0,
         )
         yield CounterMetricFamily(
             "cmq_clock_handoffs",
