@@ -52,6 +52,14 @@ ALL_FAULTS = [
 ]
 Say = Callable[[str], None]
 
+VARIANTS = frozenset({"clock-jump", "clock-drift"})
+"""Fault counts that refine a kind's (each ``clock`` episode is also one of these)."""
+
+
+def fault_total(faults: Counter[str]) -> int:
+    """How many faults were injected (variants are not counted twice)."""
+    return sum(v for k, v in faults.items() if k not in VARIANTS)
+
 
 @dataclass
 class RunConfig:
