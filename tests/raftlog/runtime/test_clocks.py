@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from raftlog.runtime.clocks import ClockReading, judge
+from raftlog.runtime.peerwatch import PeerWatch
 from raftlog.transport.codec import (
     CodecError,
+    FrameKind,
     decode_clock_ping,
     decode_clock_pong,
     encode_clock_ping,
@@ -14,6 +16,7 @@ from raftlog.transport.codec import (
 )
 
 HOUR = 3_600_000.0
+HOUR_MS = 3_600_000
 
 
 def r(peer: int, offset: float, rtt: float = 2.0, at: float = 100.0) -> ClockReading:
@@ -58,3 +61,29 @@ def test_probe_codec_round_trips_and_refuses_garbage() -> None:
         decode_clock_pong(b"\x00" * 3)
     with pytest.raises(CodecError):
         decode_clock_ping(encode_clock_ping(1) + b"x")
+
+
+def test_peer_watch_reads_a_pong_and_ignores_an_older_probes_answer() -> None:
+    sent: list[tuple[int, FrameKind, bytes]] = []
+
+    def send(peer: int, kind: FrameKind, body: bytes) -> bool:
+        sent.append((peer, kind, body))
+        return peer != 9  # node 9 is unreachable: no probe outstanding
+
+    mine = PeerWatch()
+    mine.wall_clock = lambda: 1_000_000
+    theirs = PeerWatch()
+    theirs.wall_clock = lambda: 1_000_000 + HOUR_MS
+    mine.probe(send, [2, 9])
+    assert [(p, k) for p, k, _ in sent] == [(2, FrameKind.CLOCK_PING), (9, FrameKind.CLOCK_PING)]
+    first = sent[0][2]
+    mine.probe(send, [2])  # a newer probe: the first one's late answer no longer counts
+    mine.on_pong(2, theirs.pong(first))
+    assert mine.readings() == ()
+    mine.on_pong(2, theirs.pong(sent[-1][2]))
+    (reading,) = mine.readings()
+    assert reading.peer == 2 and abs(reading.offset_ms - HOUR_MS) < 100
+    mine.heard(2)
+    assert mine.silent_for(2) < 1.0
+    mine.forget(2)
+    assert mine.readings() == ()
