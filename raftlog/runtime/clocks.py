@@ -1,9 +1,9 @@
 """Wall-clock sanity across peers: readings in, a verdict out (pure; no clock is read here).
 
-The runtime probes every peer's wall clock about twice a second (``CLOCK_PING`` /
-``CLOCK_PONG`` frames, `MultiRaft.clock_readings`). A reading is the peer's clock minus ours,
-taken when the pong arrives and corrected by half the round trip, so its error is at most half
-the round trip (readings with a long round trip are ignored).
+The runtime probes every peer's wall clock about twice a second (probe calls on the peer
+connection, `raftlog.runtime.peerwatch`, `MultiRaft.clock_readings`). A reading is the peer's
+clock minus ours, taken when the pong arrives and corrected by half the round trip, so its
+error is at most half the round trip (readings with a long round trip are ignored).
 
 `judge` compares this node with the cluster: the median of every fresh reading and this node's
 own (offset 0). With an even count the median is the middle value nearer 0, so two nodes that

@@ -35,6 +35,7 @@ from raftlog.runtime.statemachine import StateMachine
 from raftlog.runtime.stats import GroupStats, PeerLinkStats, RuntimeStats, SentStats
 from raftlog.storage import GroupLog, Wal, WalOptions
 from raftlog.transport.codec import (
+    PROBE_CALL_BIT,
     Beat,
     BeatAck,
     FrameKind,
@@ -46,6 +47,7 @@ from raftlog.transport.codec import (
     encode_beats,
     encode_call,
     encode_messages,
+    is_clock_probe,
 )
 from raftlog.transport.peer import Address, Transport, TransportConfig
 
@@ -560,6 +562,9 @@ class MultiRaft:
                 )
         elif kind is FrameKind.CALL:
             rid, _, payload = decode_call(body)
+            if is_clock_probe(payload):
+                self.transport.send(peer, FrameKind.REPLY, self.watch.pong(rid, payload))
+                return
             if len(self._serving) >= self.max_concurrent_calls:
                 err = b"overloaded: too many forwarded calls"
                 self.transport.send(peer, FrameKind.REPLY, encode_call(rid, True, err))
@@ -569,16 +574,16 @@ class MultiRaft:
             task.add_done_callback(self._serving.discard)
         elif kind is FrameKind.REPLY:
             rid, is_error, payload = decode_call(body)
+            if rid & PROBE_CALL_BIT:
+                if not is_error:  # an error: a peer without probes (alive, no reading)
+                    self.watch.on_pong(peer, payload)
+                return
             fut = self._calls.get(rid)
             if fut is not None and not fut.done():
                 if is_error:
                     fut.set_exception(RemoteCallError(payload))
                 else:
                     fut.set_result(payload)
-        elif kind is FrameKind.CLOCK_PING:
-            self.transport.send(peer, FrameKind.CLOCK_PONG, self.watch.pong(body))
-        elif kind is FrameKind.CLOCK_PONG:
-            self.watch.on_pong(peer, body)
         else:
             log.warning("unexpected %s frame from node %d", kind.name, peer)
 

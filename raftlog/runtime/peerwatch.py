@@ -1,9 +1,11 @@
 """`PeerWatch`: when each peer was last heard from, and its wall clock as probes read it.
 
-`MultiRaft` feeds it every frame's arrival (`heard`), sends a ``CLOCK_PING`` to every peer about
-twice a second (`probe`) and answers peers' pings with its own wall clock (`pong`). A pong gives
-a `ClockReading` (the peer's clock minus ours, corrected by half the round trip). Only the
-latest probe per peer is outstanding: an older probe's late answer is ignored.
+`MultiRaft` feeds it every frame's arrival (`heard`), sends a clock probe to every peer about
+twice a second (`probe`: a CALL frame marked `CLOCK_PROBE`, its call id flagged with
+`PROBE_CALL_BIT`) and answers peers' probes with its own wall clock (`pong`). A pong gives a
+`ClockReading` (the peer's clock minus ours, corrected by half the round trip). Only the latest
+probe per peer is outstanding: an older probe's late answer is ignored. A peer running a version
+without probes answers with an error reply: it proves the peer alive and gives no reading.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ from collections.abc import Callable, Iterable
 from raftlog.errors import PeerUnavailable
 from raftlog.runtime.clocks import ClockReading
 from raftlog.transport.codec import (
+    PROBE_CALL_BIT,
     FrameKind,
     decode_clock_ping,
     decode_clock_pong,
+    encode_call,
     encode_clock_ping,
     encode_clock_pong,
 )
@@ -61,15 +65,19 @@ class PeerWatch:
         now = time.monotonic()
         for peer in peers:
             self._seq += 1
-            if send(peer, FrameKind.CLOCK_PING, encode_clock_ping(self._seq)):
+            body = encode_call(PROBE_CALL_BIT | self._seq, False, encode_clock_ping(self._seq))
+            if send(peer, FrameKind.CALL, body):
                 self._probes[peer] = (self._seq, now)
 
-    def pong(self, body: bytes) -> bytes:
-        """The answer to a peer's ``CLOCK_PING`` body: its sequence number and our clock."""
-        return encode_clock_pong(decode_clock_ping(body), self.wall_clock())
+    def pong(self, rid: int, payload: bytes) -> bytes:
+        """The REPLY frame body answering probe call ``rid`` (payload: the probe): its
+        sequence number and our clock."""
+        return encode_call(
+            rid, False, encode_clock_pong(decode_clock_ping(payload), self.wall_clock())
+        )
 
     def on_pong(self, peer: int, body: bytes) -> None:
-        """Record the reading a ``CLOCK_PONG`` from ``peer`` gives."""
+        """Record the reading a probe's reply payload from ``peer`` gives."""
         seq, wall = decode_clock_pong(body)
         sent = self._probes.get(peer)
         if sent is None or sent[0] != seq:

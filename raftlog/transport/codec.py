@@ -59,8 +59,6 @@ class FrameKind(IntEnum):
     CALL = 7
     REPLY = 8
     CHUNK = 9
-    CLOCK_PING = 10
-    CLOCK_PONG = 11
 
 
 class CodecError(RaftError):
@@ -275,21 +273,37 @@ def decode_beat_acks(body: bytes | memoryview) -> list[BeatAck]:
 
 
 # -- clock probes -------------------------------------------------------------------------------
+# A probe travels as an ordinary CALL frame whose payload starts with `CLOCK_PROBE` (0xc1 is
+# never valid MessagePack), its answer as the REPLY to that call id: a node that predates the
+# probes hands the payload to its call handler, which refuses it with an error reply, so a
+# mixed-version cluster (a rolling upgrade) keeps its connections.
+CLOCK_PROBE = b"\xc1clk"
+PROBE_CALL_BIT = 1 << 63
+"""Set in the call id of a probe: its reply goes to the clock reader, not to a waiting call."""
+
+
+def is_clock_probe(payload: bytes | memoryview) -> bool:
+    return bytes(payload[: len(CLOCK_PROBE)]) == CLOCK_PROBE
+
+
 def encode_clock_ping(seq: int) -> bytes:
-    """Body of a ``CLOCK_PING`` frame: the probe's sequence number (echoed in the pong)."""
-    return _U64.pack(seq)
+    """Payload of a probe call: the marker and the probe's sequence number."""
+    return CLOCK_PROBE + _U64.pack(seq)
 
 
 def decode_clock_ping(body: bytes | memoryview) -> int:
+    if not is_clock_probe(body):
+        raise CodecError("not a clock probe")
     r = _Reader(body)
+    r.pos = len(CLOCK_PROBE)
     (seq,) = r.take(_U64)
     r.done()
     return int(seq)
 
 
 def encode_clock_pong(seq: int, wall_ms: int) -> bytes:
-    """Body of a ``CLOCK_PONG`` frame: the ping's sequence number and the answering node's
-    wall clock in milliseconds (signed: a badly set clock may read before the epoch)."""
+    """Payload of a probe's reply: the probe's sequence number and the answering node's wall
+    clock in milliseconds (signed: a badly set clock may read before the epoch)."""
     return _PONG.pack(seq, wall_ms)
 
 

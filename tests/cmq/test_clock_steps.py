@@ -6,9 +6,14 @@ from __future__ import annotations
 
 from typing import cast
 
+import pytest
+
 from cmq.clockguard import ClockGuard
+from cmq.errors import InvalidParameter
+from cmq.rpc import decode_call as decode_forwarded
 from raftlog.runtime import MultiRaft
 from raftlog.runtime.clocks import ClockReading
+from raftlog.transport.codec import encode_clock_ping
 
 
 class FakeRaft:
@@ -75,3 +80,10 @@ def test_a_step_the_peers_confirm_is_accepted() -> None:
     raft.readings = [ClockReading(2, 3, 1, mono[0]), ClockReading(3, -2, 1, mono[0])]
     guard.check()
     assert guard.trusted()
+
+
+def test_an_older_node_refuses_a_probe_as_a_call_instead_of_dropping_the_connection() -> None:
+    """A node without probes decodes the payload as a forwarded call: 0xc1 is never valid
+    MessagePack, so its decoder refuses it (an error reply), never a frame-level error."""
+    with pytest.raises(InvalidParameter):
+        decode_forwarded(encode_clock_ping(5))

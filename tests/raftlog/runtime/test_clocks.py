@@ -7,12 +7,15 @@ import pytest
 from raftlog.runtime.clocks import ClockReading, judge
 from raftlog.runtime.peerwatch import PeerWatch
 from raftlog.transport.codec import (
+    PROBE_CALL_BIT,
     CodecError,
     FrameKind,
+    decode_call,
     decode_clock_ping,
     decode_clock_pong,
     encode_clock_ping,
     encode_clock_pong,
+    is_clock_probe,
 )
 
 HOUR = 3_600_000.0
@@ -70,17 +73,24 @@ def test_peer_watch_reads_a_pong_and_ignores_an_older_probes_answer() -> None:
         sent.append((peer, kind, body))
         return peer != 9  # node 9 is unreachable: no probe outstanding
 
+    def answer(body: bytes) -> bytes:  # what the other node's runtime does with a probe call
+        rid, _, payload = decode_call(body)
+        assert rid & PROBE_CALL_BIT and is_clock_probe(payload)
+        rrid, is_error, reply = decode_call(theirs.pong(rid, payload))
+        assert rrid == rid and not is_error
+        return reply
+
     mine = PeerWatch()
     mine.wall_clock = lambda: 1_000_000
     theirs = PeerWatch()
     theirs.wall_clock = lambda: 1_000_000 + HOUR_MS
     mine.probe(send, [2, 9])
-    assert [(p, k) for p, k, _ in sent] == [(2, FrameKind.CLOCK_PING), (9, FrameKind.CLOCK_PING)]
+    assert [(p, k) for p, k, _ in sent] == [(2, FrameKind.CALL), (9, FrameKind.CALL)]
     first = sent[0][2]
     mine.probe(send, [2])  # a newer probe: the first one's late answer no longer counts
-    mine.on_pong(2, theirs.pong(first))
+    mine.on_pong(2, answer(first))
     assert mine.readings() == ()
-    mine.on_pong(2, theirs.pong(sent[-1][2]))
+    mine.on_pong(2, answer(sent[-1][2]))
     (reading,) = mine.readings()
     assert reading.peer == 2 and abs(reading.offset_ms - HOUR_MS) < 100
     mine.heard(2)
