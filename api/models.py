@@ -462,6 +462,16 @@ class DataGroupInfo(_Response, kw_only=True):
     move: MoveInfo | None = None
 
 
+class ClockStatus(_Response, kw_only=True):
+    """This node's clock against its peers' (``unsafe``: beyond the bound, it does not lead)."""
+
+    offset_ms: Annotated[float, Meta(description="this clock minus the peers' median")]
+    bound_ms: float
+    unsafe: bool
+    peers_read: int
+    off_peers: Annotated[list[int], Meta(description="peers seen beyond the bound")]
+
+
 class ClusterStatus(_Response, kw_only=True):
     """This node's view of the cluster and of every Raft group it serves."""
 
@@ -485,6 +495,7 @@ class ClusterStatus(_Response, kw_only=True):
         | UnsetType
     ) = UNSET
     groups: dict[str, GroupStatus]
+    clock: ClockStatus | UnsetType = UNSET
 
 
 class GroupDigestResponse(_Response):

@@ -101,6 +101,7 @@ def _serve(args: argparse.Namespace) -> int:
         **scale,
         segment_max_bytes=int(_setting(args, conf, "segment_max_bytes", 64 << 20)),
         segment_max_age=float(_setting(args, conf, "segment_max_age", 3600)),
+        clock_bound_ms=float(_setting(args, conf, "clock_bound_ms", 500)),
     )
     if cfg.segment_max_bytes < 1 or cfg.segment_max_age < 0:
         raise SystemExit("--segment-max-bytes must be >= 1 and --segment-max-age >= 0")

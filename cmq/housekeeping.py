@@ -80,6 +80,8 @@ class Housekeeper:
     async def tick(self) -> None:
         """One round: propose what is due in each group led here (registration in the catalog
         is `cmq.membership`'s)."""
+        if not self._router.clock_ok():
+            return  # this node's clock is off: it stamps nothing (cmq.clockguard)
         for group, machine in list(self._machines.items()):
             if group not in self._raft.groups:
                 continue  # dropped meanwhile

@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 
 from cmq.errors import CmqError
@@ -91,6 +91,7 @@ class Membership:
         meta_voters: int,
         interval: float,
         balance_leaders: bool = True,
+        avoid_leader: Callable[[], Collection[int]] = tuple,
     ) -> None:
         self._me = me
         self._id = me.node_id
@@ -105,6 +106,7 @@ class Membership:
         self._meta_voters = meta_voters
         self._interval = interval
         self._balance = balance_leaders
+        self._avoid_leader = avoid_leader  # e.g. nodes whose clocks are off: never preferred
         self._transferred: dict[int, float] = {}
         self._last_register = 0.0
         self._seen_registered = False
@@ -287,7 +289,7 @@ class Membership:
     # -- 6. leader balance ------------------------------------------------------------------------
     def _balance_leader(self, g: int) -> None:
         pref = self._preferred.get(g)
-        if pref is None or pref == self._id:
+        if pref is None or pref == self._id or pref in self._avoid_leader():
             return
         st = self._raft.status(g)
         peer = st.peers.get(pref)

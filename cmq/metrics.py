@@ -19,6 +19,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from cmq.clockguard import ClockGuard
 from cmq.fsm.machine import QueueMachine
 from cmq.model import SEGMENT_STATES
 from raftlog.runtime import MultiRaft, RuntimeStats
@@ -189,16 +190,45 @@ class SegmentCollector(Collector):
         yield from (segments, disk, oldest)
 
 
+class ClockCollector(Collector):
+    """This node's clock against its peers' (`cmq.clockguard.ClockGuard`)."""
+
+    def __init__(self, guard: ClockGuard) -> None:
+        self.guard = guard
+
+    def collect(self) -> Iterator[Metric]:
+        v = self.guard.verdict
+        yield GaugeMetricFamily(
+            "cmq_clock_offset_seconds",
+            "This node's wall clock minus the median of its peers' (probes, half-RTT corrected).",
+            value=v.offset_ms / 1000.0,
+        )
+        yield GaugeMetricFamily(
+            "cmq_clock_unsafe",
+            "1 while this node's clock is beyond the bound from its peers' or just stepped "
+            "(it does not lead and stamps nothing).",
+            value=0.0 if self.guard.trusted() else 1.0,
+        )
+        yield CounterMetricFamily(
+            "cmq_clock_handoffs",
+            "Leadership transfers asked for because this node's clock was off.",
+            value=self.guard.handoffs,
+        )
+
+
 def register_node_metrics(
     registry: CollectorRegistry,
     raft: MultiRaft,
     machines: Mapping[int, QueueMachine] | None = None,
     now_ms: Callable[[], int] | None = None,
+    clock: ClockGuard | None = None,
 ) -> None:
     """Add the Raft runtime's metrics and the process's (CPU seconds, resident memory, open
     files: ``process_*``) to ``registry``; with ``machines`` (data group -> its queue machine)
     and a clock ``now_ms``, the queues' segment metrics too (`SegmentCollector`)."""
     registry.register(RaftCollector(raft))
+    if clock is not None:
+        registry.register(ClockCollector(clock))
     if machines is not None and now_ms is not None:
         registry.register(SegmentCollector(machines, now_ms))
     ProcessCollector(registry=registry)

@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Awaitable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from cmq.clockguard import DEFAULT_BOUND_MS, ClockGuard
 from cmq.errors import InvalidParameter, MessageTooLarge, Overloaded, QueueNotFound, Unavailable
 from cmq.fsm.machine import QueueMachine
 from cmq.fsm.segments import FileSegmentStore
@@ -125,6 +126,9 @@ class NodeConfig:
     segment_max_bytes: int = DEFAULT_SEGMENT_BYTES
     """Queues created through this node seal a segment at this size (recorded per queue)..."""
     segment_max_age: float = DEFAULT_SEGMENT_AGE_SECONDS
+    clock_bound_ms: float = DEFAULT_BOUND_MS
+    """A clock further than this from the median of the peers' stops this node leading
+    (``CMQ_CLOCK_BOUND_MS``; `cmq.clockguard`)."""
     """...or at this age in seconds (by the queue's clock, checked by housekeeping too)."""
 
 
@@ -148,6 +152,8 @@ class QueueNode:
                 rejoin=cfg.rejoin,
             )
         )
+        self.raft.watch.wall_clock = now_ms  # clock probes report the clock commands carry
+        self.clock = ClockGuard(cfg.node_id, self.raft, cfg.clock_bound_ms, wall_ms=now_ms)
         self.catalog = CatalogMachine()
         self.machines: dict[int, QueueMachine] = {}
         self.wakeups = Wakeups()
@@ -161,7 +167,16 @@ class QueueNode:
             segment_bytes=cfg.segment_max_bytes,
             segment_age_ms=round(cfg.segment_max_age * 1000),
         )
-        self.router = Router(self.id, self.raft, self.catalog, self.ops, cfg.request_timeout)
+        self.ops.clock_ok = self.clock.trusted
+        self.router = Router(
+            self.id,
+            self.raft,
+            self.catalog,
+            self.ops,
+            cfg.request_timeout,
+            election_timeout=cfg.tick_interval * self.raft.cfg.election_tick,
+            clock_ok=self.clock.trusted,
+        )
         self.housekeeper = Housekeeper(
             node_id=self.id,
             peer=cfg.peer,
@@ -194,6 +209,7 @@ class QueueNode:
             meta_voters=max(cfg.meta_voters, min(len(founders), 5)),
             interval=cfg.membership_interval,
             balance_leaders=cfg.balance_leaders,
+            avoid_leader=self.clock.off_peers,
         )
         self.admin = NodesAdmin(self.id, self.raft, self.catalog, self.router)
         self._produce = ProduceBuilder(self.id)
@@ -222,6 +238,7 @@ class QueueNode:
         self.raft.set_call_handler(self.router.serve)
         self._spawn(self.housekeeper.run())
         self._spawn(self.membership.run())
+        self._spawn(self.clock.run())
 
     async def _open_data_group(
         self, g: int, voters: tuple[int, ...], rejoin: bool, data_dir_index: int | None = None
@@ -274,7 +291,9 @@ class QueueNode:
         return all(g in self.raft.groups and self.raft.leader_of(g) != 0 for g in hosted)
 
     def status(self) -> dict[str, Any]:
-        return render_status(self.id, self.raft, self.catalog, tuple(sorted(self.raft.groups)))
+        out = render_status(self.id, self.raft, self.catalog, tuple(sorted(self.raft.groups)))
+        out["clock"] = self.clock.describe()
+        return out
 
     async def group_digest(self, group: int) -> GroupDigest:
         return await group_digest(self.id, self.raft, self.machines, group)
@@ -355,6 +374,8 @@ class QueueNode:
                         f"a message body has {len(m.body)} bytes; the queue allows "
                         f"{attrs.max_message_size}"
                     )
+        if not self.clock.trusted():  # the Produce would carry this node's clock
+            raise Unavailable("this node's clock is off (see its /v1/status); send elsewhere")
         await self._take_send_slot()
         try:
             return await self.router.run_attempts(

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, cast
 
+from cmq import clockfault
 from cmq.errors import (
     InvalidParameter,
     InvariantBroken,
@@ -94,6 +95,7 @@ from cmq.rpc import (
     RemoveQueueCall,
     SetAttributesCall,
 )
+from raftlog.errors import NotLeader
 from raftlog.errors import Overloaded as RaftOverloaded
 from raftlog.runtime import MultiRaft
 
@@ -116,11 +118,14 @@ def _clock_offset_ms(raw: str) -> int:
 
 
 _CLOCK_OFFSET_MS = _clock_offset_ms(os.environ.get(CLOCK_OFFSET_ENV, ""))
+_FILE_CLOCK = clockfault.from_environment()
 
 
 def now_ms() -> int:
-    """This node's clock, as commands carry it: the wall clock plus `CLOCK_OFFSET_ENV`."""
-    return time.time_ns() // 1_000_000 + _CLOCK_OFFSET_MS
+    """This node's clock, as commands carry it: the wall clock plus `CLOCK_OFFSET_ENV`, plus
+    the test-only live offset of `cmq.clockfault` when ``CMQ_CLOCK_FILE`` is set."""
+    ms = time.time_ns() // 1_000_000 + _CLOCK_OFFSET_MS
+    return ms if _FILE_CLOCK is None else ms + _FILE_CLOCK.offset_ms()
 
 
 class Wakeups:
@@ -247,6 +252,16 @@ class LeaderOps:
         self._signer = signer
         self._wakeups = wakeups
         self._timeout = request_timeout
+        self.clock_ok: Callable[[], bool] = lambda: True
+        """Whether this node's clock may stamp commands (`cmq.clockguard`); set by the node."""
+
+    def stamp(self) -> int:
+        """This node's clock for a command proposed here; `NotLeader` (route it again) while
+        the clock is not trusted, checked at the moment of stamping (a long poll may have
+        begun before a step)."""
+        if not self.clock_ok():
+            raise NotLeader(0, "this node's clock is off; it does not lead")
+        return now_ms()
 
     async def execute(self, call: Call[R]) -> R:
         """Run ``call`` here (this node should lead ``call.group``)."""
@@ -280,7 +295,7 @@ class LeaderOps:
             case SetAttributesCall():
                 return await self._set_attributes(call)
             case PurgeCall():
-                res = await self.propose(call.group, encode_command(Purge(call.name, now_ms())))
+                res = await self.propose(call.group, encode_command(Purge(call.name, self.stamp())))
                 check(res)
                 return res.count if isinstance(res, Purged) else 0
             case AssignQueueCall():
@@ -326,7 +341,7 @@ class LeaderOps:
     # -- administration ----------------------------------------------------------------------
     async def _create(self, call: CreateQueueCall) -> bool:
         cmd = CreateQueue(
-            call.name, call.attributes, now_ms(), self._segment_bytes, self._segment_age_ms
+            call.name, call.attributes, self.stamp(), self._segment_bytes, self._segment_age_ms
         )
         res = await self.propose(call.group, encode_command(cmd))
         check(res)
@@ -352,7 +367,7 @@ class LeaderOps:
 
     # -- the archive -------------------------------------------------------------------------
     async def _claim(self, call: ClaimSegmentsCall) -> ClaimResult:
-        cmd = ClaimSegments(call.name, now_ms(), call.batch_id, call.segments, call.ttl_ms)
+        cmd = ClaimSegments(call.name, self.stamp(), call.batch_id, call.segments, call.ttl_ms)
         res = await self.propose(call.group, encode_command(cmd))
         check(res)
         if not isinstance(res, SegmentsClaimed):
@@ -360,7 +375,7 @@ class LeaderOps:
         return ClaimResult(res.claimed, _refused(res.refused))
 
     async def _mark_archived(self, call: MarkArchivedCall) -> ArchiveResult:
-        cmd = MarkArchived(call.name, now_ms(), call.batch_id, call.segments)
+        cmd = MarkArchived(call.name, self.stamp(), call.batch_id, call.segments)
         res = await self.propose(call.group, encode_command(cmd))
         check(res)
         if not isinstance(res, SegmentsArchived):
@@ -392,7 +407,7 @@ class LeaderOps:
                 replay = False
                 lease = Lease(
                     name,
-                    now_ms(),
+                    self.stamp(),
                     call.max_messages,
                     None if visibility is None else visibility * 1000,
                     call.attempt_id,
@@ -467,7 +482,7 @@ class LeaderOps:
         return tuple(codes)
 
     async def _ack(self, call: AckCall) -> tuple[str | None, ...]:
-        now, name = now_ms(), call.name
+        now, name = self.stamp(), call.name
         return await self._entries(
             call.group,
             name,
@@ -476,7 +491,7 @@ class LeaderOps:
         )
 
     async def _change_visibility(self, call: ChangeVisibilityCall) -> tuple[str | None, ...]:
-        now, name = now_ms(), call.name
+        now, name = self.stamp(), call.name
         timeouts = [seconds * 1000 for _, seconds in call.entries]
         return await self._entries(
             call.group,
@@ -488,7 +503,7 @@ class LeaderOps:
         )
 
     async def _nack(self, call: NackCall) -> tuple[str | None, ...]:
-        now, name = now_ms(), call.name
+        now, name = self.stamp(), call.name
         delay = call.delay_seconds * 1000
         return await self._entries(
             call.group,

@@ -11,15 +11,31 @@ repeated after such an attempt unless every message carries a dedup id. If the d
 after an attempt with an unknown outcome, `OutcomeUnknown` is raised rather than `Unavailable`.
 
 A data group this node does not host (it runs only the groups it is a replica of) is routed to
-the leader a replica last named, else to its replicas in turn (from the catalog); a replica
-that does not lead answers ``Retry`` with the leader it knows. `CatalogCall`s (node and move
-commands) are proposed to the meta group here, their refusals raised as errors.
+the leader a replica last named, else to its live replicas in turn (from the catalog); a replica
+that does not lead answers ``Retry`` with the leader it knows, so asking any live replica finds
+the leader in one more hop. `CatalogCall`s (node and move commands) are proposed to the meta
+group here, their refusals raised as errors.
+
+A forwarded attempt is never sent to, and never keeps waiting on, a peer that has gone quiet:
+the runtime hears from every live peer at least twice a second (heartbeats, clock probes), so a
+peer silent for `silence` seconds (two election timeouts) is taken for paused or gone. While an
+attempt waits, it is abandoned (`MultiRaft.call`'s ``abandon``; an unknown outcome) as soon as
+its peer goes quiet or, for a group hosted here, the local replica names another leader. A peer
+whose attempt went unanswered is avoided for `SUSPECT_SECONDS`, and the hint that led there is
+dropped (also when the request is cancelled, e.g. its client went away). An attempt to a peer
+that keeps talking is not cut short: a leader holding a send back for want of room
+(backpressure) is waited for, never answered with a duplicate-prone retry.
+
+While this node's clock is not trusted (``clock_ok``, see `cmq.clockguard`), it runs nothing
+as a leader: local attempts and calls forwarded here are answered "not the leader" until the
+guard has handed its groups' leadership away.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
@@ -40,6 +56,15 @@ FIRST_BACKOFF = 0.02
 """Seconds before the first retry; doubled per retry up to `MAX_BACKOFF`, each wait drawn
 uniformly from its upper half (jitter: nodes retrying the same leader change spread out)."""
 MAX_BACKOFF = 0.2
+SUSPECT_SECONDS = 2.0
+"""How long a peer whose attempt went unanswered (silent, or past the deadline) is avoided."""
+CHECK_EVERY = 0.1
+"""Seconds between two looks at a waiting forwarded attempt (is its peer still talking, still
+the leader?)."""
+
+
+def _always() -> bool:
+    return True
 
 
 class Router:
@@ -52,6 +77,9 @@ class Router:
         catalog: CatalogMachine,
         ops: LeaderOps,
         request_timeout: float,
+        *,
+        election_timeout: float = 0.5,
+        clock_ok: Callable[[], bool] = _always,
     ) -> None:
         self._id = node_id
         self._raft = raft
@@ -61,21 +89,60 @@ class Router:
         self._rng = random.Random()
         self._hints: dict[int, int] = {}  # group not hosted here -> the leader last named
         self._turn = 0
+        self.silence = 2 * election_timeout
+        """A peer unheard for longer is taken for paused or gone (not routed to)."""
+        self._suspects: dict[int, float] = {}  # peer -> monotonic time until it is avoided
+        self.clock_ok = clock_ok
+        """Whether this node's clock may stamp times (else it leads nothing)."""
+
+    def usable(self, peer: int) -> bool:
+        """Whether ``peer`` may be sent a call: heard from within `silence` seconds and not
+        a suspect."""
+        until = self._suspects.get(peer)
+        if until is not None:
+            if until > time.monotonic():
+                return False
+            del self._suspects[peer]
+        return self._raft.silent_for(peer) <= self.silence
+
+    def _suspect(self, peer: int) -> None:
+        self._suspects[peer] = time.monotonic() + SUSPECT_SECONDS
 
     def _leader(self, group: int) -> int:
-        """Where to send a call for ``group``: its known leader when hosted here; else the
-        leader a replica named, else the next replica in the catalog (0: nowhere yet)."""
+        """Where to send a call for ``group`` (0: nowhere yet, wait and look again): its known
+        leader when hosted here and usable; else the leader a replica named, if usable; else
+        the next usable replica in the catalog."""
         if group in self._raft.groups:
-            return self._raft.leader_of(group)
+            lead = self._raft.leader_of(group)
+            return lead if lead in (0, self._id) or self.usable(lead) else 0
         hint = self._hints.get(group)
         if hint:
-            return hint
+            if self.usable(hint):
+                return hint
+            del self._hints[group]
         p = self._catalog.placement(group)
         hosts = [n for n in (p.hosts() if p is not None else ()) if n != self._id]
+        hosts = [n for n in hosts if self.usable(n)]
         if not hosts:
             return 0
         self._turn += 1
         return hosts[self._turn % len(hosts)]
+
+    def _watch(self, group: int, peer: int) -> Callable[[], str | None]:
+        """The ``abandon`` check of a forwarded attempt to ``peer`` for ``group``."""
+
+        def abandon() -> str | None:
+            silent = self._raft.silent_for(peer)
+            if silent > self.silence:
+                self._suspect(peer)
+                return f"node {peer} silent for {silent:.1f} s"
+            if group in self._raft.groups:
+                lead = self._raft.leader_of(group)
+                if lead not in (0, peer):
+                    return f"group {group} is led by node {lead} now"
+            return None
+
+        return abandon
 
     def group_of(self, name: str) -> int:
         """The data group holding queue ``name``; `QueueNotFound` if the catalog lacks it."""
@@ -105,11 +172,29 @@ class Router:
             leader = self._leader(group)
             try:
                 if leader == self._id:
+                    if not self.clock_ok():
+                        raise NotLeader(0, "this node's clock is off; it does not lead")
                     call = attempt()
                     return await self._execute(call)
                 if leader:
                     call = attempt()
-                    reply = await self._raft.call(leader, call.encode(), timeout=remaining)
+                    try:
+                        reply = await self._raft.call(
+                            leader,
+                            call.encode(),
+                            timeout=remaining,
+                            abandon=self._watch(group, leader),
+                            check_every=CHECK_EVERY,
+                        )
+                    except asyncio.CancelledError:
+                        self._drop_hint(group, leader)
+                        raise
+                    except PeerUnavailable as e:
+                        if e.outcome_unknown and deadline - loop.time() <= 0:
+                            self._suspect(leader)  # unanswered for the whole deadline
+                        raise
+                    if group not in self._raft.groups:
+                        self._hints[group] = leader  # it answered: it leads
                     return call.decode_reply(reply)
             except RemoteCallError as e:
                 self._note_hint(group, e.payload)
@@ -139,6 +224,8 @@ class Router:
             if leader != self._id:
                 hint = leader
                 raise NotLeader(leader)
+            if not self.clock_ok():
+                raise NotLeader(0, "this node's clock is off; it does not lead")
             return await self._answer(cast("Call[Any]", call))
         except CmqError as e:
             raise RemoteCallError(encode_error(e.code, e.message)) from None
@@ -148,6 +235,10 @@ class Router:
                 reply = {"error": code, "message": str(e), "leader": hint}
                 raise RemoteCallError(orjson.dumps(reply)) from None
             raise RemoteCallError(encode_error(code, str(e))) from None
+
+    def _drop_hint(self, group: int, peer: int) -> None:
+        if self._hints.get(group) == peer:
+            del self._hints[group]
 
     def _note_hint(self, group: int, payload: bytes) -> None:
         if group in self._raft.groups:

@@ -103,7 +103,7 @@ async def serve(
     bootstrap: asyncio.Task[object] | None = None
     try:
         registry = CollectorRegistry()
-        register_node_metrics(registry, node.raft, node.machines, now_ms)
+        register_node_metrics(registry, node.raft, node.machines, now_ms, node.clock)
         auth: AuthConfig | None = None
         keys: KeyAdmin | None = None
         if security.anonymous:

@@ -28,11 +28,14 @@ from raftlog.core import (
     Status,
 )
 from raftlog.errors import NotLeader, Overloaded, PeerUnavailable, RaftError
+from raftlog.runtime.clocks import ClockReading
 from raftlog.runtime.group import DurableLog, GroupDriver, GroupOptions
+from raftlog.runtime.peerwatch import CallWatchdog, PeerWatch
 from raftlog.runtime.statemachine import StateMachine
 from raftlog.runtime.stats import GroupStats, PeerLinkStats, RuntimeStats, SentStats
 from raftlog.storage import GroupLog, Wal, WalOptions
 from raftlog.transport.codec import (
+    PROBE_CALL_BIT,
     Beat,
     BeatAck,
     FrameKind,
@@ -44,6 +47,7 @@ from raftlog.transport.codec import (
     encode_beats,
     encode_call,
     encode_messages,
+    is_clock_probe,
 )
 from raftlog.transport.peer import Address, Transport, TransportConfig
 
@@ -99,6 +103,9 @@ class RuntimeConfig:
     snapshot_every_ticks: int = 6000
     """Also snapshot every group that applied anything since its last snapshot this often
     (6000 ticks = 5 minutes at 50 ms), so a restart replays little even when traffic is low."""
+    clock_probe_ticks: int = 10
+    """Probe every peer's wall clock this often (10 ticks = 0.5 s at 50 ms): the readings feed
+    `clock_readings`, and the answers prove the peer alive (`silent_for`)."""
     seed: int | None = None
     """Seed for election-timeout randomization (None: from the OS)."""
     rejoin: bool = False
@@ -171,6 +178,9 @@ class MultiRaft:
         self._call_ids = 0
         self._serving: set[asyncio.Task[None]] = set()
         self.max_concurrent_calls = 4096
+        self.watch = PeerWatch()
+        """Peers' liveness and wall-clock readings; ``watch.wall_clock`` is this node's clock
+        as probes report it (an application with its own clock source sets it)."""
 
     async def __aenter__(self) -> MultiRaft:
         await self.start()
@@ -291,6 +301,7 @@ class MultiRaft:
         """Forget ``node`` (removed from the cluster); a no-op for this node itself."""
         if node != self.id:
             self.transport.remove_peer(node)
+            self.watch.forget(node)
 
     def peers(self) -> tuple[int, ...]:
         """The peers this node knows (itself excluded), sorted."""
@@ -385,11 +396,22 @@ class MultiRaft:
         """Serve calls that peers forward here (e.g. client requests for groups led here)."""
         self._call_handler = handler
 
-    async def call(self, peer: int, payload: bytes, timeout: float) -> bytes:
+    async def call(
+        self,
+        peer: int,
+        payload: bytes,
+        timeout: float,
+        *,
+        abandon: Callable[[], str | None] | None = None,
+        check_every: float = 0.2,
+    ) -> bytes:
         """Send ``payload`` to ``peer``'s call handler over the peer connection; await its reply.
 
         Raises `RemoteCallError` (the peer's error reply), `PeerUnavailable` (peer unreachable or no
-        reply within ``timeout``; the outcome is then unknown) or `Overloaded`.
+        reply within ``timeout``; the outcome is then unknown) or `Overloaded`. ``abandon``, when
+        given, is asked every ``check_every`` seconds while the reply is awaited: a reason (not
+        None) ends the wait at once with `PeerUnavailable` (outcome unknown), e.g. the peer went
+        silent (`silent_for`) or another node is known to lead now.
         """
         if len(self._calls) >= self.max_concurrent_calls:
             raise Overloaded("too many forwarded calls in flight")
@@ -403,12 +425,25 @@ class MultiRaft:
             handle = asyncio.get_running_loop().call_later(
                 timeout, _expire_call, fut, f"node {peer} did not answer within {timeout} s"
             )
+            dog = CallWatchdog(fut, peer, abandon, check_every) if abandon else None
             try:
                 return await fut
             finally:
                 handle.cancel()
+                if dog is not None:
+                    dog.cancel()
         finally:
             self._calls.pop(rid, None)
+
+    def silent_for(self, peer: int) -> float:
+        """Seconds since the last frame from ``peer`` (any kind: raft traffic, heartbeats,
+        clock probes, replies); since this node started if none came yet."""
+        return self.watch.silent_for(peer)
+
+    def clock_readings(self) -> tuple[ClockReading, ...]:
+        """The latest wall-clock reading of each peer that answered a probe (judge them with
+        `raftlog.runtime.clocks.judge`)."""
+        return self.watch.readings()
 
     async def _serve_call(self, peer: int, rid: int, payload: bytes) -> None:
         handler = self._call_handler
@@ -438,6 +473,9 @@ class MultiRaft:
             for g in list(self.groups.values()):
                 g.tick()
             ticks += 1
+            if ticks % self.cfg.clock_probe_ticks == 0:
+                peers = [p for p in self.transport.peers if p != self.id]
+                self.watch.probe(self.transport.send, peers)
             if ticks % self.cfg.pin_check_ticks == 0:
                 self._snapshot_pinning_groups()
             if ticks % self.cfg.snapshot_every_ticks == 0:
@@ -504,6 +542,7 @@ class MultiRaft:
 
     # -- receiving --------------------------------------------------------------------------------
     def _on_frame(self, peer: int, kind: FrameKind, body: bytes) -> None:
+        self.watch.heard(peer)
         if kind is FrameKind.RAFT:
             for group, m in decode_messages(body):
                 if m.frm != peer or m.to != self.id:
@@ -523,6 +562,9 @@ class MultiRaft:
                 )
         elif kind is FrameKind.CALL:
             rid, _, payload = decode_call(body)
+            if is_clock_probe(payload):
+                self.transport.send(peer, FrameKind.REPLY, self.watch.pong(rid, payload))
+                return
             if len(self._serving) >= self.max_concurrent_calls:
                 err = b"overloaded: too many forwarded calls"
                 self.transport.send(peer, FrameKind.REPLY, encode_call(rid, True, err))
@@ -532,6 +574,10 @@ class MultiRaft:
             task.add_done_callback(self._serving.discard)
         elif kind is FrameKind.REPLY:
             rid, is_error, payload = decode_call(body)
+            if rid & PROBE_CALL_BIT:
+                if not is_error:  # an error: a peer without probes (alive, no reading)
+                    self.watch.on_pong(peer, payload)
+                return
             fut = self._calls.get(rid)
             if fut is not None and not fut.done():
                 if is_error:

@@ -44,6 +44,7 @@ _BEAT = struct.Struct(">QQQ")
 _BEAT_ACK = struct.Struct(">QQ")
 _CALL = struct.Struct(">QB")
 _CHUNK = struct.Struct(">QBIIQI")
+_PONG = struct.Struct(">Qq")
 
 DEFAULT_MAX_FRAME = 64 << 20
 
@@ -269,6 +270,48 @@ def decode_beat_acks(body: bytes | memoryview) -> list[BeatAck]:
     acks = [BeatAck(*r.take(_BEAT_ACK)) for _ in range(min(n, len(body) // _BEAT_ACK.size + 1))]
     r.done()
     return acks
+
+
+# -- clock probes -------------------------------------------------------------------------------
+# A probe travels as an ordinary CALL frame whose payload starts with `CLOCK_PROBE` (0xc1 is
+# never valid MessagePack), its answer as the REPLY to that call id: a node that predates the
+# probes hands the payload to its call handler, which refuses it with an error reply, so a
+# mixed-version cluster (a rolling upgrade) keeps its connections.
+CLOCK_PROBE = b"\xc1clk"
+PROBE_CALL_BIT = 1 << 63
+"""Set in the call id of a probe: its reply goes to the clock reader, not to a waiting call."""
+
+
+def is_clock_probe(payload: bytes | memoryview) -> bool:
+    return bytes(payload[: len(CLOCK_PROBE)]) == CLOCK_PROBE
+
+
+def encode_clock_ping(seq: int) -> bytes:
+    """Payload of a probe call: the marker and the probe's sequence number."""
+    return CLOCK_PROBE + _U64.pack(seq)
+
+
+def decode_clock_ping(body: bytes | memoryview) -> int:
+    if not is_clock_probe(body):
+        raise CodecError("not a clock probe")
+    r = _Reader(body)
+    r.pos = len(CLOCK_PROBE)
+    (seq,) = r.take(_U64)
+    r.done()
+    return int(seq)
+
+
+def encode_clock_pong(seq: int, wall_ms: int) -> bytes:
+    """Payload of a probe's reply: the probe's sequence number and the answering node's wall
+    clock in milliseconds (signed: a badly set clock may read before the epoch)."""
+    return _PONG.pack(seq, wall_ms)
+
+
+def decode_clock_pong(body: bytes | memoryview) -> tuple[int, int]:
+    r = _Reader(body)
+    seq, wall_ms = r.take(_PONG)
+    r.done()
+    return int(seq), int(wall_ms)
 
 
 # -- handshake and calls ------------------------------------------------------------------------

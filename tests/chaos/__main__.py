@@ -21,7 +21,14 @@ from pathlib import Path
 from tests.chaos.checker import check, summarize
 from tests.chaos.failover import failover_trials, percentile
 from tests.chaos.history import load_jsonl
-from tests.chaos.runner import ALL_FAULTS, RunConfig, RunResult, replay_command, run_once
+from tests.chaos.runner import (
+    ALL_FAULTS,
+    RunConfig,
+    RunResult,
+    fault_total,
+    replay_command,
+    run_once,
+)
 
 COLUMNS = [
     ("seed", 6),
@@ -55,7 +62,7 @@ def table(results: list[RunResult], failover: dict[str, list[float]] | None = No
                     r.cfg.seed,
                     r.cfg.nodes,
                     round(r.elapsed),
-                    sum(r.faults.values()),
+                    fault_total(r.faults),
                     rep.ops,
                     rep.attempted,
                     rep.acked,
@@ -80,7 +87,7 @@ def table(results: list[RunResult], failover: dict[str, list[float]] | None = No
                     "total",
                     f"{tot['runs']}r",
                     round(sum(r.elapsed for r in results)),
-                    sum(faults.values()),
+                    fault_total(faults),
                     tot["operations"],
                     tot["attempted"],
                     tot["acked"],

@@ -1,16 +1,22 @@
-"""The ``clock`` fault: a node's wall clock jumps forward or back by seconds.
+"""The ``clock`` fault: a running node's wall clock jumps or drifts (``CMQ_CLOCK_FILE``).
 
-The node is killed and restarted on its data with ``CMQ_CLOCK_OFFSET_MS`` set (its clock source,
-`cmq.ops.now_ms`, adds the offset), held, then killed and restarted with offset 0: two jumps,
-one away and one back, each seen by the rest of the cluster as a skewed peer. Half of the time
-the target is a group leader. Offsets are 1-10 s forward or back. Exclusive: no other fault
-runs meanwhile.
+Each episode moves the clock of one node (half of the time a group leader) while it runs,
+through the live clock file `cmq.clockfault` re-reads every second, and puts it back on heal:
 
-What must hold whatever the clocks say: nothing acknowledged is lost and no message is
-delivered again after its ack was confirmed (the checker's `lost` and `redelivered_after_ack`).
-Lease windows are measured by the runner's clock while leaders stamp leases with their own:
-with seconds of skew a lease may expire early in real time, so a run with clock faults
-reports lease overlaps without failing on them (`RunResult.failures`).
+* ``clock-jump``: forward or back by seconds (1-10 s), minutes (1-30 min) or hours (1-6 h):
+  far beyond the skew bound, so the node's clock guard must take it out of leadership;
+* ``clock-drift``: the clock runs fast or slow by 2,000-50,000 ppm for the hold (2-6 s), so the
+  skew it reaches stays under the 500 ms bound (`MAX_DRIFT_SKEW_MS`).
+
+Both count as ``clock`` episodes too. What must hold whatever the clocks say: nothing
+acknowledged is lost and no message is delivered again after its ack was confirmed (the
+checker's ``lost`` and ``redelivered_after_ack``). Leases: the runner measures lease windows
+with its own clock while leaders stamp them with theirs, so a lease can end early in real time
+by up to the stamping leader's skew. A run whose clock faults stayed under the bound (drift
+only) must show no lease overlap beyond the skew it reached (`RunResult.failures` checks with
+that tolerance); a run with jumps beyond the bound reports lease overlaps without failing on
+them (until the guard deposes the node, about a second, its leases are stamped off).
+Exclusive: no other fault runs meanwhile, so each episode's effect stands alone.
 """
 
 from __future__ import annotations
@@ -19,14 +25,18 @@ import random
 from dataclasses import dataclass
 
 from tests.chaos.cluster import ChaosCluster
-from tests.chaos.faults import Injected, pick_target, restart_checked
+from tests.chaos.faults import Injected, pick_target
+
+MAX_DRIFT_SKEW_MS = 300.0
+"""The largest skew a drift episode reaches (50,000 ppm over 6 s), under the 500 ms bound."""
+
+_JUMP_UNITS = ((1_000, 10), (60_000, 30), (3_600_000, 6))  # (unit ms, up to n units)
 
 
 @dataclass
-class ClockJump:
+class ClockFault:
     name: str = "clock"
     exclusive: bool = True
-    """Alone: a restart behind a partition could not become ready."""
     category: str = "process"
     weight: int = 2
 
@@ -35,17 +45,30 @@ class ClockJump:
 
     async def inject(self, cluster: ChaosCluster, rng: random.Random) -> Injected | None:
         nid = await pick_target(cluster, rng)
-        if nid is None or len(cluster.running()) - 1 <= cluster.n // 2:
+        if nid is None:
             return None
-        offset = rng.choice([-1, 1]) * rng.randint(1, 10) * 1000
-        cluster.kill(nid)
-        cluster.clock_offset_ms[nid] = offset
-        started = await restart_checked(cluster, [nid])
+        sign = rng.choice([-1, 1])
+        hold = rng.uniform(2.0, 6.0)
+        if rng.random() < 0.5:
+            unit, most = rng.choice(_JUMP_UNITS)
+            offset = sign * rng.randint(1, most) * unit
+            cluster.set_clock(nid, offset_ms=offset)
+            kind, what = "clock-jump", f"clock of node {nid} jumps {_span(offset)} (back on heal)"
+        else:
+            ppm = sign * rng.randint(2_000, 50_000)
+            cluster.set_clock(nid, drift_ppm=float(ppm))
+            cluster.drift_skew_ms = max(cluster.drift_skew_ms, abs(ppm) * 1e-6 * hold * 1000)
+            kind, what = "clock-drift", f"clock of node {nid} drifts {ppm:+d} ppm (reset on heal)"
 
         async def heal() -> str:
-            cluster.kill(nid)
-            cluster.clock_offset_ms.pop(nid, None)
-            return "; ".join(x for x in (started, await restart_checked(cluster, [nid])) if x)
+            cluster.set_clock(nid)
+            return ""
 
-        what = f"clock of node {nid} jumps {offset / 1000:+.0f}s (and back on heal)"
-        return Injected(self.name, what, [nid], rng.uniform(2.0, 6.0), heal)
+        return Injected(kind, what, [nid], hold, heal)
+
+
+def _span(offset_ms: int) -> str:
+    for unit, label in ((3_600_000, "h"), (60_000, "min"), (1_000, "s")):
+        if abs(offset_ms) >= unit:
+            return f"{offset_ms / unit:+.0f}{label}"
+    return f"{offset_ms:+d}ms"

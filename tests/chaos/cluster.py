@@ -98,10 +98,25 @@ class ChaosCluster:
         self.starts = 0
         self.clock_offset_ms: dict[int, int] = {}
         """Per node: the clock offset (``CMQ_CLOCK_OFFSET_MS``) its next start gets."""
+        self.drift_skew_ms = 0.0
+        """The largest skew a ``clock-drift`` episode reached (lease-overlap tolerance)."""
 
     # -- layout ------------------------------------------------------------------------------------
     def data_dir(self, nid: int) -> Path:
         return self.root / f"node{nid}" / "data"
+
+    def clock_file(self, nid: int) -> Path:
+        """The node's live clock-fault file (``CMQ_CLOCK_FILE``, `cmq.clockfault`)."""
+        return self.root / f"node{nid}" / "clock.json"
+
+    def set_clock(self, nid: int, offset_ms: int = 0, drift_ppm: float = 0.0) -> None:
+        """Move node ``nid``'s clock while it runs (it re-reads the file within a second):
+        ``offset_ms`` from now on, plus ``drift_ppm`` of the time elapsed from now."""
+        path = self.clock_file(nid)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"offset_ms": offset_ms, "drift_ppm": drift_ppm}))
+        os.replace(tmp, path)
 
     def log_path(self, nid: int) -> Path:
         return self.root / f"node{nid}.log"
@@ -152,6 +167,7 @@ class ChaosCluster:
         self.data_dir(nid).mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, CMQ_SECRET=SECRET)
         env["CMQ_CLOCK_OFFSET_MS"] = str(self.clock_offset_ms.get(nid, 0))
+        env["CMQ_CLOCK_FILE"] = str(self.clock_file(nid))
         if self.code is not None:
             env["PYTHONPATH"] = str(self.code)
         with self.log_path(nid).open("ab") as log:

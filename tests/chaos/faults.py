@@ -506,9 +506,9 @@ def _pinned() -> FaultKind:
 
 
 def _clock() -> FaultKind:
-    from tests.chaos.clock import ClockJump  # it imports this module
+    from tests.chaos.clock import ClockFault  # it imports this module
 
-    return ClockJump()
+    return ClockFault()
 
 
 REGISTRY: dict[str, Callable[[], FaultKind]] = {

@@ -4,6 +4,7 @@ every message carries a dedup_id; an attempt that provably never left the node i
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,11 +26,11 @@ async def test_unknown_outcomes_of_forwarded_sends(tmp_path: Path) -> None:
         calls: list[int] = []
         failure: list[PeerUnavailable] = []
 
-        async def flaky_call(peer: int, payload: bytes, timeout: float) -> bytes:
+        async def flaky_call(peer: int, payload: bytes, timeout: float, **kw: Any) -> bytes:
             calls.append(peer)
             if failure:
                 raise failure.pop()
-            return await real_call(peer, payload, timeout)
+            return await real_call(peer, payload, timeout, **kw)
 
         follower.raft.call = flaky_call  # type: ignore[method-assign]
 
