@@ -125,7 +125,7 @@ def _indexed(node: object, path: str) -> list[Any]:
         raise MalformedQueryString(f"{path} needs an index ({path}.1, {path}.2, ...)")
     items: list[tuple[int, Any]] = []
     for index, item in node.items():
-        if not index.isdigit() or not 1 <= int(index) <= _MAX_INDEX:
+        if not (index.isascii() and index.isdigit()) or not 1 <= int(index) <= _MAX_INDEX:
             raise MalformedQueryString(f"{path}.{index}: the index must be 1..{_MAX_INDEX}")
         items.append((int(index), item))
     return [item for _, item in sorted(items)]
@@ -166,7 +166,7 @@ def _convert(tree: dict[str, Any], prefix: str) -> dict[str, Any]:
 
 def _is_int(text: str) -> bool:
     body = text[1:] if text[:1] == "-" else text
-    return body.isdigit() and len(body) <= 18
+    return body.isascii() and body.isdigit() and len(body) <= 18
 
 
 # -- rendering ---------------------------------------------------------------------------------

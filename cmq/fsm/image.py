@@ -179,7 +179,7 @@ def encode_queue(q: QueueState) -> bytes:
 def _bits(data: bytes) -> BitMap:
     try:
         return BitMap.deserialize(data)
-    except (ValueError, OverflowError) as e:
+    except (ValueError, OverflowError, IndexError) as e:  # IndexError: a truncated bitmap
         raise InvalidParameter(f"bad bitmap: {e}") from None
 
 
