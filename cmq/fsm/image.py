@@ -219,6 +219,8 @@ def decode_queues(r: Reader) -> tuple[int, dict[str, QueueState]]:
                 _bits(r.blob()) for _ in range(5)
             )
             pairs = r.int_array("q")
+            if len(pairs) % 2:
+                raise InvalidParameter(f"odd receive-count pairs array ({len(pairs)} items)")
             seg.counts = dict(zip(pairs[0::2], pairs[1::2], strict=True))
             batch = r.opt_text()
             if batch is not None:
