@@ -23,9 +23,7 @@ from typing import NoReturn
 import atheris
 
 with atheris.instrument_imports(include=["raftlog", "cmq", "api"]):
-    from tests.fuzz.targets import TARGETS
-
-CORPUS = Path(__file__).parent / "corpus"
+    from tests.fuzz.targets import CORPUS, TARGETS
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -64,9 +64,7 @@ from raftlog.storage.record import (
     encode_record as encode_log_record,
 )
 from raftlog.transport import codec
-from tests.fuzz.targets import _MODELS, RECEIPT_KEY, SEGMENT_FIRST_SEQ
-
-CORPUS = Path(__file__).parent / "corpus"
+from tests.fuzz.targets import _MODELS, CORPUS, RECEIPT_KEY, SEGMENT_FIRST_SEQ
 
 _ATTRS = QueueAttributes(visibility_timeout=10, dead_letter_queue="dlq", max_receive_count=3)
 _COMMANDS = (

@@ -13,6 +13,7 @@ import contextlib
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import parse_qsl
 
 import msgspec
@@ -34,6 +35,8 @@ from raftlog.storage.record import decode_record
 from raftlog.storage.record import encode_record as encode_log_record
 from raftlog.transport import codec
 
+CORPUS = Path(__file__).parent / "corpus"
+"""The committed seed corpus: one directory per target."""
 RECEIPT_KEY = b"fuzz-receipt-key-0123456789"
 """The receipt key of the receipt target (any key of 16+ bytes; fixed so seeds verify)."""
 SEGMENT_QUEUE = "fuzzed"

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fuzz.run import CORPUS
-from tests.fuzz.targets import TARGETS
+from tests.fuzz.targets import CORPUS, TARGETS
 
 REGRESSIONS = Path(__file__).parent / "regressions"
 RUNS = int(os.environ.get("FUZZ_RUNS", "20000"))
@@ -53,6 +52,7 @@ def test_regression(path: Path) -> None:
     assert TARGETS[target].check(path.read_bytes()) in (True, False)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_bounded_run(tmp_path: Path) -> None:
     """``RUNS`` coverage-guided inputs per target from its seeds, every target in one process

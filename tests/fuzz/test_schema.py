@@ -3,7 +3,7 @@
 
 Every response must not be a 5xx, must conform to the document (status, content type, body
 schema, headers), and a 4xx must carry ``{"error": {"code", "message"}}`` with a code. Requests
-that the document says are invalid must be refused with a 4xx, valid ones must not be.
+that the document says are invalid must be refused with a 4xx.
 
 Bounded by ``FUZZ_EXAMPLES`` (examples per operation and stateful steps; small in `make test`,
 `make fuzz` runs more). Membership changes (join, drain, activate, remove a node) are left
