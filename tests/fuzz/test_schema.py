@@ -74,10 +74,15 @@ def _integers(value: Any) -> Any:
 
 
 def _request_body(_: Any, body: Any) -> Any:
-    """The body sent: `_integers`, and long polls cut to `MAX_WAIT_SECONDS`."""
+    """The body sent: `_integers`, and long polls (a receive's, a queue's default) cut to
+    `MAX_WAIT_SECONDS`."""
     body = _integers(body)
     if isinstance(body, dict) and isinstance(body.get("wait_seconds"), int):
         body = {**body, "wait_seconds": min(body["wait_seconds"], MAX_WAIT_SECONDS)}
+    attributes = body.get("attributes") if isinstance(body, dict) else None
+    if isinstance(attributes, dict) and isinstance(attributes.get("receive_wait_seconds"), int):
+        wait = min(attributes["receive_wait_seconds"], MAX_WAIT_SECONDS)
+        body = {**body, "attributes": {**attributes, "receive_wait_seconds": wait}}
     return body
 
 
