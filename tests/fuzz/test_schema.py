@@ -96,17 +96,19 @@ def api_schema(node: CmqCluster) -> BaseSchema:
 def _check(case: Case, response: Any) -> None:
     """The properties of one exchange (schemathesis' checks, plus our error shape). A case of
     the negative mode that schemathesis could not make invalid (an operation whose inputs are
-    all optional, or whose "invalid" body is an omitted optional one) is not held to "invalid
-    input is refused". A valid-looking request may be
-    refused with a 400 for a rule the document cannot state (``max_receive_count`` needs a
-    ``dead_letter_queue``; ``body_base64`` must be base64; a data group id beyond any group),
-    so schemathesis' "schema-valid request accepted" check is left out: such a refusal is held
-    to the error shape below instead."""
+    all optional, or whose "invalid" body is an omitted optional one, or whitespace, which
+    `api.decoding.decode` reads as an omitted body) is not held to "invalid input is refused".
+    A valid-looking request may be refused with a 400 for a rule the document cannot state
+    (``max_receive_count`` needs a ``dead_letter_queue``; ``body_base64`` must be base64; a
+    data group id beyond any group), so schemathesis' "schema-valid request accepted" check is
+    left out: such a refusal is held to the error shape below instead."""
     assert response.status_code < 500, f"{case.method} {case.formatted_path}: {response.text}"
     meta = case.meta
     negative = {k for k, c in meta.components.items() if c.mode.is_negative} if meta else set()
     if not isinstance(case.body, dict | list | str | int | float | bool | bytes | None):
         negative.discard(ParameterLocation.BODY)  # an omitted body, and the body is optional
+    if isinstance(case.body, bytes | str) and not case.body.strip():
+        negative.discard(ParameterLocation.BODY)  # whitespace only: an omitted body (documented)
     invalid = bool(negative)
     excluded = [positive_acceptance] + ([] if invalid else [negative_rejection])
     case.validate_response(response, excluded_checks=excluded)
