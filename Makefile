@@ -182,3 +182,15 @@ $(addprefix sim-long-,$(SIM_LONG_CONFIGS)): sim-long-%: $(STAMP)
 sim-long-queue: $(STAMP)
 	for n in 3 5; do PYTHONHASHSEED=0 $(BIN)/python -m tests.queuesim --seeds $(QUEUE_SIM_LONG_SEEDS) \
 		--seed $(SIM_LONG_SEED) --seconds $(QUEUE_SIM_LONG_SECONDS) --nodes $$n || exit 1; done
+
+# Fuzzing (README "Fuzzing"): atheris on every decoder of outside bytes for FUZZ_SECONDS per
+# target, from the committed seeds in tests/fuzz/corpus (findings and new inputs in
+# FUZZ_OUT), then schemathesis against a real node with FUZZ_EXAMPLES per operation.
+FUZZ_SECONDS ?= 60
+FUZZ_EXAMPLES ?= 300
+FUZZ_OUT ?= ./data/fuzz
+
+.PHONY: fuzz
+fuzz: $(STAMP)
+	$(BIN)/python -m tests.fuzz.run all --seconds $(FUZZ_SECONDS) --out $(FUZZ_OUT)
+	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest -q -p no:cacheprovider tests/fuzz/test_schema.py

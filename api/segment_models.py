@@ -21,7 +21,8 @@ from cmq.model import (
 )
 
 BatchId = Annotated[str, Meta(pattern=BATCH_ID.pattern, description="An archive batch id.")]
-FirstSeq = Annotated[int, Meta(ge=1, description="A segment's first seq (its name).")]
+FirstSeq = Annotated[int, Meta(ge=1, le=2**63 - 1, description="A segment's first seq (its name).")]
+"""Seqs are stored as signed 64-bit integers: a larger one is refused as a bad parameter."""
 SegmentList = Annotated[list[FirstSeq], Meta(min_length=1, max_length=MAX_SEGMENTS_PER_CALL)]
 SegmentState = Literal["active", "sealed", "released", "archived_pending"]
 Outcome = Literal["acked", "expired", "dead_lettered", "purged"]

@@ -74,7 +74,7 @@ class Call(msgspec.Struct, Generic[R], frozen=True, array_like=True):
         """The result in a peer's reply; `InvalidParameter` when malformed."""
         try:
             result: R = self._REPLY.decode(payload)
-        except msgspec.DecodeError as e:
+        except (msgspec.DecodeError, UnicodeDecodeError) as e:  # bad UTF-8 in a str field
             raise InvalidParameter(f"malformed {type(self).__name__} reply: {e}") from None
         return result
 
@@ -275,7 +275,7 @@ def decode_call(payload: bytes) -> AnyCall:
     malformed or followed by trailing bytes."""
     try:
         return _calls.decode(payload)
-    except msgspec.DecodeError as e:
+    except (msgspec.DecodeError, UnicodeDecodeError) as e:  # bad UTF-8 in a str field
         raise InvalidParameter(f"malformed forwarded call: {e}") from None
 
 

@@ -27,9 +27,17 @@ from api.sqs.errors import (
     ReceiptHandleIsInvalid,
     SqsError,
     TooManyEntriesInBatchRequest,
+    from_cmq,
 )
 from api.sqs.md5 import AttributeValue, md5_of_attributes, md5_of_body
-from cmq.errors import LEASE_STALE, MESSAGE_NOT_INFLIGHT, RECEIPT_INVALID, InvalidParameter
+from cmq.errors import (
+    LEASE_STALE,
+    MESSAGE_NOT_INFLIGHT,
+    RECEIPT_INVALID,
+    CmqError,
+    InvalidParameter,
+    Unavailable,
+)
 from cmq.model import (
     EntryResult,
     OutgoingMessage,
@@ -226,9 +234,16 @@ async def receive_message(c: Caller, p: dict[str, Any]) -> Result:
     received: list[ReceivedMessage] = []
     while True:  # long poll in slices (see POLL_SLICE)
         slice_ = min(wait, POLL_SLICE)
-        received = await call(
-            c.service.receive(name, count, visibility, slice_, attempt_id=attempt)
-        )
+        try:
+            received = await c.service.receive(name, count, visibility, slice_, attempt_id=attempt)
+        except Unavailable:
+            # No leader reachable for the queue's group (a failover under way): nothing can
+            # be leased, so the answer is an empty receive (a lease whose outcome is unknown
+            # only delays its messages). A 5xx here would make some consumers stop polling
+            # the queue (kombu's SQS transport does).
+            break
+        except CmqError as e:
+            raise from_cmq(e) from None
         wait -= slice_
         if received or wait <= 0:
             break

@@ -123,12 +123,14 @@ def _indexed(node: object, path: str) -> list[Any]:
         return []
     if not isinstance(node, dict):
         raise MalformedQueryString(f"{path} needs an index ({path}.1, {path}.2, ...)")
-    items: list[tuple[int, Any]] = []
+    items: dict[int, Any] = {}
     for index, item in node.items():
-        if not index.isdigit() or not 1 <= int(index) <= _MAX_INDEX:
+        if not (index.isascii() and index.isdigit()) or not 1 <= int(index) <= _MAX_INDEX:
             raise MalformedQueryString(f"{path}.{index}: the index must be 1..{_MAX_INDEX}")
-        items.append((int(index), item))
-    return [item for _, item in sorted(items)]
+        if int(index) in items:  # "1" and "01"
+            raise MalformedQueryString(f"{path}.{int(index)} is given twice")
+        items[int(index)] = item
+    return [items[i] for i in sorted(items)]
 
 
 def _convert(tree: dict[str, Any], prefix: str) -> dict[str, Any]:
@@ -166,7 +168,7 @@ def _convert(tree: dict[str, Any], prefix: str) -> dict[str, Any]:
 
 def _is_int(text: str) -> bool:
     body = text[1:] if text[:1] == "-" else text
-    return body.isdigit() and len(body) <= 18
+    return body.isascii() and body.isdigit() and len(body) <= 18
 
 
 # -- rendering ---------------------------------------------------------------------------------

@@ -215,7 +215,7 @@ def _decode_fifo(r: Reader) -> FifoState:
 def _bits(data: bytes) -> BitMap:
     try:
         return BitMap.deserialize(data)
-    except (ValueError, OverflowError) as e:
+    except (ValueError, OverflowError, IndexError) as e:  # IndexError: a truncated bitmap
         raise InvalidParameter(f"bad bitmap: {e}") from None
 
 
@@ -255,6 +255,8 @@ def decode_queues(r: Reader) -> tuple[int, dict[str, QueueState]]:
                 _bits(r.blob()) for _ in range(5)
             )
             pairs = r.int_array("q")
+            if len(pairs) % 2:
+                raise InvalidParameter(f"odd receive-count pairs array ({len(pairs)} items)")
             seg.counts = dict(zip(pairs[0::2], pairs[1::2], strict=True))
             batch = r.opt_text()
             if batch is not None:
