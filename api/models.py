@@ -468,6 +468,9 @@ class ClockStatus(_Response, kw_only=True):
     offset_ms: Annotated[float, Meta(description="this clock minus the peers' median")]
     bound_ms: float
     unsafe: bool
+    stepped: Annotated[
+        bool, Meta(description="this clock jumped against the monotonic clock (not trusted)")
+    ]
     peers_read: int
     off_peers: Annotated[list[int], Meta(description="peers seen beyond the bound")]
 

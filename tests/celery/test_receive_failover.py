@@ -27,7 +27,13 @@ class Failing(MetadataService):
     error: CmqError = field(default_factory=lambda: Unavailable("no leader"))
 
     async def receive(
-        self, name: str, max_messages: int, visibility_timeout: int | None, wait: int | None
+        self,
+        name: str,
+        max_messages: int,
+        visibility_timeout: int | None,
+        wait: int | None,
+        *,
+        attempt_id: str | None = None,
     ) -> list[ReceivedMessage]:
         self._record("receive", name, max_messages, visibility_timeout, wait)
         raise self.error
