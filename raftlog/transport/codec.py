@@ -58,6 +58,8 @@ class FrameKind(IntEnum):
     CALL = 7
     REPLY = 8
     CHUNK = 9
+    QUIESCE = 10
+    """A ``BEATS`` body: each group's last heartbeat before its leader stops ticking it."""
 
 
 class CodecError(RaftError):
