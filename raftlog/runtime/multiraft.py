@@ -103,8 +103,9 @@ class RuntimeConfig:
     (6000 ticks = 5 minutes at 50 ms), so a restart replays little even when traffic is low."""
     quiesce: bool = True
     """Stop ticking idle groups (see the module docstring); False: tick every group always."""
-    liveness_ticks: int = 5
-    """A peer silent for this many ticks is suspect: quiesced groups wake."""
+    liveness_ticks: int = 10
+    """A peer silent for this many ticks is suspect: quiesced groups wake (their followers
+    first catch up the missed ticks, so a limit up to ``election_tick`` delays no election)."""
     seed: int | None = None
     """Seed for election-timeout randomization (None: from the OS)."""
     rejoin: bool = False

@@ -37,6 +37,8 @@ class GroupStats:
     snapshots: int
     forced_snapshots: int
     """Snapshots taken because the group pinned old WAL segments."""
+    quiesced: bool = False
+    """Idle: not ticked, no heartbeats (`raftlog.runtime.liveness`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +94,7 @@ def group_stats(gid: int, g: GroupDriver) -> GroupStats:
         applied_entries=c.applied_entries,
         snapshots=c.snapshots,
         forced_snapshots=c.forced_snapshots,
+        quiesced=g.quiesced,
     )
 
 

@@ -8,12 +8,18 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from cmq.errors import InvalidParameter
 from cmq.meta import MAX_DATA_GROUPS, CatalogMachine, Refused
 from tests.cmq.scalecluster import SECRET, ScaleCluster, until
+
+
+async def _at_least(count: Any, n: int) -> bool:
+    return bool(await count() >= n)
 
 
 def catalog(nodes: int = 4, groups: int = 3) -> CatalogMachine:
@@ -154,5 +160,15 @@ async def test_set_groups_on_a_running_cluster(tmp_path: Path) -> None:
                 if len(bodies) >= len(want):
                     break
             assert sorted(bodies) == want, (q, bodies)
+
+        async def quiet_groups() -> int:
+            text = await cluster.node(1).metrics()
+            for fam in text_string_to_metric_families(text):
+                if fam.name == "cmq_raft_quiesced_groups":
+                    return int(fam.samples[0].value)
+            raise AssertionError("no cmq_raft_quiesced_groups metric")
+
+        # At rest the groups (catalog included) quiesce: no heartbeats, no ticks.
+        await until(lambda: _at_least(quiet_groups, 5), 60, "the idle groups quiescing")
     finally:
         await cluster.close()
