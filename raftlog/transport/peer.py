@@ -89,6 +89,9 @@ class TransportConfig:
     """Chunked frames queued per peer; more are refused (the caller retries later)."""
     max_reassembly_bytes: int = 1 << 30
     """Largest chunked frame a peer may send us."""
+    resume_seconds: float = 60.0
+    """Chunked frames queued for a peer stay this long after its connection dropped, to resume
+    on the next one; after that they are dropped (Raft sends a snapshot again when needed)."""
 
 
 @dataclass(slots=True)
@@ -435,9 +438,19 @@ class Transport:
             # (`raftlog.transport.resume`).
             peer.bulk.disconnected()
             peer.connected.clear()
+            if len(peer.bulk) and not self._closed:
+                asyncio.get_running_loop().call_later(
+                    self.cfg.resume_seconds, self._expire_bulk, peer, peer.stats.connects
+                )
             if self.on_peer_down is not None and not self._closed:
                 self.on_peer_down(peer.id)
         writer.close()
+
+    def _expire_bulk(self, peer: _Peer, connects: int) -> None:
+        """Drop the chunked frames of a peer still disconnected since the drop at ``connects``."""
+        if peer.writer is None and peer.stats.connects == connects and len(peer.bulk):
+            log.info("node %d disconnected: dropping its chunked frames", peer.id)
+            peer.bulk.clear()
 
     async def _client_handshake(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer_id: int

@@ -197,3 +197,36 @@ async def test_a_transfer_cut_mid_way_resumes_and_ships_under_one_and_a_half_tim
         await a.close()
         await b.close()
         await proxy.close()
+
+
+async def test_frames_for_a_peer_gone_too_long_are_dropped() -> None:
+    size = 8 << 20
+    p1, p2 = free_ports(2)
+    real = {1: Address("127.0.0.1", p1), 2: Address("127.0.0.1", p2)}
+    proxy = CuttingProxy(p2, rate=4e6, cut_at=1 << 40)  # slow: the transfer is under way
+    await proxy.start()
+    cfg = TransportConfig(chunk_bytes=256 << 10, resume_seconds=0.3)
+    via = {1: real[1], 2: Address("127.0.0.1", proxy.port)}
+    a = Transport(1, real[1], via, b"k", lambda *_: None, cfg=cfg)
+    b = Transport(2, real[2], real, b"k", lambda *_: None, cfg=cfg)
+    await a.start()
+    await b.start()
+    try:
+        assert a.send(2, FrameKind.RAFT, os.urandom(size))
+        for _ in range(100):
+            if a.is_connected(2):
+                break
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.3)
+        await b.close()
+        await proxy.close()  # node 2 is gone
+        assert len(a.peers[2].bulk) == 1
+        for _ in range(100):
+            if len(a.peers[2].bulk) == 0:
+                break
+            await asyncio.sleep(0.02)
+        assert len(a.peers[2].bulk) == 0
+    finally:
+        await a.close()
+        await b.close()
+        await proxy.close()
