@@ -363,6 +363,10 @@ class MultiRaft:
         """The peers this node has not heard from lately (or whose link is down), sorted."""
         return self.liveness.suspects()
 
+    def conf(self, group: int) -> ConfState:
+        """``group``'s current configuration here, without building a `Status`."""
+        return self.group(group).raw.raft.conf
+
     def leader_of(self, group: int) -> int:
         """The leader ``group`` knows of (0: none); cheap enough for every request."""
         return self.group(group).leader()
