@@ -43,6 +43,17 @@ class NodeList(_Response):
     nodes: list[NodeRow]
 
 
+class SetGroupsRequest(_Request):
+    """Grow the number of data groups (``cmq cluster set-groups N``)."""
+
+    groups: Annotated[int, Meta(ge=1, le=10_000, description="the number of data groups wanted")]
+
+
+class GroupsChanged(_Response):
+    groups: Annotated[int, Meta(description="the number of data groups now")]
+    added: Annotated[list[int], Meta(description="ids of the data groups this call added")]
+
+
 class NodeChanged(_Response):
     node: int
     state: Literal["active", "draining", "removed"]

@@ -1,11 +1,20 @@
-"""The node administration routes (``/v1/nodes``: list, join, drain, activate, remove), added
-to `api.routes.ROUTES`. Thin handlers over `QueueService`'s node methods (`cmq.nodes_admin`).
+"""The node administration routes (``/v1/nodes``: list, join, drain, activate, remove;
+``/v1/cluster/groups``: grow the number of data groups), added to `api.routes.ROUTES`. Thin
+handlers over `QueueService`'s node methods (`cmq.nodes_admin`).
 """
 
 from __future__ import annotations
 
 from api.models import EmptyRequest
-from api.node_models import JoinNodeRequest, JoinNodeResponse, NodeChanged, NodeList, NodeRow
+from api.node_models import (
+    GroupsChanged,
+    JoinNodeRequest,
+    JoinNodeResponse,
+    NodeChanged,
+    NodeList,
+    NodeRow,
+    SetGroupsRequest,
+)
 from api.routing import SERVICE_ERRORS, Context, Reply, Response, Route
 from cmq.errors import InvalidParameter, NodeBusy, NodeNotFound
 
@@ -46,6 +55,11 @@ async def remove_node(ctx: Context, _: EmptyRequest) -> Reply:
     node = _node_in_path(ctx)
     await ctx.service.remove_node(node)
     return Reply(NodeChanged(node, "removed"))
+
+
+async def set_groups(ctx: Context, req: SetGroupsRequest) -> Reply:
+    added = await ctx.service.set_groups(req.groups)
+    return Reply(GroupsChanged(req.groups, list(added)))
 
 
 _N = "/v1/nodes/{node}"
@@ -104,3 +118,18 @@ NODE_ROUTES: tuple[Route, ...] = (
     ),
 )
 """The node administration routes (added to `ROUTES`)."""
+
+CLUSTER_ROUTES: tuple[Route, ...] = (
+    Route(
+        "PUT",
+        "/v1/cluster/groups",
+        "setGroups",
+        "Grow the number of data groups (new queues go to the least-loaded group; existing "
+        "queues stay); fewer groups than today is refused (InvalidParameter)",
+        set_groups,
+        (Response(200, "The number of data groups and the ids added", GroupsChanged),),
+        request=SetGroupsRequest,
+        raises=SERVICE_ERRORS,
+    ),
+)
+"""Cluster-wide administration (added to `ROUTES`)."""

@@ -53,7 +53,7 @@ from api.models import (
     SetAttributesRequest,
     VisibilityRequest,
 )
-from api.node_routes import NODE_ROUTES
+from api.node_routes import CLUSTER_ROUTES, NODE_ROUTES
 from api.routing import QUEUE_ERRORS, SERVICE_ERRORS, Context, Reply, Response, Route
 from api.segment_models import (
     ArchivedRequest,
@@ -552,5 +552,6 @@ ROUTES: tuple[Route, ...] = (
         (Response(200, "OpenAPI 3.1 document", None, schema={"type": "object"}),),
     ),
     *NODE_ROUTES,
+    *CLUSTER_ROUTES,
 )
 """Every route of the application, in the order the OpenAPI document lists them."""

@@ -2,7 +2,8 @@
 
     python bench/scale_bench.py catalog              10,000 queues in the catalog (in process)
     python bench/scale_bench.py queues [--queues N]  create and list N queues over HTTP (3 nodes)
-    python bench/scale_bench.py idle [--groups G]    CPU and memory at rest, G groups on 3 nodes
+    python bench/scale_bench.py idle [--groups G] [--settle S] [--windows W]
+                                                     CPU and memory at rest, G groups on 3 nodes
     python bench/scale_bench.py cpu [--nodes N]      CPU per message per node, 6 groups, R=3
 
 Clusters are fresh ``cmq serve`` processes on loopback (data in a temp directory), stopped at
@@ -94,7 +95,11 @@ class Cluster:
                 text = await c.derive([u]).metrics()
                 vals = {}
                 for fam in text_string_to_metric_families(text):
-                    if fam.name in ("process_cpu_seconds", "process_resident_memory_bytes"):
+                    if fam.name in (
+                        "process_cpu_seconds",
+                        "process_resident_memory_bytes",
+                        "cmq_raft_quiesced_groups",
+                    ):
                         vals[fam.name] = fam.samples[0].value
                 out.append(vals)
         return out
@@ -175,25 +180,37 @@ async def bench_queues(queues: int, concurrency: int) -> dict[str, Any]:
     }
 
 
-async def bench_idle(groups: int, seconds: float) -> dict[str, Any]:
+async def bench_idle(groups: int, seconds: float, settle: float, windows: int) -> dict[str, Any]:
+    """CPU per node at rest over ``windows`` consecutive windows of ``seconds``, the first
+    ``settle`` seconds after the cluster is ready (elections and leader balancing settle: with
+    many groups the leadership hand-overs take a while, `cmq.membership.TRANSFERS_PER_ROUND`)."""
     with tempfile.TemporaryDirectory(prefix="cmq-scale-") as tmp:
         cluster = Cluster(3, groups, Path(tmp))
+        cpu: list[list[float]] = []
+        quiet: list[list[int]] = []
         try:
             ready_s = await cluster.ready()
-            await asyncio.sleep(10)  # elections and leadership transfers settle
+            await asyncio.sleep(settle)
             before = await cluster.metrics()
-            await asyncio.sleep(seconds)
-            after = await cluster.metrics()
+            for _ in range(windows):
+                await asyncio.sleep(seconds)
+                after = await cluster.metrics()
+                cpu.append(
+                    [
+                        round((a["process_cpu_seconds"] - b["process_cpu_seconds"]) / seconds, 3)
+                        for a, b in zip(after, before, strict=True)
+                    ]
+                )
+                quiet.append([int(a.get("cmq_raft_quiesced_groups", -1)) for a in after])
+                before = after
         finally:
             cluster.stop()
-    cpu = [
-        (a["process_cpu_seconds"] - b["process_cpu_seconds"]) / seconds
-        for a, b in zip(after, before, strict=True)
-    ]
     return {
         "groups": groups,
         "ready_s": round(ready_s, 1),
-        "idle_cpu_share_of_a_core_per_node": [round(c, 3) for c in cpu],
+        "settle_s": settle,
+        "idle_cpu_share_of_a_core_per_node_per_window": cpu,
+        "quiesced_groups_per_node_per_window": quiet,
         "rss_mib_per_node": [round(a["process_resident_memory_bytes"] / 2**20) for a in after],
     }
 
@@ -270,6 +287,8 @@ def main() -> int:
     ap.add_argument("--groups", type=int, default=1000)
     ap.add_argument("--seconds", type=float, default=30)
     ap.add_argument("--nodes", type=int, default=3)
+    ap.add_argument("--settle", type=float, default=10, help="seconds at rest first (idle)")
+    ap.add_argument("--windows", type=int, default=1, help="CPU windows of --seconds (idle)")
     ap.add_argument("--rate", type=int, default=100, help="msgs/s per group (cpu)")
     args = ap.parse_args()
     if args.what == "catalog":
@@ -277,7 +296,7 @@ def main() -> int:
     elif args.what == "queues":
         res = asyncio.run(bench_queues(args.queues, args.concurrency))
     elif args.what == "idle":
-        res = asyncio.run(bench_idle(args.groups, args.seconds))
+        res = asyncio.run(bench_idle(args.groups, args.seconds, args.settle, args.windows))
     else:
         res = asyncio.run(bench_cpu(args.nodes, args.rate, int(args.seconds)))
     print(json.dumps(res))

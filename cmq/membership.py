@@ -239,9 +239,9 @@ class Membership:
         p = self._catalog.placement(g)
         if p is None:
             return
-        st = self._raft.status(g)
+        conf = self._raft.conf(g)  # every led group each full round: no Status built
         step = next_step(
-            set(st.conf.voters), set(st.conf.learners), set(p.goal()), self._id, p.move is not None
+            set(conf.voters), set(conf.learners), set(p.goal()), self._id, p.move is not None
         )
         if step.kind is StepKind.ADD_LEARNER:
             await self._change(g, ConfChangeKind.ADD_LEARNER, step.node)

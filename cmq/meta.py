@@ -15,7 +15,12 @@ proposer having to be right:
 * ``drain`` marks a node draining: its replicas are planned away (``activate`` undoes it);
 * ``forget`` removes a node that holds no replica (refused otherwise);
 * ``moved`` is the report of a group's leader that a move completed: the replicas become the
-  move's goal and further moves are planned.
+  move's goal and further moves are planned;
+* ``groups`` grows the number of data groups (``cmq cluster set-groups N``): the new groups
+  (ids after the highest) are placed on the active nodes like the founding ones, balanced with
+  the existing groups, and bootstrapped by their founding replicas. Existing queues stay where
+  they are; new queues go to the least-loaded group, so first to the new ones. Shrinking is
+  refused (queues would have to move between groups).
 
 `AssignQueue` picks the data group holding the fewest queues (ties: the lowest id); assigning an
 existing name returns the existing assignment (idempotent, resumable creation).
@@ -49,6 +54,9 @@ from cmq.placement import (
 
 MAX_MOVES = 2
 """Replica moves in flight at once in the whole cluster."""
+
+MAX_DATA_GROUPS = 10_000
+"""Most data groups a cluster may have (``init`` and ``groups``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +183,13 @@ class CatalogMachine:
         return orjson.dumps({"op": "moved", "name": str(group), "add": add, "remove": remove})
 
     @staticmethod
+    def set_groups(groups: int) -> bytes:
+        """Command: grow the number of data groups to ``groups``. Result: the ids of the groups
+        added (empty when there were that many already), or `Refused` (fewer than today, over
+        `MAX_DATA_GROUPS`, or not initialized)."""
+        return orjson.dumps({"op": "groups", "name": "", "groups": groups})
+
+    @staticmethod
     def hosts(node: int) -> bytes:
         """Command (a read through the log, so linearizable): the data groups ``node`` should
         run a replica of. Result: a list of group ids."""
@@ -256,6 +271,8 @@ class CatalogMachine:
             return list(self.hosted_by(int(name)))
         if op == "moved":
             return self._moved(int(name), int(cmd["add"]), int(cmd["remove"]))
+        if op == "groups":
+            return self._set_groups(int(cmd["groups"]))
         raise InvariantBroken(f"unknown catalog command {op!r} at {index}")
 
     def _init(self, groups: int, replication: int, founders: list[int]) -> object:
@@ -264,20 +281,47 @@ class CatalogMachine:
         missing = [f for f in founders if int(f) not in self.nodes]
         if missing:
             return Refused("Unavailable", f"founding nodes {missing} have not registered yet")
-        if groups < 1 or replication < 1:
-            return Refused("InvalidParameter", "groups and replication must be at least 1")
+        if groups < 1 or replication < 1 or groups > MAX_DATA_GROUPS:
+            return Refused(
+                "InvalidParameter",
+                f"groups (1..{MAX_DATA_GROUPS}) and replication must be at least 1",
+            )
         self.replication = replication
         self.founders = tuple(sorted(int(f) for f in founders))
         # The founders alone: nodes that joined before init take replicas through moves.
         founding = {n: self.nodes[n] for n in self.founders}
-        placed = place_groups(list(range(1, groups + 1)), founding, {}, replication)
         self.placements = {}
-        for g, founded in placed.items():
+        self._found(list(range(1, groups + 1)), founding)
+        self._plan()
+        return True
+
+    def _found(self, new: list[int], nodes: dict[int, NodeInfo]) -> None:
+        """Place the new data groups ``new`` on ``nodes`` (each with a data directory)."""
+        for g, founded in place_groups(new, nodes, self.placements, self.replication).items():
             for n in founded.replicas:
                 founded = founded.with_dir(n, pick_dir(n, self.nodes, self.placements))  # noqa: PLW2901
             self.placements[g] = founded
-        self._plan()
-        return True
+
+    def _set_groups(self, groups: int) -> object:
+        if not self.placements:
+            return Refused("Unavailable", "the cluster is not initialized yet")
+        have = len(self.placements)
+        if groups < have:
+            return Refused(
+                "InvalidParameter",
+                f"the cluster has {have} data groups; their number can grow but not shrink "
+                f"(asked for {groups})",
+            )
+        if groups > MAX_DATA_GROUPS:
+            return Refused(
+                "InvalidParameter", f"at most {MAX_DATA_GROUPS} data groups (asked for {groups})"
+            )
+        first = max(self.placements) + 1
+        new = list(range(first, first + groups - have))
+        if new:
+            self._found(new, self.nodes)
+            self._plan()
+        return new
 
     def _drain(self, node: int) -> object:
         info = self.nodes.get(node)

@@ -98,6 +98,11 @@ class RaftCollector(Collector):
             snapshots.add_metric(label, g.snapshots)
             leader.add_metric(label, 1 if g.leader == stats.node else 0)
             term.add_metric(label, g.term)
+        quiet = GaugeMetricFamily(
+            "cmq_raft_quiesced_groups",
+            "Groups open here that are quiesced (idle: not ticked, no heartbeats).",
+        )
+        quiet.add_metric([], sum(1 for g in stats.groups if g.quiesced))
         sends = stats.sent
         appends = CounterMetricFamily(
             "cmq_raft_appends_sent", "Append messages sent to followers (all groups)."
@@ -108,7 +113,7 @@ class RaftCollector(Collector):
         )
         entries.add_metric([], sends.append_entries)
         yield from (proposals, batches, applied, snapshots, leader, term, has_leader)
-        yield from (appends, entries)
+        yield from (appends, entries, quiet)
 
     def _peers(self, stats: RuntimeStats) -> Iterator[Metric]:
         sent = CounterMetricFamily(

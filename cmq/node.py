@@ -457,6 +457,9 @@ class QueueNode:
     async def remove_node(self, node: int) -> None:
         await self.admin.remove(node)
 
+    async def set_groups(self, groups: int) -> tuple[int, ...]:
+        return await self.admin.set_groups(groups)
+
     # -- the archive (see `cmq.fsm.lifecycle`) -------------------------------------------------
     def _local_machine(self, name: str) -> tuple[int, QueueMachine]:
         check_queue_name(name)

@@ -8,6 +8,8 @@
 * `activate`: undo a drain (the node takes replicas again);
 * `remove`: forget a node that holds no replica and is no meta voter (`NodeBusy` otherwise,
   `NodeNotFound` for an unknown id).
+* `set_groups`: grow the number of data groups (``cmq cluster set-groups N``; the catalog places
+  the new ones, `cmq.meta`); shrinking is refused (`InvalidParameter`).
 * `list`: every registered node with zone, state, replicas, the moves involving it, the groups
   this node knows it leads, and the replication lag this node sees as a leader.
 """
@@ -104,6 +106,14 @@ class NodesAdmin:
         if node in self._raft.status(META_GROUP).conf.voters:
             raise NodeBusy(f"node {node} is a voter of the catalog group: drain it first")
         await self._router.run(CatalogCall(META_GROUP, CatalogMachine.forget(node)))
+
+    async def set_groups(self, groups: int) -> tuple[int, ...]:
+        """Grow the cluster to ``groups`` data groups; the ids added (empty: already so many).
+        The new groups open on their replicas at the next membership round."""
+        if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+            raise InvalidParameter("the number of data groups is a positive integer")
+        res = await self._router.run(CatalogCall(META_GROUP, CatalogMachine.set_groups(groups)))
+        return tuple(int(g) for g in res)
 
     def list(self) -> list[NodeView]:
         """Every registered node as this node sees it."""

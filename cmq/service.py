@@ -171,3 +171,8 @@ class QueueService(Protocol):
     async def remove_node(self, node: int) -> None:
         """Forget a drained ``node`` (`NodeNotFound`, `NodeBusy`)."""
         ...
+
+    async def set_groups(self, groups: int) -> tuple[int, ...]:
+        """Grow the number of data groups to ``groups``; the ids of the groups added
+        (`InvalidParameter` for fewer groups than today or too many)."""
+        ...

@@ -440,6 +440,14 @@ class Client:
         (drain it first); `NodeNotFound` for an unknown id."""
         await self._call("DELETE", f"/v1/nodes/{int(node)}", None, Safety.IDEMPOTENT)
 
+    async def set_groups(self, groups: int) -> list[int]:
+        """Grow the cluster to ``groups`` data groups (``PUT /v1/cluster/groups``); the ids of
+        the groups added (empty when it had that many). `InvalidParameter` for fewer groups
+        than today (shrinking is not supported) or more than 10,000."""
+        body = {"groups": groups}
+        got: dict[str, Any] = await self._call("PUT", "/v1/cluster/groups", body, Safety.IDEMPOTENT)
+        return [int(g) for g in got["added"]]
+
     async def health(self) -> bool:
         """Whether the first node answers ``/healthz`` (liveness; never raises)."""
         return await self._probe("/healthz")

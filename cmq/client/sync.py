@@ -96,6 +96,9 @@ class SyncClient:
     def remove_node(self, node: int) -> None:
         self._run(self._client.remove_node(node))
 
+    def set_groups(self, groups: int) -> list[int]:
+        return self._run(self._client.set_groups(groups))
+
     def create_queue(
         self, name: str, attributes: QueueAttributes | dict[str, Any] | None = None
     ) -> QueueCreated:

@@ -36,6 +36,7 @@ from raftlog.core import (
     Status,
     Storage,
 )
+from raftlog.core.progress import ProgressState
 from raftlog.errors import (
     InvariantViolation,
     NotLeader,
@@ -144,6 +145,10 @@ class GroupDriver:
         self._snapshot_requested = False
         self._term = raw.raft.term
         self._after_apply = sm.after_apply if isinstance(sm, AfterApply) else None
+        self.quiesced = False
+        """An idle group the host does not tick (see `can_quiesce`, `quiesce_follower`, `wake`):
+        its leader sends no heartbeats and its followers run no election timer. Any input but a
+        heartbeat answer wakes it; the host wakes it when a peer goes silent."""
 
     # -- lifecycle --------------------------------------------------------------------------------
     def start(self) -> None:
@@ -181,6 +186,8 @@ class GroupDriver:
     def step(self, m: Message) -> None:
         if self.stopped is not None:
             return
+        if self.quiesced and m.type is not MsgType.HEARTBEAT_RESP:
+            self.quiesced = False
         lost = self.raw.raft.lost_acknowledged
         try:
             self.raw.step(m)
@@ -208,6 +215,56 @@ class GroupDriver:
             return
         self._after_input()
 
+    # -- quiescence --------------------------------------------------------------------------------
+    def can_quiesce(self) -> bool:
+        """True when this replica leads the group and nothing is in flight: no proposal queued
+        or awaiting its result, no transfer, everything committed and applied here, and every
+        other replica (voter or learner) durably matches the whole log in the replicate state.
+        The host may then send each follower one last heartbeat (it carries the commit index,
+        so they learn it) and stop ticking the group."""
+        r = self.raw.raft
+        if (
+            self.stopped is not None
+            or r.role is not Role.LEADER
+            or self._pending
+            or self._waiters
+            or r.lead_transferee
+        ):
+            return False
+        last = r.log.last_index()
+        if r.log.committed != last or r.log.applied != last or self.raw.has_ready():
+            return False
+        for node, pr in r.progress.items():
+            if node != r.id and (pr.match != last or pr.state is not ProgressState.REPLICATE):
+                return False
+        return True
+
+    def quiesce_follower(self, leader: int, term: int, commit: int) -> bool:
+        """A quiescing heartbeat from ``leader`` (already stepped like a heartbeat): stop
+        ticking when this replica follows that leader in that term and holds its whole committed
+        log. Returns whether the group is now quiesced."""
+        r = self.raw.raft
+        if (
+            self.stopped is None
+            and r.role is Role.FOLLOWER
+            and r.lead == leader
+            and r.term == term
+            and r.log.committed >= commit
+        ):
+            self.quiesced = True
+        return self.quiesced
+
+    def wake(self, catch_up: int = 0) -> None:
+        """Tick this group again. A follower woken because its leader went silent first
+        catches up ``catch_up`` ticks (the time it has not heard from it), so the election
+        timeout runs from the last contact, as if it had never stopped ticking."""
+        if not self.quiesced:
+            return
+        self.quiesced = False
+        if self.raw.raft.role is not Role.LEADER:
+            for _ in range(catch_up):
+                self.tick()
+
     def report_unreachable(self, peer: int) -> None:
         if self.stopped is None:
             self.raw.report_unreachable(peer)
@@ -225,6 +282,7 @@ class GroupDriver:
             raise ProposalDropped(f"group {self.group} is stopped", outcome_unknown=False)
         if not command:
             raise ValueError("a proposal must not be empty")
+        self.quiesced = False
         r = self.raw.raft
         if r.role is not Role.LEADER:
             raise NotLeader(r.lead)
@@ -246,6 +304,7 @@ class GroupDriver:
         """Propose a membership step; resolves (to None) once it is applied here."""
         if self.stopped is not None:
             raise ProposalDropped(f"group {self.group} is stopped", outcome_unknown=False)
+        self.quiesced = False
         index = self.raw.propose_conf_change(cc)
         fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         self._waiters[index] = (self.raw.raft.term, [fut])
@@ -253,6 +312,7 @@ class GroupDriver:
         return fut
 
     def transfer_leader(self, to: int) -> None:
+        self.quiesced = False
         self.raw.transfer_leader(to)
         self._after_input()
 

@@ -5,6 +5,7 @@ Outgoing messages are collected per peer during one event-loop iteration and flu
 ``RAFT`` frame (plus one ``BEATS``/``BEAT_ACKS`` frame with all groups' heartbeats), so many
 groups share frames and syscalls. A heartbeat for a group that sent that peer an append since the
 last tick is skipped: the append already proved liveness.
+Idle groups stop being ticked (quiescence and node liveness: `raftlog.runtime.liveness`).
 """
 
 from __future__ import annotations
@@ -30,9 +31,10 @@ from raftlog.core import (
 from raftlog.errors import NotLeader, Overloaded, PeerUnavailable, RaftError
 from raftlog.runtime.clocks import ClockReading
 from raftlog.runtime.group import DurableLog, GroupDriver, GroupOptions
+from raftlog.runtime.liveness import PeerLiveness, quiesce_idle
 from raftlog.runtime.peerwatch import CallWatchdog, PeerWatch
 from raftlog.runtime.statemachine import StateMachine
-from raftlog.runtime.stats import GroupStats, PeerLinkStats, RuntimeStats, SentStats
+from raftlog.runtime.stats import RuntimeStats, SentStats, group_stats, peer_link_stats
 from raftlog.storage import GroupLog, Wal, WalOptions
 from raftlog.transport.codec import (
     PROBE_CALL_BIT,
@@ -106,6 +108,11 @@ class RuntimeConfig:
     clock_probe_ticks: int = 10
     """Probe every peer's wall clock this often (10 ticks = 0.5 s at 50 ms): the readings feed
     `clock_readings`, and the answers prove the peer alive (`silent_for`)."""
+    quiesce: bool = True
+    """Stop ticking idle groups (see the module docstring); False: tick every group always."""
+    liveness_ticks: int = 10
+    """A peer silent for this many ticks is suspect: quiesced groups wake (their followers
+    first catch up the missed ticks, so a limit up to ``election_tick`` delays no election)."""
     seed: int | None = None
     """Seed for election-timeout randomization (None: from the OS)."""
     rejoin: bool = False
@@ -133,6 +140,11 @@ class _Outbox:
     messages: list[tuple[int, Message]] = field(default_factory=list)
     beats: list[Beat] = field(default_factory=list)
     acks: list[BeatAck] = field(default_factory=list)
+    quiet: list[Beat] = field(default_factory=list)
+
+
+_NO_BEATS = encode_beats([])
+"""An empty ``BEATS`` body: the per-tick liveness frame to every peer."""
 
 
 def _expire(fut: asyncio.Future[object], timeout: float) -> None:
@@ -162,6 +174,7 @@ class MultiRaft:
         # (peer, group) pairs that got an append since the last tick: their heartbeat is skipped.
         self._appended: set[tuple[int, int]] = set()
         self._tick_task: asyncio.Task[None] | None = None
+        self.liveness = PeerLiveness(cfg.liveness_ticks)
         self.transport = Transport(
             cfg.node_id,
             cfg.listen,
@@ -342,34 +355,8 @@ class MultiRaft:
     def stats(self) -> RuntimeStats:
         """A frozen snapshot of the node's counters: per WAL, per group (with term and known
         leader), per peer link, and what was sent. Cheap (copies counters); call at will."""
-        groups = tuple(
-            GroupStats(
-                group=gid,
-                term=g.raw.raft.term,
-                leader=g.leader(),
-                proposals=g.counters.proposals,
-                batches=g.counters.batches,
-                readies=g.counters.readies,
-                persisted_entries=g.counters.persisted_entries,
-                applied_entries=g.counters.applied_entries,
-                snapshots=g.counters.snapshots,
-                forced_snapshots=g.counters.forced_snapshots,
-            )
-            for gid, g in sorted(self.groups.items())
-        )
-        peers = tuple(
-            PeerLinkStats(
-                peer=pid,
-                frames_sent=p.frames_sent,
-                bytes_sent=p.bytes_sent,
-                frames_received=p.frames_received,
-                dropped_full=p.dropped_full,
-                connects=p.connects,
-                auth_failures=p.auth_failures,
-                chunked_transfers=p.chunked_transfers,
-            )
-            for pid, p in self.transport.stats().items()
-        )
+        groups = tuple(group_stats(gid, g) for gid, g in sorted(self.groups.items()))
+        peers = tuple(peer_link_stats(pid, p) for pid, p in self.transport.stats().items())
         c = self.counters
         return RuntimeStats(
             node=self.id,
@@ -378,6 +365,18 @@ class MultiRaft:
             peers=peers,
             sent=SentStats(c.appends, c.append_entries, c.append_bytes, c.flushes),
         )
+
+    def quiesced(self) -> tuple[int, ...]:
+        """The groups open here that are quiesced (not ticked), sorted."""
+        return tuple(sorted(gid for gid, g in self.groups.items() if g.quiesced))
+
+    def suspects(self) -> tuple[int, ...]:
+        """The peers this node has not heard from lately (or whose link is down), sorted."""
+        return self.liveness.suspects()
+
+    def conf(self, group: int) -> ConfState:
+        """``group``'s current configuration here, without building a `Status`."""
+        return self.group(group).raw.raft.conf
 
     def leader_of(self, group: int) -> int:
         """The leader ``group`` knows of (0: none); cheap enough for every request."""
@@ -470,8 +469,12 @@ class MultiRaft:
             if loop.time() - next_at > interval * 5:
                 next_at = loop.time()  # we fell far behind (paused process): do not burst ticks
             self._appended.clear()
+            self._check_liveness()
             for g in list(self.groups.values()):
-                g.tick()
+                if not g.quiesced:
+                    g.tick()
+            if self.cfg.quiesce:
+                self._quiesce_idle()
             ticks += 1
             if ticks % self.cfg.clock_probe_ticks == 0:
                 peers = [p for p in self.transport.peers if p != self.id]
@@ -481,6 +484,33 @@ class MultiRaft:
             if ticks % self.cfg.snapshot_every_ticks == 0:
                 for g in list(self.groups.values()):
                     g.request_snapshot()
+
+    # -- quiescence and node liveness (raftlog.runtime.liveness) ------------------------------
+    def _check_liveness(self) -> None:
+        """Send every peer this tick's liveness frame; peers newly silent wake every group."""
+        for peer in self.transport.peers:
+            self.transport.send(peer, FrameKind.BEATS, _NO_BEATS)
+        catch_up = self.liveness.tick(self.transport.peers)
+        if catch_up:
+            self._wake_all(catch_up)
+
+    def _wake_all(self, catch_up: int) -> None:
+        for g in list(self.groups.values()):
+            g.wake(catch_up)
+
+    def _quiesce_idle(self) -> None:
+        def live(p: int) -> bool:
+            return self.liveness.is_live(p) and self.transport.is_connected(p)
+
+        for q in quiesce_idle(self.groups, self.id, live):
+            for p in q.followers:
+                box = self._outboxes.get(p)
+                if box is None:
+                    box = self._outboxes[p] = _Outbox()
+                box.quiet.append(Beat(q.group, q.term, q.commit))
+        if self._outboxes and not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
 
     def _snapshot_pinning_groups(self) -> None:
         """Ask groups that keep old WAL segments alive to snapshot, so the segments can go."""
@@ -539,10 +569,15 @@ class MultiRaft:
                 self.transport.send(peer, FrameKind.BEATS, encode_beats(box.beats))
             if box.acks:
                 self.transport.send(peer, FrameKind.BEAT_ACKS, encode_beat_acks(box.acks))
+            # A group woken since it quiesced (a proposal in the same turn) says nothing.
+            quiet = [b for b in box.quiet if (g := self.groups.get(b.group)) and g.quiesced]
+            if quiet:
+                self.transport.send(peer, FrameKind.QUIESCE, encode_beats(quiet))
 
     # -- receiving --------------------------------------------------------------------------------
     def _on_frame(self, peer: int, kind: FrameKind, body: bytes) -> None:
         self.watch.heard(peer)
+        self.liveness.heard(peer)
         if kind is FrameKind.RAFT:
             for group, m in decode_messages(body):
                 if m.frm != peer or m.to != self.id:
@@ -555,6 +590,15 @@ class MultiRaft:
                     b.group,
                     Message(MsgType.HEARTBEAT, to=self.id, frm=peer, term=b.term, commit=b.commit),
                 )
+        elif kind is FrameKind.QUIESCE:
+            for b in decode_beats(body):
+                self._deliver(
+                    b.group,
+                    Message(MsgType.HEARTBEAT, to=self.id, frm=peer, term=b.term, commit=b.commit),
+                )
+                g = self.groups.get(b.group)
+                if g is not None:
+                    g.quiesce_follower(peer, b.term, b.commit)
         elif kind is FrameKind.BEAT_ACKS:
             for a in decode_beat_acks(body):
                 self._deliver(
@@ -595,6 +639,7 @@ class MultiRaft:
         g.step(m)
 
     def _on_peer_down(self, peer: int) -> None:
+        self._wake_all(self.liveness.down(peer))
         for g in self.groups.values():
             with contextlib.suppress(RaftError):
                 g.report_unreachable(peer)

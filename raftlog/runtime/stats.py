@@ -8,8 +8,13 @@ only: it is cheap enough to do on every scrape.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from raftlog.storage.wal import WalStats
+
+if TYPE_CHECKING:
+    from raftlog.runtime.group import GroupDriver
+    from raftlog.transport.peer import PeerStats
 
 __all__ = ["GroupStats", "PeerLinkStats", "RuntimeStats", "SentStats", "WalStats"]
 
@@ -32,6 +37,8 @@ class GroupStats:
     snapshots: int
     forced_snapshots: int
     """Snapshots taken because the group pinned old WAL segments."""
+    quiesced: bool = False
+    """Idle: not ticked, no heartbeats (`raftlog.runtime.liveness`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,3 +78,35 @@ class RuntimeStats:
     peers: tuple[PeerLinkStats, ...]
     """Sorted by peer id."""
     sent: SentStats
+
+
+def group_stats(gid: int, g: GroupDriver) -> GroupStats:
+    """A copy of ``g``'s counters, term and known leader."""
+    c = g.counters
+    return GroupStats(
+        group=gid,
+        term=g.raw.raft.term,
+        leader=g.leader(),
+        proposals=c.proposals,
+        batches=c.batches,
+        readies=c.readies,
+        persisted_entries=c.persisted_entries,
+        applied_entries=c.applied_entries,
+        snapshots=c.snapshots,
+        forced_snapshots=c.forced_snapshots,
+        quiesced=g.quiesced,
+    )
+
+
+def peer_link_stats(pid: int, p: PeerStats) -> PeerLinkStats:
+    """A copy of one peer link's counters."""
+    return PeerLinkStats(
+        peer=pid,
+        frames_sent=p.frames_sent,
+        bytes_sent=p.bytes_sent,
+        frames_received=p.frames_received,
+        dropped_full=p.dropped_full,
+        connects=p.connects,
+        auth_failures=p.auth_failures,
+        chunked_transfers=p.chunked_transfers,
+    )

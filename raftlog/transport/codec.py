@@ -14,6 +14,9 @@ Kinds:
 - ``CHUNK``      one piece of a large frame (snapshots) sent in pieces between other traffic:
                  transfer id, inner kind, piece index and count, total length, CRC-32 of the
                  whole body; the receiver reassembles, checks the CRC and delivers the inner frame
+- ``CHUNK_STATE`` the pieces of chunked frames a receiver holds, so that a transfer resumes
+                 after a reconnect (`raftlog.transport.resume`)
+- ``QUIESCE``    like ``BEATS``: the last heartbeat of idle groups (`raftlog.runtime.liveness`)
 """
 
 from __future__ import annotations
@@ -59,6 +62,10 @@ class FrameKind(IntEnum):
     CALL = 7
     REPLY = 8
     CHUNK = 9
+    QUIESCE = 10
+    """A ``BEATS`` body: each group's last heartbeat before its leader stops ticking it."""
+    CHUNK_STATE = 11
+    """What the sender holds of the peer's chunked frames (`raftlog.transport.resume`)."""
 
 
 class CodecError(RaftError):
@@ -380,50 +387,3 @@ def split_chunks(transfer: int, kind: FrameKind, body: bytes, size: int) -> list
         Chunk(transfer, kind, i, count, len(body), crc, bytes(view[i * size : (i + 1) * size]))
         for i in range(count)
     ]
-
-
-class Reassembly:
-    """Puts one peer's chunked frames back together (one transfer at a time per peer, since a
-    sender sends a transfer's chunks in order). Bounded: a transfer announcing more than
-    ``max_bytes`` is refused. A new transfer id discards an unfinished one (the sender gave
-    up on it, e.g. after a reconnect)."""
-
-    __slots__ = ("_parts", "_received", "_transfer", "max_bytes")
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self._transfer: Chunk | None = None
-        self._parts: list[bytes] = []
-        self._received = 0
-
-    def add(self, c: Chunk) -> tuple[FrameKind, bytes] | None:
-        """Take one chunk; the whole frame ``(kind, body)`` once its last chunk arrived."""
-        if c.total > self.max_bytes:
-            raise CodecError(f"chunked frame of {c.total} bytes exceeds {self.max_bytes}")
-        first = self._transfer
-        if first is None or first.transfer != c.transfer:
-            if c.index != 0:
-                self.reset()
-                return None  # the start of this transfer was lost with a connection
-            self._transfer, self._parts, self._received = c, [], 0
-            first = c
-        if c.index != len(self._parts) or (c.count, c.total, c.crc) != (
-            first.count,
-            first.total,
-            first.crc,
-        ):
-            raise CodecError("chunks out of order or inconsistent")
-        self._parts.append(c.data)
-        self._received += len(c.data)
-        if self._received > c.total:
-            raise CodecError("chunked frame longer than announced")
-        if c.index + 1 < c.count:
-            return None
-        body = b"".join(self._parts)
-        self.reset()
-        if len(body) != c.total or zlib.crc32(body) != c.crc:
-            raise CodecError("chunked frame fails its length or CRC check")
-        return c.kind, body
-
-    def reset(self) -> None:
-        self._transfer, self._parts, self._received = None, [], 0

@@ -28,7 +28,6 @@ from raftlog.transport.codec import (
     Chunk,
     CodecError,
     FrameKind,
-    Reassembly,
     decode_chunk,
     decode_hello,
     encode_chunk,
@@ -38,6 +37,7 @@ from raftlog.transport.codec import (
     parse_header,
     split_chunks,
 )
+from raftlog.transport.resume import BulkQueue, Reassembly, decode_state, encode_state
 
 log = logging.getLogger("raftlog.transport")
 
@@ -89,6 +89,9 @@ class TransportConfig:
     """Chunked frames queued per peer; more are refused (the caller retries later)."""
     max_reassembly_bytes: int = 1 << 30
     """Largest chunked frame a peer may send us."""
+    resume_seconds: float = 60.0
+    """Chunked frames queued for a peer stay this long after its connection dropped, to resume
+    on the next one; after that they are dropped (Raft sends a snapshot again when needed)."""
 
 
 @dataclass(slots=True)
@@ -140,28 +143,33 @@ class _Peer:
         self.stats = PeerStats()
         # Chunked frames waiting to go (each a list of its remaining chunks), sent one after
         # another, one chunk per writer turn after the regular frames.
-        self.bulk: deque[deque[Chunk]] = deque()
+        self.bulk = BulkQueue(cfg.max_chunked_transfers)
         self.reassembly = Reassembly(cfg.max_reassembly_bytes)
         self.tasks: set[asyncio.Task[None]] = set()
 
     def enqueue_bulk(self, chunks: list[Chunk]) -> bool:
-        if len(self.bulk) >= self.cfg.max_chunked_transfers:
+        if not self.bulk.add(chunks):
             self.stats.dropped_full += 1
             return False
-        self.bulk.append(deque(chunks))
         self.stats.chunked_transfers += 1
         self.wakeup.set()
         return True
 
     def next_bulk_frame(self) -> list[bytes]:
-        """Header and body of the next chunk frame (empty when nothing is pending)."""
-        if not self.bulk:
+        """Header and body of the next chunk frame (empty when nothing may go now)."""
+        c = self.bulk.next_chunk()
+        if c is None:
             return []
-        transfer = self.bulk[0]
-        body = encode_chunk(transfer.popleft())
-        if not transfer:
-            self.bulk.popleft()
+        body = encode_chunk(c)
         return [frame_header(FrameKind.CHUNK, len(body)), body]
+
+    def send_state(self, connect: bool) -> None:
+        """Tell the peer what this node holds of its chunked frames (ahead of other frames)."""
+        body = encode_state(self.reassembly.state(connect))
+        self.buffer.appendleft(body)
+        self.buffer.appendleft(frame_header(FrameKind.CHUNK_STATE, len(body)))
+        self.buffered_bytes += len(body) + FRAME_HEADER.size
+        self.wakeup.set()
 
     def enqueue(self, header: bytes, body: bytes) -> bool:
         size = len(header) + len(body)
@@ -302,7 +310,7 @@ class Transport:
         while True:
             await peer.wakeup.wait()
             peer.wakeup.clear()
-            while peer.buffer or peer.bulk:
+            while peer.buffer or peer.bulk.pending():
                 await peer.connected.wait()
                 writer = peer.writer
                 if writer is None:
@@ -397,7 +405,8 @@ class Transport:
     ) -> None:
         peer.writer = writer
         peer.stats.connects += 1
-        peer.reassembly.reset()
+        peer.bulk.disconnected()
+        peer.send_state(connect=True)  # the peer resumes its chunked frames from this
         peer.connected.set()
         peer.wakeup.set()
         try:
@@ -409,7 +418,11 @@ class Transport:
                 if kind is FrameKind.CHUNK:
                     whole = peer.reassembly.add(decode_chunk(body))
                     if whole is not None:
+                        peer.send_state(connect=False)  # the sender may forget it
                         self.on_frame(peer.id, *whole)
+                elif kind is FrameKind.CHUNK_STATE:
+                    peer.bulk.on_state(decode_state(body))
+                    peer.wakeup.set()
                 else:
                     self.on_frame(peer.id, kind, body)
         except (OSError, asyncio.IncompleteReadError, CodecError) as e:
@@ -421,13 +434,23 @@ class Transport:
     def _disconnected(self, peer: _Peer, writer: asyncio.StreamWriter) -> None:
         if peer.writer is writer:
             peer.writer = None
-            # A chunked frame cannot continue on another connection: drop the rest; the
-            # receiver discards its partial copy (Raft sends a snapshot again).
-            peer.bulk.clear()
+            # Chunked frames continue on the next connection where the receiver's state says
+            # (`raftlog.transport.resume`).
+            peer.bulk.disconnected()
             peer.connected.clear()
+            if len(peer.bulk) and not self._closed:
+                asyncio.get_running_loop().call_later(
+                    self.cfg.resume_seconds, self._expire_bulk, peer, peer.stats.connects
+                )
             if self.on_peer_down is not None and not self._closed:
                 self.on_peer_down(peer.id)
         writer.close()
+
+    def _expire_bulk(self, peer: _Peer, connects: int) -> None:
+        """Drop the chunked frames of a peer still disconnected since the drop at ``connects``."""
+        if peer.writer is None and peer.stats.connects == connects and len(peer.bulk):
+            log.info("node %d disconnected: dropping its chunked frames", peer.id)
+            peer.bulk.clear()
 
     async def _client_handshake(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer_id: int

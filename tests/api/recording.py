@@ -158,6 +158,10 @@ class RecordingService:
     async def remove_node(self, node: int) -> None:
         self._record("remove_node", node)
 
+    async def set_groups(self, groups: int) -> tuple[int, ...]:
+        self._record("set_groups", groups)
+        return tuple(range(7, groups + 1))
+
     async def list_segments(self, name: str, state: str = "all") -> SegmentListing:
         self._record("list_segments", name, state)
         seg = SegmentInfo(1, 10, 9, 900, "released", "0a1b2c3d", SegmentClaim("b-1", 5))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cmq.errors import NodeBusy, NodeNotFound
+from cmq.errors import InvalidParameter, NodeBusy, NodeNotFound
 from tests.api.conftest import Client
 from tests.api.recording import RecordingService
 
@@ -46,3 +46,18 @@ async def test_node_refusals_keep_their_codes(client: Client, service: Recording
     service.fail["drain_node"] = NodeNotFound("node 9 is not registered")
     resp = await client.post("/v1/nodes/9/drain")
     assert resp.status == 404 and (await resp.json())["error"]["code"] == "NodeNotFound"
+
+
+async def test_set_groups_route(client: Client, service: RecordingService) -> None:
+    resp = await client.put("/v1/cluster/groups", json={"groups": 9})
+    assert resp.status == 200
+    assert (await resp.json()) == {"groups": 9, "added": [7, 8, 9]}
+    assert service.methods() == ["set_groups"] and service.calls[0].args == (9,)
+    for body in [{"groups": 0}, {"groups": 10_001}, {"groups": "4"}, {}, {"groups": 4, "x": 1}]:
+        resp = await client.put("/v1/cluster/groups", json=body)
+        assert resp.status == 400, body
+        assert (await resp.json())["error"]["code"] == "InvalidParameter"
+    assert len(service.calls) == 1
+    service.fail["set_groups"] = InvalidParameter("the cluster has 6 data groups; ...")
+    resp = await client.put("/v1/cluster/groups", json={"groups": 3})
+    assert resp.status == 400 and (await resp.json())["error"]["code"] == "InvalidParameter"

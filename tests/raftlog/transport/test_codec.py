@@ -121,7 +121,8 @@ def test_calls_round_trip() -> None:
 
 
 def test_chunk_reassembly_checks_order_length_and_crc() -> None:
-    from raftlog.transport.codec import Reassembly, decode_chunk, encode_chunk, split_chunks
+    from raftlog.transport.codec import decode_chunk, encode_chunk, split_chunks
+    from raftlog.transport.resume import Reassembly
 
     body = bytes(range(256)) * 40
     chunks = split_chunks(7, FrameKind.RAFT, body, 1000)
