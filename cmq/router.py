@@ -48,7 +48,7 @@ from cmq.rpc import RETRY, Call, CatalogCall, decode_call, decode_error, encode_
 from raftlog.errors import NotLeader, PeerUnavailable, ProposalDropped
 from raftlog.errors import Overloaded as RaftOverloaded
 from raftlog.runtime import MultiRaft
-from raftlog.runtime.multiraft import RemoteCallError
+from raftlog.runtime.config import RemoteCallError
 
 R = TypeVar("R")
 

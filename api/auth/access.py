@@ -46,6 +46,7 @@ NATIVE: dict[str, tuple[str, bool]] = {
     "drainNode": (ADMIN, False),
     "activateNode": (ADMIN, False),
     "removeNode": (ADMIN, False),
+    "setGroups": (ADMIN, False),
     "listKeys": (ADMIN, False),
     "createKey": (ADMIN, False),
     "getKey": (ADMIN, False),

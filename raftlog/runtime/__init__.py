@@ -5,8 +5,9 @@ change membership, transfer leadership, read status, take a frozen `RuntimeStats
 counters) configured by `RuntimeConfig`.
 """
 
+from raftlog.runtime.config import RuntimeConfig, new_event_loop
 from raftlog.runtime.group import GroupDriver, GroupOptions
-from raftlog.runtime.multiraft import MultiRaft, RuntimeConfig, new_event_loop
+from raftlog.runtime.multiraft import MultiRaft
 from raftlog.runtime.statemachine import StateMachine, decode_batch, encode_batch
 from raftlog.runtime.stats import GroupStats, PeerLinkStats, RuntimeStats, SentStats
 

@@ -20,7 +20,7 @@ from cmq.router import Router
 from cmq.rpc import RETRY, ProduceCall, PurgeCall
 from raftlog.errors import PeerUnavailable
 from raftlog.runtime import MultiRaft
-from raftlog.runtime.multiraft import RemoteCallError
+from raftlog.runtime.config import RemoteCallError
 from raftlog.runtime.peerwatch import CallWatchdog
 
 GROUP = 1

@@ -31,7 +31,8 @@ from aiohttp import web
 
 from raftlog.errors import NotLeader, RaftError
 from raftlog.runtime.applog import AppendLog, Checksum
-from raftlog.runtime.multiraft import MultiRaft, RuntimeConfig, new_event_loop
+from raftlog.runtime.config import RuntimeConfig, new_event_loop
+from raftlog.runtime.multiraft import MultiRaft
 from raftlog.transport.peer import Address, parse_peers
 
 

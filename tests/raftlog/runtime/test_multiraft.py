@@ -12,7 +12,7 @@ from raftlog.core import ConfChangeKind, Role
 from raftlog.errors import ConfChangeInProgress, LearnerNotReady, NotLeader, PeerUnavailable
 from raftlog.runtime import GroupOptions, MultiRaft, RuntimeConfig
 from raftlog.runtime.applog import AppendLog
-from raftlog.runtime.multiraft import RemoteCallError
+from raftlog.runtime.config import RemoteCallError
 from raftlog.storage import WalOptions
 from raftlog.transport.peer import Address
 from tests.ports import free_ports
