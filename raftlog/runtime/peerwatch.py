@@ -95,9 +95,14 @@ class PeerWatch:
 
 class CallWatchdog:
     """Asks ``abandon`` every ``every`` seconds while ``fut`` (a forwarded call's reply to
-    ``peer``) is pending; a reason fails it with `PeerUnavailable` (outcome unknown)."""
+    ``peer``) is pending; a reason fails it with `PeerUnavailable` (outcome unknown).
 
-    __slots__ = ("_abandon", "_every", "_fut", "_handle", "_peer")
+    A check that runs late by more than ``every`` (this node's own event loop was stalled: a
+    long apply, a GC pause, a loaded machine) does not judge: frames that arrived meanwhile may
+    still sit unread in the socket, so the peer's silence would be this node's own. It looks
+    again ``every`` seconds later, once the loop has read what came in."""
+
+    __slots__ = ("_abandon", "_due", "_every", "_fut", "_handle", "_peer")
 
     def __init__(
         self,
@@ -107,16 +112,23 @@ class CallWatchdog:
         every: float,
     ) -> None:
         self._fut, self._peer, self._abandon, self._every = fut, peer, abandon, every
-        self._handle = asyncio.get_running_loop().call_later(every, self._check)
+        self._due = 0.0
+        self._handle = self._arm()
+
+    def _arm(self) -> asyncio.TimerHandle:
+        loop = asyncio.get_running_loop()
+        self._due = loop.time() + self._every
+        return loop.call_later(self._every, self._check)
 
     def _check(self) -> None:
         if self._fut.done():
             return
-        why = self._abandon()
+        late = asyncio.get_running_loop().time() - self._due
+        why = self._abandon() if late <= self._every else None
         if why:
             self._fut.set_exception(PeerUnavailable(f"call to node {self._peer} abandoned: {why}"))
         else:
-            self._handle = asyncio.get_running_loop().call_later(self._every, self._check)
+            self._handle = self._arm()
 
     def cancel(self) -> None:
         self._handle.cancel()

@@ -63,7 +63,7 @@ from raftlog.storage.record import (
 from raftlog.storage.record import (
     encode_record as encode_log_record,
 )
-from raftlog.transport import codec
+from raftlog.transport import codec, resume
 from tests.fuzz.targets import _MODELS, CORPUS, RECEIPT_KEY, SEGMENT_FIRST_SEQ
 
 _ATTRS = QueueAttributes(visibility_timeout=10, dead_letter_queue="dlq", max_receive_count=3)
@@ -127,6 +127,15 @@ def _transport() -> list[bytes]:
         (codec.FrameKind.CALL, codec.encode_call(17, False, b"\x93\x01\x02\x03")),
         (codec.FrameKind.REPLY, codec.encode_call(17, True, b'{"error":"Retry"}')),
         (codec.FrameKind.CHUNK, codec.encode_chunk(chunks[0])),
+        (codec.FrameKind.QUIESCE, codec.encode_beats([codec.Beat(7, 3, 40)])),
+        (
+            codec.FrameKind.CHUNK_STATE,
+            resume.encode_state(
+                resume.ChunkState(
+                    True, resume.FrameKey(4, 256, 77), 2, (resume.FrameKey(2, 100, 5),)
+                )
+            ),
+        ),
     ]
     return [codec.frame(kind, body) for kind, body in bodies]
 

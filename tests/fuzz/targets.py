@@ -33,7 +33,7 @@ from raftlog.errors import InvariantViolation
 from raftlog.runtime.statemachine import decode_batch, encode_batch
 from raftlog.storage.record import decode_record
 from raftlog.storage.record import encode_record as encode_log_record
-from raftlog.transport import codec
+from raftlog.transport import codec, resume
 
 CORPUS = Path(__file__).parent / "corpus"
 """The committed seed corpus: one directory per target."""
@@ -65,7 +65,7 @@ def _transport(data: bytes) -> bool:
         if kind is codec.FrameKind.RAFT:
             messages = codec.decode_messages(body)
             assert codec.decode_messages(codec.encode_messages(messages)) == messages
-        elif kind is codec.FrameKind.BEATS:
+        elif kind in (codec.FrameKind.BEATS, codec.FrameKind.QUIESCE):
             beats = codec.decode_beats(body)
             assert codec.decode_beats(codec.encode_beats(beats)) == beats
         elif kind is codec.FrameKind.BEAT_ACKS:
@@ -79,6 +79,9 @@ def _transport(data: bytes) -> bool:
             assert codec.decode_call(codec.encode_call(*call)) == call
         elif kind is codec.FrameKind.CHUNK:
             _chunks(body)
+        elif kind is codec.FrameKind.CHUNK_STATE:
+            state = resume.decode_state(body)
+            assert resume.decode_state(resume.encode_state(state)) == state
     except codec.CodecError:
         return False
     return True
@@ -90,9 +93,9 @@ def _chunks(body: bytes) -> bool:
     chunk = codec.decode_chunk(body)
     assert codec.decode_chunk(codec.encode_chunk(chunk)) == chunk
     with contextlib.suppress(codec.CodecError):
-        done = codec.Reassembly(max_bytes=1 << 16).add(chunk)
+        done = resume.Reassembly(max_bytes=1 << 16).add(chunk)
         assert done is None or done == (chunk.kind, chunk.data)
-    reassembly = codec.Reassembly(max_bytes=len(chunk.data))
+    reassembly = resume.Reassembly(max_bytes=len(chunk.data))
     pieces = codec.split_chunks(chunk.transfer, chunk.kind, chunk.data, 7)
     results = [reassembly.add(piece) for piece in pieces]
     assert results == [None] * (len(pieces) - 1) + [(chunk.kind, chunk.data)]
