@@ -48,6 +48,7 @@ class FifoQueueSim(QueueSim):
         self.group_of: dict[str, tuple[int, str]] = {}  # message id -> (data group, group)
         self.seq_of: dict[str, int] = {}  # message id -> its one seq
         self.last_first: dict[tuple[int, str], int] = {}  # (data group, group) -> last seq
+        self.maybe_acked: set[str] = set()  # acks whose outcome is unknown (maybe deleted)
 
     def queue_name(self, group: int) -> str:
         return fifo_name(group)
@@ -112,7 +113,10 @@ class FifoQueueSim(QueueSim):
         busy = {
             self.group_of[mid]
             for mid, (_, deadline) in self.leases.items()
-            if deadline > now and mid not in leased_now and mid not in self.acked_ids
+            if deadline > now
+            and mid not in leased_now
+            and mid not in self.acked_ids
+            and mid not in self.maybe_acked
         }
         for lm in res.messages:
             key = self.group_of.get(lm.id, (group, "?"))
@@ -140,6 +144,8 @@ class FifoQueueSim(QueueSim):
         if to_ack:
             ack = Ack(fifo_name(group), self.now_ms(), tuple((m.seq, m.lease_id) for m in to_ack))
             out = await self.run(group, ack)
+            if out is None:  # unknown outcome: the ack may be committed, the message deleted
+                self.maybe_acked.update(lm.id for lm in to_ack)
             if isinstance(out, EntryOutcomes):
                 for lm, code in zip(to_ack, out.outcomes, strict=True):
                     if code is None:
