@@ -16,7 +16,7 @@ The package is two halves:
 
 * pure logic with no I/O, clocks or asyncio, unit-tested on its own: `cmq.loadgen.body`
   (:func:`encode_body` / :func:`decode_body`), `cmq.loadgen.measure` (:class:`LatencyHistogram`,
-  :class:`TokenBucket`, :class:`SeqTracker`), `cmq.loadgen.report` (:class:`BenchConfig`,
+  :class:`SendSchedule`, :class:`SeqTracker`), `cmq.loadgen.report` (:class:`BenchConfig`,
   :class:`BenchReport`, :func:`format_progress`, :func:`format_report`, :func:`report_to_json`);
 * the run itself, `cmq.loadgen.run` (:func:`run_bench`, :func:`main_from_args`): one
   `cmq.client.Client` (pooled connections, no per-message work beyond JSON) on one event loop
@@ -28,7 +28,7 @@ message sent.
 """
 
 from cmq.loadgen.body import HEADER_LEN, Stamp, decode_body, encode_body, new_run_tag
-from cmq.loadgen.measure import LatencyHistogram, SeqTracker, TokenBucket
+from cmq.loadgen.measure import LatencyHistogram, SendSchedule, SeqTracker
 from cmq.loadgen.report import (
     BenchConfig,
     BenchReport,
@@ -55,9 +55,9 @@ __all__ = [
     "LatencyHistogram",
     "LatencySummary",
     "ProgressSample",
+    "SendSchedule",
     "SeqTracker",
     "Stamp",
-    "TokenBucket",
     "config_from_args",
     "decode_body",
     "encode_body",

@@ -1,5 +1,5 @@
-"""The pure counters of ``cmq bench``: latency histograms, the rate limiter and the sequence
-tracker (duplicates, missing). No I/O; clocks are the caller's.
+"""The pure counters of ``cmq bench``: latency histograms, the open-loop send schedule and the
+sequence tracker (duplicates, missing). No I/O; clocks are the caller's.
 """
 
 from __future__ import annotations
@@ -108,33 +108,39 @@ class LatencyHistogram:
         return self._sum / self.count if self.count else 0.0
 
 
-# -- rate limiter ----------------------------------------------------------------------------------
-class TokenBucket:
-    """A token bucket of ``rate`` tokens per second holding at most ``burst`` tokens.
+# -- open-loop schedule ----------------------------------------------------------------------------
+class SendSchedule:
+    r"""When each send request of a fixed-rate run is *due* (open loop).
 
-    :meth:`reserve` takes tokens at once, going into debt if needed, and says how long the
-    caller must wait before acting: concurrent callers each wait their own share, so the
-    aggregate rate is ``rate`` (after an initial ``burst``) whatever the number of callers. The
-    clock is the caller's (seconds, non-decreasing), so the bucket is pure and testable.
+    Request ``k`` of a run at ``rate`` msgs/s is due when the messages before it are due:
+    ``start + issued / rate``. A sender :meth:`claim`\ s the next due time when it has a free
+    slot, waits until then if it is early, and measures latency from the due time, not from
+    when it actually sent. A cluster that falls behind therefore shows the wait in the
+    latencies instead of silently lowering the offered load (no coordinated omission, as in
+    wrk2 or HdrHistogram's corrected recording). :attr:`max_lag` is the worst lateness of a
+    start: large when the window is too small to keep the rate. The clock is the caller's
+    (seconds), so the schedule is pure and testable.
     """
 
-    __slots__ = ("_last", "_tokens", "burst", "rate")
+    __slots__ = ("_issued", "max_lag", "rate", "start")
 
-    def __init__(self, rate: float, burst: float, now: float) -> None:
-        if rate <= 0 or burst <= 0:
-            raise ValueError("rate and burst must be positive")
+    def __init__(self, rate: float, start: float) -> None:
+        if rate <= 0 or not math.isfinite(rate):
+            raise ValueError("rate must be positive")
         self.rate = rate
-        self.burst = burst
-        self._tokens = burst
-        self._last = now
+        self.start = start
+        self._issued = 0
+        self.max_lag = 0.0
 
-    def reserve(self, n: int, now: float) -> float:
-        """Take ``n`` tokens; the seconds to wait (≥ 0) before using them."""
-        if now > self._last:
-            self._tokens = min(self.burst, self._tokens + (now - self._last) * self.rate)
-            self._last = now
-        self._tokens -= n
-        return 0.0 if self._tokens >= 0 else -self._tokens / self.rate
+    def claim(self, n: int) -> float:
+        """The due time of the next request, of ``n`` messages."""
+        due = self.start + self._issued / self.rate
+        self._issued += n
+        return due
+
+    def started(self, due: float, now: float) -> None:
+        """Record that a request due at ``due`` started at ``now`` (for :attr:`max_lag`)."""
+        self.max_lag = max(self.max_lag, now - due)
 
 
 # -- sequence tracking -----------------------------------------------------------------------------

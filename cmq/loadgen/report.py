@@ -166,6 +166,9 @@ class BenchReport:
     errors: Mapping[str, int]
     confirm_latency: LatencySummary
     e2e_latency: LatencySummary
+    schedule_lag: float | None = None
+    """At a fixed ``rate``: the worst lateness (s) of a send's start against its due time
+    (large when ``producers`` x ``window`` cannot keep the rate); None at full speed."""
 
     @property
     def confirmed_per_s(self) -> float:
@@ -249,7 +252,9 @@ def format_report(r: BenchReport) -> str:
         queue_note.append("created")
     if r.deleted_queue:
         queue_note.append("deleted")
-    rate = f"{c.rate:,.0f} msgs/s" if c.rate else "max"
+    rate = f"{c.rate:,.0f} msgs/s open loop" if c.rate else "max"
+    if r.schedule_lag is not None:
+        rate += f" (worst start {r.schedule_lag * 1000:,.1f} ms late)"
     if r.missing is None:
         missing = "not checked (no drain)"
     else:
@@ -355,5 +360,8 @@ def report_to_json(r: BenchReport) -> dict[str, Any]:
         "acked_mib_per_s": round(r.mib_per_s(r.acked_per_s), 3),
         "confirm_latency_ms": _latency_json(r.confirm_latency),
         "e2e_latency_ms": _latency_json(r.e2e_latency),
+        "schedule_lag_ms": (
+            round(r.schedule_lag * 1000, 3) if r.schedule_lag is not None else None
+        ),
         "ok": r.ok,
     }

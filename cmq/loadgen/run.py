@@ -27,7 +27,7 @@ from cmq.client.retry import Safety, failure_of, retry_after_of
 from cmq.client.stream import StreamClient
 from cmq.errors import CmqError, QueueAlreadyExists
 from cmq.loadgen.body import Stamp, decode_body, encode_body, new_run_tag
-from cmq.loadgen.measure import LatencyHistogram, SeqTracker, TokenBucket
+from cmq.loadgen.measure import LatencyHistogram, SendSchedule, SeqTracker
 from cmq.loadgen.report import (
     DEFAULT_MAX_MESSAGE_SIZE,
     LEFT_KEYS,
@@ -80,9 +80,7 @@ class _Run:
         self.confirm_hist = LatencyHistogram()
         self.e2e_hist = LatencyHistogram()
         self.t0 = time.monotonic()
-        self.bucket = (
-            TokenBucket(cfg.rate, max(cfg.batch, cfg.rate / 20), self.t0) if cfg.rate else None
-        )
+        self.schedule = SendSchedule(cfg.rate, self.t0) if cfg.rate else None
         self.budget = cfg.messages if cfg.messages else None
         self.sent = 0
         self.failed = 0
@@ -165,15 +163,19 @@ class _Run:
             n = self._claim()
             if n == 0:
                 return
-            if self.bucket is not None:
-                delay = self.bucket.reserve(n, time.monotonic())
-                if delay > 0:
+            start = time.monotonic()
+            if self.schedule is not None:
+                # Open loop: latency counts from when the request was due, so a late start
+                # (every slot busy) shows in the figures instead of lowering the load.
+                due = self.schedule.claim(n)
+                if due > start:
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self.stop_producing.wait(), delay)
+                        await asyncio.wait_for(self.stop_producing.wait(), due - start)
                     if self.stop_producing.is_set():
                         return
+                self.schedule.started(due, time.monotonic())
+                start = due
             first = self.tracker.allocate(producer, n)
-            start = time.monotonic()
             sent_us = int((start - self.t0) * 1e6)
             bodies = [
                 encode_body(Stamp(self.tag, producer, seq, sent_us), cfg.size)
@@ -514,6 +516,7 @@ async def run_bench(cfg: BenchConfig, progress: IO[str] | None = sys.stderr) -> 
         errors=dict(run.errors),
         confirm_latency=LatencySummary.of(run.confirm_hist),
         e2e_latency=LatencySummary.of(run.e2e_hist),
+        schedule_lag=run.schedule.max_lag if run.schedule is not None else None,
     )
 
 

@@ -16,6 +16,7 @@ import math
 import random
 import shutil
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -44,8 +45,12 @@ async def _probe_until_confirmed(
     rng: random.Random,
     interval: float,
     limit: float,
+    errors: Counter[str] | None = None,
 ) -> float:
-    """Seconds from ``t_fault`` to the first ok send started at or after it (inf: none)."""
+    """Seconds from ``t_fault`` to the first ok send started at or after it (inf: none).
+
+    Failed probes are counted by error in ``errors`` (when given), for the report of a trial
+    that does not recover."""
     done = asyncio.Event()
     first: list[float] = []
     counter = itertools.count()
@@ -53,11 +58,15 @@ async def _probe_until_confirmed(
     async def one() -> None:
         n = next(counter)
         node = client.derive([rng.choice(urls)], timeout=limit, retry=NO_RETRY)
-        with contextlib.suppress(CmqError):
+        try:
             await node.send(QUEUE, [f"probe-{t_fault:.3f}-{n}"])
-            if not done.is_set():
-                first.append(time.monotonic() - t_fault)
-                done.set()
+        except CmqError as e:
+            if errors is not None:
+                errors[f"{node.urls[0]} {type(e).__name__}: {str(e)[:80]}"] += 1
+            return
+        if not done.is_set():
+            first.append(time.monotonic() - t_fault)
+            done.set()
 
     tasks: set[asyncio.Task[None]] = set()
     deadline = t_fault + limit
@@ -72,6 +81,17 @@ async def _probe_until_confirmed(
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     return first[0] if first else math.inf
+
+
+def _keep_logs(cluster: ChaosCluster, root: Path, label: str) -> Path:
+    """Copy every node's log beside ``root`` (which is removed at the end) and return where."""
+    dest = root.parent / f"{root.name}-kept-{label}"
+    dest.mkdir(parents=True, exist_ok=True)
+    for nid in cluster.ids:
+        src = cluster.log_path(nid)
+        if src.exists():
+            shutil.copy2(src, dest / src.name)
+    return dest
 
 
 async def failover_trials(
@@ -109,11 +129,23 @@ async def failover_trials(
                     cluster.kill(victim)
                 else:
                     cluster.pause(victim)
+                errors: Counter[str] = Counter()
                 took = await _probe_until_confirmed(
-                    cluster.client, urls, t_fault, rng=rng, interval=interval, limit=limit
+                    cluster.client,
+                    urls,
+                    t_fault,
+                    rng=rng,
+                    interval=interval,
+                    limit=limit,
+                    errors=errors,
                 )
                 out[kind].append(took)
                 say(f"failover {kind} trial {trial + 1}/{trials}: leader {victim}, {took:.3f}s")
+                if math.isinf(took):
+                    kept = _keep_logs(cluster, root, f"{kind}-{trial + 1}")
+                    say(f"  no recovery: node logs kept in {kept}; probe errors:")
+                    for what, n in errors.most_common(12):
+                        say(f"    {n:5d} x {what}")
                 if kind == "kill":
                     cluster.start_node(victim)
                 else:

@@ -18,9 +18,9 @@ from cmq.loadgen import (
     LatencyHistogram,
     LatencySummary,
     ProgressSample,
+    SendSchedule,
     SeqTracker,
     Stamp,
-    TokenBucket,
     decode_body,
     encode_body,
     format_progress,
@@ -126,33 +126,26 @@ def test_histogram_clamps_and_merges_and_is_bounded() -> None:
         a.percentile(101)
 
 
-# -- rate limiter ----------------------------------------------------------------------------------
-def test_token_bucket_sequential_caller_runs_at_the_rate() -> None:
-    now = 0.0
-    bucket = TokenBucket(rate=100, burst=10, now=now)
-    for _ in range(1_000):
-        now += bucket.reserve(1, now)
-    # The burst is free, the rest comes at 100/s.
-    assert now == pytest.approx((1_000 - 10) / 100)
+# -- open-loop schedule ----------------------------------------------------------------------------
+def test_schedule_spaces_requests_at_the_rate_whatever_the_batch() -> None:
+    sched = SendSchedule(rate=100, start=10.0)
+    dues = [sched.claim(n) for n in (1, 1, 10, 1)]
+    # Each request is due once the messages before it are: 0, 1, 2 then 12 messages in.
+    assert dues == pytest.approx([10.0, 10.01, 10.02, 10.12])
 
 
-def test_token_bucket_concurrent_callers_share_the_rate() -> None:
-    bucket = TokenBucket(rate=50, burst=5, now=0.0)
-    waits = [bucket.reserve(5, 0.0) for _ in range(4)]  # four callers at the same instant
-    assert waits == pytest.approx([0.0, 0.1, 0.2, 0.3])
-
-
-def test_token_bucket_refills_up_to_the_burst_only() -> None:
-    bucket = TokenBucket(rate=10, burst=3, now=0.0)
-    assert bucket.reserve(3, 0.0) == 0.0
-    assert bucket.reserve(1, 0.0) == pytest.approx(0.1)
-    # After a long idle period only ``burst`` tokens are available.
-    assert bucket.reserve(3, 100.0) == 0.0
-    assert bucket.reserve(1, 100.0) == pytest.approx(0.1)
-    # A clock that goes back is ignored rather than adding tokens.
-    assert bucket.reserve(1, 50.0) == pytest.approx(0.2)
+def test_schedule_does_not_forgive_a_late_sender() -> None:
+    # A sender that was busy for a second claims due times in the past: they are not moved,
+    # so latency measured from them includes the wait (no coordinated omission).
+    sched = SendSchedule(rate=10, start=0.0)
+    assert sched.claim(1) == 0.0
+    late = [sched.claim(1) for _ in range(3)]
+    assert late == pytest.approx([0.1, 0.2, 0.3])
+    sched.started(late[0], now=1.1)
+    sched.started(late[1], now=1.0)
+    assert sched.max_lag == pytest.approx(1.0)
     with pytest.raises(ValueError):
-        TokenBucket(rate=0, burst=1, now=0.0)
+        SendSchedule(rate=0, start=0.0)
 
 
 # -- sequence tracking -----------------------------------------------------------------------------
