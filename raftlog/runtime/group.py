@@ -242,7 +242,13 @@ class GroupDriver:
     def quiesce_follower(self, leader: int, term: int, commit: int) -> bool:
         """A quiescing heartbeat from ``leader`` (already stepped like a heartbeat): stop
         ticking when this replica follows that leader in that term and holds its whole committed
-        log. Returns whether the group is now quiesced."""
+        log. Returns whether the group is now quiesced.
+
+        A replica still recovering from a restart (`raftlog.core.recovery`: it has not heard
+        from enough peers yet, or it lost entries it acknowledged) declines and keeps ticking,
+        so it keeps asking its peers: its first asks may have been lost while connections came
+        up, and a quiesced replica asks nothing, so it would stay out of elections until
+        the group happened to wake, and a later loss of the leader would find no quorum."""
         r = self.raw.raft
         if (
             self.stopped is None
@@ -250,6 +256,7 @@ class GroupDriver:
             and r.lead == leader
             and r.term == term
             and r.log.committed >= commit
+            and not (r.recovering or r.refreshing or r.rejoining)
         ):
             self.quiesced = True
         return self.quiesced

@@ -11,15 +11,19 @@ quiesce and wake again all through the faults.
 
 Checked, besides everything `RuntimeSim` checks: no follower stays quiesced more than
 ``LIMIT + 10`` ticks while its leader's node is down or the link from it is cut (a quiesced
-group must not wait forever on a dead leader). ``planted="no-wake"`` (suspicion wakes nothing)
-is a bug this check catches. ``python -m raftlog.sim.quiesce_sim --seeds N [--nodes 3|5]``.
+group must not wait forever on a dead leader); and no replica stays quiesced more than a few
+ticks while it is still recovering from a restart (`raftlog.core.recovery`: a quiesced replica stops asking its
+peers, so it would stay out of elections, and the loss of any other node would then leave the
+group without a quorum). Planted bugs these checks catch: ``planted="no-wake"`` (suspicion
+wakes nothing) and ``planted="quiesce-recovering"`` (a recovering replica accepts quiescence).
+``python -m raftlog.sim.quiesce_sim --seeds N [--nodes 3|5]``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from raftlog.core import Message, MsgType, Role
@@ -34,7 +38,7 @@ IDLE = 1.5
 
 
 class QuiescentSim(RuntimeSim):
-    """One seeded run with quiescence. ``planted``: "" or "no-wake"."""
+    """One seeded run with quiescence. ``planted``: "", "no-wake" or "quiesce-recovering"."""
 
     planted = ""
 
@@ -44,10 +48,26 @@ class QuiescentSim(RuntimeSim):
         self.quiesces = 0
         self.wakes = 0
         self._stuck: dict[tuple[int, int], float] = {}
+        self._stuck_recovering: dict[tuple[int, int], float] = {}
+        self._connecting: dict[tuple[int, int], float] = {}
+        """(from, to) → when the restarted ``from``'s connection to ``to`` is up."""
 
     def start_node(self, nid: int) -> None:
         super().start_node(nid)
         self.liveness[nid] = PeerLiveness(LIMIT)  # a restarted process knows nothing yet
+        # Its connections come up one by one after handshakes, and a peer's redial runs on its
+        # own backoff (up to seconds); until a link is up the transport drops what it carries
+        # (so a restarted replica's first recovery asks or their answers can be lost).
+        now = self.loop.time()
+        for p in self.ids:
+            if p != nid:
+                self._connecting[nid, p] = now + self.rng.uniform(0.0, 0.3)
+                self._connecting[p, nid] = now + self.rng.uniform(0.0, 2.0)
+
+    def send(self, frm: int, group: int, msgs: Sequence[Message]) -> None:
+        up = [m for m in msgs if self._connecting.get((frm, m.to), 0.0) <= self.loop.time()]
+        self.result.dropped += len(msgs) - len(up)
+        super().send(frm, group, up)
 
     # -- the host -----------------------------------------------------------------------------
     def _net(self, frm: int, to: int, fn: Callable[..., None], *args: Any) -> None:
@@ -68,6 +88,11 @@ class QuiescentSim(RuntimeSim):
         if (frm, to) in self.cut or not n.up or d is None:
             return
         d.step(Message(MsgType.HEARTBEAT, to=to, frm=frm, term=q.term, commit=q.commit))
+        if self.planted == "quiesce-recovering":
+            r = d.raw.raft
+            if r.role is Role.FOLLOWER and r.lead == frm and r.term == q.term:
+                d.quiesced = True  # the bug: recovery is not consulted
+            return
         d.quiesce_follower(frm, q.term, q.commit)
 
     async def ticker(self) -> None:
@@ -114,6 +139,24 @@ class QuiescentSim(RuntimeSim):
                         f"unreachable leader n{lead}"
                     )
                     self._stuck[key] = now  # report once per episode
+                self._check_recovering(n.up, d.quiesced and r.role is Role.FOLLOWER, key, r)
+
+    def _check_recovering(self, up: bool, quiet: bool, key: tuple[int, int], r: Any) -> None:
+        """A replica does not stay quiesced while recovering (it would stop asking)."""
+        now = self.loop.time()
+        if not (up and quiet and (r.recovering or r.rejoining)):
+            self._stuck_recovering.pop(key, None)
+            return
+        since = self._stuck_recovering.setdefault(key, now)
+        # Never needed: a recovering replica declines quiescence, and nothing makes a quiesced
+        # one recover without waking it; a few ticks cover a heartbeat in flight.
+        if now - since > 5 * TICK:
+            nid, g = key
+            self.violation(
+                f"group {g} on n{nid} stayed quiesced {now - since:.2f} s while recovering "
+                "from a restart (out of elections)"
+            )
+            self._stuck_recovering[key] = now
 
     # -- clients in bursts --------------------------------------------------------------------
     async def workload(self, group: int, cid: int, stop: asyncio.Event) -> None:
@@ -146,6 +189,12 @@ class PlantedNoWake(QuiescentSim):
     planted = "no-wake"
 
 
+class PlantedQuiesceRecovering(QuiescentSim):
+    """Planted bug: a replica still recovering from a restart accepts quiescence."""
+
+    planted = "quiesce-recovering"
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m raftlog.sim.quiesce_sim --seeds N [--seed S] [--nodes 3|5] [--seconds T]
     [--plant-no-wake]``."""
@@ -159,10 +208,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--groups", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=30.0, help="virtual seconds of chaos")
     ap.add_argument("--plant-no-wake", action="store_true", help="plant the no-wake bug")
+    ap.add_argument(
+        "--plant-quiesce-recovering",
+        action="store_true",
+        help="plant the bug of a recovering replica that accepts quiescence",
+    )
     args = ap.parse_args(argv)
     logging.disable(logging.CRITICAL)
     cfg = RuntimeSimConfig(nodes=args.nodes, groups=args.groups, seconds=args.seconds)
-    sim = PlantedNoWake if args.plant_no_wake else QuiescentSim
+    sim: type[QuiescentSim] = QuiescentSim
+    if args.plant_no_wake:
+        sim = PlantedNoWake
+    elif args.plant_quiesce_recovering:
+        sim = PlantedQuiesceRecovering
     return report_seeds("quiesce", range(args.seed, args.seed + args.seeds), cfg, sim)
 
 

@@ -1,5 +1,6 @@
 """Quiescence under the runtime simulator: idle groups stop ticking and wake through crashes,
-partitions, loss and reordering; a planted bug (suspect peers wake nothing) is caught."""
+partitions, loss and reordering; planted bugs (suspect peers wake nothing; a replica still
+recovering from a restart accepts quiescence) are caught."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import os
 
 import pytest
 
-from raftlog.sim.quiesce_sim import PlantedNoWake, QuiescentSim
+from raftlog.sim.quiesce_sim import PlantedNoWake, PlantedQuiesceRecovering, QuiescentSim
 from raftlog.sim.runtime_sim import RuntimeSim, RuntimeSimConfig
 
 SEEDS = int(os.environ.get("QUIESCE_SIM_SEEDS", "4"))
@@ -62,3 +63,23 @@ def test_suspect_peers_that_wake_nothing_are_caught() -> None:
         None,
     )
     assert caught is not None, "quiesced groups under a dead leader went unnoticed in 10 seeds"
+
+
+@pytest.mark.slow
+def test_a_recovering_replica_that_accepts_quiescence_is_caught() -> None:
+    # The bug the failover runner found: a restarted replica whose first recovery answers were
+    # lost while its links came up quiesced and stopped asking, so it stayed out of elections
+    # and the loss of the leader left the group without a quorum.
+    cfg = RuntimeSimConfig(groups=3, seconds=20.0)
+    caught = next(
+        (
+            s
+            for s in range(7100, 7110)
+            if any(
+                "while recovering" in v
+                for v in run(PlantedQuiesceRecovering, s, cfg).result.violations
+            )
+        ),
+        None,
+    )
+    assert caught is not None, "a quiesced recovering replica went unnoticed in 10 seeds"
