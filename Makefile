@@ -137,9 +137,10 @@ chaos: $(STAMP) $(APT_STAMP)
 PERF_HARNESS ?= ../shared/bench
 PERF_SECONDS ?= 20
 EFFICIENCY_MESSAGES ?= 1000000
+EFFICIENCY_PROTOCOL ?= http
 PEERS_STAMP := $(VENV)/.installed-peers
 
-.PHONY: perf-compare efficiency
+.PHONY: perf-compare perf-extra efficiency
 
 $(PEERS_STAMP): $(STAMP) pyproject.toml
 	command -v rabbitmq-server >/dev/null && command -v nats-server >/dev/null || \
@@ -152,7 +153,13 @@ perf-compare: $(PEERS_STAMP)
 		$(BIN)/python $(PERF_HARNESS)/perf_compare.py --seconds $(PERF_SECONDS)
 
 efficiency: $(STAMP)
-	$(BIN)/python bench/efficiency.py --messages $(EFFICIENCY_MESSAGES)
+	$(BIN)/python bench/efficiency.py --messages $(EFFICIENCY_MESSAGES) --protocol $(EFFICIENCY_PROTOCOL)
+
+# The figures the side-by-side harness does not take (bench/perf_extra.py): the harness's jobs
+# over HTTP and the streaming protocol, large messages against the disk's fdatasync bandwidth,
+# and an open-loop latency job at half the full-speed rate.
+perf-extra: $(STAMP)
+	$(BIN)/python bench/perf_extra.py --seconds $(PERF_SECONDS)
 
 # Long simulator sweep (README "Simulator sweeps"): the core simulator over 3 and 5 nodes, small
 # and large inflight windows, with and without wiped nodes rejoining (5 nodes), then the queue

@@ -2,6 +2,7 @@
 per node, resident memory per node with a large backlog, and the backlog's drain rate.
 
     python bench/efficiency.py [--messages 1000000] [--batch 10] [--url URL,URL,URL]
+                               [--protocol http|stream]
 
 Without ``--url`` it starts a fresh `cmq dev` cluster (3 nodes, a temp data dir, HTTP ports
 18680-18682) and stops it at the end. Phases, all against one queue:
@@ -10,7 +11,9 @@ Without ``--url`` it starts a fresh `cmq dev` cluster (3 nodes, a temp data dir,
    ``--batch`` messages per request, no consumers): confirmed msgs/s;
 2. read every node's ``/metrics``: resident memory with the backlog in place;
 3. drain: 8 receive loops (100 messages per receive) that ack each batch, until the queue is
-   empty: consumed-and-acked msgs/s.
+   empty: consumed-and-acked msgs/s. With ``--protocol stream`` both phases use the streaming
+   protocol instead: `cmq bench --protocol stream` produces, and the drain is one subscription
+   per node (prefetch 800, batches of up to 100) acking every batch, up to 8 acks in flight.
 
 CPU seconds (``process_cpu_seconds_total``), WAL records and fsyncs are the differences of each
 node's counters over each phase. Prints a table, and the same as JSON with ``--json``.
@@ -33,6 +36,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from cmq.client import Client, SyncClient
+from cmq.client.stream import StreamClient
 
 ROOT = Path(__file__).resolve().parent.parent
 COUNTERS = (
@@ -103,6 +107,49 @@ async def drain(urls: list[str], queue: str, loops: int = 8) -> tuple[int, float
     return acked, time.perf_counter() - start
 
 
+async def drain_stream(urls: list[str], queue: str, acks_in_flight: int = 8) -> tuple[int, float]:
+    """Drain over the streaming protocol: a subscription per node, every delivered batch acked
+    (its credit granted back), until the queue is empty; (acked, seconds)."""
+    acked = 0
+    start = time.perf_counter()
+    async with Client(urls, timeout=60) as client:
+
+        async def one(url: str) -> None:
+            nonlocal acked
+            slots = asyncio.Semaphore(acks_in_flight)
+            pending: set[asyncio.Task[None]] = set()
+            async with StreamClient([url], timeout=60) as stream:
+                sub = await stream.subscribe(
+                    queue, prefetch=800, visibility_timeout=60, max_batch=100
+                )
+
+                async def ack(got: list[Any]) -> None:
+                    nonlocal acked
+                    try:
+                        results = await sub.ack(got)
+                        acked += sum(1 for r in results if r.ok)
+                    finally:
+                        slots.release()
+
+                while True:
+                    try:
+                        got = await asyncio.wait_for(sub.next(), 1.0)
+                    except TimeoutError:
+                        stats = (await client.get_queue(queue)).stats
+                        if stats.visible == 0 and stats.in_flight == 0 and not pending:
+                            break
+                        continue
+                    await slots.acquire()
+                    task = asyncio.create_task(ack(got))
+                    pending.add(task)
+                    task.add_done_callback(pending.discard)
+                await sub.close()
+                await asyncio.gather(*pending)
+
+        await asyncio.gather(*(one(u) for u in urls))
+    return acked, time.perf_counter() - start
+
+
 def wait_ready(node: SyncClient, timeout: float = 90) -> None:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -117,6 +164,7 @@ def main() -> int:
     ap.add_argument("--messages", type=int, default=1_000_000)
     ap.add_argument("--batch", type=int, default=10)
     ap.add_argument("--url", help="comma-separated node URLs of a running cluster")
+    ap.add_argument("--protocol", choices=["http", "stream"], default="http")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     cmq = [sys.executable, "-m", "cmq"]
@@ -168,6 +216,8 @@ def main() -> int:
                 str(a.batch),
                 "--keep-queue",
                 "--no-drain",
+                "--protocol",
+                a.protocol,
                 "--json",
             ],
             capture_output=True,
@@ -180,11 +230,13 @@ def main() -> int:
         confirmed = int(report["confirmed"])
         time.sleep(2)  # let followers apply the tail before reading memory
         backlog = scrape_all(nodes)
-        acked, drain_s = asyncio.run(drain(urls, queue))
+        drainer = drain_stream if a.protocol == "stream" else drain
+        acked, drain_s = asyncio.run(drainer(urls, queue))
         drained = scrape_all(nodes)
         result = {
             "messages": a.messages,
             "batch": a.batch,
+            "protocol": a.protocol,
             "confirmed": confirmed,
             "produce_msgs_per_s": report["confirmed_msgs_per_s"],
             "produce_resent_after_errors": report["resent"],

@@ -1,0 +1,246 @@
+"""The performance figures the side-by-side harness does not take, on one fresh `cmq dev`
+cluster (3 nodes on loopback, every confirm a majority fsync), all in one run so that they
+compare as ratios:
+
+    python bench/perf_extra.py [--seconds 15] [--jobs protocols,large,open-loop] [--json]
+
+* ``protocols``: the harness's jobs (1 KiB; J1 = 4 producers x 64 sends in flight, no
+  consumers; J1x10 = the same with 10 messages per send; J2 = J1 plus 2 consumers) with
+  `cmq bench`, over HTTP and over the streaming protocol, alternated.
+* ``large``: the disk's own bandwidth when every write is followed by ``fdatasync`` (64 KiB and
+  1 MiB writes in the cluster's data directory, before and after), then 64 KiB and 1 MiB
+  messages confirmed (4 producers x 4 in flight, streaming protocol), in MB/s. The three
+  replicas share this machine's one disk, so the physical ceiling is a third of its bandwidth.
+* ``open-loop``: J2 at a fixed rate, half of the rate J2 reached at full speed in this run
+  (`cmq bench --rate` is open loop: latency counts from when each send was due), for both
+  protocols: confirm and end-to-end p50 / p99 / p99.9.
+
+Prints a table per job (and everything as JSON with ``--json``); the cluster is stopped at the
+end. Exit status 1 when a run lost or duplicated a message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from cmq.client import SyncClient
+
+ROOT = Path(__file__).resolve().parent.parent
+HTTP_PORT = 18780
+MiB = 1024 * 1024
+
+
+def fdatasync_bandwidth(directory: str, block: int, total: int = 64 * MiB) -> float:
+    """MB/s of sequential ``block``-byte writes, each followed by ``fdatasync``."""
+    path = os.path.join(directory, f"fdatasync-probe-{block}")
+    data = os.urandom(block)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        start = time.perf_counter()
+        written = 0
+        while written < total:
+            written += os.write(fd, data)
+            os.fdatasync(fd)
+        took = time.perf_counter() - start
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return written / took / 1e6
+
+
+class Cluster:
+    """A `cmq dev` cluster of 3 nodes in a temp directory, stopped by :meth:`stop`."""
+
+    def __init__(self) -> None:
+        self.data = tempfile.mkdtemp(prefix="cmq-perf-extra-")
+        self.urls = [f"http://127.0.0.1:{HTTP_PORT + i}" for i in range(3)]
+        self._log = open(os.path.join(self.data, "dev.log"), "w")  # noqa: SIM115
+        self._proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "cmq",
+                "dev",
+                "--nodes",
+                "3",
+                "--data-dir",
+                os.path.join(self.data, "nodes"),
+                "--http-port",
+                str(HTTP_PORT),
+                "--peer-port",
+                str(HTTP_PORT + 1000),
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=ROOT,
+        )
+        end = time.monotonic() + 90
+        for url in self.urls:
+            with SyncClient(url, timeout=5) as node:
+                while not node.ready():
+                    if time.monotonic() > end:
+                        raise SystemExit(f"{url} never became ready; see {self.data}/dev.log")
+                    time.sleep(0.5)
+        time.sleep(2)
+
+    def create_queue(self, name: str, attributes: dict[str, Any]) -> None:
+        with SyncClient(self.urls, timeout=30) as client:
+            client.create_queue(name, attributes)
+
+    def stop(self) -> None:
+        os.killpg(self._proc.pid, signal.SIGINT)
+        try:
+            self._proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self._proc.pid, signal.SIGKILL)
+        self._log.close()
+
+
+def bench(cluster: Cluster, *args: str) -> dict[str, Any]:
+    """One `cmq bench --json` run against ``cluster``; its report."""
+    out = subprocess.run(
+        [sys.executable, "-m", "cmq", "bench", "--url", ",".join(cluster.urls), "--json", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+    try:
+        report: dict[str, Any] = json.loads(out.stdout)
+    except json.JSONDecodeError:
+        raise SystemExit(f"cmq bench {' '.join(args)} failed:\n{out.stderr[-2000:]}") from None
+    return report
+
+
+def _clean(r: dict[str, Any]) -> bool:
+    return not r.get("duplicates") and not r.get("missing")
+
+
+JOBS = {
+    "J1": ("--consumers", "0", "--no-drain"),
+    "J1x10": ("--consumers", "0", "--no-drain", "--batch", "10"),
+    "J2": ("--consumers", "2"),
+}
+
+
+def protocols(cluster: Cluster, seconds: int) -> dict[str, Any]:
+    """The harness's jobs over both protocols, alternated per job."""
+    out: dict[str, Any] = {}
+    for job, args in JOBS.items():
+        for proto in ("http", "stream"):
+            r = bench(cluster, "--seconds", str(seconds), "--protocol", proto, *args)
+            out[f"{job} {proto}"] = r
+            print(
+                f"{job:6} {proto:6} confirmed/s {r['confirmed_msgs_per_s']:>9,.0f}"
+                f"  acked/s {r['acked_msgs_per_s']:>9,.0f}"
+                f"  confirm p99 {r['confirm_latency_ms'].get('p99', 0):8.1f} ms"
+                f"  e2e p99 {r['e2e_latency_ms'].get('p99', 0):8.1f} ms"
+                f"  missing {r['missing']} dups {r['duplicates']}",
+                flush=True,
+            )
+    return out
+
+
+def large(cluster: Cluster, seconds: int) -> dict[str, Any]:
+    """fdatasync bandwidth of the disk, then large messages confirmed, in MB/s."""
+    disk = {
+        f"{b // 1024} KiB": [fdatasync_bandwidth(cluster.data, b) for _ in range(2)]
+        for b in (64 * 1024, MiB)
+    }
+    cluster.create_queue("perf-large", {"max_message_size": MiB})
+    runs: dict[str, Any] = {}
+    for size in (64 * 1024, MiB):
+        r = bench(
+            cluster,
+            *("--queue", "perf-large", "--size", str(size), "--seconds", str(seconds)),
+            *("--producers", "4", "--window", "4", "--consumers", "0", "--no-drain"),
+            *("--protocol", "stream"),
+        )
+        runs[f"{size // 1024} KiB"] = r
+    for block in (64 * 1024, MiB):
+        disk[f"{block // 1024} KiB"].append(fdatasync_bandwidth(cluster.data, block))
+    out: dict[str, Any] = {"disk_fdatasync_mb_s": disk, "runs": runs}
+    for label, r in runs.items():
+        mb_s = r["confirmed_msgs_per_s"] * r["config"]["size"] / 1e6
+        ceiling = statistics.median(disk[label]) / 3
+        out[f"{label} confirmed_mb_s"] = round(mb_s, 1)
+        out[f"{label} share_of_third_of_disk"] = round(mb_s / ceiling, 2)
+        print(
+            f"{label:8} confirmed {r['confirmed_msgs_per_s']:>7,.1f} msgs/s = {mb_s:6.1f} MB/s;"
+            f" disk fdatasync at {label} writes {statistics.median(disk[label]):6.1f} MB/s"
+            f" (a third: {ceiling:5.1f}); ratio {mb_s / ceiling:4.2f};"
+            f" confirm p50/p99 {r['confirm_latency_ms'].get('p50', 0):.0f}"
+            f"/{r['confirm_latency_ms'].get('p99', 0):.0f} ms",
+            flush=True,
+        )
+    return out
+
+
+def open_loop(cluster: Cluster, seconds: int, full: dict[str, Any]) -> dict[str, Any]:
+    """J2 at half the rate J2 reached at full speed (from ``full``, or measured now)."""
+    out: dict[str, Any] = {}
+    for proto in ("http", "stream"):
+        max_run = full.get(f"J2 {proto}") or bench(
+            cluster, "--seconds", str(seconds), "--protocol", proto, *JOBS["J2"]
+        )
+        rate = int(max_run["confirmed_msgs_per_s"] / 2)
+        r = bench(
+            cluster,
+            *("--seconds", str(seconds), "--protocol", proto, "--rate", str(rate)),
+            *JOBS["J2"],
+        )
+        out[proto] = {"max_rate": max_run["confirmed_msgs_per_s"], "rate": rate, "run": r}
+        c, e = r["confirm_latency_ms"], r["e2e_latency_ms"]
+        print(
+            f"open loop {proto:6} at {rate:,}/s (half of {max_run['confirmed_msgs_per_s']:,.0f}):"
+            f" confirmed/s {r['confirmed_msgs_per_s']:,.0f}"
+            f"  confirm p50/p99/p99.9 {c.get('p50', 0):.1f}/{c.get('p99', 0):.1f}"
+            f"/{c.get('p99.9', 0):.1f} ms  e2e {e.get('p50', 0):.1f}/{e.get('p99', 0):.1f}"
+            f"/{e.get('p99.9', 0):.1f} ms  worst start late {r.get('schedule_lag_ms')} ms"
+            f"  missing {r['missing']} dups {r['duplicates']}",
+            flush=True,
+        )
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=int, default=15)
+    ap.add_argument("--jobs", default="protocols,large,open-loop")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    jobs = [j for j in a.jobs.split(",") if j]
+    cluster = Cluster()
+    result: dict[str, Any] = {}
+    try:
+        if "protocols" in jobs:
+            result["protocols"] = protocols(cluster, a.seconds)
+        if "large" in jobs:
+            result["large"] = large(cluster, a.seconds)
+        if "open-loop" in jobs:
+            result["open_loop"] = open_loop(cluster, a.seconds, result.get("protocols", {}))
+    finally:
+        cluster.stop()
+    if a.json:
+        print(json.dumps(result, indent=2))
+    reports = [
+        *result.get("protocols", {}).values(),
+        *result.get("large", {}).get("runs", {}).values(),
+    ]
+    reports += [v["run"] for v in result.get("open_loop", {}).values()]
+    return 0 if all(_clean(r) for r in reports) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
