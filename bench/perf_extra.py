@@ -6,7 +6,10 @@ compare as ratios:
 
 * ``protocols``: the harness's jobs (1 KiB; J1 = 4 producers x 64 sends in flight, no
   consumers; J1x10 = the same with 10 messages per send; J2 = J1 plus 2 consumers) with
-  `cmq bench`, over HTTP and over the streaming protocol, alternated.
+  `cmq bench`, over HTTP and over the streaming protocol, alternated; with the nodes' CPU
+  seconds per 1,000 messages (from their ``process_cpu_seconds_total``) and the share of the
+  machine's cores the three nodes used (what is left for anything else, a front-end process
+  included).
 * ``large``: the disk's own bandwidth when every write is followed by ``fdatasync`` (64 KiB and
   1 MiB writes in the cluster's data directory, before and after), then 64 KiB and 1 MiB
   messages confirmed (4 producers x 4 in flight, streaming protocol), in MB/s. The three
@@ -32,6 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from cmq.client import SyncClient
 
@@ -107,8 +112,25 @@ class Cluster:
         self._log.close()
 
 
+def node_cpu_seconds(cluster: Cluster) -> list[float]:
+    """Each node's ``process_cpu_seconds_total``."""
+    out = []
+    for url in cluster.urls:
+        with SyncClient(url, timeout=10) as node:
+            text = node.metrics()
+        cpu = 0.0
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "process_cpu_seconds_total":
+                    cpu += sample.value
+        out.append(cpu)
+    return out
+
+
 def bench(cluster: Cluster, *args: str) -> dict[str, Any]:
-    """One `cmq bench --json` run against ``cluster``; its report."""
+    """One `cmq bench --json` run against ``cluster``; its report, with the nodes' CPU use
+    over it (``node_cpu_s``, ``cpu_s_per_1000_msgs_per_node``, ``cores_used_by_nodes``)."""
+    cpu0, t0 = node_cpu_seconds(cluster), time.monotonic()
     out = subprocess.run(
         [sys.executable, "-m", "cmq", "bench", "--url", ",".join(cluster.urls), "--json", *args],
         capture_output=True,
@@ -120,6 +142,12 @@ def bench(cluster: Cluster, *args: str) -> dict[str, Any]:
         report: dict[str, Any] = json.loads(out.stdout)
     except json.JSONDecodeError:
         raise SystemExit(f"cmq bench {' '.join(args)} failed:\n{out.stderr[-2000:]}") from None
+    wall = time.monotonic() - t0
+    cpu = [b - a for a, b in zip(cpu0, node_cpu_seconds(cluster), strict=True)]
+    msgs = max(int(report["confirmed"]), 1)
+    report["node_cpu_s"] = [round(c, 2) for c in cpu]
+    report["cpu_s_per_1000_msgs_per_node"] = [round(c * 1000 / msgs, 4) for c in cpu]
+    report["cores_used_by_nodes"] = round(sum(cpu) / wall, 2)
     return report
 
 
@@ -146,7 +174,9 @@ def protocols(cluster: Cluster, seconds: int) -> dict[str, Any]:
                 f"  acked/s {r['acked_msgs_per_s']:>9,.0f}"
                 f"  confirm p99 {r['confirm_latency_ms'].get('p99', 0):8.1f} ms"
                 f"  e2e p99 {r['e2e_latency_ms'].get('p99', 0):8.1f} ms"
-                f"  missing {r['missing']} dups {r['duplicates']}",
+                f"  missing {r['missing']} dups {r['duplicates']}"
+                f"  node CPU s/1000 msgs {r['cpu_s_per_1000_msgs_per_node']}"
+                f"  cores used by nodes {r['cores_used_by_nodes']} of {os.cpu_count()}",
                 flush=True,
             )
     return out
