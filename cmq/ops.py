@@ -154,9 +154,10 @@ class Wakeups:
 
 class WakingMachine:
     """A data group's `QueueMachine` as the raftlog runtime drives it: after each batch of
-    applies (or a restore) the runtime calls `after_apply`, which hands the machine's effects
-    (the queues that changed, `QueueMachine.take_changed`) to the long-poll wake-ups. The
-    machine itself never calls out of `apply`."""
+    applies (or a restore) the runtime calls `after_apply`, which ends the batch
+    (`QueueMachine.end_batch`: the segment appends are written out) and hands the machine's
+    effects (the queues that changed, `QueueMachine.take_changed`) to the long-poll wake-ups.
+    The machine itself never calls out of `apply`."""
 
     __slots__ = ("machine", "wakeups")
 
@@ -177,6 +178,7 @@ class WakingMachine:
         self.machine.restore(index, data)
 
     def after_apply(self) -> None:
+        self.machine.end_batch()
         changed = self.machine.take_changed()
         if changed:
             self.wakeups.notify(changed)

@@ -247,6 +247,11 @@ class QueueMachine(MachineReads):
     def changed(self, name: str) -> None:
         self._changed_queues.add(name)
 
+    def end_batch(self) -> None:
+        """After a batch of `apply` calls: the segment store writes the batch's appends out
+        (`SegmentStore.write_out`); applying without it is correct, only less batched."""
+        self._store.write_out()
+
     def take_changed(self) -> set[str]:
         """The queues changed since the last call (an effect of `apply`/`restore`; bounded by
         the queue names, so a machine nobody drains does not grow without limit)."""

@@ -96,6 +96,9 @@ class _FramedStore(ABC):
         run on a worker thread while the event loop appends)."""
 
     # -- SegmentStore ------------------------------------------------------------------------
+    def write_out(self) -> None:  # noqa: B027 - a hook with nothing to do by default
+        """`SegmentStore.write_out` (nothing is held by default)."""
+
     def export(self, queue: str, segment: int, size: int) -> bytes:
         """The first ``size`` bytes of a segment (for shipping it to a follower); a missing or
         shorter segment raises `InvariantBroken`. Thread-safe with respect to appends."""
@@ -360,10 +363,16 @@ class MemorySegmentStore(_FramedStore):
 class FileSegmentStore(_FramedStore):
     """Segments as files ``<directory>/<queue>/<first_seq:020d>.seg``.
 
-    Appends are one ``write`` per batch on an ``O_APPEND`` descriptor (readable at once through
-    the page cache, no fsync); at most ``max_open`` descriptors stay open (least recently used
-    closed first). `flush` fsyncs every segment written since the previous flush and every
-    directory that gained or lost a file.
+    Appends are held in memory until `write_out` (which the raftlog runtime calls after each
+    batch of applies, through `cmq.ops.WakingMachine`), then written with one ``write`` per
+    segment on an ``O_APPEND`` descriptor (readable at once through the page cache, no fsync):
+    one system call per segment per batch instead of one per command. Anything that reads,
+    sizes, truncates, closes or fsyncs a segment writes its held appends out first, so the
+    holding is invisible to callers. Appends held when the process dies are lost like unsynced
+    page-cache data: recovery truncates segments to the snapshot's layout and replays the log.
+    At most ``max_open`` descriptors stay open (least recently used closed first). `flush`
+    fsyncs every segment written since the previous flush and every directory that gained or
+    lost a file.
     """
 
     def __init__(
@@ -378,6 +387,8 @@ class FileSegmentStore(_FramedStore):
         self.directory = os.fspath(directory)
         self._max_open = max(1, max_open)
         self._fds: OrderedDict[_Key, int] = OrderedDict()
+        self._held: dict[_Key, list[bytes]] = {}
+        """Appends not yet written, per segment, oldest first (see `write_out`)."""
         self._dirty: set[_Key] = set()
         # Directories whose entries changed since the last flush: a snapshot must never list
         # files a power loss can still forget. A created directory puts its parent here. So
@@ -396,9 +407,27 @@ class FileSegmentStore(_FramedStore):
                 self._dirty_dirs.add(level)
 
     def close(self) -> None:
-        """Close every open descriptor (appends stay in the page cache, not fsynced)."""
+        """Write held appends out and close every open descriptor (appends stay in the page
+        cache, not fsynced)."""
+        self.write_out()
         for key in list(self._fds):
             self._close(key)
+
+    def write_out(self) -> None:
+        """Write every held append to its segment file (one ``write`` per segment)."""
+        for key in list(self._held):
+            self._write_out(key)
+
+    def _write_out(self, key: _Key) -> None:
+        chunks = self._held.pop(key, None)
+        if not chunks:
+            return
+        fd = self._fd(key, create=True)
+        view = memoryview(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+        self._dirty.add(key)
 
     def _path(self, key: _Key) -> str:
         return os.path.join(self.directory, key[0], f"{key[1]:020d}.seg")
@@ -426,14 +455,14 @@ class FileSegmentStore(_FramedStore):
         return fd
 
     def _write(self, key: _Key, data: bytes) -> None:
-        fd = self._fd(key, create=True)
-        view = memoryview(data)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
-        self._dirty.add(key)
+        held = self._held.get(key)
+        if held is None:
+            self._held[key] = [data]
+        else:
+            held.append(data)
 
     def _pread(self, key: _Key, offset: int, size: int) -> bytes:
+        self._write_out(key)
         fd = self._fd(key)
         out = os.pread(fd, size, offset)
         if len(out) != size:
@@ -441,6 +470,7 @@ class FileSegmentStore(_FramedStore):
         return out
 
     def _size(self, key: _Key) -> int | None:
+        self._write_out(key)
         try:
             return os.stat(self._path(key)).st_size
         except FileNotFoundError:
@@ -465,6 +495,7 @@ class FileSegmentStore(_FramedStore):
             os.close(fd)
 
     def _scan(self, key: _Key, size: int, chunk: int) -> Iterator[bytes]:
+        self._write_out(key)
         try:
             fd = os.open(self._path(key), os.O_RDONLY)
         except FileNotFoundError:
@@ -481,11 +512,12 @@ class FileSegmentStore(_FramedStore):
             os.close(fd)
 
     def _truncate(self, key: _Key, size: int) -> None:
-        self._close(key)
+        self._close(key)  # writes held appends out first
         os.truncate(self._path(key), size)
         self._dirty.add(key)
 
     def _remove(self, key: _Key) -> None:
+        self._held.pop(key, None)
         self._close(key)
         self._dirty.discard(key)
         try:
@@ -496,6 +528,8 @@ class FileSegmentStore(_FramedStore):
         # again (it is not in the snapshot's layout).
 
     def _remove_queue(self, queue: str) -> None:
+        for key in [k for k in self._held if k[0] == queue]:
+            del self._held[key]
         for key in [k for k in self._fds if k[0] == queue]:
             self._close(key)
         self._dirty = {k for k in self._dirty if k[0] != queue}
@@ -517,11 +551,15 @@ class FileSegmentStore(_FramedStore):
         return out
 
     def _close(self, key: _Key) -> None:
+        self._write_out(key)
         fd = self._fds.pop(key, None)
         if fd is not None:
             os.close(fd)
 
     def flush(self) -> None:
+        # Nothing is held here when the runtime calls this (off the event loop, between
+        # batches of applies, which end with `write_out`); a direct caller may hold appends.
+        self.write_out()
         sync = getattr(os, "fdatasync", os.fsync)
         # Always a fresh descriptor: flush runs on a worker thread (raftlog offloads snapshots)
         # while reads on the event loop may evict and close cached ones, and syncing any

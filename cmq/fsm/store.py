@@ -149,6 +149,12 @@ class SegmentStore(Protocol):
         """Remove every segment of ``queue``."""
         ...
 
+    def write_out(self) -> None:
+        """Write appends the store holds in memory to their segments (a store may hold the
+        appends of a batch of commands to write each segment once); called after every batch
+        of applies. Reads and `flush` never miss held appends."""
+        ...
+
     def flush(self) -> None:
         """Make every append so far durable (fsync); the blocking part of a snapshot."""
         ...

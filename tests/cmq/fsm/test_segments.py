@@ -94,6 +94,7 @@ def flip_byte(store: SegmentStore, queue: str, segment: int, offset: int) -> Non
         store.segments[(queue, segment)][offset] ^= 0xFF
         return
     assert isinstance(store, FileSegmentStore)
+    store.write_out()  # the batch's appends reach the file, as after every batch of applies
     path = os.path.join(store.directory, queue, f"{segment:020d}.seg")
     with open(path, "r+b") as f:
         f.seek(offset)
@@ -192,3 +193,35 @@ def test_a_reopened_store_makes_the_existing_tree_durable(
     for d in (root, root / "segments", root / "segments" / "g1", root / "segments" / "g1" / "q"):
         assert str(d) in synced, d
     assert str(tmp_path) not in synced  # nothing above the data directory
+
+
+def test_file_store_writes_a_batch_of_appends_once_per_segment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writes: list[int] = []
+    real_write = os.write
+
+    def counting_write(fd: int, data: bytes | memoryview) -> int:
+        writes.append(len(data))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", counting_write)
+    store = FileSegmentStore(tmp_path / "segs", cache_bytes=0)
+    path = tmp_path / "segs" / "q.1" / f"{1:020d}.seg"
+    size = 0
+    for first in (1, 3, 5):  # three commands of one batch, two records each
+        size = append(store, "q.1", 1, range(first, first + 2))
+    assert writes == [] and not path.exists()  # held until the batch ends
+    # A read in the middle of a batch (no cache: from the file) sees every held append.
+    assert store.read("q.1", 1, 6) == message(6)
+    assert writes == [size] and path.stat().st_size == size
+    append(store, "q.1", 1, range(7, 9))
+    append(store, "q.2", 1, range(1, 3))
+    store.write_out()  # the end of the batch: one write per segment
+    assert len(writes) == 3
+    store.write_out()
+    assert len(writes) == 3  # nothing held any more
+    # A flush (fsync) never misses held appends either.
+    end = append(store, "q.1", 1, range(9, 10))
+    store.flush()
+    assert path.stat().st_size == end
