@@ -90,7 +90,7 @@ class Housekeeper:
                 # Released / archived segments' files go at the snapshot after the one that
                 # records their release: snapshot now rather than after 20,000 entries.
                 self._raft.group(group).request_snapshot()
-            if self._raft.status(group).leader != self._id:
+            if self._raft.leader_of(group) != self._id:
                 continue
             names = machine.queue_names()
             if pending and names:

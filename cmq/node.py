@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import os
 import shutil
-from collections.abc import AsyncIterator, Awaitable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,6 +81,9 @@ from raftlog.runtime import GroupOptions, MultiRaft, RuntimeConfig
 from raftlog.transport.peer import Address
 
 __all__ = ["META_GROUP", "NodeConfig", "QueueNode", "now_ms"]
+
+CATALOG_CATCH_UP = 2.0
+"""Seconds a create or delete waits for this node's catalog to show it (`_catalog_shows`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,7 +315,9 @@ class QueueNode:
         if not self.catalog.initialized:
             raise Unavailable("the cluster is not initialized yet; retry")
         group = await self.router.run(AssignQueueCall(META_GROUP, name))
-        return await self.router.run(CreateQueueCall(group, name, attributes))
+        created = await self.router.run(CreateQueueCall(group, name, attributes))
+        await self._catalog_shows(lambda: self.catalog.group_of(name) == group)
+        return created
 
     async def list_queues(self) -> list[str]:
         return self.catalog.names()
@@ -339,6 +344,18 @@ class QueueNode:
         check_queue_name(name)
         await self.router.run(DeleteQueueCall(self.router.group_of(name), name))
         await self.router.run(RemoveQueueCall(META_GROUP, name))
+        await self._catalog_shows(lambda: self.catalog.group_of(name) is None)
+
+    async def _catalog_shows(self, change: Callable[[], bool]) -> None:
+        """Read your writes: a catalog change committed at the catalog's leader (maybe
+        another node) is applied here a little later; wait (at most `CATALOG_CATCH_UP`
+        seconds) until this node's catalog shows ``change``, so that the caller's next request
+        to this node (list, send, create again) sees it. On timeout (this node cut off from
+        the leader) the change is committed all the same, and this returns."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CATALOG_CATCH_UP
+        while not change() and loop.time() < deadline:
+            await asyncio.sleep(0.002)
 
     async def queue_metadata(self, name: str) -> dict[str, str]:
         check_queue_name(name)

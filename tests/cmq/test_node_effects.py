@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from cmq import housekeeping
+from cmq.meta import CatalogMachine
 from cmq.model import OutgoingMessage, QueueAttributes
 from cmq.node import NodeConfig, QueueNode
 from raftlog.transport.peer import Address
@@ -102,3 +103,39 @@ async def test_housekeeping_moves_dead_letters_and_expires(
                 break
             await asyncio.sleep(0.02)
         assert stats.expired_total == 1 and stats.visible == 0
+
+
+async def test_create_and_delete_return_once_this_nodes_catalog_shows_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On a follower of the catalog group a committed change is applied a little after the
+    # leader answered. Model that lag here: for 0.3 s after each change this node's catalog
+    # still shows the state before it. The caller's next request must see the change.
+    real_group_of, real_names = CatalogMachine.group_of, CatalogMachine.names
+    stale: dict[str, int | None] = {}
+    lag_until = 0.0
+
+    def group_of(self: CatalogMachine, name: str) -> int | None:
+        if time.monotonic() < lag_until and name in stale:
+            return stale[name]
+        return real_group_of(self, name)
+
+    def names(self: CatalogMachine) -> list[str]:
+        shown = {n for n in [*real_names(self), *stale] if group_of(self, n) is not None}
+        return sorted(shown)
+
+    monkeypatch.setattr(CatalogMachine, "group_of", group_of)
+    monkeypatch.setattr(CatalogMachine, "names", names)
+    async with one_node(tmp_path, housekeeping_interval=60) as node:
+        stale["lagged"] = None
+        lag_until = time.monotonic() + 0.3
+        started = time.monotonic()
+        await node.create_queue("lagged", QueueAttributes())
+        assert "lagged" in await node.list_queues()
+        await node.send("lagged", [OutgoingMessage(body=b"right after the create")])
+        assert time.monotonic() - started >= 0.25  # it waited for this node's catalog
+
+        stale["lagged"] = real_group_of(node.catalog, "lagged")
+        lag_until = time.monotonic() + 0.3
+        await node.delete_queue("lagged")
+        assert "lagged" not in await node.list_queues()
