@@ -18,7 +18,6 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 
 from cmq.errors import InvalidParameter, InvariantBroken
-from cmq.fsm.appender import Appender, make_dirs
 from cmq.fsm.store import (
     FRAME,
     RecoveredSegment,
@@ -365,16 +364,15 @@ class FileSegmentStore(_FramedStore):
     """Segments as files ``<directory>/<queue>/<first_seq:020d>.seg``.
 
     Appends are held in memory until `write_out` (which the raftlog runtime calls after each
-    batch of applies, through `cmq.ops.WakingMachine`), then handed to an `Appender` thread that
-    writes each segment's share with one ``write`` on an ``O_APPEND`` descriptor (page cache,
-    no fsync): one system call per segment per batch instead of one per command, and never on
-    the event loop. Anything that reads, sizes, truncates, removes or fsyncs a segment first
-    writes its held appends out and waits for the appender, so the holding is invisible to
-    callers. Appends not yet written when the process dies are lost like unsynced page-cache
-    data: recovery truncates segments to the snapshot's layout and replays the log. At most
-    ``max_open`` read descriptors stay open (least recently used closed first). `flush` fsyncs
-    every segment written since the previous flush and every directory that gained or lost a
-    file.
+    batch of applies, through `cmq.ops.WakingMachine`), then written with one ``write`` per
+    segment on an ``O_APPEND`` descriptor (readable at once through the page cache, no fsync):
+    one system call per segment per batch instead of one per command. Anything that reads,
+    sizes, truncates, closes or fsyncs a segment writes its held appends out first, so the
+    holding is invisible to callers. Appends held when the process dies are lost like unsynced
+    page-cache data: recovery truncates segments to the snapshot's layout and replays the log.
+    At most ``max_open`` descriptors stay open (least recently used closed first). `flush`
+    fsyncs every segment written since the previous flush and every directory that gained or
+    lost a file.
     """
 
     def __init__(
@@ -391,16 +389,13 @@ class FileSegmentStore(_FramedStore):
         self._fds: OrderedDict[_Key, int] = OrderedDict()
         self._held: dict[_Key, list[bytes]] = {}
         """Appends not yet written, per segment, oldest first (see `write_out`)."""
-        self._appender = Appender(max_open=self._max_open)
-        self._known: set[_Key] = set()
-        """Segments whose file exists or is being created by the appender."""
         self._dirty: set[_Key] = set()
         # Directories whose entries changed since the last flush: a snapshot must never list
         # files a power loss can still forget. A created directory puts its parent here. So
         # does every directory found at open, up to ``durable_root``: an earlier process may
         # have created them and crashed before making them durable (they then exist only in
         # the page cache), so the first flush makes the whole tree durable once.
-        self._dirty_dirs: set[str] = set(make_dirs(self.directory))
+        self._dirty_dirs: set[str] = set(_make_dirs(self.directory))
         self._dirty_dirs.add(self.directory)
         with os.scandir(self.directory) as entries:
             self._dirty_dirs.update(e.path for e in entries if e.is_dir(follow_symlinks=False))
@@ -414,16 +409,12 @@ class FileSegmentStore(_FramedStore):
     def close(self) -> None:
         """Write held appends out and close every open descriptor (appends stay in the page
         cache, not fsynced)."""
-        try:
-            self.write_out()
-            self._appender.close()  # raises a failed append (the group already stopped on it)
-        finally:
-            for fd in self._fds.values():
-                os.close(fd)
-            self._fds.clear()
+        self.write_out()
+        for key in list(self._fds):
+            self._close(key)
 
     def write_out(self) -> None:
-        """Hand every held append to the appender (one ``write`` per segment)."""
+        """Write every held append to its segment file (one ``write`` per segment)."""
         for key in list(self._held):
             self._write_out(key)
 
@@ -431,20 +422,12 @@ class FileSegmentStore(_FramedStore):
         chunks = self._held.pop(key, None)
         if not chunks:
             return
-        path = self._path(key)
-        if key not in self._known:
-            if not os.path.exists(path):
-                qdir = os.path.dirname(path)
-                self._dirty_dirs.update(make_dirs(qdir))
-                self._dirty_dirs.add(qdir)
-            self._known.add(key)
-        self._appender.submit(path, chunks[0] if len(chunks) == 1 else b"".join(chunks))
+        fd = self._fd(key, create=True)
+        view = memoryview(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
         self._dirty.add(key)
-
-    def _written(self, key: _Key) -> None:
-        """Every append to ``key`` so far is in its file."""
-        self._write_out(key)
-        self._appender.drain()
 
     def _path(self, key: _Key) -> str:
         return os.path.join(self.directory, key[0], f"{key[1]:020d}.seg")
@@ -452,13 +435,19 @@ class FileSegmentStore(_FramedStore):
     def _describe(self, key: _Key) -> str:
         return self._path(key)
 
-    def _fd(self, key: _Key) -> int:
-        """A read descriptor of an existing segment file."""
+    def _fd(self, key: _Key, create: bool = False) -> int:
         fd = self._fds.get(key)
         if fd is not None:
             self._fds.move_to_end(key)
             return fd
-        fd = os.open(self._path(key), os.O_RDONLY)
+        path = self._path(key)
+        flags = os.O_RDWR | os.O_APPEND
+        if create and not os.path.exists(path):
+            qdir = os.path.dirname(path)
+            self._dirty_dirs.update(_make_dirs(qdir))
+            self._dirty_dirs.add(qdir)
+            flags |= os.O_CREAT
+        fd = os.open(path, flags, 0o644)
         self._fds[key] = fd
         while len(self._fds) > self._max_open:
             _, old = self._fds.popitem(last=False)
@@ -473,7 +462,7 @@ class FileSegmentStore(_FramedStore):
             held.append(data)
 
     def _pread(self, key: _Key, offset: int, size: int) -> bytes:
-        self._written(key)
+        self._write_out(key)
         fd = self._fd(key)
         out = os.pread(fd, size, offset)
         if len(out) != size:
@@ -481,7 +470,7 @@ class FileSegmentStore(_FramedStore):
         return out
 
     def _size(self, key: _Key) -> int | None:
-        self._written(key)
+        self._write_out(key)
         try:
             return os.stat(self._path(key)).st_size
         except FileNotFoundError:
@@ -506,7 +495,7 @@ class FileSegmentStore(_FramedStore):
             os.close(fd)
 
     def _scan(self, key: _Key, size: int, chunk: int) -> Iterator[bytes]:
-        self._written(key)
+        self._write_out(key)
         try:
             fd = os.open(self._path(key), os.O_RDONLY)
         except FileNotFoundError:
@@ -524,15 +513,12 @@ class FileSegmentStore(_FramedStore):
 
     def _truncate(self, key: _Key, size: int) -> None:
         self._close(key)  # writes held appends out first
-        self._appender.release(self._path(key))
         os.truncate(self._path(key), size)
         self._dirty.add(key)
 
     def _remove(self, key: _Key) -> None:
         self._held.pop(key, None)
         self._close(key)
-        self._appender.release(self._path(key))
-        self._known.discard(key)
         self._dirty.discard(key)
         try:
             os.unlink(self._path(key))
@@ -546,8 +532,6 @@ class FileSegmentStore(_FramedStore):
             del self._held[key]
         for key in [k for k in self._fds if k[0] == queue]:
             self._close(key)
-        self._appender.release(os.path.join(self.directory, queue))
-        self._known = {k for k in self._known if k[0] != queue}
         self._dirty = {k for k in self._dirty if k[0] != queue}
         qdir = os.path.join(self.directory, queue)
         self._dirty_dirs.discard(qdir)
@@ -576,7 +560,6 @@ class FileSegmentStore(_FramedStore):
         # Nothing is held here when the runtime calls this (off the event loop, between
         # batches of applies, which end with `write_out`); a direct caller may hold appends.
         self.write_out()
-        self._appender.drain()
         sync = getattr(os, "fdatasync", os.fsync)
         # Always a fresh descriptor: flush runs on a worker thread (raftlog offloads snapshots)
         # while reads on the event loop may evict and close cached ones, and syncing any
@@ -599,6 +582,21 @@ class FileSegmentStore(_FramedStore):
             finally:
                 os.close(fd)
         self._dirty_dirs.clear()
+
+
+def _make_dirs(path: str) -> list[str]:
+    """Create ``path`` and any missing ancestors; the parents of the levels created (their
+    new entries must be fsynced to survive a power loss)."""
+    missing = []
+    level = os.path.abspath(path)
+    while not os.path.isdir(level):
+        missing.append(level)
+        parent = os.path.dirname(level)
+        if parent == level:
+            break
+        level = parent
+    os.makedirs(path, exist_ok=True)
+    return [os.path.dirname(d) for d in missing]
 
 
 def _check_protocol(store: FileSegmentStore | MemorySegmentStore) -> SegmentStore:

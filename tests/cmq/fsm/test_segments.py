@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import errno
 import os
-import threading
 from pathlib import Path
 
 import pytest
@@ -96,7 +94,7 @@ def flip_byte(store: SegmentStore, queue: str, segment: int, offset: int) -> Non
         store.segments[(queue, segment)][offset] ^= 0xFF
         return
     assert isinstance(store, FileSegmentStore)
-    store.flush()  # the appends reach the file (and the disk), as before any snapshot
+    store.write_out()  # the batch's appends reach the file, as after every batch of applies
     path = os.path.join(store.directory, queue, f"{segment:020d}.seg")
     with open(path, "r+b") as f:
         f.seek(offset)
@@ -197,14 +195,14 @@ def test_a_reopened_store_makes_the_existing_tree_durable(
     assert str(tmp_path) not in synced  # nothing above the data directory
 
 
-def test_file_store_writes_a_batch_of_appends_once_per_segment_off_the_caller_thread(
+def test_file_store_writes_a_batch_of_appends_once_per_segment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    writes: list[tuple[int, str]] = []
+    writes: list[int] = []
     real_write = os.write
 
     def counting_write(fd: int, data: bytes | memoryview) -> int:
-        writes.append((len(data), threading.current_thread().name))
+        writes.append(len(data))
         return real_write(fd, data)
 
     monkeypatch.setattr(os, "write", counting_write)
@@ -216,43 +214,14 @@ def test_file_store_writes_a_batch_of_appends_once_per_segment_off_the_caller_th
     assert writes == [] and not path.exists()  # held until the batch ends
     # A read in the middle of a batch (no cache: from the file) sees every held append.
     assert store.read("q.1", 1, 6) == message(6)
-    assert [n for n, _ in writes] == [size] and path.stat().st_size == size
+    assert writes == [size] and path.stat().st_size == size
     append(store, "q.1", 1, range(7, 9))
     append(store, "q.2", 1, range(1, 3))
-    store.write_out()  # the end of the batch: one write per segment, by the appender
-    store.flush()
+    store.write_out()  # the end of the batch: one write per segment
     assert len(writes) == 3
-    assert {thread for _, thread in writes} == {"segment-appender"}
     store.write_out()
-    store.flush()
     assert len(writes) == 3  # nothing held any more
     # A flush (fsync) never misses held appends either.
     end = append(store, "q.1", 1, range(9, 10))
     store.flush()
     assert path.stat().st_size == end
-    store.close()
-
-
-def test_a_failed_segment_append_stops_the_store_loudly(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    store = FileSegmentStore(tmp_path / "segs", cache_bytes=0)
-    append(store, "q.1", 1, range(1, 3))
-    store.flush()
-    real_write = os.write
-
-    def failing_write(fd: int, data: bytes | memoryview) -> int:
-        if threading.current_thread().name == "segment-appender":
-            raise OSError(errno.EIO, "Input/output error")
-        return real_write(fd, data)
-
-    monkeypatch.setattr(os, "write", failing_write)
-    append(store, "q.1", 1, range(3, 5))
-    store.write_out()
-    with pytest.raises(OSError, match="segment append failed"):
-        store.flush()  # a snapshot never records what was not written
-    with pytest.raises(OSError, match="segment append failed"):
-        store.read("q.1", 1, 3)
-    with pytest.raises(OSError, match="segment append failed"):
-        append(store, "q.1", 1, range(5, 6))
-        store.write_out()
