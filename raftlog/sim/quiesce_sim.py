@@ -12,10 +12,11 @@ quiesce and wake again all through the faults.
 Checked, besides everything `RuntimeSim` checks: no follower stays quiesced more than
 ``LIMIT + 10`` ticks while its leader's node is down or the link from it is cut (a quiesced
 group must not wait forever on a dead leader); and no replica stays quiesced more than a few
-ticks while it is still recovering from a restart (`raftlog.core.recovery`: a quiesced replica stops asking its
-peers, so it would stay out of elections, and the loss of any other node would then leave the
-group without a quorum). Planted bugs these checks catch: ``planted="no-wake"`` (suspicion
-wakes nothing) and ``planted="quiesce-recovering"`` (a recovering replica accepts quiescence).
+ticks while it is still recovering from a restart (`raftlog.core.recovery`: a quiesced
+replica stops asking its peers, so it would stay out of elections, and the loss of any other
+node would then leave the group without a quorum). Planted bugs these checks catch:
+``planted="no-wake"`` (suspicion wakes nothing) and ``planted="quiesce-recovering"`` (a
+recovering replica accepts quiescence).
 ``python -m raftlog.sim.quiesce_sim --seeds N [--nodes 3|5]``.
 """
 
