@@ -366,9 +366,10 @@ class FileSegmentStore(_FramedStore):
     Appends are held in memory until `write_out` (which the raftlog runtime calls after each
     batch of applies, through `cmq.ops.WakingMachine`), then written with one ``write`` per
     segment on an ``O_APPEND`` descriptor (readable at once through the page cache, no fsync):
-    one system call per segment per batch instead of one per command. Anything that reads,
-    sizes, truncates, closes or fsyncs a segment writes its held appends out first, so the
-    holding is invisible to callers. Appends held when the process dies are lost like unsynced
+    one system call per segment per batch instead of one per command. Whatever reads, sizes,
+    truncates, closes or fsyncs a segment on the caller's thread writes its held appends out
+    first; `export` and `scan` (which may run on worker threads) read only what ended batches
+    wrote, so a direct user calls `write_out` after its applies as the runtime does. Appends held when the process dies are lost like unsynced
     page-cache data: recovery truncates segments to the snapshot's layout and replays the log.
     At most ``max_open`` descriptors stay open (least recently used closed first). `flush`
     fsyncs every segment written since the previous flush and every directory that gained or
@@ -495,7 +496,9 @@ class FileSegmentStore(_FramedStore):
             os.close(fd)
 
     def _scan(self, key: _Key, size: int, chunk: int) -> Iterator[bytes]:
-        self._write_out(key)
+        # No `_write_out` here: a scan may run on a worker thread (the replica digest) while
+        # the event loop applies; what it reads (a released segment, or sizes recorded between
+        # batches) was written out when its batch ended.
         try:
             fd = os.open(self._path(key), os.O_RDONLY)
         except FileNotFoundError:

@@ -38,6 +38,7 @@ def replica(path: Path, cmds: list[Command]) -> QueueMachine:
 
 
 def digest(m: QueueMachine, node: int) -> dict[str, Any]:
+    m.end_batch()  # as the runtime does after every batch of applies (appends written out)
     image = m.encode_image()
     segments, count = m.segments_digest(image)
     return {
