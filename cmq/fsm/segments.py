@@ -369,11 +369,11 @@ class FileSegmentStore(_FramedStore):
     one system call per segment per batch instead of one per command. Whatever reads, sizes,
     truncates, closes or fsyncs a segment on the caller's thread writes its held appends out
     first; `export` and `scan` (which may run on worker threads) read only what ended batches
-    wrote, so a direct user calls `write_out` after its applies as the runtime does. Appends held when the process dies are lost like unsynced
-    page-cache data: recovery truncates segments to the snapshot's layout and replays the log.
-    At most ``max_open`` descriptors stay open (least recently used closed first). `flush`
-    fsyncs every segment written since the previous flush and every directory that gained or
-    lost a file.
+    wrote, so a direct user calls `write_out` after its applies as the runtime does. Appends
+    held when the process dies are lost like unsynced page-cache data: recovery truncates
+    segments to the snapshot's layout and replays the log. At most ``max_open`` descriptors
+    stay open (least recently used closed first). `flush` fsyncs every segment written since
+    the previous flush and every directory that gained or lost a file.
     """
 
     def __init__(
