@@ -5,7 +5,9 @@ proposal and `decode_command` parses them back. Format: a leading `CommandType` 
 fields in declaration order, little-endian: ints as i64 (counts as u32), strings and bodies as
 ``[u32 len][bytes]`` (UTF-8 for text, raw for bodies), optionals as a presence byte then the value,
 tuples as ``[u32 count][items]``. FIFO fields added later trail their command and are present
-only when set (a Produce's group ids, a Lease's attempt id), so earlier logs still decode. No
+only when set (a Lease's attempt id), so earlier logs still decode. A `Produce` is encoded as
+`PRODUCE_RECORDS`: each message as its segment record tail (`cmq.fsm.store.record_tail`) and a
+byte of options, so apply frames records by copying; the older `PRODUCE` is decoded only. No
 pickle: a malformed payload raises `InvalidParameter`.
 
 Times (``now_ms``, delays, visibility) are integer milliseconds fixed by the proposer (the
@@ -15,10 +17,12 @@ errors are `CommandFailed` results, never exceptions (apply is total).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import struct
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
 from cmq.errors import InvalidParameter
+from cmq.fsm.store import decode_tail, record_tail
 from cmq.fsm.wire import Reader, Writer
 from cmq.model import DEFAULT_SEGMENT_AGE_SECONDS, DEFAULT_SEGMENT_BYTES, QueueAttributes
 
@@ -40,7 +44,12 @@ class CommandType(IntEnum):
     CLAIM_SEGMENTS = 12
     MARK_ARCHIVED = 13
     TIDY = 14
+    PRODUCE_RECORDS = 15
+    """A `Produce` whose messages are carried as segment record tails (`PRODUCE` is only
+    decoded: logs written before it)."""
 
+
+_COMMAND_TYPES = {t.value: t for t in CommandType}
 
 # --------------------------------------------------------------------------------------------
 # Commands
@@ -103,6 +112,9 @@ class Produce:
     queue: str
     now_ms: int
     messages: tuple[NewMessage, ...]
+    tails: tuple[bytes, ...] | None = field(default=None, compare=False)
+    """Set by `decode_command`: each message's `cmq.fsm.store.record_tail`, exactly as
+    proposed, so apply frames its record without encoding the message again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -394,26 +406,24 @@ def encode_command(cmd: Command) -> bytes:
             w.text(name)
             w.i64(now_ms)
         case Produce(queue, now_ms, messages):
-            w.u8(CommandType.PRODUCE)
+            w.u8(CommandType.PRODUCE_RECORDS)
             w.text(queue)
             w.i64(now_ms)
             w.u32(len(messages))
             for m in messages:
-                w.text(m.id)
-                w.blob(m.body)
-                w.u8(1 if m.binary else 0)
-                w.u32(len(m.attributes))
-                for k, v in m.attributes:
-                    w.text(k)
-                    w.text(v)
-                w.opt_i64(m.delay_ms)
-                w.opt_text(m.dedup_id)
-            # FIFO group ids trail the messages, present only when one has a group: a
-            # standard queue's Produce encodes as before group ids existed.
-            if any(m.group_id is not None for m in messages):
-                w.u32(len(messages))
-                for m in messages:
-                    w.opt_text(m.group_id)
+                w.blob(record_tail(m.id, m.binary, m.attributes, m.body))
+                opts = (
+                    (_HAS_DELAY if m.delay_ms is not None else 0)
+                    | (_HAS_DEDUP if m.dedup_id is not None else 0)
+                    | (_HAS_GROUP if m.group_id is not None else 0)
+                )
+                w.u8(opts)
+                if m.delay_ms is not None:
+                    w.i64(m.delay_ms)
+                if m.dedup_id is not None:
+                    w.text(m.dedup_id)
+                if m.group_id is not None:
+                    w.text(m.group_id)
         case Lease(queue, now_ms, max_messages, visibility_ms, attempt_id):
             w.u8(CommandType.LEASE)
             w.text(queue)
@@ -496,12 +506,13 @@ def _count(r: Reader, item_size: int) -> int:
 def decode_command(data: bytes) -> Command:
     """Parse `encode_command` output; anything malformed raises `InvalidParameter`."""
     r = Reader(data)
-    try:
-        kind = CommandType(r.u8())
-    except ValueError:
-        raise InvalidParameter(f"unknown command type {data[:1]!r}") from None
+    kind = _COMMAND_TYPES.get(r.u8())
+    if kind is None:
+        raise InvalidParameter(f"unknown command type {data[:1]!r}")
     cmd: Command
-    match kind:
+    match kind:  # the commands of the data path first
+        case CommandType.PRODUCE_RECORDS:
+            cmd = _read_produce(r)
         case CommandType.CREATE_QUEUE:
             cmd = CreateQueue(r.text(), _read_attributes(r), r.i64(), r.i64(), r.i64())
         case CommandType.DELETE_QUEUE:
@@ -511,17 +522,7 @@ def decode_command(data: bytes) -> Command:
         case CommandType.PURGE:
             cmd = Purge(r.text(), r.i64())
         case CommandType.PRODUCE:
-            queue, now_ms = r.text(), r.i64()
-            messages = []
-            for _ in range(_count(r, 13)):
-                mid, body, binary = r.text(), r.blob(), r.boolean()
-                attrs = tuple((r.text(), r.text()) for _ in range(_count(r, 8)))
-                messages.append(NewMessage(mid, body, binary, attrs, r.opt_i64(), r.opt_text()))
-            if r.remaining():
-                if _count(r, 1) != len(messages):
-                    raise InvalidParameter("group ids do not match the messages")
-                messages = [replace(m, group_id=r.opt_text()) for m in messages]
-            cmd = Produce(queue, now_ms, tuple(messages))
+            cmd = _read_legacy_produce(r)
         case CommandType.LEASE:
             queue, now_ms, count, visibility = r.text(), r.i64(), r.u32(), r.opt_i64()
             attempt = None
@@ -558,3 +559,57 @@ def decode_command(data: bytes) -> Command:
             cmd = Tidy(r.text(), r.i64())
     r.end()
     return cmd
+
+
+_U32 = struct.Struct("<I")
+_HAS_DELAY, _HAS_DEDUP, _HAS_GROUP = 1, 2, 4
+"""Per message of a `PRODUCE_RECORDS`: which optional fields follow its tail."""
+
+
+def _read_produce(r: Reader) -> Produce:
+    """The body of a `PRODUCE_RECORDS`: fields walked in place (this decodes every message of
+    every replica's apply), each tail checked by `decode_tail` and kept as is."""
+    queue, now_ms = r.text(), r.i64()
+    count = _count(r, 14)  # u32 tail length, a tail of at least 9 bytes, u8 options
+    data, pos, size = r.data, r.pos, len(r.data)
+    messages: list[NewMessage] = []
+    tails: list[bytes] = []
+    for _ in range(count):
+        if pos + 4 > size:
+            raise InvalidParameter(f"truncated data at byte {pos}")
+        start = pos + 4
+        end = start + _U32.unpack_from(data, pos)[0]
+        if end >= size:  # the options byte follows the tail
+            raise InvalidParameter(f"truncated data at byte {pos}")
+        mid, binary, attrs, body_at = decode_tail(data, start, end)
+        tail = bytes(data[start:end])
+        opts = data[end]
+        pos = end + 1
+        delay = dedup = group = None
+        if opts:
+            if opts & ~(_HAS_DELAY | _HAS_DEDUP | _HAS_GROUP):
+                raise InvalidParameter(f"unknown message options {opts:#x}")
+            r.seek(pos)
+            delay = r.i64() if opts & _HAS_DELAY else None
+            dedup = r.text() if opts & _HAS_DEDUP else None
+            group = r.text() if opts & _HAS_GROUP else None
+            pos = r.pos
+        body = tail[body_at - start :]
+        messages.append(NewMessage(mid, body, binary, attrs, delay, dedup, group))
+        tails.append(tail)
+    r.seek(pos)
+    return Produce(queue, now_ms, tuple(messages), tuple(tails))
+
+
+def _read_legacy_produce(r: Reader) -> Produce:
+    queue, now_ms = r.text(), r.i64()
+    messages = []
+    for _ in range(_count(r, 13)):
+        mid, body, binary = r.text(), r.blob(), r.boolean()
+        attrs = tuple((r.text(), r.text()) for _ in range(_count(r, 8)))
+        messages.append(NewMessage(mid, body, binary, attrs, r.opt_i64(), r.opt_text()))
+    if r.remaining():
+        if _count(r, 1) != len(messages):
+            raise InvalidParameter("group ids do not match the messages")
+        messages = [replace(m, group_id=r.opt_text()) for m in messages]
+    return Produce(queue, now_ms, tuple(messages))

@@ -87,7 +87,13 @@ from cmq.fsm.queue import (
     encode_head,
 )
 from cmq.fsm.reads import MachineReads
-from cmq.fsm.store import SegmentLayout, SegmentStore, StoredMessage, encode_record
+from cmq.fsm.store import (
+    SegmentLayout,
+    SegmentStore,
+    StoredMessage,
+    encode_record,
+    frame_record,
+)
 from cmq.model import DEDUP_WINDOW_MS, MAX_DEDUP_ENTRIES, QUEUE_NAME, is_fifo_name
 
 __all__ = ["MAX_DEAD_LETTER_PER_LEASE", "Due", "QueueMachine"]
@@ -354,7 +360,8 @@ class QueueMachine(MachineReads):
         seg = q.segments[-1] if q.segments and not q.segments[-1].sealed else None
         messages: list[StoredMessage] = []
         frames: list[bytes] = []
-        for m in cmd.messages:
+        tails = cmd.tails
+        for i, m in enumerate(cmd.messages):
             key = m.dedup_id if fifo is None else fifo_rules.dedup_key(q.attributes, m)
             if key is not None:
                 hit = dedup.get(key)
@@ -374,7 +381,10 @@ class QueueMachine(MachineReads):
             delay = default_delay if m.delay_ms is None else m.delay_ms
             visible_at = clock + max(0, delay)
             stored = StoredMessage(m.id, seq, m.body, m.binary, m.attributes, clock)
-            frame = encode_record(stored, visible_at)
+            if tails is None:  # decoded from a log written before PRODUCE_RECORDS
+                frame = encode_record(stored, visible_at)
+            else:
+                frame = frame_record(seq, clock, visible_at, tails[i])
             messages.append(stored)
             frames.append(frame)
             seg.count += 1

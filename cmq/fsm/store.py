@@ -24,8 +24,8 @@ from cmq.fsm.wire import Reader
 FRAME = struct.Struct("<II")
 """``[u32 payload length][u32 crc32 of the payload]``."""
 _TIMES = struct.Struct("<qqq")
-_RECORD_HEAD = struct.Struct("<qqqBI")
-"""The payload's fixed head: the three times, the flags and the id's length."""
+_TAIL_HEAD = struct.Struct("<BI")
+"""A record tail's fixed head: the flags and the id's length."""
 _U32 = struct.Struct("<I")
 _NO_ATTRIBUTES = _U32.pack(0)
 FLAG_BINARY = 1
@@ -62,46 +62,73 @@ class RecoveredSegment:
     visible_at: array[int]
 
 
-def encode_record(message: StoredMessage, visible_at_ms: int) -> bytes:
-    """The framed record of ``message`` (see the module docstring)."""
-    mid = message.id.encode()
-    parts = [
-        _RECORD_HEAD.pack(
-            message.seq,
-            message.sent_at_ms,
-            visible_at_ms,
-            FLAG_BINARY if message.binary else 0,
-            len(mid),
-        ),
-        mid,
-    ]
-    if message.attributes:
-        parts.append(_U32.pack(len(message.attributes)))
-        for k, v in message.attributes:
+def record_tail(
+    mid: str, binary: bool, attributes: tuple[tuple[str, str], ...], body: bytes
+) -> bytes:
+    """A record payload after its three times: what a producer's message contributes
+    (``[u8 flags][u32 len][id][u32 n](attributes)[body]``). A `Produce` carries it as is, so
+    apply frames a record by prepending the times instead of encoding the message again."""
+    mid_bytes = mid.encode()
+    parts = [_TAIL_HEAD.pack(FLAG_BINARY if binary else 0, len(mid_bytes)), mid_bytes]
+    if attributes:
+        parts.append(_U32.pack(len(attributes)))
+        for k, v in attributes:
             kb, vb = k.encode(), v.encode()
             parts += (_U32.pack(len(kb)), kb, _U32.pack(len(vb)), vb)
     else:
         parts.append(_NO_ATTRIBUTES)
-    parts.append(message.body)
-    size = 0
-    crc = 0
-    for part in parts:
-        size += len(part)
-        crc = zlib.crc32(part, crc)
-    parts[0:0] = (FRAME.pack(size, crc),)
+    parts.append(body)
     return b"".join(parts)
+
+
+def frame_record(seq: int, sent_at_ms: int, visible_at_ms: int, tail: bytes) -> bytes:
+    """The framed record of a message from its times and its `record_tail`."""
+    times = _TIMES.pack(seq, sent_at_ms, visible_at_ms)
+    crc = zlib.crc32(tail, zlib.crc32(times))
+    return b"".join((FRAME.pack(len(times) + len(tail), crc), times, tail))
+
+
+def encode_record(message: StoredMessage, visible_at_ms: int) -> bytes:
+    """The framed record of ``message`` (see the module docstring)."""
+    tail = record_tail(message.id, message.binary, message.attributes, message.body)
+    return frame_record(message.seq, message.sent_at_ms, visible_at_ms, tail)
+
+
+def decode_tail(
+    data: bytes | memoryview, start: int, end: int
+) -> tuple[str, bool, tuple[tuple[str, str], ...], int]:
+    """``(id, binary, attributes, body offset)`` of the `record_tail` in ``data[start:end]``
+    (the body is ``data[offset:end]``); raises `InvalidParameter` if malformed, unknown flags
+    included (a tail is stored as proposed). On the apply path of every message: no `Reader`
+    unless the message has attributes."""
+    if end > len(data) or start + _TAIL_HEAD.size + 4 > end:
+        raise InvalidParameter("record too short")
+    flags, id_len = _TAIL_HEAD.unpack_from(data, start)
+    if flags & ~FLAG_BINARY:
+        raise InvalidParameter(f"unknown record flags {flags:#x}")
+    id_end = start + _TAIL_HEAD.size + id_len
+    if id_end + 4 > end:
+        raise InvalidParameter("record id overruns the record")
+    try:
+        mid = str(data[id_end - id_len : id_end], "utf-8")
+    except UnicodeDecodeError as e:
+        raise InvalidParameter(f"bad UTF-8 text: {e}") from None
+    (n,) = _U32.unpack_from(data, id_end)
+    if not n:
+        return mid, flags == FLAG_BINARY, (), id_end + 4
+    r = Reader(memoryview(data)[:end], id_end + 4)
+    attrs = tuple((r.text(), r.text()) for _ in range(n))
+    return mid, flags == FLAG_BINARY, attrs, r.pos
 
 
 def decode_payload(payload: bytes | memoryview) -> tuple[StoredMessage, int]:
     """The message and its initial ``visible_at_ms`` from a record payload (crc already
     checked); raises `InvalidParameter` if malformed."""
     seq, sent_at, visible_at = record_times(payload)
-    r = Reader(payload, _TIMES.size)
-    flags = r.u8()
-    mid = r.text()
-    attrs = tuple((r.text(), r.text()) for _ in range(r.u32()))
-    body = r.raw(r.remaining())
-    return StoredMessage(mid, seq, body, bool(flags & FLAG_BINARY), attrs, sent_at), visible_at
+    end = len(payload)
+    mid, binary, attrs, body_at = decode_tail(payload, _TIMES.size, end)
+    body = bytes(payload[body_at:end])
+    return StoredMessage(mid, seq, body, binary, attrs, sent_at), visible_at
 
 
 def record_times(payload: bytes | memoryview) -> tuple[int, int, int]:

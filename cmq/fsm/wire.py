@@ -155,6 +155,17 @@ class Reader:
             out.byteswap()
         return out
 
+    @property
+    def data(self) -> memoryview:
+        """The whole buffer (for a decoder that walks a run of fields itself, then `seek`s)."""
+        return self._data
+
+    def seek(self, pos: int) -> None:
+        """Continue at ``pos`` (at most the end of the data)."""
+        if not 0 <= pos <= self._len:
+            raise InvalidParameter(f"position {pos} beyond the {self._len} bytes")
+        self._pos = pos
+
     def remaining(self) -> int:
         return self._len - self._pos
 

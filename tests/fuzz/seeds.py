@@ -64,22 +64,24 @@ from raftlog.storage.record import (
     encode_record as encode_log_record,
 )
 from raftlog.transport import codec, resume
+from tests.cmq.fsm.harness import legacy_produce
 from tests.fuzz.targets import _MODELS, CORPUS, RECEIPT_KEY, SEGMENT_FIRST_SEQ
 
 _ATTRS = QueueAttributes(visibility_timeout=10, dead_letter_queue="dlq", max_receive_count=3)
+_PRODUCE = Produce(
+    "orders",
+    3_000,
+    (
+        NewMessage("m-1", b"hello", False, (("k", "v"),), None, None),
+        NewMessage("m-2", b"\x00\xff", True, (), 5_000, "dedup"),
+    ),
+)
 _COMMANDS = (
     CreateQueue("orders", _ATTRS, 1_000),
     DeleteQueue("orders"),
     SetAttributes("orders", QueueAttributes()),
     Purge("orders", 2_000),
-    Produce(
-        "orders",
-        3_000,
-        (
-            NewMessage("m-1", b"hello", False, (("k", "v"),), None, None),
-            NewMessage("m-2", b"\x00\xff", True, (), 5_000, "dedup"),
-        ),
-    ),
+    _PRODUCE,
     Lease("orders", 4_000, 10, 30_000),
     Ack("orders", 5_000, ((1, 7), (2, 8))),
     ChangeVisibility("orders", 6_000, ((1, 7, 0),)),
@@ -201,7 +203,8 @@ def seeds() -> dict[str, list[bytes]]:
         "raft_messages": [codec.encode_messages(_MESSAGES), codec.encode_messages([])],
         "log_record": _log_records(),
         "command_batch": [encode_batch([encode_command(c) for c in _COMMANDS[:3]])],
-        "queue_command": [encode_command(c) for c in _COMMANDS],
+        # The send as a log written before PRODUCE_RECORDS still holds it, too.
+        "queue_command": [encode_command(c) for c in _COMMANDS] + [legacy_produce(_PRODUCE)],
         "forwarded_call": _calls(),
         "receipt": [
             signer.mint("q", 5, 9).encode(),

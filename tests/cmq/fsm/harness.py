@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import cast
 
-from cmq.fsm.commands import Command, Result, encode_command
+from cmq.fsm.commands import Command, CommandType, Produce, Result, encode_command
 from cmq.fsm.machine import QueueMachine
+from cmq.fsm.wire import Writer
 
 
 class Applier:
@@ -18,3 +19,27 @@ class Applier:
     def __call__(self, cmd: Command) -> Result:
         self.index += 1
         return cast(Result, self.machine.apply(self.index, encode_command(cmd)))
+
+
+def legacy_produce(cmd: Produce) -> bytes:
+    """``cmd`` as a `PRODUCE` (type 5) of logs written before `PRODUCE_RECORDS`."""
+    w = Writer()
+    w.u8(CommandType.PRODUCE)
+    w.text(cmd.queue)
+    w.i64(cmd.now_ms)
+    w.u32(len(cmd.messages))
+    for m in cmd.messages:
+        w.text(m.id)
+        w.blob(m.body)
+        w.u8(1 if m.binary else 0)
+        w.u32(len(m.attributes))
+        for k, v in m.attributes:
+            w.text(k)
+            w.text(v)
+        w.opt_i64(m.delay_ms)
+        w.opt_text(m.dedup_id)
+    if any(m.group_id is not None for m in cmd.messages):
+        w.u32(len(cmd.messages))
+        for m in cmd.messages:
+            w.opt_text(m.group_id)
+    return w.getvalue()

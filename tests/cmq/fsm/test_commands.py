@@ -27,7 +27,9 @@ from cmq.fsm.commands import (
     decode_command,
     encode_command,
 )
+from cmq.fsm.store import record_tail
 from cmq.model import QueueAttributes
+from tests.cmq.fsm.harness import legacy_produce
 
 i64 = st.integers(-(2**63), 2**63 - 1)
 u32 = st.integers(0, 2**32 - 1)
@@ -117,3 +119,32 @@ def test_unknown_type_and_huge_counts() -> None:
         decode_command(b"\x0a" + b"\x01\0\0\0q" + b"\xff\xff\xff\xff")
     with pytest.raises(InvalidParameter, match="UTF-8"):
         decode_command(b"\x02" + b"\x01\0\0\0\xff")
+
+
+@settings(max_examples=200)
+@given(st.builds(Produce, text, i64, st.lists(new_message, max_size=4).map(tuple)))
+def test_a_produce_carries_each_message_as_its_record_tail(cmd: Produce) -> None:
+    decoded = decode_command(encode_command(cmd))
+    assert isinstance(decoded, Produce) and decoded.tails is not None
+    assert decoded.tails == tuple(
+        record_tail(m.id, m.binary, m.attributes, m.body) for m in cmd.messages
+    )
+    # A log written before PRODUCE_RECORDS still decodes, to the same command (no tails).
+    legacy = decode_command(legacy_produce(cmd))
+    assert legacy == cmd and isinstance(legacy, Produce) and legacy.tails is None
+
+
+def test_a_malformed_record_tail_is_refused() -> None:
+    good = encode_command(Produce("q", 1, (NewMessage("m", b"body", False, (), None, None),)))
+    head = 1 + 4 + 1 + 8 + 4  # type, queue, now, count
+    tail_at = head + 4
+    assert decode_command(good) is not None
+    cases = {
+        "unknown record flags": good[:tail_at] + b"\x02" + good[tail_at + 1 :],
+        "unknown message options": good[:-1] + b"\x08",
+        "overruns": good[: tail_at + 1] + b"\xff\0\0\0" + good[tail_at + 5 :],
+        "truncated": good[:-1],
+    }
+    for match, raw in cases.items():
+        with pytest.raises(InvalidParameter, match=match):
+            decode_command(raw)

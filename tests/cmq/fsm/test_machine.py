@@ -32,10 +32,11 @@ from cmq.fsm import (
     Purged,
     QueueMachine,
     SetAttributes,
+    encode_command,
 )
 from cmq.model import DEDUP_WINDOW_MS, QueueAttributes
 
-from .harness import Applier
+from .harness import Applier, legacy_produce
 
 T0 = 1_700_000_000_000
 DLQ = QueueAttributes(visibility_timeout=10, dead_letter_queue="dlq", max_receive_count=2)
@@ -393,3 +394,17 @@ def test_peek_reads_the_visible_head_in_order_and_changes_nothing() -> None:
     assert e.m.stats("q", T0) == before and not e.m.take_changed()
     # The next lease still gets the head peek showed, as a first delivery.
     assert [(m.seq, m.receive_count) for m in e.lease(1).messages] == [(2, 1)]
+
+
+def test_a_produce_from_an_older_log_stores_the_same_bytes() -> None:
+    """Apply copies a `PRODUCE_RECORDS` message's tail into its record; a `PRODUCE` written
+    before it is encoded at apply: both give byte-identical segments and images."""
+    binary = NewMessage("b", b"\x00\xff", True, (), 5_000, None)
+    cmd = Produce("q", T0 + 1, (msg(1), binary, msg(2, dedup="d"), msg(3, delay=0)))
+    envs = [Env(), Env()]
+    for e, data in zip(envs, (encode_command(cmd), legacy_produce(cmd)), strict=True):
+        e.m.apply(2, data)
+        e.m.end_batch()
+    assert envs[0].store.segments == envs[1].store.segments != {}
+    assert envs[0].m.encode_image() == envs[1].m.encode_image()
+    assert [m.body for m in envs[0].m.read("q", [1, 2])] == [b"body1", b"\x00\xff"]
