@@ -287,11 +287,19 @@ class QueueNode:
 
     def is_ready(self) -> bool:
         """The catalog is founded, its leader known, and every data group placed here is open
-        with a known leader."""
+        with a known leader; and no replica here is still recovering (`raftlog.core.recovery`:
+        after a restart a replica votes only once enough peers answered), so a node reports
+        ready only when it counts towards a quorum again: a rolling restart that waits for it
+        never takes down the peer a restarted node still needs."""
         if not self.catalog.initialized or not self.raft.leader_of(META_GROUP):
             return False
-        hosted = self.catalog.hosted_by(self.id)
-        return all(g in self.raft.groups and self.raft.leader_of(g) != 0 for g in hosted)
+        if self.raft.recovering(META_GROUP):
+            return False
+        groups = self.raft.groups
+        return all(
+            g in groups and self.raft.leader_of(g) != 0 and not self.raft.recovering(g)
+            for g in self.catalog.hosted_by(self.id)
+        )
 
     def status(self) -> dict[str, Any]:
         out = render_status(self.id, self.raft, self.catalog, tuple(sorted(self.raft.groups)))

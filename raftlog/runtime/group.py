@@ -330,6 +330,12 @@ class GroupDriver:
         """The leader this replica knows of (0: none), without building a `Status`."""
         return self.raw.raft.lead
 
+    def recovering(self) -> bool:
+        """Still out of elections after a restart or a lost tail (`raftlog.core.recovery`):
+        it neither votes nor campaigns, so it does not yet count towards a new quorum."""
+        r = self.raw.raft
+        return r.recovering or r.rejoining
+
     def request_snapshot(self) -> None:
         """Snapshot at the next opportunity (this group pins old WAL segments)."""
         if self.raw.raft.log.applied > self._last_snapshot:

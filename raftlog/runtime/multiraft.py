@@ -312,6 +312,10 @@ class MultiRaft:
         """The leader ``group`` knows of (0: none); cheap enough for every request."""
         return self.group(group).leader()
 
+    def recovering(self, group: int) -> bool:
+        """Whether this replica of ``group`` is still out of elections (see `GroupDriver`)."""
+        return self.group(group).recovering()
+
     def require_leader(self, group: int) -> GroupDriver:
         """The driver when this node leads ``group``; otherwise `NotLeader` with a hint."""
         g = self.group(group)

@@ -81,7 +81,10 @@ class TransportConfig:
     connect_timeout: float = 2.0
     handshake_timeout: float = 2.0
     backoff_initial: float = 0.05
-    backoff_max: float = 2.0
+    backoff_max: float = 0.5
+    """Longest wait between dials of an unreachable peer. Only the smaller id dials, so a
+    restarted node with a larger id waits for this to be connected, and it votes only once its
+    peers answered (`raftlog.core.recovery`): kept well under an election timeout."""
     chunk_bytes: int = 4 << 20
     """Frames with larger bodies (snapshots) go in pieces of this size, interleaved with the
     peer's other traffic, so a big transfer neither hits the frame limit nor stalls beats."""
