@@ -17,7 +17,10 @@ class Storage(Protocol):
     """Read access to a group's persisted log, hard state and latest snapshot."""
 
     def initial_state(self) -> tuple[HardState, ConfState]:
-        """The persisted hard state and the configuration in force at the last stored entry."""
+        """The persisted hard state and the configuration to restart from: the one in force
+        at the snapshot point (`SnapshotMeta.conf`). A restarted core applies the entries after
+        the snapshot again, configuration changes included (`ConfState.apply` is idempotent
+        for repeated steps); a later configuration is tolerated for that reason."""
         ...
 
     def first_index(self) -> int:

@@ -107,6 +107,8 @@ class GroupLog:
 
     # -- read side (Storage protocol) ------------------------------------------------------------
     def initial_state(self) -> tuple[HardState, ConfState]:
+        """`Storage.initial_state`: the recovered hard state and the configuration of the
+        latest snapshot, created here or installed (`raftlog.storage.recovery`)."""
         with self._lock:
             return self._hard_state, self._conf
 

@@ -90,7 +90,9 @@ class SnapshotRecord:
 
 @dataclass(frozen=True, slots=True)
 class ConfRecord:
-    """The group's membership configuration from this point on."""
+    """The group's membership configuration from this point on (a segment head restates the
+    latest snapshot's; a later snapshot marker replaces it, and on recovery a snapshot's
+    configuration wins, see `raftlog.storage.recovery`)."""
 
     conf: ConfState
     record_type: ClassVar[RecordType] = RecordType.CONF

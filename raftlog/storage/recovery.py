@@ -120,8 +120,10 @@ class _GroupReplay:
             if meta.index <= self.snapshot.index:
                 return
             at = meta.index
+            # The configuration in force at the snapshot point, created here or installed: the
+            # core re-applies only the changes of later entries when it applies them again.
+            self.conf = meta.conf
             if record.installed:
-                self.conf = meta.conf
                 self.base, self.entries = at, []
             elif at <= self.base:
                 pass  # a detached run starting after the snapshot point: keep it
@@ -141,7 +143,10 @@ class _GroupReplay:
                 f"entries {self.snapshot.index + 1}..{self.base} are missing "
                 f"(snapshot at {self.snapshot.index}, log resumes at {self.base + 1})",
             )
-        return RecoveredGroup(self.hard_state, self.conf, self.snapshot, tuple(self.entries))
+        # A snapshot's configuration wins over a `ConfRecord`: files written before segment
+        # heads tracked created snapshots restate an older configuration after them.
+        conf = self.snapshot.conf if self.snapshot.index else self.conf
+        return RecoveredGroup(self.hard_state, conf, self.snapshot, tuple(self.entries))
 
 
 def list_segments(directory: str) -> list[int]:

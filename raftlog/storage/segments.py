@@ -85,10 +85,11 @@ class SegmentIndex:
         elif isinstance(record, ConfRecord):
             head = replace(head, conf=record.conf)
         elif record.meta.index > head.snapshot_index():
-            head = replace(head, snapshot=record.meta)
+            # A snapshot carries the configuration in force at its index (a restart resumes
+            # from it), whether this node created it or installed it.
+            head = replace(head, snapshot=record.meta, conf=record.meta.conf)
             if record.installed:
                 # An installed snapshot voids every entry of the group written before it.
-                head = replace(head, conf=record.meta.conf)
                 for per_group in self._max_index.values():
                     per_group.pop(group, None)
         self._heads[group] = head

@@ -315,8 +315,30 @@ class ChaosCluster:
             if nodes and all(ready):
                 return
             if time.monotonic() > deadline:
-                raise TimeoutError(f"cluster not ready in {timeout}s; logs in {self.root}")
+                waiting = [n for n, ok in zip(nodes, ready, strict=True) if not ok]
+                raise TimeoutError(
+                    f"cluster not ready in {timeout}s ({await self.why_not_ready(waiting)});"
+                    f" logs in {self.root}"
+                )
             await asyncio.sleep(0.2)
+
+    async def why_not_ready(self, nodes: list[int]) -> str:
+        """What each of ``nodes`` waits for, from its status: per group its role, leader and
+        whether it is still recovering (it may not vote yet); the voters it knows of."""
+        parts = []
+        for nid in nodes:
+            st = await self.status(nid)
+            if st is None:
+                parts.append(f"node {nid}: no status")
+                continue
+            groups = [
+                f"g{g} {v['role']} leader={v['leader']} voters={v['voters']}"
+                + (" RECOVERING" if v.get("recovering") else "")
+                for g, v in sorted(st["groups"].items())
+                if v.get("recovering") or not v["leader"]
+            ]
+            parts.append(f"node {nid}: {'; '.join(groups) or 'groups fine (catalog?)'}")
+        return ", ".join(parts)
 
     async def leaders(self) -> dict[int, int]:
         """Group → the node that claims to lead it (among running nodes)."""

@@ -273,3 +273,30 @@ def test_damaged_snapshot_file_stops_the_group(tmp_path: Path, open_wal: list[Wa
     assert log2.last_index() == 0
     with pytest.raises(CorruptRecord, match="missing"):
         log.snapshot()
+
+
+@pytest.mark.parametrize("rotate", [False, True])
+def test_a_restart_resumes_from_the_configuration_of_its_latest_snapshot(
+    tmp_path: Path, open_wal: list[Wal], rotate: bool
+) -> None:
+    """A membership change applied before a snapshot the node created itself is in force after
+    a restart: the core re-applies only the configuration changes of entries after the
+    snapshot, so the configuration it restarts from must be the snapshot's (not the founding
+    one; found by the chaos runner: a restarted replica kept asking removed voters for its
+    recovery and never voted again). With ``rotate``, new segments restate the group's head."""
+    moved = ConfState((2, 3, 4))
+    wal = make_wal(open_wal, str(tmp_path), segment_bytes=1024 if rotate else 64 << 20)
+    log = GroupLog(wal, 7, initial_conf=ConfState((1, 2, 4)))
+    pad = b"p" * 100
+    log.append(ents(1, 2, 30, pad))  # the move's entries (add 3, promote 3, remove 1) among them
+    log.set_hard_state(HardState(1, 2, 30))
+    log.create_snapshot(30, moved, b"after the move")
+    log.append(ents(1, 31, 40, pad))
+    log.set_hard_state(HardState(1, 2, 40))
+    if rotate:
+        assert len(wal.segments()) > 1
+    wal.close()
+
+    log = GroupLog(make_wal(open_wal, str(tmp_path)), 7)
+    assert log.snapshot().meta == SnapshotMeta(30, 1, moved)
+    assert log.initial_state() == (HardState(1, 2, 40), moved)
