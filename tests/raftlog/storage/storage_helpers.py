@@ -22,7 +22,8 @@ from raftlog.storage import (
 def oracle(records: Sequence[tuple[int, Record]]) -> dict[int, MemoryStorage]:
     """What every group must look like after recovering exactly ``records``.
 
-    Recovery starts the log right after a created snapshot, so the oracle compacts there too.
+    Recovery starts the log right after a created snapshot, in that snapshot's configuration,
+    so the oracle compacts there and takes it too.
     """
     groups: dict[int, MemoryStorage] = {}
     for group, rec in records:
@@ -40,6 +41,7 @@ def oracle(records: Sequence[tuple[int, Record]]) -> dict[int, MemoryStorage]:
             assert not rec.installed, "the oracle only models created snapshots"
             ms.create_snapshot(rec.meta.index, rec.meta.conf, b"")
             ms.compact(rec.meta.index)
+            ms.set_conf(rec.meta.conf)  # a restart resumes in the snapshot's configuration
     return groups
 
 

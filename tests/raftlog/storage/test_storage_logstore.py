@@ -98,8 +98,10 @@ def test_randomized_against_memory_storage(tmp_path: Path, open_wal: list[Wal]) 
         elif op < 0.95 and mem.last_index() > mem.snapshot().meta.index:
             at = rng.randint(mem.snapshot().meta.index + 1, mem.last_index())
             data = f"snap {g} {at}".encode()
-            log.create_snapshot(at, CONF, data)
-            mem.create_snapshot(at, CONF, data)
+            # Membership changes between snapshots: each carries the configuration of its time.
+            conf = rng.choice((CONF, ConfState((1, 2, 4)), ConfState((2, 3), (4,))))
+            log.create_snapshot(at, conf, data)
+            mem.create_snapshot(at, conf, data)
             keep = rng.randint(0, 2)
             log.compact(max(0, at - keep))
             mem.compact(max(0, at - keep))
@@ -108,9 +110,10 @@ def test_randomized_against_memory_storage(tmp_path: Path, open_wal: list[Wal]) 
             deleted += wal.stats().segments_deleted
             restarts += 1
             wal.close()
-            # A restart starts each log right after its snapshot.
+            # A restart starts each log right after its snapshot, in its configuration.
             for m in mems.values():
                 m.compact(m.snapshot().meta.index)
+                m.set_conf(m.snapshot().meta.conf)
             wal = make_wal(open_wal, str(tmp_path), segment_bytes=4096)
             logs = {g2: GroupLog(wal, g2) for g2 in groups}
             for g2 in groups:
