@@ -262,7 +262,12 @@ class MultiRaft:
         After ``timeout`` seconds the wait fails with ``TimeoutError`` (the outcome is then
         unknown: the entry may still commit).
         """
-        fut = self.group(group).propose(command)
+        driver = self.groups.get(group)
+        if driver is None:
+            # Left this node (a drain moved it) while the caller was on its way: nothing was
+            # proposed, so the caller may try the group's current leader.
+            raise NotLeader(0, f"group {group} is not open on node {self.id}")
+        fut = driver.propose(command)
         if timeout is None:
             return await fut
         # A timer on the future itself: far cheaper than asyncio.wait_for's extra task.

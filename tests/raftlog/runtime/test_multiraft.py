@@ -166,6 +166,10 @@ async def test_follower_refuses_proposals_with_a_hint(tmp_path: Path) -> None:
         with pytest.raises(NotLeader) as info:
             await nodes[follower].propose(1, b"x")
         assert info.value.leader_hint == leader
+        # A group that is not (or no longer) open here: retriable, nothing proposed.
+        with pytest.raises(NotLeader, match="group 9 is not open") as info:
+            await nodes[follower].propose(9, b"x")
+        assert info.value.leader_hint == 0 and not info.value.outcome_unknown
     finally:
         for nd in nodes.values():
             await nd.close()
