@@ -25,11 +25,6 @@ from raftlog.transport.peer import TransportConfig
 from tests.cmq.helpers import configs, wait_until
 
 
-def _recovering(node: QueueNode, group: int) -> bool:
-    r = node.raft.group(group).raw.raft
-    return r.recovering or r.rejoining
-
-
 async def trials(n: int, down: float) -> list[tuple[float, float]]:
     root = Path(tempfile.mkdtemp(prefix="cmq-recovery-cost-"))
     cfgs = configs(root)
@@ -52,7 +47,7 @@ async def trials(n: int, down: float) -> list[tuple[float, float]]:
                 now = time.monotonic() - start
                 if not led and all(node.raft.leader_of(g) for g in groups):
                     led = now
-                if led and not any(_recovering(node, g) for g in groups):
+                if led and not any(node.raft.recovering(g) for g in groups):
                     recovered = now
                 await asyncio.sleep(0.005)
             out.append((led, recovered))

@@ -232,5 +232,5 @@ class RawNode:
             conf=r.conf,
             peers=peers,
             transferee=r.lead_transferee,
-            recovering=r.recovering or r.rejoining,
+            recovering=r.out_of_elections(),
         )

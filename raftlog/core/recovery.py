@@ -87,6 +87,11 @@ class RecoveryGuard:
     log_floor: LogPosition
     recovery_term: int
 
+    def out_of_elections(self) -> bool:
+        """Recovering after a restart or rejoining after lost entries: this replica neither
+        votes nor campaigns, so it does not yet count towards a new quorum."""
+        return self.recovering or self.rejoining
+
     def _send(self, m: Message) -> None:
         raise NotImplementedError
 

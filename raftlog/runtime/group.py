@@ -331,10 +331,8 @@ class GroupDriver:
         return self.raw.raft.lead
 
     def recovering(self) -> bool:
-        """Still out of elections after a restart or a lost tail (`raftlog.core.recovery`):
-        it neither votes nor campaigns, so it does not yet count towards a new quorum."""
-        r = self.raw.raft
-        return r.recovering or r.rejoining
+        """Still out of elections (`raftlog.core.recovery.RecoveryGuard.out_of_elections`)."""
+        return self.raw.raft.out_of_elections()
 
     def request_snapshot(self) -> None:
         """Snapshot at the next opportunity (this group pins old WAL segments)."""

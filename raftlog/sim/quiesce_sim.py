@@ -145,7 +145,7 @@ class QuiescentSim(RuntimeSim):
     def _check_recovering(self, up: bool, quiet: bool, key: tuple[int, int], r: Any) -> None:
         """A replica does not stay quiesced while recovering (it would stop asking)."""
         now = self.loop.time()
-        if not (up and quiet and (r.recovering or r.rejoining)):
+        if not (up and quiet and r.out_of_elections()):
             self._stuck_recovering.pop(key, None)
             return
         since = self._stuck_recovering.setdefault(key, now)
