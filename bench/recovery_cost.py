@@ -16,9 +16,12 @@ import argparse
 import asyncio
 import random
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the tests' cluster helpers
 
 from cmq.node import QueueNode
 from raftlog.transport.peer import TransportConfig
