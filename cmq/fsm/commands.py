@@ -1,4 +1,5 @@
-"""Commands of a data group's state machine and the results `QueueMachine.apply` returns.
+"""Commands of a data group's state machine; the results `QueueMachine.apply` returns live in
+`cmq.fsm.results` and are re-exported here.
 
 Every command is a frozen, slotted dataclass; `encode_command` turns it into bytes for a Raft
 proposal and `decode_command` parses them back. Format: a leading `CommandType` byte, then the
@@ -22,9 +23,61 @@ from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
 from cmq.errors import InvalidParameter
+from cmq.fsm.results import (
+    CommandFailed,
+    Created,
+    Done,
+    EntryOutcomes,
+    Expired,
+    Leased,
+    LeasedMessage,
+    Produced,
+    Purged,
+    Result,
+    SegmentsArchived,
+    SegmentsClaimed,
+    Tidied,
+)
 from cmq.fsm.store import decode_tail, record_tail
 from cmq.fsm.wire import Reader, Writer
 from cmq.model import DEFAULT_SEGMENT_AGE_SECONDS, DEFAULT_SEGMENT_BYTES, QueueAttributes
+
+__all__ = [
+    "Ack",
+    "ChangeVisibility",
+    "ClaimSegments",
+    "Command",
+    "CommandFailed",
+    "CommandType",
+    "CreateQueue",
+    "Created",
+    "DeadLetter",
+    "DeleteQueue",
+    "Done",
+    "EntryOutcomes",
+    "Expire",
+    "Expired",
+    "Lease",
+    "Leased",
+    "LeasedMessage",
+    "MarkArchived",
+    "Nack",
+    "NewMessage",
+    "Produce",
+    "Produced",
+    "Purge",
+    "Purged",
+    "Result",
+    "SegmentsArchived",
+    "SegmentsClaimed",
+    "SetAttributes",
+    "Tidied",
+    "Tidy",
+    "decode_command",
+    "encode_command",
+    "read_attributes",
+    "write_attributes",
+]
 
 
 class CommandType(IntEnum):
@@ -222,112 +275,6 @@ Command = (
     | ClaimSegments
     | MarkArchived
     | Tidy
-)
-
-
-# --------------------------------------------------------------------------------------------
-# Results
-
-
-@dataclass(frozen=True, slots=True)
-class CommandFailed:
-    """A user error (``code`` from `cmq.errors`), e.g. ``QueueNotFound``; nothing changed."""
-
-    code: str
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class Done:
-    """The command took effect."""
-
-
-@dataclass(frozen=True, slots=True)
-class Created:
-    """``created`` False: the queue already existed with these attributes."""
-
-    created: bool
-    attributes: QueueAttributes
-
-
-@dataclass(frozen=True, slots=True)
-class Purged:
-    count: int
-
-
-@dataclass(frozen=True, slots=True)
-class Produced:
-    """``(id, seq)`` per produced message, in order (a deduplicated one: the original's)."""
-
-    messages: tuple[tuple[str, int], ...]
-
-
-@dataclass(frozen=True, slots=True)
-class LeasedMessage:
-    """One message leased by a `Lease` command; the body is read with `QueueMachine.read`."""
-
-    seq: int
-    lease_id: int
-    receive_count: int
-    id: str
-    sent_at_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class Leased:
-    """``messages`` in seq order; ``dead_letter``: seqs now pending a move to the DLQ."""
-
-    messages: tuple[LeasedMessage, ...]
-    dead_letter: tuple[int, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class EntryOutcomes:
-    """Per entry: None = done, else an entry code from `cmq.errors`."""
-
-    outcomes: tuple[str | None, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Expired:
-    count: int
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentsClaimed:
-    """``refused``: ``(first_seq, reason, holding batch id or "")`` per refused segment."""
-
-    claimed: tuple[int, ...]
-    refused: tuple[tuple[int, str, str], ...]
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentsArchived:
-    archived: tuple[int, ...]
-    already: tuple[int, ...]
-    refused: tuple[tuple[int, str, str], ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Tidied:
-    """Segments sealed and messages copied forward."""
-
-    sealed: int
-    copied: int
-
-
-Result = (
-    CommandFailed
-    | Done
-    | Created
-    | Purged
-    | Produced
-    | Leased
-    | EntryOutcomes
-    | Expired
-    | SegmentsClaimed
-    | SegmentsArchived
-    | Tidied
 )
 
 

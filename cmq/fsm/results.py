@@ -1,0 +1,111 @@
+"""What `QueueMachine.apply` returns for each command of `cmq.fsm.commands` (which re-exports
+these): plain frozen values handed back to the proposer. A user error is a `CommandFailed`
+result, never an exception (apply is total)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cmq.model import QueueAttributes
+
+
+@dataclass(frozen=True, slots=True)
+class CommandFailed:
+    """A user error (``code`` from `cmq.errors`), e.g. ``QueueNotFound``; nothing changed."""
+
+    code: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """The command took effect."""
+
+
+@dataclass(frozen=True, slots=True)
+class Created:
+    """``created`` False: the queue already existed with these attributes."""
+
+    created: bool
+    attributes: QueueAttributes
+
+
+@dataclass(frozen=True, slots=True)
+class Purged:
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Produced:
+    """``(id, seq)`` per produced message, in order (a deduplicated one: the original's)."""
+
+    messages: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LeasedMessage:
+    """One message leased by a `Lease` command; the body is read with `QueueMachine.read`."""
+
+    seq: int
+    lease_id: int
+    receive_count: int
+    id: str
+    sent_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Leased:
+    """``messages`` in seq order; ``dead_letter``: seqs now pending a move to the DLQ."""
+
+    messages: tuple[LeasedMessage, ...]
+    dead_letter: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EntryOutcomes:
+    """Per entry: None = done, else an entry code from `cmq.errors`."""
+
+    outcomes: tuple[str | None, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Expired:
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentsClaimed:
+    """``refused``: ``(first_seq, reason, holding batch id or "")`` per refused segment."""
+
+    claimed: tuple[int, ...]
+    refused: tuple[tuple[int, str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentsArchived:
+    archived: tuple[int, ...]
+    already: tuple[int, ...]
+    refused: tuple[tuple[int, str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Tidied:
+    """Segments sealed and messages copied forward."""
+
+    sealed: int
+    copied: int
+
+
+Result = (
+    CommandFailed
+    | Done
+    | Created
+    | Purged
+    | Produced
+    | Leased
+    | EntryOutcomes
+    | Expired
+    | SegmentsClaimed
+    | SegmentsArchived
+    | Tidied
+)
