@@ -3,11 +3,12 @@ cluster (3 nodes on loopback, every confirm a majority fsync), all in one run so
 compare as ratios:
 
     python bench/perf_extra.py [--seconds 15] [--jobs protocols,large,open-loop] [--json]
+                               [--http-workers N]
 
 * ``protocols``: the harness's jobs (1 KiB; J1 = 4 producers x 64 sends in flight, no
   consumers; J1x10 = the same with 10 messages per send; J2 = J1 plus 2 consumers) with
   `cmq bench`, over HTTP and over the streaming protocol, alternated; with the nodes' CPU
-  seconds per 1,000 messages (from their ``process_cpu_seconds_total``) and the share of the
+  seconds per 1,000 messages (from ``/proc``, HTTP front ends included) and the share of the
   machine's cores the three nodes used (what is left for anything else, a front-end process
   included).
 * ``large``: the disk's own bandwidth when every write is followed by ``fdatasync`` (64 KiB and
@@ -35,8 +36,6 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
-
-from prometheus_client.parser import text_string_to_metric_families
 
 from cmq.client import SyncClient
 
@@ -66,7 +65,8 @@ def fdatasync_bandwidth(directory: str, block: int, total: int = 64 * MiB) -> fl
 class Cluster:
     """A `cmq dev` cluster of 3 nodes in a temp directory, stopped by :meth:`stop`."""
 
-    def __init__(self) -> None:
+    def __init__(self, http_workers: int = 0) -> None:
+        """``http_workers``: each node's HTTP front-end processes (``CMQ_HTTP_WORKERS``)."""
         self.data = tempfile.mkdtemp(prefix="cmq-perf-extra-")
         self.urls = [f"http://127.0.0.1:{HTTP_PORT + i}" for i in range(3)]
         self._log = open(os.path.join(self.data, "dev.log"), "w")  # noqa: SIM115
@@ -89,7 +89,9 @@ class Cluster:
             stderr=subprocess.STDOUT,
             start_new_session=True,
             cwd=ROOT,
+            env=dict(os.environ, CMQ_HTTP_WORKERS=str(http_workers)),
         )
+        self.pid = self._proc.pid
         end = time.monotonic() + 90
         for url in self.urls:
             with SyncClient(url, timeout=5) as node:
@@ -112,19 +114,31 @@ class Cluster:
         self._log.close()
 
 
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(c) for c in f.read().split()]
+    except FileNotFoundError:
+        return []
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def node_cpu_seconds(cluster: Cluster) -> list[float]:
-    """Each node's ``process_cpu_seconds_total``."""
-    out = []
-    for url in cluster.urls:
-        with SyncClient(url, timeout=10) as node:
-            text = node.metrics()
-        cpu = 0.0
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name == "process_cpu_seconds_total":
-                    cpu += sample.value
-        out.append(cpu)
-    return out
+    """Each node's CPU seconds, its HTTP front-end processes included (from ``/proc``: the
+    node processes are the `cmq dev` process's children, front ends theirs)."""
+    return [
+        _cpu_seconds(node) + sum(_cpu_seconds(front) for front in _children(node))
+        for node in sorted(_children(cluster.pid))
+    ]
 
 
 def bench(cluster: Cluster, *args: str) -> dict[str, Any]:
@@ -249,9 +263,15 @@ def main() -> int:
     ap.add_argument("--seconds", type=int, default=15)
     ap.add_argument("--jobs", default="protocols,large,open-loop")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument(
+        "--http-workers",
+        type=int,
+        default=0,
+        help="HTTP front-end processes per node (cmq serve --http-workers; their CPU counts)",
+    )
     a = ap.parse_args()
     jobs = [j for j in a.jobs.split(",") if j]
-    cluster = Cluster()
+    cluster = Cluster(a.http_workers)
     result: dict[str, Any] = {}
     try:
         if "protocols" in jobs:

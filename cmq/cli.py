@@ -112,7 +112,12 @@ def _serve(args: argparse.Namespace) -> int:
     from cmq.cli_keys import serve_security
     from cmq.server import run
 
-    return run(cfg, http, serve_security(args, conf))
+    workers = int(_setting(args, conf, "http_workers", 0))
+    security = serve_security(args, conf)
+    if workers < 0 or (workers and not security.anonymous):
+        raise SystemExit("--http-workers must be >= 0, and front ends serve --anonymous only")
+
+    return run(cfg, http, security, workers)
 
 
 # -- dev -------------------------------------------------------------------------------------------
@@ -425,6 +430,12 @@ def main(argv: list[str] | None = None) -> int:
         "--max-inflight-sends",
         type=int,
         help="sends carried at once by this node; more wait (default 24)",
+    )
+    s.add_argument(
+        "--http-workers",
+        type=int,
+        help="front-end processes that serve HTTP instead of the node process, sharing the "
+        "port (default 0, or CMQ_HTTP_WORKERS; anonymous access only)",
     )
     s.add_argument("--secret-file")
     s.add_argument(

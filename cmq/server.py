@@ -14,6 +14,14 @@ Requests must be signed with an access key (`api.auth`) unless the node runs ``a
 cluster has its bootstrap admin key and writes it once to ``<data-dir>/admin-key.json``
 (`cmq.key_admin.bootstrap_admin_key`). With ``tls`` (certificate and key files) HTTP is served
 over TLS.
+
+With ``http_workers`` N > 0 (``cmq serve --http-workers N``, ``CMQ_HTTP_WORKERS``) the node
+process serves no HTTP itself: N front-end processes bind the HTTP port together
+(``SO_REUSEPORT``, the kernel spreads connections over them), parse HTTP and JSON and validate,
+and call the node through `cmq.service_proxy` on a Unix socket, so the Raft loop runs no HTTP.
+A front end that dies is started again. With front ends, ``/metrics`` shows each front end's
+HTTP metrics only (the node's own metrics are not exported), and requests must be anonymous:
+signature checks need the node's key ring, which front ends do not hold.
 """
 
 from __future__ import annotations
@@ -25,6 +33,9 @@ import logging
 import os
 import signal
 import ssl
+import sys
+import tempfile
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -38,6 +49,8 @@ from cmq.key_admin import KeyAdmin, KeyRing, bootstrap_admin_key
 from cmq.keys import cluster_credential
 from cmq.metrics import register_node_metrics
 from cmq.node import NodeConfig, QueueNode, now_ms
+from cmq.service import QueueService
+from cmq.service_proxy import ServiceProxy, ServiceServer
 from raftlog.runtime import MultiRaft, new_event_loop
 from raftlog.transport.peer import Address
 
@@ -87,14 +100,21 @@ async def join_cluster(cfg: NodeConfig) -> NodeConfig:
 
 
 async def serve(
-    cfg: NodeConfig, http: Address, stop: asyncio.Event, security: HttpSecurity | None = None
+    cfg: NodeConfig,
+    http: Address,
+    stop: asyncio.Event,
+    security: HttpSecurity | None = None,
+    http_workers: int = 0,
 ) -> None:
     """Start the node (recovery, groups, peers), serve HTTP on ``http`` until ``stop`` is set,
     then stop accepting requests and close the node. A start that fails closes what it started
     and raises (`QueueNode.start`). With ``cfg.join`` the node first registers through a
     running node (`join_cluster`). ``security``: see `HttpSecurity` (default: signed requests,
-    plain HTTP)."""
+    plain HTTP). ``http_workers``: front-end processes serving HTTP instead of this one (see
+    the module docstring; `ValueError` unless ``security.anonymous``)."""
     security = HttpSecurity() if security is None else security
+    if http_workers and not security.anonymous:
+        raise ValueError("HTTP front-end workers serve anonymous requests only (--anonymous)")
     log = logging.getLogger("cmq.server")
     if cfg.join:
         cfg = await join_cluster(cfg)
@@ -123,28 +143,142 @@ async def serve(
                 bootstrap_admin_key(node.catalog, node.router, cfg.secret, cfg.data_dirs[0], now_ms)
             )
             bootstrap.add_done_callback(_report_bootstrap)
-        app = make_app(node, registry=registry, sqs=SqsSettings.from_env(), auth=auth, keys=keys)
-        # Cancel a handler whose client went away: an abandoned long poll must not lease.
-        runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
-        await runner.setup()
-        try:
-            context = security.ssl_context()
-            await web.TCPSite(
-                runner, http.host, http.port, reuse_address=True, ssl_context=context
-            ).start()
-            scheme = "https" if context is not None else "http"
-            print(f"cmq node {cfg.node_id} serving {scheme}://{http.host}:{http.port}", flush=True)
-            await stop.wait()
-            left = await hand_off_leadership(node.raft, cfg.node_id, _handoff_seconds())
-            print(f"cmq node {cfg.node_id} stopping; groups still led here: {left}", flush=True)
-        finally:
-            await runner.cleanup()
+        scheme = "https" if security.tls_cert is not None else "http"
+        served = f"{scheme}://{http.host}:{http.port}"
+        if http_workers:
+            async with FrontEnds(node, http, security, http_workers):
+                fronts = f"{http_workers} front ends"
+                print(f"cmq node {cfg.node_id} serving {served} ({fronts})", flush=True)
+                await stop.wait()
+                left = await hand_off_leadership(node.raft, cfg.node_id, _handoff_seconds())
+        else:
+            app = make_app(
+                node, registry=registry, sqs=SqsSettings.from_env(), auth=auth, keys=keys
+            )
+            async with _http_site(app, http, security, reuse_port=False):
+                print(f"cmq node {cfg.node_id} serving {served}", flush=True)
+                await stop.wait()
+                left = await hand_off_leadership(node.raft, cfg.node_id, _handoff_seconds())
+        print(f"cmq node {cfg.node_id} stopping; groups still led here: {left}", flush=True)
     finally:
         if bootstrap is not None:
             bootstrap.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await bootstrap
         await node.close()
+
+
+@contextlib.asynccontextmanager
+async def _http_site(
+    app: web.Application, http: Address, security: HttpSecurity, *, reuse_port: bool
+) -> AsyncIterator[None]:
+    """``app`` served on ``http`` until the block ends (then its connections are closed)."""
+    # Cancel a handler whose client went away: an abandoned long poll must not lease.
+    runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+    await runner.setup()
+    try:
+        await web.TCPSite(
+            runner,
+            http.host,
+            http.port,
+            reuse_address=True,
+            reuse_port=reuse_port or None,
+            ssl_context=security.ssl_context(),
+        ).start()
+        yield
+    finally:
+        await runner.cleanup()
+
+
+class FrontEnds:
+    """``count`` front-end processes (`front_end_main`) serving HTTP on ``http`` for ``node``
+    through a `ServiceServer` on a private Unix socket; one that exits while the block runs is
+    started again after `RESPAWN_SECONDS`. Leaving the block stops them (SIGTERM, then SIGKILL
+    after `STOP_SECONDS`) and closes the socket."""
+
+    RESPAWN_SECONDS = 1.0
+    STOP_SECONDS = 10.0
+
+    def __init__(
+        self, service: QueueService, http: Address, security: HttpSecurity, count: int
+    ) -> None:
+        self.http = http
+        self.security = security
+        self.count = count
+        self._dir = tempfile.mkdtemp(prefix="cmq-front-")
+        self.server = ServiceServer(service, os.path.join(self._dir, "node.sock"))
+        self._tasks: list[asyncio.Task[None]] = []
+        self._procs: dict[int, asyncio.subprocess.Process] = {}
+        self._stopping = False
+
+    async def __aenter__(self) -> FrontEnds:
+        await self.server.start()
+        self._tasks = [asyncio.create_task(self._keep(i)) for i in range(self.count)]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._stopping = True
+        for proc in self._procs.values():
+            if proc.returncode is None:
+                proc.terminate()
+        for proc in self._procs.values():
+            try:
+                await asyncio.wait_for(proc.wait(), self.STOP_SECONDS)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.server.close()
+        with contextlib.suppress(OSError):
+            os.rmdir(self._dir)
+
+    async def _keep(self, index: int) -> None:
+        log = logging.getLogger("cmq.server")
+        address = f"{self.http.host}:{self.http.port}"
+        argv = [sys.executable, "-m", "cmq.server", self.server.path, address]
+        if self.security.tls_cert is not None and self.security.tls_key is not None:
+            argv += [self.security.tls_cert, self.security.tls_key]
+        while not self._stopping:
+            proc = self._procs[index] = await asyncio.create_subprocess_exec(*argv)
+            code = await proc.wait()
+            if not self._stopping:
+                log.error("HTTP front end %d exited with %s; starting it again", index, code)
+                await asyncio.sleep(self.RESPAWN_SECONDS)
+
+
+async def front_end(socket_path: str, http: Address, security: HttpSecurity) -> None:
+    """One front-end process's life: the HTTP API on ``http`` (``SO_REUSEPORT``) for the node
+    serving ``socket_path``, until SIGTERM/SIGINT or until the node process goes away."""
+    proxy = ServiceProxy(socket_path)
+    await proxy.connect()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        app = make_app(proxy, registry=CollectorRegistry(), sqs=SqsSettings.from_env())
+        async with _http_site(app, http, security, reuse_port=True):
+            while not stop.is_set() and proxy.lost is None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 0.5)
+    finally:
+        await proxy.close()
+
+
+def front_end_main(argv: list[str]) -> int:
+    """``python -m cmq.server SOCKET HOST:PORT [CERT KEY]``: run `front_end` (started by
+    `FrontEnds`, not by hand)."""
+    if len(argv) not in (2, 4):
+        print("usage: python -m cmq.server SOCKET HOST:PORT [CERT KEY]", file=sys.stderr)
+        return 2
+    cert, key = (argv[2], argv[3]) if len(argv) == 4 else (None, None)
+    security = HttpSecurity(anonymous=True, tls_cert=cert, tls_key=key)
+    loop = new_event_loop()
+    with contextlib.closing(loop):
+        loop.run_until_complete(front_end(argv[0], Address.parse(argv[1]), security))
+    return 0
 
 
 def _report_bootstrap(task: asyncio.Task[object]) -> None:
@@ -185,7 +319,9 @@ async def hand_off_leadership(raft: MultiRaft, node_id: int, timeout: float) -> 
         await asyncio.sleep(0.05)
 
 
-def run(cfg: NodeConfig, http: Address, security: HttpSecurity | None = None) -> int:
+def run(
+    cfg: NodeConfig, http: Address, security: HttpSecurity | None = None, http_workers: int = 0
+) -> int:
     """Run one node in the foreground on a fresh event loop (uvloop when installed) until
     SIGINT or SIGTERM; returns the process exit status. ``CMQ_LOG_LEVEL`` sets the log level
     (default WARNING)."""
@@ -199,9 +335,13 @@ def run(cfg: NodeConfig, http: Address, security: HttpSecurity | None = None) ->
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await serve(cfg, http, stop, security)
+        await serve(cfg, http, stop, security, http_workers)
 
     loop = new_event_loop()
     with contextlib.closing(loop):
         loop.run_until_complete(main())
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(front_end_main(sys.argv[1:]))

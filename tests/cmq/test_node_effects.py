@@ -8,6 +8,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,7 +21,11 @@ from tests.ports import free_ports
 
 
 @contextlib.asynccontextmanager
-async def one_node(root: Path, housekeeping_interval: float) -> AsyncIterator[QueueNode]:
+async def one_node(
+    root: Path, housekeeping_interval: float, **settings: Any
+) -> AsyncIterator[QueueNode]:
+    """A started, ready one-node cluster under ``root``; ``settings``: more `NodeConfig`
+    fields (e.g. ``segment_max_bytes``)."""
     addr = Address("127.0.0.1", free_ports(1)[0])
     node = QueueNode(
         NodeConfig(
@@ -32,6 +37,7 @@ async def one_node(root: Path, housekeeping_interval: float) -> AsyncIterator[Qu
             groups=1,
             tick_interval=0.01,
             housekeeping_interval=housekeeping_interval,
+            **settings,
         )
     )
     await node.start()

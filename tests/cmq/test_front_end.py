@@ -1,0 +1,229 @@
+"""HTTP front-end processes (``cmq serve --http-workers N``, `cmq.service_proxy`):
+
+* the proxy against a real one-node `QueueNode` through a real Unix socket: every
+  `QueueService` coroutine is carried; results and errors (code, message) are the node's own;
+  a cancelled long poll is cancelled in the node too (it leases nothing); a segment is read
+  whole; a node process that goes away ends pending calls `OutcomeUnknown` and readiness;
+* real processes: a 3-node cluster whose nodes each run 2 front ends serves the native API
+  and the streaming protocol on the shared ports; a killed front end is started again; the
+  node refuses front ends without ``--anonymous``; a stopped node leaves no front end behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import os
+import signal
+import subprocess
+import time
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from cmq.client import SyncClient
+from cmq.client.stream import StreamClient
+from cmq.errors import OutcomeUnknown, QueueNotFound
+from cmq.model import OutgoingMessage, QueueAttributes
+from cmq.node import QueueNode
+from cmq.service import QueueService
+from cmq.service_proxy import CALLS, ServiceProxy, ServiceServer
+from tests.cmq.cluster import CmqCluster
+from tests.cmq.test_node_effects import one_node
+
+
+@contextlib.asynccontextmanager
+async def proxied(node: QueueNode, tmp: Path) -> AsyncIterator[tuple[ServiceServer, ServiceProxy]]:
+    server = ServiceServer(node, str(tmp / "node.sock"))
+    await server.start()
+    proxy = ServiceProxy(server.path)
+    try:
+        await proxy.connect()
+        yield server, proxy
+    finally:
+        await proxy.close()
+        await server.close()
+
+
+def test_every_service_coroutine_is_carried() -> None:
+    coroutines = {
+        name
+        for name, f in inspect.getmembers(QueueService, inspect.isfunction)
+        if inspect.iscoroutinefunction(f)
+    }
+    assert coroutines - {"read_segment"} == CALLS
+    for name in coroutines:  # the proxy defines each one itself (no generic fallback)
+        assert getattr(ServiceProxy, name) is not getattr(QueueService, name), name
+
+
+async def test_the_proxy_answers_as_the_node(tmp_path: Path) -> None:
+    async with one_node(tmp_path / "n", 0.05) as node, proxied(node, tmp_path) as (server, p):
+        assert os.stat(server.path).st_mode & 0o777 == 0o600
+        assert p.is_ready() and p.status()["node"] == 1
+        assert await p.create_queue("q", QueueAttributes(visibility_timeout=30)) is True
+        assert await p.list_queues() == ["q"]
+        sent = await p.send("q", [OutgoingMessage(b"one"), OutgoingMessage(b"two")])
+        got = await p.receive("q", 10, 30, 0)
+        assert [m.id for m in got] == [m.id for m in sent]
+        assert [m.body for m in got] == [b"one", b"two"]
+        results = await p.ack("q", [m.receipt for m in got] + ["not-a-receipt"])
+        assert [r.ok for r in results] == [True, True, False]
+        assert results[2].error == (await node.ack("q", ["not-a-receipt"]))[0].error
+        attributes, stats = await p.get_queue("q")
+        assert (attributes, stats.acked_total) == ((await node.get_queue("q"))[0], 2)
+
+        with pytest.raises(QueueNotFound) as caught:
+            await p.send("missing", [OutgoingMessage(b"x")])
+        with pytest.raises(QueueNotFound) as direct:
+            await node.send("missing", [OutgoingMessage(b"x")])
+        assert (caught.value.code, caught.value.message) == (
+            direct.value.code,
+            direct.value.message,
+        )
+
+
+async def test_a_cancelled_long_poll_leases_nothing(tmp_path: Path) -> None:
+    async with one_node(tmp_path / "n", 0.05) as node, proxied(node, tmp_path) as (_, p):
+        await p.create_queue("q", QueueAttributes(visibility_timeout=30))
+        poll = asyncio.create_task(p.receive("q", 1, 30, 20))
+        await asyncio.sleep(0.5)
+        poll.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await poll
+        await asyncio.sleep(0.3)  # the cancel frame reaches the node
+        await node.send("q", [OutgoingMessage(b"after")])
+        await asyncio.sleep(0.3)
+        _, stats = await node.get_queue("q")
+        assert (stats.visible, stats.in_flight) == (1, 0)
+        [got] = await p.receive("q", 1, 30, 0)
+        assert got.body == b"after"
+
+
+async def test_a_released_segment_is_read_whole(tmp_path: Path) -> None:
+    small = one_node(tmp_path / "n", 0.05, segment_max_bytes=512)
+    async with small as node, proxied(node, tmp_path) as (_, p):
+        await check_segment_read(node, p)
+
+
+async def check_segment_read(node: QueueNode, p: ServiceProxy) -> None:
+    """Fill a segment of an archive queue, ack everything: it is released; read it both ways."""
+    attrs = replace(QueueAttributes(visibility_timeout=30), archive=True)
+    await p.create_queue("arch", attrs)
+    bodies: list[bytes] = []
+    while all(s.state == "active" for s in (await p.list_segments("arch")).segments):
+        batch = [b"r%03d" % (len(bodies) + i) + b"." * 100 for i in range(5)]
+        await p.send("arch", [OutgoingMessage(b) for b in batch])
+        bodies += batch
+    while got := await p.receive("arch", 10, 30, 0):
+        assert all(r.ok for r in await p.ack("arch", [m.receipt for m in got]))
+    deadline = time.monotonic() + 20
+    while not (listing := await p.list_segments("arch", "released")).segments:
+        assert time.monotonic() < deadline, "no segment was released"
+        await asyncio.sleep(0.1)
+    segment = listing.segments[0]
+    direct = await node.read_segment("arch", segment.first_seq)
+    expected = [r async for batch in direct.batches for r in batch]
+    stream = await p.read_segment("arch", segment.first_seq)
+    assert stream.checksum == direct.checksum
+    assert [r async for batch in stream.batches for r in batch] == expected
+    assert expected and [r.body for r in expected] == bodies[: len(expected)]
+
+
+async def test_a_node_that_goes_away_ends_calls_outcome_unknown(tmp_path: Path) -> None:
+    async with one_node(tmp_path / "n", 0.05) as node:
+        server = ServiceServer(node, str(tmp_path / "node.sock"))
+        await server.start()
+        proxy = ServiceProxy(server.path)
+        await proxy.connect()
+        try:
+            await proxy.create_queue("q", QueueAttributes())
+            poll = asyncio.create_task(proxy.receive("q", 1, 30, 20))
+            await asyncio.sleep(0.3)
+            await server.close()
+            with pytest.raises(OutcomeUnknown):
+                await poll
+            assert proxy.lost is not None and not proxy.is_ready()
+        finally:
+            await proxy.close()
+
+
+def front_end_pids(node_pid: int) -> list[int]:
+    out = subprocess.run(
+        ["pgrep", "-P", str(node_pid)], capture_output=True, text=True, check=False
+    ).stdout
+    return [int(p) for p in out.split()]
+
+
+@pytest.mark.slow
+def test_a_cluster_served_by_front_ends(tmp_path: Path) -> None:
+    cluster = CmqCluster(tmp_path, 3, groups=2)
+    for args in cluster.args.values():
+        args += ["--http-workers", "2"]
+    try:
+        cluster.start_all()
+        fronts = {nid: front_end_pids(p.pid) for nid, p in cluster.procs.items()}
+        assert all(len(pids) == 2 for pids in fronts.values()), fronts
+        client = SyncClient(cluster.urls)
+        client.create_queue("fe")
+        ids = [m.id for m in client.send("fe", [b"m%d" % i for i in range(20)])]
+        seen: list[str] = []
+        while len(seen) < 20:
+            got = client.receive("fe", max_messages=10, wait_seconds=1)
+            client.ack("fe", [m.receipt for m in got])
+            seen += [m.id for m in got]
+        assert sorted(seen) == sorted(ids)
+
+        # the streaming protocol, through a front end
+        async def stream_round() -> None:
+            async with StreamClient(",".join(cluster.urls)) as s:
+                [sent] = await s.send("fe", ["streamed"])
+                sub = await s.subscribe("fe", prefetch=4)
+                [got] = await sub.next()
+                assert got.id == sent.id
+                [done] = await sub.ack([got])
+                assert done.ok
+
+        asyncio.run(stream_round())
+
+        # a killed front end is started again, and the port keeps serving
+        os.kill(fronts[1][0], signal.SIGKILL)
+        deadline = time.monotonic() + 20
+        while len(set(front_end_pids(cluster.procs[1].pid)) - set(fronts[1])) < 1:
+            assert time.monotonic() < deadline, "the front end was not started again"
+            time.sleep(0.1)
+        cluster.wait_ready()
+        for _ in range(20):  # new connections land on every front end
+            assert SyncClient([cluster.urls[0]]).list_queues() == ["fe"]
+
+        node1 = cluster.procs[1]
+        node1.send_signal(signal.SIGTERM)
+        node1.wait(timeout=30)
+        gone = fronts[1][1:] + list(set(front_end_pids(node1.pid)))
+        for pid in gone:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+            assert not _alive(pid), f"front end {pid} outlived its node"
+    finally:
+        cluster.stop_all()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split()[2] != "Z"
+
+
+def test_front_ends_need_anonymous_access(tmp_path: Path) -> None:
+    cluster = CmqCluster(tmp_path, 1, groups=1, anonymous=False)
+    args = cluster.args[1] + ["--http-workers", "1"]
+    env = dict(os.environ, CMQ_SECRET="end-to-end-test-secret-0123456789")
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode != 0
+    assert "--anonymous" in done.stderr
+    assert not (tmp_path / "node1").exists() or not any((tmp_path / "node1").iterdir())
