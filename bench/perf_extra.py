@@ -132,18 +132,19 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def node_cpu_seconds(cluster: Cluster) -> list[float]:
-    """Each node's CPU seconds, its HTTP front-end processes included (from ``/proc``: the
-    node processes are the `cmq dev` process's children, front ends theirs)."""
+def node_cpu_seconds(cluster: Cluster) -> list[tuple[float, float]]:
+    """Each node's CPU seconds as (its node process, its HTTP front-end processes), from
+    ``/proc``: the node processes are the `cmq dev` process's children, front ends theirs."""
     return [
-        _cpu_seconds(node) + sum(_cpu_seconds(front) for front in _children(node))
+        (_cpu_seconds(node), sum(_cpu_seconds(front) for front in _children(node)))
         for node in sorted(_children(cluster.pid))
     ]
 
 
 def bench(cluster: Cluster, *args: str) -> dict[str, Any]:
     """One `cmq bench --json` run against ``cluster``; its report, with the nodes' CPU use
-    over it (``node_cpu_s``, ``cpu_s_per_1000_msgs_per_node``, ``cores_used_by_nodes``)."""
+    over it (``node_cpu_s``, ``cpu_s_per_1000_msgs_per_node``, ``cores_used_by_nodes``: front
+    ends included; ``node_process_cpu_s_per_1000_msgs``: the node processes alone)."""
     cpu0, t0 = node_cpu_seconds(cluster), time.monotonic()
     out = subprocess.run(
         [sys.executable, "-m", "cmq", "bench", "--url", ",".join(cluster.urls), "--json", *args],
@@ -157,10 +158,14 @@ def bench(cluster: Cluster, *args: str) -> dict[str, Any]:
     except json.JSONDecodeError:
         raise SystemExit(f"cmq bench {' '.join(args)} failed:\n{out.stderr[-2000:]}") from None
     wall = time.monotonic() - t0
-    cpu = [b - a for a, b in zip(cpu0, node_cpu_seconds(cluster), strict=True)]
+    cpu1 = node_cpu_seconds(cluster)
+    own = [b[0] - a[0] for a, b in zip(cpu0, cpu1, strict=True)]
+    cpu = [sum(b) - sum(a) for a, b in zip(cpu0, cpu1, strict=True)]
     msgs = max(int(report["confirmed"]), 1)
     report["node_cpu_s"] = [round(c, 2) for c in cpu]
     report["cpu_s_per_1000_msgs_per_node"] = [round(c * 1000 / msgs, 4) for c in cpu]
+    # The node processes alone (without their HTTP front ends): the Raft loop's own share.
+    report["node_process_cpu_s_per_1000_msgs"] = [round(c * 1000 / msgs, 4) for c in own]
     report["cores_used_by_nodes"] = round(sum(cpu) / wall, 2)
     return report
 

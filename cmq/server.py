@@ -19,9 +19,9 @@ With ``http_workers`` N > 0 (``cmq serve --http-workers N``, ``CMQ_HTTP_WORKERS`
 process serves no HTTP itself: N front-end processes bind the HTTP port together
 (``SO_REUSEPORT``, the kernel spreads connections over them), parse HTTP and JSON and validate,
 and call the node through `cmq.service_proxy` on a Unix socket, so the Raft loop runs no HTTP.
-A front end that dies is started again. With front ends, ``/metrics`` shows each front end's
-HTTP metrics only (the node's own metrics are not exported), and requests must be anonymous:
-signature checks need the node's key ring, which front ends do not hold.
+A front end that dies is started again. With front ends, ``/metrics`` shows the node's metrics
+(a copy at most a second old) and the HTTP metrics of the front end that answered, and requests
+must be anonymous: signature checks need the node's key ring, which front ends do not hold.
 """
 
 from __future__ import annotations
@@ -29,17 +29,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import signal
 import ssl
 import sys
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import generate_latest
 
 from api.app import make_app
 from api.auth.guard import AuthConfig
@@ -50,7 +52,7 @@ from cmq.keys import cluster_credential
 from cmq.metrics import register_node_metrics
 from cmq.node import NodeConfig, QueueNode, now_ms
 from cmq.service import QueueService
-from cmq.service_proxy import ServiceProxy, ServiceServer
+from cmq.service_proxy import NodeMetricsCollector, ServiceProxy, ServiceServer
 from raftlog.runtime import MultiRaft, new_event_loop
 from raftlog.transport.peer import Address
 
@@ -146,7 +148,8 @@ async def serve(
         scheme = "https" if security.tls_cert is not None else "http"
         served = f"{scheme}://{http.host}:{http.port}"
         if http_workers:
-            async with FrontEnds(node, http, security, http_workers):
+            node_metrics = functools.partial(generate_latest, registry)
+            async with FrontEnds(node, http, security, http_workers, node_metrics):
                 fronts = f"{http_workers} front ends"
                 print(f"cmq node {cfg.node_id} serving {served} ({fronts})", flush=True)
                 await stop.wait()
@@ -200,13 +203,19 @@ class FrontEnds:
     STOP_SECONDS = 10.0
 
     def __init__(
-        self, service: QueueService, http: Address, security: HttpSecurity, count: int
+        self,
+        service: QueueService,
+        http: Address,
+        security: HttpSecurity,
+        count: int,
+        metrics: Callable[[], bytes] | None = None,
     ) -> None:
+        """``metrics``: the node's metrics text, shown by every front end's ``/metrics``."""
         self.http = http
         self.security = security
         self.count = count
         self._dir = tempfile.mkdtemp(prefix="cmq-front-")
-        self.server = ServiceServer(service, os.path.join(self._dir, "node.sock"))
+        self.server = ServiceServer(service, os.path.join(self._dir, "node.sock"), metrics)
         self._tasks: list[asyncio.Task[None]] = []
         self._procs: dict[int, asyncio.subprocess.Process] = {}
         self._stopping = False
@@ -258,7 +267,9 @@ async def front_end(socket_path: str, http: Address, security: HttpSecurity) -> 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
-        app = make_app(proxy, registry=CollectorRegistry(), sqs=SqsSettings.from_env())
+        registry = CollectorRegistry()
+        registry.register(NodeMetricsCollector(proxy))
+        app = make_app(proxy, registry=registry, sqs=SqsSettings.from_env())
         async with _http_site(app, http, security, reuse_port=True):
             while not stop.is_set() and proxy.lost is None:
                 with contextlib.suppress(TimeoutError):

@@ -7,7 +7,9 @@ the same `CmqError` (code, message, ``retry_after``) raised, and the same guaran
 the call runs there. Cancelling a proxy call (a client that went away from a long poll)
 cancels the call in the node process too, so an abandoned receive leases nothing. A call
 whose node process goes away before it answers ends `OutcomeUnknown`. ``is_ready`` and
-``status`` (synchronous in the protocol) answer from a copy refreshed every `STATE_SECONDS`.
+``status`` (synchronous in the protocol) answer from a copy refreshed every `STATE_SECONDS`;
+`ServiceProxy.node_metrics`, the node's Prometheus text, from a copy refreshed every
+`METRICS_SECONDS` (`NodeMetricsCollector` adds it to a front end's own registry).
 `read_segment` is carried whole: the node reads the segment to its end (or to its damage,
 raised after the records before it) before the proxy streams it.
 
@@ -22,12 +24,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import os
 import pickle
 import struct
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, TypeVar
+
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
 
 from cmq.errors import CmqError, OutcomeUnknown, Unavailable, error_for
 from cmq.model import (
@@ -57,7 +64,10 @@ MAX_INFLIGHT = 4096
 """Calls one connection may have running in the node process at once; more wait to be read."""
 STATE_SECONDS = 0.2
 """How often a proxy refreshes its copy of ``is_ready`` and ``status``."""
+METRICS_SECONDS = 1.0
+"""How often a proxy refreshes its copy of the node's metrics (when the node exports them)."""
 _STATE = "_state"
+_METRICS = "_metrics"
 _READ_SEGMENT = "read_segment"
 CALLS = frozenset(
     {
@@ -117,9 +127,13 @@ def _raise(reply: tuple[str, str, float | None]) -> CmqError:
 class ServiceServer:
     """Serves ``service`` on the Unix socket ``path`` until `close`."""
 
-    def __init__(self, service: QueueService, path: str) -> None:
+    def __init__(
+        self, service: QueueService, path: str, metrics: Callable[[], bytes] | None = None
+    ) -> None:
+        """``metrics``: the node's metrics in Prometheus text format (None: none exported)."""
         self.service = service
         self.path = path
+        self.metrics = metrics
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
 
@@ -195,6 +209,8 @@ class ServiceServer:
         try:
             if method == _STATE:
                 value: Any = (self.service.is_ready(), self.service.status())
+            elif method == _METRICS:
+                value = b"" if self.metrics is None else self.metrics()
             elif method == _READ_SEGMENT:
                 value = await self._read_segment(*args)
             elif method in CALLS:
@@ -235,6 +251,8 @@ class ServiceProxy(QueueService):
         self._ready = False
         self._status: dict[str, Any] = {}
         self._lost: str | None = None
+        self.node_metrics = b""
+        """The node's metrics text as last fetched (empty until then, or when it has none)."""
 
     async def connect(self) -> None:
         reader, self._writer = await asyncio.open_unix_connection(self.path)
@@ -279,9 +297,14 @@ class ServiceProxy(QueueService):
                 fut.set_exception(OutcomeUnknown(why))
 
     async def _refresh(self) -> None:
-        while self._lost is None:
-            await asyncio.sleep(STATE_SECONDS)
+        every = max(1, round(METRICS_SECONDS / STATE_SECONDS))
+        for turn in itertools.count():
+            if self._lost is not None:
+                return
             with contextlib.suppress(CmqError):
+                if turn % every == 0:
+                    self.node_metrics = bytes(await self._call(_METRICS))
+                await asyncio.sleep(STATE_SECONDS)
                 self._ready, self._status = await self._call(_STATE)
 
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
@@ -409,6 +432,17 @@ class ServiceProxy(QueueService):
 
     async def set_groups(self, groups: int) -> tuple[int, ...]:
         return tuple(await self._call("set_groups", groups))
+
+
+class NodeMetricsCollector(Collector):
+    """A Prometheus collector yielding ``proxy``'s copy of the node's metrics, so a front
+    end's ``/metrics`` shows the node's (Raft, WAL, queues, process) beside its own HTTP ones."""
+
+    def __init__(self, proxy: ServiceProxy) -> None:
+        self.proxy = proxy
+
+    def collect(self) -> Iterator[Metric]:
+        yield from text_string_to_metric_families(self.proxy.node_metrics.decode())
 
 
 def _typed(kind: type[T], value: object) -> T:

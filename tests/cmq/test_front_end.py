@@ -5,8 +5,9 @@
   a cancelled long poll is cancelled in the node too (it leases nothing); a segment is read
   whole; a node process that goes away ends pending calls `OutcomeUnknown` and readiness;
 * real processes: a 3-node cluster whose nodes each run 2 front ends serves the native API
-  and the streaming protocol on the shared ports; a killed front end is started again; the
-  node refuses front ends without ``--anonymous``; a stopped node leaves no front end behind.
+  and the streaming protocol on the shared ports, and ``/metrics`` with the node's metrics;
+  a killed front end is started again; the node refuses front ends without ``--anonymous``;
+  a stopped node leaves no front end behind.
 """
 
 from __future__ import annotations
@@ -175,6 +176,10 @@ def test_a_cluster_served_by_front_ends(tmp_path: Path) -> None:
             client.ack("fe", [m.receipt for m in got])
             seen += [m.id for m in got]
         assert sorted(seen) == sorted(ids)
+        time.sleep(1.2)  # the front ends' copy of the node's metrics is at most a second old
+        metrics = SyncClient([cluster.urls[0]]).metrics()
+        assert "cmq_http_requests_total" in metrics  # the front end's own
+        assert "cmq_wal_fsyncs_total" in metrics and "process_cpu_seconds_total" in metrics
 
         # the streaming protocol, through a front end
         async def stream_round() -> None:
