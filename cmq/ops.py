@@ -441,13 +441,13 @@ class LeaderOps:
                 raise InvariantBroken(f"leased message {name}/{lm.seq} cannot be read")
             out.append(
                 ReceivedMessage(
-                    id=lm.id,
+                    id=sm.id,
                     seq=lm.seq,
                     body=sm.body,
                     binary=sm.binary,
                     receipt=self._signer.mint(name, lm.seq, lm.lease_id),
                     receive_count=lm.receive_count,
-                    sent_at_ms=lm.sent_at_ms,
+                    sent_at_ms=sm.sent_at_ms,
                     attributes=sm.attributes,
                     group_id=fifo[lm.seq][0] if lm.seq in fifo else None,
                     dedup_id=fifo[lm.seq][1] if lm.seq in fifo else None,

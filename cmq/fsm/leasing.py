@@ -41,7 +41,7 @@ def lease(m: QueueMachine, q: QueueState, cmd: Lease) -> Leased:
             _mark_dead_letter(q, seq)
             dead.append(seq)
             continue
-        leased.append(_lease_one(m, q, seq, deadline))
+        leased.append(_lease_one(q, seq, deadline))
     # Scheduled after the loop: with a zero visibility a message is ready again at once and
     # must not be picked twice by one Lease.
     for lm in leased:
@@ -63,11 +63,11 @@ def _lease_fifo(
     if cmd.attempt_id is not None:
         again = fifo_rules.replay(q, fifo, cmd.attempt_id)
         if again is not None:
-            return Leased(tuple(_leased_again(m, q, seq, lease_id) for seq, lease_id in again), ())
+            return Leased(tuple(_leased_again(q, seq, lease_id) for seq, lease_id in again), ())
     take, dead = fifo_rules.plan(q, fifo, cmd.max_messages, limit, MAX_DEAD_LETTER_PER_LEASE)
     for seq in dead:
         _mark_dead_letter(q, seq)
-    leased = [_lease_one(m, q, seq, deadline) for seq in take]
+    leased = [_lease_one(q, seq, deadline) for seq in take]
     for lm in leased:
         q.schedule(lm.seq, deadline)
     if cmd.attempt_id is not None and leased:
@@ -84,7 +84,7 @@ def _mark_dead_letter(q: QueueState, seq: int) -> None:
     q.pending_dl.add(seq)
 
 
-def _lease_one(m: QueueMachine, q: QueueState, seq: int, deadline: int) -> LeasedMessage:
+def _lease_one(q: QueueState, seq: int, deadline: int) -> LeasedMessage:
     """Lease the ready message ``seq`` until ``deadline`` (the caller schedules it)."""
     q.ready.remove(seq)
     touched = q.touched
@@ -96,13 +96,10 @@ def _lease_one(m: QueueMachine, q: QueueState, seq: int, deadline: int) -> Lease
     touched.set(slot, LEASE, q.lease_counter)
     touched.set(slot, COUNT, count)
     touched.set(slot, VIS, deadline)
-    message = m.read_live(q, seq)
-    return LeasedMessage(seq, q.lease_counter, count, message.id, message.sent_at_ms)
+    return LeasedMessage(seq, q.lease_counter, count)
 
 
-def _leased_again(m: QueueMachine, q: QueueState, seq: int, lease_id: int) -> LeasedMessage:
+def _leased_again(q: QueueState, seq: int, lease_id: int) -> LeasedMessage:
     """The message ``seq`` as its current lease ``lease_id`` handed it out."""
     touched = q.touched
-    count = touched.get(touched.slot_of[seq], COUNT)
-    message = m.read_live(q, seq)
-    return LeasedMessage(seq, lease_id, count, message.id, message.sent_at_ms)
+    return LeasedMessage(seq, lease_id, touched.get(touched.slot_of[seq], COUNT))

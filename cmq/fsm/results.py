@@ -44,13 +44,13 @@ class Produced:
 
 @dataclass(frozen=True, slots=True)
 class LeasedMessage:
-    """One message leased by a `Lease` command; the body is read with `QueueMachine.read`."""
+    """One message leased by a `Lease` command. Its id, send time and body are read with
+    `QueueMachine.read` by whoever renders it: apply never reads the segment store for a
+    lease, so a follower (whose results nobody reads) does no segment I/O to lease."""
 
     seq: int
     lease_id: int
     receive_count: int
-    id: str
-    sent_at_ms: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,8 @@ counters) configured by `RuntimeConfig`.
 """
 
 from raftlog.runtime.config import RuntimeConfig, new_event_loop
-from raftlog.runtime.group import GroupDriver, GroupOptions
+from raftlog.runtime.group import GroupDriver
+from raftlog.runtime.group_options import GroupOptions
 from raftlog.runtime.multiraft import MultiRaft
 from raftlog.runtime.statemachine import StateMachine, decode_batch, encode_batch
 from raftlog.runtime.stats import GroupStats, PeerLinkStats, RuntimeStats, SentStats

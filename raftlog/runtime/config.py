@@ -7,7 +7,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 from raftlog.errors import RaftError
-from raftlog.runtime.group import GroupOptions
+from raftlog.runtime.group_options import GroupOptions
 from raftlog.storage import WalOptions
 from raftlog.transport.peer import Address, TransportConfig
 

@@ -16,17 +16,13 @@ import asyncio
 import copy
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
-from concurrent.futures import Future as ThreadFuture
-from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from raftlog.core import (
     ConfChange,
-    ConfState,
     Entry,
     EntryKind,
-    HardState,
     Message,
     MsgType,
     RawNode,
@@ -34,7 +30,6 @@ from raftlog.core import (
     Role,
     Snapshot,
     Status,
-    Storage,
 )
 from raftlog.core.progress import ProgressState
 from raftlog.errors import (
@@ -44,67 +39,16 @@ from raftlog.errors import (
     ProposalDropped,
     RaftError,
 )
+from raftlog.runtime.group_options import (
+    DurableLog,
+    GroupCounters,
+    GroupOptions,
+    Offload,
+    Sender,
+)
 from raftlog.runtime.statemachine import AfterApply, StateMachine, decode_batch, encode_batch
 
 log = logging.getLogger("raftlog.runtime")
-
-
-class DurableLog(Storage, Protocol):
-    """The storage a driver needs: the core's read side plus asynchronous durable writes."""
-
-    def submit_ready(
-        self,
-        *,
-        snapshot: Snapshot | None = None,
-        entries: Sequence[Entry] = (),
-        hard_state: HardState | None = None,
-        sync: bool = True,
-    ) -> ThreadFuture[None]: ...
-
-    def submit_create_snapshot(
-        self, index: int, conf: ConfState, data: bytes
-    ) -> tuple[Snapshot, ThreadFuture[None]]: ...
-
-    def compact(self, index: int) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class GroupOptions:
-    """Per-group runtime limits."""
-
-    max_pending_proposals: int = 4096
-    max_pending_bytes: int = 32 << 20
-    max_batch_bytes: int = 4 << 20
-    snapshot_entries: int = 20000
-    """Take a snapshot once this many entries were applied since the last one..."""
-    snapshot_bytes: int = 64 << 20
-    """...or once this many bytes were (entries carry whole batches, so both bounds matter)."""
-    keep_entries: int = 5000
-    """Entries kept in memory behind a snapshot so slightly lagging followers avoid one..."""
-    keep_bytes: int = 16 << 20
-    """...but never more than this many bytes of them."""
-    max_snapshot_transfer: int = (1 << 30) - (1 << 20)
-    """Largest snapshot shipped to a follower (the transport sends it in checksummed chunks
-    and a peer accepts chunked frames up to 1 GiB); a larger one is refused loudly."""
-
-
-@dataclass(slots=True)
-class GroupCounters:
-    proposals: int = 0
-    batches: int = 0
-    readies: int = 0
-    persisted_entries: int = 0
-    applied_entries: int = 0
-    snapshots: int = 0
-    forced_snapshots: int = 0
-
-
-Sender = Callable[[int, Sequence[Message]], None]
-"""Host callback: (group id, messages) → queue them for their peers."""
-
-Offload = Callable[..., Awaitable[Any]]
-"""Runs a blocking call (snapshot file writes) off the event loop: ``asyncio.to_thread`` in
-production; the simulator passes an inline version so runs stay deterministic."""
 
 
 class GroupDriver:

@@ -35,7 +35,8 @@ from raftlog.runtime.config import (
     RuntimeConfig,
     SendCounters,
 )
-from raftlog.runtime.group import DurableLog, GroupDriver
+from raftlog.runtime.group import GroupDriver
+from raftlog.runtime.group_options import DurableLog
 from raftlog.runtime.liveness import PeerLiveness, quiesce_idle
 from raftlog.runtime.peerwatch import CallWatchdog, PeerWatch
 from raftlog.runtime.statemachine import StateMachine

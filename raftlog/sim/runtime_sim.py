@@ -45,7 +45,8 @@ from raftlog.core import (
 )
 from raftlog.errors import RaftError
 from raftlog.runtime.applog import AppendLog
-from raftlog.runtime.group import GroupDriver, GroupOptions
+from raftlog.runtime.group import GroupDriver
+from raftlog.runtime.group_options import GroupOptions
 from raftlog.runtime.statemachine import StateMachine
 from raftlog.sim.disk import EntriesRecord, HardStateRecord, Record, SimDisk, SnapshotRecord
 from raftlog.sim.vloop import VirtualTimeLoop

@@ -24,14 +24,13 @@ from cmq.fsm.commands import (
     CreateQueue,
     EntryOutcomes,
     Lease,
-    Leased,
     NewMessage,
     Produce,
     Produced,
 )
 from cmq.model import QueueAttributes
 from raftlog.sim.runtime_sim import RuntimeSimConfig, RuntimeSimResult, run_runtime_seed
-from tests.queuesim.sim import QueueSim
+from tests.queuesim.sim import Delivered, QueueSim
 
 GROUPS = ("a", "b", "c")
 
@@ -107,7 +106,7 @@ class FifoQueueSim(QueueSim):
     async def consume_once(self, group: int, visibility_ms: int, ack_probability: float) -> int:
         now = self.now_ms()
         res = await self.run(group, Lease(fifo_name(group), now, 5, visibility_ms))
-        if not isinstance(res, Leased):
+        if not isinstance(res, Delivered):
             return 0
         leased_now = {lm.id for lm in res.messages}
         busy = {

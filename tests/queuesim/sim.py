@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 
 from cmq.errors import CmqError
 from cmq.fsm.commands import (
@@ -59,6 +60,23 @@ from raftlog.sim.runtime_sim import (
 EPOCH_MS = 1_700_000_000_000
 
 
+@dataclass(frozen=True, slots=True)
+class DeliveredMessage:
+    """A leased message as a consumer sees it: the lease's result and the stored id."""
+
+    seq: int
+    lease_id: int
+    receive_count: int
+    id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """What `QueueSim.run` returns for a `Lease` that leased (see `QueueSim.rendered`)."""
+
+    messages: tuple[DeliveredMessage, ...]
+
+
 class QueueSim(RuntimeSim):
     """One seeded run of the queue on the simulated cluster (one queue per data group)."""
 
@@ -74,6 +92,7 @@ class QueueSim(RuntimeSim):
         self.deliveries = 0
         self.archived: set[str] = set()
         self.archive_batches = 0
+        self.unrendered = 0
 
     # -- hooks ----------------------------------------------------------------------------------
     def new_state_machine(self, nid: int, group: int) -> StateMachine:
@@ -101,12 +120,30 @@ class QueueSim(RuntimeSim):
             await asyncio.sleep(0.02)
             return None
         try:
-            return await asyncio.wait_for(asyncio.shield(fut), 30.0)
+            res = await asyncio.wait_for(asyncio.shield(fut), 30.0)
+            if isinstance(res, Leased) and isinstance(cmd, Lease):
+                return self.rendered(d.sm, cmd.queue, res)
+            return res
         except TimeoutError:
             self.violation(f"{type(cmd).__name__} neither applied nor failed within 30 s")
         except RaftError:
             pass
         return None
+
+    def rendered(self, sm: object, name: str, res: Leased) -> Delivered:
+        """What a consumer gets for ``res``, read from the proposing replica as the service
+        renders it (`cmq.ops`: a lease's result names seqs; ids come from the store). A message
+        no longer live by then (deleted since) is not delivered and counted."""
+        assert isinstance(sm, QueueMachine)
+        ids = {m.seq: m.id for m in sm.read(name, [lm.seq for lm in res.messages])}
+        self.unrendered += sum(lm.seq not in ids for lm in res.messages)
+        return Delivered(
+            tuple(
+                DeliveredMessage(lm.seq, lm.lease_id, lm.receive_count, ids[lm.seq])
+                for lm in res.messages
+                if lm.seq in ids
+            )
+        )
 
     async def ensure_queue(self, group: int) -> None:
         while group not in self.created:
@@ -198,7 +235,7 @@ class QueueSim(RuntimeSim):
     async def consume_once(self, group: int, visibility_ms: int, ack_probability: float) -> int:
         now = self.now_ms()
         res = await self.run(group, Lease(f"q{group}", now, 5, visibility_ms))
-        if not isinstance(res, Leased):
+        if not isinstance(res, Delivered):
             return 0
         for lm in res.messages:
             if lm.id in self.acked_ids:

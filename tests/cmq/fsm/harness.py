@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import cast
 
-from cmq.fsm.commands import Command, CommandType, Produce, Result, encode_command
+from cmq.fsm.commands import Command, CommandType, Leased, Produce, Result, encode_command
 from cmq.fsm.machine import QueueMachine
 from cmq.fsm.wire import Writer
 
@@ -43,3 +43,10 @@ def legacy_produce(cmd: Produce) -> bytes:
         for m in cmd.messages:
             w.opt_text(m.group_id)
     return w.getvalue()
+
+
+def leased_ids(machine: QueueMachine, queue: str, res: object) -> list[str]:
+    """The ids of the messages a `Leased` result names, read from ``machine`` as the service
+    renders them (a lease's result carries seqs and leases, not ids)."""
+    assert isinstance(res, Leased), res
+    return [m.id for m in machine.read(queue, [lm.seq for lm in res.messages])]

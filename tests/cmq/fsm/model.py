@@ -147,9 +147,7 @@ class Model:
                     mm.lease_id = q.lease_counter
                     mm.receive_count += 1
                     mm.visible_at = deadline
-                    leased.append(
-                        LeasedMessage(seq, mm.lease_id, mm.receive_count, mm.id, mm.sent_at)
-                    )
+                    leased.append(LeasedMessage(seq, mm.lease_id, mm.receive_count))
                 return Leased(tuple(leased), tuple(dead))
             case Ack():
                 q.tick(cmd.now_ms)
