@@ -287,6 +287,9 @@ class ServiceProxy(QueueService):
                         fut.set_exception(_raise(value))
         except (asyncio.IncompleteReadError, ConnectionError) as e:
             self._fail(f"the node process went away ({type(e).__name__})")
+        except Exception as e:  # an undecodable frame: nothing after it can be trusted
+            log.exception("front-end connection to the node failed")
+            self._fail(f"the node's answer could not be read ({type(e).__name__})")
 
     def _fail(self, why: str) -> None:
         self._lost = self._lost or why

@@ -92,7 +92,6 @@ class QueueSim(RuntimeSim):
         self.deliveries = 0
         self.archived: set[str] = set()
         self.archive_batches = 0
-        self.unrendered = 0
 
     # -- hooks ----------------------------------------------------------------------------------
     def new_state_machine(self, nid: int, group: int) -> StateMachine:
@@ -133,10 +132,9 @@ class QueueSim(RuntimeSim):
     def rendered(self, sm: object, name: str, res: Leased) -> Delivered:
         """What a consumer gets for ``res``, read from the proposing replica as the service
         renders it (`cmq.ops`: a lease's result names seqs; ids come from the store). A message
-        no longer live by then (deleted since) is not delivered and counted."""
+        no longer live by then (deleted since) is not delivered."""
         assert isinstance(sm, QueueMachine)
         ids = {m.seq: m.id for m in sm.read(name, [lm.seq for lm in res.messages])}
-        self.unrendered += sum(lm.seq not in ids for lm in res.messages)
         return Delivered(
             tuple(
                 DeliveredMessage(lm.seq, lm.lease_id, lm.receive_count, ids[lm.seq])
