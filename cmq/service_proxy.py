@@ -192,6 +192,8 @@ class ServiceServer:
                 task.add_done_callback(done(rid))
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the worker went away: what it still waits for has no one to answer
+        except Exception:  # an undecodable frame: the connection is dropped, loudly
+            log.exception("a front end's request could not be read; dropping its connection")
         finally:
             for task in list(running.values()):
                 task.cancel()
