@@ -191,7 +191,8 @@ class ServiceServer:
                 running[rid] = task
                 task.add_done_callback(done(rid))
         except (asyncio.IncompleteReadError, ConnectionError):
-            pass  # the worker went away: what it still waits for has no one to answer
+            # The front end went away: what it still waits for has no one to answer.
+            log.info("a front end closed its connection; cancelling its %d calls", len(running))
         except Exception:  # an undecodable frame: the connection is dropped, loudly
             log.exception("a front end's request could not be read; dropping its connection")
         finally:

@@ -5,14 +5,9 @@ mark a message that reached the queue's receive limit for the dead-letter queue 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from cmq.fsm import fifo as fifo_rules
 from cmq.fsm.commands import Lease, Leased, LeasedMessage
 from cmq.fsm.queue import COUNT, FLAGS, LEASE, PENDING_DEAD_LETTER, VIS, QueueState
-
-if TYPE_CHECKING:
-    from cmq.fsm.machine import QueueMachine
 
 __all__ = ["MAX_DEAD_LETTER_PER_LEASE", "lease"]
 
@@ -20,7 +15,7 @@ MAX_DEAD_LETTER_PER_LEASE = 100
 """At most this many messages are marked pending-dead-letter by one `Lease` (bounds its work)."""
 
 
-def lease(m: QueueMachine, q: QueueState, cmd: Lease) -> Leased:
+def lease(q: QueueState, cmd: Lease) -> Leased:
     """Apply ``cmd`` to ``q`` (see the module docstring)."""
     q.advance(cmd.now_ms)
     attrs = q.attributes
@@ -28,7 +23,7 @@ def lease(m: QueueMachine, q: QueueState, cmd: Lease) -> Leased:
     deadline = q.clock + max(0, visibility)
     limit = attrs.max_receive_count if attrs.dead_letter_queue else 0
     if q.fifo is not None:
-        return _lease_fifo(m, q, cmd, deadline, limit)
+        return _lease_fifo(q, cmd, deadline, limit)
     touched = q.touched
     leased: list[LeasedMessage] = []
     dead: list[int] = []
@@ -50,7 +45,6 @@ def lease(m: QueueMachine, q: QueueState, cmd: Lease) -> Leased:
 
 
 def _lease_fifo(
-    m: QueueMachine,
     q: QueueState,
     cmd: Lease,
     deadline: int,

@@ -410,7 +410,7 @@ class QueueMachine(MachineReads):
         q = self.mutable(cmd.queue)
         if q is None:
             return self.not_found(cmd.queue)
-        return leasing.lease(self, q, cmd)
+        return leasing.lease(q, cmd)
 
     def _ack(self, cmd: Ack) -> Result:
         q = self.mutable(cmd.queue)
