@@ -19,7 +19,16 @@ this node's wall clock minus its monotonic clock as last verified (`trusted`); a
 than the bound since then is a step, and the clock is not trusted until readings taken after
 the step agree with it (drift within the bound is absorbed at each check). This closes the
 second or so a peer reading would take: a single command stamped hours ahead would move a
-queue's clock (the largest time any command carried) hours ahead and expire every lease at once.
+queue's clock (the largest time any command carried) hours ahead.
+
+A clock is not trusted *before* it was ever verified either: a node with peers starts
+unverified (there is no earlier reading to detect a step against: a VM that boots before NTP
+has synced), and is trusted once readings taken after its start confirm it (`_confirmed`: at
+least one peer within the bound of this clock, and the median not against it). A node without
+peers (a one-node cluster) is trusted at once.
+
+`stamp` is the one way a time enters a command: it reads the clock once and checks *that*
+reading (a check and a later second reading could straddle a step).
 
 Why not refuse to campaign instead: the Raft core knows no clock and must stay pure; a node that
 wins an election while unsafe serves nothing and hands leadership away within one interval, which
@@ -65,6 +74,10 @@ class ClockGuard:
         self.verdict = ClockVerdict(0.0, 0, False, ())
         self._base = self._skew()  # wall minus monotonic (ms) when last verified
         self._stepped_at: float | None = None
+        # Monotonic time since when this clock waits for its first confirmation (None: it
+        # was confirmed, or has nobody to be confirmed by).
+        self._unverified_since: float | None = self._clock()
+        self._told_unverified = False
         self.handoffs = 0
         """Leadership transfers this guard asked for (a metric)."""
 
@@ -75,13 +88,43 @@ class ClockGuard:
         """Whether the clock moved by more than the bound since it was last verified."""
         return abs(self._skew() - self._base) > self.bound_ms
 
+    def verified(self) -> bool:
+        """Whether this clock was confirmed by peers since the start (or has no peers)."""
+        if self._unverified_since is not None and not self._raft.peers():
+            self._unverified_since = None  # nobody to confirm it: a one-node cluster
+            self._base = self._skew()
+        return self._unverified_since is None
+
+    def confirmed_now(self) -> bool:
+        """Whether this clock is trusted and the current readings confirm it (at least one
+        peer within the bound of it, the median not against it); a node without peers: trusted.
+        For decisions that take this clock over a queue's (`cmq.fsm.commands.Retime`)."""
+        if not self.trusted():
+            return False
+        if not self._raft.peers():
+            return True
+        return self._confirmed(self._raft.clock_readings(), float("-inf"), self._clock())
+
+    def stamp(self) -> int | None:
+        """The time for a command stamped now (ms), or None while this clock is not trusted.
+        One reading, checked itself against the verified base: never a check and a second
+        reading that could straddle a step."""
+        mono = self._clock()
+        wall = self._wall_ms()
+        if self.verdict.unsafe or not self.verified():
+            return None
+        if abs(wall - mono * 1000.0 - self._base) > self.bound_ms:
+            return None
+        return wall
+
     def unsafe(self) -> bool:
         """Whether this node's clock is judged off by its peers' readings."""
         return self.verdict.unsafe
 
     def trusted(self) -> bool:
-        """Whether this node may stamp times and lead: not judged off, not just stepped."""
-        return not self.verdict.unsafe and not self.stepped()
+        """Whether this node may stamp times and lead: verified since its start, not judged
+        off, not just stepped."""
+        return self.verified() and not self.verdict.unsafe and not self.stepped()
 
     def off_peers(self) -> tuple[int, ...]:
         """Peers whose clocks this node sees beyond the bound from the median."""
@@ -95,6 +138,7 @@ class ClockGuard:
             "bound_ms": self.bound_ms,
             "unsafe": not self.trusted(),
             "stepped": self.stepped(),
+            "verified": self.verified(),
             "peers_read": v.peers,
             "off_peers": list(v.off_peers),
         }
@@ -112,6 +156,7 @@ class ClockGuard:
         now = self._clock()
         v = judge(readings, now=now, bound_ms=self.bound_ms, max_rtt_ms=self.bound_ms)
         self.verdict = v
+        self._verify_start(readings, now)
         self._verify_steps(readings, v, now)
         if v.unsafe and not before.unsafe:
             log.error(
@@ -132,6 +177,36 @@ class ClockGuard:
             self.hand_off()
         return v
 
+    def _confirmed(
+        self, readings: tuple[ClockReading, ...], since: float, now: float, *, all_of: int = 0
+    ) -> bool:
+        """Whether readings taken after ``since`` confirm this clock: at least ``all_of`` of
+        them (and one), at least one peer within the bound of this clock (with a single reading
+        the median is always this node's own, so agreement must be seen, not inferred), and
+        their median not beyond the bound."""
+        after = [r for r in readings if r.at > since]
+        checked = judge(after, now=now, bound_ms=self.bound_ms, max_rtt_ms=self.bound_ms)
+        if not checked.peers or checked.peers < all_of or checked.unsafe:
+            return False
+        return any(abs(r.offset_ms) <= self.bound_ms and r.rtt_ms <= self.bound_ms for r in after)
+
+    def _verify_start(self, readings: tuple[ClockReading, ...], now: float) -> None:
+        since = self._unverified_since
+        if since is None or self.verified():
+            return
+        if self._confirmed(readings, since, now):
+            self._unverified_since = None
+            self._base, self._stepped_at = self._skew(), None
+            log.info("node %d: clock confirmed by its peers' readings: it may stamp", self._id)
+        elif now - since > self._interval * 10 and not self._told_unverified:
+            self._told_unverified = True
+            log.warning(
+                "node %d: clock not yet confirmed by its peers (%d readings since start): "
+                "it stamps nothing and does not lead until they agree",
+                self._id,
+                len([r for r in readings if r.at > since]),
+            )
+
     def _verify_steps(
         self, readings: tuple[ClockReading, ...], v: ClockVerdict, now: float
     ) -> None:
@@ -148,9 +223,7 @@ class ClockGuard:
                 skew - self._base,
             )
             return
-        after = [r for r in readings if r.at > self._stepped_at]
-        checked = judge(after, now=now, bound_ms=self.bound_ms, max_rtt_ms=self.bound_ms)
-        if checked.peers and checked.peers == v.peers and not checked.unsafe:
+        if self._confirmed(readings, self._stepped_at, now, all_of=v.peers):
             log.warning("node %d: the stepped clock agrees with the peers: trusted", self._id)
             self._base, self._stepped_at = skew, None
 

@@ -23,13 +23,13 @@ import os
 from collections.abc import Awaitable, Callable
 
 from cmq.errors import CmqError
-from cmq.fsm.commands import DeadLetter, Expire, Tidy, encode_command
+from cmq.fsm.commands import DeadLetter, Expire, Retime, Retimed, Tidy, encode_command
 from cmq.fsm.machine import Due, QueueMachine
 from cmq.meta import CatalogMachine
 from cmq.model import OutgoingMessage, SentMessage
-from cmq.ops import LeaderOps, now_ms
+from cmq.ops import LeaderOps
 from cmq.router import Router
-from raftlog.errors import RaftError
+from raftlog.errors import NotLeader, RaftError
 from raftlog.runtime import MultiRaft
 from raftlog.transport.peer import Address
 
@@ -59,7 +59,11 @@ class Housekeeper:
         ops: LeaderOps,
         send: Send,
         interval: float,
+        clock_bound_ms: float = 500.0,
+        clock_confirmed: Callable[[], bool] = lambda: True,
     ) -> None:
+        """``clock_bound_ms`` / ``clock_confirmed``: the skew bound and whether this node's
+        clock is confirmed by its peers now (`cmq.clockguard`), for `Retime`."""
         self._id = node_id
         self._address = f"{peer.host}:{peer.port}"
         self._data_dirs = [os.path.abspath(d) for d in data_dirs]
@@ -70,6 +74,10 @@ class Housekeeper:
         self._ops = ops
         self._send = send
         self._interval = interval
+        self._clock_bound_ms = clock_bound_ms
+        self._clock_confirmed = clock_confirmed
+        self.retimed = 0
+        """Queues retimed by this node (`Retime`)."""
 
     async def run(self) -> None:
         """Tick until cancelled."""
@@ -82,6 +90,10 @@ class Housekeeper:
         is `cmq.membership`'s)."""
         if not self._router.clock_ok():
             return  # this node's clock is off: it stamps nothing (cmq.clockguard)
+        try:
+            now = self._ops.stamp()  # one trusted reading for the round
+        except NotLeader:
+            return
         for group, machine in list(self._machines.items()):
             if group not in self._raft.groups:
                 continue  # dropped meanwhile
@@ -97,14 +109,35 @@ class Housekeeper:
                 # The second snapshot needs one more applied entry on every replica, also on
                 # an idle group: a Tidy (harmless, decided in apply) is one.
                 with contextlib.suppress(CmqError, RaftError):
-                    await self._ops.propose(group, encode_command(Tidy(names[0], now_ms())))
+                    await self._ops.propose(group, encode_command(Tidy(names[0], now)))
             for name in names:
                 try:
-                    due = machine.due(name, now_ms(), DEAD_LETTER_BATCH)
+                    await self._retime_if_ahead(group, machine, name, now)
+                    due = machine.due(name, now, DEAD_LETTER_BATCH)
                     if due is not None:
                         await self._propose_due(group, machine, due)
                 except (CmqError, RaftError) as e:
                     log.info("housekeeping of %s deferred: %s", name, e)
+
+    async def _retime_if_ahead(
+        self, group: int, machine: QueueMachine, name: str, now: int
+    ) -> None:
+        """A queue whose time stands ahead of this leader's confirmed clock by more than two
+        bounds (two clocks each within the bound of the cluster's median) got a stamp from a
+        clock far ahead: `Retime` it, so its deadlines come due at the leaders' pace instead
+        of when real time catches up."""
+        ahead = machine.time_ahead(name, now)
+        if ahead <= 2 * self._clock_bound_ms or not self._clock_confirmed():
+            return
+        res = await self._ops.propose(group, encode_command(Retime(name, now)))
+        if isinstance(res, Retimed) and res.ahead_ms:
+            self.retimed += 1
+            log.warning(
+                "queue %s: its time stood %+d ms ahead of this leader's clock (a stamp from a "
+                "clock far ahead got in); it runs on from there and slews back",
+                name,
+                res.ahead_ms,
+            )
 
     async def _propose_due(self, group: int, machine: QueueMachine, due: Due) -> None:
         if due.expire:

@@ -170,7 +170,7 @@ class QueueNode:
             segment_bytes=cfg.segment_max_bytes,
             segment_age_ms=round(cfg.segment_max_age * 1000),
         )
-        self.ops.clock_ok = self.clock.trusted
+        self.ops.clock_stamp = self.clock.stamp
         self.router = Router(
             self.id,
             self.raft,
@@ -191,6 +191,8 @@ class QueueNode:
             ops=self.ops,
             send=self.send,
             interval=cfg.housekeeping_interval,
+            clock_bound_ms=cfg.clock_bound_ms,
+            clock_confirmed=self.clock.confirmed_now,
         )
         founders = () if cfg.joined else tuple(sorted(cfg.peers))
         self.membership = Membership(
@@ -399,8 +401,6 @@ class QueueNode:
                         f"a message body has {len(m.body)} bytes; the queue allows "
                         f"{attrs.max_message_size}"
                     )
-        if not self.clock.trusted():  # the Produce would carry this node's clock
-            raise Unavailable("this node's clock is off (see its /v1/status); send elsewhere")
         await self._take_send_slot()
         try:
             return await self.router.run_attempts(

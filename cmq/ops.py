@@ -54,6 +54,7 @@ from cmq.fsm.commands import (
     SegmentsClaimed,
     SetAttributes,
     encode_command,
+    restamp_produce,
 )
 from cmq.fsm.machine import QueueMachine
 from cmq.meta import Assignment, CatalogMachine
@@ -186,7 +187,8 @@ class WakingMachine:
 
 class ProduceBuilder:
     """Builds the encoded `Produce` of a send on the node that took it: fresh message ids
-    (unique per node: a random prefix, the node id and a counter) and this node's clock."""
+    (unique per node: a random prefix, the node id and a counter). Its time is this node's
+    clock, replaced by the group leader's when the leader proposes it (`restamp_produce`)."""
 
     __slots__ = ("_counter", "_node", "_prefix")
 
@@ -254,16 +256,18 @@ class LeaderOps:
         self._signer = signer
         self._wakeups = wakeups
         self._timeout = request_timeout
-        self.clock_ok: Callable[[], bool] = lambda: True
-        """Whether this node's clock may stamp commands (`cmq.clockguard`); set by the node."""
+        self.clock_stamp: Callable[[], int | None] = now_ms
+        """This node's clock for a command, or None while it is not trusted
+        (`cmq.clockguard.ClockGuard.stamp`); set by the node."""
 
     def stamp(self) -> int:
         """This node's clock for a command proposed here; `NotLeader` (route it again) while
-        the clock is not trusted, checked at the moment of stamping (a long poll may have
-        begun before a step)."""
-        if not self.clock_ok():
+        the clock is not trusted, checked on the very reading that stamps (a long poll may
+        have begun before a step)."""
+        ms = self.clock_stamp()
+        if ms is None:
             raise NotLeader(0, "this node's clock is off; it does not lead")
-        return now_ms()
+        return ms
 
     async def execute(self, call: Call[R]) -> R:
         """Run ``call`` here (this node should lead ``call.group``)."""
@@ -386,7 +390,9 @@ class LeaderOps:
 
     # -- messages ----------------------------------------------------------------------------
     async def _produce(self, call: ProduceCall) -> list[SentMessage]:
-        res = await self.propose(call.group, call.command)
+        # The leader's clock, not the receiving node's: every time in a queue's state comes
+        # from the clock of its group's leader, checked when it is read (`stamp`).
+        res = await self.propose(call.group, restamp_produce(call.command, self.stamp()))
         check(res)
         if not isinstance(res, Produced):
             raise InvariantBroken(f"produce returned {res!r}")
@@ -425,7 +431,8 @@ class LeaderOps:
                 return []
             nxt = machine.next_visible_at(name)
             if nxt is not None:
-                remaining = min(remaining, max(0.001, (nxt - now_ms()) / 1000))
+                now = machine.queue_time(name, now_ms())
+                remaining = min(remaining, max(0.001, (nxt - now) / 1000))
             await self._wakeups.wait(name, remaining)
 
     def _render_leased(

@@ -34,6 +34,7 @@ from cmq.fsm.results import (
     Produced,
     Purged,
     Result,
+    Retimed,
     SegmentsArchived,
     SegmentsClaimed,
     Tidied,
@@ -68,6 +69,8 @@ __all__ = [
     "Purge",
     "Purged",
     "Result",
+    "Retime",
+    "Retimed",
     "SegmentsArchived",
     "SegmentsClaimed",
     "SetAttributes",
@@ -76,6 +79,7 @@ __all__ = [
     "decode_command",
     "encode_command",
     "read_attributes",
+    "restamp_produce",
     "write_attributes",
 ]
 
@@ -100,6 +104,7 @@ class CommandType(IntEnum):
     PRODUCE_RECORDS = 15
     """A `Produce` whose messages are carried as segment record tails (`PRODUCE` is only
     decoded: logs written before it)."""
+    RETIME = 16
 
 
 _COMMAND_TYPES = {t.value: t for t in CommandType}
@@ -260,6 +265,17 @@ class Tidy:
     now_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class Retime:
+    """The queue's time is ahead of the leader's clock ``now_ms`` (a stamp from a clock that
+    was far ahead got in): from now on the queue's time runs on from where it is at the rate
+    of the leaders' clocks, and slews back towards them (`cmq.fsm.queue.QueueState.advance`),
+    instead of standing still until real time catches up. Never moves the time back."""
+
+    queue: str
+    now_ms: int
+
+
 Command = (
     CreateQueue
     | DeleteQueue
@@ -275,6 +291,7 @@ Command = (
     | ClaimSegments
     | MarkArchived
     | Tidy
+    | Retime
 )
 
 
@@ -432,7 +449,28 @@ def encode_command(cmd: Command) -> bytes:
             w.u8(CommandType.TIDY)
             w.text(queue)
             w.i64(now_ms)
+        case Retime(queue, now_ms):
+            w.u8(CommandType.RETIME)
+            w.text(queue)
+            w.i64(now_ms)
     return w.getvalue()
+
+
+_I64 = struct.Struct("<q")
+
+
+def restamp_produce(command: bytes, now_ms: int) -> bytes:
+    """The encoded `Produce` ``command`` carrying ``now_ms`` instead of the time it was built
+    with (the group leader stamps every send with its own clock). A copy with 8 bytes replaced;
+    anything that is not an encoded `Produce` raises `InvalidParameter`."""
+    if command[:1] not in (bytes((CommandType.PRODUCE_RECORDS,)), bytes((CommandType.PRODUCE,))):
+        raise InvalidParameter(f"not an encoded send: command type {command[:1]!r}")
+    if len(command) < 5:
+        raise InvalidParameter("truncated send")
+    at = 5 + _U32.unpack_from(command, 1)[0]
+    if at + 8 > len(command):
+        raise InvalidParameter("truncated send")
+    return b"".join((command[:at], _I64.pack(now_ms), command[at + 8 :]))
 
 
 def _write_seqs(w: Writer, seqs: tuple[int, ...]) -> None:
@@ -504,6 +542,8 @@ def decode_command(data: bytes) -> Command:
             cmd = MarkArchived(queue, now_ms, batch, tuple(r.i64() for _ in range(_count(r, 8))))
         case CommandType.TIDY:
             cmd = Tidy(r.text(), r.i64())
+        case CommandType.RETIME:
+            cmd = Retime(r.text(), r.i64())
     r.end()
     return cmd
 

@@ -136,7 +136,7 @@ def _due(q: QueueState, seq: int, now_ms: int | None) -> bool:
 def has_visible(q: QueueState, fifo: FifoState, now_ms: int) -> bool:
     """Whether a `Lease` at ``now_ms`` would find a message: a visible head of an unblocked
     group (a read: timers due by ``now_ms`` count as fired)."""
-    now = max(now_ms, q.clock)
+    now = q.time_at(now_ms)
     heads = fifo.heads
     due = [seq for seq, at in q.timer_of.items() if at <= now and seq in heads]
     for head in chain(fifo.heads & q.ready, due):

@@ -1,13 +1,13 @@
 """The snapshot image of the queue machine, and its self-contained "shipped" form (pure).
 
-Image layout: ``CMQF``, version, incarnation counter, queue count, then per queue (sorted by
-name): name, attributes, incarnation, clock, counters and segment limits; segments (first seq,
-count, size, sealed, created, deleted bitmap, released, CRC-32; the outcome bitmaps expired,
-dead-lettered, purged and moved, the copies bitmap, receive-count exceptions, the archive
-claim); the touched cells; the messages copied forward (seq, send time, earlier seqs); the
-dedup window; for a FIFO queue, each live message's group and deduplication id and the
-remembered receive attempts. Equal states give equal bytes (replicas compare images at equal
-applied index).
+Image layout: ``CMQF``, version, incarnation counter, queue count, then per queue (sorted by name):
+name, attributes, incarnation, clock, counters and segment limits, the clock's skew and its slew
+stamp (version 3 only: version 2 has no skew); segments (first seq, count, size, sealed, created,
+deleted bitmap, released, CRC-32; the outcome bitmaps expired, dead-lettered, purged and moved, the
+copies bitmap, receive-count exceptions, the archive claim); the touched cells; the messages copied
+forward (seq, send time, earlier seqs); the dedup window; for a FIFO queue, each live message's
+group and deduplication id and the remembered receive attempts. Equal states give equal bytes
+(replicas compare images at equal applied index).
 
 Shipped form (for a follower that lacks the segment files): ``CMQSHIP1``, image length, segment
 count, the image, then per segment its key length, first seq, size and CRC-32, key and bytes.
@@ -31,10 +31,14 @@ from cmq.fsm.store import SegmentStore
 from cmq.fsm.wire import Reader, Writer
 
 IMAGE_MAGIC = b"CMQF"
-IMAGE_VERSION = 2
+IMAGE_VERSION = 3
+"""The newest layout. An image is written as version 2 while no queue has a clock skew (so a
+release that reads only version 2 still reads it), as version 3 once one has."""
+READABLE_IMAGE_VERSIONS = (2, 3)
 
 _IMAGE_HEAD = struct.Struct("<BqI")
-_QUEUE_HEAD = struct.Struct("<12qI")
+_QUEUE_HEAD = struct.Struct("<14qI")
+_QUEUE_HEAD_V2 = struct.Struct("<12qI")
 _SEGMENT_HEAD = struct.Struct("<qqqBqIBI")
 """first seq, count, size, sealed, created, deleted bitmap length, released, crc."""
 _CLAIM_TAIL = struct.Struct("<q")
@@ -44,9 +48,14 @@ _SHIPPED_HEAD = struct.Struct("<QI")  # light image length, segment count
 _SHIPPED_SEGMENT = struct.Struct("<HqQI")  # key length, first seq, size, crc32
 
 
-def image_head(incarnations: int, queues: int) -> bytes:
+def image_version(queues: Iterable[QueueState]) -> int:
+    """The version an image of ``queues`` is written in (see `IMAGE_VERSION`)."""
+    return IMAGE_VERSION if any(q.skew for q in queues) else 2
+
+
+def image_head(incarnations: int, queues: int, version: int = IMAGE_VERSION) -> bytes:
     """The bytes before the queues' parts."""
-    return IMAGE_MAGIC + _IMAGE_HEAD.pack(IMAGE_VERSION, incarnations, queues)
+    return IMAGE_MAGIC + _IMAGE_HEAD.pack(version, incarnations, queues)
 
 
 def decode_image(data: bytes) -> tuple[int, dict[str, QueueState]]:
@@ -124,11 +133,15 @@ def canonical_bits(bm: BitMap) -> bytes:
     return bytes(fresh.serialize())
 
 
-def encode_queue(q: QueueState) -> bytes:
+def encode_queue(q: QueueState, version: int = IMAGE_VERSION) -> bytes:
+    """The part of an image of version ``version`` that holds ``q``."""
     w = Writer()
     w.raw(q.head)
+    skew = (q.skew, q.skew_stamp) if version >= 3 else ()
+    if version < 3 and q.skew:
+        raise InvariantBroken(f"queue {q.name!r} has a clock skew: not writable as version 2")
     w.raw(
-        _QUEUE_HEAD.pack(
+        (_QUEUE_HEAD if version >= 3 else _QUEUE_HEAD_V2).pack(
             q.incarnation,
             q.created_ms,
             q.clock,
@@ -141,6 +154,7 @@ def encode_queue(q: QueueState) -> bytes:
             q.expired_total,
             q.segment_bytes,
             q.segment_age_ms,
+            *skew,
             len(q.segments),
         )
     )
@@ -223,13 +237,18 @@ def decode_queues(r: Reader) -> tuple[int, dict[str, QueueState]]:
     if r.raw(4) != IMAGE_MAGIC:
         raise InvalidParameter("not a queue machine image")
     version, incarnations, nqueues = _IMAGE_HEAD.unpack(r.raw(_IMAGE_HEAD.size))
-    if version != IMAGE_VERSION:
-        raise InvalidParameter(f"image version {version}")
+    if version not in READABLE_IMAGE_VERSIONS:
+        raise InvalidParameter(
+            f"image version {version}; this release reads versions {READABLE_IMAGE_VERSIONS}"
+        )
+    queue_head = _QUEUE_HEAD if version >= 3 else _QUEUE_HEAD_V2
     queues: dict[str, QueueState] = {}
     for _ in range(nqueues):
         name = r.text()
         attributes = read_attributes(r)
-        head = _QUEUE_HEAD.unpack(r.raw(_QUEUE_HEAD.size))
+        head = queue_head.unpack(r.raw(queue_head.size))
+        if version < 3:
+            head = (*head[:12], 0, 0, head[12])
         q = QueueState(
             name, head[0], attributes, head[1], segment_bytes=head[10], segment_age_ms=head[11]
         )
@@ -243,7 +262,10 @@ def decode_queues(r: Reader) -> tuple[int, dict[str, QueueState]]:
             q.dead_lettered_total,
             q.expired_total,
         ) = head[2:10]
-        for _ in range(head[12]):
+        q.skew, q.skew_stamp = head[12], head[13]
+        if q.skew < 0:
+            raise InvalidParameter(f"queue {name!r}: negative clock skew {q.skew}")
+        for _ in range(head[14]):
             first, count, size, sealed, created, nbits, released, crc = _SEGMENT_HEAD.unpack(
                 r.raw(_SEGMENT_HEAD.size)
             )

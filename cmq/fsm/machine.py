@@ -16,7 +16,10 @@ Every live message is in exactly one of ready / timer_of / pending_dl.
 Time: each queue keeps ``clock`` = the largest ``now_ms`` any command for it carried, and uses it
 instead of the command's own ``now_ms`` (time never runs backwards across leader changes, so
 visibility is monotonic and send times are non-decreasing in seq — which makes retention expiry
-delete a prefix of the queue).
+delete a prefix of the queue). Every ``now_ms`` is a leader's clock (`cmq.ops`). If the clock
+stands ahead of the leaders' clocks anyway (a stamp from a clock far ahead got in), a `Retime`
+keeps the lead as a skew added to later stamps and slewed off (`QueueState.advance`), so the
+queue's time runs on rather than standing still until real time catches up.
 
 Leases: a lease is *unexpired* while its deadline (``visible_at``) is after the clock. A lease id
 stays *current* until the message is leased again, nacked, or deleted. Ack accepts the current
@@ -60,6 +63,8 @@ from cmq.fsm.commands import (
     Purge,
     Purged,
     Result,
+    Retime,
+    Retimed,
     SetAttributes,
     Tidy,
     decode_command,
@@ -69,6 +74,7 @@ from cmq.fsm.image import (
     decode_image,
     encode_queue,
     image_head,
+    image_version,
     install_shipped,
     ship,
 )
@@ -242,6 +248,8 @@ class QueueMachine(MachineReads):
                 return lifecycle.mark_archived(self, cmd)
             case Tidy():
                 return lifecycle.tidy(self, cmd)
+            case Retime():
+                return self._retime(cmd)
 
     def mutable(self, name: str) -> QueueState | None:
         """The queue a command is about to change (its cached image is dropped)."""
@@ -405,6 +413,14 @@ class QueueMachine(MachineReads):
             self.append(q, seg, messages, frames)
         self.changed(cmd.queue)
         return Produced(tuple(out))
+
+    def _retime(self, cmd: Retime) -> Result:
+        q = self.mutable(cmd.queue)
+        if q is None:
+            return self.not_found(cmd.queue)
+        ahead = q.retime(cmd.now_ms)
+        self.changed(cmd.queue)
+        return Retimed(ahead)
 
     def _lease(self, cmd: Lease) -> Result:
         q = self.mutable(cmd.queue)
@@ -587,10 +603,11 @@ class QueueMachine(MachineReads):
         copies compact structures in C (bitmaps, one interleaved array); only dedup entries cost
         per-entry Python work. Layout: `cmq.fsm.image`. ``reuse=False`` rebuilds every queue's
         part (benchmarks: the worst case)."""
-        parts = [image_head(self._incarnations, len(self._queues))]
+        version = image_version(self._queues.values())
+        parts = [image_head(self._incarnations, len(self._queues), version)]
         for name in sorted(self._queues):
             q = self._queues[name]
-            if q.image is None or not reuse:
-                q.image = encode_queue(q)
+            if q.image is None or q.image_version != version or not reuse:
+                q.image, q.image_version = encode_queue(q, version), version
             parts.append(q.image)
         return b"".join(parts)

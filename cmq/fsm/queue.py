@@ -32,6 +32,9 @@ COMPACT_MAX_LIVE = 64
 COMPACT_RATIO = 8
 """A sealed segment is *sparse* (its live messages are copied forward by `Tidy`) when it holds
 at most `COMPACT_MAX_LIVE` live messages and at most 1/`COMPACT_RATIO` of its records."""
+SLEW_DIVISOR = 10
+"""A retimed queue's time runs 1/10 slow until its lead is gone (a 2 h lead: 20 h; leases last
+11 % longer meanwhile). Like NTP's slew: time never runs backwards nor stands still."""
 # Cells of a touched slot.
 SEQ, VIS, LEASE, COUNT, FLAGS = range(5)
 WIDTH = 5
@@ -214,6 +217,7 @@ class QueueState:
         "head",
         "heap",
         "image",
+        "image_version",
         "incarnation",
         "key",
         "lease_counter",
@@ -227,6 +231,8 @@ class QueueState:
         "segment_bytes",
         "segments",
         "sent_total",
+        "skew",
+        "skew_stamp",
         "timer_of",
         "touched",
     )
@@ -250,6 +256,10 @@ class QueueState:
         self.head = encode_head(name, attributes)
         self.created_ms = created_ms
         self.clock = created_ms
+        # The queue's time minus the leader's clock, while a `Retime` lead is being slewed off
+        # (0 otherwise), and the leader stamp up to which the slew is accounted.
+        self.skew = 0
+        self.skew_stamp = 0
         self.next_seq = 1
         self.lease_counter = 0
         self.live = 0
@@ -277,6 +287,7 @@ class QueueState:
         self.fifo: FifoState | None = None
         # This queue's part of the snapshot image, kept until a command touches the queue.
         self.image: bytes | None = None
+        self.image_version = 0
 
     def segment_of(self, seq: int) -> Segment | None:
         i = bisect_right(self.firsts, seq) - 1
@@ -303,9 +314,31 @@ class QueueState:
         seg = self.segment_of(seq)
         return seg is not None and (seq - seg.first_seq) not in seg.deleted
 
+    def time_at(self, now_ms: int) -> int:
+        """The queue's time when the leader's clock reads ``now_ms`` (a read: nothing moves)."""
+        return max(self.clock, now_ms + self.skew)
+
+    def retime(self, now_ms: int) -> int:
+        """The queue's time is ahead of the leader's clock ``now_ms``: keep the lead as a skew
+        that `advance` slews off, so the time runs on instead of standing still. Returns the
+        lead (ms, 0 if there was none). Never moves the time back."""
+        self.advance(now_ms)
+        ahead = self.clock - now_ms
+        if ahead <= 0:
+            return 0
+        self.skew, self.skew_stamp = ahead, now_ms
+        return ahead
+
     def advance(self, now_ms: int) -> None:
-        """Move the clock to ``now_ms`` (never back) and make due messages ready."""
-        self.clock = max(self.clock, now_ms)
+        """Move the clock to the queue's time at ``now_ms`` (never back) and make due messages
+        ready. While a skew is left (`retime`), the time runs at 1 - 1/`SLEW_DIVISOR` of the
+        leaders' clocks' rate until it has slewed off (exact integer accounting)."""
+        if self.skew:
+            gone = (now_ms - self.skew_stamp) // SLEW_DIVISOR
+            if gone > 0:
+                self.skew_stamp += gone * SLEW_DIVISOR
+                self.skew = max(0, self.skew - gone)
+        self.clock = max(self.clock, now_ms + self.skew)
         heap, timer_of = self.heap, self.timer_of
         while heap and heap[0][0] <= self.clock:
             at, seq = heapq.heappop(heap)
@@ -406,11 +439,11 @@ class QueueState:
 
     # -- reads (the leader's queries; see `QueueMachine`) ---------------------------------------
     def stats(self, now_ms: int, pending: tuple[int, int] = (0, 0)) -> QueueStats:
-        """Exact counts at ``max(now_ms, clock)``. ``in_flight`` includes messages waiting to
-        be moved to the dead-letter queue; ``delayed`` = invisible without a lease (delayed
-        sends, nacks with a delay). O(invisible messages + segments). ``pending``: (count,
-        bytes) of this replica's segments of the queue whose files await removal."""
-        clock = max(now_ms, self.clock)
+        """Exact counts at the queue's time at ``now_ms`` (`time_at`). ``in_flight`` includes
+        messages waiting to be moved to the dead-letter queue; ``delayed`` = invisible without a
+        lease (delayed sends, nacks with a delay). O(invisible messages + segments). ``pending``:
+        (count, bytes) of this replica's segments of the queue whose files await removal."""
+        clock = self.time_at(now_ms)
         due = in_flight = delayed = 0
         touched = self.touched
         for seq, at in self.timer_of.items():
@@ -461,7 +494,7 @@ class QueueState:
         if self.ready:
             return True
         self.prune_heap()
-        return bool(self.heap) and self.heap[0][0] <= max(now_ms, self.clock)
+        return bool(self.heap) and self.heap[0][0] <= self.time_at(now_ms)
 
     def next_visible_at(self) -> int | None:
         """The earliest time an invisible message (delayed, leased, nacked) becomes visible."""
@@ -474,7 +507,7 @@ class QueueState:
         if oldest is None:
             return False
         retention = self.attributes.message_retention_seconds * 1000
-        return oldest + retention <= max(now_ms, self.clock)
+        return oldest + retention <= self.time_at(now_ms)
 
     def due(self, now_ms: int, dead_letter_limit: int) -> Due | None:
         """What is due at ``now_ms`` (None: nothing)."""
@@ -493,7 +526,7 @@ class QueueState:
         if not self.segments or self.segments[-1].sealed:
             return False
         seg = self.segments[-1]
-        return max(now_ms, self.clock) - seg.created_ms >= self.segment_age_ms
+        return self.time_at(now_ms) - seg.created_ms >= self.segment_age_ms
 
     def sparse(self) -> Iterator[Segment]:
         """The sealed segments whose few live messages `Tidy` copies forward, oldest first.

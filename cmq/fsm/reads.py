@@ -59,7 +59,7 @@ class MachineReads:
         return None if q is None else q.attributes
 
     def stats(self, name: str, now_ms: int) -> QueueStats | None:
-        """Exact counts at ``max(now_ms, queue clock)`` (`QueueState.stats`)."""
+        """Exact counts at the queue's time at ``now_ms`` (`QueueState.stats`)."""
         q = self._queues.get(name)
         return None if q is None else q.stats(now_ms, self.pending_files(q.key))
 
@@ -130,6 +130,18 @@ class MachineReads:
         """The earliest time an invisible message (delayed, leased, nacked) becomes visible."""
         q = self._queues.get(name)
         return None if q is None else q.next_visible_at()
+
+    def queue_time(self, name: str, now_ms: int) -> int:
+        """The queue's time when the leader's clock reads ``now_ms`` (its deadlines are on
+        it; ``now_ms`` itself if the queue does not exist)."""
+        q = self._queues.get(name)
+        return now_ms if q is None else q.time_at(now_ms)
+
+    def time_ahead(self, name: str, now_ms: int) -> int:
+        """How far (ms) the queue's time stands ahead of the leader's clock ``now_ms`` beyond
+        the lead it is already slewing off: the case for a `Retime` (0: none, or no queue)."""
+        q = self._queues.get(name)
+        return 0 if q is None else max(0, q.clock - now_ms - q.skew)
 
     def expirable(self, name: str, now_ms: int) -> bool:
         """Whether an `Expire` at ``now_ms`` would delete something."""

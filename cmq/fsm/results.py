@@ -96,6 +96,14 @@ class Tidied:
     copied: int
 
 
+@dataclass(frozen=True, slots=True)
+class Retimed:
+    """How far the queue's time was ahead of the leader's clock (ms; 0: it was not) and the
+    lead it now slews off (`cmq.fsm.commands.Retime`)."""
+
+    ahead_ms: int
+
+
 Result = (
     CommandFailed
     | Done
@@ -108,4 +116,5 @@ Result = (
     | SegmentsClaimed
     | SegmentsArchived
     | Tidied
+    | Retimed
 )

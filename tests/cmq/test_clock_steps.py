@@ -1,6 +1,8 @@
 """`ClockGuard` catches a step of its own clock at once (before a peer reading can), absorbs
 drift within the bound, and trusts a stepped clock again only once readings taken after the
-step agree with it. Fake clocks and a fake runtime (no groups led)."""
+step agree with it; a clock is not trusted before its peers confirmed it once after the start
+(a node may boot with its clock already wrong); `stamp` checks the very reading it returns.
+Fake clocks and a fake runtime (no groups led)."""
 
 from __future__ import annotations
 
@@ -17,18 +19,22 @@ from raftlog.transport.codec import encode_clock_ping
 
 
 class FakeRaft:
-    def __init__(self) -> None:
+    def __init__(self, peers: tuple[int, ...] = (2, 3)) -> None:
         self.readings: list[ClockReading] = []
         self.groups: dict[int, object] = {}
+        self.peer_ids = peers
 
     def clock_readings(self) -> tuple[ClockReading, ...]:
         return tuple(self.readings)
 
+    def peers(self) -> tuple[int, ...]:
+        return self.peer_ids
 
-def test_steps_are_caught_at_once_and_cleared_by_later_readings() -> None:
-    mono = [100.0]
-    wall = [1_000_000]
-    raft = FakeRaft()
+
+def _guard(
+    raft: FakeRaft, mono: list[float], wall: list[int], *, confirm: bool = True
+) -> ClockGuard:
+    """A guard over fake clocks; ``confirm``: its start is confirmed by two agreeing peers."""
     guard = ClockGuard(
         1,
         cast(MultiRaft, raft),
@@ -36,7 +42,19 @@ def test_steps_are_caught_at_once_and_cleared_by_later_readings() -> None:
         clock=lambda: mono[0],
         wall_ms=lambda: wall[0] + round(mono[0] * 1000),
     )
-    raft.readings = [ClockReading(2, 0, 1, 100.0), ClockReading(3, 0, 1, 100.0)]
+    if confirm:
+        mono[0] += 0.5
+        raft.readings = [ClockReading(2, 0, 1, mono[0]), ClockReading(3, 0, 1, mono[0])]
+        guard.check()
+        assert guard.trusted()
+    return guard
+
+
+def test_steps_are_caught_at_once_and_cleared_by_later_readings() -> None:
+    mono = [100.0]
+    wall = [1_000_000]
+    raft = FakeRaft()
+    guard = _guard(raft, mono, wall)
     assert guard.trusted() and not guard.check().unsafe
     mono[0] += 0.5
     wall[0] += 200  # drift within the bound: absorbed at the next check
@@ -66,13 +84,7 @@ def test_a_step_the_peers_confirm_is_accepted() -> None:
     mono = [10.0]
     wall = [5_000]
     raft = FakeRaft()
-    guard = ClockGuard(
-        1,
-        cast(MultiRaft, raft),
-        500,
-        clock=lambda: mono[0],
-        wall_ms=lambda: wall[0] + round(mono[0] * 1000),
-    )
+    guard = _guard(raft, mono, wall)
     wall[0] += 10_000
     guard.check()
     assert not guard.trusted()
@@ -80,6 +92,83 @@ def test_a_step_the_peers_confirm_is_accepted() -> None:
     raft.readings = [ClockReading(2, 3, 1, mono[0]), ClockReading(3, -2, 1, mono[0])]
     guard.check()
     assert guard.trusted()
+
+
+def test_a_node_that_starts_with_its_clock_off_stamps_nothing_until_confirmed() -> None:
+    """The start-up gap: no earlier reading to detect a step against. A node booted two hours
+    ahead is not trusted until its peers' readings confirm it; a node booted right is, once."""
+    mono = [50.0]
+    wall = [7_200_000]  # two hours ahead of its peers from the first reading
+    raft = FakeRaft()
+    guard = _guard(raft, mono, wall, confirm=False)
+    assert not guard.trusted() and guard.stamp() is None
+    assert guard.describe()["verified"] is False
+    mono[0] += 0.5
+    guard.check()  # no readings yet
+    assert guard.stamp() is None
+    # One peer answers: its reading disagrees, and one reading alone cannot tell who is off.
+    raft.readings = [ClockReading(2, -7_200_000, 1, mono[0])]
+    mono[0] += 0.5
+    guard.check()
+    assert guard.stamp() is None
+    # Both peers: the median says this node is off.
+    raft.readings.append(ClockReading(3, -7_200_000, 1, mono[0]))
+    mono[0] += 0.5
+    guard.check()
+    assert guard.stamp() is None and guard.unsafe()
+    # The clock is set right (a step back): trusted once readings after that agree.
+    wall[0] -= 7_200_000
+    mono[0] += 0.5
+    guard.check()
+    assert guard.stamp() is None
+    raft.readings = [ClockReading(2, 3, 1, mono[0]), ClockReading(3, -4, 1, mono[0])]
+    mono[0] += 0.5
+    guard.check()
+    assert guard.trusted() and guard.stamp() == wall[0] + round(mono[0] * 1000)
+
+
+def test_readings_from_before_the_start_do_not_confirm_it() -> None:
+    mono = [10.0]
+    wall = [0]
+    raft = FakeRaft()
+    raft.readings = [ClockReading(2, 0, 1, 9.0), ClockReading(3, 0, 1, 9.5)]
+    guard = _guard(raft, mono, wall, confirm=False)
+    mono[0] += 0.5
+    guard.check()
+    assert not guard.trusted()
+
+
+def test_a_node_without_peers_is_trusted_at_once() -> None:
+    guard = _guard(FakeRaft(peers=()), [1.0], [0], confirm=False)
+    assert guard.trusted() and guard.stamp() == 1000 and guard.confirmed_now()
+
+
+def test_stamp_checks_the_reading_it_returns() -> None:
+    """A check and a second reading could straddle a step: `stamp` reads once. Here the clock
+    steps between two readings; the second (the stamp) must not carry the step."""
+    mono = [10.0]
+    wall = [0]
+    raft = FakeRaft()
+    guard = _guard(raft, mono, wall)
+    readings = iter([0, 3_600_000])
+
+    def stepping_wall() -> int:
+        return next(readings) + round(mono[0] * 1000)
+
+    guard._wall_ms = stepping_wall  # the first reading is before the step, the next after
+    # A stamp that checked trust on one reading and returned another would carry the step.
+    assert guard.stamp() == 10_500  # mono 10.5 s after the confirming check
+    assert guard.stamp() is None  # the next reading is the stepped one: refused
+
+
+def test_confirmed_now_needs_an_agreeing_peer_reading() -> None:
+    mono = [10.0]
+    wall = [0]
+    raft = FakeRaft()
+    guard = _guard(raft, mono, wall)
+    assert guard.confirmed_now()
+    raft.readings = [ClockReading(2, 9_000, 1, mono[0])]  # the only peer heard disagrees
+    assert guard.trusted() and not guard.confirmed_now()
 
 
 def test_an_older_node_refuses_a_probe_as_a_call_instead_of_dropping_the_connection() -> None:

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from cmq import housekeeping
 from cmq.meta import CatalogMachine
 from cmq.model import OutgoingMessage, QueueAttributes
 from cmq.node import NodeConfig, QueueNode
@@ -99,10 +98,16 @@ async def test_housekeeping_moves_dead_letters_and_expires(
             await asyncio.sleep(0.02)
         assert await dead_lettered()
 
-        # Retention: the housekeeper's clock jumps past it and proposes the due Expire.
+        # Retention: the leader's clock jumps past it and the housekeeper proposes the due
+        # Expire (stamped by the same clock as every command of the leader).
         await node.send("work", [OutgoingMessage(body=b"old")])
-        real = housekeeping.now_ms
-        monkeypatch.setattr(housekeeping, "now_ms", lambda: real() + 61_000)
+        real = node.ops.clock_stamp
+
+        def later() -> int | None:
+            now = real()
+            return None if now is None else now + 61_000
+
+        monkeypatch.setattr(node.ops, "clock_stamp", later)
         for _ in range(200):
             _, stats = await node.get_queue("work")
             if stats.expired_total:

@@ -11,6 +11,7 @@ from cmq.fsm.commands import Ack, EntryOutcomes, Produce
 from cmq.fsm.machine import QueueMachine
 from raftlog.runtime.statemachine import StateMachine
 from raftlog.sim.runtime_sim import RuntimeSimConfig, run_runtime_seed
+from tests.queuesim.clock import ClockStepSim, FrozenClockSim
 from tests.queuesim.sim import QueueSim, run_queue_seed
 
 SEEDS = int(os.environ.get("QUEUE_SIM_SEEDS", "8"))
@@ -80,3 +81,18 @@ class _LosingSim(QueueSim):
 def test_checker_catches_a_lost_confirmed_message() -> None:
     r = run_runtime_seed(2, RuntimeSimConfig(seconds=8.0), _LosingSim)
     assert any("confirmed messages never delivered" in v for v in r.violations), r.violations[:3]
+
+
+def test_one_clock_two_hours_ahead_does_not_freeze_the_queue() -> None:
+    """A node's clock runs two hours ahead for four seconds and its stamps get in. With the
+    leaders' `Retime` every confirmed message is delivered in the drain; without it (the
+    planted bug) the queue's leases wait for real time and the drain reports them lost."""
+    cfg = RuntimeSimConfig(nodes=3, seconds=12.0)
+    for seed in (1, 2):
+        r = run_runtime_seed(seed, cfg, ClockStepSim)
+        assert not r.violations, (r.seed, r.violations[:3], r.trace[-15:])
+        assert r.acked > 100
+    frozen = [run_runtime_seed(s, cfg, FrozenClockSim) for s in (1, 2)]
+    assert all(
+        any("confirmed messages never delivered" in v for v in r.violations) for r in frozen
+    ), [r.violations[:2] for r in frozen]
