@@ -442,12 +442,40 @@ class GroupStatus(_Response, kw_only=True):
     lag: Annotated[dict[str, int], Meta(description="peer -> entries behind (on the leader)")]
 
 
+class ProtocolRange(_Response):
+    """The peer protocols a release speaks: a connection runs at the highest both sides do."""
+
+    min: int
+    max: int
+
+
 class NodeInfo(_Response, kw_only=True):
     address: str
     data_dirs: list[str]
     http: str = ""
     zone: str = ""
     state: Literal["active", "draining"] = "active"
+    release: (
+        Annotated[
+            str,
+            Meta(
+                description="the release the node runs, as it last told the answering node "
+                "(absent: no answer yet, or the node is down)"
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    protocol: ProtocolRange | UnsetType = UNSET
+    reported: (
+        Annotated[
+            bool,
+            Meta(
+                description="false: the node predates release reporting (it refused the "
+                "release call) and its release is inferred: 0.1.0"
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
 
 
 class MoveInfo(_Response):
@@ -479,6 +507,8 @@ class ClusterStatus(_Response, kw_only=True):
     """This node's view of the cluster and of every Raft group it serves."""
 
     node: int
+    release: Annotated[str, Meta(description="the release this node runs")] | UnsetType = UNSET
+    protocol: ProtocolRange | UnsetType = UNSET
     queues: int
     placement: (
         Annotated[dict[str, int], Meta(description="queue name -> data group")] | UnsetType

@@ -5,7 +5,8 @@ generate load.
               --peers 1=127.0.0.1:9080,2=127.0.0.1:9081,3=127.0.0.1:9082 --data-dir ./d1
     cmq dev [--nodes 3] [--data-dir ./data/dev] [--http-port 8080]
     cmq queue create|list|stats|delete ...     cmq send ...     cmq receive [--ack] ...
-    cmq status
+    cmq status                                  (nodes, their releases, groups, leaders, lag)
+    cmq --version                               (cmq 0.2.0 (peer protocol 1-1))
     cmq bench [--producers 4] [--consumers 2] [--size 1024] [--batch 1] [--rate 0] ...
     cmq archive --url URL[,URL...] --out DIR [--queue NAME ...]   (cmq/archive/main.py)
 
@@ -39,6 +40,7 @@ from cmq.cli_keys import (
     apply_security_options,
 )
 from cmq.cli_nodes import add_node_commands, add_serve_arguments, serve_settings
+from cmq.release import version_line
 
 if TYPE_CHECKING:
     from cmq.client import EntryResult, QueueAttributes, ReceivedMessage, SyncClient
@@ -402,6 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["archive"]:
         return _archive(argv[1:])
     p = argparse.ArgumentParser(prog="cmq", description=__doc__.split("\n\n")[0])
+    p.add_argument("--version", action="version", version=version_line())
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser(
         "archive",

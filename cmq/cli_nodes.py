@@ -2,7 +2,7 @@
 
     cmq serve --node-id 4 --join http://10.0.0.1:8080 --zone b ...   join a running cluster
     cmq serve ... --replication 3                                    replicas per data group
-    cmq node list [--url URL]          nodes, zones, state, replicas, leaders, lag
+    cmq node list [--url URL]          nodes, releases, zones, state, replicas, leaders, lag
     cmq node drain N [--wait S]        move every replica and leadership off node N
     cmq node activate N [--url URL]    undo a drain
     cmq node remove N [--url URL]      forget node N (refused while it holds replicas)
@@ -109,7 +109,7 @@ def _node(args: argparse.Namespace) -> int:
     try:
         with SyncClient(args.url) as client:
             if args.node_cmd == "list":
-                result: Any = {"nodes": client.list_nodes()}
+                result: Any = {"nodes": with_releases(client.list_nodes(), client)}
             elif args.node_cmd == "drain":
                 client.drain_node(args.node)
                 result = {"node": args.node, "state": "draining"}
@@ -129,6 +129,21 @@ def _node(args: argparse.Namespace) -> int:
     else:
         cli_output.render("node list" if args.node_cmd == "list" else "node change", result)
     return 0 if result.get("state") != "draining (timed out)" else 1
+
+
+def with_releases(rows: list[dict[str, Any]], client: Any) -> list[dict[str, Any]]:
+    """``rows`` of ``/v1/nodes`` with each node's ``release`` from the answering node's
+    ``/v1/status`` (`cmq.peer_releases`: what each node last reported); rows stay as they
+    are when the status cannot be read (an older node: no releases, or no access)."""
+    try:
+        nodes = client.status().get("nodes", {})
+    except CmqError:
+        return rows
+    out = []
+    for r in rows:
+        release = nodes.get(str(r.get("id")), {}).get("release")
+        out.append(r | {"release": release} if release else r)
+    return out
 
 
 def _wait_drained(client: Any, node: int, seconds: float, out: Any) -> str:

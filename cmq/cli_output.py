@@ -117,17 +117,63 @@ def _value(key: str, v: Any) -> str:
     return f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)
 
 
+UNKNOWN_RELEASE = "unknown"
+"""A node's release column when the answering node has no answer from it (or predates
+release reporting itself)."""
+
+
+def _release_of(info: Mapping[str, Any]) -> str:
+    return str(info.get("release") or UNKNOWN_RELEASE)
+
+
+def _release_key(release: str) -> tuple[int, tuple[int, ...], str]:
+    parts = release.split(".")
+    if all(x.isdigit() for x in parts):
+        return (0, tuple(int(x) for x in parts), release)
+    return (1, (), release)  # unknown (or not a version) last
+
+
+def releases_line(releases: Mapping[int, str]) -> tuple[str, bool]:
+    """``releases: 0.1.0 (node 3), 0.2.0 (nodes 1, 2)`` for node id -> release, and whether
+    the nodes run more than one release (an unknown one does not count)."""
+    by: dict[str, list[int]] = {}
+    for n, r in sorted(releases.items()):
+        by.setdefault(r, []).append(n)
+    parts = []
+    for r in sorted(by, key=_release_key):
+        ns = by[r]
+        parts.append(f"{r} (node{'s' if len(ns) > 1 else ''} {', '.join(map(str, ns))})")
+    mixed = len([r for r in by if r != UNKNOWN_RELEASE]) > 1
+    return "releases: " + ", ".join(parts), mixed
+
+
+def _print_releases(releases: Mapping[int, str]) -> None:
+    line, mixed = releases_line(releases)
+    if mixed:
+        _out.print(f"[yellow]mixed releases[/yellow] - {line}", highlight=False)
+    else:
+        _out.print(line, markup=False, highlight=False)
+
+
 def _status(p: Mapping[str, Any]) -> None:
     me = p["node"]
     groups = p["groups"]
     leads: dict[int, list[str]] = {}
     for gid, g in groups.items():
         leads.setdefault(g["leader"], []).append(gid)
-    nodes = _table("node", "address", "data dirs", "leads groups", title="Nodes")
+    nodes = _table("node", "release", "address", "data dirs", "leads groups", title="Nodes")
+    releases: dict[int, str] = {}
     for nid, info in p["nodes"].items():
         mark = f"{nid} (this)" if int(nid) == me else nid
         led = ", ".join(leads.get(int(nid), [])) or "-"
-        nodes.add_row(mark, info.get("address", ""), ", ".join(info.get("data_dirs", [])), led)
+        releases[int(nid)] = _release_of(info)
+        nodes.add_row(
+            mark,
+            releases[int(nid)],
+            info.get("address", ""),
+            ", ".join(info.get("data_dirs", [])),
+            led,
+        )
     queues_of: dict[str, int] = {}
     for g in p["placement"].values():
         queues_of[str(g)] = queues_of.get(str(g), 0) + 1
@@ -160,6 +206,7 @@ def _status(p: Mapping[str, Any]) -> None:
         )
     leaderless = sum(1 for g in groups.values() if not g["leader"])
     _out.print(nodes)
+    _print_releases(releases)
     _out.print(table)
     summary = f"{len(p['nodes'])} nodes, {len(groups)} groups, {p['queues']} queues"
     if leaderless:
@@ -239,6 +286,7 @@ def _receive(p: Mapping[str, Any]) -> None:
 def _node_list(p: Mapping[str, Any]) -> None:
     t = _table(
         "node",
+        "release",
         "state",
         "zone",
         "peer address",
@@ -250,9 +298,12 @@ def _node_list(p: Mapping[str, Any]) -> None:
         "lag",
         title="Nodes",
     )
+    releases: dict[int, str] = {}
     for n in p["nodes"]:
+        releases[int(n["id"])] = _release_of(n)
         t.add_row(
             str(n["id"]),
+            releases[int(n["id"])],
             str(n.get("state", "")),
             str(n.get("zone") or "-"),
             str(n.get("address", "")),
@@ -264,6 +315,7 @@ def _node_list(p: Mapping[str, Any]) -> None:
             _value("lag", n.get("lag")),
         )
     _out.print(t)
+    _print_releases(releases)
 
 
 def _node_change(p: Mapping[str, Any]) -> None:

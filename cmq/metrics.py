@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 from cmq.clockguard import ClockGuard
 from cmq.fsm.machine import QueueMachine
 from cmq.model import SEGMENT_STATES
+from cmq.release import PEER_PROTOCOL_MAX, PEER_PROTOCOL_MIN, RELEASE
 from raftlog.runtime import MultiRaft, RuntimeStats
 from raftlog.storage.wal import FSYNC_BUCKETS
 
@@ -195,6 +196,20 @@ class SegmentCollector(Collector):
         yield from (segments, disk, oldest)
 
 
+class BuildInfoCollector(Collector):
+    """``cmq_build_info{version, protocol_min, protocol_max} 1``: what release this node runs
+    (`cmq.release`), to join against other series or to spot a mixed cluster."""
+
+    def collect(self) -> Iterator[Metric]:
+        info = GaugeMetricFamily(
+            "cmq_build_info",
+            "The release this node runs and its peer protocol range (always 1).",
+            labels=["version", "protocol_min", "protocol_max"],
+        )
+        info.add_metric([RELEASE, str(PEER_PROTOCOL_MIN), str(PEER_PROTOCOL_MAX)], 1)
+        yield info
+
+
 class ClockCollector(Collector):
     """This node's clock against its peers' (`cmq.clockguard.ClockGuard`)."""
 
@@ -228,9 +243,11 @@ def register_node_metrics(
     now_ms: Callable[[], int] | None = None,
     clock: ClockGuard | None = None,
 ) -> None:
-    """Add the Raft runtime's metrics and the process's (CPU seconds, resident memory, open
+    """Add the build information (`BuildInfoCollector`), the Raft runtime's metrics and the
+    process's (CPU seconds, resident memory, open
     files: ``process_*``) to ``registry``; with ``machines`` (data group -> its queue machine)
     and a clock ``now_ms``, the queues' segment metrics too (`SegmentCollector`)."""
+    registry.register(BuildInfoCollector())
     registry.register(RaftCollector(raft))
     if clock is not None:
         registry.register(ClockCollector(clock))

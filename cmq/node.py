@@ -57,6 +57,7 @@ from cmq.model import (
 )
 from cmq.nodes_admin import NodesAdmin
 from cmq.ops import META_GROUP, LeaderOps, ProduceBuilder, Wakeups, WakingMachine, now_ms
+from cmq.peer_releases import PeerReleases
 from cmq.receipts import ReceiptSigner
 from cmq.router import Router
 from cmq.rpc import (
@@ -217,6 +218,7 @@ class QueueNode:
             avoid_leader=self.clock.off_peers,
         )
         self.admin = NodesAdmin(self.id, self.raft, self.catalog, self.router)
+        self.releases = PeerReleases(self.id, self.raft, self.catalog)
         self._produce = ProduceBuilder(self.id)
         self._send_slots = asyncio.Semaphore(cfg.max_inflight_sends)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -244,6 +246,7 @@ class QueueNode:
         self._spawn(self.housekeeper.run())
         self._spawn(self.membership.run())
         self._spawn(self.clock.run())
+        self._spawn(self.releases.run())
 
     async def _open_data_group(
         self, g: int, voters: tuple[int, ...], rejoin: bool, data_dir_index: int | None = None
@@ -304,7 +307,13 @@ class QueueNode:
         )
 
     def status(self) -> dict[str, Any]:
-        out = render_status(self.id, self.raft, self.catalog, tuple(sorted(self.raft.groups)))
+        out = render_status(
+            self.id,
+            self.raft,
+            self.catalog,
+            tuple(sorted(self.raft.groups)),
+            self.releases.releases(),
+        )
         out["clock"] = self.clock.describe()
         return out
 

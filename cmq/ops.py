@@ -93,6 +93,7 @@ from cmq.rpc import (
     QueueMetaCall,
     ReceiveCall,
     RegisterNodeCall,
+    ReleaseCall,
     RemoveQueueCall,
     SetAttributesCall,
 )
@@ -327,6 +328,8 @@ class LeaderOps:
                 return await self.propose(META_GROUP, cmd)
             case CatalogCall():
                 raise InvariantBroken("catalog calls are run by cmq.router.Router")
+            case ReleaseCall():
+                raise InvariantBroken("release calls are answered by cmq.router.Router")
 
     async def propose(self, group: int, data: bytes) -> object:
         """Propose ``data`` to ``group`` and await its applied result; `OutcomeUnknown` when

@@ -14,7 +14,8 @@ A data group this node does not host (it runs only the groups it is a replica of
 the leader a replica last named, else to its live replicas in turn (from the catalog); a replica
 that does not lead answers ``Retry`` with the leader it knows, so asking any live replica finds
 the leader in one more hop. `CatalogCall`s (node and move commands) are proposed to the meta
-group here, their refusals raised as errors.
+group here, their refusals raised as errors. A `ReleaseCall` is about the node it is sent to and
+is answered there, whichever node leads (`cmq.peer_releases`).
 
 A forwarded attempt is never sent to, and never keeps waiting on, a peer that has gone quiet:
 the runtime hears from every live peer at least twice a second (heartbeats, clock probes), so a
@@ -44,7 +45,17 @@ import orjson
 from cmq.errors import CmqError, OutcomeUnknown, QueueNotFound, Unavailable, error_for
 from cmq.meta import CatalogMachine, Refused
 from cmq.ops import META_GROUP, LeaderOps
-from cmq.rpc import RETRY, Call, CatalogCall, decode_call, decode_error, encode_error
+from cmq.release import PEER_PROTOCOL_MAX, PEER_PROTOCOL_MIN, RELEASE
+from cmq.rpc import (
+    RETRY,
+    Call,
+    CatalogCall,
+    ReleaseCall,
+    ReleaseInfo,
+    decode_call,
+    decode_error,
+    encode_error,
+)
 from raftlog.errors import NotLeader, PeerUnavailable, ProposalDropped
 from raftlog.errors import Overloaded as RaftOverloaded
 from raftlog.runtime import MultiRaft
@@ -219,6 +230,8 @@ class Router:
         hint = 0
         try:
             call = decode_call(payload)
+            if isinstance(call, ReleaseCall):  # about this node: answered here, leader or not
+                return call.encode_reply(ReleaseInfo(RELEASE, PEER_PROTOCOL_MIN, PEER_PROTOCOL_MAX))
             hosted = call.group in self._raft.groups
             leader = self._raft.leader_of(call.group) if hosted else 0
             if leader != self._id:

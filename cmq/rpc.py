@@ -246,6 +246,25 @@ class CatalogCall(Call[Any], frozen=True, tag=15):
     _REPLY = _decoder(Any)
 
 
+# -- node to node ---------------------------------------------------------------------------
+class ReleaseInfo(msgspec.Struct, frozen=True):
+    """A node's release and peer protocol range (`cmq.release`). Encoded as a map, so a later
+    release may add fields that this one's decoder ignores."""
+
+    release: str
+    protocol_min: int
+    protocol_max: int
+
+
+class ReleaseCall(Call[ReleaseInfo], frozen=True, tag=31):
+    """Ask the node it is sent to for its release (`cmq.peer_releases`): answered by that node
+    itself, leader or not (``group`` is 0 and unused). A node older than this call cannot
+    decode its tag and answers ``InvalidParameter``, keeping the connection: that answer
+    identifies a release that predates release reporting."""
+
+    _REPLY = _decoder(ReleaseInfo)
+
+
 AnyCall = (
     ProduceCall
     | ReceiveCall
@@ -265,6 +284,7 @@ AnyCall = (
     | CatalogCall
     | ClaimSegmentsCall
     | MarkArchivedCall
+    | ReleaseCall
 )
 
 _calls: msgspec.msgpack.Decoder[AnyCall] = msgspec.msgpack.Decoder(AnyCall)

@@ -136,8 +136,9 @@ class QueueService(Protocol):
         ...
 
     def status(self) -> dict[str, Any]:
-        """This node's view of the cluster (``/v1/status``): ``{"node": id, "queues": n,
-        "placement": {queue: group}, "nodes": {id: {"address", "data_dirs"}},
+        """This node's view of the cluster (``/v1/status``): ``{"node": id, "release",
+        "protocol": {"min", "max"}, "queues": n, "placement": {queue: group},
+        "nodes": {id: {"address", "data_dirs", "release", "protocol", "reported"}},
         "data_groups": {group: {"replicas", "data_dirs", "queues"}},
         "groups": {group id: {"role", "term", "leader", "commit", "applied", "last_index",
         "voters", "lag": {peer: entries behind}}}}``; ``lag`` is known on a group's leader."""

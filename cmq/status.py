@@ -11,14 +11,23 @@ from cmq.errors import GroupNotFound, InvariantBroken, Unavailable
 from cmq.fsm.machine import QueueMachine
 from cmq.meta import CatalogMachine
 from cmq.model import GroupDigest
+from cmq.release import describe
 from raftlog.runtime import MultiRaft
 
 
 def render_status(
-    node_id: int, raft: MultiRaft, catalog: CatalogMachine, groups: tuple[int, ...]
+    node_id: int,
+    raft: MultiRaft,
+    catalog: CatalogMachine,
+    groups: tuple[int, ...],
+    releases: Mapping[int, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """Role, term, leader, commit/applied, voters and follower lag of each of ``groups`` (lag
-    is known on a group's leader), plus the catalog: placement, nodes and data groups."""
+    """This node's release and peer protocol range (`cmq.release.describe`); role, term, leader,
+    commit/applied, voters and follower lag of each of ``groups`` (lag is known on a group's
+    leader), plus the catalog: placement, nodes and data groups. ``releases``: what each node
+    reported of its release (`cmq.peer_releases.PeerReleases.releases`), added to its entry in
+    ``nodes`` (a node without one is unknown: no answer yet)."""
+    releases = releases or {}
     views = {}
     for g in groups:
         st = raft.status(g)
@@ -36,6 +45,7 @@ def render_status(
     placement = {name: catalog.group_of(name) for name in catalog.names()}
     return {
         "node": node_id,
+        **describe(),
         "groups": views,
         "queues": len(placement),
         "placement": placement,
@@ -47,6 +57,7 @@ def render_status(
                 "zone": i.zone,
                 "state": i.state,
             }
+            | dict(releases.get(n, {}))
             for n, i in sorted(catalog.nodes.items())
         },
         "data_groups": {

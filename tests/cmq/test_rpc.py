@@ -46,6 +46,8 @@ from cmq.rpc import (
     QueueMetaCall,
     ReceiveCall,
     RegisterNodeCall,
+    ReleaseCall,
+    ReleaseInfo,
     RemoveQueueCall,
     SetAttributesCall,
     decode_call,
@@ -102,6 +104,7 @@ calls: st.SearchStrategy[AnyCall] = st.one_of(
     st.builds(AssignQueueCall, group, text),
     st.builds(RemoveQueueCall, group, text),
     st.builds(RegisterNodeCall, group, count, text, st.lists(text, max_size=3).map(tuple)),
+    st.builds(ReleaseCall, group),
     st.builds(
         QueueMetaCall,
         group,
@@ -143,6 +146,7 @@ def _one_of_each() -> list[AnyCall]:
         CatalogCall(0, b'{"op": "drain", "name": "2"}'),
         ClaimSegmentsCall(1, "q", "b-1", (1, 11), 60_000),
         MarkArchivedCall(1, "q", "b-1", (1, 11)),
+        ReleaseCall(0),
     ]
 
 
@@ -198,6 +202,7 @@ REPLIES: list[tuple[AnyCall, Any]] = [
         ClaimResult((1,), (Refused(7, "claimed", "other"), Refused(9, "not_found"))),
     ),
     (MarkArchivedCall(1, "q", "b", (1,)), ArchiveResult((1,), (3,), (Refused(7, "claimed", "x"),))),
+    (ReleaseCall(0), ReleaseInfo("0.2.0", 1, 1)),
 ]
 
 

@@ -17,6 +17,7 @@ from typing import TypeVar
 import pytest
 
 from cmq.client import SyncClient
+from cmq.release import RELEASE
 from tests.cmq.cluster import CmqCluster, blocking, request, unique_queue
 from tests.deploy.chart import ALL_ON, MONITORING_APIS, one, render
 
@@ -81,6 +82,12 @@ def test_console_shows_nodes_and_queue_depth_changes(
         expect(page.locator("#nodes .node")).to_have_count(3, timeout=15_000)
         expect(page.locator("#nodes .node.self")).to_have_attribute("data-node", "1")
         expect(page.locator("#health")).to_have_text("ready")
+        # Each node's release (every node of the session's cluster runs this one).
+        releases = page.locator("#nodes .node .badge.release")
+        expect(releases).to_have_count(3)
+        for i in range(3):
+            expect(releases.nth(i)).to_have_text(f"release {RELEASE}", timeout=15_000)
+        expect(page.locator("#releases")).to_have_text(f"releases: {RELEASE} (nodes 1, 2, 3)")
         # Every group has a leader badge, none is leaderless.
         expect(page.locator("#groups tbody tr").first).to_be_visible()
         assert page.locator("#groups .pill.bad").count() == 0

@@ -135,12 +135,22 @@ function renderCluster(status) {
     el("div", {}, el("b", { text: status.queues }), "queues"),
     el("div", { class: leaderless ? "error" : "" }, el("b", { text: leaderless }), "groups without a leader"),
   );
+  // Each node's release as it last told the node serving this page (absent: no answer yet).
+  const releaseOf = ([, info]) => info.release || "unknown";
+  const known = new Set(nodes.map(releaseOf).filter((r) => r !== "unknown"));
+  const mixed = known.size > 1;
+  const releases = document.getElementById("releases");
+  releases.className = mixed ? "releases mixed" : "releases muted small";
+  releases.textContent = (mixed ? "mixed releases: " : "releases: ") + releasesLine(nodes.map(([id, info]) => [id, releaseOf([id, info])]));
   const box = document.getElementById("nodes");
   box.replaceChildren(...nodes.map(([id, info]) => {
     const led = groups.filter(([, g]) => String(g.leader) === id).map(([gid]) => gid);
     const member = groups.filter(([, g]) => g.voters.map(String).includes(id)).length;
+    const release = releaseOf([id, info]);
+    const protocol = info.protocol ? `peer protocol ${info.protocol.min}-${info.protocol.max}` : "";
     return el("div", { class: "node" + (String(status.node) === id ? " self" : ""), "data-node": id },
       el("div", { class: "title" }, el("span", { text: `node ${id}` }), el("span", { class: "muted small", text: String(status.node) === id ? "this node" : "" })),
+      el("div", {}, el("span", { class: "badge release" + (mixed ? " mixed" : ""), "data-release": release, title: protocol || null, text: `release ${release}` })),
       el("div", { class: "addr", text: info.address }),
       info.zone ? el("div", { class: "muted small", text: `zone ${info.zone}` }) : null,
       el("div", { class: "dirs", text: (info.data_dirs || []).join(", ") }),
@@ -165,6 +175,19 @@ function renderCluster(status) {
       el("td", { class: "lag", text: lagText }),
     );
   }));
+}
+
+// "0.1.0 (node 3), 0.2.0 (nodes 1, 2)": the nodes of each release, oldest release first.
+function releasesLine(pairs) {
+  const by = new Map();
+  for (const [id, r] of pairs) by.set(r, [...(by.get(r) || []), id]);
+  const key = (r) => r === "unknown" ? [Infinity] : r.split(".").map(Number);
+  const order = (a, b) => {
+    const [x, y] = [key(a), key(b)];
+    for (let i = 0; i < Math.max(x.length, y.length); i++) if ((x[i] || 0) !== (y[i] || 0)) return (x[i] || 0) - (y[i] || 0);
+    return 0;
+  };
+  return [...by.keys()].sort(order).map((r) => `${r} (node${by.get(r).length > 1 ? "s" : ""} ${by.get(r).join(", ")})`).join(", ");
 }
 
 function renderQueueTable(status, infos) {
