@@ -63,10 +63,11 @@ async def api_cluster(
         await node.close()
 
 
-async def load(client: Client, keys: KeyAdmin, node: QueueNode) -> None:
+async def load(client: Client, keys: KeyAdmin | None = None, node: QueueNode | None = None) -> None:
     """A standard queue with a dead-letter queue (attributes set, text and binary bodies,
     message attributes, some in flight, some delayed, one dead-lettered), a FIFO queue with
-    groups and one in flight, an empty queue, queue metadata and an access key."""
+    groups and one in flight, an empty queue; with ``node`` and ``keys`` (in process) queue
+    metadata and an access key."""
     await client.create_queue("orders-dlq", {"message_retention_seconds": 86400})
     await client.create_queue(
         "orders",
@@ -92,8 +93,10 @@ async def load(client: Client, keys: KeyAdmin, node: QueueNode) -> None:
         [Message(f"job {i}", group_id=f"g{i % 3}", dedup_id=f"d{i}") for i in range(12)],
     )
     assert len(await client.receive("jobs.fifo", 1, visibility_timeout=600)) == 1
-    await node.update_metadata("orders", {"team": "billing"}, [])
-    await keys.create((KeyGrant("orders*", (RECEIVE, SEND)), KeyGrant("jobs*", (ADMIN,))))
+    if node is not None:
+        await node.update_metadata("orders", {"team": "billing"}, [])
+    if keys is not None:
+        await keys.create((KeyGrant("orders*", (RECEIVE, SEND)), KeyGrant("jobs*", (ADMIN,))))
     deadline = time.monotonic() + 20
     while (await client.get_queue("orders-dlq")).stats.visible < 1:
         assert time.monotonic() < deadline, "nothing was dead-lettered"
