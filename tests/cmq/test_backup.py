@@ -157,3 +157,33 @@ async def test_a_newer_format_and_other_cluster_secret_are_refused(tmp_path: Pat
     assert str(out / MANIFEST) in e.value.message
     assert f"version {FORMAT_VERSION + 1}" in e.value.message
     assert f"format version {FORMAT_VERSION})" in e.value.message
+
+
+class WithFlags:
+    """A catalog that reports feature flags (as a catalog with them will)."""
+
+    def __init__(self, catalog: object) -> None:
+        self._catalog = catalog
+        self.feature_flags = {"fast-acks": True}
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._catalog, name)
+
+
+async def test_a_catalog_section_the_restore_does_not_know_is_kept_and_skipped(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "backup"
+    async with api_cluster(tmp_path / "a") as (node_a, _, client_a):
+        node_a.backups._catalog = WithFlags(node_a.catalog)  # type: ignore[assignment]
+        await client_a.create_queue("q")
+        await backup(client_a, out)
+    manifest = read_manifest(out)
+    assert manifest.catalog["feature_flags"] == "catalog/feature_flags.json"
+    assert msgspec.json.decode((out / "catalog/feature_flags.json").read_bytes()) == {
+        "fast-acks": True
+    }
+    async with api_cluster(tmp_path / "b") as (_, _, client_b):
+        report = await restore(client_b, out)
+        assert report.sections_skipped == ["feature_flags"]
+        assert await client_b.list_queues() == ["q"]
