@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 from msgspec import Struct
 
+from api.backup_routes import BACKUP_ROUTES
 from api.message_models import (
     PeekedMessage,
     PeekQuery,
@@ -553,5 +554,6 @@ ROUTES: tuple[Route, ...] = (
     ),
     *NODE_ROUTES,
     *CLUSTER_ROUTES,
+    *BACKUP_ROUTES,
 )
 """Every route of the application, in the order the OpenAPI document lists them."""

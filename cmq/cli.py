@@ -32,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cmq.cli_backup import add_backup_commands
 from cmq.cli_cluster import add_cluster_commands
 from cmq.cli_keys import (
     add_key_commands,
@@ -485,6 +486,7 @@ def main(argv: list[str] | None = None) -> int:
     add_node_commands(sub)
     add_key_commands(sub)
     add_cluster_commands(sub)
+    add_backup_commands(sub)
     st = sub.add_parser("status", help="groups, leaders, terms, commit/applied, lag")
     st.add_argument("--url", default=DEFAULT_URL)
     st.add_argument("--json", action="store_true", help="machine-readable output")

@@ -144,6 +144,14 @@ class AccessKeyNotFound(CmqError):
     code = "AccessKeyNotFound"
 
 
+class ImportConflict(CmqError):
+    """A message import's expectation failed: the queue has had a different number of messages
+    sent than the import assumed (someone else wrote to it, or a part was already imported).
+    Nothing was stored."""
+
+    code = "ImportConflict"
+
+
 BY_CODE: dict[str, type[CmqError]] = {
     cls.code: cls
     for cls in (
@@ -166,6 +174,7 @@ BY_CODE: dict[str, type[CmqError]] = {
         NodeNotFound,
         NodeBusy,
         AccessKeyNotFound,
+        ImportConflict,
     )
 }
 """Every error code of the queue -> the class raised for it (forwarded replies, failed

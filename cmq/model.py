@@ -246,6 +246,62 @@ class PeekedMessage:
 MAX_PEEK = 100
 """Most messages one peek returns."""
 
+LIVE_STATES = ("visible", "in_flight", "delayed")
+"""What an exported live message was doing when read (`LiveMessage.state`)."""
+MAX_EXPORT_PAGE = 1000
+"""Most messages one page of an export holds (`MAX_EXPORT_BYTES` may stop it sooner)."""
+MAX_EXPORT_BYTES = 4 << 20
+"""A page of an export stops after the message that takes its bodies past this many bytes."""
+MAX_IMPORT_BATCH = 1000
+"""Most messages one import call stores."""
+
+
+@dataclass(frozen=True, slots=True)
+class LiveMessage:
+    """A live message as an export reads it at its queue's leader (nothing changes):
+    ``state`` is one of `LIVE_STATES`; ``visible_at_ms`` is when an in-flight or delayed
+    message becomes visible (0 for a visible one); ``receive_count`` counts its leases so far
+    (0: never received). FIFO queues: ``group_id`` and ``dedup_id``."""
+
+    id: str
+    seq: int
+    body: bytes
+    binary: bool
+    sent_at_ms: int
+    attributes: tuple[tuple[str, str], ...]
+    state: str
+    visible_at_ms: int
+    receive_count: int
+    group_id: str | None = None
+    dedup_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ExportPage:
+    """One page of a queue's export: the live messages with ``after`` < seq, in seq order,
+    among those sent before ``upto`` (the queue's next seq when the export began: messages
+    sent since are not part of it). ``next_after`` is the cursor of the next page (None: this
+    was the last); ``read_at_ms`` the leader's clock when it read the page."""
+
+    messages: tuple[LiveMessage, ...]
+    upto: int
+    next_after: int | None
+    read_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ImportedMessage:
+    """A message to store with its id kept (a restore): ``delay_ms`` is how long it stays
+    invisible after the import (0: at once)."""
+
+    id: str
+    body: bytes
+    binary: bool
+    attributes: tuple[tuple[str, str], ...]
+    delay_ms: int = 0
+    group_id: str | None = None
+    dedup_id: str | None = None
+
 
 @dataclass(frozen=True, slots=True)
 class EntryResult:

@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from cmq.backup_admin import BackupAdmin
 from cmq.clockguard import DEFAULT_BOUND_MS, ClockGuard
 from cmq.errors import InvalidParameter, MessageTooLarge, Overloaded, QueueNotFound, Unavailable
 from cmq.fsm.machine import QueueMachine
@@ -38,7 +39,9 @@ from cmq.model import (
     ArchiveResult,
     ClaimResult,
     EntryResult,
+    ExportPage,
     GroupDigest,
+    ImportedMessage,
     OutgoingMessage,
     PeekedMessage,
     QueueAttributes,
@@ -219,6 +222,7 @@ class QueueNode:
         )
         self.admin = NodesAdmin(self.id, self.raft, self.catalog, self.router)
         self.releases = PeerReleases(self.id, self.raft, self.catalog)
+        self.backups = BackupAdmin(self.catalog, self.router, cfg.secret)
         self._produce = ProduceBuilder(self.id)
         self._send_slots = asyncio.Semaphore(cfg.max_inflight_sends)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -493,6 +497,23 @@ class QueueNode:
 
     async def set_groups(self, groups: int) -> tuple[int, ...]:
         return await self.admin.set_groups(groups)
+
+    # -- backup and restore (`cmq.backup_admin`) ----------------------------------------------
+    async def export_catalog(self) -> dict[str, Any]:
+        return self.backups.export_catalog()
+
+    async def import_catalog(
+        self, keys: list[Any], metadata: dict[str, dict[str, str]]
+    ) -> dict[str, Any]:
+        return await self.backups.import_catalog(keys, metadata)
+
+    async def export_messages(self, name: str, after: int, upto: int, limit: int) -> ExportPage:
+        return await self.backups.export_messages(name, after, upto, limit)
+
+    async def import_messages(
+        self, name: str, messages: list[ImportedMessage], expect_sent: int
+    ) -> list[SentMessage]:
+        return await self.backups.import_messages(name, messages, expect_sent)
 
     # -- the archive (see `cmq.fsm.lifecycle`) -------------------------------------------------
     def _local_machine(self, name: str) -> tuple[int, QueueMachine]:

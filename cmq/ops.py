@@ -61,6 +61,7 @@ from cmq.meta import Assignment, CatalogMachine
 from cmq.model import (
     DEFAULT_SEGMENT_AGE_SECONDS,
     DEFAULT_SEGMENT_BYTES,
+    MAX_EXPORT_BYTES,
     MAX_WAIT_SECONDS,
     ArchiveResult,
     ClaimResult,
@@ -84,6 +85,7 @@ from cmq.rpc import (
     ClaimSegmentsCall,
     CreateQueueCall,
     DeleteQueueCall,
+    ExportCall,
     GetQueueCall,
     MarkArchivedCall,
     NackCall,
@@ -299,6 +301,19 @@ class LeaderOps:
                     PeekedMessage(m.id, m.seq, m.body, m.binary, m.sent_at_ms, m.attributes)
                     for m in self._machines[call.group].peek(call.name, call.limit)
                 ]
+            case ExportCall():
+                self._attributes(call.group, call.name)  # QueueNotFound
+                page = self._machines[call.group].export_page(
+                    call.name,
+                    after=call.after,
+                    upto=call.upto,
+                    limit=call.limit,
+                    max_bytes=MAX_EXPORT_BYTES,
+                    now_ms=now_ms(),
+                )
+                if page is None:
+                    raise QueueNotFound(f"queue {call.name!r} does not exist")
+                return page
             case SetAttributesCall():
                 return await self._set_attributes(call)
             case PurgeCall():

@@ -1,10 +1,7 @@
 """What release this is: the package version and the range of peer protocols it speaks.
 
-`RELEASE` is the version of the ``cmq`` distribution that holds this very module (its
-``importlib.metadata`` version), else `SOURCE_RELEASE`, the version written here, which a unit
-test keeps equal to ``pyproject.toml``'s. The metadata is only believed when it describes the
-code that is running: an editable install or a source checkout on ``PYTHONPATH`` can carry the
-metadata of another tree (an older install), and a node must never report a release it is not.
+`RELEASE` is `SOURCE_RELEASE`, the version written here, which a unit test keeps equal to
+``pyproject.toml``'s.
 
 Releases and the commits they were cut from are recorded in ``RELEASES.toml`` (the source of
 truth; git tags are a convenience and need not survive a clone).
@@ -12,8 +9,6 @@ truth; git tags are a convenience and need not survive a clone).
 
 from __future__ import annotations
 
-import importlib.metadata
-from pathlib import Path
 from typing import Any
 
 SOURCE_RELEASE = "0.2.0"
@@ -28,23 +23,10 @@ least ``max(min_a, min_b)``; otherwise they cannot talk). Protocol 1 is the peer
 releases 0.1.0 and 0.2.0."""
 
 
-def _installed_release() -> str | None:
-    """The version of the installed ``cmq`` distribution if this module is one of its files."""
-    try:
-        dist = importlib.metadata.distribution("cmq")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    try:
-        located = Path(str(dist.locate_file("cmq/release.py"))).resolve()
-    except (OSError, ValueError):
-        return None
-    if located != Path(__file__).resolve():
-        return None
-    return dist.version
-
-
-RELEASE: str = _installed_release() or SOURCE_RELEASE
-"""The release of the running code (see the module docstring)."""
+RELEASE: str = SOURCE_RELEASE
+"""The release of the running code: the version written in this tree (never an installed
+package's metadata, which an editable install or a stale virtualenv can carry from another
+tree: a node must never report a release it is not)."""
 
 
 def describe() -> dict[str, Any]:

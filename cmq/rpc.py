@@ -32,6 +32,7 @@ from cmq.errors import (
 from cmq.model import (
     ArchiveResult,
     ClaimResult,
+    ExportPage,
     PeekedMessage,
     QueueAttributes,
     QueueStats,
@@ -166,6 +167,18 @@ class PeekCall(Call[list[PeekedMessage]], frozen=True, tag=30):
     _REPLY = _decoder(list[PeekedMessage])
 
 
+class ExportCall(Call[ExportPage], frozen=True, tag=31):
+    """A page of the queue's export (`cmq.fsm.export`), read at its leader without changing
+    anything: live messages with seq above ``after`` and below ``upto`` (0: the queue's next
+    seq now), at most ``limit``."""
+
+    name: str
+    after: int
+    upto: int
+    limit: int
+    _REPLY = _decoder(ExportPage)
+
+
 class SetAttributesCall(Call[QueueAttributes], frozen=True, tag=9):
     """Merge validated attribute ``changes`` (name, value pairs, as `QueueAttributes.merged`
     takes them) into the committed attributes; the reply is the new attributes."""
@@ -256,7 +269,7 @@ class ReleaseInfo(msgspec.Struct, frozen=True):
     protocol_max: int
 
 
-class ReleaseCall(Call[ReleaseInfo], frozen=True, tag=31):
+class ReleaseCall(Call[ReleaseInfo], frozen=True, tag=32):
     """Ask the node it is sent to for its release (`cmq.peer_releases`): answered by that node
     itself, leader or not (``group`` is 0 and unused). A node older than this call cannot
     decode its tag and answers ``InvalidParameter``, keeping the connection: that answer
@@ -275,6 +288,7 @@ AnyCall = (
     | DeleteQueueCall
     | GetQueueCall
     | PeekCall
+    | ExportCall
     | SetAttributesCall
     | PurgeCall
     | AssignQueueCall

@@ -15,7 +15,9 @@ from cmq.model import (
     ArchiveResult,
     ClaimResult,
     EntryResult,
+    ExportPage,
     GroupDigest,
+    ImportedMessage,
     OutgoingMessage,
     PeekedMessage,
     QueueAttributes,
@@ -148,6 +150,31 @@ class QueueService(Protocol):
         """Hashes of data group ``group``'s replicated state on this node (read-only, never
         forwarded): applied index, SHA-256 of the state machine image and of the segment files
         it lists. `GroupNotFound` when this node hosts no replica of that data group."""
+        ...
+
+    # -- backup and restore (cmq.backup_admin) -------------------------------------------------
+    async def export_catalog(self) -> dict[str, Any]:
+        """``{"release", "sections": {name: JSON value}}``: the catalog's placement, groups,
+        metadata and access keys (secrets sealed), as this node's copy holds them."""
+        ...
+
+    async def import_catalog(
+        self, keys: list[Any], metadata: dict[str, dict[str, str]]
+    ) -> dict[str, Any]:
+        """Recreate access keys (`cmq.keys.KeyRecord`, sealed secrets that must open with this
+        cluster's secret: `InvalidParameter` otherwise, nothing changed) and queue metadata."""
+        ...
+
+    async def export_messages(self, name: str, after: int, upto: int, limit: int) -> ExportPage:
+        """A page of the queue's live messages (visible, in flight, delayed) with seq in
+        (``after``, ``upto``), read at its leader without changing anything."""
+        ...
+
+    async def import_messages(
+        self, name: str, messages: list[ImportedMessage], expect_sent: int
+    ) -> list[SentMessage]:
+        """Store ``messages`` keeping their ids, if the queue has had exactly ``expect_sent``
+        messages sent; `ImportConflict` otherwise (nothing stored)."""
         ...
 
     # -- nodes (cmq.nodes_admin) ------------------------------------------------------------------

@@ -41,7 +41,9 @@ from cmq.model import (
     ArchiveResult,
     ClaimResult,
     EntryResult,
+    ExportPage,
     GroupDigest,
+    ImportedMessage,
     OutgoingMessage,
     PeekedMessage,
     QueueAttributes,
@@ -95,6 +97,10 @@ CALLS = frozenset(
         "activate_node",
         "remove_node",
         "set_groups",
+        "export_catalog",
+        "import_catalog",
+        "export_messages",
+        "import_messages",
     }
 )
 """The `QueueService` coroutine methods a proxy may call (besides its own state and
@@ -367,6 +373,22 @@ class ServiceProxy(QueueService):
 
     async def send(self, name: str, messages: list[OutgoingMessage]) -> list[SentMessage]:
         return list(await self._call("send", name, messages))
+
+    async def export_catalog(self) -> dict[str, Any]:
+        return dict(await self._call("export_catalog"))
+
+    async def import_catalog(
+        self, keys: list[Any], metadata: dict[str, dict[str, str]]
+    ) -> dict[str, Any]:
+        return dict(await self._call("import_catalog", keys, metadata))
+
+    async def export_messages(self, name: str, after: int, upto: int, limit: int) -> ExportPage:
+        return _typed(ExportPage, await self._call("export_messages", name, after, upto, limit))
+
+    async def import_messages(
+        self, name: str, messages: list[ImportedMessage], expect_sent: int
+    ) -> list[SentMessage]:
+        return list(await self._call("import_messages", name, messages, expect_sent))
 
     async def receive(
         self,

@@ -76,6 +76,7 @@ CONTRACTS = [
     "no-simulator-in-production",
     "archive-outside-server",
     "archive-http-client",
+    "backup-http-client",
     "api-service-surface",
     "sqs-pure",
     "sqs-via-service",
@@ -163,6 +164,12 @@ def test_the_server_importing_the_archive_is_caught(tree: Path, importer: str) -
 def test_the_archive_reaching_past_the_http_api_is_caught(tree: Path, imported: str) -> None:
     plant(tree, "cmq.archive.job", f"import {imported}")
     assert_broken(tree, "archive-http-client", f"cmq.archive.job -> {imported}")
+
+
+@pytest.mark.parametrize("imported", ["cmq.fsm.export", "cmq.backup_admin", "raftlog.errors"])
+def test_backup_reaching_past_the_http_api_is_caught(tree: Path, imported: str) -> None:
+    plant(tree, "cmq.backup.load", f"import {imported}")
+    assert_broken(tree, "backup-http-client", f"cmq.backup.load -> {imported}")
 
 
 def test_the_server_importing_spark_is_caught(tree: Path) -> None:

@@ -53,6 +53,10 @@ NATIVE: dict[str, tuple[str, bool]] = {
     "deleteKey": (ADMIN, False),
     "grantKey": (ADMIN, False),
     "revokeKey": (ADMIN, False),
+    "exportCatalog": (ADMIN, False),
+    "importCatalog": (ADMIN, False),
+    "exportMessages": (ADMIN, False),
+    "importMessages": (ADMIN, False),
     "openStream": (SIGNED, False),
 }
 """Native route (its OpenAPI operationId) -> the action it needs and whether on its queue."""

@@ -6,7 +6,8 @@ proposal and `decode_command` parses them back. Format: a leading `CommandType` 
 fields in declaration order, little-endian: ints as i64 (counts as u32), strings and bodies as
 ``[u32 len][bytes]`` (UTF-8 for text, raw for bodies), optionals as a presence byte then the value,
 tuples as ``[u32 count][items]``. FIFO fields added later trail their command and are present
-only when set (a Lease's attempt id), so earlier logs still decode. A `Produce` is encoded as
+only when set (a Lease's attempt id, an import's expected sent count), so earlier logs still
+decode. A `Produce` is encoded as
 `PRODUCE_RECORDS`: each message as its segment record tail (`cmq.fsm.store.record_tail`) and a
 byte of options, so apply frames records by copying; the older `PRODUCE` is decoded only. No
 pickle: a malformed payload raises `InvalidParameter`.
@@ -173,6 +174,11 @@ class Produce:
     tails: tuple[bytes, ...] | None = field(default=None, compare=False)
     """Set by `decode_command`: each message's `cmq.fsm.store.record_tail`, exactly as
     proposed, so apply frames its record without encoding the message again."""
+    expect_sent: int | None = None
+    """Set: an *import* (a restore from a backup): applied only if the queue has had exactly
+    this many messages sent (its ``sent_total``), else refused whole with ``ImportConflict``;
+    its messages bypass the deduplication table (neither looked up nor recorded) and may carry
+    a delay on a FIFO queue. A restore that is cut and run again finds how far it got."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -369,7 +375,7 @@ def encode_command(cmd: Command) -> bytes:
             w.u8(CommandType.PURGE)
             w.text(name)
             w.i64(now_ms)
-        case Produce(queue, now_ms, messages):
+        case Produce(queue, now_ms, messages, _, expect_sent):
             w.u8(CommandType.PRODUCE_RECORDS)
             w.text(queue)
             w.i64(now_ms)
@@ -388,6 +394,8 @@ def encode_command(cmd: Command) -> bytes:
                     w.text(m.dedup_id)
                 if m.group_id is not None:
                     w.text(m.group_id)
+            if expect_sent is not None:  # trailing and optional: plain sends encode as before
+                w.i64(expect_sent)
         case Lease(queue, now_ms, max_messages, visibility_ms, attempt_id):
             w.u8(CommandType.LEASE)
             w.text(queue)
@@ -585,7 +593,8 @@ def _read_produce(r: Reader) -> Produce:
         messages.append(NewMessage(mid, body, binary, attrs, delay, dedup, group))
         tails.append(tail)
     r.seek(pos)
-    return Produce(queue, now_ms, tuple(messages), tuple(tails))
+    expect = r.i64() if r.remaining() else None
+    return Produce(queue, now_ms, tuple(messages), tuple(tails), expect)
 
 
 def _read_legacy_produce(r: Reader) -> Produce:

@@ -196,10 +196,14 @@ def dedup_key(attributes: QueueAttributes, m: NewMessage) -> str | None:
     return None
 
 
-def check_produce(q: QueueState, messages: tuple[NewMessage, ...]) -> CommandFailed | None:
+def check_produce(
+    q: QueueState, messages: tuple[NewMessage, ...], *, importing: bool = False
+) -> CommandFailed | None:
     """The rules a send must follow on ``q`` (group ids only on FIFO queues; there, each
     message needs a group, a deduplication id unless content-based, and no delay of its own;
-    the dedup table must have room), checked before anything changes."""
+    the dedup table must have room), checked before anything changes. ``importing`` (a
+    restore, `cmq.fsm.commands.Produce.expect_sent`): delays are allowed and the dedup table
+    is not used."""
     if not q.attributes.fifo:
         if any(m.group_id is not None for m in messages):
             return CommandFailed(
@@ -214,7 +218,7 @@ def check_produce(q: QueueState, messages: tuple[NewMessage, ...]) -> CommandFai
                 errors.MissingParameter.code,
                 "the request must contain the parameter MessageGroupId (group_id)",
             )
-        if m.delay_ms is not None:
+        if m.delay_ms is not None and not importing:
             return CommandFailed(
                 errors.InvalidParameter.code,
                 "a FIFO queue takes no per-message delay (DelaySeconds); set the queue's",
@@ -226,7 +230,7 @@ def check_produce(q: QueueState, messages: tuple[NewMessage, ...]) -> CommandFai
                 "the queue should either have ContentBasedDeduplication enabled or "
                 "MessageDeduplicationId (dedup_id) provided explicitly",
             )
-        if key not in q.dedup:
+        if key not in q.dedup and not importing:
             fresh.add(key)
     if len(q.dedup) + len(fresh) > MAX_DEDUP_ENTRIES:
         return CommandFailed(

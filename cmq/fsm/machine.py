@@ -351,6 +351,13 @@ class QueueMachine(MachineReads):
                     errors.MessageTooLarge.code,
                     f"a message body has {len(m.body)} bytes; the queue allows {limit}",
                 )
+        importing = cmd.expect_sent is not None
+        if importing and q.sent_total != cmd.expect_sent:
+            return CommandFailed(
+                errors.ImportConflict.code,
+                f"queue {cmd.queue!r} has had {q.sent_total} messages sent; the import "
+                f"expected {cmd.expect_sent}",
+            )
         q.advance(cmd.now_ms)
         clock = q.clock
         dedup = q.dedup
@@ -359,7 +366,7 @@ class QueueMachine(MachineReads):
             if clock - dedup[oldest][2] < DEDUP_WINDOW_MS:
                 break
             del dedup[oldest]
-        refused = fifo_rules.check_produce(q, cmd.messages)
+        refused = fifo_rules.check_produce(q, cmd.messages, importing=importing)
         if refused is not None:
             return refused
         fifo = q.fifo
@@ -371,7 +378,7 @@ class QueueMachine(MachineReads):
         tails = cmd.tails
         for i, m in enumerate(cmd.messages):
             key = m.dedup_id if fifo is None else fifo_rules.dedup_key(q.attributes, m)
-            if key is not None:
+            if key is not None and not importing:
                 hit = dedup.get(key)
                 if hit is not None:
                     out.append((hit[0], hit[1]))
@@ -402,7 +409,7 @@ class QueueMachine(MachineReads):
             q.live += 1
             q.sent_total += 1
             q.schedule(seq, visible_at)
-            if key is not None:
+            if key is not None and not importing:
                 if len(dedup) >= MAX_DEDUP_ENTRIES:  # standard queues only (check_produce)
                     del dedup[next(iter(dedup))]
                 dedup[key] = (m.id, seq, clock)

@@ -10,11 +10,11 @@ from dataclasses import replace
 from itertools import islice
 
 from cmq import errors
-from cmq.fsm import fifo, lifecycle
+from cmq.fsm import export, fifo, lifecycle
 from cmq.fsm.image import decode_image, segments_digest
 from cmq.fsm.queue import Due, QueueState, Segment
 from cmq.fsm.store import SegmentStore, StoredMessage
-from cmq.model import QueueAttributes, QueueStats, SegmentInfo, SegmentRecord
+from cmq.model import ExportPage, QueueAttributes, QueueStats, SegmentInfo, SegmentRecord
 
 
 class MachineReads:
@@ -88,6 +88,18 @@ class MachineReads:
         command), lowest seq first, without leasing them: a read, nothing changes."""
         q = self._queues.get(name)
         return [] if q is None else [self._read_live(q, s) for s in islice(q.ready, limit)]
+
+    def export_page(
+        self, name: str, *, after: int, upto: int, limit: int, max_bytes: int, now_ms: int
+    ) -> ExportPage | None:
+        """A page of the export of queue ``name`` (`cmq.fsm.export.export_page`); None when
+        the queue is not here."""
+        q = self._queues.get(name)
+        if q is None:
+            return None
+        return export.export_page(
+            q, self._store, after=after, upto=upto, limit=limit, max_bytes=max_bytes, now_ms=now_ms
+        )
 
     def segments(self, name: str, state: str = "all") -> list[SegmentInfo] | None:
         """The segments of queue ``name`` in ``state`` on this replica (see

@@ -38,6 +38,8 @@ QUEUE_ENDPOINTS: list[tuple[str, str, Any]] = [
     ("GET", "/v1/queues/{}/segments/1/records", None),
     ("POST", "/v1/queues/{}/segments/claim", {"batch_id": "b-1", "segments": [1]}),
     ("POST", "/v1/queues/{}/segments/archived", {"batch_id": "b-1", "segments": [1]}),
+    ("GET", "/v1/queues/{}/export?limit=1", None),
+    ("POST", "/v1/queues/{}/import", {"expect_sent": 0, "messages": [{"id": "i", "body": "x"}]}),
 ]
 # Endpoints that read a JSON body.
 BODY_ENDPOINTS = [(m, p, ok) for m, p, ok in QUEUE_ENDPOINTS if m != "GET"]

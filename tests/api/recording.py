@@ -16,7 +16,10 @@ from cmq.model import (
     ArchiveResult,
     ClaimResult,
     EntryResult,
+    ExportPage,
     GroupDigest,
+    ImportedMessage,
+    LiveMessage,
     OutgoingMessage,
     PeekedMessage,
     QueueAttributes,
@@ -191,6 +194,31 @@ class RecordingService:
     async def mark_archived(self, name: str, batch_id: str, segments: list[int]) -> ArchiveResult:
         self._record("mark_archived", name, batch_id, segments)
         return ArchiveResult(tuple(segments), (), ())
+
+    async def export_catalog(self) -> dict[str, Any]:
+        self._record("export_catalog")
+        return {"release": "0.1.0", "sections": {"keys": [], "metadata": {}}}
+
+    async def import_catalog(
+        self, keys: list[Any], metadata: dict[str, dict[str, str]]
+    ) -> dict[str, Any]:
+        self._record("import_catalog", keys, metadata)
+        return {
+            "keys_created": [k["access_key_id"] for k in keys],
+            "keys_present": [],
+            "metadata": [],
+        }
+
+    async def export_messages(self, name: str, after: int, upto: int, limit: int) -> ExportPage:
+        self._record("export_messages", name, after, upto, limit)
+        m = LiveMessage("m1", 1, b"x", False, 1000, (), "visible", 0, 0)
+        return ExportPage((m,), 2, None, 1000)
+
+    async def import_messages(
+        self, name: str, messages: list[ImportedMessage], expect_sent: int
+    ) -> list[SentMessage]:
+        self._record("import_messages", name, messages, expect_sent)
+        return [SentMessage(m.id, expect_sent + i + 1) for i, m in enumerate(messages)]
 
     async def group_digest(self, group: int) -> GroupDigest:
         self._record("group_digest", group)

@@ -41,6 +41,8 @@ SERVICE_METHOD = {
     ("GET", "/v1/queues/{}/segments/1/records"): "read_segment",
     ("POST", "/v1/queues/{}/segments/claim"): "claim_segments",
     ("POST", "/v1/queues/{}/segments/archived"): "mark_archived",
+    ("GET", "/v1/queues/{}/export?limit=1"): "export_messages",
+    ("POST", "/v1/queues/{}/import"): "import_messages",
 }
 
 

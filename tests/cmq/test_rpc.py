@@ -37,6 +37,7 @@ from cmq.rpc import (
     ClaimSegmentsCall,
     CreateQueueCall,
     DeleteQueueCall,
+    ExportCall,
     GetQueueCall,
     MarkArchivedCall,
     NackCall,
@@ -92,6 +93,7 @@ calls: st.SearchStrategy[AnyCall] = st.one_of(
     st.builds(DeleteQueueCall, group, text),
     st.builds(GetQueueCall, group, text),
     st.builds(PeekCall, group, text, count),
+    st.builds(ExportCall, group, text, count, count, count),
     st.builds(
         SetAttributesCall,
         group,
@@ -137,6 +139,7 @@ def _one_of_each() -> list[AnyCall]:
         DeleteQueueCall(1, "q"),
         GetQueueCall(1, "q"),
         PeekCall(1, "q", 10),
+        ExportCall(1, "q", 5, 90, 1000),
         SetAttributesCall(1, "q", (("visibility_timeout", 9),)),
         PurgeCall(1, "q"),
         AssignQueueCall(0, "q"),
