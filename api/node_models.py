@@ -57,3 +57,31 @@ class GroupsChanged(_Response):
 class NodeChanged(_Response):
     node: int
     state: Literal["active", "draining", "removed"]
+
+
+class FeatureRow(_Response):
+    name: Annotated[str, Meta(description="the flag's stable name")]
+    since: Annotated[str, Meta(description="the release that introduced it ('' if unknown here)")]
+    description: Annotated[str, Meta(description="what it lets a node write")]
+    enabled: Annotated[bool, Meta(description="enabled in the catalog (never disabled again)")]
+    supported_by: Annotated[list[int], Meta(description="nodes whose release supports it")]
+    missing: Annotated[
+        list[int], Meta(description="registered nodes without it, or that did not answer")
+    ]
+
+
+class FeatureList(_Response):
+    features: list[FeatureRow]
+
+
+class EnableFeaturesRequest(_Request):
+    """Enable feature flags (``cmq cluster enable-feature NAME|--all``)."""
+
+    names: Annotated[
+        list[str] | None,
+        Meta(description="the flags to enable; absent or null: every flag this release knows"),
+    ] = None
+
+
+class FeaturesEnabled(_Response):
+    enabled: Annotated[list[str], Meta(description="the flags this call enabled (in order)")]

@@ -7,6 +7,10 @@ from __future__ import annotations
 
 from api.models import EmptyRequest
 from api.node_models import (
+    EnableFeaturesRequest,
+    FeatureList,
+    FeatureRow,
+    FeaturesEnabled,
     GroupsChanged,
     JoinNodeRequest,
     JoinNodeResponse,
@@ -16,7 +20,7 @@ from api.node_models import (
     SetGroupsRequest,
 )
 from api.routing import SERVICE_ERRORS, Context, Reply, Response, Route
-from cmq.errors import InvalidParameter, NodeBusy, NodeNotFound
+from cmq.errors import FeatureUnsupported, InvalidParameter, NodeBusy, NodeNotFound
 
 
 def _node_in_path(ctx: Context) -> int:
@@ -60,6 +64,15 @@ async def remove_node(ctx: Context, _: EmptyRequest) -> Reply:
 async def set_groups(ctx: Context, req: SetGroupsRequest) -> Reply:
     added = await ctx.service.set_groups(req.groups)
     return Reply(GroupsChanged(req.groups, list(added)))
+
+
+async def list_features(ctx: Context, _: None) -> Reply:
+    rows = await ctx.service.list_features()
+    return Reply(FeatureList([FeatureRow(**r) for r in rows]))
+
+
+async def enable_features(ctx: Context, req: EnableFeaturesRequest) -> Reply:
+    return Reply(FeaturesEnabled(await ctx.service.enable_features(req.names)))
 
 
 _N = "/v1/nodes/{node}"
@@ -130,6 +143,27 @@ CLUSTER_ROUTES: tuple[Route, ...] = (
         (Response(200, "The number of data groups and the ids added", GroupsChanged),),
         request=SetGroupsRequest,
         raises=SERVICE_ERRORS,
+    ),
+    Route(
+        "GET",
+        "/v1/cluster/features",
+        "listFeatures",
+        "The feature flags: enabled or not, and which registered nodes support each (asked live)",
+        list_features,
+        (Response(200, "Feature flags", FeatureList),),
+        raises=SERVICE_ERRORS,
+    ),
+    Route(
+        "POST",
+        "/v1/cluster/features",
+        "enableFeatures",
+        "Enable feature flags once every registered node supports them (FeatureUnsupported "
+        "names a node that does not); idempotent; flags are never disabled",
+        enable_features,
+        (Response(200, "The flags this call enabled", FeaturesEnabled),),
+        request=EnableFeaturesRequest,
+        request_required=False,
+        raises=(*SERVICE_ERRORS, FeatureUnsupported),
     ),
 )
 """Cluster-wide administration (added to `ROUTES`)."""

@@ -23,7 +23,8 @@ from typing import Any
 
 import msgspec
 
-from cmq.errors import InvalidParameter, InvariantBroken, QueueNotFound
+from cmq.errors import FeatureNotEnabled, InvalidParameter, InvariantBroken, QueueNotFound
+from cmq.features import MESSAGE_IMPORT
 from cmq.fsm.commands import NewMessage, Produce, encode_command
 from cmq.keys import KEY_ID, KeyRecord, KeyStore, Vault, check_grant
 from cmq.meta import CatalogMachine
@@ -154,8 +155,16 @@ class BackupAdmin:
         self, name: str, messages: list[ImportedMessage], expect_sent: int
     ) -> list[SentMessage]:
         """Store ``messages`` with their ids, in order, if ``name`` has had exactly
-        ``expect_sent`` messages sent (`ImportConflict` otherwise: nothing stored)."""
+        ``expect_sent`` messages sent (`ImportConflict` otherwise: nothing stored). Needs the
+        `cmq.features.MESSAGE_IMPORT` flag (`FeatureNotEnabled`): older releases cannot
+        apply such a send."""
         check_queue_name(name)
+        if not self._catalog.feature_enabled(MESSAGE_IMPORT):
+            raise FeatureNotEnabled(
+                f"imports need the feature flag {MESSAGE_IMPORT}: enable it with "
+                f"`cmq cluster enable-feature {MESSAGE_IMPORT}` once every node runs a release "
+                f"that has it"
+            )
         if not 1 <= len(messages) <= MAX_IMPORT_BATCH:
             raise InvalidParameter(f"an import holds 1 to {MAX_IMPORT_BATCH} messages")
         if expect_sent < 0:

@@ -152,6 +152,20 @@ class ImportConflict(CmqError):
     code = "ImportConflict"
 
 
+class FeatureUnsupported(CmqError):
+    """A feature flag cannot be enabled: a registered node did not answer, or runs a release
+    without it (`cmq.feature_admin`). Nothing was enabled."""
+
+    code = "FeatureUnsupported"
+
+
+class FeatureNotEnabled(CmqError):
+    """What was asked for writes a format gated by a feature flag that is not enabled yet
+    (``cmq cluster enable-feature NAME``, once every node runs a release that has it)."""
+
+    code = "FeatureNotEnabled"
+
+
 BY_CODE: dict[str, type[CmqError]] = {
     cls.code: cls
     for cls in (
@@ -175,6 +189,8 @@ BY_CODE: dict[str, type[CmqError]] = {
         NodeBusy,
         AccessKeyNotFound,
         ImportConflict,
+        FeatureUnsupported,
+        FeatureNotEnabled,
     )
 }
 """Every error code of the queue -> the class raised for it (forwarded replies, failed

@@ -23,6 +23,7 @@ import os
 from collections.abc import Awaitable, Callable
 
 from cmq.errors import CmqError
+from cmq.features import QUEUE_RETIME
 from cmq.fsm.commands import DeadLetter, Expire, Retime, Retimed, Tidy, encode_command
 from cmq.fsm.machine import Due, QueueMachine
 from cmq.meta import CatalogMachine
@@ -77,6 +78,7 @@ class Housekeeper:
         self._clock_bound_ms = clock_bound_ms
         self._clock_confirmed = clock_confirmed
         self.retimed = 0
+        self._told_retime: set[str] = set()
         """Queues retimed by this node (`Retime`)."""
 
     async def run(self) -> None:
@@ -128,6 +130,19 @@ class Housekeeper:
         of when real time catches up."""
         ahead = machine.time_ahead(name, now)
         if ahead <= 2 * self._clock_bound_ms or not self._clock_confirmed():
+            return
+        if not self._catalog.feature_enabled(QUEUE_RETIME):
+            if name not in self._told_retime:
+                self._told_retime.add(name)
+                log.error(
+                    "queue %s: its time stands %+d ms ahead of this leader's clock, and the "
+                    "feature flag %s that would let it resume is not enabled: enable it "
+                    "(cmq cluster enable-feature %s) once every node runs a release that has it",
+                    name,
+                    ahead,
+                    QUEUE_RETIME,
+                    QUEUE_RETIME,
+                )
             return
         res = await self._ops.propose(group, encode_command(Retime(name, now)))
         if isinstance(res, Retimed) and res.ahead_ms:

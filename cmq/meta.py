@@ -25,6 +25,10 @@ proposer having to be right:
 `AssignQueue` picks the data group holding the fewest queues (ties: the lowest id); assigning an
 existing name returns the existing assignment (idempotent, resumable creation).
 
+Feature flags (`cmq.features`): ``feature`` enables one (idempotent; the proposer checked that
+every registered node supports it); ``init`` enables those the founding release knows. A flag
+this release does not know cannot be applied: that is `InvariantBroken`, never a silent skip.
+
 Each placed queue may carry metadata: string keys to string values that the catalog stores but
 never interprets (the SQS surface keeps tags, timestamps and its own attributes there). Removing
 a queue forgets its metadata.
@@ -38,6 +42,7 @@ from typing import Any
 import msgspec
 import orjson
 
+from cmq import features as feature_flags
 from cmq.errors import InvariantBroken
 from cmq.keys import KeyRefused, KeyStore
 from cmq.placement import (
@@ -75,14 +80,21 @@ class Refused:
     message: str
 
 
-class _Image(msgspec.Struct, frozen=True, omit_defaults=True):
-    queues: dict[str, int]
-    nodes: dict[int, NodeInfo]
-    groups: dict[int, GroupPlacement]
+CATALOG_IMAGE_VERSION = 1
+"""The catalog image's layout version (omitted when 1, so images from before it are identical).
+A reader refuses a newer version, and any field it does not know, by name."""
+
+
+class _Image(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+    version: int = CATALOG_IMAGE_VERSION
+    queues: dict[str, int] = {}
+    nodes: dict[int, NodeInfo] = {}
+    groups: dict[int, GroupPlacement] = {}
     replication: int = 0
     founders: tuple[int, ...] = ()
     meta: dict[str, dict[str, str]] = {}
     keys: dict[str, Any] = {}
+    features: dict[str, int] = {}
 
 
 _image_decoder = msgspec.json.Decoder(_Image)
@@ -93,6 +105,7 @@ class CatalogMachine:
 
     __slots__ = (
         "_load",
+        "features",
         "founders",
         "keys",
         "meta",
@@ -114,6 +127,8 @@ class CatalogMachine:
         """Data group -> queues placed on it (derived from ``queues``)."""
         self.keys = KeyStore()
         """The access keys (`cmq.keys`: their ``key.*`` commands are applied there)."""
+        self.features: dict[str, int] = {}
+        """Enabled feature flags -> the catalog index that enabled them (`cmq.features`)."""
 
     # -- commands ---------------------------------------------------------------------------------
     @staticmethod
@@ -149,7 +164,8 @@ class CatalogMachine:
     @staticmethod
     def init(groups: int, replication: int, founders: list[int]) -> bytes:
         """Command: found ``groups`` data groups (ids 1..groups) with ``replication`` replicas
-        each, once every one of ``founders`` registered. Result: True when initialized (now or
+        each, once every one of ``founders`` registered, enabling every feature flag this
+        release knows (a cluster forms on one release). Result: True when initialized (now or
         before), `Refused` while a founder is missing."""
         return orjson.dumps(
             {
@@ -158,8 +174,19 @@ class CatalogMachine:
                 "groups": groups,
                 "replication": replication,
                 "founders": founders,
+                "features": sorted(feature_flags.KNOWN),
             }
         )
+
+    @staticmethod
+    def enable_feature(name: str) -> bytes:
+        """Command: enable feature flag ``name`` (idempotent). Result: True if it was not yet
+        enabled. The proposer first checks every registered node supports it."""
+        return orjson.dumps({"op": "feature", "name": name})
+
+    def feature_enabled(self, name: str) -> bool:
+        """Whether flag ``name`` is enabled in this catalog (as applied here)."""
+        return name in self.features
 
     @staticmethod
     def drain(node: int) -> bytes:
@@ -254,7 +281,14 @@ class CatalogMachine:
                 self._plan()
             return True
         if op == "init":
-            return self._init(int(cmd["groups"]), int(cmd["replication"]), cmd["founders"])
+            fresh = not self.placements
+            res = self._init(int(cmd["groups"]), int(cmd["replication"]), cmd["founders"])
+            if fresh and self.placements:  # formed now: by one release, every flag it knows
+                for flag in cmd.get("features", ()):
+                    self._enable(str(flag), index)
+            return res
+        if op == "feature":
+            return self._enable(name, index)
         if op == "drain":
             return self._drain(int(name))
         if op == "activate":
@@ -274,6 +308,17 @@ class CatalogMachine:
         if op == "groups":
             return self._set_groups(int(cmd["groups"]))
         raise InvariantBroken(f"unknown catalog command {op!r} at {index}")
+
+    def _enable(self, name: str, index: int) -> bool:
+        if name not in feature_flags.KNOWN:
+            raise InvariantBroken(
+                f"catalog entry {index} enables feature {name!r}, which this release does not "
+                f"know: run a release that supports it"
+            )
+        if name in self.features:
+            return False
+        self.features[name] = index
+        return True
 
     def _init(self, groups: int, replication: int, founders: list[int]) -> object:
         if self.placements:
@@ -444,6 +489,7 @@ class CatalogMachine:
             founders=self.founders,
             meta={q: dict(sorted(m.items())) for q, m in sorted(self.meta.items())},
             keys=self.keys.image() if self.keys.keys or self.keys.bootstrap else {},
+            features=dict(sorted(self.features.items())),
         )
         return msgspec.json.encode(image)
 
@@ -455,6 +501,11 @@ class CatalogMachine:
             image = _image_decoder.decode(data)
         except msgspec.DecodeError as e:
             raise InvariantBroken(f"undecodable catalog snapshot at {index}: {e}") from None
+        if image.version > CATALOG_IMAGE_VERSION:
+            raise InvariantBroken(
+                f"catalog snapshot at {index} has version {image.version}; this release reads "
+                f"versions up to {CATALOG_IMAGE_VERSION}"
+            )
         self.queues = dict(image.queues)
         self._load = {}
         for g in self.queues.values():
@@ -465,6 +516,7 @@ class CatalogMachine:
         self.founders = image.founders
         self.meta = {q: dict(m) for q, m in image.meta.items()}
         self.keys.restore(image.keys)
+        self.features = dict(image.features)
 
 
 __all__ = ["Assignment", "CatalogMachine", "GroupPlacement", "Move", "NodeInfo", "Refused"]

@@ -17,15 +17,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from cmq import features
 from cmq.backup_admin import BackupAdmin
 from cmq.clockguard import DEFAULT_BOUND_MS, ClockGuard
-from cmq.errors import InvalidParameter, MessageTooLarge, Overloaded, QueueNotFound, Unavailable
+from cmq.errors import (
+    InvalidParameter,
+    InvariantBroken,
+    MessageTooLarge,
+    Overloaded,
+    QueueNotFound,
+    Unavailable,
+)
+from cmq.feature_admin import FeatureAdmin
 from cmq.fsm.machine import QueueMachine
 from cmq.fsm.segments import FileSegmentStore
 from cmq.housekeeping import Housekeeper
@@ -62,6 +72,7 @@ from cmq.nodes_admin import NodesAdmin
 from cmq.ops import META_GROUP, LeaderOps, ProduceBuilder, Wakeups, WakingMachine, now_ms
 from cmq.peer_releases import PeerReleases
 from cmq.receipts import ReceiptSigner
+from cmq.release import RELEASE
 from cmq.router import Router
 from cmq.rpc import (
     AckCall,
@@ -223,6 +234,7 @@ class QueueNode:
         self.admin = NodesAdmin(self.id, self.raft, self.catalog, self.router)
         self.releases = PeerReleases(self.id, self.raft, self.catalog)
         self.backups = BackupAdmin(self.catalog, self.router, cfg.secret)
+        self.feature_admin = FeatureAdmin(self.catalog, self.router, self.releases)
         self._produce = ProduceBuilder(self.id)
         self._send_slots = asyncio.Semaphore(cfg.max_inflight_sends)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -239,6 +251,7 @@ class QueueNode:
                 if g != META_GROUP:
                     await self._open_data_group(g, (), False)
             await self.membership.tick_local()
+            self._check_features()
         except BaseException:
             # E.g. damaged files: stop what started (bounded: the error must reach the
             # operator even if a shutdown step hangs), then report.
@@ -251,6 +264,17 @@ class QueueNode:
         self._spawn(self.membership.run())
         self._spawn(self.clock.run())
         self._spawn(self.releases.run())
+
+    def _check_features(self) -> None:
+        """Refuse to run on a cluster that enabled a feature flag this release does not know:
+        it would misread what the flag lets other nodes write (`cmq.features`)."""
+        unknown = features.unknown(self.catalog.features)
+        if unknown:
+            raise InvariantBroken(
+                f"this cluster has enabled the feature flags {', '.join(unknown)}, which release "
+                f"{RELEASE} does not support: run a release that does (a downgrade past a "
+                f"feature flag is not possible)"
+            )
 
     async def _open_data_group(
         self, g: int, voters: tuple[int, ...], rejoin: bool, data_dir_index: int | None = None
@@ -497,6 +521,16 @@ class QueueNode:
 
     async def set_groups(self, groups: int) -> tuple[int, ...]:
         return await self.admin.set_groups(groups)
+
+    async def list_features(self) -> list[dict[str, Any]]:
+        return [
+            dataclasses.asdict(f)
+            | {"supported_by": list(f.supported_by), "missing": list(f.missing)}
+            for f in await self.feature_admin.views()
+        ]
+
+    async def enable_features(self, names: list[str] | None) -> list[str]:
+        return await self.feature_admin.enable(names)
 
     # -- backup and restore (`cmq.backup_admin`) ----------------------------------------------
     async def export_catalog(self) -> dict[str, Any]:

@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from cmq.errors import InvalidParameter
+from cmq.features import KNOWN
 from cmq.meta import CatalogMachine
-from cmq.release import describe
+from cmq.release import PEER_PROTOCOL_MAX, PEER_PROTOCOL_MIN, RELEASE, describe
 from cmq.rpc import ReleaseCall, decode_error
 from raftlog.errors import Overloaded, PeerUnavailable
 from raftlog.runtime import MultiRaft
@@ -55,6 +56,8 @@ class SeenRelease:
     reported: bool
     """False: the node refused the call (it predates release reporting)."""
     at: float
+    features: tuple[str, ...] = ()
+    """The feature flags it supports (none: it predates feature flags)."""
 
     def describe(self) -> dict[str, Any]:
         """``{"release", "protocol": {"min", "max"}, "reported"}`` (a node of ``/v1/status``)."""
@@ -105,7 +108,7 @@ class PeerReleases:
             if n not in self._catalog.nodes:
                 del self._seen[n]
 
-    async def _ask(self, node: int) -> None:
+    async def _ask(self, node: int) -> SeenRelease | None:
         call = ReleaseCall(0)
         try:
             reply = await self._raft.call(node, call.encode(), timeout=CALL_TIMEOUT)
@@ -113,13 +116,37 @@ class PeerReleases:
         except RemoteCallError as e:
             if isinstance(decode_error(e.payload), InvalidParameter):  # it knows no such call
                 lo, hi = UNREPORTED_PROTOCOL
-                self._seen[node] = SeenRelease(UNREPORTED_RELEASE, lo, hi, False, self._clock())
-            return
+                seen = SeenRelease(UNREPORTED_RELEASE, lo, hi, False, self._clock())
+                self._seen[node] = seen
+                return seen
+            return None
         except (PeerUnavailable, Overloaded, InvalidParameter):
-            return  # unknown this round; the last answer stands until FORGET_SECONDS
-        self._seen[node] = SeenRelease(
-            info.release, info.protocol_min, info.protocol_max, True, self._clock()
+            return None  # unknown this round; the last answer stands until FORGET_SECONDS
+        seen = SeenRelease(
+            info.release,
+            info.protocol_min,
+            info.protocol_max,
+            True,
+            self._clock(),
+            tuple(sorted(info.features)),
         )
+        self._seen[node] = seen
+        return seen
+
+    async def ask_now(self) -> dict[int, SeenRelease | None]:
+        """Every registered node's answer asked afresh (None: it did not answer), this node's
+        own included: what an operator's decision (enabling a feature flag) is checked on."""
+        peers = [n for n in sorted(self._catalog.nodes) if n != self._id]
+        answers = await asyncio.gather(*(self._ask(n) for n in peers))
+        out: dict[int, SeenRelease | None] = dict(zip(peers, answers, strict=True))
+        if self._id in self._catalog.nodes or not out:
+            out[self._id] = self.own()
+        return out
+
+    def own(self) -> SeenRelease:
+        """This node's release, as it would answer."""
+        lo, hi = PEER_PROTOCOL_MIN, PEER_PROTOCOL_MAX
+        return SeenRelease(RELEASE, lo, hi, True, self._clock(), tuple(sorted(KNOWN)))
 
     def releases(self) -> Mapping[int, dict[str, Any]]:
         """Per node id, its release as `SeenRelease.describe` renders it: this node's own, and

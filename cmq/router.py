@@ -43,6 +43,7 @@ from typing import Any, TypeVar, cast
 import orjson
 
 from cmq.errors import CmqError, OutcomeUnknown, QueueNotFound, Unavailable, error_for
+from cmq.features import KNOWN as SUPPORTED_FEATURES
 from cmq.meta import CatalogMachine, Refused
 from cmq.ops import META_GROUP, LeaderOps
 from cmq.release import PEER_PROTOCOL_MAX, PEER_PROTOCOL_MIN, RELEASE
@@ -231,7 +232,10 @@ class Router:
         try:
             call = decode_call(payload)
             if isinstance(call, ReleaseCall):  # about this node: answered here, leader or not
-                return call.encode_reply(ReleaseInfo(RELEASE, PEER_PROTOCOL_MIN, PEER_PROTOCOL_MAX))
+                info = ReleaseInfo(
+                    RELEASE, PEER_PROTOCOL_MIN, PEER_PROTOCOL_MAX, tuple(sorted(SUPPORTED_FEATURES))
+                )
+                return call.encode_reply(info)
             hosted = call.group in self._raft.groups
             leader = self._raft.leader_of(call.group) if hosted else 0
             if leader != self._id:

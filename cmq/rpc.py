@@ -267,6 +267,8 @@ class ReleaseInfo(msgspec.Struct, frozen=True):
     release: str
     protocol_min: int
     protocol_max: int
+    features: tuple[str, ...] = ()
+    """The feature flags the node supports (`cmq.features`)."""
 
 
 class ReleaseCall(Call[ReleaseInfo], frozen=True, tag=32):

@@ -204,3 +204,13 @@ class QueueService(Protocol):
         """Grow the number of data groups to ``groups``; the ids of the groups added
         (`InvalidParameter` for fewer groups than today or too many)."""
         ...
+
+    async def list_features(self) -> list[dict[str, Any]]:
+        """Every feature flag: name, since, description, enabled, supported_by (node ids),
+        missing (node ids without it or not answering), asked live (`cmq.feature_admin`)."""
+        ...
+
+    async def enable_features(self, names: list[str] | None) -> list[str]:
+        """Enable ``names`` (None: every flag this release knows) once every registered node
+        supports them; the names newly enabled (`InvalidParameter`, `FeatureUnsupported`)."""
+        ...

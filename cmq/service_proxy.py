@@ -97,6 +97,8 @@ CALLS = frozenset(
         "activate_node",
         "remove_node",
         "set_groups",
+        "list_features",
+        "enable_features",
         "export_catalog",
         "import_catalog",
         "export_messages",
@@ -460,6 +462,12 @@ class ServiceProxy(QueueService):
 
     async def set_groups(self, groups: int) -> tuple[int, ...]:
         return tuple(await self._call("set_groups", groups))
+
+    async def list_features(self) -> list[dict[str, Any]]:
+        return list(await self._call("list_features"))
+
+    async def enable_features(self, names: list[str] | None) -> list[str]:
+        return list(await self._call("enable_features", names))
 
 
 class NodeMetricsCollector(Collector):

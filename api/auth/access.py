@@ -47,6 +47,8 @@ NATIVE: dict[str, tuple[str, bool]] = {
     "activateNode": (ADMIN, False),
     "removeNode": (ADMIN, False),
     "setGroups": (ADMIN, False),
+    "listFeatures": (ADMIN, False),
+    "enableFeatures": (ADMIN, False),
     "listKeys": (ADMIN, False),
     "createKey": (ADMIN, False),
     "getKey": (ADMIN, False),

@@ -448,6 +448,23 @@ class Client:
         got: dict[str, Any] = await self._call("PUT", "/v1/cluster/groups", body, Safety.IDEMPOTENT)
         return [int(g) for g in got["added"]]
 
+    async def list_features(self) -> list[dict[str, Any]]:
+        """Every feature flag with its state and per-node support
+        (``GET /v1/cluster/features``)."""
+        got: dict[str, Any] = await self._call(
+            "GET", "/v1/cluster/features", None, Safety.IDEMPOTENT
+        )
+        return list(got["features"])
+
+    async def enable_features(self, names: list[str] | None = None) -> list[str]:
+        """Enable ``names`` (None: every flag the node's release knows) once every node
+        supports them (``POST /v1/cluster/features``); the names this call enabled.
+        `FeatureUnsupported` names a node without one (nothing enabled)."""
+        got: dict[str, Any] = await self._call(
+            "POST", "/v1/cluster/features", {"names": names}, Safety.IDEMPOTENT
+        )
+        return [str(n) for n in got["enabled"]]
+
     async def health(self) -> bool:
         """Whether the first node answers ``/healthz`` (liveness; never raises)."""
         return await self._probe("/healthz")

@@ -99,6 +99,12 @@ class SyncClient:
     def set_groups(self, groups: int) -> list[int]:
         return self._run(self._client.set_groups(groups))
 
+    def list_features(self) -> list[dict[str, Any]]:
+        return self._run(self._client.list_features())
+
+    def enable_features(self, names: list[str] | None = None) -> list[str]:
+        return self._run(self._client.enable_features(names))
+
     def create_queue(
         self, name: str, attributes: QueueAttributes | dict[str, Any] | None = None
     ) -> QueueCreated:

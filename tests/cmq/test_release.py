@@ -158,7 +158,7 @@ def _old_node_answer(payload: bytes) -> bytes:
 def test_the_reply_is_a_map_a_later_release_may_extend() -> None:
     call = ReleaseCall(0)
     later = msgspec.msgpack.encode(
-        {"release": "9.0.0", "protocol_min": 1, "protocol_max": 3, "features": ["x"]}
+        {"release": "9.0.0", "protocol_min": 1, "protocol_max": 3, "flavour": ["x"]}
     )
     assert call.decode_reply(later) == ReleaseInfo("9.0.0", 1, 3)
     assert rpc.decode_call(call.encode()) == call

@@ -1,0 +1,161 @@
+"""Feature flags (`cmq.features`): the catalog records enabled flags (replicated, idempotent,
+never a flag this release does not know), a cluster formed by this release enables every flag it
+knows, a flag is enabled only when every registered node supports it, a node refuses to run on
+a cluster that enabled a flag it does not know, and the gated writes wait for their flag."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from cmq import features, rpc
+from cmq.cli import main
+from cmq.errors import FeatureNotEnabled, FeatureUnsupported, InvalidParameter, InvariantBroken
+from cmq.meta import CatalogMachine
+from cmq.model import ImportedMessage, QueueAttributes
+from cmq.node import QueueNode
+from cmq.rpc import ReleaseCall
+from tests.cmq.helpers import configs, running
+from tests.cmq.test_release import _old_node_answer, _serve
+
+
+def test_the_catalog_enables_flags_once_and_refuses_unknown_ones() -> None:
+    cat = CatalogMachine()
+    assert not cat.feature_enabled(features.QUEUE_RETIME)
+    assert cat.apply(5, CatalogMachine.enable_feature(features.QUEUE_RETIME)) is True
+    assert cat.apply(6, CatalogMachine.enable_feature(features.QUEUE_RETIME)) is False
+    assert cat.features == {features.QUEUE_RETIME: 5}
+    with pytest.raises(InvariantBroken, match=r"'from_the_future'.*does not know"):
+        cat.apply(7, CatalogMachine.enable_feature("from_the_future"))
+    image = cat.snapshot()
+    back = CatalogMachine()
+    back.restore(8, image)
+    assert back.features == {features.QUEUE_RETIME: 5} and back.snapshot() == image
+
+
+def test_catalog_images_without_flags_are_unchanged_and_newer_ones_refused() -> None:
+    cat = CatalogMachine()
+    plain = cat.snapshot()
+    assert b"features" not in plain and b"version" not in plain  # as images were before flags
+    back = CatalogMachine()
+    back.restore(1, plain)
+    newer = orjson.loads(plain) | {"version": 2}
+    with pytest.raises(InvariantBroken, match="version 2; this release reads versions up to 1"):
+        back.restore(1, orjson.dumps(newer))
+    unknown_field = orjson.loads(plain) | {"quotas": {}}
+    with pytest.raises(InvariantBroken, match="quotas"):
+        back.restore(1, orjson.dumps(unknown_field))
+
+
+def _formed(cat: CatalogMachine, init: bytes) -> None:
+    for n in (1, 2, 3):
+        cat.apply(n, CatalogMachine.register_node(n, f"h:{n}", "", [f"/d{n}"], ""))
+    assert cat.apply(4, init) is True
+
+
+def test_a_cluster_formed_by_this_release_enables_every_flag_it_knows() -> None:
+    cat = CatalogMachine()
+    _formed(cat, CatalogMachine.init(2, 3, [1, 2, 3]))
+    assert set(cat.features) == features.KNOWN
+    # One formed by a release without flags (0.1.0) has none; a later init changes nothing.
+    old = CatalogMachine()
+    legacy_init = orjson.dumps(
+        {"op": "init", "name": "", "groups": 2, "replication": 3, "founders": [1, 2, 3]}
+    )
+    _formed(old, legacy_init)
+    assert old.features == {}
+    assert old.apply(9, CatalogMachine.init(2, 3, [1, 2, 3])) is True
+    assert old.features == {}
+
+
+def test_a_release_refuses_a_cluster_that_enabled_a_flag_it_does_not_know() -> None:
+    assert features.unknown({features.QUEUE_RETIME: 1, "zz_later": 2}) == ["zz_later"]
+    assert features.unknown(features.KNOWN) == []
+
+
+def _legacy_init(groups: int, replication: int, founders: list[int]) -> bytes:
+    """`CatalogMachine.init` as releases without feature flags proposed it."""
+    return orjson.dumps(
+        {
+            "op": "init",
+            "name": "",
+            "groups": groups,
+            "replication": replication,
+            "founders": founders,
+        }
+    )
+
+
+async def test_flags_are_enabled_only_when_every_node_supports_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A cluster formed without flags (as 0.1.0 formed it); node 3 answers the release call as
+    a 0.1.0 node does, then as this release. Enabling waits for it; the gated import too."""
+    monkeypatch.setattr(CatalogMachine, "init", staticmethod(_legacy_init))
+    async with running(configs(tmp_path)) as nodes:
+        handler = nodes[3].raft._call_handler
+        assert handler is not None
+        old = [True]
+
+        async def maybe_old(peer: int, payload: bytes) -> bytes:
+            try:
+                call = rpc.decode_call(payload)
+            except Exception:
+                call = None
+            if old[0] and isinstance(call, ReleaseCall):
+                return _old_node_answer(payload)
+            return await handler(peer, payload)
+
+        nodes[3].raft.set_call_handler(maybe_old)
+        node: QueueNode = nodes[1]
+        await node.create_queue("imports", QueueAttributes())
+        one = [ImportedMessage("m1", b"x", False, ())]
+        with pytest.raises(FeatureNotEnabled, match="message_import"):
+            await node.import_messages("imports", one, 0)
+
+        rows = {r["name"]: r for r in await node.list_features()}
+        assert set(rows) == features.KNOWN
+        assert all(not r["enabled"] and r["missing"] == [3] for r in rows.values()), rows
+        assert rows[features.QUEUE_RETIME]["supported_by"] == [1, 2]
+        with pytest.raises(FeatureUnsupported, match=r"node 3 runs release 0\.1\.0"):
+            await node.enable_features(None)
+        with pytest.raises(InvalidParameter, match="unknown feature flag 'nope'"):
+            await node.enable_features(["nope"])
+        assert not node.catalog.features  # nothing was enabled
+
+        url, stop = await _serve(node)
+        try:
+            assert await asyncio.to_thread(main, ["cluster", "features", "--url", url]) == 0
+            out = capsys.readouterr().out
+            assert "queue_retime" in out and "1,2" in out
+            code = await asyncio.to_thread(
+                main, ["cluster", "enable-feature", "--all", "--url", url, "--json"]
+            )
+            assert code == 1 and "FeatureUnsupported" in capsys.readouterr().out
+
+            old[0] = False  # node 3 upgraded
+            code = await asyncio.to_thread(
+                main, ["cluster", "enable-feature", "--all", "--url", url, "--json"]
+            )
+            assert code == 0
+            done: dict[str, Any] = json.loads(capsys.readouterr().out)
+            assert sorted(done["enabled"]) == sorted(features.KNOWN)
+            code = await asyncio.to_thread(
+                main, ["cluster", "enable-feature", features.QUEUE_RETIME, "--url", url]
+            )
+            assert code == 0 and "nothing to enable" in capsys.readouterr().out
+        finally:
+            await stop()
+        for n in nodes.values():  # replicated: every node's catalog has them
+            for _ in range(100):
+                if set(n.catalog.features) == features.KNOWN:
+                    break
+                await asyncio.sleep(0.02)
+            assert set(n.catalog.features) == features.KNOWN
+        sent = await node.import_messages("imports", one, 0)
+        assert [m.id for m in sent] == ["m1"]
