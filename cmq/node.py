@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from cmq import features
+from cmq import feature_marker, features
 from cmq.backup_admin import BackupAdmin
 from cmq.clockguard import DEFAULT_BOUND_MS, ClockGuard
 from cmq.errors import (
@@ -36,6 +36,7 @@ from cmq.errors import (
     Unavailable,
 )
 from cmq.feature_admin import FeatureAdmin
+from cmq.feature_marker import MarkedCatalog
 from cmq.fsm.machine import QueueMachine
 from cmq.fsm.segments import FileSegmentStore
 from cmq.housekeeping import Housekeeper
@@ -173,6 +174,7 @@ class QueueNode:
         self.raft.watch.wall_clock = now_ms  # clock probes report the clock commands carry
         self.clock = ClockGuard(cfg.node_id, self.raft, cfg.clock_bound_ms, wall_ms=now_ms)
         self.catalog = CatalogMachine()
+        self._marked_catalog = MarkedCatalog(self.catalog, cfg.data_dirs)
         self.machines: dict[int, QueueMachine] = {}
         self.wakeups = Wakeups()
         self.ops = LeaderOps(
@@ -241,11 +243,14 @@ class QueueNode:
 
     # -- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
-        """Recover and open every group, then serve forwarded calls and housekeeping."""
+        """Recover and open every group, then serve forwarded calls and housekeeping. A data
+        directory written under a feature flag this release lacks is refused first, before
+        anything is opened for writing (`cmq.feature_marker`)."""
+        feature_marker.check(self.cfg.data_dirs, RELEASE)
         await self.raft.start()
         try:
             voters = () if self.cfg.joined else sorted(self.cfg.peers)
-            await self.raft.open_group(META_GROUP, self.catalog, voters=voters)
+            await self.raft.open_group(META_GROUP, self._marked_catalog, voters=voters)
             # The groups this node holds state of; the catalog names the rest (membership).
             for g in self.raft.stored_groups():
                 if g != META_GROUP:

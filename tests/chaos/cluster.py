@@ -173,8 +173,15 @@ class ChaosCluster:
         with self.log_path(nid).open("ab") as log:
             log.write(f"--- start {time.strftime('%H:%M:%S')} rejoin={rejoin}\n".encode())
             log.flush()
+            # Run from the code snapshot's directory: ``python -m``/``-c`` put the working
+            # directory first on the path, ahead of PYTHONPATH (from the checkout, the
+            # checkout's packages would be imported instead of the snapshot's).
             self.procs[nid] = subprocess.Popen(
-                self.args(nid, rejoin), env=env, stdout=log, stderr=log
+                self.args(nid, rejoin),
+                env=env,
+                stdout=log,
+                stderr=log,
+                cwd=None if self.code is None else str(self.code),
             )
         self.starts += 1
 
@@ -186,6 +193,20 @@ class ChaosCluster:
         p.send_signal(signal.SIGKILL)
         p.wait()
         self.paused.discard(nid)
+
+    async def terminate(self, nid: int, timeout: float = 30) -> int:
+        """SIGTERM (a graceful stop: the node hands its leaderships away first), waiting up to
+        ``timeout`` seconds before SIGKILL; returns the exit code."""
+        self.resume(nid)
+        p = self.procs.pop(nid, None)
+        if p is None:
+            return 0
+        p.terminate()
+        try:
+            return await asyncio.to_thread(p.wait, timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            return p.wait()
 
     def pause(self, nid: int) -> None:
         p = self.procs.get(nid)

@@ -159,3 +159,34 @@ async def test_flags_are_enabled_only_when_every_node_supports_them(
             assert set(n.catalog.features) == features.KNOWN
         sent = await node.import_messages("imports", one, 0)
         assert [m.id for m in sent] == ["m1"]
+
+
+def test_the_data_directory_records_its_flags_and_a_release_without_one_refuses_it(
+    tmp_path: Path,
+) -> None:
+    from cmq import feature_marker
+    from cmq.feature_marker import MARKER, MarkedCatalog
+
+    dirs = (str(tmp_path / "a"), str(tmp_path / "b"))
+    for d in dirs:
+        Path(d).mkdir()
+    feature_marker.check(dirs, "0.2.0")  # no marker yet: a fresh or pre-flag directory
+    marked = MarkedCatalog(CatalogMachine(), dirs)
+    marked.after_apply()
+    assert not (tmp_path / "a" / MARKER).exists()  # nothing enabled: nothing written
+    marked.apply(3, CatalogMachine.enable_feature(features.QUEUE_RETIME))
+    marked.after_apply()
+    for d in dirs:
+        got = json.loads((Path(d) / MARKER).read_text())
+        assert got == {"version": 1, "features": [features.QUEUE_RETIME]}
+    feature_marker.check(dirs, "0.2.0")
+    later = tmp_path / "b" / MARKER
+    later.write_text(json.dumps({"version": 1, "features": ["queue_retime", "zz_later"]}))
+    with pytest.raises(FeatureUnsupported, match=r"zz_later.*release 0\.2\.0 does not support"):
+        feature_marker.check(dirs, "0.2.0")
+    later.write_text(json.dumps({"version": 2, "features": []}))
+    with pytest.raises(FeatureUnsupported, match="has version 2"):
+        feature_marker.check(dirs, "0.2.0")
+    later.write_text("{torn")
+    with pytest.raises(FeatureUnsupported, match="unreadable feature marker"):
+        feature_marker.check(dirs, "0.2.0")
