@@ -499,6 +499,13 @@ class ClockStatus(_Response, kw_only=True):
     stepped: Annotated[
         bool, Meta(description="this clock jumped against the monotonic clock (not trusted)")
     ]
+    verified: Annotated[
+        bool,
+        Meta(
+            description="confirmed by peer readings since the start (a node with peers stamps "
+            "nothing before)"
+        ),
+    ] = True
     peers_read: int
     off_peers: Annotated[list[int], Meta(description="peers seen beyond the bound")]
 
