@@ -45,6 +45,8 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from cmq.errors import NewerLayout
+
 SEND = "send"
 RECEIVE = "receive"
 DELETE = "delete"
@@ -185,7 +187,7 @@ class KeyStore:
                     "InvalidParameter", f"access key {key_id} has no grant on {cmd['pattern']!r}"
                 )
         else:
-            raise ValueError(f"unknown key command {op!r}")
+            raise NewerLayout(f"unknown catalog command {op!r}: a newer release's command")
         new = tuple(KeyGrant(p, tuple(sorted(a))) for p, a in sorted(grants.items()))
         self.keys[key_id] = msgspec.structs.replace(record, grants=new)
         return self.keys[key_id]
