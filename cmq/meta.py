@@ -93,14 +93,19 @@ A reader refuses a newer version, and any field it does not know, by name."""
 
 
 class _Image(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
-    version: int = CATALOG_IMAGE_VERSION
-    queues: dict[str, int] = {}
-    nodes: dict[int, NodeInfo] = {}
-    groups: dict[int, GroupPlacement] = {}
+    """The catalog image. Field order and defaults are 0.1.0's (``queues``, ``nodes`` and
+    ``groups`` are always written, even empty: 0.1.0 requires them), then the fields added
+    since, omitted at their defaults, so a catalog with no flag enabled encodes to the bytes
+    0.1.0 writes (golden sample ``catalog_image.no_flags``)."""
+
+    queues: dict[str, int]
+    nodes: dict[int, NodeInfo]
+    groups: dict[int, GroupPlacement]
     replication: int = 0
     founders: tuple[int, ...] = ()
     meta: dict[str, dict[str, str]] = {}
     keys: dict[str, Any] = {}
+    version: int = CATALOG_IMAGE_VERSION
     features: dict[str, int] = {}
 
 
