@@ -334,7 +334,10 @@ def _read_attributes(r: Reader) -> QueueAttributes:
     values = (r.i64(), r.i64(), r.i64(), r.i64(), r.i64(), r.opt_text(), r.i64())
     flags = r.u8()
     if flags & ~(_ARCHIVE | _FIFO | _CONTENT_DEDUP):
-        raise InvalidParameter(f"bad attribute flags {flags:#x}")
+        raise NewerLayout(
+            f"unknown queue attribute flags {flags:#x}: from a newer release than this one, "
+            f"which reads the flags {_ARCHIVE | _FIFO | _CONTENT_DEDUP:#x}"
+        )
     return QueueAttributes(
         visibility_timeout=values[0],
         delay_seconds=values[1],
