@@ -33,6 +33,8 @@ from cmq.errors import (
     InvariantBroken,
     MessageTooLarge,
     MissingParameter,
+    NewerFormat,
+    NewerLayout,
     NodeBusy,
     NodeNotFound,
     OutcomeUnknown,
@@ -45,6 +47,7 @@ from cmq.errors import (
     SegmentNotReleased,
     TooManyEntries,
     Unavailable,
+    UnreadableFrame,
 )
 
 INTERNAL_MESSAGE = "internal error; the server log has details"
@@ -82,6 +85,7 @@ HTTP_STATUS: dict[type[CmqError], int] = {
     EmptyBatch: 400,
     TooManyEntries: 400,
     ReceiptInvalid: 400,
+    NewerLayout: 400,
     QueueNotFound: 404,
     NotFound: 404,
     NodeNotFound: 404,
@@ -100,6 +104,8 @@ HTTP_STATUS: dict[type[CmqError], int] = {
     RequestTooLarge: 413,
     CmqError: 500,
     InvariantBroken: 500,
+    NewerFormat: 500,
+    UnreadableFrame: 500,
     Unavailable: 503,
     OutcomeUnknown: 503,
     Overloaded: 503,

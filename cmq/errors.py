@@ -119,6 +119,25 @@ class InvariantBroken(CmqError):
     code = "InternalError"
 
 
+class NewerLayout(InvalidParameter):
+    """Bytes in a layout of a newer release than this one (a command type, a flag, a version
+    this release does not know): raised by the pure decoders, with what was found and what
+    this release reads. Distinct from malformed input: the bytes may be intact. Where a file
+    or a log entry is known, the caller re-raises it as `NewerFormat` naming it."""
+
+
+class NewerFormat(InvariantBroken):
+    """Stored or replicated data (named in the message: a file and offset, a group's entry, a
+    snapshot) was written by a newer release than this one, in a layout it does not read: not
+    damage, but this node cannot go on with it. Run the newer release (downgrades past a
+    format change are refused, README "Upgrades")."""
+
+
+class UnreadableFrame(CmqError):
+    """A frame on the front-end socket (`cmq.service_proxy`) that does not decode to the shape
+    its side expects: the connection is dropped, with this error naming the frame, logged."""
+
+
 class NodeNotFound(CmqError):
     """No node with that id is registered in the catalog."""
 

@@ -45,6 +45,8 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from cmq.errors import NewerLayout
+
 SEND = "send"
 RECEIVE = "receive"
 DELETE = "delete"
@@ -53,6 +55,8 @@ ACTIONS = (SEND, RECEIVE, DELETE, ADMIN)
 """Every action a grant may carry."""
 KEY_ID = re.compile(r"^AKCMQ[A-Z0-9]{16}$")
 """What a stored key id looks like."""
+KEY_COMMANDS = frozenset({"key.create", "key.bootstrap", "key.delete", "key.grant", "key.revoke"})
+"""The ``key.*`` catalog commands this release applies (`KeyStore.apply`)."""
 PATTERN = re.compile(r"^[A-Za-z0-9_\-*?\[\]!]{1,80}$")
 """What a grant's queue pattern may contain: queue-name characters and glob syntax."""
 MAX_GRANTS = 100
@@ -151,7 +155,10 @@ class KeyStore:
         return _command("key.delete", key_id)
 
     def apply(self, op: str, key_id: str, cmd: dict[str, Any]) -> object:
-        """Apply one ``key.*`` command (decoded by the catalog)."""
+        """Apply one ``key.*`` command (decoded by the catalog); an op not in `KEY_COMMANDS` is
+        a newer release's command: `NewerLayout`, whatever the key (never answered per key)."""
+        if op not in KEY_COMMANDS:
+            raise NewerLayout(f"unknown catalog command {op!r}: a newer release's command")
         if op in ("key.create", "key.bootstrap"):
             if op == "key.bootstrap" and self.bootstrap:
                 return self.bootstrap
@@ -185,7 +192,7 @@ class KeyStore:
                     "InvalidParameter", f"access key {key_id} has no grant on {cmd['pattern']!r}"
                 )
         else:
-            raise ValueError(f"unknown key command {op!r}")
+            raise AssertionError(op)  # pragma: no cover - KEY_COMMANDS lists the ops above
         new = tuple(KeyGrant(p, tuple(sorted(a))) for p, a in sorted(grants.items()))
         self.keys[key_id] = msgspec.structs.replace(record, grants=new)
         return self.keys[key_id]

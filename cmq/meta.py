@@ -6,6 +6,12 @@ and which data group holds each queue. Every node applies the meta group (as a v
 learner), so any node can route a request without asking anyone. Writes are rare (queue creation
 and deletion, nodes joining and leaving, move steps), so commands and snapshots are JSON.
 
+Versions: a command's ``op`` is its version marker (an op this release does not know, ``key.*``
+included, is a newer release's: the group stops with `NewerFormat` naming the entry, the op and
+this release, never skipping it); the image carries ``version`` (`CATALOG_IMAGE_VERSION`),
+read before anything else so that a newer image is refused by its version with both named, not
+by the fields it adds.
+
 Placement is decided *inside apply* (`cmq.placement`), so every replica agrees without the
 proposer having to be right:
 
@@ -43,7 +49,7 @@ import msgspec
 import orjson
 
 from cmq import features as feature_flags
-from cmq.errors import InvariantBroken
+from cmq.errors import InvariantBroken, NewerFormat, NewerLayout
 from cmq.keys import KeyRefused, KeyStore
 from cmq.placement import (
     ACTIVE,
@@ -56,6 +62,7 @@ from cmq.placement import (
     plan_moves,
     preferred_leaders,
 )
+from cmq.release import RELEASE
 
 MAX_MOVES = 2
 """Replica moves in flight at once in the whole cluster."""
@@ -86,18 +93,32 @@ A reader refuses a newer version, and any field it does not know, by name."""
 
 
 class _Image(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
-    version: int = CATALOG_IMAGE_VERSION
-    queues: dict[str, int] = {}
-    nodes: dict[int, NodeInfo] = {}
-    groups: dict[int, GroupPlacement] = {}
+    """The catalog image. Field order and defaults are 0.1.0's (``queues``, ``nodes`` and
+    ``groups`` are always written, even empty: 0.1.0 requires them), then the fields added
+    since, omitted at their defaults, so a catalog with no flag enabled encodes to the bytes
+    0.1.0 writes (golden sample ``catalog_image.no_flags``)."""
+
+    queues: dict[str, int]
+    nodes: dict[int, NodeInfo]
+    groups: dict[int, GroupPlacement]
     replication: int = 0
     founders: tuple[int, ...] = ()
     meta: dict[str, dict[str, str]] = {}
     keys: dict[str, Any] = {}
+    version: int = CATALOG_IMAGE_VERSION
     features: dict[str, int] = {}
 
 
 _image_decoder = msgspec.json.Decoder(_Image)
+
+
+class _ImageVersion(msgspec.Struct, frozen=True):
+    """The version of a catalog image alone (any other field ignored)."""
+
+    version: int = CATALOG_IMAGE_VERSION
+
+
+_image_version_decoder = msgspec.json.Decoder(_ImageVersion)
 
 
 class CatalogMachine:
@@ -233,6 +254,10 @@ class CatalogMachine:
             cmd = orjson.loads(command)
             op, name = cmd["op"], cmd["name"]
             return self._apply(op, name, cmd, index)
+        except NewerLayout as e:
+            raise NewerFormat(
+                f"catalog entry {index}: {e} (release {RELEASE} does not know it)"
+            ) from None
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as e:
             raise InvariantBroken(f"undecodable catalog command at {index}: {e}") from None
 
@@ -307,7 +332,7 @@ class CatalogMachine:
             return self._moved(int(name), int(cmd["add"]), int(cmd["remove"]))
         if op == "groups":
             return self._set_groups(int(cmd["groups"]))
-        raise InvariantBroken(f"unknown catalog command {op!r} at {index}")
+        raise NewerLayout(f"unknown catalog command {op!r}: a newer release's command")
 
     def _enable(self, name: str, index: int) -> bool:
         if name not in feature_flags.KNOWN:
@@ -497,15 +522,19 @@ class CatalogMachine:
         if not data:
             self.__init__()  # type: ignore[misc]
             return
+        try:  # the version first: a newer image may have fields this release does not know
+            version = _image_version_decoder.decode(data).version
+        except msgspec.DecodeError as e:
+            raise InvariantBroken(f"undecodable catalog snapshot at {index}: {e}") from None
+        if version > CATALOG_IMAGE_VERSION:
+            raise NewerFormat(
+                f"catalog snapshot at {index} has version {version}; this release reads versions "
+                f"up to {CATALOG_IMAGE_VERSION} (release {RELEASE}): a newer release wrote it"
+            )
         try:
             image = _image_decoder.decode(data)
         except msgspec.DecodeError as e:
             raise InvariantBroken(f"undecodable catalog snapshot at {index}: {e}") from None
-        if image.version > CATALOG_IMAGE_VERSION:
-            raise InvariantBroken(
-                f"catalog snapshot at {index} has version {image.version}; this release reads "
-                f"versions up to {CATALOG_IMAGE_VERSION}"
-            )
         self.queues = dict(image.queues)
         self._load = {}
         for g in self.queues.values():

@@ -18,6 +18,12 @@ kwargs)``; a cancel is ``(rid, None, (), {})``; a reply is ``(rid, True, value)`
 False, (code, message, retry_after))``. pickle is safe here only because the socket file is
 made readable by its owner alone (mode 0600 inside the node's data directory): only processes
 of the user that runs the node can connect, and they can already read its data.
+
+Versions: the wire is version 1 (`WIRE_VERSION`), implicit: a front end and its node process
+are always the same release (one process tree, one installation), so no version is exchanged.
+A frame that does not unpickle, or is not the tuple its side expects, is `UnreadableFrame`
+naming its size and the reason: the connection is dropped and that is logged (the proxy's
+pending calls end `OutcomeUnknown` with the reason), never a bare traceback.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from cmq.errors import CmqError, OutcomeUnknown, Unavailable, error_for
+from cmq.errors import CmqError, OutcomeUnknown, Unavailable, UnreadableFrame, error_for
 from cmq.model import (
     ArchiveResult,
     ClaimResult,
@@ -114,11 +120,34 @@ def _frame(obj: object) -> bytes:
     return _HEAD.pack(len(data)) + data
 
 
-async def _read_frame(reader: asyncio.StreamReader) -> Any:
+WIRE_VERSION = 1
+"""The frame layout above; implicit (see "Versions" in the module docstring)."""
+
+
+async def _read_frame(reader: asyncio.StreamReader, fields: int) -> tuple[Any, ...]:
+    """The next frame: a tuple of ``fields`` items; `UnreadableFrame` if it is not one."""
     (size,) = _HEAD.unpack(await reader.readexactly(_HEAD.size))
     if size > MAX_FRAME:
         raise ConnectionError(f"frame of {size} bytes")
-    return pickle.loads(await reader.readexactly(size))
+    return decode_frame(await reader.readexactly(size), fields)
+
+
+def decode_frame(data: bytes, fields: int) -> tuple[Any, ...]:
+    """A frame's body as the tuple of ``fields`` items it must be; `UnreadableFrame` naming
+    what is wrong otherwise (wire version `WIRE_VERSION`)."""
+    try:
+        value = pickle.loads(data)
+    except Exception as e:  # pickle raises many types on bad input
+        raise UnreadableFrame(
+            f"front-end socket frame of {len(data)} bytes does not decode (wire version "
+            f"{WIRE_VERSION}): {type(e).__name__}: {e}"
+        ) from None
+    if not isinstance(value, tuple) or len(value) != fields:
+        raise UnreadableFrame(
+            f"front-end socket frame of {len(data)} bytes is a {type(value).__name__}, not a "
+            f"tuple of {fields} items (wire version {WIRE_VERSION})"
+        )
+    return value
 
 
 def _error_reply(e: CmqError) -> tuple[str, str, float | None]:
@@ -188,7 +217,7 @@ class ServiceServer:
 
         try:
             while True:
-                rid, method, args, kwargs = await _read_frame(reader)
+                rid, method, args, kwargs = await _read_frame(reader, 4)
                 if method is None:
                     task = running.get(rid)
                     if task is not None:
@@ -201,6 +230,8 @@ class ServiceServer:
         except (asyncio.IncompleteReadError, ConnectionError):
             # The front end went away: what it still waits for has no one to answer.
             log.info("a front end closed its connection; cancelling its %d calls", len(running))
+        except UnreadableFrame as e:
+            log.error("a front end's request could not be read, dropping its connection: %s", e)
         except Exception:  # an undecodable frame: the connection is dropped, loudly
             log.exception("a front end's request could not be read; dropping its connection")
         finally:
@@ -289,7 +320,7 @@ class ServiceProxy(QueueService):
     async def _read(self, reader: asyncio.StreamReader) -> None:
         try:
             while True:
-                rid, ok, value = await _read_frame(reader)
+                rid, ok, value = await _read_frame(reader, 3)
                 fut = self._pending.pop(rid, None)
                 if fut is not None and not fut.done():
                     if ok:
@@ -298,6 +329,9 @@ class ServiceProxy(QueueService):
                         fut.set_exception(_raise(value))
         except (asyncio.IncompleteReadError, ConnectionError) as e:
             self._fail(f"the node process went away ({type(e).__name__})")
+        except UnreadableFrame as e:
+            log.error("front-end connection to the node dropped: %s", e)
+            self._fail(f"the node's answer could not be read: {e}")
         except Exception as e:  # an undecodable frame: nothing after it can be trusted
             log.exception("front-end connection to the node failed")
             self._fail(f"the node's answer could not be read ({type(e).__name__})")

@@ -33,6 +33,13 @@ which the client hands back as text). Limits are the HTTP API's (`cmq.model`). A
 does not decode, or breaks a limit, is answered by `Failed` with code ``InvalidParameter``
 when its id can be read, else the connection is closed with WebSocket status 1007 (invalid
 payload data); nothing is stored.
+
+Versions: the protocol is version 1 (`STREAM_PROTOCOL_VERSION`), implicit: the upgrade carries
+no version header or subprotocol, and a frame's tag is its version marker. This release reads
+request tags 1-6 and answer tags 16-19; a later release adds tags. A request frame with a tag
+the server does not know is answered `Failed` (code ``InvalidParameter``) saying it is a newer
+release's frame and which tags the server reads (the connection and the other frames go on); an
+answer the client cannot read ends the connection with that reason given to the pending calls.
 """
 
 from __future__ import annotations
@@ -209,6 +216,13 @@ Request = Send | Subscribe | Credit | Unsubscribe | Ack | Nack
 Answer = Sent | Deliver | Results | Failed
 """What a server sends."""
 
+STREAM_PROTOCOL_VERSION: Final = 1
+"""The protocol described above; implicit (see "Versions" in the module docstring)."""
+REQUEST_TAGS: Final = frozenset(range(1, 7))
+"""The tags of `Request` frames this release reads (a test checks them against the structs)."""
+ANSWER_TAGS: Final = frozenset(range(16, 20))
+"""The tags of `Answer` frames this release reads (a test checks them against the structs)."""
+
 _encoder = msgspec.msgpack.Encoder()
 _requests = msgspec.msgpack.Decoder(
     Annotated[list[Request], Meta(min_length=1, max_length=MAX_FRAMES)]
@@ -230,6 +244,13 @@ def decode_answers(data: bytes) -> list[Answer]:
     try:
         return _answers.decode(data)
     except msgspec.DecodeError as e:
+        tags = _unknown_tags(data, ANSWER_TAGS)
+        if tags:
+            raise InvalidParameter(
+                f"answer frame tag {tags[0]} is unknown: a frame of a newer release than this "
+                f"client, which reads answer tags {_tag_list(ANSWER_TAGS)} (stream protocol "
+                f"{STREAM_PROTOCOL_VERSION})"
+            ) from None
         raise InvalidParameter(f"undecodable stream message: {e}") from None
 
 
@@ -261,8 +282,44 @@ def decode_requests(data: bytes) -> list[Request | BadFrame]:
         try:
             out.append(_one_request.decode(raw))
         except msgspec.DecodeError as e:
-            out.append(BadFrame(f"bad frame: {e}", _frame_id(raw)))
+            tag = _frame_tag(raw)
+            if tag is not None and tag not in REQUEST_TAGS:
+                why = (
+                    f"frame tag {tag} is unknown: a frame of a newer release than this server, "
+                    f"which reads request tags {_tag_list(REQUEST_TAGS)} (stream protocol "
+                    f"{STREAM_PROTOCOL_VERSION})"
+                )
+                out.append(BadFrame(why, _frame_id(raw)))
+            else:
+                out.append(BadFrame(f"bad frame: {e}", _frame_id(raw)))
     return out
+
+
+def _tag_list(tags: frozenset[int]) -> str:
+    return ", ".join(map(str, sorted(tags)))
+
+
+def _frame_tag(raw: msgspec.Raw | bytes) -> int | None:
+    """The tag of a frame (its first element) if it is an integer, else None."""
+    try:
+        items = msgspec.msgpack.decode(raw)
+    except msgspec.DecodeError:
+        return None
+    if isinstance(items, list) and items:
+        tag = items[0]
+        if isinstance(tag, int) and not isinstance(tag, bool):
+            return tag
+    return None
+
+
+def _unknown_tags(data: bytes, known: frozenset[int]) -> list[int]:
+    """The integer tags of the frames of a message that are not in ``known``, in order."""
+    try:
+        raws = _raw_frames.decode(data)
+    except msgspec.DecodeError:
+        return []
+    tags = (_frame_tag(raw) for raw in raws)
+    return [t for t in tags if t is not None and t not in known]
 
 
 def _frame_id(raw: msgspec.Raw) -> int | None:

@@ -98,6 +98,22 @@ class CorruptRecord(RaftError):
         self.offset = offset
 
 
+class NewerFormat(RaftError):
+    """Stored data or a peer's frame is in a layout of a newer release than this one: it is
+    intact (its checksum, where it has one, holds) but this release cannot read it. Distinct
+    from `CorruptRecord`: nothing is truncated or skipped, the node stops and names ``where``
+    (a file and offset, a group and entry, or a peer), what it found and what it reads; running
+    the newer release (or the release that wrote the data) on it is the way out."""
+
+    code = "NewerFormat"
+
+    def __init__(self, where: str, found: str, known: str) -> None:
+        super().__init__(
+            f"{where}: {found} is from a newer release than this one, which reads {known}"
+        )
+        self.where = where
+
+
 class WalClosed(RaftError):
     """The write-ahead log is closed, or stopped for good after an I/O error (the cause is
     chained). The write is not known to be durable and no later write will be accepted: the

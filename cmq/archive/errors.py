@@ -61,6 +61,13 @@ class ManifestInvalid(ArchiveError):
     code = "manifest_invalid"
 
 
+class NewerManifest(ArchiveError):
+    """A manifest under ``_manifests/`` was written by a newer release in a version this one
+    does not read; the message names the file and both versions. Run a newer archive job."""
+
+    code = "manifest_newer"
+
+
 class VerificationFailed(ArchiveError):
     """What was written differs from what was read (rows per segment, seq ranges)."""
 

@@ -55,6 +55,7 @@ from cmq.archive.errors import (
     ConflictingClaim,
     DuplicateSegment,
     ManifestInvalid,
+    NewerManifest,
     VerificationFailed,
     WriteFailed,
 )
@@ -228,8 +229,11 @@ class ArchiveJob:
         for e in self.storage.list(mf.MANIFESTS):
             if e.is_dir or not e.name.endswith(".json") or e.name.startswith(("_", ".")):
                 continue
+            path = f"{mf.MANIFESTS}/{e.name}"
             try:
-                out.append(mf.decode(self.storage.read(f"{mf.MANIFESTS}/{e.name}")))
+                out.append(mf.decode(self.storage.read(path), path))
+            except NewerManifest:
+                raise
             except Exception as ex:
                 raise ManifestInvalid(f"{mf.MANIFESTS}/{e.name}: {ex}") from None
         seen: dict[tuple[str, int], str] = {}

@@ -2,11 +2,18 @@
 a temporary name and renamed, so it exists only complete. A manifest is the job's commit record:
 its segments' records are in its files, and only segments named in a manifest are ever marked
 archived (by the job that wrote it, or by the recovery of a later run).
+
+Versions: ``version`` (`VERSION`) is read before the rest (`decode`); a newer one is refused with
+`NewerManifest` naming the file and both versions, before fields it may add or change are
+looked at. A manifest that does not decode otherwise is `msgspec.ValidationError`/`DecodeError`
+as before.
 """
 
 from __future__ import annotations
 
 import msgspec
+
+from cmq.archive.errors import NewerManifest
 
 MANIFESTS = "_manifests"
 VERSION = 1
@@ -63,5 +70,17 @@ def encode(m: Manifest) -> bytes:
     return msgspec.json.format(msgspec.json.encode(m), indent=2) + b"\n"
 
 
-def decode(data: bytes) -> Manifest:
+class _Version(msgspec.Struct, frozen=True):
+    version: int
+
+
+def decode(data: bytes, path: str = "manifest") -> Manifest:
+    """The manifest in ``data`` (read from ``path``, named in errors); `NewerManifest` when a
+    newer release wrote it."""
+    head = msgspec.json.decode(data, type=_Version)
+    if head.version > VERSION:
+        raise NewerManifest(
+            f"{path}: archive manifest version {head.version} is from a newer release than this "
+            f"one, which reads version {VERSION}: run the archive job of a newer release"
+        )
     return msgspec.json.decode(data, type=Manifest)

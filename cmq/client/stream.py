@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import Final
 
@@ -55,6 +56,8 @@ from cmq.stream import (
     encode,
 )
 from cmq.stream import Message as WireMessage
+
+log = logging.getLogger(__name__)
 
 _MAX_BATCH_FRAMES: Final = 512
 _MAX_MESSAGE_BYTES: Final = 64 << 20
@@ -123,7 +126,10 @@ class _Connection:
                     break
                 for answer in decode_answers(msg.data):
                     self._dispatch(answer)
-        except (CmqError, aiohttp.ClientError, ConnectionError):
+        except CmqError as e:  # an answer this client cannot read (a newer server's frame)
+            log.warning("stream to %s dropped: %s", self.url, e)
+            self._lost(f"closed: {e}")
+        except (aiohttp.ClientError, ConnectionError):
             pass
         finally:
             self._lost()
@@ -153,14 +159,14 @@ class _Connection:
         except (aiohttp.ClientError, ConnectionError, RuntimeError):
             await self.ws.close()
 
-    def _lost(self) -> None:
+    def _lost(self, why: str = "closed") -> None:
         if not self.closed.is_set():
             self.closed.set()
             self.client._lost()
         for fut in self.pending.values():
             if not fut.done():
                 fut.set_exception(
-                    ResponseLost(f"stream to {self.url} closed", self.url, "ConnectionClosed")
+                    ResponseLost(f"stream to {self.url} {why}", self.url, "ConnectionClosed")
                 )
         self.pending.clear()
 

@@ -12,6 +12,12 @@ decode. A `Produce` is encoded as
 byte of options, so apply frames records by copying; the older `PRODUCE` is decoded only. No
 pickle: a malformed payload raises `InvalidParameter`.
 
+Versions: the command type byte is the version marker (no other byte carries one). This release
+reads the types of `CommandType` (1-16); a later release's command has a type beyond them, or a
+message option bit this release does not know (a `PRODUCE_RECORDS` message), or a record flag
+(`cmq.fsm.store`): `decode_command` raises `NewerLayout` naming it, and the state machine stops
+the group with `cmq.errors.NewerFormat` naming the entry, never skipping it.
+
 Times (``now_ms``, delays, visibility) are integer milliseconds fixed by the proposer (the
 leader); apply never reads a clock. Results are plain values handed back to the proposer: user
 errors are `CommandFailed` results, never exceptions (apply is total).
@@ -23,7 +29,7 @@ import struct
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
-from cmq.errors import InvalidParameter
+from cmq.errors import InvalidParameter, NewerLayout
 from cmq.fsm.results import (
     CommandFailed,
     Created,
@@ -328,7 +334,10 @@ def _read_attributes(r: Reader) -> QueueAttributes:
     values = (r.i64(), r.i64(), r.i64(), r.i64(), r.i64(), r.opt_text(), r.i64())
     flags = r.u8()
     if flags & ~(_ARCHIVE | _FIFO | _CONTENT_DEDUP):
-        raise InvalidParameter(f"bad attribute flags {flags:#x}")
+        raise NewerLayout(
+            f"unknown queue attribute flags {flags:#x}: from a newer release than this one, "
+            f"which reads the flags {_ARCHIVE | _FIFO | _CONTENT_DEDUP:#x}"
+        )
     return QueueAttributes(
         visibility_timeout=values[0],
         delay_seconds=values[1],
@@ -497,11 +506,18 @@ def _count(r: Reader, item_size: int) -> int:
 
 
 def decode_command(data: bytes) -> Command:
-    """Parse `encode_command` output; anything malformed raises `InvalidParameter`."""
+    """Parse `encode_command` output; anything malformed raises `InvalidParameter`, a newer
+    release's command `NewerLayout` (see the module docstring)."""
     r = Reader(data)
-    kind = _COMMAND_TYPES.get(r.u8())
+    code = r.u8()
+    kind = _COMMAND_TYPES.get(code)
+    if kind is None and code < min(CommandType):
+        raise InvalidParameter(f"unknown command type {code}")
     if kind is None:
-        raise InvalidParameter(f"unknown command type {data[:1]!r}")
+        raise NewerLayout(
+            f"unknown command type {code}: a command of a newer release than this one, "
+            f"which reads command types {min(CommandType)}-{max(CommandType)}"
+        )
     cmd: Command
     match kind:  # the commands of the data path first
         case CommandType.PRODUCE_RECORDS:
@@ -583,7 +599,10 @@ def _read_produce(r: Reader) -> Produce:
         delay = dedup = group = None
         if opts:
             if opts & ~(_HAS_DELAY | _HAS_DEDUP | _HAS_GROUP):
-                raise InvalidParameter(f"unknown message options {opts:#x}")
+                raise NewerLayout(
+                    f"unknown message options {opts:#x}: from a newer release than this one, which "
+                    f"reads the options {_HAS_DELAY | _HAS_DEDUP | _HAS_GROUP:#x}"
+                )
             r.seek(pos)
             delay = r.i64() if opts & _HAS_DELAY else None
             dedup = r.text() if opts & _HAS_DEDUP else None

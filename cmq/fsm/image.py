@@ -11,6 +11,11 @@ group and deduplication id and the remembered receive attempts. Equal states giv
 
 Shipped form (for a follower that lacks the segment files): ``CMQSHIP1``, image length, segment
 count, the image, then per segment its key length, first seq, size and CRC-32, key and bytes.
+
+Versions: the image's version byte (`READABLE_IMAGE_VERSIONS`; 0.1.0 wrote version 2) and the
+shipped form's magic, whose last byte is its version (``1``). A newer image version, or a
+shipped magic ``CMQSHIP`` with another last byte, raises `NewerFormat` naming both versions
+(`decode_image`, `install_shipped`); anything else malformed is `InvariantBroken`.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from collections.abc import Iterable
 
 from pyroaring import BitMap
 
-from cmq.errors import InvalidParameter, InvariantBroken
+from cmq.errors import InvalidParameter, InvariantBroken, NewerFormat, NewerLayout
 from cmq.fsm.commands import read_attributes
 from cmq.fsm.fifo import FifoState
 from cmq.fsm.queue import WIDTH, QueueState, Segment
@@ -44,6 +49,9 @@ _SEGMENT_HEAD = struct.Struct("<qqqBqIBI")
 _CLAIM_TAIL = struct.Struct("<q")
 _DEDUP_TAIL = struct.Struct("<qq")
 SHIPPED_MAGIC = b"CMQSHIP1"
+SHIPPED_FAMILY = b"CMQSHIP"
+"""The shipped form's magic without its version byte: data starting with it is a shipped
+image (of this version, or of a newer one this release refuses)."""
 _SHIPPED_HEAD = struct.Struct("<QI")  # light image length, segment count
 _SHIPPED_SEGMENT = struct.Struct("<HqQI")  # key length, first seq, size, crc32
 
@@ -59,9 +67,12 @@ def image_head(incarnations: int, queues: int, version: int = IMAGE_VERSION) -> 
 
 
 def decode_image(data: bytes) -> tuple[int, dict[str, QueueState]]:
-    """(incarnation counter, queues by name) of an image; `InvariantBroken` if malformed."""
+    """(incarnation counter, queues by name) of an image; `NewerFormat` if a newer release wrote
+    it, `InvariantBroken` if malformed."""
     try:
         return decode_queues(Reader(data))
+    except NewerLayout as e:
+        raise NewerFormat(f"snapshot image: {e}") from None
     except InvalidParameter as e:
         raise InvariantBroken(f"undecodable snapshot image: {e}") from None
 
@@ -99,7 +110,15 @@ def segments_digest(queues: Iterable[QueueState], store: SegmentStore) -> tuple[
 
 
 def install_shipped(data: bytes, store: SegmentStore) -> bytes:
-    """Write the segments of a shipped image into ``store``; return the plain image."""
+    """Write the segments of a shipped image into ``store``; return the plain image. A shipped
+    form of a newer version is `NewerFormat` (before anything is written)."""
+    if not data.startswith(SHIPPED_MAGIC):
+        found = data[len(SHIPPED_FAMILY) : len(SHIPPED_MAGIC)]
+        raise NewerFormat(
+            f"shipped snapshot: version {found!r} (magic {bytes(data[: len(SHIPPED_MAGIC)])!r}) "
+            f"is from a newer release than this one, which reads version "
+            f"{SHIPPED_MAGIC[-1:]!r} (magic {SHIPPED_MAGIC!r})"
+        )
     view = memoryview(data)
     pos = len(SHIPPED_MAGIC)
     try:
@@ -237,6 +256,11 @@ def decode_queues(r: Reader) -> tuple[int, dict[str, QueueState]]:
     if r.raw(4) != IMAGE_MAGIC:
         raise InvalidParameter("not a queue machine image")
     version, incarnations, nqueues = _IMAGE_HEAD.unpack(r.raw(_IMAGE_HEAD.size))
+    if version > max(READABLE_IMAGE_VERSIONS):
+        raise NewerLayout(
+            f"image version {version} is from a newer release than this one, which reads "
+            f"versions {', '.join(map(str, READABLE_IMAGE_VERSIONS))}"
+        )
     if version not in READABLE_IMAGE_VERSIONS:
         raise InvalidParameter(
             f"image version {version}; this release reads versions {READABLE_IMAGE_VERSIONS}"

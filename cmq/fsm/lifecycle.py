@@ -28,7 +28,14 @@ from typing import TYPE_CHECKING
 
 from pyroaring import BitMap
 
-from cmq.errors import CorruptSegment, InvalidParameter, SegmentNotFound, SegmentNotReleased
+from cmq.errors import (
+    CorruptSegment,
+    InvalidParameter,
+    NewerFormat,
+    NewerLayout,
+    SegmentNotFound,
+    SegmentNotReleased,
+)
 from cmq.fsm.commands import (
     ClaimSegments,
     CommandFailed,
@@ -302,6 +309,9 @@ def read_records(
                 raise CorruptSegment(f"{where}: record at offset {total - len(buf) + pos} fails")
             try:
                 message, _ = decode_payload(payload)
+            except NewerLayout as e:
+                at = total - len(buf) + pos
+                raise NewerFormat(f"{where}: the record at offset {at}: {e}") from None
             except InvalidParameter as e:
                 raise CorruptSegment(f"{where}: bad record: {e}") from None
             if message.seq != seg.first_seq + rel:

@@ -38,7 +38,7 @@ import zlib
 from bisect import bisect_right
 
 from cmq import errors
-from cmq.errors import InvalidParameter, InvariantBroken
+from cmq.errors import InvalidParameter, InvariantBroken, NewerFormat, NewerLayout
 from cmq.fsm import fifo as fifo_rules
 from cmq.fsm import leasing, lifecycle
 from cmq.fsm.commands import (
@@ -70,6 +70,7 @@ from cmq.fsm.commands import (
     decode_command,
 )
 from cmq.fsm.image import (
+    SHIPPED_FAMILY,
     SHIPPED_MAGIC,
     decode_image,
     encode_queue,
@@ -153,6 +154,8 @@ class QueueMachine(MachineReads):
         """Apply one committed command; returns its `Result`."""
         try:
             cmd = decode_command(command)
+        except NewerLayout as e:
+            raise NewerFormat(f"entry {index}: {e}") from None
         except InvalidParameter as e:
             raise InvariantBroken(f"entry {index}: undecodable committed command: {e}") from None
         self.applied_index = index
@@ -188,7 +191,7 @@ class QueueMachine(MachineReads):
         files to the recorded layout (longer files truncated; missing/short: `InvariantBroken`).
         Costs a read of the live segments (per-record times are not in the image). A shipped
         image (`export_snapshot`) first installs the segments it carries."""
-        if data.startswith(SHIPPED_MAGIC):
+        if data.startswith(SHIPPED_FAMILY):
             data = install_shipped(data, self._store)
         before = set(self._queues)
         incarnations, queues = decode_image(data) if data else (0, {})

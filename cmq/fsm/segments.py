@@ -17,7 +17,7 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 
-from cmq.errors import InvalidParameter, InvariantBroken
+from cmq.errors import InvalidParameter, InvariantBroken, NewerFormat, NewerLayout
 from cmq.fsm.store import (
     FRAME,
     RecoveredSegment,
@@ -264,6 +264,9 @@ class _FramedStore(ABC):
         payload, _ = self._check_frame(key, offset, data, seq)
         try:
             return decode_payload(payload)
+        except NewerLayout as e:
+            where = self._describe(key)
+            raise NewerFormat(f"{where}: the record at offset {offset}: {e}") from None
         except InvalidParameter as e:
             where = self._describe(key)
             raise InvariantBroken(f"{where}: bad record at offset {offset}: {e}") from None

@@ -7,6 +7,11 @@ framed ``[u32 len][u32 crc32(payload)][payload]`` (little-endian); the payload i
 ([u32 len][key][u32 len][value])*n [body: the rest]``. ``flags`` bit 0: the body is binary.
 ``visible_at_ms`` is the message's initial visibility (sent + delay): with ``sent_at_ms`` it is
 what a restore needs from the files, so the snapshot image need not carry per-message times.
+
+Versions: this record layout is version 1 (`RECORD_LAYOUT_VERSION`, implicit: no byte carries
+it; written unchanged since release 0.1.0). A later layout is recognised by a ``flags`` bit this
+release does not know (it reads bit 0 only): `decode_tail` raises `NewerLayout` for it, and the
+segment store names the file and offset (`cmq.errors.NewerFormat`), never "corrupt".
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from cmq.errors import InvalidParameter
+from cmq.errors import InvalidParameter, NewerLayout
 from cmq.fsm.wire import Reader
 
 FRAME = struct.Struct("<II")
@@ -29,6 +34,8 @@ _TAIL_HEAD = struct.Struct("<BI")
 _U32 = struct.Struct("<I")
 _NO_ATTRIBUTES = _U32.pack(0)
 FLAG_BINARY = 1
+RECORD_LAYOUT_VERSION = 1
+"""The record layout above; implicit (a later one sets a flag bit other than `FLAG_BINARY`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,14 +105,17 @@ def decode_tail(
     data: bytes | memoryview, start: int, end: int
 ) -> tuple[str, bool, tuple[tuple[str, str], ...], int]:
     """``(id, binary, attributes, body offset)`` of the `record_tail` in ``data[start:end]``
-    (the body is ``data[offset:end]``); raises `InvalidParameter` if malformed, unknown flags
-    included (a tail is stored as proposed). On the apply path of every message: no `Reader`
-    unless the message has attributes."""
+    (the body is ``data[offset:end]``); raises `InvalidParameter` if malformed, `NewerLayout`
+    for flags a newer release sets (a tail is stored as proposed). On the apply path of every
+    message: no `Reader` unless the message has attributes."""
     if end > len(data) or start + _TAIL_HEAD.size + 4 > end:
         raise InvalidParameter("record too short")
     flags, id_len = _TAIL_HEAD.unpack_from(data, start)
     if flags & ~FLAG_BINARY:
-        raise InvalidParameter(f"unknown record flags {flags:#x}")
+        raise NewerLayout(
+            f"unknown record flags {flags:#x}: a newer release's record (this release reads the "
+            f"flag {FLAG_BINARY:#x}, record layout {RECORD_LAYOUT_VERSION})"
+        )
     id_end = start + _TAIL_HEAD.size + id_len
     if id_end + 4 > end:
         raise InvalidParameter("record id overruns the record")

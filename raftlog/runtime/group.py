@@ -487,7 +487,8 @@ class GroupDriver:
         elif not e.data:
             results = []  # a leader's no-op
         else:
-            results = [self.sm.apply(e.index, cmd) for cmd in decode_batch(e.data)]
+            where = f"group {self.group} entry {e.index}"
+            results = [self.sm.apply(e.index, cmd) for cmd in decode_batch(e.data, where)]
         if waiter is None:
             return
         futures = waiter[1]

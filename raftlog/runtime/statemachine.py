@@ -2,6 +2,11 @@
 
 Proposals that arrive while a group is busy are packed into one Raft entry; the runtime unpacks
 them on apply and calls `StateMachine.apply` once per proposal, in order.
+
+Batch layout (version `BATCH_VERSION` = 1, written unchanged since release 0.1.0): ``[u8
+version][u32 count]`` then ``count`` times ``[u32 length][command]``. A later version is
+refused with `NewerFormat` naming the group and entry and both versions; version 0 or a
+malformed batch is a broken invariant (it was committed, so it is damage or a bug).
 """
 
 from __future__ import annotations
@@ -9,7 +14,7 @@ from __future__ import annotations
 import struct
 from typing import Protocol, runtime_checkable
 
-from raftlog.errors import InvariantViolation
+from raftlog.errors import InvariantViolation, NewerFormat
 
 _HEAD = struct.Struct(">BI")
 _LEN = struct.Struct(">I")
@@ -65,25 +70,29 @@ def encode_batch(commands: list[bytes]) -> bytes:
     return b"".join(parts)
 
 
-def decode_batch(data: bytes) -> list[bytes]:
-    """Inverse of `encode_batch`. A malformed payload is a broken invariant (it was committed)."""
+def decode_batch(data: bytes, where: str = "a committed entry") -> list[bytes]:
+    """Inverse of `encode_batch`. A malformed payload is a broken invariant (it was committed);
+    a newer batch version is `NewerFormat`. ``where`` (e.g. "group 3 entry 17") names the
+    entry in either error."""
     view = memoryview(data)
     if len(view) < _HEAD.size:
-        raise InvariantViolation("committed entry too short for a batch header")
+        raise InvariantViolation(f"{where}: too short for a batch header")
     version, count = _HEAD.unpack_from(view, 0)
+    if version > BATCH_VERSION:
+        raise NewerFormat(where, f"batch version {version}", f"batch version {BATCH_VERSION}")
     if version != BATCH_VERSION:
-        raise InvariantViolation(f"unknown batch version {version}")
+        raise InvariantViolation(f"{where}: unknown batch version {version}")
     pos = _HEAD.size
     out: list[bytes] = []
     for _ in range(count):
         if pos + _LEN.size > len(view):
-            raise InvariantViolation("truncated batch")
+            raise InvariantViolation(f"{where}: truncated batch")
         (n,) = _LEN.unpack_from(view, pos)
         pos += _LEN.size
         if pos + n > len(view):
-            raise InvariantViolation("truncated batch")
+            raise InvariantViolation(f"{where}: truncated batch")
         out.append(bytes(view[pos : pos + n]))
         pos += n
     if pos != len(view):
-        raise InvariantViolation("trailing bytes after batch")
+        raise InvariantViolation(f"{where}: trailing bytes after batch")
     return out

@@ -3,6 +3,13 @@ files, and the snapshot data file format.
 
 Every file that is committed by rename goes through `atomic_write`, so a crash leaves either the
 old or the new content under the final name, never a mix and never an empty file.
+
+Snapshot data file: ``[4s magic][u32 crc32][u64 group][u64 index][u64 term][u64 length][data]``
+(big endian; the crc covers everything after it). The magic ``CMQS`` is layout version 1
+(`SNAPSHOT_FILE_VERSION`, written unchanged since release 0.1.0). A later layout keeps the
+prefix ``CMQ`` and puts its version in the magic's fourth byte (a byte other than ``S``): a
+reader refuses such a file with `NewerFormat` naming it and both versions; any other magic is
+corruption.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ import re
 import struct
 import zlib
 
-from raftlog.errors import CorruptRecord
+from raftlog.errors import CorruptRecord, NewerFormat
 
 WAL_NAME = re.compile(r"^wal-(\d{16})\.log$")
 SNAP_NAME = re.compile(r"^(\d{20})-(\d{20})\.snap$")
@@ -21,6 +28,9 @@ SNAP_DIR = "snap"
 TMP_SUFFIX = ".tmp"
 
 _SNAP_MAGIC = b"CMQS"
+_SNAP_FAMILY = b"CMQ"
+SNAPSHOT_FILE_VERSION = 1
+"""The snapshot file layout this release writes and reads; carried implicitly by the magic."""
 _SNAP_HEAD = struct.Struct(">4sIQQQQ")  # magic, crc32 of the rest, group, index, term, data length
 
 
@@ -77,13 +87,20 @@ def encode_snapshot_file(group: int, index: int, term: int, data: bytes) -> byte
 
 
 def decode_snapshot_file(path: str, raw: bytes, group: int, index: int, term: int) -> bytes:
-    """The data in a snapshot file; raises `CorruptRecord` unless it is intact and belongs to
-    ``group`` at ``index``/``term``."""
+    """The data in a snapshot file; raises `NewerFormat` for a later layout (see the module
+    docstring), `CorruptRecord` unless it is intact and belongs to ``group`` at
+    ``index``/``term``."""
     if len(raw) < _SNAP_HEAD.size:
         raise CorruptRecord(path, 0, "snapshot file shorter than its header")
     magic, crc, g, i, t, n = _SNAP_HEAD.unpack_from(raw)
     data = raw[_SNAP_HEAD.size :]
     if magic != _SNAP_MAGIC:
+        if magic[:3] == _SNAP_FAMILY:
+            raise NewerFormat(
+                path,
+                f"snapshot file layout {magic[3]} (magic {magic!r})",
+                f"snapshot file version {SNAPSHOT_FILE_VERSION} (magic {_SNAP_MAGIC!r})",
+            )
         raise CorruptRecord(path, 0, "bad snapshot file magic")
     if n != len(data) or zlib.crc32(data, zlib.crc32(raw[8 : _SNAP_HEAD.size])) != crc:
         raise CorruptRecord(path, 0, "snapshot file checksum mismatch")

@@ -12,6 +12,13 @@ past the end of the file, which recovery then has to tell apart from a torn writ
 Payloads are fixed-layout ``struct`` encodings; entry data travels as raw bytes. Nothing here
 ever unpickles. Decoders raise ``ValueError`` with a reason; the I/O layer turns that into
 `raftlog.errors.CorruptRecord` naming the file and offset.
+
+Versions: the frame has no version field; this layout is version 1 (`RECORD_LAYOUT_VERSION`,
+implicit, written unchanged since release 0.1.0). What a later release adds is recognisable in
+a frame whose checksum holds: a record type beyond `RecordType` (this release knows 1-5), a
+snapshot flag bit other than "installed", or an entry kind beyond `EntryKind`. Those raise
+`NewerRecord` (a ``ValueError``), which recovery reports as `raftlog.errors.NewerFormat`, never
+as a torn tail: the record is intact and truncating it would lose data.
 """
 
 from __future__ import annotations
@@ -42,6 +49,20 @@ _HARD_STATE = struct.Struct(">QQQ")  # term, vote, commit
 _SNAPSHOT_HEAD = struct.Struct(">QQB")  # index, term, flags
 _CONF_HEAD = struct.Struct(">II")  # number of voters, number of learners
 _SNAP_INSTALLED = 0x01
+
+
+RECORD_LAYOUT_VERSION = 1
+"""The frame layout above; implicit (no byte carries it). A later layout is told apart by a
+record type, snapshot flag or entry kind this release does not know (see the module docstring)."""
+
+
+class NewerRecord(ValueError):
+    """An intact record in a layout of a newer release (an unknown type, flag or entry kind)."""
+
+    def __init__(self, found: str, known: str) -> None:
+        super().__init__(f"unknown {found}: a newer release's record (this release reads {known})")
+        self.found = found
+        self.known = known
 
 
 class RecordType(IntEnum):
@@ -256,7 +277,8 @@ def _decode_entries(view: memoryview, pos: int, end: int) -> tuple[Entry, ...]:
         try:
             entry_kind = EntryKind(kind)
         except ValueError:
-            raise ValueError(f"entry {first + i} has unknown kind {kind}") from None
+            known = ", ".join(str(int(k)) for k in EntryKind)
+            raise NewerRecord(f"kind {kind} of entry {first + i}", f"entry kinds {known}") from None
         if pos + n > end:
             raise ValueError(f"entry {first + i} data truncated")
         out.append(Entry(term, first + i, entry_kind, bytes(view[pos : pos + n])))
@@ -269,7 +291,8 @@ def _decode_entries(view: memoryview, pos: int, end: int) -> tuple[Entry, ...]:
 def decode_body(buf: bytes | memoryview, start: int, end: int) -> tuple[int, Record]:
     """Decode the checksummed body ``buf[start:end]`` of a frame into ``(group, record)``.
 
-    Raises ``ValueError`` when the body does not decode to exactly one valid record.
+    Raises ``ValueError`` when the body does not decode to exactly one valid record:
+    `NewerRecord` when it is a later release's record (see the module docstring).
     """
     view = memoryview(buf)
     if end - start < BODY_HEADER_SIZE:
@@ -279,7 +302,9 @@ def decode_body(buf: bytes | memoryview, start: int, end: int) -> tuple[int, Rec
     try:
         kind = RecordType(rtype)
     except ValueError:
-        raise ValueError(f"unknown record type {rtype}") from None
+        raise NewerRecord(
+            f"record type {rtype}", f"record types {min(RecordType)}-{max(RecordType)}"
+        ) from None
     record: Record
     if kind is RecordType.ENTRIES:
         return group, EntriesRecord(_decode_entries(view, pos, end))
@@ -292,7 +317,7 @@ def decode_body(buf: bytes | memoryview, start: int, end: int) -> tuple[int, Rec
             raise ValueError("snapshot payload truncated")
         index, term, flags = _SNAPSHOT_HEAD.unpack_from(view, pos)
         if flags & ~_SNAP_INSTALLED:
-            raise ValueError(f"unknown snapshot flags {flags:#x}")
+            raise NewerRecord(f"snapshot flags {flags:#x}", f"flag {_SNAP_INSTALLED:#x}")
         conf, pos = _decode_conf(view, pos + _SNAPSHOT_HEAD.size, end)
         if pos != end:
             raise ValueError("trailing bytes after snapshot record")

@@ -10,6 +10,10 @@ Rules (record framing: `raftlog.storage.record`):
 - A bad frame followed by a valid one, a bad frame in any other segment, or a frame with a valid
   checksum that does not decode is corruption: `CorruptRecord` names the file and the offset of
   the damaged frame. Nothing is ever skipped silently.
+- A frame with a valid checksum holding a newer release's record (a type, flag or entry kind
+  this release does not know, `raftlog.storage.record.NewerRecord`) is neither: `NewerFormat`
+  names the file, the offset and what was found. It is never truncated (that would lose data a
+  newer release wrote and may have acknowledged).
 
 Known limit: an entry whose data contains a complete, valid WAL frame inside a torn last record
 would be mistaken for "valid data follows" and reported as corruption (loud, never silent loss).
@@ -22,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from raftlog.core.types import ConfState, Entry, HardState, SnapshotMeta
-from raftlog.errors import CorruptRecord
+from raftlog.errors import CorruptRecord, NewerFormat
 from raftlog.storage.files import WAL_NAME, wal_name
 from raftlog.storage.record import (
     FRAME_PREFIX_SIZE,
@@ -31,6 +35,7 @@ from raftlog.storage.record import (
     EntriesRecord,
     FrameStatus,
     HardStateRecord,
+    NewerRecord,
     Record,
     check_frame,
     decode_body,
@@ -171,7 +176,8 @@ def _truncate(path: str, size: int) -> None:
 def recover(directory: str, max_body: int, *, repair: bool = True) -> Recovery:
     """Replay every segment of ``directory``; truncate a torn tail of the last one if ``repair``.
 
-    Raises `CorruptRecord` for damage that is not a torn tail (see the module docstring).
+    Raises `CorruptRecord` for damage that is not a torn tail, `NewerFormat` for an intact
+    record of a newer release (see the module docstring).
     """
     seqs = list_segments(directory)
     index = SegmentIndex()
@@ -203,6 +209,9 @@ def recover(directory: str, max_body: int, *, repair: bool = True) -> Recovery:
                 break
             try:
                 group, record = decode_body(view, offset + FRAME_PREFIX_SIZE, end)
+            except NewerRecord as exc:
+                found = f"a record with unknown {exc.found}"
+                raise NewerFormat(f"{path} at offset {offset}", found, exc.known) from None
             except ValueError as exc:
                 raise CorruptRecord(path, offset, f"undecodable record: {exc}") from None
             if isinstance(record, DropRecord):

@@ -243,7 +243,8 @@ class Wal:
     def open(cls, directory: str, options: WalOptions | None = None) -> Wal:
         """Recover ``directory`` (creating it if needed) and start its writer thread.
 
-        Truncates a torn tail of the last segment; raises `CorruptRecord` for any other damage.
+        Truncates a torn tail of the last segment; raises `CorruptRecord` for any other damage
+        and `NewerFormat` for an intact record of a newer release (never truncated).
         Removes leftover temporary files and snapshot files no group refers to.
         """
         options = options or WalOptions()

@@ -17,6 +17,12 @@ Kinds:
 - ``CHUNK_STATE`` the pieces of chunked frames a receiver holds, so that a transfer resumes
                  after a reconnect (`raftlog.transport.resume`)
 - ``QUIESCE``    like ``BEATS``: the last heartbeat of idle groups (`raftlog.runtime.liveness`)
+
+Versions: the frame layout is version 1 (`FRAME_LAYOUT_VERSION`, implicit: no byte carries it;
+the handshake is `raftlog.transport.peer`'s). A later release's frame is recognised by a kind
+beyond `FrameKind` (directly or inside a ``CHUNK``): `parse_header` and `decode_chunk` raise
+`NewerFrame` (a `CodecError`, so the connection is dropped and logged naming the peer's node
+id) saying it is a newer release's kind and which kinds this release reads.
 """
 
 from __future__ import annotations
@@ -50,6 +56,8 @@ _CHUNK = struct.Struct(">QBIIQI")
 _PONG = struct.Struct(">Qq")
 
 DEFAULT_MAX_FRAME = 64 << 20
+FRAME_LAYOUT_VERSION = 1
+"""The peer frame layout described above; implicit (see the module docstring)."""
 
 
 class FrameKind(IntEnum):
@@ -72,6 +80,21 @@ class CodecError(RaftError):
     """A frame could not be decoded: the peer is broken or hostile; drop the connection."""
 
     code = "CodecError"
+
+
+class NewerFrame(CodecError):
+    """A frame of a kind this release does not know: a newer release's (see the module
+    docstring). ``kind`` is the byte found."""
+
+    code = "NewerFrame"
+
+    def __init__(self, kind: int, inner: bool = False) -> None:
+        what = "inner frame kind" if inner else "frame kind"
+        super().__init__(
+            f"{what} {kind} is from a newer release than this one, which reads frame kinds "
+            f"{min(FrameKind)}-{max(FrameKind)}"
+        )
+        self.kind = kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +133,7 @@ def parse_header(header: bytes, max_frame: int) -> tuple[FrameKind, int]:
     try:
         return FrameKind(kind), length - 1
     except ValueError:
-        raise CodecError(f"unknown frame kind {kind}") from None
+        raise NewerFrame(kind) from None
 
 
 # -- raft messages -------------------------------------------------------------------------------
@@ -372,7 +395,7 @@ def decode_chunk(body: bytes | memoryview) -> Chunk:
     try:
         inner = FrameKind(kind)
     except ValueError:
-        raise CodecError(f"unknown inner frame kind {kind}") from None
+        raise NewerFrame(kind, inner=True) from None
     if inner is FrameKind.CHUNK:
         raise CodecError("a chunk cannot carry a chunk")
     return Chunk(transfer, inner, index, count, total, crc, r.raw(len(body) - r.pos))

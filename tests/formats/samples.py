@@ -1,0 +1,336 @@
+"""A fixed sample of every persistent and wire format, encoded by the current code.
+
+Every input is fixed (ids, times, bodies, keys), so each sample's bytes depend only on the
+encoder. `SAMPLES` maps a sample's name to ``(format version, build)``: the version is the one
+the bytes are written in (``"1 (implicit)"`` where no byte carries it), ``build()`` returns the
+bytes. `tests.formats.test_golden` compares them with ``golden/formats.json``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import msgspec
+
+from cmq import stream
+from cmq.archive import manifest as archive_manifest
+from cmq.backup import format as backup_format
+from cmq.fsm import commands as qc
+from cmq.fsm.image import SHIPPED_MAGIC, ship
+from cmq.fsm.machine import QueueMachine
+from cmq.fsm.segments import MemorySegmentStore
+from cmq.fsm.store import StoredMessage
+from cmq.fsm.store import encode_record as encode_segment_record
+from cmq.meta import CatalogMachine
+from cmq.model import QueueAttributes
+from cmq.receipts import ReceiptSigner
+from raftlog.core.types import (
+    ConfState,
+    Entry,
+    EntryKind,
+    HardState,
+    Message,
+    MsgType,
+    Snapshot,
+    SnapshotMeta,
+)
+from raftlog.runtime.statemachine import encode_batch
+from raftlog.storage import record as wal
+from raftlog.storage.files import encode_snapshot_file
+from raftlog.transport import codec
+from raftlog.transport.resume import ChunkState, FrameKey, encode_state
+
+T0 = 1_700_000_000_000
+"""The fixed "now" of every sample (ms)."""
+GROUP = 7
+CONF = ConfState((1, 2, 3), (4,))
+RECEIPT_KEY = b"golden-receipt-key-0123456789"
+
+Sample = tuple[str, Callable[[], bytes]]
+
+
+# -- raftlog --------------------------------------------------------------------------------------
+
+
+def _wal_samples() -> dict[str, Sample]:
+    entries = (
+        Entry(3, 10, EntryKind.NORMAL, b"cmd-a"),
+        Entry(3, 11, EntryKind.CONF, b"conf-b"),
+        Entry(4, 12, EntryKind.NORMAL, b""),
+    )
+    records: dict[str, wal.Record] = {
+        "entries": wal.EntriesRecord(entries),
+        "hard_state": wal.HardStateRecord(HardState(4, 2, 11)),
+        "snapshot_created": wal.SnapshotRecord(SnapshotMeta(9, 3, CONF), False),
+        "snapshot_installed": wal.SnapshotRecord(SnapshotMeta(9, 3, CONF), True),
+        "conf": wal.ConfRecord(CONF),
+        "drop": wal.DropRecord(),
+    }
+    return {
+        f"wal_record.{name}": ("1 (implicit)", lambda r=r: wal.encode_record(GROUP, r))
+        for name, r in records.items()
+    }
+
+
+def _message() -> Message:
+    return Message(
+        MsgType.APP,
+        to=2,
+        frm=1,
+        term=4,
+        log_term=3,
+        index=9,
+        entries=(Entry(4, 10, EntryKind.NORMAL, b"x"), Entry(4, 11, EntryKind.CONF, b"yz")),
+        commit=9,
+        epoch=5,
+    )
+
+
+def _snap_message() -> Message:
+    snap = Snapshot(SnapshotMeta(9, 3, CONF), b"image")
+    return Message(MsgType.SNAP, to=2, frm=1, term=4, snapshot=snap, epoch=6)
+
+
+def _peer_samples() -> dict[str, Sample]:
+    k = codec.FrameKind
+    nonce = bytes(range(32))
+    chunk = codec.Chunk(77, k.RAFT, 1, 3, 300, 0xDEADBEEF, b"piece")
+    state = ChunkState(True, FrameKey(3, 300, 0xDEADBEEF), 2, (FrameKey(2, 100, 0x1234),))
+    frames: dict[str, tuple[codec.FrameKind, Callable[[], bytes]]] = {
+        "hello": (k.HELLO, lambda: codec.encode_hello(5, nonce)),
+        "challenge": (k.CHALLENGE, lambda: nonce + bytes(range(32, 64))),
+        "auth": (k.AUTH, lambda: bytes(range(64, 96))),
+        "raft": (
+            k.RAFT,
+            lambda: codec.encode_messages([(GROUP, _message()), (8, _snap_message())]),
+        ),
+        "beats": (k.BEATS, lambda: codec.encode_beats([codec.Beat(GROUP, 4, 11)])),
+        "beat_acks": (k.BEAT_ACKS, lambda: codec.encode_beat_acks([codec.BeatAck(GROUP, 4)])),
+        "call": (k.CALL, lambda: codec.encode_call(42, False, b"payload")),
+        "reply": (k.REPLY, lambda: codec.encode_call(42, True, b"error")),
+        "call_clock_ping": (k.CALL, lambda: codec.encode_clock_ping(3)),
+        "reply_clock_pong": (k.REPLY, lambda: codec.encode_clock_pong(3, T0)),
+        "chunk": (k.CHUNK, lambda: codec.encode_chunk(chunk)),
+        "quiesce": (k.QUIESCE, lambda: codec.encode_beats([codec.Beat(GROUP, 4, 11)])),
+        "chunk_state": (k.CHUNK_STATE, lambda: encode_state(state)),
+    }
+    return {
+        f"peer_frame.{name}": (
+            "1 (implicit)",
+            lambda kind=kind, body=body: codec.frame(kind, body()),
+        )
+        for name, (kind, body) in frames.items()
+    }
+
+
+def _raftlog_samples() -> dict[str, Sample]:
+    return {
+        **_wal_samples(),
+        "proposal_batch": ("1", lambda: encode_batch([b"first", b"", b"third"])),
+        "snapshot_file": (
+            "1 (implicit, magic CMQS)",
+            lambda: encode_snapshot_file(GROUP, 9, 3, b"img"),
+        ),
+        **_peer_samples(),
+    }
+
+
+# -- cmq ------------------------------------------------------------------------------------------
+
+ATTRS = QueueAttributes(visibility_timeout=30, delay_seconds=1, dead_letter_queue="dlq")
+FIFO_ATTRS = QueueAttributes(fifo=True, content_based_deduplication=True, archive=True)
+
+
+def _new(i: int, **kw: object) -> qc.NewMessage:
+    return qc.NewMessage(f"msg-{i:04d}", f"body {i}".encode(), False, (("k", str(i)),), None, None)
+
+
+def queue_commands() -> dict[str, qc.Command]:
+    """One command of each type this release writes (``PRODUCE`` is only read: logs of before
+    ``PRODUCE_RECORDS``), plus the optional trailing fields."""
+    fifo_msg = qc.NewMessage("msg-fifo", b"\x00\x01", True, (), 5, "dedup-1", "group-a")
+    return {
+        "create_queue": qc.CreateQueue("q", ATTRS, T0, 1 << 20, 60_000),
+        "create_queue_fifo": qc.CreateQueue("f.fifo", FIFO_ATTRS, T0),
+        "delete_queue": qc.DeleteQueue("q"),
+        "set_attributes": qc.SetAttributes("q", ATTRS),
+        "purge": qc.Purge("q", T0),
+        "produce_records": qc.Produce("q", T0, (_new(1), _new(2))),
+        "produce_records_options": qc.Produce("f.fifo", T0, (fifo_msg,)),
+        "produce_records_import": qc.Produce("q", T0, (_new(3),), expect_sent=12),
+        "lease": qc.Lease("q", T0, 10, 30_000),
+        "lease_attempt": qc.Lease("f.fifo", T0, 1, None, "attempt-1"),
+        "ack": qc.Ack("q", T0, ((1, 100), (2, 101))),
+        "change_visibility": qc.ChangeVisibility("q", T0, ((1, 100, 5_000),)),
+        "nack": qc.Nack("q", T0, ((1, 100),), 2_000),
+        "dead_letter": qc.DeadLetter("q", (1, 2, 3)),
+        "expire": qc.Expire("q", T0),
+        "claim_segments": qc.ClaimSegments("q", T0, "batch-1", (1, 65), 600_000),
+        "mark_archived": qc.MarkArchived("q", T0, "batch-1", (1,)),
+        "tidy": qc.Tidy("q", T0),
+        "retime": qc.Retime("q", T0),
+    }
+
+
+def _segment_record() -> bytes:
+    m = StoredMessage("msg-0001", 5, b"hello", False, (("k", "v"),), T0)
+    binary = StoredMessage("msg-0002", 6, b"\xff\x00", True, (), T0 + 1)
+    return encode_segment_record(m, T0 + 1_000) + encode_segment_record(binary, T0 + 1)
+
+
+def queue_machine(skew: bool) -> tuple[QueueMachine, MemorySegmentStore]:
+    """A data group's machine after a fixed run of commands (``skew``: and a `Retime` of a
+    queue whose time got ahead, so its image is written as version 3)."""
+    store = MemorySegmentStore()
+    m = QueueMachine(store)
+    cmds: list[qc.Command] = [
+        qc.CreateQueue("q", ATTRS, T0),
+        qc.CreateQueue("f.fifo", FIFO_ATTRS, T0),
+        qc.Produce("q", T0, (_new(1), _new(2), _new(3))),
+        qc.Produce("f.fifo", T0, (qc.NewMessage("m-f", b"x", False, (), None, "d-1", "g-1"),)),
+        qc.Lease("q", T0 + 10, 1, 30_000),
+    ]
+    if skew:
+        cmds += [qc.Lease("q", T0 + 7_200_000, 1, 2_000), qc.Retime("q", T0 + 1_000)]
+    for index, cmd in enumerate(cmds, start=1):
+        m.apply(index, qc.encode_command(cmd))
+    store.write_out()
+    return m, store
+
+
+def _image(skew: bool) -> bytes:
+    return queue_machine(skew)[0].encode_image(reuse=False)
+
+
+def _shipped() -> bytes:
+    m, store = queue_machine(False)
+    image = m.encode_image(reuse=False)
+    from cmq.fsm.image import decode_image
+
+    _, queues = decode_image(image)
+    shipped = ship(image, queues.values(), store)
+    assert shipped.startswith(SHIPPED_MAGIC)
+    return shipped
+
+
+def catalog_commands() -> dict[str, bytes]:
+    return {
+        "register_node": CatalogMachine.register_node(1, "10.0.0.1:7000", ["/d1"], "z1", ":8000"),
+        "init": CatalogMachine.init(4, 3, [1, 2, 3]),
+        "assign": CatalogMachine.assign("q"),
+        "remove": CatalogMachine.remove("q"),
+        "drain": CatalogMachine.drain(2),
+        "moved": CatalogMachine.moved(1, 4, 2),
+    }
+
+
+def _catalog_image(formed: bool) -> bytes:
+    """A catalog of three nodes; ``formed``: initialized by this release (every flag it knows
+    enabled) and holding a queue, else no flag enabled (as a cluster upgraded from 0.1.0)."""
+    cat = CatalogMachine()
+    index = 0
+    for node in (1, 2, 3):
+        index += 1
+        cat.apply(index, CatalogMachine.register_node(node, f"10.0.0.{node}:7000", [f"/d{node}"]))
+    for cmd in (CatalogMachine.init(4, 3, [1, 2, 3]), CatalogMachine.assign("q")) * formed:
+        index += 1
+        cat.apply(index, cmd)
+    return cat.snapshot()
+
+
+def stream_requests() -> list[stream.Request]:
+    msg = stream.Message(b"body", False, 2, {"k": "v"}, "dedup", "group")
+    return [
+        stream.Send(1, "q", [msg, stream.Message(b"\x00", True)]),
+        stream.Subscribe(2, "q", 10, 30, 8),
+        stream.Credit(2, 5),
+        stream.Unsubscribe(2),
+        stream.Ack(3, "q", ["r1", "r2"]),
+        stream.Nack(4, "q", ["r3"], 7),
+    ]
+
+
+def stream_answers() -> list[stream.Answer]:
+    delivered = stream.Delivered("msg-0001", 5, b"hi", False, "rcpt", 1, T0, {"k": "v"}, None, None)
+    return [
+        stream.Sent(1, [("msg-0001", 5)]),
+        stream.Deliver(2, [delivered]),
+        stream.Results(3, [("r1", True, None), ("r2", False, "ReceiptHandleIsInvalid")]),
+        stream.Failed(4, 400, "InvalidParameter", "bad", None),
+        stream.Failed(5, 503, "Overloaded", "busy", 0.5),
+    ]
+
+
+def _archive_manifest() -> bytes:
+    f = archive_manifest.ManifestFile(
+        "q/date=2023-11-14/part-0.parquet", "q", "2023-11-14", 3, 900, 1, 3
+    )
+    s = archive_manifest.ManifestSegment("q", 1, 3, 3, "crc32:0badf00d", 3, 1, 3, [f.path])
+    m = archive_manifest.Manifest(
+        archive_manifest.VERSION, "batch-1", T0, "file:///archive", 3, 900, [s], [f]
+    )
+    return archive_manifest.encode(m)
+
+
+def _backup_manifest() -> bytes:
+    entry = backup_format.QueueEntry(
+        "q", {"visibility_timeout": 30}, "queues/0.jsonl", 2, "ab" * 32, 9, T0, T0 + 5
+    )
+    m = backup_format.Manifest(
+        backup_format.FORMAT_VERSION,
+        "0.2.0",
+        "cmq backup",
+        T0,
+        {"keys": "catalog/keys.json"},
+        [entry],
+    )
+    return backup_format.encode_manifest(m)
+
+
+def _backup_message() -> bytes:
+    return backup_format.encode_message(
+        backup_format.BackupMessage("msg-0001", b"body", T0, "visible", attributes={"k": "v"})
+    )
+
+
+def _cmq_samples() -> dict[str, Sample]:
+    out: dict[str, Sample] = {
+        f"queue_command.{name}": ("1 (implicit, type byte)", lambda c=c: qc.encode_command(c))
+        for name, c in queue_commands().items()
+    }
+    out |= {
+        f"catalog_command.{name}": ("1 (implicit, op)", lambda c=c: c)
+        for name, c in catalog_commands().items()
+    }
+    signer = ReceiptSigner(RECEIPT_KEY)
+    out |= {
+        "segment_records": ("1 (implicit, flags byte)", _segment_record),
+        "data_group_image.v2": ("2", lambda: _image(False)),
+        "data_group_image.v3": ("3 (behind queue_retime)", lambda: _image(True)),
+        "data_group_image.shipped": ("1 (magic CMQSHIP1)", _shipped),
+        "catalog_image": ("1", lambda: _catalog_image(True)),
+        "catalog_image.no_flags": ("1", lambda: _catalog_image(False)),
+        "receipt": ("1 (implicit, length)", lambda: signer.mint("q", 5, 9).encode()),
+        "stream.requests": ("1 (implicit, tags)", lambda: stream.encode(stream_requests())),
+        "stream.answers": ("1 (implicit, tags)", lambda: stream.encode(stream_answers())),
+        "archive_manifest": (str(archive_manifest.VERSION), _archive_manifest),
+        "backup_manifest": (str(backup_format.FORMAT_VERSION), _backup_manifest),
+        "backup_message": (str(backup_format.FORMAT_VERSION), _backup_message),
+    }
+    return out
+
+
+def samples() -> dict[str, Sample]:
+    """Every sample, by name."""
+    return {**_raftlog_samples(), **_cmq_samples()}
+
+
+GOLDEN = Path(__file__).parent / "golden" / "formats.json"
+
+
+class Golden(msgspec.Struct, frozen=True):
+    """One recorded sample: the version its bytes are written in, and the bytes (hex)."""
+
+    version: str
+    hex: str

@@ -1,0 +1,152 @@
+"""Golden bytes: every format's fixed sample (`tests.formats.samples`) must encode to the bytes
+recorded in ``golden/formats.json`` for its current version, and decode back where a reader
+exists. A mismatch means a format changed without a version bump: old and new nodes replicate
+the same groups during a rolling upgrade, so a release writes what the previous one reads, and
+a new layout is written only behind a feature flag (`cmq.features`) once enabled.
+
+To record new golden bytes deliberately (after bumping the format's version and gating the new
+layout behind a flag), run from the repository root::
+
+    PYTHONPATH=. python -m tests.formats.test_golden --write
+
+and review the diff of ``tests/formats/golden/formats.json``: a changed line of an existing
+sample at an unchanged version is exactly what this test exists to stop.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import msgspec
+import pytest
+
+from cmq import stream
+from cmq.fsm import commands as qc
+from cmq.fsm.image import decode_image
+from cmq.fsm.store import decode_payload
+from cmq.meta import CatalogMachine
+from cmq.receipts import ReceiptSigner
+from raftlog.runtime.statemachine import decode_batch
+from raftlog.storage import record as wal
+from raftlog.storage.files import decode_snapshot_file
+from raftlog.transport import codec
+from tests.formats.samples import (
+    GOLDEN,
+    RECEIPT_KEY,
+    Golden,
+    queue_commands,
+    queue_machine,
+    samples,
+    stream_answers,
+    stream_requests,
+)
+
+HINT = (
+    "bump its version, gate the new layout behind a feature flag (cmq/features.py), and record "
+    "new golden bytes (PYTHONPATH=. python -m tests.formats.test_golden --write)"
+)
+
+
+def _recorded() -> dict[str, Golden]:
+    return msgspec.json.decode(GOLDEN.read_bytes(), type=dict[str, Golden])
+
+
+def _current() -> dict[str, Golden]:
+    return {name: Golden(version, build().hex()) for name, (version, build) in samples().items()}
+
+
+RECORDED = _recorded() if GOLDEN.exists() else {}
+
+
+@pytest.mark.parametrize("name", sorted(samples()))
+def test_format_is_unchanged(name: str) -> None:
+    version, build = samples()[name]
+    assert name in RECORDED, f"format {name} has no golden bytes: record them ({HINT})"
+    golden = RECORDED[name]
+    if golden.version != version:
+        pytest.fail(
+            f"format {name} is now version {version}, golden bytes are of version "
+            f"{golden.version}: record new golden bytes for it ({HINT})"
+        )
+    got = build().hex()
+    if got != golden.hex:
+        pytest.fail(
+            f"format {name} changed without a version bump: {HINT}.\n"
+            f"  golden : {golden.hex}\n  current: {got}"
+        )
+
+
+def test_every_recorded_format_still_has_a_sample() -> None:
+    missing = sorted(set(RECORDED) - set(samples()))
+    assert not missing, f"golden bytes without a sample (a format dropped?): {missing}"
+
+
+# -- the golden bytes still decode (a reader change is caught too) -------------------------------
+
+
+def _golden(name: str) -> bytes:
+    return bytes.fromhex(RECORDED[name].hex)
+
+
+def test_golden_wal_records_decode() -> None:
+    for name in RECORDED:
+        if name.startswith("wal_record."):
+            group, record, end = wal.decode_record(_golden(name))
+            assert group == 7 and end == len(_golden(name))
+            assert wal.encode_record(group, record) == _golden(name)
+
+
+def test_golden_batch_snapshot_file_and_peer_frames_decode() -> None:
+    assert decode_batch(_golden("proposal_batch")) == [b"first", b"", b"third"]
+    assert decode_snapshot_file("f", _golden("snapshot_file"), 7, 9, 3) == b"img"
+    for name in RECORDED:
+        if name.startswith("peer_frame."):
+            raw = _golden(name)
+            kind, size = codec.parse_header(raw[: codec.FRAME_HEADER.size], 1 << 20)
+            assert size == len(raw) - codec.FRAME_HEADER.size
+            body = raw[codec.FRAME_HEADER.size :]
+            if kind is codec.FrameKind.RAFT:
+                assert codec.encode_messages(codec.decode_messages(body)) == body
+            elif kind is codec.FrameKind.CHUNK:
+                assert codec.encode_chunk(codec.decode_chunk(body)) == body
+
+
+def test_golden_queue_commands_decode() -> None:
+    for name, cmd in queue_commands().items():
+        assert qc.decode_command(_golden(f"queue_command.{name}")) == cmd, name
+
+
+def test_golden_catalog_image_segments_and_images_restore() -> None:
+    cat = CatalogMachine()
+    cat.restore(5, _golden("catalog_image"))
+    assert cat.snapshot() == _golden("catalog_image")
+    raw = _golden("segment_records")
+    first, _ = decode_payload(memoryview(raw)[8 : 8 + int.from_bytes(raw[:4], "little")])
+    assert (first.id, first.seq, first.body) == ("msg-0001", 5, b"hello")
+    for skew, name in ((False, "data_group_image.v2"), (True, "data_group_image.v3")):
+        image = _golden(name)
+        assert image[4] == (3 if skew else 2)
+        decode_image(image)
+        m, _ = queue_machine(skew)
+        m.restore(9, image)
+        assert m.encode_image(reuse=False) == image
+
+
+def test_golden_receipt_and_stream_frames_decode() -> None:
+    assert ReceiptSigner(RECEIPT_KEY).verify("q", _golden("receipt").decode()) == (5, 9)
+    assert stream.decode_requests(_golden("stream.requests")) == stream_requests()
+    assert stream.decode_answers(_golden("stream.answers")) == stream_answers()
+
+
+def write() -> None:
+    """Record the current bytes of every sample as golden (see the module docstring)."""
+    GOLDEN.parent.mkdir(exist_ok=True)
+    data = msgspec.json.format(msgspec.json.encode(dict(sorted(_current().items()))), indent=1)
+    GOLDEN.write_bytes(data + b"\n")
+    print(f"wrote {len(_current())} samples to {GOLDEN}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--write"]:
+        sys.exit("usage: python -m tests.formats.test_golden --write")
+    write()
