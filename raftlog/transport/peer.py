@@ -4,6 +4,14 @@ Who dials: the node with the smaller id connects to the larger; the larger only 
 directions then share that one connection. On connect the two sides prove knowledge of the
 cluster secret to each other (HMAC over fresh nonces); a peer without it is refused and logged.
 
+With TLS (`TransportConfig.server_ssl` and ``client_ssl``, both or neither) every connection is
+TLS first and the secret handshake runs inside it: the caller's contexts decide what is
+verified (mutual authentication against a cluster CA in `cmq.peer_tls`). The TLS handshake is
+done here, after the TCP connect or accept (`_start_tls`), not by ``start_server(ssl=...)``:
+asyncio's server drops a failed handshake silently, and a refused peer must be logged and
+counted. A failed handshake (TLS or secret) is logged as a warning when its reason changes, not
+on every redial (`_Peer.note_failure`, `Transport._note_refused`).
+
 Each peer has its own bounded outbound buffer and writer task, so a slow or dead peer cannot
 stall traffic to the others. `Transport.send` never blocks: when a buffer is full it returns
 False and the caller treats the peer as unreachable (Raft retransmits).
@@ -18,9 +26,11 @@ import hmac
 import logging
 import os
 import secrets
+import ssl
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 from raftlog.transport.codec import (
     DEFAULT_MAX_FRAME,
@@ -95,6 +105,16 @@ class TransportConfig:
     resume_seconds: float = 60.0
     """Chunked frames queued for a peer stay this long after its connection dropped, to resume
     on the next one; after that they are dropped (Raft sends a snapshot again when needed)."""
+    server_ssl: ssl.SSLContext | None = None
+    """TLS for accepted connections (None: plain TCP). Set with ``client_ssl``; the context
+    decides whether a client certificate is required (``verify_mode``)."""
+    client_ssl: ssl.SSLContext | None = None
+    """TLS for dialed connections (None: plain TCP). Set with ``server_ssl``."""
+
+    @property
+    def tls(self) -> bool:
+        """Peer connections are TLS."""
+        return self.server_ssl is not None
 
 
 @dataclass(slots=True)
@@ -107,11 +127,20 @@ class PeerStats:
     dropped_full: int = 0
     connects: int = 0
     auth_failures: int = 0
+    """Secret handshakes this peer failed (either side)."""
+    handshake_failures: int = 0
+    """Connections to this peer that failed their handshake (TLS or secret) after the TCP
+    connect succeeded; refusals of connections from it, before it named itself, are counted in
+    `Transport.refused` instead."""
     chunked_transfers: int = 0
 
 
 class AuthError(Exception):
     """A peer failed the cluster-secret handshake."""
+
+
+class TlsError(Exception):
+    """A peer connection's TLS handshake failed (a certificate refused, or no TLS spoken)."""
 
 
 # What a failed connect or handshake can raise (RuntimeError: uvloop, on a closed transport).
@@ -121,8 +150,72 @@ _CONNECTION_ERRORS = (
     RuntimeError,
     CodecError,
     AuthError,
+    TlsError,
     asyncio.IncompleteReadError,
 )
+
+_MAX_REFUSED_HOSTS = 1024
+"""Remote hosts whose last refusal is remembered (to log each once); forgotten beyond this."""
+
+
+def _reason(e: BaseException) -> str:
+    """A failure as one short line (the exception's type when it says nothing)."""
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+
+
+class _Held(asyncio.Protocol):
+    """A raw TCP connection held until its TLS handshake starts: reading is paused at once, so
+    no byte of the client's hello is consumed before `asyncio.loop.start_tls` takes over."""
+
+    def __init__(self, on_made: Callable[[asyncio.Transport], None] | None = None) -> None:
+        self.on_made = on_made
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # A TCP transport (uvloop's is not an `asyncio.Transport` subclass, but behaves as one).
+        raw = cast(asyncio.Transport, transport)
+        raw.pause_reading()
+        if self.on_made is not None:
+            self.on_made(raw)
+
+
+async def _start_tls(
+    raw: asyncio.Transport,
+    context: ssl.SSLContext,
+    *,
+    server_side: bool,
+    server_hostname: str | None,
+    timeout: float,
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """TLS over ``raw``, as a stream pair. `TlsError` when the handshake fails or times out
+    (``raw`` is closed then); cancellation closes ``raw`` too."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(loop=loop)
+    protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+    try:
+        tls = await asyncio.wait_for(
+            loop.start_tls(
+                raw,
+                protocol,
+                context,
+                server_side=server_side,
+                server_hostname=server_hostname,
+                ssl_handshake_timeout=timeout,
+            ),
+            timeout + 1.0,
+        )
+    except (OSError, TimeoutError, EOFError, RuntimeError) as e:
+        # ssl.SSLError (a refused certificate, no TLS spoken), ConnectionResetError (the other
+        # side closed), TimeoutError (no handshake in time), RuntimeError (uvloop, closed).
+        raw.close()
+        raise TlsError(_reason(e)) from None
+    except BaseException:
+        raw.close()
+        raise
+    if tls is None:  # the connection closed as the handshake finished
+        raw.close()
+        raise TlsError("connection closed during the TLS handshake")
+    protocol.connection_made(tls)  # start_tls does not call it: the stream needs its transport
+    return reader, asyncio.StreamWriter(tls, protocol, reader, loop)
 
 
 def _proof(secret: bytes, role: bytes, nonce: bytes, a: int, b: int) -> bytes:
@@ -149,6 +242,23 @@ class _Peer:
         self.bulk = BulkQueue(cfg.max_chunked_transfers)
         self.reassembly = Reassembly(cfg.max_reassembly_bytes)
         self.tasks: set[asyncio.Task[None]] = set()
+        self.failure: str | None = None
+        """Why the last connection attempt to this peer failed (None: it succeeded)."""
+
+    def note_failure(self, reason: str) -> None:
+        """Count a failed handshake; log it as a warning when the reason changed since the
+        last attempt (a peer refused on every redial is logged once, not twice a second)."""
+        self.stats.handshake_failures += 1
+        if reason != self.failure:
+            log.warning("handshake with node %d failed: %s", self.id, reason)
+        else:
+            log.debug("handshake with node %d failed again: %s", self.id, reason)
+        self.failure = reason
+
+    def note_success(self) -> None:
+        if self.failure is not None:
+            log.warning("handshake with node %d succeeded again", self.id)
+            self.failure = None
 
     def enqueue_bulk(self, chunks: list[Chunk]) -> bool:
         if not self.bulk.add(chunks):
@@ -215,9 +325,11 @@ class Transport:
     ) -> None:
         if not secret:
             raise ValueError("a cluster secret is required")
+        self.cfg = cfg or TransportConfig()
+        if (self.cfg.server_ssl is None) != (self.cfg.client_ssl is None):
+            raise ValueError("TLS needs both a server and a client context (or neither)")
         self.id = node_id
         self.listen = listen
-        self.cfg = cfg or TransportConfig()
         self.secret = secret
         self.on_frame = on_frame
         self.on_peer_down = on_peer_down
@@ -228,13 +340,30 @@ class Transport:
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
         self._transfers = 0
+        self.refused = 0
+        """Accepted connections refused before the peer was authenticated (TLS handshake,
+        secret handshake or an unexpected node id)."""
+        self._refused_hosts: dict[str, str] = {}  # remote host -> why it was last refused
+
+    @property
+    def tls(self) -> bool:
+        """Peer connections are TLS (`TransportConfig.server_ssl`, ``client_ssl``)."""
+        return self.cfg.tls
 
     # -- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
         """Listen for peers and start one writer (and, for larger ids, one dialer) per peer."""
-        self._server = await asyncio.start_server(
-            self._accept, self.listen.host, self.listen.port, reuse_address=True
-        )
+        if self.cfg.server_ssl is None:
+            self._server = await asyncio.start_server(
+                self._accept, self.listen.host, self.listen.port, reuse_address=True
+            )
+        else:
+            self._server = await asyncio.get_running_loop().create_server(
+                lambda: _Held(self._accept_raw),
+                self.listen.host,
+                self.listen.port,
+                reuse_address=True,
+            )
         for peer in self.peers.values():
             self._start_peer(peer)
 
@@ -340,15 +469,44 @@ class Transport:
                 peer.stats.bytes_sent += sum(len(c) for c in chunk)
 
     # -- connections ------------------------------------------------------------------------------
+    async def _connect(self, peer: _Peer) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A TCP connection to ``peer`` (OSError or TimeoutError when it cannot be made), then,
+        with TLS, its TLS handshake (`TlsError`)."""
+        host, port = peer.address.host, peer.address.port
+        if self.cfg.client_ssl is None:
+            return await asyncio.wait_for(
+                asyncio.open_connection(host, port), self.cfg.connect_timeout
+            )
+        loop = asyncio.get_running_loop()
+        raw, _ = await asyncio.wait_for(
+            loop.create_connection(_Held, host, port), self.cfg.connect_timeout
+        )
+        return await _start_tls(
+            raw,  # typed `asyncio.Transport`; uvloop's TCP transport is not one but acts as one
+            self.cfg.client_ssl,
+            server_side=False,
+            server_hostname=host,
+            timeout=self.cfg.handshake_timeout,
+        )
+
     async def _dial_loop(self, peer: _Peer) -> None:
         delay = self.cfg.backoff_initial
         while True:
             try:
-                reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(peer.address.host, peer.address.port),
-                    self.cfg.connect_timeout,
-                )
+                reader, writer = await self._connect(peer)
+            except TlsError as e:
+                peer.note_failure(f"TLS: {e}")
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.cfg.backoff_max)
+                continue
             except (OSError, TimeoutError):
+                await asyncio.sleep(delay)  # unreachable: not a handshake failure
+                delay = min(delay * 2, self.cfg.backoff_max)
+                continue
+            except Exception as e:
+                # Never let the dialer die: a dead dialer cuts this peer off for good.
+                peer.note_failure(f"unexpected: {_reason(e)}")
+                log.debug("connecting to node %d", peer.id, exc_info=True)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.cfg.backoff_max)
                 continue
@@ -357,12 +515,21 @@ class Transport:
                     self._client_handshake(reader, writer, peer.id), self.cfg.handshake_timeout
                 )
             except _CONNECTION_ERRORS as e:
-                log.warning("handshake with node %d failed: %s", peer.id, e)
+                # With TLS 1.3 a server refusing our certificate says so after our side of
+                # the TLS handshake finished: here, as an SSLError or a closed connection on
+                # the first read.
+                reason = _reason(e)
+                if self.tls and isinstance(e, ssl.SSLError):
+                    reason = "TLS: " + reason
+                elif self.tls and isinstance(e, (asyncio.IncompleteReadError, ConnectionError)):
+                    reason += " (closed by the peer: did it refuse this node's certificate?)"
+                peer.note_failure(reason)
                 peer.stats.auth_failures += isinstance(e, AuthError)
                 writer.close()
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.cfg.backoff_max)
                 continue
+            peer.note_success()
             delay = self.cfg.backoff_initial
             try:
                 await self._serve_connection(peer, reader, writer)
@@ -371,6 +538,48 @@ class Transport:
                 log.exception("connection to node %d failed; reconnecting", peer.id)
                 await asyncio.sleep(delay)
 
+    def _accept_raw(self, raw: asyncio.Transport) -> None:
+        """A TCP connection accepted with TLS on: its handshake and then `_accept` run in a
+        task owned here (`close` cancels it, which closes the connection)."""
+        if self._closed:
+            raw.close()
+            return
+        self._spawn(self._accept_tls(raw), "peer-accept")
+
+    async def _accept_tls(self, raw: asyncio.Transport) -> None:
+        assert self.cfg.server_ssl is not None
+        peername = raw.get_extra_info("peername")
+        try:
+            reader, writer = await _start_tls(
+                raw,
+                self.cfg.server_ssl,
+                server_side=True,
+                server_hostname=None,
+                timeout=self.cfg.handshake_timeout,
+            )
+        except TlsError as e:
+            self._note_refused(peername, f"TLS: {e}")
+            return
+        await self._accept(reader, writer)
+
+    def _note_refused(self, peername: object, reason: str) -> None:
+        """Count a refused connection; log it as a warning when the reason differs from the
+        last refusal of a connection from the same host (so once per change, not per redial)."""
+        self.refused += 1
+        host = str(peername[0]) if isinstance(peername, tuple) and peername else str(peername)
+        if self._refused_hosts.get(host) == reason:
+            log.debug("refused a peer connection from %s again: %s", host, reason)
+            return
+        if len(self._refused_hosts) >= _MAX_REFUSED_HOSTS:
+            self._refused_hosts.clear()
+        self._refused_hosts[host] = reason
+        log.warning("refused a peer connection from %s: %s", host, reason)
+
+    def _accepted_from(self, peername: object) -> None:
+        host = str(peername[0]) if isinstance(peername, tuple) and peername else str(peername)
+        if self._refused_hosts.pop(host, None) is not None:
+            log.warning("accepted a peer connection from %s again", host)
+
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         # Owned from the first moment: `close` must be able to end a connection that is still
         # in its handshake, or the server's ``wait_closed`` would wait for it.
@@ -378,17 +587,18 @@ class Transport:
         if task is not None:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+        peername = writer.get_extra_info("peername")
         try:
             try:
                 peer_id = await asyncio.wait_for(
                     self._server_handshake(reader, writer), self.cfg.handshake_timeout
                 )
             except _CONNECTION_ERRORS as e:
-                log.warning(
-                    "refused a peer connection from %s: %s", writer.get_extra_info("peername"), e
-                )
+                tls = self.tls and isinstance(e, ssl.SSLError)
+                self._note_refused(peername, ("TLS: " if tls else "") + _reason(e))
                 writer.close()
                 return
+            self._accepted_from(peername)
             peer = self.peers.get(peer_id)
             if peer is None:
                 writer.close()  # removed while it authenticated
