@@ -144,7 +144,8 @@ class RaftCollector(Collector):
             failed.add_metric(label, st.handshake_failures)
         refused = CounterMetricFamily(
             "cmq_peer_connections_refused",
-            "Accepted peer connections refused before authentication (TLS or secret handshake).",
+            "Accepted peer connections refused at the cluster-secret handshake (failed TLS "
+            "handshakes are counted by the dialing node, in cmq_peer_handshake_failures).",
         )
         refused.add_metric([], stats.refused_connections)
         yield from (sent, received, dropped, connects, failed, refused)

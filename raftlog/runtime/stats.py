@@ -82,7 +82,8 @@ class RuntimeStats:
     sent: SentStats
     refused_connections: int = 0
     """Accepted peer connections refused before the peer was authenticated (`Transport.refused`:
-    a failed TLS or secret handshake, an unexpected node id)."""
+    a failed secret handshake, an unexpected node id; failed TLS handshakes are counted by the
+    dialing node, in its `PeerLinkStats.handshake_failures`)."""
 
 
 def group_stats(gid: int, g: GroupDriver) -> GroupStats:

@@ -6,11 +6,15 @@ cluster secret to each other (HMAC over fresh nonces); a peer without it is refu
 
 With TLS (`TransportConfig.server_ssl` and ``client_ssl``, both or neither) every connection is
 TLS first and the secret handshake runs inside it: the caller's contexts decide what is
-verified (mutual authentication against a cluster CA in `cmq.peer_tls`). The TLS handshake is
-done here, after the TCP connect or accept (`_start_tls`), not by ``start_server(ssl=...)``:
-asyncio's server drops a failed handshake silently, and a refused peer must be logged and
-counted. A failed handshake (TLS or secret) is logged as a warning when its reason changes, not
-on every redial (`_Peer.note_failure`, `Transport._note_refused`).
+verified (mutual authentication against a cluster CA in `cmq.peer_tls`). The event loop does the
+TLS handshakes (``open_connection``/``start_server`` with ``ssl``; uvloop's ``start_tls``, which
+would let this module see the accepting side's failures, hangs handshakes under load). So a
+failed TLS handshake is seen, logged and counted by the dialing node (for every pair, the one
+with the smaller id): it fails there either in the handshake or, with TLS 1.3, when the
+accepting side refuses its certificate, on the first read. The accepting side only drops the
+connection (asyncio logs it at debug level). A failed handshake is logged as a warning once per
+reason until the peer connects again, not on every redial (`_Peer.note_failure`,
+`Transport._note_refused`).
 
 Each peer has its own bounded outbound buffer and writer task, so a slow or dead peer cannot
 stall traffic to the others. `Transport.send` never blocks: when a buffer is full it returns
@@ -30,7 +34,6 @@ import ssl
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import cast
 
 from raftlog.transport.codec import (
     DEFAULT_MAX_FRAME,
@@ -140,7 +143,7 @@ class AuthError(Exception):
 
 
 class TlsError(Exception):
-    """A peer connection's TLS handshake failed (a certificate refused, or no TLS spoken)."""
+    """A dialed connection's TLS handshake failed (a certificate refused, no TLS spoken)."""
 
 
 # What a failed connect or handshake can raise (RuntimeError: uvloop, on a closed transport).
@@ -155,67 +158,14 @@ _CONNECTION_ERRORS = (
 )
 
 _MAX_REFUSED_HOSTS = 1024
-"""Remote hosts whose last refusal is remembered (to log each once); forgotten beyond this."""
+"""Remote hosts whose refusals are remembered (to log each once); forgotten beyond this."""
+_MAX_REASONS = 8
+"""Distinct failure reasons logged per peer or host until it connects again."""
 
 
 def _reason(e: BaseException) -> str:
     """A failure as one short line (the exception's type when it says nothing)."""
     return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
-
-
-class _Held(asyncio.Protocol):
-    """A raw TCP connection held until its TLS handshake starts: reading is paused at once, so
-    no byte of the client's hello is consumed before `asyncio.loop.start_tls` takes over."""
-
-    def __init__(self, on_made: Callable[[asyncio.Transport], None] | None = None) -> None:
-        self.on_made = on_made
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # A TCP transport (uvloop's is not an `asyncio.Transport` subclass, but behaves as one).
-        raw = cast(asyncio.Transport, transport)
-        raw.pause_reading()
-        if self.on_made is not None:
-            self.on_made(raw)
-
-
-async def _start_tls(
-    raw: asyncio.Transport,
-    context: ssl.SSLContext,
-    *,
-    server_side: bool,
-    server_hostname: str | None,
-    timeout: float,
-) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """TLS over ``raw``, as a stream pair. `TlsError` when the handshake fails or times out
-    (``raw`` is closed then); cancellation closes ``raw`` too."""
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(loop=loop)
-    protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
-    try:
-        tls = await asyncio.wait_for(
-            loop.start_tls(
-                raw,
-                protocol,
-                context,
-                server_side=server_side,
-                server_hostname=server_hostname,
-                ssl_handshake_timeout=timeout,
-            ),
-            timeout + 1.0,
-        )
-    except (OSError, TimeoutError, EOFError, RuntimeError) as e:
-        # ssl.SSLError (a refused certificate, no TLS spoken), ConnectionResetError (the other
-        # side closed), TimeoutError (no handshake in time), RuntimeError (uvloop, closed).
-        raw.close()
-        raise TlsError(_reason(e)) from None
-    except BaseException:
-        raw.close()
-        raise
-    if tls is None:  # the connection closed as the handshake finished
-        raw.close()
-        raise TlsError("connection closed during the TLS handshake")
-    protocol.connection_made(tls)  # start_tls does not call it: the stream needs its transport
-    return reader, asyncio.StreamWriter(tls, protocol, reader, loop)
 
 
 def _proof(secret: bytes, role: bytes, nonce: bytes, a: int, b: int) -> bytes:
@@ -242,23 +192,24 @@ class _Peer:
         self.bulk = BulkQueue(cfg.max_chunked_transfers)
         self.reassembly = Reassembly(cfg.max_reassembly_bytes)
         self.tasks: set[asyncio.Task[None]] = set()
-        self.failure: str | None = None
-        """Why the last connection attempt to this peer failed (None: it succeeded)."""
+        self.failures: set[str] = set()
+        """Why connection attempts to this peer failed since the last one that succeeded."""
 
     def note_failure(self, reason: str) -> None:
-        """Count a failed handshake; log it as a warning when the reason changed since the
-        last attempt (a peer refused on every redial is logged once, not twice a second)."""
+        """Count a failed handshake; log it as a warning the first time this reason is seen
+        since the peer was last connected (a peer refused on every redial is logged once, not
+        twice a second; a few distinct reasons are each logged once)."""
         self.stats.handshake_failures += 1
-        if reason != self.failure:
-            log.warning("handshake with node %d failed: %s", self.id, reason)
-        else:
+        if reason in self.failures or len(self.failures) >= _MAX_REASONS:
             log.debug("handshake with node %d failed again: %s", self.id, reason)
-        self.failure = reason
+            return
+        self.failures.add(reason)
+        log.warning("handshake with node %d failed: %s", self.id, reason)
 
     def note_success(self) -> None:
-        if self.failure is not None:
+        if self.failures:
             log.warning("handshake with node %d succeeded again", self.id)
-            self.failure = None
+            self.failures.clear()
 
     def enqueue_bulk(self, chunks: list[Chunk]) -> bool:
         if not self.bulk.add(chunks):
@@ -341,9 +292,11 @@ class Transport:
         self._closed = False
         self._transfers = 0
         self.refused = 0
-        """Accepted connections refused before the peer was authenticated (TLS handshake,
-        secret handshake or an unexpected node id)."""
-        self._refused_hosts: dict[str, str] = {}  # remote host -> why it was last refused
+        """Accepted connections refused before the peer was authenticated: the secret handshake
+        failed or named an unexpected node (TLS handshakes failing here are not seen: see the
+        module docstring)."""
+        # Remote host -> why its connections were refused since one was last accepted.
+        self._refused_hosts: dict[str, set[str]] = {}
 
     @property
     def tls(self) -> bool:
@@ -358,11 +311,13 @@ class Transport:
                 self._accept, self.listen.host, self.listen.port, reuse_address=True
             )
         else:
-            self._server = await asyncio.get_running_loop().create_server(
-                lambda: _Held(self._accept_raw),
+            self._server = await asyncio.start_server(
+                self._accept,
                 self.listen.host,
                 self.listen.port,
                 reuse_address=True,
+                ssl=self.cfg.server_ssl,
+                ssl_handshake_timeout=self.cfg.handshake_timeout,
             )
         for peer in self.peers.values():
             self._start_peer(peer)
@@ -477,17 +432,21 @@ class Transport:
             return await asyncio.wait_for(
                 asyncio.open_connection(host, port), self.cfg.connect_timeout
             )
-        loop = asyncio.get_running_loop()
-        raw, _ = await asyncio.wait_for(
-            loop.create_connection(_Held, host, port), self.cfg.connect_timeout
-        )
-        return await _start_tls(
-            raw,  # typed `asyncio.Transport`; uvloop's TCP transport is not one but acts as one
-            self.cfg.client_ssl,
-            server_side=False,
-            server_hostname=host,
-            timeout=self.cfg.handshake_timeout,
-        )
+        try:
+            return await asyncio.wait_for(
+                asyncio.open_connection(
+                    host,
+                    port,
+                    ssl=self.cfg.client_ssl,
+                    server_hostname=host,
+                    ssl_handshake_timeout=self.cfg.handshake_timeout,
+                ),
+                self.cfg.connect_timeout + self.cfg.handshake_timeout,
+            )
+        except (ssl.SSLError, ConnectionResetError, ConnectionAbortedError) as e:
+            # The TCP connection was made (refused or unreachable peers raise other errors)
+            # and the TLS handshake failed: a certificate refused, no TLS spoken, timed out.
+            raise TlsError(_reason(e)) from None
 
     async def _dial_loop(self, peer: _Peer) -> None:
         delay = self.cfg.backoff_initial
@@ -538,41 +497,20 @@ class Transport:
                 log.exception("connection to node %d failed; reconnecting", peer.id)
                 await asyncio.sleep(delay)
 
-    def _accept_raw(self, raw: asyncio.Transport) -> None:
-        """A TCP connection accepted with TLS on: its handshake and then `_accept` run in a
-        task owned here (`close` cancels it, which closes the connection)."""
-        if self._closed:
-            raw.close()
-            return
-        self._spawn(self._accept_tls(raw), "peer-accept")
-
-    async def _accept_tls(self, raw: asyncio.Transport) -> None:
-        assert self.cfg.server_ssl is not None
-        peername = raw.get_extra_info("peername")
-        try:
-            reader, writer = await _start_tls(
-                raw,
-                self.cfg.server_ssl,
-                server_side=True,
-                server_hostname=None,
-                timeout=self.cfg.handshake_timeout,
-            )
-        except TlsError as e:
-            self._note_refused(peername, f"TLS: {e}")
-            return
-        await self._accept(reader, writer)
-
     def _note_refused(self, peername: object, reason: str) -> None:
-        """Count a refused connection; log it as a warning when the reason differs from the
-        last refusal of a connection from the same host (so once per change, not per redial)."""
+        """Count a refused connection; log it as a warning the first time this reason is seen
+        for the host since a connection from it was last accepted (not on every redial)."""
         self.refused += 1
         host = str(peername[0]) if isinstance(peername, tuple) and peername else str(peername)
-        if self._refused_hosts.get(host) == reason:
+        seen = self._refused_hosts.get(host)
+        if seen is None:
+            if len(self._refused_hosts) >= _MAX_REFUSED_HOSTS:
+                self._refused_hosts.clear()
+            seen = self._refused_hosts[host] = set()
+        if reason in seen or len(seen) >= _MAX_REASONS:
             log.debug("refused a peer connection from %s again: %s", host, reason)
             return
-        if len(self._refused_hosts) >= _MAX_REFUSED_HOSTS:
-            self._refused_hosts.clear()
-        self._refused_hosts[host] = reason
+        seen.add(reason)
         log.warning("refused a peer connection from %s: %s", host, reason)
 
     def _accepted_from(self, peername: object) -> None:
