@@ -536,6 +536,13 @@ class ClusterStatus(_Response, kw_only=True):
     ) = UNSET
     groups: dict[str, GroupStatus]
     clock: ClockStatus | UnsetType = UNSET
+    peer_tls: (
+        Annotated[
+            bool,
+            Meta(description="peer (Raft) connections are mutual TLS (cmq serve --peer-tls-*)"),
+        ]
+        | UnsetType
+    ) = UNSET
 
 
 class GroupDigestResponse(_Response):

@@ -12,7 +12,8 @@ generate load.
 
 Settings for ``serve`` come from flags, then ``CMQ_*`` environment variables, then a TOML file
 (``--config``). The cluster secret (shared by all nodes: peer authentication and receipt
-signing) comes from ``CMQ_SECRET`` or ``--secret-file``.
+signing) comes from ``CMQ_SECRET`` or ``--secret-file``. ``--peer-tls-cert``, ``--peer-tls-key``
+and ``--peer-tls-ca`` (all three or none) make peer traffic mutual TLS (`cmq.peer_tls`).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from cmq.release import version_line
 
 if TYPE_CHECKING:
     from cmq.client import EntryResult, QueueAttributes, ReceivedMessage, SyncClient
+    from cmq.peer_tls import PeerTlsFiles
 
 DEFAULT_HTTP_PORT = 8080
 """The HTTP API's default port (``cmq serve --http``; the image and the chart expose it)."""
@@ -71,6 +73,19 @@ def _read_secret(args: argparse.Namespace, conf: dict[str, Any]) -> bytes:
     if path:
         return Path(path).read_bytes().strip()
     raise SystemExit("the cluster secret is missing: set CMQ_SECRET or --secret-file")
+
+
+def _peer_tls(args: argparse.Namespace, conf: dict[str, Any]) -> PeerTlsFiles | None:
+    """The peer TLS files (``peer_tls_cert``, ``peer_tls_key``, ``peer_tls_ca``): all three,
+    or None for plain peer traffic; `InvalidParameter` when only some are set. The files are
+    read (and checked) when the node starts."""
+    from cmq.peer_tls import PeerTlsFiles
+
+    return PeerTlsFiles.of(
+        _setting(args, conf, "peer_tls_cert"),
+        _setting(args, conf, "peer_tls_key"),
+        _setting(args, conf, "peer_tls_ca"),
+    )
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -106,6 +121,7 @@ def _serve(args: argparse.Namespace) -> int:
         segment_max_bytes=int(_setting(args, conf, "segment_max_bytes", 64 << 20)),
         segment_max_age=float(_setting(args, conf, "segment_max_age", 3600)),
         clock_bound_ms=float(_setting(args, conf, "clock_bound_ms", 500)),
+        peer_tls=_peer_tls(args, conf),
     )
     if cfg.segment_max_bytes < 1 or cfg.segment_max_age < 0:
         raise SystemExit("--segment-max-bytes must be >= 1 and --segment-max-age >= 0")
@@ -442,6 +458,19 @@ def main(argv: list[str] | None = None) -> int:
         "port (default 0, or CMQ_HTTP_WORKERS; anonymous access only)",
     )
     s.add_argument("--secret-file")
+    s.add_argument(
+        "--peer-tls-cert",
+        help="mutual TLS for peer traffic: this node's certificate chain (PEM), signed by the "
+        "cluster CA (env CMQ_PEER_TLS_CERT; with --peer-tls-key and --peer-tls-ca)",
+    )
+    s.add_argument(
+        "--peer-tls-key", help="the peer certificate's private key (PEM; env CMQ_PEER_TLS_KEY)"
+    )
+    s.add_argument(
+        "--peer-tls-ca",
+        help="the cluster CA bundle (PEM) peers' certificates must be signed by "
+        "(env CMQ_PEER_TLS_CA)",
+    )
     s.add_argument(
         "--rejoin",
         action="store_true",

@@ -131,13 +131,25 @@ class RaftCollector(Collector):
         connects = CounterMetricFamily(
             "cmq_peer_connects", "Connections established with a peer.", labels=["peer"]
         )
+        failed = CounterMetricFamily(
+            "cmq_peer_handshake_failures",
+            "Connections to a peer that failed their TLS or cluster-secret handshake.",
+            labels=["peer"],
+        )
         for st in stats.peers:
             label = [str(st.peer)]
             sent.add_metric(label, st.frames_sent)
             received.add_metric(label, st.frames_received)
             dropped.add_metric(label, st.dropped_full)
             connects.add_metric(label, st.connects)
-        yield from (sent, received, dropped, connects)
+            failed.add_metric(label, st.handshake_failures)
+        refused = CounterMetricFamily(
+            "cmq_peer_connections_refused",
+            "Accepted peer connections refused at the cluster-secret handshake (failed TLS "
+            "handshakes are counted by the dialing node, in cmq_peer_handshake_failures).",
+        )
+        refused.add_metric([], stats.refused_connections)
+        yield from (sent, received, dropped, connects, failed, refused)
 
     def _lag(self, stats: RuntimeStats) -> Metric:
         """On a group's leader: how many entries each voter's durable log is behind."""

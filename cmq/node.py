@@ -72,6 +72,7 @@ from cmq.model import (
 from cmq.nodes_admin import NodesAdmin
 from cmq.ops import META_GROUP, LeaderOps, ProduceBuilder, Wakeups, WakingMachine, now_ms
 from cmq.peer_releases import PeerReleases
+from cmq.peer_tls import PeerTlsFiles
 from cmq.receipts import ReceiptSigner
 from cmq.release import RELEASE
 from cmq.router import Router
@@ -94,7 +95,7 @@ from cmq.rpc import (
 )
 from cmq.status import group_digest, render_status
 from raftlog.runtime import GroupOptions, MultiRaft, RuntimeConfig
-from raftlog.transport.peer import Address
+from raftlog.transport.peer import Address, TransportConfig
 
 __all__ = ["META_GROUP", "NodeConfig", "QueueNode", "now_ms"]
 
@@ -149,6 +150,9 @@ class NodeConfig:
     """A clock further than this from the median of the peers' stops this node leading
     (``CMQ_CLOCK_BOUND_MS``; `cmq.clockguard`)."""
     """...or at this age in seconds (by the queue's clock, checked by housekeeping too)."""
+    peer_tls: PeerTlsFiles | None = None
+    """Mutual TLS for peer traffic (`cmq.peer_tls`); None: plain TCP (the cluster-secret
+    handshake alone authenticates peers)."""
 
 
 class QueueNode:
@@ -159,6 +163,10 @@ class QueueNode:
             raise ValueError("the cluster secret must be at least 16 bytes")
         self.cfg = cfg
         self.id = cfg.node_id
+        transport = TransportConfig()
+        if cfg.peer_tls is not None:
+            server_ssl, client_ssl = cfg.peer_tls.contexts()
+            transport = TransportConfig(server_ssl=server_ssl, client_ssl=client_ssl)
         self.raft = MultiRaft(
             RuntimeConfig(
                 node_id=cfg.node_id,
@@ -169,6 +177,7 @@ class QueueNode:
                 tick_interval=cfg.tick_interval,
                 group_options=cfg.group_options,
                 rejoin=cfg.rejoin,
+                transport=transport,
             )
         )
         self.raft.watch.wall_clock = now_ms  # clock probes report the clock commands carry
@@ -348,6 +357,7 @@ class QueueNode:
             self.releases.releases(),
         )
         out["clock"] = self.clock.describe()
+        out["peer_tls"] = self.raft.transport.tls
         return out
 
     async def group_digest(self, group: int) -> GroupDigest:

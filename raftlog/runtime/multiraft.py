@@ -300,6 +300,7 @@ class MultiRaft:
             groups=groups,
             peers=peers,
             sent=SentStats(c.appends, c.append_entries, c.append_bytes, c.flushes),
+            refused_connections=self.transport.refused,
         )
 
     def quiesced(self) -> tuple[int, ...]:

@@ -54,6 +54,8 @@ class PeerLinkStats:
     connects: int
     auth_failures: int
     chunked_transfers: int
+    handshake_failures: int = 0
+    """Connections to this peer that failed their TLS or secret handshake."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +80,10 @@ class RuntimeStats:
     peers: tuple[PeerLinkStats, ...]
     """Sorted by peer id."""
     sent: SentStats
+    refused_connections: int = 0
+    """Accepted peer connections refused before the peer was authenticated (`Transport.refused`:
+    a failed secret handshake, an unexpected node id; failed TLS handshakes are counted by the
+    dialing node, in its `PeerLinkStats.handshake_failures`)."""
 
 
 def group_stats(gid: int, g: GroupDriver) -> GroupStats:
@@ -109,4 +115,5 @@ def peer_link_stats(pid: int, p: PeerStats) -> PeerLinkStats:
         connects=p.connects,
         auth_failures=p.auth_failures,
         chunked_transfers=p.chunked_transfers,
+        handshake_failures=p.handshake_failures,
     )

@@ -4,6 +4,18 @@ Who dials: the node with the smaller id connects to the larger; the larger only 
 directions then share that one connection. On connect the two sides prove knowledge of the
 cluster secret to each other (HMAC over fresh nonces); a peer without it is refused and logged.
 
+With TLS (`TransportConfig.server_ssl` and ``client_ssl``, both or neither) every connection is
+TLS first and the secret handshake runs inside it: the caller's contexts decide what is
+verified (mutual authentication against a cluster CA in `cmq.peer_tls`). The event loop does the
+TLS handshakes (``open_connection``/``start_server`` with ``ssl``; uvloop's ``start_tls``, which
+would let this module see the accepting side's failures, hangs handshakes under load). So a
+failed TLS handshake is seen, logged and counted by the dialing node (for every pair, the one
+with the smaller id): it fails there either in the handshake or, with TLS 1.3, when the
+accepting side refuses its certificate, on the first read. The accepting side only drops the
+connection (asyncio logs it at debug level). A failed handshake is logged as a warning once per
+reason until the peer connects again, not on every redial (`_Peer.note_failure`,
+`Transport._note_refused`).
+
 Each peer has its own bounded outbound buffer and writer task, so a slow or dead peer cannot
 stall traffic to the others. `Transport.send` never blocks: when a buffer is full it returns
 False and the caller treats the peer as unreachable (Raft retransmits).
@@ -18,6 +30,7 @@ import hmac
 import logging
 import os
 import secrets
+import ssl
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -95,6 +108,16 @@ class TransportConfig:
     resume_seconds: float = 60.0
     """Chunked frames queued for a peer stay this long after its connection dropped, to resume
     on the next one; after that they are dropped (Raft sends a snapshot again when needed)."""
+    server_ssl: ssl.SSLContext | None = None
+    """TLS for accepted connections (None: plain TCP). Set with ``client_ssl``; the context
+    decides whether a client certificate is required (``verify_mode``)."""
+    client_ssl: ssl.SSLContext | None = None
+    """TLS for dialed connections (None: plain TCP). Set with ``server_ssl``."""
+
+    @property
+    def tls(self) -> bool:
+        """Peer connections are TLS."""
+        return self.server_ssl is not None
 
 
 @dataclass(slots=True)
@@ -107,11 +130,20 @@ class PeerStats:
     dropped_full: int = 0
     connects: int = 0
     auth_failures: int = 0
+    """Secret handshakes this peer failed (either side)."""
+    handshake_failures: int = 0
+    """Connections to this peer that failed their handshake (TLS or secret) after the TCP
+    connect succeeded; refusals of connections from it, before it named itself, are counted in
+    `Transport.refused` instead."""
     chunked_transfers: int = 0
 
 
 class AuthError(Exception):
     """A peer failed the cluster-secret handshake."""
+
+
+class TlsError(Exception):
+    """A dialed connection's TLS handshake failed (a certificate refused, no TLS spoken)."""
 
 
 # What a failed connect or handshake can raise (RuntimeError: uvloop, on a closed transport).
@@ -121,8 +153,19 @@ _CONNECTION_ERRORS = (
     RuntimeError,
     CodecError,
     AuthError,
+    TlsError,
     asyncio.IncompleteReadError,
 )
+
+_MAX_REFUSED_HOSTS = 1024
+"""Remote hosts whose refusals are remembered (to log each once); forgotten beyond this."""
+_MAX_REASONS = 8
+"""Distinct failure reasons logged per peer or host until it connects again."""
+
+
+def _reason(e: BaseException) -> str:
+    """A failure as one short line (the exception's type when it says nothing)."""
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
 
 
 def _proof(secret: bytes, role: bytes, nonce: bytes, a: int, b: int) -> bytes:
@@ -149,6 +192,24 @@ class _Peer:
         self.bulk = BulkQueue(cfg.max_chunked_transfers)
         self.reassembly = Reassembly(cfg.max_reassembly_bytes)
         self.tasks: set[asyncio.Task[None]] = set()
+        self.failures: set[str] = set()
+        """Why connection attempts to this peer failed since the last one that succeeded."""
+
+    def note_failure(self, reason: str) -> None:
+        """Count a failed handshake; log it as a warning the first time this reason is seen
+        since the peer was last connected (a peer refused on every redial is logged once, not
+        twice a second; a few distinct reasons are each logged once)."""
+        self.stats.handshake_failures += 1
+        if reason in self.failures or len(self.failures) >= _MAX_REASONS:
+            log.debug("handshake with node %d failed again: %s", self.id, reason)
+            return
+        self.failures.add(reason)
+        log.warning("handshake with node %d failed: %s", self.id, reason)
+
+    def note_success(self) -> None:
+        if self.failures:
+            log.warning("handshake with node %d succeeded again", self.id)
+            self.failures.clear()
 
     def enqueue_bulk(self, chunks: list[Chunk]) -> bool:
         if not self.bulk.add(chunks):
@@ -215,9 +276,11 @@ class Transport:
     ) -> None:
         if not secret:
             raise ValueError("a cluster secret is required")
+        self.cfg = cfg or TransportConfig()
+        if (self.cfg.server_ssl is None) != (self.cfg.client_ssl is None):
+            raise ValueError("TLS needs both a server and a client context (or neither)")
         self.id = node_id
         self.listen = listen
-        self.cfg = cfg or TransportConfig()
         self.secret = secret
         self.on_frame = on_frame
         self.on_peer_down = on_peer_down
@@ -228,13 +291,34 @@ class Transport:
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
         self._transfers = 0
+        self.refused = 0
+        """Accepted connections refused before the peer was authenticated: the secret handshake
+        failed or named an unexpected node (TLS handshakes failing here are not seen: see the
+        module docstring)."""
+        # Remote host -> why its connections were refused since one was last accepted.
+        self._refused_hosts: dict[str, set[str]] = {}
+
+    @property
+    def tls(self) -> bool:
+        """Peer connections are TLS (`TransportConfig.server_ssl`, ``client_ssl``)."""
+        return self.cfg.tls
 
     # -- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
         """Listen for peers and start one writer (and, for larger ids, one dialer) per peer."""
-        self._server = await asyncio.start_server(
-            self._accept, self.listen.host, self.listen.port, reuse_address=True
-        )
+        if self.cfg.server_ssl is None:
+            self._server = await asyncio.start_server(
+                self._accept, self.listen.host, self.listen.port, reuse_address=True
+            )
+        else:
+            self._server = await asyncio.start_server(
+                self._accept,
+                self.listen.host,
+                self.listen.port,
+                reuse_address=True,
+                ssl=self.cfg.server_ssl,
+                ssl_handshake_timeout=self.cfg.handshake_timeout,
+            )
         for peer in self.peers.values():
             self._start_peer(peer)
 
@@ -340,15 +424,48 @@ class Transport:
                 peer.stats.bytes_sent += sum(len(c) for c in chunk)
 
     # -- connections ------------------------------------------------------------------------------
+    async def _connect(self, peer: _Peer) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A TCP connection to ``peer`` (OSError or TimeoutError when it cannot be made), then,
+        with TLS, its TLS handshake (`TlsError`)."""
+        host, port = peer.address.host, peer.address.port
+        if self.cfg.client_ssl is None:
+            return await asyncio.wait_for(
+                asyncio.open_connection(host, port), self.cfg.connect_timeout
+            )
+        try:
+            return await asyncio.wait_for(
+                asyncio.open_connection(
+                    host,
+                    port,
+                    ssl=self.cfg.client_ssl,
+                    server_hostname=host,
+                    ssl_handshake_timeout=self.cfg.handshake_timeout,
+                ),
+                self.cfg.connect_timeout + self.cfg.handshake_timeout,
+            )
+        except (ssl.SSLError, ConnectionResetError, ConnectionAbortedError) as e:
+            # The TCP connection was made (refused or unreachable peers raise other errors)
+            # and the TLS handshake failed: a certificate refused, no TLS spoken, timed out.
+            raise TlsError(_reason(e)) from None
+
     async def _dial_loop(self, peer: _Peer) -> None:
         delay = self.cfg.backoff_initial
         while True:
             try:
-                reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(peer.address.host, peer.address.port),
-                    self.cfg.connect_timeout,
-                )
+                reader, writer = await self._connect(peer)
+            except TlsError as e:
+                peer.note_failure(f"TLS: {e}")
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.cfg.backoff_max)
+                continue
             except (OSError, TimeoutError):
+                await asyncio.sleep(delay)  # unreachable: not a handshake failure
+                delay = min(delay * 2, self.cfg.backoff_max)
+                continue
+            except Exception as e:
+                # Never let the dialer die: a dead dialer cuts this peer off for good.
+                peer.note_failure(f"unexpected: {_reason(e)}")
+                log.debug("connecting to node %d", peer.id, exc_info=True)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.cfg.backoff_max)
                 continue
@@ -357,12 +474,21 @@ class Transport:
                     self._client_handshake(reader, writer, peer.id), self.cfg.handshake_timeout
                 )
             except _CONNECTION_ERRORS as e:
-                log.warning("handshake with node %d failed: %s", peer.id, e)
+                # With TLS 1.3 a server refusing our certificate says so after our side of
+                # the TLS handshake finished: here, as an SSLError or a closed connection on
+                # the first read.
+                reason = _reason(e)
+                if self.tls and isinstance(e, ssl.SSLError):
+                    reason = "TLS: " + reason
+                elif self.tls and isinstance(e, (asyncio.IncompleteReadError, ConnectionError)):
+                    reason += " (closed by the peer: did it refuse this node's certificate?)"
+                peer.note_failure(reason)
                 peer.stats.auth_failures += isinstance(e, AuthError)
                 writer.close()
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.cfg.backoff_max)
                 continue
+            peer.note_success()
             delay = self.cfg.backoff_initial
             try:
                 await self._serve_connection(peer, reader, writer)
@@ -371,6 +497,27 @@ class Transport:
                 log.exception("connection to node %d failed; reconnecting", peer.id)
                 await asyncio.sleep(delay)
 
+    def _note_refused(self, peername: object, reason: str) -> None:
+        """Count a refused connection; log it as a warning the first time this reason is seen
+        for the host since a connection from it was last accepted (not on every redial)."""
+        self.refused += 1
+        host = str(peername[0]) if isinstance(peername, tuple) and peername else str(peername)
+        seen = self._refused_hosts.get(host)
+        if seen is None:
+            if len(self._refused_hosts) >= _MAX_REFUSED_HOSTS:
+                self._refused_hosts.clear()
+            seen = self._refused_hosts[host] = set()
+        if reason in seen or len(seen) >= _MAX_REASONS:
+            log.debug("refused a peer connection from %s again: %s", host, reason)
+            return
+        seen.add(reason)
+        log.warning("refused a peer connection from %s: %s", host, reason)
+
+    def _accepted_from(self, peername: object) -> None:
+        host = str(peername[0]) if isinstance(peername, tuple) and peername else str(peername)
+        if self._refused_hosts.pop(host, None) is not None:
+            log.warning("accepted a peer connection from %s again", host)
+
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         # Owned from the first moment: `close` must be able to end a connection that is still
         # in its handshake, or the server's ``wait_closed`` would wait for it.
@@ -378,17 +525,18 @@ class Transport:
         if task is not None:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+        peername = writer.get_extra_info("peername")
         try:
             try:
                 peer_id = await asyncio.wait_for(
                     self._server_handshake(reader, writer), self.cfg.handshake_timeout
                 )
             except _CONNECTION_ERRORS as e:
-                log.warning(
-                    "refused a peer connection from %s: %s", writer.get_extra_info("peername"), e
-                )
+                tls = self.tls and isinstance(e, ssl.SSLError)
+                self._note_refused(peername, ("TLS: " if tls else "") + _reason(e))
                 writer.close()
                 return
+            self._accepted_from(peername)
             peer = self.peers.get(peer_id)
             if peer is None:
                 writer.close()  # removed while it authenticated

@@ -27,11 +27,22 @@ from tests.ports import free_ports
 class CmqCluster:
     """N node processes; ``kill`` is SIGKILL, ``start`` reuses the node's data directory."""
 
-    def __init__(self, root: Path, n: int = 3, groups: int = 2, *, anonymous: bool = True) -> None:
+    def __init__(
+        self,
+        root: Path,
+        n: int = 3,
+        groups: int = 2,
+        *,
+        anonymous: bool = True,
+        node_args: dict[int, list[str]] | None = None,
+        node_env: dict[int, dict[str, str]] | None = None,
+    ) -> None:
         """``anonymous``: the nodes serve unsigned requests (``--anonymous``); False: they ask
-        for signatures (tests of authentication)."""
+        for signatures (tests of authentication). ``node_args`` and ``node_env``: extra
+        ``cmq serve`` arguments and environment variables by node id."""
         self.root = root
         self.n = n
+        self.node_env = node_env or {}
         ports = free_ports(2 * n)
         self.http = {i + 1: f"http://127.0.0.1:{ports[i]}" for i in range(n)}
         peers = ",".join(f"{i + 1}=127.0.0.1:{ports[n + i]}" for i in range(n))
@@ -54,6 +65,7 @@ class CmqCluster:
                 "--groups",
                 str(groups),
                 *(["--anonymous"] if anonymous else []),
+                *(node_args or {}).get(i + 1, []),
             ]
             for i in range(n)
         }
@@ -66,6 +78,7 @@ class CmqCluster:
 
     def start(self, nid: int) -> None:
         env = dict(os.environ, CMQ_SECRET="end-to-end-test-secret-0123456789")
+        env.update(self.node_env.get(nid, {}))
         log = open(self.root / f"node{nid}.log", "ab")  # noqa: SIM115 - owned by the process
         self.procs[nid] = subprocess.Popen(self.args[nid], env=env, stdout=log, stderr=log)
 
@@ -89,12 +102,12 @@ class CmqCluster:
                 p.kill()
         self.procs.clear()
 
-    def wait_ready(self, timeout: float = 30) -> None:
-        """Block until every running node answers ``/readyz`` with 200 (not from a running
-        event loop: use ``asyncio.to_thread`` there)."""
+    def wait_ready(self, timeout: float = 30, nodes: list[int] | None = None) -> None:
+        """Block until every running node (or every one of ``nodes``) answers ``/readyz``
+        with 200 (not from a running event loop: use ``asyncio.to_thread`` there)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if all(request(self.http[n], "GET", "/readyz")[0] == 200 for n in self.procs):
+            if all(request(self.http[n], "GET", "/readyz")[0] == 200 for n in nodes or self.procs):
                 return
             time.sleep(0.1)
         raise AssertionError("cluster not ready; logs: " + str(self.root))

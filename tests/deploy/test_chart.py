@@ -330,3 +330,22 @@ def test_upgrade_guards_against_the_running_statefulset(tmp_path: Path) -> None:
     # static: replicaCount cannot change.
     out = _upgrade_render(tmp_path, legacy5, {"replicaCount": "3", "cluster.scaling": "static"})
     assert out.returncode != 0 and "cannot change to 3" in out.stderr, out.stderr
+
+
+def test_peer_tls_is_on_by_default_from_a_secret_and_can_be_turned_off(tmp_path: Path) -> None:
+    pod = one(render(), "StatefulSet")["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    mount = next(m for m in c["volumeMounts"] if m["name"] == "peer-tls")
+    assert mount["readOnly"] is True
+    for var, name in (("CERT", "tls.crt"), ("KEY", "tls.key"), ("CA", "ca.crt")):
+        assert env[f"CMQ_PEER_TLS_{var}"] == f"{mount['mountPath']}/{name}"
+    volume = next(v for v in pod["volumes"] if v["name"] == "peer-tls")
+    assert volume["secret"]["secretName"] == "q-cmq-peer-tls"
+    named = one(render({"peerTls.secretName": "mine"}), "StatefulSet")["spec"]["template"]
+    assert any(v.get("secret", {}).get("secretName") == "mine" for v in named["spec"]["volumes"])
+    off = one(render({"peerTls.enabled": "false"}), "StatefulSet")["spec"]["template"]["spec"]
+    (c,) = off["containers"]
+    assert not [e for e in c["env"] if e["name"].startswith("CMQ_PEER_TLS")]
+    assert "peer-tls" not in {v["name"] for v in off["volumes"]}
+    assert "peer-tls" not in {m["name"] for m in c["volumeMounts"]}

@@ -13,7 +13,10 @@ pods. A producer/consumer load runs throughout and must lose nothing.
 
 Nothing of the configuration is written by the test: command, args and environment come from
 the rendered manifests (the image's own ENV from the Dockerfile), the cluster secret from the
-rendered Secret, and each volume mount is a fresh directory bound at its mount path.
+rendered Secret, and each volume mount is a fresh directory bound at its mount path. The one
+Secret the chart does not create, the peer TLS certificate (on by default), is made here from a
+throwaway CA, as cert-manager would: one certificate for every pod, with ``tls.crt``,
+``tls.key`` and ``ca.crt``.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from tests.deploy.pods import (
     secrets_of,
     start_in_netns,
 )
+from tests.tlsca import TestCA
 
 pytestmark = pytest.mark.slow
 
@@ -103,6 +107,19 @@ def _pod_labels(sts: dict[str, Any], pod: str, ordinal: int) -> dict[str, str]:
     return labels
 
 
+def _peer_tls(tmp_path: Path) -> Path:
+    """The peer TLS Secret's files (``tls.crt``, ``tls.key``, ``ca.crt``) from a throwaway CA:
+    one certificate for every pod, as in the chart README."""
+    ca = TestCA(tmp_path / "peer-ca")
+    cert, key = ca.issue("peer")
+    files = tmp_path / "peer-tls-secret"
+    files.mkdir()
+    (files / "tls.crt").write_bytes(cert.read_bytes())
+    (files / "tls.key").write_bytes(key.read_bytes())
+    (files / "ca.crt").write_bytes(ca.ca_file.read_bytes())
+    return files
+
+
 @dataclass
 class Pods:
     """The StatefulSet's pods as processes: `start` runs pod ``ordinal`` of a rendered
@@ -113,6 +130,8 @@ class Pods:
     root: Path
     secrets: dict[str, dict[str, str]]
     domain: str
+    secret_dirs: dict[str, Path] = field(default_factory=dict)
+    """Secrets the chart mounts but does not create, by name: a directory of their files."""
     ns: dict[str, str] = field(default_factory=dict)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     killed: set[str] = field(default_factory=set)
@@ -132,11 +151,17 @@ class Pods:
         (container,) = spec["containers"]
         claims = {t["metadata"]["name"] for t in sts["spec"]["volumeClaimTemplates"]}
         empty_dirs = {v["name"] for v in spec.get("volumes", []) if "emptyDir" in v}
+        secret_volumes = {
+            v["name"]: v["secret"]["secretName"] for v in spec.get("volumes", []) if "secret" in v
+        }
         address = self.network.addresses[self.ns[pod]]
         identity = PodIdentity(pod, NAMESPACE, address, _pod_labels(sts, pod, ordinal))
         env = _image_env() | resolve_env(container, identity, self.secrets)
         mounts: dict[str, Path] = {}
         for m in container["volumeMounts"]:
+            if m["name"] in secret_volumes:
+                mounts[m["mountPath"]] = self.secret_dirs[secret_volumes[m["name"]]]
+                continue
             assert m["name"] in claims | empty_dirs, m
             if m["name"] in empty_dirs and _hides_this_python(m["mountPath"]):
                 continue  # scratch space (/tmp) over this checkout's virtualenv: skipped
@@ -177,7 +202,9 @@ def test_rendered_statefulset_boots_scales_3_5_3_and_passes_the_helm_test_hook(
     (container,) = sts["spec"]["template"]["spec"]["containers"]
     http_port = next(p["containerPort"] for p in container["ports"] if p["name"] == "http")
     domain = f"{NAMESPACE}.svc.cluster.local"
-    cluster = Pods(network, tmp_path, secrets, domain)
+    cluster = Pods(
+        network, tmp_path, secrets, domain, {f"{fullname}-peer-tls": _peer_tls(tmp_path)}
+    )
 
     pods = cluster.add(sts, range(REPLICAS))
     # The test's own clients sign with the credential derived from the rendered cluster secret

@@ -41,6 +41,10 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
 
+{{- define "cmq.peerTlsSecret" -}}
+{{- default (printf "%s-peer-tls" (include "cmq.fullname" .)) .Values.peerTls.secretName }}
+{{- end }}
+
 {{- define "cmq.secretName" -}}
 {{- default (printf "%s-secret" (include "cmq.fullname" .)) .Values.secret.existingSecret }}
 {{- end }}
