@@ -17,7 +17,7 @@ the decoders, `InvariantBroken`), not silently.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import msgspec
@@ -87,11 +87,19 @@ class MarkedCatalog:
     """The catalog as the meta group runs it: `CatalogMachine` plus the ``after_apply`` hook
     that records newly enabled flags in the data directories (see the module docstring)."""
 
-    __slots__ = ("_dirs", "_recorded", "catalog")
+    __slots__ = ("_changed", "_dirs", "_recorded", "catalog")
 
-    def __init__(self, catalog: CatalogMachine, data_dirs: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        catalog: CatalogMachine,
+        data_dirs: tuple[str, ...],
+        changed: Callable[[frozenset[str]], None] = lambda _: None,
+    ) -> None:
+        """``changed``: called with the enabled flags after they were recorded (and once at
+        the first apply), e.g. to require the peer protocol they need."""
         self.catalog = catalog
         self._dirs = data_dirs
+        self._changed = changed
         self._recorded: frozenset[str] | None = None
 
     def apply(self, index: int, command: bytes) -> object:
@@ -106,6 +114,9 @@ class MarkedCatalog:
 
     def after_apply(self) -> None:
         now = frozenset(self.catalog.features)
-        if now != self._recorded and (now or self._recorded is not None):
+        if now == self._recorded:
+            return
+        if now or self._recorded is not None:
             record(self._dirs, now)
         self._recorded = now
+        self._changed(now)

@@ -29,6 +29,9 @@ class Feature:
     name: str
     since: str
     description: str
+    peer_protocol: int = 1
+    """The lowest peer protocol a node must speak once this flag is enabled (a flag that
+    changes the peer frames raises it: older nodes are then refused at the handshake)."""
 
 
 QUEUE_RETIME = "queue_retime"
@@ -62,3 +65,8 @@ def unknown(enabled: Iterable[str]) -> list[str]:
     """The enabled flags this release does not know, sorted: a node running this release on
     such a cluster would misread what they gate."""
     return sorted(n for n in enabled if n not in KNOWN)
+
+
+def required_protocol(enabled: Iterable[str]) -> int:
+    """The peer protocol every connection needs once the flags ``enabled`` are (1: any)."""
+    return max([1, *(f.peer_protocol for f in FEATURES if f.name in set(enabled))])

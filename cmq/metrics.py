@@ -136,8 +136,14 @@ class RaftCollector(Collector):
             "Connections to a peer that failed their TLS or cluster-secret handshake.",
             labels=["peer"],
         )
+        protocol = GaugeMetricFamily(
+            "cmq_peer_protocol",
+            "The peer protocol the connection to a peer runs at (0: never connected).",
+            labels=["peer"],
+        )
         for st in stats.peers:
             label = [str(st.peer)]
+            protocol.add_metric(label, st.protocol)
             sent.add_metric(label, st.frames_sent)
             received.add_metric(label, st.frames_received)
             dropped.add_metric(label, st.dropped_full)
@@ -149,7 +155,7 @@ class RaftCollector(Collector):
             "handshakes are counted by the dialing node, in cmq_peer_handshake_failures).",
         )
         refused.add_metric([], stats.refused_connections)
-        yield from (sent, received, dropped, connects, failed, refused)
+        yield from (sent, received, dropped, connects, failed, refused, protocol)
 
     def _lag(self, stats: RuntimeStats) -> Metric:
         """On a group's leader: how many entries each voter's durable log is behind."""

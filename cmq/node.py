@@ -74,7 +74,7 @@ from cmq.ops import META_GROUP, LeaderOps, ProduceBuilder, Wakeups, WakingMachin
 from cmq.peer_releases import PeerReleases
 from cmq.peer_tls import PeerTlsFiles
 from cmq.receipts import ReceiptSigner
-from cmq.release import RELEASE
+from cmq.release import PEER_PROTOCOL_MAX, PEER_PROTOCOL_MIN, RELEASE
 from cmq.router import Router
 from cmq.rpc import (
     AckCall,
@@ -96,6 +96,7 @@ from cmq.rpc import (
 from cmq.status import group_digest, render_status
 from raftlog.runtime import GroupOptions, MultiRaft, RuntimeConfig
 from raftlog.transport.peer import Address, TransportConfig
+from raftlog.transport.protocol import ProtocolRange
 
 __all__ = ["META_GROUP", "NodeConfig", "QueueNode", "now_ms"]
 
@@ -163,10 +164,13 @@ class QueueNode:
             raise ValueError("the cluster secret must be at least 16 bytes")
         self.cfg = cfg
         self.id = cfg.node_id
-        transport = TransportConfig()
+        speaks = ProtocolRange(PEER_PROTOCOL_MIN, PEER_PROTOCOL_MAX)
+        transport = TransportConfig(protocols=speaks)
         if cfg.peer_tls is not None:
             server_ssl, client_ssl = cfg.peer_tls.contexts()
-            transport = TransportConfig(server_ssl=server_ssl, client_ssl=client_ssl)
+            transport = TransportConfig(
+                server_ssl=server_ssl, client_ssl=client_ssl, protocols=speaks
+            )
         self.raft = MultiRaft(
             RuntimeConfig(
                 node_id=cfg.node_id,
@@ -183,7 +187,13 @@ class QueueNode:
         self.raft.watch.wall_clock = now_ms  # clock probes report the clock commands carry
         self.clock = ClockGuard(cfg.node_id, self.raft, cfg.clock_bound_ms, wall_ms=now_ms)
         self.catalog = CatalogMachine()
-        self._marked_catalog = MarkedCatalog(self.catalog, cfg.data_dirs)
+        self._marked_catalog = MarkedCatalog(
+            self.catalog,
+            cfg.data_dirs,
+            lambda enabled: self.raft.transport.require_protocol(
+                features.required_protocol(enabled)
+            ),
+        )
         self.machines: dict[int, QueueMachine] = {}
         self.wakeups = Wakeups()
         self.ops = LeaderOps(

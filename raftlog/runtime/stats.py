@@ -56,6 +56,8 @@ class PeerLinkStats:
     chunked_transfers: int
     handshake_failures: int = 0
     """Connections to this peer that failed their TLS or secret handshake."""
+    protocol: int = 0
+    """The peer protocol the connection runs at (0: never connected)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,4 +118,5 @@ def peer_link_stats(pid: int, p: PeerStats) -> PeerLinkStats:
         auth_failures=p.auth_failures,
         chunked_transfers=p.chunked_transfers,
         handshake_failures=p.handshake_failures,
+        protocol=p.protocol,
     )

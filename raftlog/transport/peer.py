@@ -28,8 +28,6 @@ import contextlib
 import hashlib
 import hmac
 import logging
-import os
-import secrets
 import ssl
 from collections import deque
 from collections.abc import Callable
@@ -49,6 +47,14 @@ from raftlog.transport.codec import (
     frame_header,
     parse_header,
     split_chunks,
+)
+from raftlog.transport.protocol import (
+    LEGACY_RANGE,
+    ProtocolMismatch,
+    ProtocolRange,
+    announce,
+    announced,
+    negotiate,
 )
 from raftlog.transport.resume import BulkQueue, Reassembly, decode_state, encode_state
 
@@ -113,6 +119,9 @@ class TransportConfig:
     decides whether a client certificate is required (``verify_mode``)."""
     client_ssl: ssl.SSLContext | None = None
     """TLS for dialed connections (None: plain TCP). Set with ``server_ssl``."""
+    protocols: ProtocolRange = LEGACY_RANGE
+    """The peer protocols this node speaks; a connection runs at the highest both sides speak
+    (`raftlog.transport.protocol`, negotiated in the handshake)."""
 
     @property
     def tls(self) -> bool:
@@ -136,6 +145,8 @@ class PeerStats:
     connect succeeded; refusals of connections from it, before it named itself, are counted in
     `Transport.refused` instead."""
     chunked_transfers: int = 0
+    protocol: int = 0
+    """The peer protocol the current (or last) connection runs at (0: never connected)."""
 
 
 class AuthError(Exception):
@@ -154,6 +165,7 @@ _CONNECTION_ERRORS = (
     CodecError,
     AuthError,
     TlsError,
+    ProtocolMismatch,
     asyncio.IncompleteReadError,
 )
 
@@ -292,6 +304,8 @@ class Transport:
         self._closed = False
         self._transfers = 0
         self.refused = 0
+        self.required_protocol = 1
+        """Connections below this peer protocol are refused (`require_protocol`)."""
         """Accepted connections refused before the peer was authenticated: the secret handshake
         failed or named an unexpected node (TLS handshakes failing here are not seen: see the
         module docstring)."""
@@ -489,13 +503,19 @@ class Transport:
                 delay = min(delay * 2, self.cfg.backoff_max)
                 continue
             peer.note_success()
-            delay = self.cfg.backoff_initial
+            began = asyncio.get_running_loop().time()
             try:
                 await self._serve_connection(peer, reader, writer)
             except Exception:
                 # A bug in a frame handler must not end this peer's dialer for good.
                 log.exception("connection to node %d failed; reconnecting", peer.id)
+            if asyncio.get_running_loop().time() - began < self.cfg.backoff_max:
+                # Closed right after the handshake (e.g. the peer refused it after AUTH):
+                # back off rather than redial in a tight loop.
                 await asyncio.sleep(delay)
+                delay = min(delay * 2, self.cfg.backoff_max)
+            else:
+                delay = self.cfg.backoff_initial
 
     def _note_refused(self, peername: object, reason: str) -> None:
         """Count a refused connection; log it as a warning the first time this reason is seen
@@ -603,10 +623,24 @@ class Transport:
             log.info("node %d disconnected: dropping its chunked frames", peer.id)
             peer.bulk.clear()
 
+    def require_protocol(self, protocol: int) -> None:
+        """From now on, refuse connections that would run below ``protocol`` (the cluster
+        enabled something that needs it); connections already up are not cut."""
+        self.required_protocol = protocol
+
+    def _negotiate(self, peer_id: int, nonce: bytes) -> int:
+        """The protocol of a connection with ``peer_id``, whose handshake nonce is ``nonce``;
+        `ProtocolMismatch` (logged loudly once per reason by the caller) when none fits."""
+        theirs = announced(nonce)
+        try:
+            return negotiate(self.cfg.protocols, theirs, self.required_protocol)
+        except ProtocolMismatch as e:
+            raise ProtocolMismatch(f"node {peer_id}: {e}") from None
+
     async def _client_handshake(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer_id: int
     ) -> None:
-        nonce = secrets.token_bytes(32)
+        nonce = announce(self.cfg.protocols)
         writer.write(frame(FrameKind.HELLO, encode_hello(self.id, nonce)))
         await writer.drain()
         kind, body = await self._read_frame(reader)
@@ -616,6 +650,11 @@ class Transport:
         expected = _proof(self.secret, b"server", nonce, peer_id, self.id)
         if not hmac.compare_digest(server_proof, expected):
             raise AuthError(f"node {peer_id} does not know the cluster secret")
+        # Both nonces are authenticated now (each side's proof covers the other's nonce).
+        protocol = self._negotiate(peer_id, server_nonce)
+        known = self.peers.get(peer_id)
+        if known is not None:
+            known.stats.protocol = protocol
         writer.write(
             frame(FrameKind.AUTH, _proof(self.secret, b"client", server_nonce, self.id, peer_id))
         )
@@ -630,7 +669,10 @@ class Transport:
         peer_id, client_nonce = decode_hello(body)
         if peer_id not in self.peers or peer_id >= self.id:
             raise AuthError(f"unexpected node id {peer_id}")
-        nonce = os.urandom(32)
+        # Refuse a protocol mismatch before the challenge, so the dialer sees a failed
+        # handshake (and backs off); the range is confirmed authentic once AUTH checks out.
+        protocol = self._negotiate(peer_id, client_nonce)
+        nonce = announce(self.cfg.protocols)
         proof = _proof(self.secret, b"server", client_nonce, self.id, peer_id)
         writer.write(frame(FrameKind.CHALLENGE, nonce + proof))
         await writer.drain()
@@ -641,6 +683,9 @@ class Transport:
             if known is not None:
                 known.stats.auth_failures += 1
             raise AuthError(f"node {peer_id} failed authentication")
+        known = self.peers.get(peer_id)
+        if known is not None:
+            known.stats.protocol = protocol
         return peer_id
 
     async def _read_frame(self, reader: asyncio.StreamReader) -> tuple[FrameKind, bytes]:

@@ -45,6 +45,10 @@ class ProtocolRange:
         return f"{self.low}-{self.high}"
 
 
+LEGACY_RANGE = ProtocolRange(LEGACY_PROTOCOL, LEGACY_PROTOCOL)
+"""What releases before negotiation speak."""
+
+
 class ProtocolMismatch(Exception):
     """Two nodes have no protocol in common, or the common one is below what is required."""
 
@@ -58,7 +62,7 @@ def announce(speaks: ProtocolRange) -> bytes:
 def announced(nonce: bytes) -> ProtocolRange:
     """The range a peer's nonce announces (`LEGACY_PROTOCOL` for a nonce without one)."""
     if len(nonce) != NONCE_BYTES or not nonce.startswith(MARKER):
-        return ProtocolRange(LEGACY_PROTOCOL, LEGACY_PROTOCOL)
+        return LEGACY_RANGE
     low, high = _RANGE.unpack_from(nonce, len(MARKER))
     try:
         return ProtocolRange(low, high)
