@@ -30,7 +30,7 @@ from cmq.meta import CatalogMachine
 from cmq.model import OutgoingMessage, SentMessage
 from cmq.ops import LeaderOps
 from cmq.router import Router
-from raftlog.errors import NotLeader, RaftError
+from raftlog.errors import RaftError
 from raftlog.runtime import MultiRaft
 from raftlog.transport.peer import Address
 
@@ -78,8 +78,8 @@ class Housekeeper:
         self._clock_bound_ms = clock_bound_ms
         self._clock_confirmed = clock_confirmed
         self.retimed = 0
-        self._told_retime: set[str] = set()
         """Queues retimed by this node (`Retime`)."""
+        self._told_retime: set[str] = set()
 
     async def run(self) -> None:
         """Tick until cancelled."""
@@ -92,10 +92,6 @@ class Housekeeper:
         is `cmq.membership`'s)."""
         if not self._router.clock_ok():
             return  # this node's clock is off: it stamps nothing (cmq.clockguard)
-        try:
-            now = self._ops.stamp()  # one trusted reading for the round
-        except NotLeader:
-            return
         for group, machine in list(self._machines.items()):
             if group not in self._raft.groups:
                 continue  # dropped meanwhile
@@ -111,9 +107,14 @@ class Housekeeper:
                 # The second snapshot needs one more applied entry on every replica, also on
                 # an idle group: a Tidy (harmless, decided in apply) is one.
                 with contextlib.suppress(CmqError, RaftError):
-                    await self._ops.propose(group, encode_command(Tidy(names[0], now)))
+                    await self._ops.propose(
+                        group, encode_command(Tidy(names[0], self._ops.stamp()))
+                    )
             for name in names:
                 try:
+                    # A fresh trusted reading per queue: a round's earlier proposals take time,
+                    # and a stale one would make a queue look ahead of this clock.
+                    now = self._ops.stamp()
                     await self._retime_if_ahead(group, machine, name, now)
                     due = machine.due(name, now, DEAD_LETTER_BATCH)
                     if due is not None:

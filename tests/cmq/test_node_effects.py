@@ -150,3 +150,23 @@ async def test_create_and_delete_return_once_this_nodes_catalog_shows_them(
         lag_until = time.monotonic() + 0.3
         await node.delete_queue("lagged")
         assert "lagged" not in await node.list_queues()
+
+
+async def test_housekeeping_retimes_a_queue_a_far_ahead_stamp_froze(tmp_path: Path) -> None:
+    """A lease stamped two hours ahead gets in (proposed past the clock guard, as a cluster
+    that met the clock bug before its fix would hold it): the leader's housekeeping proposes a
+    `Retime`, and the leased message comes back after its visibility instead of in two hours."""
+    from cmq.fsm.commands import Lease, Leased, encode_command
+
+    async with one_node(tmp_path, housekeeping_interval=0.1) as node:
+        await node.create_queue("frozen", QueueAttributes(visibility_timeout=1))
+        await node.send("frozen", [OutgoingMessage(body=b"held")])
+        group = node.router.group_of("frozen")
+        ahead = Lease("frozen", node.ops.stamp() + 2 * 3_600_000, 1, 1_000)
+        res = await node.ops.propose(group, encode_command(ahead))
+        assert isinstance(res, Leased) and len(res.messages) == 1
+        started = time.monotonic()
+        got = await node.receive("frozen", 1, None, 10)
+        assert [m.body for m in got] == [b"held"], "still frozen after 10 s"
+        assert time.monotonic() - started < 5
+        assert node.housekeeper.retimed == 1
