@@ -314,9 +314,17 @@ class QueueState:
         seg = self.segment_of(seq)
         return seg is not None and (seq - seg.first_seq) not in seg.deleted
 
+    def skew_at(self, now_ms: int) -> int:
+        """The skew left when the leader's clock reads ``now_ms``, slewed as `advance` would."""
+        if not self.skew:
+            return 0
+        gone = (now_ms - self.skew_stamp) // SLEW_DIVISOR
+        return max(0, self.skew - gone) if gone > 0 else self.skew
+
     def time_at(self, now_ms: int) -> int:
-        """The queue's time when the leader's clock reads ``now_ms`` (a read: nothing moves)."""
-        return max(self.clock, now_ms + self.skew)
+        """The queue's time when the leader's clock reads ``now_ms``: what `advance` would
+        make it (a read: nothing moves), so a read never promises more than a command finds."""
+        return max(self.clock, now_ms + self.skew_at(now_ms))
 
     def retime(self, now_ms: int) -> int:
         """The queue's time is ahead of the leader's clock ``now_ms``: keep the lead as a skew

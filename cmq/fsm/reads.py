@@ -153,7 +153,7 @@ class MachineReads:
         """How far (ms) the queue's time stands ahead of the leader's clock ``now_ms`` beyond
         the lead it is already slewing off: the case for a `Retime` (0: none, or no queue)."""
         q = self._queues.get(name)
-        return 0 if q is None else max(0, q.clock - now_ms - q.skew)
+        return 0 if q is None else max(0, q.clock - now_ms - q.skew_at(now_ms))
 
     def expirable(self, name: str, now_ms: int) -> bool:
         """Whether an `Expire` at ``now_ms`` would delete something."""

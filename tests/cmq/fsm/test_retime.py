@@ -131,3 +131,24 @@ def test_a_leased_result_is_unchanged_by_a_retime_in_between() -> None:
     env.run(Retime("q", T0 + 100))  # not ahead: nothing changes
     assert env.lease(1, now=T0 + 100 + VIS - 1).messages == ()
     assert len(env.lease(1, now=T0 + 100 + VIS).messages) == 1
+
+
+def test_reads_see_the_time_a_command_would_make() -> None:
+    """While the lead slews off, `has_visible` and the queue's time at a clock reading agree
+    with what a `Lease` at that reading finds (a read that promised more would make a long
+    poll propose leases in a loop)."""
+    env = Env()
+    _frozen(env)
+    now = T0 + 1_000
+    env.run(Retime("q", now))
+    q = env.m._queues["q"]
+    for t in range(now, now + 3 * VIS, 97):
+        promised = env.m.has_visible("q", t)
+        time_seen = env.m.queue_time("q", t)
+        got = env.lease(5, now=t, vis=60_000).messages
+        assert q.clock == time_seen
+        assert promised == bool(got), t
+        if got:
+            break
+    else:
+        raise AssertionError("the leases never expired")
