@@ -29,7 +29,7 @@ from cmq.fsm.segments import MemorySegmentStore
 from cmq.fsm.store import SegmentLayout, encode_record
 from cmq.receipts import ReceiptSigner
 from cmq.rpc import decode_call, decode_error
-from raftlog.errors import InvariantViolation
+from raftlog.errors import InvariantViolation, NewerFormat
 from raftlog.runtime.statemachine import decode_batch, encode_batch
 from raftlog.storage.record import decode_record
 from raftlog.storage.record import encode_record as encode_log_record
@@ -126,10 +126,11 @@ def _log_record(data: bytes) -> bool:
 
 
 def _batch(data: bytes) -> bool:
-    """A committed entry's batch of commands; documented error: `InvariantViolation`."""
+    """A committed entry's batch of commands; documented errors: `InvariantViolation`, and
+    `NewerFormat` for a batch version above this release's."""
     try:
         commands = decode_batch(data)
-    except InvariantViolation:
+    except (InvariantViolation, NewerFormat):
         return False
     assert decode_batch(encode_batch(commands)) == commands
     return True
