@@ -15,11 +15,10 @@ from dataclasses import dataclass
 from cmq import features
 from cmq.errors import FeatureUnsupported, InvalidParameter
 from cmq.meta import CatalogMachine
+from cmq.ops import META_GROUP
 from cmq.peer_releases import PeerReleases
 from cmq.router import Router
 from cmq.rpc import CatalogCall
-
-META_GROUP = 0
 
 
 @dataclass(frozen=True, slots=True)
