@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the tests' cluster helpers
 
-from cmq.node import QueueNode
+from cmq.node.queue_node import QueueNode
 from raftlog.transport.peer import TransportConfig
 from tests.cmq.helpers import configs, wait_until
 

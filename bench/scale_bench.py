@@ -28,8 +28,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from cmq.catalog.meta import CatalogMachine
 from cmq.client import Client
-from cmq.meta import CatalogMachine
 
 SECRET = "scale-bench-secret-0123456789abcdef"
 
@@ -183,7 +183,8 @@ async def bench_queues(queues: int, concurrency: int) -> dict[str, Any]:
 async def bench_idle(groups: int, seconds: float, settle: float, windows: int) -> dict[str, Any]:
     """CPU per node at rest over ``windows`` consecutive windows of ``seconds``, the first
     ``settle`` seconds after the cluster is ready (elections and leader balancing settle: with
-    many groups the leadership hand-overs take a while, `cmq.membership.TRANSFERS_PER_ROUND`)."""
+    many groups the leadership hand-overs take a while,
+    `cmq.node.membership.TRANSFERS_PER_ROUND`)."""
     with tempfile.TemporaryDirectory(prefix="cmq-scale-") as tmp:
         cluster = Cluster(3, groups, Path(tmp))
         cpu: list[list[float]] = []

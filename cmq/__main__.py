@@ -1,5 +1,5 @@
 """``python -m cmq`` runs the ``cmq`` command."""
 
-from cmq.cli import main
+from cmq.cli.main import main
 
 raise SystemExit(main())

@@ -134,7 +134,7 @@ class NewerFormat(InvariantBroken):
 
 
 class UnreadableFrame(CmqError):
-    """A frame on the front-end socket (`cmq.service_proxy`) that does not decode to the shape
+    """A frame on the front-end socket (`cmq.frontend.proxy`) that does not decode to the shape
     its side expects: the connection is dropped, with this error naming the frame, logged."""
 
 
@@ -158,7 +158,7 @@ class NodeBusy(CmqError):
 
 
 class AccessKeyNotFound(CmqError):
-    """No access key has this id (`cmq.keys`)."""
+    """No access key has this id (`cmq.catalog.keys`)."""
 
     code = "AccessKeyNotFound"
 
@@ -173,7 +173,7 @@ class ImportConflict(CmqError):
 
 class FeatureUnsupported(CmqError):
     """A feature flag cannot be enabled: a registered node did not answer, or runs a release
-    without it (`cmq.feature_admin`). Nothing was enabled."""
+    without it (`cmq.upgrade.feature_admin`). Nothing was enabled."""
 
     code = "FeatureUnsupported"
 

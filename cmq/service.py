@@ -4,7 +4,7 @@ Every method either returns after the change is committed on a majority of the q
 (sends, acks, leases, attribute changes) or raises a `CmqError` (bad input changes nothing).
 Any node serves any queue: calls for a queue led elsewhere are forwarded transparently, and
 leader changes are retried within the request deadline (`Unavailable` after it; see
-`cmq.router`). Implemented by `cmq.node.QueueNode`.
+`cmq.routing.router`). Implemented by `cmq.node.queue_node.QueueNode`.
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ class QueueService(Protocol):
         it lists. `GroupNotFound` when this node hosts no replica of that data group."""
         ...
 
-    # -- backup and restore (cmq.backup_admin) -------------------------------------------------
+    # -- backup and restore (cmq.node.backup_admin) ------------------------------------------------
     async def export_catalog(self) -> dict[str, Any]:
         """``{"release", "sections": {name: JSON value}}``: the catalog's placement, groups,
         metadata and access keys (secrets sealed), as this node's copy holds them."""
@@ -161,8 +161,8 @@ class QueueService(Protocol):
     async def import_catalog(
         self, keys: list[Any], metadata: dict[str, dict[str, str]]
     ) -> dict[str, Any]:
-        """Recreate access keys (`cmq.keys.KeyRecord`, sealed secrets that must open with this
-        cluster's secret: `InvalidParameter` otherwise, nothing changed) and queue metadata."""
+        """Recreate access keys (`cmq.catalog.keys.KeyRecord`, sealed secrets that must open with
+        this cluster's secret: `InvalidParameter` otherwise, nothing changed) and queue metadata."""
         ...
 
     async def export_messages(self, name: str, after: int, upto: int, limit: int) -> ExportPage:
@@ -177,9 +177,10 @@ class QueueService(Protocol):
         messages sent; `ImportConflict` otherwise (nothing stored)."""
         ...
 
-    # -- nodes (cmq.nodes_admin) ------------------------------------------------------------------
+    # -- nodes (cmq.catalog.nodes_admin) -----------------------------------------------------------
     async def list_nodes(self) -> list[dict[str, Any]]:
-        """Every registered node as this node sees it (`cmq.nodes_admin.NodeView.to_dict`)."""
+        """Every registered node as this node sees it
+        (`cmq.catalog.nodes_admin.NodeView.to_dict`)."""
         ...
 
     async def join_node(
@@ -207,7 +208,7 @@ class QueueService(Protocol):
 
     async def list_features(self) -> list[dict[str, Any]]:
         """Every feature flag: name, since, description, enabled, supported_by (node ids),
-        missing (node ids without it or not answering), asked live (`cmq.feature_admin`)."""
+        missing (node ids without it or not answering), asked live (`cmq.upgrade.feature_admin`)."""
         ...
 
     async def enable_features(self, names: list[str] | None) -> list[str]:

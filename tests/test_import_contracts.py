@@ -128,8 +128,8 @@ def test_the_queue_importing_the_http_api_is_caught(tree: Path) -> None:
 
 
 def test_the_serving_entry_point_is_the_declared_exception(tree: Path) -> None:
-    plant(tree, "cmq.server", "import api\nfrom api.app import make_app")
-    plant(tree, "cmq.planted", "import cmq.server")
+    plant(tree, "cmq.cli.server", "import api\nfrom api.app import make_app")
+    plant(tree, "cmq.planted", "import cmq.cli.server")
     assert_kept(tree, "queue-below-http")
 
 
@@ -153,20 +153,22 @@ def test_the_archive_may_use_spark_and_the_queue(tree: Path) -> None:
     assert_kept(tree, "archive-outside-server")
 
 
-@pytest.mark.parametrize("importer", ["cmq.node", "cmq.planted", "api.planted"])
+@pytest.mark.parametrize("importer", ["cmq.node.queue_node", "cmq.planted", "api.planted"])
 def test_the_server_importing_the_archive_is_caught(tree: Path, importer: str) -> None:
     plant(tree, "cmq.archive.job", "import pyspark")
     plant(tree, importer, "from cmq.archive import job")
     assert_broken(tree, "archive-outside-server", "cmq.archive.job")
 
 
-@pytest.mark.parametrize("imported", ["cmq.fsm.machine", "cmq.node", "raftlog.errors", "api.app"])
+@pytest.mark.parametrize(
+    "imported", ["cmq.fsm.machine", "cmq.node.queue_node", "raftlog.errors", "api.app"]
+)
 def test_the_archive_reaching_past_the_http_api_is_caught(tree: Path, imported: str) -> None:
     plant(tree, "cmq.archive.job", f"import {imported}")
     assert_broken(tree, "archive-http-client", f"cmq.archive.job -> {imported}")
 
 
-@pytest.mark.parametrize("imported", ["cmq.fsm.export", "cmq.backup_admin", "raftlog.errors"])
+@pytest.mark.parametrize("imported", ["cmq.fsm.export", "cmq.node.backup_admin", "raftlog.errors"])
 def test_backup_reaching_past_the_http_api_is_caught(tree: Path, imported: str) -> None:
     plant(tree, "cmq.backup.load", f"import {imported}")
     assert_broken(tree, "backup-http-client", f"cmq.backup.load -> {imported}")
@@ -177,7 +179,7 @@ def test_the_server_importing_spark_is_caught(tree: Path) -> None:
     assert_broken(tree, "archive-outside-server", "cmq.fsm.planted -> pyspark")
 
 
-@pytest.mark.parametrize("imported", ["cmq.fsm.machine", "cmq.node", "raftlog.errors"])
+@pytest.mark.parametrize("imported", ["cmq.fsm.machine", "cmq.node.queue_node", "raftlog.errors"])
 def test_api_reaching_past_the_service_is_caught(tree: Path, imported: str) -> None:
     plant(tree, "api.planted", f"import {imported}")
     assert_broken(tree, "api-service-surface", f"api.planted -> {imported}")
@@ -210,8 +212,8 @@ def test_the_sqs_surface_using_the_native_models_is_caught(tree: Path) -> None:
 
 
 def test_the_sqs_surface_reaching_past_the_service_is_caught(tree: Path) -> None:
-    plant(tree, "api.sqs.http", "from cmq.router import Router")
-    assert_broken(tree, "sqs-via-service", "api.sqs.http -> cmq.router")
+    plant(tree, "api.sqs.http", "from cmq.routing.router import Router")
+    assert_broken(tree, "sqs-via-service", "api.sqs.http -> cmq.routing.router")
 
 
 def test_the_native_api_importing_the_sqs_surface_is_caught(tree: Path) -> None:

@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from cmq.peer_tls import PeerTlsFiles
+from cmq.node.peer_tls import PeerTlsFiles
 
 
 def _name(common_name: str) -> x509.Name:

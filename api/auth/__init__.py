@@ -6,5 +6,5 @@
 * `guard`: the aiohttp middleware that verifies and authorizes every request of both surfaces
   before its handler runs; `key_routes`: the ``/v1/keys`` administration routes.
 
-The keys themselves (and their grants) live in the catalog: `cmq.keys`.
+The keys themselves (and their grants) live in the catalog: `cmq.catalog.keys`.
 """

@@ -16,8 +16,8 @@ Every live message is in exactly one of ready / timer_of / pending_dl.
 Time: each queue keeps ``clock`` = the largest ``now_ms`` any command for it carried, and uses it
 instead of the command's own ``now_ms`` (time never runs backwards across leader changes, so
 visibility is monotonic and send times are non-decreasing in seq — which makes retention expiry
-delete a prefix of the queue). Every ``now_ms`` is a leader's clock (`cmq.ops`). If the clock
-stands ahead of the leaders' clocks anyway (a stamp from a clock far ahead got in), a `Retime`
+delete a prefix of the queue). Every ``now_ms`` is a leader's clock (`cmq.routing.ops`). If the
+clock stands ahead of the leaders' clocks anyway (a stamp from a clock far ahead got in), a `Retime`
 keeps the lead as a skew added to later stamps and slewed off (`QueueState.advance`), so the
 queue's time runs on rather than standing still until real time catches up.
 

@@ -521,7 +521,7 @@ async def run_bench(cfg: BenchConfig, progress: IO[str] | None = sys.stderr) -> 
 
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
-    """The :class:`BenchConfig` for the ``cmq bench`` flags (see ``cmq/cli.py``)."""
+    """The :class:`BenchConfig` for the ``cmq bench`` flags (see ``cmq/cli/main.py``)."""
     urls = tuple(u.strip() for u in str(args.url).split(",") if u.strip())
     seconds = args.seconds
     if seconds is None and not args.messages:

@@ -6,8 +6,8 @@ cluster secret to each other (HMAC over fresh nonces); a peer without it is refu
 
 With TLS (`TransportConfig.server_ssl` and ``client_ssl``, both or neither) every connection is
 TLS first and the secret handshake runs inside it: the caller's contexts decide what is
-verified (mutual authentication against a cluster CA in `cmq.peer_tls`). The event loop does the
-TLS handshakes (``open_connection``/``start_server`` with ``ssl``; uvloop's ``start_tls``, which
+verified (mutual authentication against a cluster CA in `cmq.node.peer_tls`). The event loop does
+the TLS handshakes (``open_connection``/``start_server`` with ``ssl``; uvloop's ``start_tls``, which
 would let this module see the accepting side's failures, hangs handshakes under load). So a
 failed TLS handshake is seen, logged and counted by the dialing node (for every pair, the one
 with the smaller id): it fails there either in the handshake or, with TLS 1.3, when the

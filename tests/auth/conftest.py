@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from cmq.catalog.key_admin import ADMIN_KEY_FILE
 from cmq.client import AccessKey, SyncClient
-from cmq.key_admin import ADMIN_KEY_FILE
 from tests.cmq.cluster import CmqCluster
 from tests.sqs import helpers
 

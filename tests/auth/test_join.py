@@ -7,7 +7,7 @@ from pathlib import Path
 
 import orjson
 
-from cmq.key_admin import ADMIN_KEY_FILE
+from cmq.catalog.key_admin import ADMIN_KEY_FILE
 from tests.cmq.scalecluster import ScaleCluster, until
 
 

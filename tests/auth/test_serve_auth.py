@@ -19,9 +19,9 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from cmq.catalog.key_admin import ADMIN_KEY_FILE
 from cmq.client import AccessKey, SyncClient
 from cmq.errors import CmqError
-from cmq.key_admin import ADMIN_KEY_FILE
 from tests.auth.conftest import new_key
 from tests.cmq.cluster import CmqCluster, unique_queue
 

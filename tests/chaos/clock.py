@@ -1,7 +1,8 @@
 """The ``clock`` fault: a running node's wall clock jumps or drifts (``CMQ_CLOCK_FILE``).
 
 Each episode moves the clock of one node (half of the time a group leader) while it runs,
-through the live clock file `cmq.clockfault` re-reads every second, and puts it back on heal:
+through the live clock file `cmq.routing.clockfault` re-reads every second, and puts it back on
+heal:
 
 * ``clock-jump``: forward or back by seconds (1-10 s), minutes (1-30 min) or hours (1-6 h):
   far beyond the skew bound, so the node's clock guard must take it out of leadership;

@@ -41,12 +41,12 @@ class MountedFS(Protocol):
 # `cmq serve` with the groups' options overridden (the CLI has no flags for them).
 _LAUNCHER = """
 import json, sys
-import cmq.node
+import cmq.node.queue_node
 from raftlog.runtime import GroupOptions
 options = GroupOptions(**json.loads(sys.argv[1]))
-config = cmq.node.NodeConfig
-cmq.node.NodeConfig = lambda *a, **kw: config(*a, **kw, group_options=options)
-from cmq.cli import main
+config = cmq.node.queue_node.NodeConfig
+cmq.node.queue_node.NodeConfig = lambda *a, **kw: config(*a, **kw, group_options=options)
+from cmq.cli.main import main
 sys.exit(main(sys.argv[2:]))
 """
 
@@ -106,7 +106,7 @@ class ChaosCluster:
         return self.root / f"node{nid}" / "data"
 
     def clock_file(self, nid: int) -> Path:
-        """The node's live clock-fault file (``CMQ_CLOCK_FILE``, `cmq.clockfault`)."""
+        """The node's live clock-fault file (``CMQ_CLOCK_FILE``, `cmq.routing.clockfault`)."""
         return self.root / f"node{nid}" / "clock.json"
 
     def set_clock(self, nid: int, offset_ms: int = 0, drift_ppm: float = 0.0) -> None:

@@ -22,12 +22,12 @@ LONG = os.environ.get("CHAOS_LONG") == "1"
 # `cmq serve` with the data groups' snapshot options overridden (the CLI has no flags for them).
 _LAUNCHER = """
 import json, sys
-import cmq.node
+import cmq.node.queue_node
 from raftlog.runtime import GroupOptions
 options = GroupOptions(**json.loads(sys.argv[1]))
-config = cmq.node.NodeConfig
-cmq.node.NodeConfig = lambda *a, **kw: config(*a, **kw, group_options=options)
-from cmq.cli import main
+config = cmq.node.queue_node.NodeConfig
+cmq.node.queue_node.NodeConfig = lambda *a, **kw: config(*a, **kw, group_options=options)
+from cmq.cli.main import main
 sys.exit(main(sys.argv[2:]))
 """
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cmq.errors import InvalidParameter
-from cmq.ops import _clock_offset_ms
+from cmq.routing.ops import _clock_offset_ms
 from tests.chaos.checker import Report
 from tests.chaos.runner import RunConfig, RunResult
 
@@ -26,7 +26,7 @@ def test_offset_parsing() -> None:
 
 
 def test_a_node_process_clock_carries_the_offset() -> None:
-    code = "from cmq.ops import now_ms; print(now_ms())"
+    code = "from cmq.routing.ops import now_ms; print(now_ms())"
     env = dict(os.environ, CMQ_CLOCK_OFFSET_MS="-7000")
     before = time.time_ns() // 1_000_000
     out = subprocess.run(

@@ -1,8 +1,8 @@
 """Clock sanity on real processes: a node whose clock jumps an hour ahead while it runs
 (``CMQ_CLOCK_FILE``) stops leading within seconds and says so in ``/v1/status`` and
 ``/metrics``; the cluster keeps serving without a second lease of a leased message; once its
-clock is back it is no longer unsafe and may lead again. Also the `cmq.clockfault` file clock
-itself (jump, drift, a malformed file ignored)."""
+clock is back it is no longer unsafe and may lead again. Also the `cmq.routing.clockfault` file
+clock itself (jump, drift, a malformed file ignored)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from cmq.clockfault import FileClock
 from cmq.model import QueueAttributes
+from cmq.routing.clockfault import FileClock
 from tests.chaos.cluster import ChaosCluster
 
 
@@ -63,7 +63,7 @@ async def test_a_node_an_hour_ahead_stops_leading_and_leads_again_when_back(
     cluster = ChaosCluster(tmp_path, n=3, groups=2)
     try:
         await cluster.start()
-        # Node 1 is data group 1's preferred leader (`cmq.placement.preferred_leaders`: 3
+        # Node 1 is data group 1's preferred leader (`cmq.catalog.placement.preferred_leaders`: 3
         # nodes, 2 groups): the leader balancer gives it group 1 whenever it may lead.
         victim = 1
 

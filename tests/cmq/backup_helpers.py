@@ -15,13 +15,13 @@ from aiohttp.test_utils import TestServer
 
 from api.app import make_app
 from api.auth.guard import AuthConfig
+from cmq.catalog.key_admin import KeyAdmin, KeyRing
+from cmq.catalog.keys import ADMIN, RECEIVE, SEND, KeyGrant, cluster_credential
 from cmq.client import Client
 from cmq.client.backup import export_catalog, export_page
 from cmq.client.types import Message
-from cmq.key_admin import KeyAdmin, KeyRing
-from cmq.keys import ADMIN, RECEIVE, SEND, KeyGrant, cluster_credential
-from cmq.node import NodeConfig, QueueNode
-from cmq.ops import now_ms
+from cmq.node.queue_node import NodeConfig, QueueNode
+from cmq.routing.ops import now_ms
 from raftlog.transport.peer import Address
 from tests.ports import free_ports
 

@@ -10,7 +10,7 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from cmq.node import NodeConfig, QueueNode
+from cmq.node.queue_node import NodeConfig, QueueNode
 from raftlog.runtime import GroupOptions
 from raftlog.transport.peer import Address
 from tests.ports import free_ports

@@ -1,6 +1,6 @@
 """A seeded simulator of replica moves: the real catalog (`CatalogMachine`, its placement and move
-planning) and the real step rule (`cmq.placement.next_step`) against a model of the data groups'
-Raft configurations, with crashes of any node (old replica, new replica, group leader, meta
+planning) and the real step rule (`cmq.catalog.placement.next_step`) against a model of the data
+groups' Raft configurations, with crashes of any node (old replica, new replica, group leader, meta
 leader) at every step.
 
 The model: each group has voters, learners, a leader and per member the length of the log it
@@ -31,8 +31,8 @@ import random
 from collections.abc import Callable, Set
 from dataclasses import dataclass, field
 
-from cmq.meta import CatalogMachine
-from cmq.placement import Step, StepKind, next_step
+from cmq.catalog.meta import CatalogMachine
+from cmq.catalog.placement import Step, StepKind, next_step
 
 StepRule = Callable[[Set[int], Set[int], Set[int], int, bool], Step]
 

@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cmq.catalog.keys import cluster_credential
 from cmq.client import NO_RETRY, Client
 from cmq.errors import CmqError
-from cmq.keys import cluster_credential
 from tests.ports import free_ports
 
 SECRET = "scale-out-test-secret-0123456789"

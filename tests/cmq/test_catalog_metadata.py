@@ -4,7 +4,7 @@ refused for queues that are not placed."""
 
 from __future__ import annotations
 
-from cmq.meta import CatalogMachine
+from cmq.catalog.meta import CatalogMachine
 from tests.cmq.test_meta_receipts import founded
 
 

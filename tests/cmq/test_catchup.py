@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from cmq.model import OutgoingMessage, QueueAttributes
-from cmq.node import QueueNode
+from cmq.node.queue_node import QueueNode
 from tests.cmq.helpers import configs, wait_until
 
 

@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from cmq.cli import main
-from cmq.cli_nodes import add_serve_arguments, serve_settings
+from cmq.cli.main import main
+from cmq.cli.nodes import add_serve_arguments, serve_settings
 
 
 def test_node_commands_report_an_unreachable_node_in_one_line_or_as_json(
@@ -27,7 +27,7 @@ def test_node_commands_report_an_unreachable_node_in_one_line_or_as_json(
 
 
 def test_node_list_renders_a_table(capsys: pytest.CaptureFixture[str]) -> None:
-    from cmq import cli_output
+    from cmq.cli import output as cli_output
 
     row = {"id": 4, "state": "draining", "zone": "b", "address": "10.0.0.4:9080"}
     row |= {"http": "10.0.0.4:8080", "replicas": [2, 5], "incoming": [], "leaders": [5]}
@@ -69,7 +69,8 @@ def test_serve_settings_from_flags_and_file() -> None:
 
 
 def test_drain_wait_polls_until_the_node_holds_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    from cmq import cli_nodes, cli_output
+    from cmq.cli import nodes as cli_nodes
+    from cmq.cli import output as cli_output
 
     monkeypatch.setattr(cli_nodes.time, "sleep", lambda s: None)
     holding = {"id": 3, "replicas": [1], "incoming": [], "leaders": [], "meta": "learner"}

@@ -10,9 +10,9 @@ from typing import cast
 
 import pytest
 
-from cmq.clockguard import ClockGuard
 from cmq.errors import InvalidParameter
-from cmq.rpc import decode_call as decode_forwarded
+from cmq.node.clockguard import ClockGuard
+from cmq.routing.rpc import decode_call as decode_forwarded
 from raftlog.runtime import MultiRaft
 from raftlog.runtime.clocks import ClockReading
 from raftlog.transport.codec import encode_clock_ping

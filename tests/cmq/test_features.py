@@ -1,7 +1,8 @@
-"""Feature flags (`cmq.features`): the catalog records enabled flags (replicated, idempotent,
-never a flag this release does not know), a cluster formed by this release enables every flag it
-knows, a flag is enabled only when every registered node supports it, a node refuses to run on
-a cluster that enabled a flag it does not know, and the gated writes wait for their flag."""
+"""Feature flags (`cmq.upgrade.features`): the catalog records enabled flags (replicated,
+idempotent, never a flag this release does not know), a cluster formed by this release enables
+every flag it knows, a flag is enabled only when every registered node supports it, a node refuses
+to run on a cluster that enabled a flag it does not know, and the gated writes wait for their
+flag."""
 
 from __future__ import annotations
 
@@ -13,13 +14,14 @@ from typing import Any
 import orjson
 import pytest
 
-from cmq import features, rpc
-from cmq.cli import main
+from cmq.catalog.meta import CatalogMachine
+from cmq.cli.main import main
 from cmq.errors import FeatureNotEnabled, FeatureUnsupported, InvalidParameter, InvariantBroken
-from cmq.meta import CatalogMachine
 from cmq.model import ImportedMessage, QueueAttributes
-from cmq.node import QueueNode
-from cmq.rpc import ReleaseCall
+from cmq.node.queue_node import QueueNode
+from cmq.routing import rpc
+from cmq.routing.rpc import ReleaseCall
+from cmq.upgrade import features
 from tests.cmq.helpers import configs, running
 from tests.cmq.test_release import _old_node_answer, _serve
 
@@ -164,8 +166,8 @@ async def test_flags_are_enabled_only_when_every_node_supports_them(
 def test_the_data_directory_records_its_flags_and_a_release_without_one_refuses_it(
     tmp_path: Path,
 ) -> None:
-    from cmq import feature_marker
-    from cmq.feature_marker import MARKER, MarkedCatalog
+    from cmq.upgrade import feature_marker
+    from cmq.upgrade.feature_marker import MARKER, MarkedCatalog
 
     dirs = (str(tmp_path / "a"), str(tmp_path / "b"))
     for d in dirs:

@@ -1,4 +1,4 @@
-"""HTTP front-end processes (``cmq serve --http-workers N``, `cmq.service_proxy`):
+"""HTTP front-end processes (``cmq serve --http-workers N``, `cmq.frontend.proxy`):
 
 * the proxy against a real one-node `QueueNode` through a real Unix socket: every
   `QueueService` coroutine is carried; results and errors (code, message) are the node's own;
@@ -28,10 +28,10 @@ import pytest
 from cmq.client import SyncClient
 from cmq.client.stream import StreamClient
 from cmq.errors import OutcomeUnknown, QueueNotFound
+from cmq.frontend.proxy import CALLS, ServiceProxy, ServiceServer
 from cmq.model import OutgoingMessage, QueueAttributes
-from cmq.node import QueueNode
+from cmq.node.queue_node import QueueNode
 from cmq.service import QueueService
-from cmq.service_proxy import CALLS, ServiceProxy, ServiceServer
 from tests.cmq.cluster import CmqCluster
 from tests.cmq.test_node_effects import one_node
 

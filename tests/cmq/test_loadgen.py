@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from cmq.cli import main as cli_main
+from cmq.cli.main import main as cli_main
 from cmq.loadgen import (
     HEADER_LEN,
     BenchConfig,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from cmq.catalog.meta import Assignment, CatalogMachine, Refused
 from cmq.errors import InvariantBroken, ReceiptInvalid
-from cmq.meta import Assignment, CatalogMachine, Refused
-from cmq.receipts import ReceiptSigner
+from cmq.routing.receipts import ReceiptSigner
 
 
 def founded(groups: int, nodes: int = 1) -> CatalogMachine:

@@ -3,7 +3,7 @@ crashes at every step; a planted bug (the old replica leaves first) is caught.""
 
 from __future__ import annotations
 
-from cmq.placement import next_step
+from cmq.catalog.placement import next_step
 from tests.cmq.movesim import Sim, remove_first, run_seeds
 
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from cmq.meta import CatalogMachine
+from cmq.catalog.meta import CatalogMachine
 from cmq.model import OutgoingMessage, QueueAttributes
-from cmq.node import NodeConfig, QueueNode
+from cmq.node.queue_node import NodeConfig, QueueNode
 from raftlog.transport.peer import Address
 from tests.ports import free_ports
 

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from cmq.client import SyncClient
-from cmq.peer_tls import PeerTlsFiles
+from cmq.node.peer_tls import PeerTlsFiles
 from tests.cmq.cluster import CmqCluster, request, unique_queue
 from tests.tlsca import TestCA
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from cmq.meta import CatalogMachine, Refused
-from cmq.placement import (
+from cmq.catalog.meta import CatalogMachine, Refused
+from cmq.catalog.placement import (
     DRAINING,
     GroupPlacement,
     Move,

@@ -11,7 +11,7 @@ import asyncio
 from dataclasses import replace
 from pathlib import Path
 
-from cmq.node import META_GROUP, QueueNode
+from cmq.node.queue_node import META_GROUP, QueueNode
 from tests.cmq.helpers import configs, wait_until
 
 

@@ -1,6 +1,6 @@
-"""What release this is (`cmq.release`): the version agrees with pyproject.toml and with the
+"""What release this is (`cmq.upgrade.release`): the version agrees with pyproject.toml and with the
 releases file, `cmq --version`, the ``cmq_build_info`` metric, the release call between nodes
-(`cmq.peer_releases`, also against a node that predates it), and the release columns of
+(`cmq.upgrade.peer_releases`, also against a node that predates it), and the release columns of
 ``cmq status`` and ``cmq node list`` against an in-process cluster."""
 
 from __future__ import annotations
@@ -26,14 +26,16 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from api.app import make_app
-from cmq import cli_output, rpc
-from cmq.cli import main
-from cmq.meta import CatalogMachine
-from cmq.metrics import BuildInfoCollector, register_node_metrics
-from cmq.node import QueueNode
-from cmq.peer_releases import UNREPORTED_RELEASE, PeerReleases
-from cmq.placement import NodeInfo
-from cmq.release import (
+from cmq.catalog.meta import CatalogMachine
+from cmq.catalog.placement import NodeInfo
+from cmq.cli import output as cli_output
+from cmq.cli.main import main
+from cmq.node.metrics import BuildInfoCollector, register_node_metrics
+from cmq.node.queue_node import QueueNode
+from cmq.routing import rpc
+from cmq.routing.rpc import ReleaseCall, ReleaseInfo, encode_error
+from cmq.upgrade.peer_releases import UNREPORTED_RELEASE, PeerReleases
+from cmq.upgrade.release import (
     PEER_PROTOCOL_MAX,
     PEER_PROTOCOL_MIN,
     RELEASE,
@@ -41,7 +43,6 @@ from cmq.release import (
     describe,
     version_line,
 )
-from cmq.rpc import ReleaseCall, ReleaseInfo, encode_error
 from raftlog.errors import PeerUnavailable
 from raftlog.runtime.config import RemoteCallError
 from tests.cmq.helpers import configs, running, wait_until

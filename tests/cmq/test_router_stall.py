@@ -13,11 +13,11 @@ import msgspec
 import orjson
 import pytest
 
+from cmq.catalog.meta import CatalogMachine
 from cmq.errors import OutcomeUnknown
-from cmq.meta import CatalogMachine
-from cmq.ops import LeaderOps
-from cmq.router import Router
-from cmq.rpc import RETRY, ProduceCall, PurgeCall
+from cmq.routing.ops import LeaderOps
+from cmq.routing.router import Router
+from cmq.routing.rpc import RETRY, ProduceCall, PurgeCall
 from raftlog.errors import PeerUnavailable
 from raftlog.runtime import MultiRaft
 from raftlog.runtime.config import RemoteCallError

@@ -1,5 +1,5 @@
-"""The typed forwarded calls (`cmq.rpc`): every call and reply round-trips through its codec,
-and garbage is refused with a clean `InvalidParameter` (never another exception)."""
+"""The typed forwarded calls (`cmq.routing.rpc`): every call and reply round-trips through its
+codec, and garbage is refused with a clean `InvalidParameter` (never another exception)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from cmq.model import (
     Refused,
     SentMessage,
 )
-from cmq.rpc import (
+from cmq.routing.rpc import (
     RETRY,
     AckCall,
     AnyCall,

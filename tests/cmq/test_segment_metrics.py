@@ -1,4 +1,5 @@
-"""The queues' segment metrics (`cmq.metrics.SegmentCollector`) read from real queue machines."""
+"""The queues' segment metrics (`cmq.node.metrics.SegmentCollector`) read from real queue
+machines."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from cmq.fsm import CreateQueue, Lease, Leased, MemorySegmentStore, NewMessage, Produce
 from cmq.fsm.commands import Ack
 from cmq.fsm.machine import QueueMachine
-from cmq.metrics import SegmentCollector
 from cmq.model import QueueAttributes
+from cmq.node.metrics import SegmentCollector
 from tests.cmq.fsm.harness import Applier
 
 T0 = 1_700_000_000_000

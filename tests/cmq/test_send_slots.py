@@ -13,7 +13,7 @@ import pytest
 
 from cmq.errors import Overloaded
 from cmq.model import OutgoingMessage, QueueAttributes
-from cmq.rpc import Call, ProduceCall
+from cmq.routing.rpc import Call, ProduceCall
 from tests.cmq.helpers import configs, running
 
 

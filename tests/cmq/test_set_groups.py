@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from cmq.catalog.meta import MAX_DATA_GROUPS, CatalogMachine, Refused
 from cmq.errors import InvalidParameter
-from cmq.meta import MAX_DATA_GROUPS, CatalogMachine, Refused
 from tests.cmq.scalecluster import SECRET, ScaleCluster, until
 
 

@@ -14,7 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from cmq import cli
+from cmq.cli import main as cli
 from tests.deploy.chart import ALL_ON, CHART, MONITORING_APIS, helm, one, render
 from tests.deploy.pods import expand
 

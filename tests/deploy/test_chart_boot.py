@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 from dockerfile_parse import DockerfileParser
 
-from cmq.keys import cluster_credential
+from cmq.catalog.keys import cluster_credential
 from tests.deploy.chart import one, render
 from tests.deploy.netns import PodNetwork
 from tests.deploy.pods import (

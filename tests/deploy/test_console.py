@@ -17,7 +17,7 @@ from typing import TypeVar
 import pytest
 
 from cmq.client import SyncClient
-from cmq.release import RELEASE
+from cmq.upgrade.release import RELEASE
 from tests.cmq.cluster import CmqCluster, blocking, request, unique_queue
 from tests.deploy.chart import ALL_ON, MONITORING_APIS, one, render
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from dockerfile_parse import DockerfileParser
 
-from cmq import cli
+from cmq.cli import main as cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,7 +54,7 @@ def test_entry_point_is_the_cmq_script(dockerfile: DockerfileParser) -> None:
     cmd = json.loads(_values(final, "CMD")[-1])
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert entry == ["cmq"]
-    assert scripts["cmq"] == "cmq.cli:main"
+    assert scripts["cmq"] == "cmq.cli.main:main"
     assert cmd == ["serve"]
     # `serve` is a real subcommand of that entry point (argparse exits 0 on --help).
     with pytest.raises(SystemExit) as e:
@@ -94,7 +94,7 @@ def test_data_lives_under_the_volume(dockerfile: DockerfileParser) -> None:
 def test_stop_signal_is_one_the_server_handles(dockerfile: DockerfileParser) -> None:
     final = _final_stage(dockerfile)
     stop = _values(final, "STOPSIGNAL")[-1]
-    server = (ROOT / "cmq" / "server.py").read_text()
+    server = (ROOT / "cmq" / "cli" / "server.py").read_text()
     assert stop == "SIGTERM"
     assert "signal.SIGTERM" in server and "hand_off_leadership" in server
 
@@ -128,4 +128,4 @@ def test_the_installed_package_ships_the_console(tmp_path: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     static = {p.name for p in (ROOT / "api" / "ui" / "static").iterdir()}
     assert {f"api/ui/static/{n}" for n in static} <= names
-    assert {"cmq/cli.py", "cmq/server.py", "api/app.py"} <= names
+    assert {"cmq/cli/main.py", "cmq/cli/server.py", "api/app.py"} <= names

@@ -16,15 +16,15 @@ import msgspec
 from cmq import stream
 from cmq.archive import manifest as archive_manifest
 from cmq.backup import format as backup_format
+from cmq.catalog.meta import CatalogMachine
 from cmq.fsm import commands as qc
 from cmq.fsm.image import SHIPPED_MAGIC, ship
 from cmq.fsm.machine import QueueMachine
 from cmq.fsm.segments import MemorySegmentStore
 from cmq.fsm.store import StoredMessage
 from cmq.fsm.store import encode_record as encode_segment_record
-from cmq.meta import CatalogMachine
 from cmq.model import QueueAttributes
-from cmq.receipts import ReceiptSigner
+from cmq.routing.receipts import ReceiptSigner
 from raftlog.core.types import (
     ConfState,
     Entry,

@@ -2,7 +2,7 @@
 recorded in ``golden/formats.json`` for its current version, and decode back where a reader
 exists. A mismatch means a format changed without a version bump: old and new nodes replicate
 the same groups during a rolling upgrade, so a release writes what the previous one reads, and
-a new layout is written only behind a feature flag (`cmq.features`) once enabled.
+a new layout is written only behind a feature flag (`cmq.upgrade.features`) once enabled.
 
 To record new golden bytes deliberately (after bumping the format's version and gating the new
 layout behind a flag), run from the repository root::
@@ -21,11 +21,11 @@ import msgspec
 import pytest
 
 from cmq import stream
+from cmq.catalog.meta import CatalogMachine
 from cmq.fsm import commands as qc
 from cmq.fsm.image import decode_image
 from cmq.fsm.store import decode_payload
-from cmq.meta import CatalogMachine
-from cmq.receipts import ReceiptSigner
+from cmq.routing.receipts import ReceiptSigner
 from raftlog.runtime.statemachine import decode_batch
 from raftlog.storage import record as wal
 from raftlog.storage.files import decode_snapshot_file
@@ -42,7 +42,8 @@ from tests.formats.samples import (
 )
 
 HINT = (
-    "bump its version, gate the new layout behind a feature flag (cmq/features.py), and record "
+    "bump its version, gate the new layout behind a feature flag (cmq/upgrade/features.py), and "
+    "record "
     "new golden bytes (PYTHONPATH=. python -m tests.formats.test_golden --write)"
 )
 

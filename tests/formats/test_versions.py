@@ -21,6 +21,7 @@ from cmq.archive import manifest as archive_manifest
 from cmq.archive.errors import NewerManifest
 from cmq.backup import format as backup_format
 from cmq.backup.errors import InvalidBackup, NewerBackupFormat
+from cmq.catalog.meta import CatalogMachine
 from cmq.errors import (
     InvalidParameter,
     InvariantBroken,
@@ -29,15 +30,14 @@ from cmq.errors import (
     ReceiptInvalid,
     UnreadableFrame,
 )
+from cmq.frontend.proxy import decode_frame
 from cmq.fsm import commands as qc
 from cmq.fsm.image import SHIPPED_MAGIC, decode_image, install_shipped
 from cmq.fsm.machine import QueueMachine
 from cmq.fsm.segments import FileSegmentStore, MemorySegmentStore
 from cmq.fsm.store import FLAG_BINARY, StoredMessage, decode_tail, frame_record, record_tail
-from cmq.meta import CatalogMachine
-from cmq.receipts import ReceiptSigner
-from cmq.release import RELEASE
-from cmq.service_proxy import decode_frame
+from cmq.routing.receipts import ReceiptSigner
+from cmq.upgrade.release import RELEASE
 from raftlog.errors import CorruptRecord, InvariantViolation
 from raftlog.errors import NewerFormat as RaftNewerFormat
 from raftlog.runtime.statemachine import decode_batch, encode_batch

@@ -32,8 +32,8 @@ from cmq.fsm.machine import QueueMachine
 from cmq.fsm.segments import MemorySegmentStore
 from cmq.fsm.store import StoredMessage, encode_record
 from cmq.model import QueueAttributes
-from cmq.receipts import ReceiptSigner
-from cmq.rpc import (
+from cmq.routing.receipts import ReceiptSigner
+from cmq.routing.rpc import (
     AckCall,
     CreateQueueCall,
     GetQueueCall,

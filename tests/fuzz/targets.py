@@ -27,8 +27,8 @@ from cmq.fsm.commands import decode_command, encode_command
 from cmq.fsm.image import decode_image
 from cmq.fsm.segments import MemorySegmentStore
 from cmq.fsm.store import SegmentLayout, encode_record
-from cmq.receipts import ReceiptSigner
-from cmq.rpc import decode_call, decode_error
+from cmq.routing.receipts import ReceiptSigner
+from cmq.routing.rpc import decode_call, decode_error
 from raftlog.errors import InvariantViolation, NewerFormat
 from raftlog.runtime.statemachine import decode_batch, encode_batch
 from raftlog.storage.record import decode_record

@@ -12,7 +12,7 @@ counted (``overlaps``), not violations, as the chaos runner does for clock jumps
 bound. Everything else is checked as in `QueueSim`: nothing confirmed lost, nothing delivered
 after its ack, replicas identical.
 
-With ``retime`` (the product's housekeeping rule, `cmq.housekeeping.Housekeeper`): the
+With ``retime`` (the product's housekeeping rule, `cmq.node.housekeeping.Housekeeper`): the
 lifecycle loop at the group's leader proposes a `Retime` when the queue's time stands more than
 `RETIME_AFTER_MS` ahead of the leader's clock. Without it, a lease stamped against the queue's
 time stands until real time catches up (two hours), and the drain's check reports the confirmed

@@ -33,9 +33,9 @@ from pathlib import Path
 
 import pytest
 
-from cmq import feature_marker, features
 from cmq.client.stream import StreamClient
 from cmq.errors import CmqError
+from cmq.upgrade import feature_marker, features
 from tests.chaos.checker import check
 from tests.chaos.cluster import ChaosCluster, snapshot_code
 from tests.chaos.history import History

@@ -13,7 +13,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from api.app import make_app
-from cmq.node import NodeConfig, QueueNode
+from cmq.node.queue_node import NodeConfig, QueueNode
 from raftlog.transport.peer import Address
 from tests.cmq.cluster import free_ports
 

@@ -1,5 +1,5 @@
 """Mutual TLS between peers, on loopback, with a throwaway CA (`tests.tlsca`) and the contexts
-cmq builds (`cmq.peer_tls`): TLS peers exchange frames and replicate; a peer whose certificate
+cmq builds (`cmq.node.peer_tls`): TLS peers exchange frames and replicate; a peer whose certificate
 another CA signed, a peer without a certificate, and a plain-TCP peer are refused at the
 handshake (the cluster secret is right every time: TLS alone refuses them), nothing they send
 reaches the other side, the refusal is logged once and counted by the dialing node (the one
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from cmq.peer_tls import PeerTlsFiles
+from cmq.node.peer_tls import PeerTlsFiles
 from raftlog.runtime import MultiRaft, RuntimeConfig, new_event_loop
 from raftlog.runtime.applog import AppendLog
 from raftlog.transport.codec import FrameKind

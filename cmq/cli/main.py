@@ -1,0 +1,577 @@
+"""The ``cmq`` command: run nodes, run a local cluster, administer queues, send and receive,
+generate load.
+
+    cmq serve --node-id 1 --http 127.0.0.1:8080 --peer 127.0.0.1:9080 \\
+              --peers 1=127.0.0.1:9080,2=127.0.0.1:9081,3=127.0.0.1:9082 --data-dir ./d1
+    cmq dev [--nodes 3] [--data-dir ./data/dev] [--http-port 8080]
+    cmq queue create|list|stats|delete ...     cmq send ...     cmq receive [--ack] ...
+    cmq status                                  (nodes, their releases, groups, leaders, lag)
+    cmq --version                               (cmq 0.2.0 (peer protocol 1-1))
+    cmq bench [--producers 4] [--consumers 2] [--size 1024] [--batch 1] [--rate 0] ...
+    cmq archive --url URL[,URL...] --out DIR [--queue NAME ...]   (cmq/archive/main.py)
+
+Settings for ``serve`` come from flags, then ``CMQ_*`` environment variables, then a TOML file
+(``--config``). The cluster secret (shared by all nodes: peer authentication and receipt
+signing) comes from ``CMQ_SECRET`` or ``--secret-file``. ``--peer-tls-cert``, ``--peer-tls-key``
+and ``--peer-tls-ca`` (all three or none) make peer traffic mutual TLS (`cmq.node.peer_tls`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import dataclasses
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cmq.cli.backup import add_backup_commands
+from cmq.cli.cluster import add_cluster_commands
+from cmq.cli.keys import (
+    add_key_commands,
+    add_security_options,
+    add_serve_security,
+    apply_security_options,
+)
+from cmq.cli.nodes import add_node_commands, add_serve_arguments, serve_settings
+from cmq.upgrade.release import version_line
+
+if TYPE_CHECKING:
+    from cmq.client import EntryResult, QueueAttributes, ReceivedMessage, SyncClient
+    from cmq.node.peer_tls import PeerTlsFiles
+
+DEFAULT_HTTP_PORT = 8080
+"""The HTTP API's default port (``cmq serve --http``; the image and the chart expose it)."""
+DEFAULT_PEER_PORT = 9080
+"""The peer (Raft) traffic's default port (``cmq serve --peer``)."""
+DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_HTTP_PORT}"
+
+
+# -- serve -----------------------------------------------------------------------------------------
+def _setting(args: argparse.Namespace, conf: dict[str, Any], name: str, default: Any = None) -> Any:
+    value = getattr(args, name, None)
+    if value not in (None, []):
+        return value
+    env = os.environ.get("CMQ_" + name.upper())
+    if env is not None:
+        return env
+    return conf.get(name, default)
+
+
+def _read_secret(args: argparse.Namespace, conf: dict[str, Any]) -> bytes:
+    if os.environ.get("CMQ_SECRET"):
+        return os.environ["CMQ_SECRET"].encode()
+    path = _setting(args, conf, "secret_file")
+    if path:
+        return Path(path).read_bytes().strip()
+    raise SystemExit("the cluster secret is missing: set CMQ_SECRET or --secret-file")
+
+
+def _peer_tls(args: argparse.Namespace, conf: dict[str, Any]) -> PeerTlsFiles | None:
+    """The peer TLS files (``peer_tls_cert``, ``peer_tls_key``, ``peer_tls_ca``): all three,
+    or None for plain peer traffic; `InvalidParameter` when only some are set. The files are
+    read (and checked) when the node starts."""
+    from cmq.node.peer_tls import PeerTlsFiles
+
+    return PeerTlsFiles.of(
+        _setting(args, conf, "peer_tls_cert"),
+        _setting(args, conf, "peer_tls_key"),
+        _setting(args, conf, "peer_tls_ca"),
+    )
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from cmq.node.queue_node import NodeConfig
+    from raftlog.transport.peer import Address, parse_peers
+
+    conf: dict[str, Any] = {}
+    if args.config:
+        with open(args.config, "rb") as f:
+            conf = tomllib.load(f)
+    node_id = int(_setting(args, conf, "node_id", 0))
+    http = Address.parse(str(_setting(args, conf, "http", f"127.0.0.1:{DEFAULT_HTTP_PORT}")))
+    peer = Address.parse(str(_setting(args, conf, "peer", f"127.0.0.1:{DEFAULT_PEER_PORT}")))
+    peers_text = _setting(args, conf, "peers")
+    peers = parse_peers(peers_text) if peers_text else {node_id: peer}
+    scale = serve_settings(args, conf, f"{http.host}:{http.port}", node_id)
+    dirs = _setting(args, conf, "data_dir")
+    data_dirs = tuple([dirs] if isinstance(dirs, str) else dirs or [])
+    if not node_id or not data_dirs or node_id not in peers:
+        raise SystemExit("need --node-id, --data-dir and --peers that include this node")
+    for d in data_dirs:
+        os.makedirs(d, exist_ok=True)
+    cfg = NodeConfig(
+        node_id=node_id,
+        peer=peer,
+        peers=peers,
+        data_dirs=data_dirs,
+        secret=_read_secret(args, conf),
+        groups=int(_setting(args, conf, "groups", 4)),
+        max_inflight_sends=int(_setting(args, conf, "max_inflight_sends", 24)),
+        rejoin=bool(args.rejoin),
+        **scale,
+        segment_max_bytes=int(_setting(args, conf, "segment_max_bytes", 64 << 20)),
+        segment_max_age=float(_setting(args, conf, "segment_max_age", 3600)),
+        clock_bound_ms=float(_setting(args, conf, "clock_bound_ms", 500)),
+        peer_tls=_peer_tls(args, conf),
+    )
+    if cfg.segment_max_bytes < 1 or cfg.segment_max_age < 0:
+        raise SystemExit("--segment-max-bytes must be >= 1 and --segment-max-age >= 0")
+    if cfg.max_inflight_sends < 1:
+        raise SystemExit("--max-inflight-sends must be at least 1")
+
+    from cmq.cli.keys import serve_security
+    from cmq.cli.server import run
+
+    workers = int(_setting(args, conf, "http_workers", 0))
+    security = serve_security(args, conf)
+    if workers < 0 or (workers and not security.anonymous):
+        raise SystemExit("--http-workers must be >= 0, and front ends serve --anonymous only")
+
+    return run(cfg, http, security, workers)
+
+
+# -- dev -------------------------------------------------------------------------------------------
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+DEV_STOP_SECONDS = 5.0
+"""How long `cmq dev` waits for its nodes to exit after a stop before killing them."""
+
+
+class _Stopped(Exception):
+    """A stop signal reached `cmq dev`."""
+
+
+def _stop_on_signal(signum: int, _frame: object) -> None:
+    raise _Stopped(signal.Signals(signum).name)
+
+
+def _stop_nodes(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM every node still running, wait up to `DEV_STOP_SECONDS` for all of them
+    together, then SIGKILL what is left. Further stop signals are ignored meanwhile."""
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    deadline = time.monotonic() + DEV_STOP_SECONDS
+    for p in procs:
+        try:
+            p.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def _dev(args: argparse.Namespace) -> int:
+    # INT, TERM and HUP all stop every node started here (the `finally` below).
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, _stop_on_signal)
+    root = Path(args.data_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    secret_path = root / "secret"
+    if not secret_path.exists():
+        secret_path.write_text(secrets.token_hex(32))
+        secret_path.chmod(0o600)
+    n = args.nodes
+    # Peer ports follow the HTTP ports unless given: two dev clusters on different HTTP ports
+    # must not collide on the default peer ports.
+    peer_base = args.peer_port
+    if peer_base is None:
+        peer_base = args.http_port + DEFAULT_PEER_PORT - DEFAULT_HTTP_PORT
+    if max(args.http_port, peer_base) + n - 1 > 65535:
+        raise SystemExit("--http-port/--peer-port leave no room for the nodes' ports")
+    http_ports = [args.http_port + i for i in range(n)]
+    peer_ports = [peer_base + i for i in range(n)]
+    peers = ",".join(f"{i + 1}=127.0.0.1:{peer_ports[i]}" for i in range(n))
+    # The whole cluster stops at once: no node can take a leadership handed to it.
+    env = dict(os.environ, CMQ_SECRET=secret_path.read_text().strip(), CMQ_HANDOFF_SECONDS="0")
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for i in range(n):
+            log = open(root / f"node{i + 1}.log", "ab")  # noqa: SIM115 - owned by the child
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "cmq",
+                        "serve",
+                        "--node-id",
+                        str(i + 1),
+                        "--http",
+                        f"127.0.0.1:{http_ports[i]}",
+                        "--peer",
+                        f"127.0.0.1:{peer_ports[i]}",
+                        "--peers",
+                        peers,
+                        "--data-dir",
+                        str(root / f"node{i + 1}"),
+                        "--groups",
+                        str(args.groups),
+                        "--anonymous",
+                    ],
+                    env=env,
+                    stdout=log,
+                    stderr=log,
+                )
+            )
+        urls = [f"http://127.0.0.1:{p}" for p in http_ports]
+        from cmq.cli.output import progress
+
+        with progress(f"starting {n} nodes (logs in {root}/node*.log)"):
+            ready = _wait_ready(urls, 30)
+        if not ready:
+            print("the cluster did not become ready; see the node logs in", root)
+            return 1
+        print(f"cmq dev cluster: {n} nodes, data in {root}, logs in {root}/node*.log")
+        print("cmq dev: ANONYMOUS access (--anonymous): requests are not authenticated")
+        for i, u in enumerate(urls):
+            print(f"  node {i + 1}: {u}")
+        u = urls[0]
+        print(
+            "try:\n"
+            f"  curl -X PUT {u}/v1/queues/demo\n"
+            f"  curl -X POST {u}/v1/queues/demo/messages "
+            '-d \'{"messages":[{"body":"hello"}]}\'\n'
+            f"  curl -X POST {u}/v1/queues/demo/messages/receive -d '{{}}'\n"
+            "Ctrl-C stops the cluster (a restart reuses the data).",
+            flush=True,
+        )
+        while all(p.poll() is None for p in procs):
+            time.sleep(0.5)
+        print("a node exited; stopping the cluster (see its log)")
+        return 1
+    except (_Stopped, KeyboardInterrupt) as e:
+        print(f"\n{e or 'SIGINT'}: stopping the cluster", flush=True)
+        return 0
+    finally:
+        _stop_nodes(procs)
+
+
+def _wait_ready(urls: list[str], timeout: float) -> bool:
+    from cmq.client import Client
+
+    async def wait() -> bool:
+        async with Client(urls, timeout=1) as client:
+            nodes = [client.derive(u) for u in urls]
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                if all(await asyncio.gather(*(n.ready() for n in nodes))):
+                    return True
+                await asyncio.sleep(0.2)
+            return False
+
+    return asyncio.run(wait())
+
+
+# -- client commands -------------------------------------------------------------------------------
+def _client_command(args: argparse.Namespace, call: Callable[[SyncClient], Any], kind: str) -> int:
+    """Run ``call`` with a client of ``--url``; print its result as tables (``kind`` names the
+    renderer, `cmq.cli.output`) or, with ``--json``, as JSON; an error as one line (``--json``:
+    ``{"error": {"code", "message"}}`` as the server renders it). 0 on success, 1 on an error."""
+    from cmq.cli import output as cli_output
+    from cmq.client import SyncClient
+    from cmq.errors import CmqError
+
+    with SyncClient(args.url) as client:
+        try:
+            payload = call(client)
+        except CmqError as e:
+            cli_output.report_error(e.code, e.message, as_json=args.json)
+            return 1
+    if args.json:
+        cli_output.print_json(payload)
+    else:
+        cli_output.render(kind, payload)
+    return 0
+
+
+def _attributes(a: QueueAttributes) -> dict[str, Any]:
+    return dataclasses.asdict(a)
+
+
+def _received(m: ReceivedMessage) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": m.id, "seq": m.seq}
+    if isinstance(m.body, str):
+        out["body"] = m.body
+    else:
+        out["body_base64"] = base64.b64encode(m.body).decode("ascii")
+    out.update(
+        receipt=m.receipt,
+        receive_count=m.receive_count,
+        sent_at=m.sent_at_ms,
+        attributes=dict(m.attributes),
+    )
+    return out
+
+
+def _results(results: list[EntryResult]) -> dict[str, Any]:
+    return {
+        "results": [
+            {"receipt": r.receipt, "ok": r.ok} | ({"error": r.error} if r.error else {})
+            for r in results
+        ]
+    }
+
+
+def _list_queues(c: SyncClient, *, with_stats: bool) -> dict[str, Any]:
+    """``{"queues": [{"name"}]}``; for the table also each queue's stats (the first 500)."""
+    from cmq.errors import CmqError
+
+    names = c.list_queues()
+    if not with_stats:
+        return {"queues": [{"name": n} for n in names]}
+    out: list[dict[str, Any]] = []
+    for n in names[:500]:
+        try:
+            out.append({"name": n, "stats": dataclasses.asdict(c.get_queue(n).stats)})
+        except CmqError as e:
+            out.append({"name": n, "error": e.code})
+    return {"queues": out}
+
+
+def _queue(args: argparse.Namespace) -> int:
+    if args.action == "list":
+        return _client_command(
+            args, lambda c: _list_queues(c, with_stats=not args.json), "queue list"
+        )
+    if not args.name:
+        raise SystemExit("a queue name is required")
+    name = args.name
+    if args.action == "create":
+        attrs = {}
+        for kv in args.attribute or []:
+            k, _, v = kv.partition("=")
+            attrs[k] = v if k == "dead_letter_queue" else int(v)
+
+        def create(c: SyncClient) -> dict[str, Any]:
+            got = c.create_queue(name, attrs)
+            return {
+                "name": got.name,
+                "created": got.created,
+                "attributes": _attributes(got.attributes),
+            }
+
+        return _client_command(args, create, "queue create")
+    if args.action == "stats":
+
+        def stats(c: SyncClient) -> dict[str, Any]:
+            info = c.get_queue(name)
+            return {
+                "name": info.name,
+                "attributes": _attributes(info.attributes),
+                "stats": dataclasses.asdict(info.stats),
+            }
+
+        return _client_command(args, stats, "queue stats")
+
+    def delete(c: SyncClient) -> dict[str, Any]:
+        c.delete_queue(name)
+        return {"name": name, "deleted": True}
+
+    return _client_command(args, delete, "queue delete")
+
+
+def _send(args: argparse.Namespace) -> int:
+    bodies = args.body or [line.rstrip("\n") for line in sys.stdin]
+    return _client_command(
+        args,
+        lambda c: {"messages": [{"id": m.id, "seq": m.seq} for m in c.send(args.queue, bodies)]},
+        "send",
+    )
+
+
+def _receive(args: argparse.Namespace) -> int:
+    def receive(c: SyncClient) -> dict[str, Any]:
+        got = c.receive(args.queue, args.max, wait_seconds=args.wait)
+        out: dict[str, Any] = {"messages": [_received(m) for m in got]}
+        if args.ack and got:
+            out["acked"] = _results(c.ack(args.queue, [m.receipt for m in got]))
+        return out
+
+    return _client_command(args, receive, "receive")
+
+
+def _status(args: argparse.Namespace) -> int:
+    return _client_command(args, lambda c: c.status(), "status")
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from cmq.loadgen import main_from_args
+
+    return main_from_args(args)
+
+
+def _archive(argv: list[str]) -> int:
+    """``cmq archive ...`` = ``python -m cmq.archive ...`` in a child process: the archive job
+    (and Spark) is never imported by the ``cmq`` command (contract archive-outside-server)."""
+    return subprocess.call([sys.executable, "-m", "cmq.archive", *argv])
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["archive"]:
+        return _archive(argv[1:])
+    p = argparse.ArgumentParser(prog="cmq", description=__doc__.split("\n\n")[0])
+    p.add_argument("--version", action="version", version=version_line())
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser(
+        "archive",
+        add_help=False,
+        help="archive released segments as Parquet with Spark (cmq archive --help)",
+    )
+
+    s = sub.add_parser("serve", help="run one node")
+    s.add_argument("--node-id", type=int)
+    s.add_argument("--http", help="HOST:PORT of the HTTP API")
+    s.add_argument("--peer", help="HOST:PORT for peer traffic")
+    s.add_argument("--peers", help="ID=HOST:PORT,... for every node (this one included)")
+    s.add_argument("--data-dir", action="append", help="a data directory (repeat for more disks)")
+    s.add_argument("--groups", type=int, help="data groups (default 4)")
+    s.add_argument(
+        "--segment-max-bytes",
+        type=int,
+        help="seal a queue's segment at this size (default 64 MiB; recorded per queue)",
+    )
+    s.add_argument(
+        "--segment-max-age",
+        type=float,
+        help="seal a queue's segment at this age in seconds (default 3600)",
+    )
+    s.add_argument(
+        "--max-inflight-sends",
+        type=int,
+        help="sends carried at once by this node; more wait (default 24)",
+    )
+    s.add_argument(
+        "--http-workers",
+        type=int,
+        help="front-end processes that serve HTTP instead of the node process, sharing the "
+        "port (default 0, or CMQ_HTTP_WORKERS; anonymous access only)",
+    )
+    s.add_argument("--secret-file")
+    s.add_argument(
+        "--peer-tls-cert",
+        help="mutual TLS for peer traffic: this node's certificate chain (PEM), signed by the "
+        "cluster CA (env CMQ_PEER_TLS_CERT; with --peer-tls-key and --peer-tls-ca)",
+    )
+    s.add_argument(
+        "--peer-tls-key", help="the peer certificate's private key (PEM; env CMQ_PEER_TLS_KEY)"
+    )
+    s.add_argument(
+        "--peer-tls-ca",
+        help="the cluster CA bundle (PEM) peers' certificates must be signed by "
+        "(env CMQ_PEER_TLS_CA)",
+    )
+    s.add_argument(
+        "--rejoin",
+        action="store_true",
+        help="this node's data was lost: rejoin under the same id without voting until caught "
+        "up (required after wiping a node's disk; never on a healthy node)",
+    )
+    s.add_argument("--config", help="TOML file with the same settings")
+    add_serve_arguments(s)
+    add_serve_security(s)
+    s.set_defaults(func=_serve)
+
+    d = sub.add_parser("dev", help="run a local cluster in the foreground")
+    d.add_argument("--nodes", type=int, default=3)
+    d.add_argument("--data-dir", default="./data/dev")
+    d.add_argument("--http-port", type=int, default=8080)
+    d.add_argument(
+        "--peer-port",
+        type=int,
+        help="first peer port (default: --http-port + "
+        f"{DEFAULT_PEER_PORT - DEFAULT_HTTP_PORT}, so {DEFAULT_PEER_PORT} for {DEFAULT_HTTP_PORT})",
+    )
+    d.add_argument("--groups", type=int, default=4)
+    d.set_defaults(func=_dev)
+
+    for name, func in (("queue", _queue), ("send", _send), ("receive", _receive)):
+        c = sub.add_parser(name)
+        c.add_argument("--url", default=DEFAULT_URL)
+        c.add_argument("--json", action="store_true", help="machine-readable output")
+        if name == "queue":
+            c.add_argument("action", choices=("create", "list", "stats", "delete"))
+            c.add_argument("name", nargs="?")
+            c.add_argument("--attribute", "-a", action="append", help="NAME=VALUE")
+        elif name == "send":
+            c.add_argument("queue")
+            c.add_argument("body", nargs="*", help="message bodies (default: lines of stdin)")
+        else:
+            c.add_argument("queue")
+            c.add_argument("--max", type=int, default=1)
+            c.add_argument("--wait", type=int, default=0)
+            c.add_argument("--ack", action="store_true", help="acknowledge what was received")
+        c.set_defaults(func=func)
+    add_node_commands(sub)
+    add_key_commands(sub)
+    add_cluster_commands(sub)
+    add_backup_commands(sub)
+    st = sub.add_parser("status", help="groups, leaders, terms, commit/applied, lag")
+    st.add_argument("--url", default=DEFAULT_URL)
+    st.add_argument("--json", action="store_true", help="machine-readable output")
+    st.set_defaults(func=_status)
+
+    b = sub.add_parser(
+        "bench",
+        help="load generator: msgs/s, MiB/s, confirm and end-to-end latency percentiles",
+    )
+    b.add_argument("--url", default=DEFAULT_URL, help="URL[,URL...]: clients spread over them")
+    b.add_argument("--queue", help="queue to use (default: a fresh bench-<tag>, deleted after)")
+    b.add_argument("--producers", type=int, default=4)
+    b.add_argument("--consumers", type=int, default=2)
+    b.add_argument("--size", type=int, default=1024, help="message body bytes (>= 49, the header)")
+    b.add_argument("--window", type=int, default=64, help="send requests in flight per producer")
+    b.add_argument("--batch", type=int, default=1, help="messages per send request (1..100)")
+    b.add_argument("--recv-batch", type=int, default=32, help="max messages per receive")
+    b.add_argument("--recv-window", type=int, default=4, help="receive loops per consumer")
+    b.add_argument("--rate", type=float, default=0.0, help="msgs/s over all producers; 0 = max")
+    b.add_argument("--messages", type=int, default=0, help="stop producing after N messages")
+    b.add_argument(
+        "--seconds", type=float, help="stop producing after S seconds (default 20 w/o --messages)"
+    )
+    b.add_argument("--no-drain", action="store_true", help="do not drain after producing")
+    b.add_argument("--drain-timeout", type=float, default=60.0)
+    b.add_argument("--keep-queue", action="store_true", help="keep a queue this run created")
+    b.add_argument(
+        "--protocol",
+        choices=("http", "stream"),
+        default="http",
+        help="http: a request per call; stream: a WebSocket per client (docs/api.md)",
+    )
+    b.add_argument("--json", action="store_true", help="machine-readable report")
+    b.set_defaults(func=_bench)
+
+    add_security_options(p)
+    args = p.parse_args(argv)
+    apply_security_options(args)
+    return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """``args.func(args)``, with any failure as one line on stderr (code and hint), never a
+    traceback (``CMQ_DEBUG=1`` shows it); Ctrl-C exits 130."""
+    from cmq.cli import output as cli_output
+    from cmq.errors import CmqError
+
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        return 130
+    except CmqError as e:
+        cli_output.report_error(e.code, e.message, as_json=bool(getattr(args, "json", False)))
+        return 1
+    except Exception as e:
+        if os.environ.get("CMQ_DEBUG"):
+            raise
+        cli_output.report_error(type(e).__name__, str(e) or repr(e), as_json=False)
+        return 1

@@ -1,0 +1,642 @@
+"""`QueueNode`: one cmq node, composed of its parts, implementing `cmq.service.QueueService`.
+
+It hosts the meta group (the catalog, `cmq.catalog.meta`: a voter or a learner) and the data groups
+(`cmq.fsm`) the catalog places on it (`cmq.catalog.placement`; `cmq.node.membership` opens and
+drops them and carries out replica moves) on a `MultiRaft`. Any node serves any queue:
+`cmq.routing.router` sends each call to its group's leader (here through `cmq.routing.ops`, or
+forwarded to a peer as a typed `cmq.routing.rpc` call), retrying leader changes within the request
+deadline. `cmq.node.housekeeping` proposes the timed work of the groups led here, and
+`cmq.node.status` renders this node's view. Sends take one of a bounded number of send slots.
+
+Commands carry the clock (ms) of the node that built them, and sends their message ids (unique
+per node); the state machines never read a clock. Their apply effects (which queues changed) are
+handed to the long-poll wake-ups after each batch of applies (`WakingMachine`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import shutil
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from cmq.catalog.meta import CatalogMachine
+from cmq.catalog.nodes_admin import NodesAdmin
+from cmq.errors import (
+    InvalidParameter,
+    InvariantBroken,
+    MessageTooLarge,
+    Overloaded,
+    QueueNotFound,
+    Unavailable,
+)
+from cmq.fsm.machine import QueueMachine
+from cmq.fsm.segments import FileSegmentStore
+from cmq.model import (
+    DEFAULT_SEGMENT_AGE_SECONDS,
+    DEFAULT_SEGMENT_BYTES,
+    MAX_CLAIM_TTL_MS,
+    MAX_PEEK,
+    ArchiveResult,
+    ClaimResult,
+    EntryResult,
+    ExportPage,
+    GroupDigest,
+    ImportedMessage,
+    OutgoingMessage,
+    PeekedMessage,
+    QueueAttributes,
+    QueueStats,
+    ReceivedMessage,
+    SegmentListing,
+    SegmentRecord,
+    SegmentStream,
+    SentMessage,
+    check_batch_id,
+    check_fifo_id,
+    check_queue_name,
+    check_segments,
+    check_send_rules,
+    is_fifo_name,
+)
+from cmq.node.backup_admin import BackupAdmin
+from cmq.node.clockguard import DEFAULT_BOUND_MS, ClockGuard
+from cmq.node.housekeeping import Housekeeper
+from cmq.node.membership import Identity, Membership
+from cmq.node.peer_tls import PeerTlsFiles
+from cmq.node.status import group_digest, render_status
+from cmq.routing.ops import META_GROUP, LeaderOps, ProduceBuilder, Wakeups, WakingMachine, now_ms
+from cmq.routing.receipts import ReceiptSigner
+from cmq.routing.router import Router
+from cmq.routing.rpc import (
+    AckCall,
+    AssignQueueCall,
+    ChangeVisibilityCall,
+    ClaimSegmentsCall,
+    CreateQueueCall,
+    DeleteQueueCall,
+    GetQueueCall,
+    MarkArchivedCall,
+    NackCall,
+    PeekCall,
+    PurgeCall,
+    QueueMetaCall,
+    ReceiveCall,
+    RemoveQueueCall,
+    SetAttributesCall,
+)
+from cmq.upgrade import feature_marker, features
+from cmq.upgrade.feature_admin import FeatureAdmin
+from cmq.upgrade.feature_marker import MarkedCatalog
+from cmq.upgrade.peer_releases import PeerReleases
+from cmq.upgrade.release import PEER_PROTOCOL_MAX, PEER_PROTOCOL_MIN, RELEASE
+from raftlog.runtime import GroupOptions, MultiRaft, RuntimeConfig
+from raftlog.transport.peer import Address, TransportConfig
+from raftlog.transport.protocol import ProtocolRange
+
+__all__ = ["META_GROUP", "NodeConfig", "QueueNode", "now_ms"]
+
+CATALOG_CATCH_UP = 2.0
+"""Seconds a create or delete waits for this node's catalog to show it (`_catalog_shows`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    """One node's settings (from flags, environment or a TOML file; see `cmq.cli.main`)."""
+
+    node_id: int
+    peer: Address
+    peers: dict[int, Address]
+    """The founding nodes by id (this one included), or, for a node that joined
+    (``join``), the nodes the cluster named when it joined."""
+    data_dirs: tuple[str, ...]
+    secret: bytes
+    groups: int = 4
+    """Data groups (the meta group is extra)."""
+    request_timeout: float = 10.0
+    max_inflight_sends: int = 24
+    """Sends this node carries at once (from receiving the request to its confirm); more wait
+    their turn, up to the request deadline, then fail with `Overloaded`. Receives, acks and
+    other calls never wait for these slots, so consumers are not queued behind a burst of
+    producers: on a saturated node every queued send delays every Raft turn, and with it the
+    commits consumers wait for."""
+    tick_interval: float = 0.05
+    housekeeping_interval: float = 1.0
+    group_options: GroupOptions = field(default_factory=GroupOptions)
+    rejoin: bool = False
+    """Start after losing this node's data (see `RuntimeConfig.rejoin`)."""
+    join: tuple[str, ...] = ()
+    """HTTP URLs of running nodes to join through (``--join``); `cmq.cli.server` registers the
+    node there before starting it (then ``joined``)."""
+    joined: bool = False
+    """This node joined a running cluster: it founds nothing and follows the catalog as a
+    learner until it is given replicas; ``peers`` are the nodes the cluster named."""
+    replication: int = 3
+    """Voting replicas per data group (fewer when fewer nodes are active)."""
+    meta_voters: int = 3
+    """Voters of the meta group kept among active nodes (never fewer than its founders)."""
+    zone: str = ""
+    http: str = ""
+    """This node's HTTP address (host:port), recorded in the catalog for `cmq node list`."""
+    membership_interval: float = 0.2
+    balance_leaders: bool = True
+    segment_max_bytes: int = DEFAULT_SEGMENT_BYTES
+    """Queues created through this node seal a segment at this size (recorded per queue)..."""
+    segment_max_age: float = DEFAULT_SEGMENT_AGE_SECONDS
+    clock_bound_ms: float = DEFAULT_BOUND_MS
+    """A clock further than this from the median of the peers' stops this node leading
+    (``CMQ_CLOCK_BOUND_MS``; `cmq.node.clockguard`)."""
+    """...or at this age in seconds (by the queue's clock, checked by housekeeping too)."""
+    peer_tls: PeerTlsFiles | None = None
+    """Mutual TLS for peer traffic (`cmq.node.peer_tls`); None: plain TCP (the cluster-secret
+    handshake alone authenticates peers)."""
+
+
+class QueueNode:
+    """A cmq node; implements `cmq.service.QueueService`."""
+
+    def __init__(self, cfg: NodeConfig) -> None:
+        if len(cfg.secret) < 16:
+            raise ValueError("the cluster secret must be at least 16 bytes")
+        self.cfg = cfg
+        self.id = cfg.node_id
+        speaks = ProtocolRange(PEER_PROTOCOL_MIN, PEER_PROTOCOL_MAX)
+        transport = TransportConfig(protocols=speaks)
+        if cfg.peer_tls is not None:
+            server_ssl, client_ssl = cfg.peer_tls.contexts()
+            transport = TransportConfig(
+                server_ssl=server_ssl, client_ssl=client_ssl, protocols=speaks
+            )
+        self.raft = MultiRaft(
+            RuntimeConfig(
+                node_id=cfg.node_id,
+                listen=cfg.peer,
+                peers=cfg.peers,
+                secret=cfg.secret,
+                data_dirs=cfg.data_dirs,
+                tick_interval=cfg.tick_interval,
+                group_options=cfg.group_options,
+                rejoin=cfg.rejoin,
+                transport=transport,
+            )
+        )
+        self.raft.watch.wall_clock = now_ms  # clock probes report the clock commands carry
+        self.clock = ClockGuard(cfg.node_id, self.raft, cfg.clock_bound_ms, wall_ms=now_ms)
+        self.catalog = CatalogMachine()
+        self._marked_catalog = MarkedCatalog(
+            self.catalog,
+            cfg.data_dirs,
+            lambda enabled: self.raft.transport.require_protocol(
+                features.required_protocol(enabled)
+            ),
+        )
+        self.machines: dict[int, QueueMachine] = {}
+        self.wakeups = Wakeups()
+        self.ops = LeaderOps(
+            raft=self.raft,
+            catalog=self.catalog,
+            machines=self.machines,
+            signer=ReceiptSigner(cfg.secret),
+            wakeups=self.wakeups,
+            request_timeout=cfg.request_timeout,
+            segment_bytes=cfg.segment_max_bytes,
+            segment_age_ms=round(cfg.segment_max_age * 1000),
+        )
+        self.ops.clock_stamp = self.clock.stamp
+        self.router = Router(
+            self.id,
+            self.raft,
+            self.catalog,
+            self.ops,
+            cfg.request_timeout,
+            election_timeout=cfg.tick_interval * self.raft.cfg.election_tick,
+            clock_ok=self.clock.trusted,
+        )
+        self.housekeeper = Housekeeper(
+            node_id=self.id,
+            peer=cfg.peer,
+            data_dirs=cfg.data_dirs,
+            raft=self.raft,
+            catalog=self.catalog,
+            machines=self.machines,
+            router=self.router,
+            ops=self.ops,
+            send=self.send,
+            interval=cfg.housekeeping_interval,
+            clock_bound_ms=cfg.clock_bound_ms,
+            clock_confirmed=self.clock.confirmed_now,
+        )
+        founders = () if cfg.joined else tuple(sorted(cfg.peers))
+        self.membership = Membership(
+            me=Identity(
+                node_id=self.id,
+                address=f"{cfg.peer.host}:{cfg.peer.port}",
+                http=cfg.http,
+                data_dirs=tuple(os.path.abspath(d) for d in cfg.data_dirs),
+                zone=cfg.zone,
+            ),
+            raft=self.raft,
+            catalog=self.catalog,
+            router=self.router,
+            open_group=self._open_data_group,
+            drop_group=self._drop_data_group,
+            founders=founders,
+            groups=cfg.groups,
+            replication=cfg.replication,
+            meta_voters=max(cfg.meta_voters, min(len(founders), 5)),
+            interval=cfg.membership_interval,
+            balance_leaders=cfg.balance_leaders,
+            avoid_leader=self.clock.off_peers,
+        )
+        self.admin = NodesAdmin(self.id, self.raft, self.catalog, self.router)
+        self.releases = PeerReleases(self.id, self.raft, self.catalog)
+        self.backups = BackupAdmin(self.catalog, self.router, cfg.secret)
+        self.feature_admin = FeatureAdmin(self.catalog, self.router, self.releases)
+        self._produce = ProduceBuilder(self.id)
+        self._send_slots = asyncio.Semaphore(cfg.max_inflight_sends)
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Recover and open every group, then serve forwarded calls and housekeeping. A data
+        directory written under a feature flag this release lacks is refused first, before
+        anything is opened for writing (`cmq.upgrade.feature_marker`)."""
+        feature_marker.check(self.cfg.data_dirs, RELEASE)
+        await self.raft.start()
+        try:
+            voters = () if self.cfg.joined else sorted(self.cfg.peers)
+            await self.raft.open_group(META_GROUP, self._marked_catalog, voters=voters)
+            # The groups this node holds state of; the catalog names the rest (membership).
+            for g in self.raft.stored_groups():
+                if g != META_GROUP:
+                    await self._open_data_group(g, (), False)
+            await self.membership.tick_local()
+            self._check_features()
+        except BaseException:
+            # E.g. damaged files: stop what started (bounded: the error must reach the
+            # operator even if a shutdown step hangs), then report.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(10):
+                    await self.close()
+            raise
+        self.raft.set_call_handler(self.router.serve)
+        self._spawn(self.housekeeper.run())
+        self._spawn(self.membership.run())
+        self._spawn(self.clock.run())
+        self._spawn(self.releases.run())
+
+    def _check_features(self) -> None:
+        """Refuse to run on a cluster that enabled a feature flag this release does not know:
+        it would misread what the flag lets other nodes write (`cmq.upgrade.features`)."""
+        unknown = features.unknown(self.catalog.features)
+        if unknown:
+            raise InvariantBroken(
+                f"this cluster has enabled the feature flags {', '.join(unknown)}, which release "
+                f"{RELEASE} does not support: run a release that does (a downgrade past a "
+                f"feature flag is not possible)"
+            )
+
+    async def _open_data_group(
+        self, g: int, voters: tuple[int, ...], rejoin: bool, data_dir_index: int | None = None
+    ) -> None:
+        """Open data group ``g`` here (founding ``voters``, or empty to be caught up), in the
+        data directory the placement chose (a recovered group stays where it is)."""
+        data_dir = self.cfg.data_dirs[self.raft.dir_for(g, data_dir_index)]
+        seg_dir = os.path.join(data_dir, "segments", f"g{g}")
+        machine = QueueMachine(FileSegmentStore(seg_dir, durable_root=data_dir))
+        await self.raft.open_group(
+            g,
+            WakingMachine(machine, self.wakeups),
+            voters=voters,
+            rejoin=rejoin,
+            data_dir=data_dir_index,
+        )
+        self.machines[g] = machine
+
+    async def _drop_data_group(self, g: int) -> None:
+        """Stop data group ``g`` here and delete its log, snapshots and segment files."""
+        self.machines.pop(g, None)
+        data_dir = self.cfg.data_dirs[self.raft.dir_for(g)]
+        await self.raft.drop_group(g)
+        seg_dir = os.path.join(data_dir, "segments", f"g{g}")
+        await asyncio.to_thread(shutil.rmtree, seg_dir, True)
+
+    async def close(self) -> None:
+        tasks = list(self._tasks)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.raft.close()
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    @property
+    def data_groups(self) -> tuple[int, ...]:
+        """Every data group of the cluster (from the catalog; empty until it is founded)."""
+        return self.catalog.data_groups
+
+    def is_ready(self) -> bool:
+        """The catalog is founded, its leader known, and every data group placed here is open
+        with a known leader; and no replica here is still recovering (`raftlog.core.recovery`:
+        after a restart a replica votes only once enough peers answered), so a node reports
+        ready only when it counts towards a quorum again: a rolling restart that waits for it
+        never takes down the peer a restarted node still needs."""
+        if not self.catalog.initialized or not self.raft.leader_of(META_GROUP):
+            return False
+        if self.raft.recovering(META_GROUP):
+            return False
+        groups = self.raft.groups
+        return all(
+            g in groups and self.raft.leader_of(g) != 0 and not self.raft.recovering(g)
+            for g in self.catalog.hosted_by(self.id)
+        )
+
+    def status(self) -> dict[str, Any]:
+        out = render_status(
+            self.id,
+            self.raft,
+            self.catalog,
+            tuple(sorted(self.raft.groups)),
+            self.releases.releases(),
+        )
+        out["clock"] = self.clock.describe()
+        out["peer_tls"] = self.raft.transport.tls
+        return out
+
+    async def group_digest(self, group: int) -> GroupDigest:
+        return await group_digest(self.id, self.raft, self.machines, group)
+
+    # -- QueueService ----------------------------------------------------------------------------
+    async def create_queue(self, name: str, attributes: QueueAttributes) -> bool:
+        check_queue_name(name)
+        if is_fifo_name(name) != attributes.fifo:
+            raise InvalidParameter(
+                "a FIFO queue's name ends in .fifo (and only a FIFO queue's): "
+                f"{name!r} with fifo={attributes.fifo}"
+            )
+        if attributes.dead_letter_queue == name:
+            raise InvalidParameter("a queue cannot be its own dead-letter queue")
+        attributes = QueueAttributes.from_dict(attributes.to_dict())  # ranges, cross-field rules
+        if not self.catalog.initialized:
+            raise Unavailable("the cluster is not initialized yet; retry")
+        group = await self.router.run(AssignQueueCall(META_GROUP, name))
+        created = await self.router.run(CreateQueueCall(group, name, attributes))
+        await self._catalog_shows(lambda: self.catalog.group_of(name) == group)
+        return created
+
+    async def list_queues(self) -> list[str]:
+        return self.catalog.names()
+
+    async def get_queue(self, name: str) -> tuple[QueueAttributes, QueueStats]:
+        check_queue_name(name)
+        return await self.router.run(GetQueueCall(self.router.group_of(name), name))
+
+    async def peek(self, name: str, limit: int) -> list[PeekedMessage]:
+        check_queue_name(name)
+        if not 1 <= limit <= MAX_PEEK:
+            raise InvalidParameter(f"peek must be in [1, {MAX_PEEK}]; got {limit}")
+        return await self.router.run(PeekCall(self.router.group_of(name), name, limit))
+
+    async def set_attributes(self, name: str, changes: dict[str, Any]) -> QueueAttributes:
+        check_queue_name(name)
+        QueueAttributes.check_changes(changes)  # validate before anything is sent anywhere
+        if "fifo" in changes and changes["fifo"] != is_fifo_name(name):
+            raise InvalidParameter("fifo is fixed at creation")
+        call = SetAttributesCall(self.router.group_of(name), name, tuple(changes.items()))
+        return await self.router.run(call)
+
+    async def delete_queue(self, name: str) -> None:
+        check_queue_name(name)
+        await self.router.run(DeleteQueueCall(self.router.group_of(name), name))
+        await self.router.run(RemoveQueueCall(META_GROUP, name))
+        await self._catalog_shows(lambda: self.catalog.group_of(name) is None)
+
+    async def _catalog_shows(self, change: Callable[[], bool]) -> None:
+        """Read your writes: a catalog change committed at the catalog's leader (maybe
+        another node) is applied here a little later; wait (at most `CATALOG_CATCH_UP`
+        seconds) until this node's catalog shows ``change``, so that the caller's next request
+        to this node (list, send, create again) sees it. On timeout (this node cut off from
+        the leader) the change is committed all the same, and this returns."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CATALOG_CATCH_UP
+        while not change() and loop.time() < deadline:
+            await asyncio.sleep(0.002)
+
+    async def queue_metadata(self, name: str) -> dict[str, str]:
+        check_queue_name(name)
+        meta = await self.router.run(QueueMetaCall(META_GROUP, name))
+        if meta is None:
+            raise QueueNotFound(f"queue {name!r} does not exist")
+        return meta
+
+    async def update_metadata(
+        self, name: str, changes: dict[str, str], unset: list[str]
+    ) -> dict[str, str]:
+        check_queue_name(name)
+        call = QueueMetaCall(META_GROUP, name, tuple(changes.items()), tuple(unset))
+        meta = await self.router.run(call)
+        if meta is None:
+            raise QueueNotFound(f"queue {name!r} does not exist")
+        return meta
+
+    async def purge(self, name: str) -> int:
+        check_queue_name(name)
+        return await self.router.run(PurgeCall(self.router.group_of(name), name))
+
+    async def send(self, name: str, messages: list[OutgoingMessage]) -> list[SentMessage]:
+        check_queue_name(name)
+        group = self.router.group_of(name)
+        machine = self.machines.get(group)  # None: the group has no replica here
+        attrs = machine.attributes(name) if machine is not None else None
+        check_send_rules(name, messages)
+        if attrs is not None:  # fail early; apply decides with the committed attributes
+            for m in messages:
+                if len(m.body) > attrs.max_message_size:
+                    raise MessageTooLarge(
+                        f"a message body has {len(m.body)} bytes; the queue allows "
+                        f"{attrs.max_message_size}"
+                    )
+        await self._take_send_slot()
+        try:
+            return await self.router.run_attempts(
+                group, lambda: self._produce.build(group, name, messages)
+            )
+        finally:
+            self._send_slots.release()
+
+    async def _take_send_slot(self) -> None:
+        """One of the `NodeConfig.max_inflight_sends` slots; `Overloaded` if none frees up
+        within the request deadline."""
+        if self._send_slots.locked():
+            try:
+                async with asyncio.timeout(self.cfg.request_timeout):
+                    await self._send_slots.acquire()
+            except TimeoutError:
+                raise Overloaded(
+                    f"{self.cfg.max_inflight_sends} sends in flight on this node; retry"
+                ) from None
+        else:
+            await self._send_slots.acquire()
+
+    async def receive(
+        self,
+        name: str,
+        max_messages: int,
+        visibility_timeout: int | None,
+        wait_seconds: int | None,
+        *,
+        attempt_id: str | None = None,
+    ) -> list[ReceivedMessage]:
+        check_queue_name(name)
+        if attempt_id is not None:
+            check_fifo_id(attempt_id, "the receive request attempt id")
+        call = ReceiveCall(
+            self.router.group_of(name),
+            name,
+            max_messages,
+            visibility_timeout,
+            wait_seconds,
+            attempt_id,
+        )
+        return await self.router.run(call)
+
+    async def ack(self, name: str, receipts: list[str]) -> list[EntryResult]:
+        check_queue_name(name)
+        codes = await self.router.run(AckCall(self.router.group_of(name), name, tuple(receipts)))
+        return _entry_results(receipts, codes)
+
+    async def change_visibility(
+        self, name: str, entries: list[tuple[str, int]]
+    ) -> list[EntryResult]:
+        check_queue_name(name)
+        call = ChangeVisibilityCall(
+            self.router.group_of(name), name, tuple((r, int(s)) for r, s in entries)
+        )
+        return _entry_results([r for r, _ in entries], await self.router.run(call))
+
+    async def nack(self, name: str, receipts: list[str], delay_seconds: int) -> list[EntryResult]:
+        check_queue_name(name)
+        call = NackCall(self.router.group_of(name), name, tuple(receipts), delay_seconds)
+        return _entry_results(receipts, await self.router.run(call))
+
+    # -- nodes -----------------------------------------------------------------------------------
+    async def list_nodes(self) -> list[dict[str, Any]]:
+        return [row.to_dict() for row in self.admin.list()]
+
+    async def join_node(
+        self, node: int, address: str, http: str, data_dirs: tuple[str, ...], zone: str
+    ) -> dict[int, str]:
+        return await self.admin.join(node, address, http, data_dirs, zone)
+
+    async def drain_node(self, node: int) -> None:
+        await self.admin.drain(node)
+
+    async def activate_node(self, node: int) -> None:
+        await self.admin.activate(node)
+
+    async def remove_node(self, node: int) -> None:
+        await self.admin.remove(node)
+
+    async def set_groups(self, groups: int) -> tuple[int, ...]:
+        return await self.admin.set_groups(groups)
+
+    async def list_features(self) -> list[dict[str, Any]]:
+        return [
+            dataclasses.asdict(f)
+            | {"supported_by": list(f.supported_by), "missing": list(f.missing)}
+            for f in await self.feature_admin.views()
+        ]
+
+    async def enable_features(self, names: list[str] | None) -> list[str]:
+        return await self.feature_admin.enable(names)
+
+    # -- backup and restore (`cmq.node.backup_admin`) ----------------------------------------------
+    async def export_catalog(self) -> dict[str, Any]:
+        return self.backups.export_catalog()
+
+    async def import_catalog(
+        self, keys: list[Any], metadata: dict[str, dict[str, str]]
+    ) -> dict[str, Any]:
+        return await self.backups.import_catalog(keys, metadata)
+
+    async def export_messages(self, name: str, after: int, upto: int, limit: int) -> ExportPage:
+        return await self.backups.export_messages(name, after, upto, limit)
+
+    async def import_messages(
+        self, name: str, messages: list[ImportedMessage], expect_sent: int
+    ) -> list[SentMessage]:
+        return await self.backups.import_messages(name, messages, expect_sent)
+
+    # -- the archive (see `cmq.fsm.lifecycle`) -------------------------------------------------
+    def _local_machine(self, name: str) -> tuple[int, QueueMachine]:
+        check_queue_name(name)
+        group = self.router.group_of(name)
+        machine = self.machines.get(group)
+        if machine is None:
+            placed = self.catalog.placement(group)
+            hosts = ", ".join(str(n) for n in placed.replicas) if placed else "unknown"
+            raise Unavailable(
+                f"node {self.id} holds no replica of queue {name!r} (data group {group}); "
+                f"ask a node that does: {hosts}"
+            )
+        if machine.attributes(name) is None:
+            raise QueueNotFound(f"queue {name!r} does not exist")
+        return group, machine
+
+    async def list_segments(self, name: str, state: str = "all") -> SegmentListing:
+        group, machine = self._local_machine(name)
+        segments = machine.segments(name, state)
+        if segments is None:
+            raise QueueNotFound(f"queue {name!r} does not exist")
+        leader = self.raft.leader_of(group)
+        return SegmentListing(name, group, leader or None, tuple(segments))
+
+    async def read_segment(self, name: str, first_seq: int) -> SegmentStream:
+        _, machine = self._local_machine(name)
+        checksum, records = machine.records(name, first_seq)
+        first = next(records, None)  # damage in the first chunk fails before any answer
+        return SegmentStream(checksum, _batches(first, records))
+
+    async def claim_segments(
+        self, name: str, batch_id: str, segments: list[int], ttl_ms: int
+    ) -> ClaimResult:
+        check_queue_name(name)
+        check_batch_id(batch_id)
+        firsts = check_segments(segments)
+        if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int):
+            raise InvalidParameter("ttl_ms must be an integer")
+        if not 1 <= ttl_ms <= MAX_CLAIM_TTL_MS:
+            raise InvalidParameter(f"ttl_ms must be in [1, {MAX_CLAIM_TTL_MS}]; got {ttl_ms}")
+        call = ClaimSegmentsCall(self.router.group_of(name), name, batch_id, firsts, ttl_ms)
+        return await self.router.run(call)
+
+    async def mark_archived(self, name: str, batch_id: str, segments: list[int]) -> ArchiveResult:
+        check_queue_name(name)
+        check_batch_id(batch_id)
+        firsts = check_segments(segments)
+        call = MarkArchivedCall(self.router.group_of(name), name, batch_id, firsts)
+        return await self.router.run(call)
+
+
+async def _batches(
+    first: list[SegmentRecord] | None, rest: Iterator[list[SegmentRecord]]
+) -> AsyncIterator[list[SegmentRecord]]:
+    """``first`` then ``rest``, yielding to the event loop between chunks (each read is one
+    bounded ``pread`` of the local file)."""
+    if first is None:
+        return
+    yield first
+    for batch in rest:
+        await asyncio.sleep(0)
+        yield batch
+
+
+def _entry_results(receipts: list[str], codes: tuple[str | None, ...]) -> list[EntryResult]:
+    return [EntryResult(r, err is None, err) for r, err in zip(receipts, codes, strict=True)]

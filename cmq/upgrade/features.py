@@ -1,0 +1,72 @@
+"""Feature flags: the format changes this release can write, each behind a flag (pure).
+
+A release *supports* every flag it lists here. A flag is *enabled* in the catalog (the meta
+group's replicated state, `cmq.catalog.meta.CatalogMachine`): only then does any node write what the
+flag gates, so a cluster mixing this release with the previous one replicates the same groups in
+the format both read. A flag can be enabled only when every registered node supports it (asked
+live at that moment, `cmq.upgrade.feature_admin`); enabling is a replicated, idempotent command; a
+cluster formed by this release enables every flag it knows at once. Disabling is not offered:
+data written under a flag may already be on every replica, and only a release that reads it can
+run on it (a node that finds a flag enabled that it does not know refuses to start, naming it).
+As RabbitMQ's feature flags and CockroachDB's version gates do.
+
+The rule for every later change to a byte layout, on disk or on the wire: add a version to that
+format and a flag here, write the new version only once the flag is enabled, and cover it in the
+rolling-upgrade test (``tests/upgrade``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Feature:
+    """One flag: its ``name`` (stable, stored in catalogs), the release that introduced it, and
+    what it lets a node write."""
+
+    name: str
+    since: str
+    description: str
+    peer_protocol: int = 1
+    """The lowest peer protocol a node must speak once this flag is enabled (a flag that
+    changes the peer frames raises it: older nodes are then refused at the handshake)."""
+
+
+QUEUE_RETIME = "queue_retime"
+MESSAGE_IMPORT = "message_import"
+
+FEATURES: tuple[Feature, ...] = (
+    Feature(
+        QUEUE_RETIME,
+        "0.2.0",
+        "a leader may propose RETIME (a queue whose time got ahead of the leaders' clocks runs "
+        "on and slews back), and snapshot images with a clock skew are written as version 3",
+    ),
+    Feature(
+        MESSAGE_IMPORT,
+        "0.2.0",
+        "sends may carry an import's expected count (cmq restore keeps message ids)",
+    ),
+)
+"""Every flag this release supports, oldest first."""
+
+KNOWN: frozenset[str] = frozenset(f.name for f in FEATURES)
+"""The names of `FEATURES`."""
+
+
+def by_name(name: str) -> Feature | None:
+    """The flag called ``name`` if this release knows it."""
+    return next((f for f in FEATURES if f.name == name), None)
+
+
+def unknown(enabled: Iterable[str]) -> list[str]:
+    """The enabled flags this release does not know, sorted: a node running this release on
+    such a cluster would misread what they gate."""
+    return sorted(n for n in enabled if n not in KNOWN)
+
+
+def required_protocol(enabled: Iterable[str]) -> int:
+    """The peer protocol every connection needs once the flags ``enabled`` are (1: any)."""
+    return max([1, *(f.peer_protocol for f in FEATURES if f.name in set(enabled))])
