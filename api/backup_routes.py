@@ -1,5 +1,5 @@
 """The backup and restore routes (``cmq backup`` / ``cmq restore``, `cmq.backup`), added to
-`api.routes.ROUTES`: thin handlers over `QueueService`'s backup methods (`cmq.node.backup_admin`).
+`api.routes.ROUTES`: thin handlers over `QueueService`'s backup methods (`cmq.admin.backup_admin`).
 Every one needs ``admin`` on ``*`` when requests are authenticated (`api.auth.access`).
 """
 

@@ -1,6 +1,6 @@
 """The node administration routes (``/v1/nodes``: list, join, drain, activate, remove;
 ``/v1/cluster/groups``: grow the number of data groups), added to `api.routes.ROUTES`. Thin
-handlers over `QueueService`'s node methods (`cmq.catalog.nodes_admin`).
+handlers over `QueueService`'s node methods (`cmq.admin.nodes_admin`).
 """
 
 from __future__ import annotations

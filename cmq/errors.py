@@ -173,7 +173,7 @@ class ImportConflict(CmqError):
 
 class FeatureUnsupported(CmqError):
     """A feature flag cannot be enabled: a registered node did not answer, or runs a release
-    without it (`cmq.upgrade.feature_admin`). Nothing was enabled."""
+    without it (`cmq.admin.feature_admin`). Nothing was enabled."""
 
     code = "FeatureUnsupported"
 

@@ -152,7 +152,7 @@ class QueueService(Protocol):
         it lists. `GroupNotFound` when this node hosts no replica of that data group."""
         ...
 
-    # -- backup and restore (cmq.node.backup_admin) ------------------------------------------------
+    # -- backup and restore (cmq.admin.backup_admin) -----------------------------------------------
     async def export_catalog(self) -> dict[str, Any]:
         """``{"release", "sections": {name: JSON value}}``: the catalog's placement, groups,
         metadata and access keys (secrets sealed), as this node's copy holds them."""
@@ -177,10 +177,10 @@ class QueueService(Protocol):
         messages sent; `ImportConflict` otherwise (nothing stored)."""
         ...
 
-    # -- nodes (cmq.catalog.nodes_admin) -----------------------------------------------------------
+    # -- nodes (cmq.admin.nodes_admin) -----------------------------------------------------------
     async def list_nodes(self) -> list[dict[str, Any]]:
         """Every registered node as this node sees it
-        (`cmq.catalog.nodes_admin.NodeView.to_dict`)."""
+        (`cmq.admin.nodes_admin.NodeView.to_dict`)."""
         ...
 
     async def join_node(
@@ -208,7 +208,7 @@ class QueueService(Protocol):
 
     async def list_features(self) -> list[dict[str, Any]]:
         """Every feature flag: name, since, description, enabled, supported_by (node ids),
-        missing (node ids without it or not answering), asked live (`cmq.upgrade.feature_admin`)."""
+        missing (node ids without it or not answering), asked live (`cmq.admin.feature_admin`)."""
         ...
 
     async def enable_features(self, names: list[str] | None) -> list[str]:

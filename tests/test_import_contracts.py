@@ -74,6 +74,8 @@ CONTRACTS = [
     "core-pure",
     "queue-below-http",
     "no-simulator-in-production",
+    "cmq-layers",
+    "client-only-http",
     "archive-outside-server",
     "archive-http-client",
     "backup-http-client",
@@ -89,6 +91,34 @@ CONTRACTS = [
 @pytest.mark.parametrize("contract", CONTRACTS)
 def test_every_contract_holds_on_an_unchanged_copy(tree: Path, contract: str) -> None:
     assert_kept(tree, contract)
+
+
+@pytest.mark.parametrize(
+    ("importer", "imported"),
+    [
+        ("cmq.catalog.planted", "cmq.routing.router"),  # the catalog below routing
+        ("cmq.routing.planted", "cmq.node.queue_node"),  # routing below the node
+        ("cmq.fsm.planted", "cmq.catalog.meta"),  # the state machine below the catalog
+        ("cmq.node.planted", "cmq.cli.main"),  # the node below the command line
+        ("cmq.upgrade.planted", "cmq.fsm.machine"),  # release facts and the fsm side by side
+    ],
+)
+def test_a_part_importing_a_part_above_it_is_caught(
+    tree: Path, importer: str, imported: str
+) -> None:
+    plant(tree, importer, f"import {imported}")
+    assert_broken(tree, "cmq-layers", importer)
+
+
+@pytest.mark.parametrize("imported", ["cmq.node.queue_node", "cmq.routing.rpc", "raftlog.core"])
+def test_the_client_reaching_the_server_is_caught(tree: Path, imported: str) -> None:
+    plant(tree, "cmq.client.planted", f"import {imported}")
+    assert_broken(tree, "client-only-http", f"cmq.client.planted -> {imported}")
+
+
+def test_api_reaching_routing_or_the_catalog_is_caught(tree: Path) -> None:
+    plant(tree, "api.planted", "import cmq.routing.router\nimport cmq.catalog.meta")
+    assert_broken(tree, "api-service-surface", "api.planted -> cmq.routing.router")
 
 
 def test_raftlog_importing_the_queue_is_caught(tree: Path) -> None:
@@ -168,7 +198,7 @@ def test_the_archive_reaching_past_the_http_api_is_caught(tree: Path, imported: 
     assert_broken(tree, "archive-http-client", f"cmq.archive.job -> {imported}")
 
 
-@pytest.mark.parametrize("imported", ["cmq.fsm.export", "cmq.node.backup_admin", "raftlog.errors"])
+@pytest.mark.parametrize("imported", ["cmq.fsm.export", "cmq.admin.backup_admin", "raftlog.errors"])
 def test_backup_reaching_past_the_http_api_is_caught(tree: Path, imported: str) -> None:
     plant(tree, "cmq.backup.load", f"import {imported}")
     assert_broken(tree, "backup-http-client", f"cmq.backup.load -> {imported}")

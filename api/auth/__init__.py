@@ -6,5 +6,6 @@
 * `guard`: the aiohttp middleware that verifies and authorizes every request of both surfaces
   before its handler runs; `key_routes`: the ``/v1/keys`` administration routes.
 
-The keys themselves (and their grants) live in the catalog: `cmq.catalog.keys`.
+The keys themselves live in the catalog (`cmq.catalog.keys`), their grants in the contract
+(`cmq.grants`).
 """

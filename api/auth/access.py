@@ -1,6 +1,6 @@
 """Which action each request needs, on which queue. Pure: the tables and the look-ups.
 
-Actions are `cmq.catalog.keys`' (``send``, ``receive``, ``delete``, ``admin``) plus two that need no
+Actions are `cmq.grants`' (``send``, ``receive``, ``delete``, ``admin``) plus two that need no
 particular grant:
 
 * `ANY`: a grant of any action on the request's queue (reading a queue's attributes and stats,
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from cmq.catalog.keys import ADMIN, DELETE, RECEIVE, SEND, KeyGrant, permits
+from cmq.grants import ADMIN, DELETE, RECEIVE, SEND, KeyGrant, permits
 
 ANY = "any"
 SIGNED = "signed"

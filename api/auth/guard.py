@@ -38,7 +38,7 @@ from api.errors import error_body
 from api.sqs.errors import SqsError
 from api.sqs.http import SqsHandler
 from api.sqs.protocol import TARGET_PREFIX
-from cmq.catalog.keys import KeyGrant
+from cmq.grants import KeyGrant
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ _SQS_PATH = re.compile(r"^/(\d{12}/[^/]+)?$")
 
 
 class KeyLookup(Protocol):
-    """The keys requests are verified against (`cmq.catalog.key_admin.KeyRing` on a node)."""
+    """The keys requests are verified against (`cmq.admin.key_admin.KeyRing` on a node)."""
 
     def secret_of(self, key_id: str) -> str | None: ...
 

@@ -18,8 +18,8 @@ from typing import Any, Protocol
 import orjson
 from aiohttp import web
 
-from cmq.catalog.keys import KeyGrant, KeyRecord, check_grant
 from cmq.errors import AccessKeyNotFound, InvalidParameter
+from cmq.grants import KeyGrant, KeyRecord, check_grant
 
 KEY_OPERATIONS: dict[tuple[str, str], str] = {
     ("GET", "/v1/keys"): "listKeys",
@@ -33,7 +33,7 @@ KEY_OPERATIONS: dict[tuple[str, str], str] = {
 
 
 class KeyAdministration(Protocol):
-    """What the routes call (`cmq.catalog.key_admin.KeyAdmin` on a node)."""
+    """What the routes call (`cmq.admin.key_admin.KeyAdmin` on a node)."""
 
     async def create(self, grants: tuple[KeyGrant, ...]) -> tuple[KeyRecord, str]: ...
 

@@ -1,3 +1,3 @@
 """The catalog: the meta group's replicated state machine (`meta`: queues, nodes, placements,
-keys, feature flags), the placement policy (`placement`), access keys and grants (`keys`) and
-the operator actions that change them (`key_admin`, `nodes_admin`)."""
+keys, feature flags), the placement policy (`placement`) and access keys with their sealed
+secrets (`keys`). Pure: the operator actions that change it are `cmq.admin`."""

@@ -1,5 +1,5 @@
-"""Access keys: the catalog's key state (pure, deterministic), the sealing of their secrets under
-the cluster secret, and the grants they carry.
+"""Access keys: the catalog's key state (pure, deterministic) and the sealing of their secrets
+under the cluster secret.
 
 An access key is an id (``AKCMQ`` + 16 upper-case letters and digits) and a secret (40 URL-safe
 characters) a client signs its requests with (AWS Signature Version 4, `api.auth`). The meta
@@ -10,10 +10,7 @@ its creation time. The node that proposes a key seals its secret, so the Raft lo
 the catalog never hold a secret in clear; any node (it has the cluster secret) can open it to
 verify a signature. A secret is returned once, by the call that creates the key, never after.
 
-A grant is a queue-name glob pattern (``fnmatch`` syntax: ``*``, ``?``, ``[...]``) and a set
-of actions among `ACTIONS`: ``send``, ``receive``, ``delete`` (ack, change visibility, nack,
-delete a message) and ``admin``, which implies every action on the matching queues, and, on the
-pattern ``*``, the cluster's administration (queue creation and deletion, nodes, keys).
+Grants, what a key may do, are the contract's (`cmq.grants`, re-exported here).
 
 Commands (`KeyStore.create` ...) are JSON like the catalog's others; `KeyStore.apply` answers a
 result or a `cmq.catalog.meta.Refused`-shaped refusal (``code``, ``message``): nothing changes on a
@@ -30,12 +27,10 @@ import base64
 import hashlib
 import hmac
 import os
-import re
 import secrets
 import string
 from collections.abc import Iterable
 from dataclasses import dataclass
-from fnmatch import fnmatchcase
 from typing import Any
 
 import msgspec
@@ -46,47 +41,22 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from cmq.errors import NewerLayout
+from cmq.grants import (
+    ACTIONS,
+    ADMIN,
+    DELETE,
+    MAX_GRANTS,
+    RECEIVE,
+    SEND,
+    KeyGrant,
+    KeyRecord,
+    check_grant,
+    permits,
+)
 
-SEND = "send"
-RECEIVE = "receive"
-DELETE = "delete"
-ADMIN = "admin"
-ACTIONS = (SEND, RECEIVE, DELETE, ADMIN)
-"""Every action a grant may carry."""
-KEY_ID = re.compile(r"^AKCMQ[A-Z0-9]{16}$")
-"""What a stored key id looks like."""
 KEY_COMMANDS = frozenset({"key.create", "key.bootstrap", "key.delete", "key.grant", "key.revoke"})
 """The ``key.*`` catalog commands this release applies (`KeyStore.apply`)."""
-PATTERN = re.compile(r"^[A-Za-z0-9_\-*?\[\]!]{1,80}$")
-"""What a grant's queue pattern may contain: queue-name characters and glob syntax."""
-MAX_GRANTS = 100
-"""Grants per key."""
 _ALPHABET = string.ascii_uppercase + string.digits
-
-
-class KeyGrant(msgspec.Struct, frozen=True):
-    """``actions`` on the queues whose name matches ``pattern``."""
-
-    pattern: str
-    actions: tuple[str, ...]
-
-    def permits(self, action: str, queue: str | None) -> bool:
-        """Whether this grant allows ``action`` on ``queue`` (None: the cluster itself, which
-        only ``admin`` on ``*`` covers)."""
-        if queue is None:
-            return ADMIN in self.actions and self.pattern == "*"
-        if not fnmatchcase(queue, self.pattern):
-            return False
-        return ADMIN in self.actions or action in self.actions
-
-
-class KeyRecord(msgspec.Struct, frozen=True):
-    """A stored key: never its secret in clear."""
-
-    id: str
-    sealed: str
-    grants: tuple[KeyGrant, ...]
-    created_ms: int
 
 
 class KeyRefused(msgspec.Struct, frozen=True):
@@ -94,23 +64,6 @@ class KeyRefused(msgspec.Struct, frozen=True):
 
     code: str
     message: str
-
-
-def permits(grants: Iterable[KeyGrant], action: str, queue: str | None) -> bool:
-    """Whether any of ``grants`` allows ``action`` on ``queue`` (see `KeyGrant.permits`)."""
-    return any(g.permits(action, queue) for g in grants)
-
-
-def check_grant(pattern: object, actions: object) -> KeyGrant:
-    """The grant, or `ValueError` naming what is wrong (pattern syntax, unknown action)."""
-    if not isinstance(pattern, str) or not PATTERN.match(pattern):
-        raise ValueError(f"a grant's pattern matches {PATTERN.pattern}; got {pattern!r}")
-    if not isinstance(actions, list | tuple) or not actions:
-        raise ValueError(f"a grant names at least one action among {', '.join(ACTIONS)}")
-    for action in actions:
-        if action not in ACTIONS:
-            raise ValueError(f"unknown action {action!r}: one of {', '.join(ACTIONS)}")
-    return KeyGrant(pattern, tuple(sorted(set(actions))))
 
 
 class KeyStore:

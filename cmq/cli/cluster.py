@@ -2,7 +2,7 @@
 
 ``set-groups N`` grows the number of data groups of a running cluster; ``features`` lists the
 feature flags with each node's support; ``enable-feature NAME`` (or ``--all``) enables flags
-once every registered node runs a release that supports them (`cmq.upgrade.feature_admin`).
+once every registered node runs a release that supports them (`cmq.admin.feature_admin`).
 
 The catalog places the new groups on the active nodes like the founding ones (`cmq.catalog.meta`);
 new queues go to the least-loaded group (so first to the new ones) and existing queues stay where

@@ -16,8 +16,8 @@ import argparse
 import os
 from typing import Any
 
-from cmq.catalog.keys import ACTIONS
 from cmq.errors import CmqError
+from cmq.grants import ACTIONS
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 

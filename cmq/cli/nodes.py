@@ -135,7 +135,7 @@ def _node(args: argparse.Namespace) -> int:
 
 def with_releases(rows: list[dict[str, Any]], client: Any) -> list[dict[str, Any]]:
     """``rows`` of ``/v1/nodes`` with each node's ``release`` from the answering node's
-    ``/v1/status`` (`cmq.upgrade.peer_releases`: what each node last reported); rows stay as they
+    ``/v1/status`` (`cmq.admin.peer_releases`: what each node last reported); rows stay as they
     are when the status cannot be read (an older node: no releases, or no access)."""
     try:
         nodes = client.status().get("nodes", {})

@@ -12,7 +12,7 @@ while it still serves, so a rolling restart costs one transfer instead of an ele
 Requests must be signed with an access key (`api.auth`) unless the node runs ``anonymous``
 (``--anonymous``, logged as a warning). With authentication on, the node makes sure the
 cluster has its bootstrap admin key and writes it once to ``<data-dir>/admin-key.json``
-(`cmq.catalog.key_admin.bootstrap_admin_key`). With ``tls`` (certificate and key files) HTTP is
+(`cmq.admin.key_admin.bootstrap_admin_key`). With ``tls`` (certificate and key files) HTTP is
 served over TLS.
 
 With ``http_workers`` N > 0 (``cmq serve --http-workers N``, ``CMQ_HTTP_WORKERS``) the node
@@ -46,7 +46,7 @@ from prometheus_client.exposition import generate_latest
 from api.app import make_app
 from api.auth.guard import AuthConfig
 from api.sqs.queues import SqsSettings
-from cmq.catalog.key_admin import KeyAdmin, KeyRing, bootstrap_admin_key
+from cmq.admin.key_admin import KeyAdmin, KeyRing, bootstrap_admin_key
 from cmq.catalog.keys import cluster_credential
 from cmq.errors import CmqError
 from cmq.frontend.proxy import NodeMetricsCollector, ServiceProxy, ServiceServer

@@ -24,8 +24,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from cmq.admin.backup_admin import BackupAdmin
+from cmq.admin.feature_admin import FeatureAdmin
+from cmq.admin.nodes_admin import NodesAdmin
+from cmq.admin.peer_releases import PeerReleases
 from cmq.catalog.meta import CatalogMachine
-from cmq.catalog.nodes_admin import NodesAdmin
 from cmq.errors import (
     InvalidParameter,
     InvariantBroken,
@@ -63,8 +66,9 @@ from cmq.model import (
     check_send_rules,
     is_fifo_name,
 )
-from cmq.node.backup_admin import BackupAdmin
+from cmq.node import feature_marker
 from cmq.node.clockguard import DEFAULT_BOUND_MS, ClockGuard
+from cmq.node.feature_marker import MarkedCatalog
 from cmq.node.housekeeping import Housekeeper
 from cmq.node.membership import Identity, Membership
 from cmq.node.peer_tls import PeerTlsFiles
@@ -89,10 +93,7 @@ from cmq.routing.rpc import (
     RemoveQueueCall,
     SetAttributesCall,
 )
-from cmq.upgrade import feature_marker, features
-from cmq.upgrade.feature_admin import FeatureAdmin
-from cmq.upgrade.feature_marker import MarkedCatalog
-from cmq.upgrade.peer_releases import PeerReleases
+from cmq.upgrade import features
 from cmq.upgrade.release import PEER_PROTOCOL_MAX, PEER_PROTOCOL_MIN, RELEASE
 from raftlog.runtime import GroupOptions, MultiRaft, RuntimeConfig
 from raftlog.transport.peer import Address, TransportConfig
@@ -264,7 +265,7 @@ class QueueNode:
     async def start(self) -> None:
         """Recover and open every group, then serve forwarded calls and housekeeping. A data
         directory written under a feature flag this release lacks is refused first, before
-        anything is opened for writing (`cmq.upgrade.feature_marker`)."""
+        anything is opened for writing (`cmq.node.feature_marker`)."""
         feature_marker.check(self.cfg.data_dirs, RELEASE)
         await self.raft.start()
         try:
@@ -557,7 +558,7 @@ class QueueNode:
     async def enable_features(self, names: list[str] | None) -> list[str]:
         return await self.feature_admin.enable(names)
 
-    # -- backup and restore (`cmq.node.backup_admin`) ----------------------------------------------
+    # -- backup and restore (`cmq.admin.backup_admin`) ---------------------------------------------
     async def export_catalog(self) -> dict[str, Any]:
         return self.backups.export_catalog()
 

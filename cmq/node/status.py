@@ -25,7 +25,7 @@ def render_status(
     """This node's release and peer protocol range (`cmq.upgrade.release.describe`); role, term,
     leader, commit/applied, voters and follower lag of each of ``groups`` (lag is known on a group's
     leader), plus the catalog: placement, nodes and data groups. ``releases``: what each node
-    reported of its release (`cmq.upgrade.peer_releases.PeerReleases.releases`), added to its entry
+    reported of its release (`cmq.admin.peer_releases.PeerReleases.releases`), added to its entry
     in ``nodes`` (a node without one is unknown: no answer yet)."""
     releases = releases or {}
     views = {}

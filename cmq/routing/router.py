@@ -15,7 +15,7 @@ the leader a replica last named, else to its live replicas in turn (from the cat
 that does not lead answers ``Retry`` with the leader it knows, so asking any live replica finds
 the leader in one more hop. `CatalogCall`s (node and move commands) are proposed to the meta
 group here, their refusals raised as errors. A `ReleaseCall` is about the node it is sent to and
-is answered there, whichever node leads (`cmq.upgrade.peer_releases`).
+is answered there, whichever node leads (`cmq.admin.peer_releases`).
 
 A forwarded attempt is never sent to, and never keeps waiting on, a peer that has gone quiet:
 the runtime hears from every live peer at least twice a second (heartbeats, clock probes), so a

@@ -273,7 +273,7 @@ class ReleaseInfo(msgspec.Struct, frozen=True):
 
 
 class ReleaseCall(Call[ReleaseInfo], frozen=True, tag=32):
-    """Ask the node it is sent to for its release (`cmq.upgrade.peer_releases`): answered by that
+    """Ask the node it is sent to for its release (`cmq.admin.peer_releases`): answered by that
     node itself, leader or not (``group`` is 0 and unused). A node older than this call cannot
     decode its tag and answers ``InvalidParameter``, keeping the connection: that answer
     identifies a release that predates release reporting."""

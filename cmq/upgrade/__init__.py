@@ -1,2 +1,3 @@
-"""Living with versions: this release's identity (`release`), feature flags (`features`,
-`feature_admin`, the data directory's `feature_marker`) and what peers run (`peer_releases`)."""
+"""What this release is (`release`: its version and the peer protocols it speaks) and the
+feature flags it knows (`features`). The node checks them at start and enables flags through
+`cmq.admin.feature_admin`; the data directory's marker is `cmq.node.feature_marker`."""

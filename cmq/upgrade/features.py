@@ -4,7 +4,7 @@ A release *supports* every flag it lists here. A flag is *enabled* in the catalo
 group's replicated state, `cmq.catalog.meta.CatalogMachine`): only then does any node write what the
 flag gates, so a cluster mixing this release with the previous one replicates the same groups in
 the format both read. A flag can be enabled only when every registered node supports it (asked
-live at that moment, `cmq.upgrade.feature_admin`); enabling is a replicated, idempotent command; a
+live at that moment, `cmq.admin.feature_admin`); enabling is a replicated, idempotent command; a
 cluster formed by this release enables every flag it knows at once. Disabling is not offered:
 data written under a flag may already be on every replica, and only a release that reads it can
 run on it (a node that finds a flag enabled that it does not know refuses to start, naming it).

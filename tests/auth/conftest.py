@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cmq.catalog.key_admin import ADMIN_KEY_FILE
+from cmq.admin.key_admin import ADMIN_KEY_FILE
 from cmq.client import AccessKey, SyncClient
 from tests.cmq.cluster import CmqCluster
 from tests.sqs import helpers

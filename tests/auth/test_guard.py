@@ -20,8 +20,8 @@ from botocore.credentials import Credentials
 from api.app import make_app
 from api.auth.guard import AuthConfig
 from api.sqs.queues import SqsSettings
-from cmq.catalog.keys import KeyGrant
 from cmq.client import AccessKey
+from cmq.grants import KeyGrant
 from tests.api.recording import RecordingService
 
 Client = TestClient[web.Request, web.Application]

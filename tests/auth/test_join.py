@@ -7,7 +7,7 @@ from pathlib import Path
 
 import orjson
 
-from cmq.catalog.key_admin import ADMIN_KEY_FILE
+from cmq.admin.key_admin import ADMIN_KEY_FILE
 from tests.cmq.scalecluster import ScaleCluster, until
 
 

@@ -9,8 +9,9 @@ import pytest
 from api.auth.access import NATIVE, OPEN_OPERATIONS, SQS, allowed, native_need, sqs_need
 from api.routes import ROUTES
 from api.sqs.operations import OPERATIONS
-from cmq.catalog.keys import KeyGrant, KeyStore, Vault, check_grant, cluster_credential
+from cmq.catalog.keys import KeyStore, Vault, cluster_credential
 from cmq.catalog.meta import CatalogMachine, Refused
+from cmq.grants import KeyGrant, check_grant
 
 
 def apply(catalog: CatalogMachine, command: bytes, index: int = 1) -> object:

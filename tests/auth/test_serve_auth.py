@@ -19,7 +19,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from cmq.catalog.key_admin import ADMIN_KEY_FILE
+from cmq.admin.key_admin import ADMIN_KEY_FILE
 from cmq.client import AccessKey, SyncClient
 from cmq.errors import CmqError
 from tests.auth.conftest import new_key

@@ -15,11 +15,12 @@ from aiohttp.test_utils import TestServer
 
 from api.app import make_app
 from api.auth.guard import AuthConfig
-from cmq.catalog.key_admin import KeyAdmin, KeyRing
-from cmq.catalog.keys import ADMIN, RECEIVE, SEND, KeyGrant, cluster_credential
+from cmq.admin.key_admin import KeyAdmin, KeyRing
+from cmq.catalog.keys import cluster_credential
 from cmq.client import Client
 from cmq.client.backup import export_catalog, export_page
 from cmq.client.types import Message
+from cmq.grants import ADMIN, RECEIVE, SEND, KeyGrant
 from cmq.node.queue_node import NodeConfig, QueueNode
 from cmq.routing.ops import now_ms
 from raftlog.transport.peer import Address

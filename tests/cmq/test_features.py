@@ -166,8 +166,8 @@ async def test_flags_are_enabled_only_when_every_node_supports_them(
 def test_the_data_directory_records_its_flags_and_a_release_without_one_refuses_it(
     tmp_path: Path,
 ) -> None:
-    from cmq.upgrade import feature_marker
-    from cmq.upgrade.feature_marker import MARKER, MarkedCatalog
+    from cmq.node import feature_marker
+    from cmq.node.feature_marker import MARKER, MarkedCatalog
 
     dirs = (str(tmp_path / "a"), str(tmp_path / "b"))
     for d in dirs:

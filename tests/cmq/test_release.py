@@ -1,6 +1,6 @@
 """What release this is (`cmq.upgrade.release`): the version agrees with pyproject.toml and with the
 releases file, `cmq --version`, the ``cmq_build_info`` metric, the release call between nodes
-(`cmq.upgrade.peer_releases`, also against a node that predates it), and the release columns of
+(`cmq.admin.peer_releases`, also against a node that predates it), and the release columns of
 ``cmq status`` and ``cmq node list`` against an in-process cluster."""
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from api.app import make_app
+from cmq.admin.peer_releases import UNREPORTED_RELEASE, PeerReleases
 from cmq.catalog.meta import CatalogMachine
 from cmq.catalog.placement import NodeInfo
 from cmq.cli import output as cli_output
@@ -34,7 +35,6 @@ from cmq.node.metrics import BuildInfoCollector, register_node_metrics
 from cmq.node.queue_node import QueueNode
 from cmq.routing import rpc
 from cmq.routing.rpc import ReleaseCall, ReleaseInfo, encode_error
-from cmq.upgrade.peer_releases import UNREPORTED_RELEASE, PeerReleases
 from cmq.upgrade.release import (
     PEER_PROTOCOL_MAX,
     PEER_PROTOCOL_MIN,

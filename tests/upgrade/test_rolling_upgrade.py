@@ -35,7 +35,8 @@ import pytest
 
 from cmq.client.stream import StreamClient
 from cmq.errors import CmqError
-from cmq.upgrade import feature_marker, features
+from cmq.node import feature_marker
+from cmq.upgrade import features
 from tests.chaos.checker import check
 from tests.chaos.cluster import ChaosCluster, snapshot_code
 from tests.chaos.history import History

@@ -1,7 +1,7 @@
 """`FeatureAdmin`: list the feature flags with each node's support, and enable them.
 
 A flag (`cmq.upgrade.features`) is enabled only when every registered node supports it, asked live
-at that moment over the peer connections (`cmq.upgrade.peer_releases.PeerReleases.ask_now`): a node
+at that moment over the peer connections (`cmq.admin.peer_releases.PeerReleases.ask_now`): a node
 that does not answer, or answers from a release without the flag, makes the request fail with
 `FeatureUnsupported` naming it, and nothing changes. Then the enabling is a replicated,
 idempotent catalog command (`cmq.catalog.meta.CatalogMachine.enable_feature`). A node that joins
@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cmq.admin.peer_releases import PeerReleases
 from cmq.catalog.meta import CatalogMachine
 from cmq.errors import FeatureUnsupported, InvalidParameter
 from cmq.routing.ops import META_GROUP
 from cmq.routing.router import Router
 from cmq.routing.rpc import CatalogCall
 from cmq.upgrade import features
-from cmq.upgrade.peer_releases import PeerReleases
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,10 +23,11 @@ from typing import Any
 
 import msgspec
 
-from cmq.catalog.keys import KEY_ID, KeyRecord, KeyStore, Vault, check_grant
+from cmq.catalog.keys import KeyStore, Vault
 from cmq.catalog.meta import CatalogMachine
 from cmq.errors import FeatureNotEnabled, InvalidParameter, InvariantBroken, QueueNotFound
 from cmq.fsm.commands import NewMessage, Produce, encode_command
+from cmq.grants import KEY_ID, KeyRecord, check_grant
 from cmq.model import (
     MAX_EXPORT_PAGE,
     MAX_IMPORT_BATCH,

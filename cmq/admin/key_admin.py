@@ -20,9 +20,6 @@ import msgspec
 import orjson
 
 from cmq.catalog.keys import (
-    ADMIN,
-    KeyGrant,
-    KeyRecord,
     KeyStore,
     Vault,
     cluster_credential,
@@ -31,6 +28,7 @@ from cmq.catalog.keys import (
 )
 from cmq.catalog.meta import CatalogMachine
 from cmq.errors import CmqError
+from cmq.grants import ADMIN, KeyGrant, KeyRecord
 from cmq.routing.ops import META_GROUP
 from cmq.routing.router import Router
 from cmq.routing.rpc import CatalogCall
