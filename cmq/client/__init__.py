@@ -18,7 +18,7 @@ listing's checksum are checked when it ends: `CorruptSegment` otherwise), `claim
 and `mark_archived`; the same on `SyncClient`.
 """
 
-from cmq.client.aio import DEFAULT_URL, Client, parse_urls
+from cmq.client.aio import DEFAULT_URL, Client
 from cmq.client.errors import (
     UNKNOWN_OUTCOME,
     ConnectFailed,
@@ -27,6 +27,7 @@ from cmq.client.errors import (
     ServerError,
     TransportError,
 )
+from cmq.client.http import parse_urls
 from cmq.client.retry import NO_RETRY, RetryPolicy
 from cmq.client.signing import AccessKey
 from cmq.client.sync import SyncClient

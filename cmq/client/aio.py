@@ -1,6 +1,7 @@
 """`Client`: the asynchronous Python client of the cmq native JSON API (``docs/api.md``).
 
-One `aiohttp.ClientSession` per client (created on first use, in the running loop), so
+The endpoints, one method each; the HTTP exchange underneath is `cmq.client.http`. One
+`aiohttp.ClientSession` per client (created on first use, in the running loop), so
 connections are pooled and reused; several node URLs with failover: a call that could not
 connect, or that a node refused (503 ``Overloaded`` / ``Unavailable``, 429), goes to the next
 node. Retries follow `cmq.client.retry`: only where a repeat cannot change the outcome. Above
@@ -16,31 +17,26 @@ Errors: the server's are raised as the `cmq.errors` class of their code, also in
 
 from __future__ import annotations
 
-import asyncio
 import random
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any, Final
 
 import aiohttp
 import orjson
-from yarl import URL
 
 from cmq.client.errors import (
-    ConnectFailed,
-    ResponseLost,
     SendManyError,
-    ServerError,
-    TransportError,
     server_error,
 )
-from cmq.client.retry import RetryPolicy, Safety, failure_of, retry_after_of
+from cmq.client.http import Http, Pool, parse_urls
+from cmq.client.retry import RetryPolicy, Safety
 from cmq.client.segments import (
     RecordsReader,
     archived_from_json,
     claim_from_json,
     listing_from_json,
 )
-from cmq.client.signing import AccessKey, ssl_context
+from cmq.client.signing import AccessKey
 from cmq.client.types import (
     Json,
     Outgoing,
@@ -74,41 +70,6 @@ DEFAULT_URL: Final = "http://127.0.0.1:8080"
 _JSON_HEADERS: Final = {"Content-Type": "application/json"}
 
 
-def parse_urls(urls: str | Sequence[str]) -> tuple[str, ...]:
-    """Node URLs from ``"URL[,URL...]"`` or a sequence, without trailing slashes."""
-    items = urls.split(",") if isinstance(urls, str) else list(urls)
-    out = tuple(u.strip().rstrip("/") for u in items if u.strip())
-    if not out:
-        raise ValueError("at least one node URL is needed")
-    return out
-
-
-class _Pool:
-    """The shared `aiohttp.ClientSession` of a client and the clients derived from it."""
-
-    def __init__(
-        self,
-        connections: int,
-        session: aiohttp.ClientSession | None,
-        ca_file: str | None = None,
-    ) -> None:
-        self.connections = connections
-        self.session = session
-        self.owned = session is None
-        self.ssl = ssl_context(ca_file)
-
-    def get(self) -> aiohttp.ClientSession:
-        if self.session is None:
-            connector = aiohttp.TCPConnector(limit=self.connections, ssl=self.ssl or True)
-            self.session = aiohttp.ClientSession(connector=connector)
-        return self.session
-
-    async def close(self) -> None:
-        if self.owned and self.session is not None:
-            await self.session.close()
-            self.session = None
-
-
 class Client:
     """Asynchronous client of a cmq cluster; use ``async with Client(urls) as c:`` (or call
     `close`). Every call may raise `CmqError` (see the module docstring); ``timeout`` is each
@@ -133,13 +94,14 @@ class Client:
         None: the environment's or a key file's (`cmq.client.signing`), else unsigned.
         ``ca_file``: the CA bundle ``https`` URLs are verified with (else ``CMQ_CA_FILE``,
         else the system's)."""
-        self.urls = parse_urls(urls)
-        self.access_key = AccessKey.resolve(access_key)
-        self.timeout = timeout
-        self.retry = retry if retry is not None else RetryPolicy()
-        self._pool = _Pool(connections, session, ca_file)
-        self._rng = rng if rng is not None else random.Random()
-        self._current = 0
+        self._http = Http(
+            parse_urls(urls),
+            timeout,
+            retry if retry is not None else RetryPolicy(),
+            AccessKey.resolve(access_key),
+            Pool(connections, session, ca_file),
+            rng if rng is not None else random.Random(),
+        )
         self._root = True
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -152,7 +114,7 @@ class Client:
     async def close(self) -> None:
         """Close the connections (a derived client leaves them to the client it came from)."""
         if self._root:
-            await self._pool.close()
+            await self._http.pool.close()
 
     def derive(
         self,
@@ -164,15 +126,28 @@ class Client:
         """A client sharing this one's connections with other nodes (e.g. one node: no
         failover), timeout or retry policy. Closing it is a no-op; close this one."""
         child = Client.__new__(Client)
-        child.urls = self.urls if urls is None else parse_urls(urls)
-        child.timeout = self.timeout if timeout is None else timeout
-        child.retry = self.retry if retry is None else retry
-        child.access_key = self.access_key
-        child._pool = self._pool
-        child._rng = self._rng
-        child._current = 0
+        child._http = self._http.derive(None if urls is None else parse_urls(urls), timeout, retry)
         child._root = False
         return child
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        """The nodes this client calls, in failover order."""
+        return self._http.urls
+
+    @property
+    def timeout(self) -> float:
+        """Each attempt's limit in seconds (a receive adds its long-poll wait)."""
+        return self._http.timeout
+
+    @property
+    def access_key(self) -> AccessKey | None:
+        """The key requests are signed with (None: unsigned)."""
+        return self._http.access_key
+
+    @access_key.setter
+    def access_key(self, key: AccessKey | None) -> None:
+        self._http.access_key = key
 
     # -- queues ------------------------------------------------------------------------------------
     async def create_queue(
@@ -184,35 +159,35 @@ class Client:
         with different ones."""
         attrs = attributes.to_dict() if isinstance(attributes, QueueAttributes) else attributes
         body = {} if attrs is None else {"attributes": attrs}
-        got = await self._call("PUT", _q(name), body, Safety.IDEMPOTENT)
+        got = await self._http.call("PUT", _q(name), body, Safety.IDEMPOTENT)
         return QueueCreated(got["name"], got["created"], attributes_from_json(got["attributes"]))
 
     async def list_queues(self) -> list[str]:
         """Every queue name, sorted."""
-        got = await self._call("GET", "/v1/queues", None, Safety.IDEMPOTENT)
+        got = await self._http.call("GET", "/v1/queues", None, Safety.IDEMPOTENT)
         return [q["name"] for q in got["queues"]]
 
     async def get_queue(self, name: str) -> QueueInfo:
         """Attributes and statistics of ``name``; `QueueNotFound` if absent."""
-        got = await self._call("GET", _q(name), None, Safety.IDEMPOTENT)
+        got = await self._http.call("GET", _q(name), None, Safety.IDEMPOTENT)
         return QueueInfo(
             got["name"], attributes_from_json(got["attributes"]), stats_from_json(got["stats"])
         )
 
     async def set_attributes(self, name: str, changes: dict[str, Any]) -> QueueAttributes:
         """Change some attributes of ``name`` (at least one); the attributes after the change."""
-        got = await self._call("PATCH", _q(name), {"attributes": changes}, Safety.IDEMPOTENT)
+        got = await self._http.call("PATCH", _q(name), {"attributes": changes}, Safety.IDEMPOTENT)
         return attributes_from_json(got["attributes"])
 
     async def delete_queue(self, name: str) -> None:
         """Delete ``name`` and its messages; `QueueNotFound` if absent. Not retried once the
         request may have been processed (a retry could answer `QueueNotFound`)."""
-        await self._call("DELETE", _q(name), None, Safety.ONCE)
+        await self._http.call("DELETE", _q(name), None, Safety.ONCE)
 
     async def purge(self, name: str) -> int:
         """Delete every message of ``name``; how many. Not retried once it may have been
         processed (a retry could delete messages sent since)."""
-        got = await self._call("POST", _q(name) + "/purge", None, Safety.ONCE)
+        got = await self._http.call("POST", _q(name) + "/purge", None, Safety.ONCE)
         return int(got["purged"])
 
     # -- messages ----------------------------------------------------------------------------------
@@ -226,7 +201,7 @@ class Client:
         `ResponseLost` (no answer): the messages may or may not be stored."""
         safety = Safety.IDEMPOTENT if all_deduplicated(messages) else Safety.ONCE
         body = {"messages": [message_json(m) for m in messages]}
-        got = await self._call("POST", _m(queue), body, safety)
+        got = await self._http.call("POST", _m(queue), body, safety)
         return sent_from_json(got)
 
     async def send_one(self, queue: str, message: Outgoing) -> SentMessage:
@@ -278,7 +253,7 @@ class Client:
         wait = MAX_WAIT_SECONDS if wait_seconds is None else wait_seconds
         limit = (self.timeout if timeout is None else timeout) + wait
         safety = Safety.ONCE if attempt_id is None else Safety.IDEMPOTENT
-        got = await self._call("POST", _m(queue) + "/receive", body, safety, limit)
+        got = await self._http.call("POST", _m(queue) + "/receive", body, safety, limit)
         return received_from_json(got)
 
     async def ack(self, queue: str, receipts: Sequence[str]) -> list[EntryResult]:
@@ -286,7 +261,7 @@ class Client:
         with an ``error`` code such as ``LeaseStale`` for a receipt that no longer holds the
         lease). Committed on a majority before it answers; retried on any transient failure
         (a repeated ack answers per entry)."""
-        got = await self._call(
+        got = await self._http.call(
             "POST", _m(queue) + "/ack", {"receipts": list(receipts)}, Safety.IDEMPOTENT
         )
         return results_from_json(got)
@@ -308,7 +283,7 @@ class Client:
         """Set the remaining lease of 1..100 ``(receipt, seconds)`` entries (0: visible again
         now); one result per entry, in order. Retried on any transient failure."""
         body = {"entries": [{"receipt": r, "visibility_timeout": s} for r, s in entries]}
-        got = await self._call("POST", _m(queue) + "/visibility", body, Safety.IDEMPOTENT)
+        got = await self._http.call("POST", _m(queue) + "/visibility", body, Safety.IDEMPOTENT)
         return results_from_json(got)
 
     async def nack(
@@ -317,7 +292,7 @@ class Client:
         """Give 1..100 leased messages back, visible again after ``delay_seconds``; one result
         per receipt, in order. Retried on any transient failure."""
         body = {"receipts": list(receipts), "delay_seconds": delay_seconds}
-        got = await self._call("POST", _m(queue) + "/nack", body, Safety.IDEMPOTENT)
+        got = await self._http.call("POST", _m(queue) + "/nack", body, Safety.IDEMPOTENT)
         return results_from_json(got)
 
     # -- segments and the archive ------------------------------------------------------------------
@@ -329,7 +304,7 @@ class Client:
         does not load the leader), else the first answering node's. ``leader`` names the
         group's leader (map node ids to URLs with `status`)."""
         client = self if url is None else self.derive(url)
-        got = await client._call("GET", f"{_q(queue)}/segments?state={state}", None, _IDEM)
+        got = await client._http.call("GET", f"{_q(queue)}/segments?state={state}", None, _IDEM)
         return listing_from_json(got)
 
     async def read_segment(
@@ -348,27 +323,12 @@ class Client:
         stores records must only commit them once iteration ended cleanly (then read again
         from another replica on failure). `SegmentNotFound` / `SegmentNotReleased` as the
         server answers."""
-        base = url.rstrip("/") if url is not None else self.urls[self._current]
+        base = url.rstrip("/") if url is not None else self.urls[self._http.current]
         path = f"{_q(queue)}/segments/{first_seq}/records"
         reader = RecordsReader(f"{base}{path}", checksum)
-        session = self._pool.get()
-        try:
-            async with session.get(
-                URL(base + path, encoded=True),
-                headers=self._sign("GET", base + path, None),
-                timeout=aiohttp.ClientTimeout(total=None, sock_read=self.timeout),
-            ) as resp:
-                if resp.status >= 300:
-                    content = await resp.read()
-                    retry_after = _retry_after(resp.headers.get("Retry-After"))
-                    raise _error_of(resp.status, content, retry_after)
-                async for data in resp.content.iter_chunked(chunk):
-                    for record in reader.feed(data):
-                        yield record
-        except aiohttp.ClientConnectorError as e:
-            raise ConnectFailed(f"connect: {e.strerror or e}", base, type(e).__name__) from None
-        except (aiohttp.ClientError, TimeoutError) as e:
-            raise ResponseLost(f"{type(e).__name__}: {e}", base, type(e).__name__) from None
+        async for data in self._http.stream(base, path, chunk):
+            for record in reader.feed(data):
+                yield record
         reader.finish()
 
     async def claim_segments(
@@ -377,7 +337,7 @@ class Client:
         """Claim released segments for archive batch ``batch_id`` for ``ttl_ms``; a repeat by
         the same batch renews (so it is retried like a read)."""
         body = {"batch_id": batch_id, "segments": list(segments), "ttl_ms": ttl_ms}
-        got = await self._call("POST", f"{_q(queue)}/segments/claim", body, _IDEM)
+        got = await self._http.call("POST", f"{_q(queue)}/segments/claim", body, _IDEM)
         return claim_from_json(got)
 
     async def mark_archived(
@@ -386,14 +346,14 @@ class Client:
         """Mark released segments archived (idempotent: a repeat lists them in ``already``);
         every replica then deletes their files."""
         body = {"batch_id": batch_id, "segments": list(segments)}
-        got = await self._call("POST", f"{_q(queue)}/segments/archived", body, _IDEM)
+        got = await self._http.call("POST", f"{_q(queue)}/segments/archived", body, _IDEM)
         return archived_from_json(got)
 
     # -- operations --------------------------------------------------------------------------------
     async def status(self) -> dict[str, Any]:
         """The first answering node's view of the cluster (``GET /v1/status``): its groups
         (role, term, leader, commit/applied, follower lag), nodes, placement of queues."""
-        got: dict[str, Any] = await self._call("GET", "/v1/status", None, Safety.IDEMPOTENT)
+        got: dict[str, Any] = await self._http.call("GET", "/v1/status", None, Safety.IDEMPOTENT)
         return got
 
     # -- nodes -------------------------------------------------------------------------------------
@@ -401,7 +361,7 @@ class Client:
         """Every registered node (``GET /v1/nodes``): id, addresses, zone, state ("active",
         "draining"), replicas, incoming moves, leaderships and lag as the answering node sees
         them."""
-        got: dict[str, Any] = await self._call("GET", "/v1/nodes", None, Safety.IDEMPOTENT)
+        got: dict[str, Any] = await self._http.call("GET", "/v1/nodes", None, Safety.IDEMPOTENT)
         nodes: list[dict[str, Any]] = got["nodes"]
         return nodes
 
@@ -423,35 +383,37 @@ class Client:
             "data_dirs": list(data_dirs),
             "zone": zone,
         }
-        got: dict[str, Any] = await self._call("POST", "/v1/nodes", body, Safety.IDEMPOTENT)
+        got: dict[str, Any] = await self._http.call("POST", "/v1/nodes", body, Safety.IDEMPOTENT)
         return {int(k): str(v) for k, v in got["peers"].items()}
 
     async def drain_node(self, node: int) -> None:
         """Move every replica and leadership off ``node`` (returns at once; watch
         `list_nodes`). `NodeNotFound`; `NodeBusy` if too few active nodes would remain."""
-        await self._call("POST", f"/v1/nodes/{int(node)}/drain", {}, Safety.IDEMPOTENT)
+        await self._http.call("POST", f"/v1/nodes/{int(node)}/drain", {}, Safety.IDEMPOTENT)
 
     async def activate_node(self, node: int) -> None:
         """Undo a drain: ``node`` takes replicas again. `NodeNotFound` for an unknown id."""
-        await self._call("POST", f"/v1/nodes/{int(node)}/activate", {}, Safety.IDEMPOTENT)
+        await self._http.call("POST", f"/v1/nodes/{int(node)}/activate", {}, Safety.IDEMPOTENT)
 
     async def remove_node(self, node: int) -> None:
         """Forget ``node``. `NodeBusy` while it holds replicas or votes in the catalog group
         (drain it first); `NodeNotFound` for an unknown id."""
-        await self._call("DELETE", f"/v1/nodes/{int(node)}", None, Safety.IDEMPOTENT)
+        await self._http.call("DELETE", f"/v1/nodes/{int(node)}", None, Safety.IDEMPOTENT)
 
     async def set_groups(self, groups: int) -> list[int]:
         """Grow the cluster to ``groups`` data groups (``PUT /v1/cluster/groups``); the ids of
         the groups added (empty when it had that many). `InvalidParameter` for fewer groups
         than today (shrinking is not supported) or more than 10,000."""
         body = {"groups": groups}
-        got: dict[str, Any] = await self._call("PUT", "/v1/cluster/groups", body, Safety.IDEMPOTENT)
+        got: dict[str, Any] = await self._http.call(
+            "PUT", "/v1/cluster/groups", body, Safety.IDEMPOTENT
+        )
         return [int(g) for g in got["added"]]
 
     async def list_features(self) -> list[dict[str, Any]]:
         """Every feature flag with its state and per-node support
         (``GET /v1/cluster/features``)."""
-        got: dict[str, Any] = await self._call(
+        got: dict[str, Any] = await self._http.call(
             "GET", "/v1/cluster/features", None, Safety.IDEMPOTENT
         )
         return list(got["features"])
@@ -460,19 +422,19 @@ class Client:
         """Enable ``names`` (None: every flag the node's release knows) once every node
         supports them (``POST /v1/cluster/features``); the names this call enabled.
         `FeatureUnsupported` names a node without one (nothing enabled)."""
-        got: dict[str, Any] = await self._call(
+        got: dict[str, Any] = await self._http.call(
             "POST", "/v1/cluster/features", {"names": names}, Safety.IDEMPOTENT
         )
         return [str(n) for n in got["enabled"]]
 
     async def health(self) -> bool:
         """Whether the first node answers ``/healthz`` (liveness; never raises)."""
-        return await self._probe("/healthz")
+        return await self._http.probe("/healthz")
 
     async def ready(self) -> bool:
         """Whether the first node is ready (``/readyz``: every group has a leader; never
         raises)."""
-        return await self._probe("/readyz")
+        return await self._http.probe("/readyz")
 
     async def metrics(self) -> str:
         """The first node's Prometheus exposition (``/metrics``)."""
@@ -488,93 +450,14 @@ class Client:
         is returned). ``body`` is sent as JSON, or ``raw`` as given. For probing the HTTP
         surface itself (e.g. malformed requests); prefer the typed calls."""
         data = raw if raw is not None else (None if body is None else orjson.dumps(body))
-        status, content, _ = await self._attempt(self.urls[0], method, path, data, self.timeout)
+        status, content, _ = await self._http.attempt(
+            self.urls[0], method, path, data, self.timeout
+        )
         try:
             payload = orjson.loads(content) if content else None
         except orjson.JSONDecodeError:
             payload = None
         return RawResponse(status, payload, content)
-
-    async def _probe(self, path: str) -> bool:
-        try:
-            status, _, _ = await self._attempt(self.urls[0], "GET", path, None, self.timeout)
-        except TransportError:
-            return False
-        return status == 200
-
-    # -- transport ---------------------------------------------------------------------------------
-    async def _call(
-        self,
-        method: str,
-        path: str,
-        body: Json | None,
-        safety: Safety,
-        timeout: float | None = None,
-    ) -> Json:
-        """Send ``body`` (JSON) and return the parsed 2xx answer, retrying as `self.retry` and
-        ``safety`` allow; the last failure is raised."""
-        data = None if body is None else orjson.dumps(body)
-        limit = self.timeout if timeout is None else timeout
-        n = len(self.urls)
-        start = self._current
-        attempt = 0
-        while True:
-            attempt += 1
-            index = (start + attempt - 1) % n
-            url = self.urls[index]
-            try:
-                status, content, retry_after = await self._attempt(url, method, path, data, limit)
-            except TransportError as e:
-                error: CmqError = e
-            else:
-                if status < 300:
-                    if index != self._current:
-                        self._current = index
-                    payload: Json = orjson.loads(content) if content else {}
-                    return payload
-                error = _error_of(status, content, retry_after)
-            failure = failure_of(error)
-            if not self.retry.should_retry(failure, safety, attempt):
-                raise error
-            await asyncio.sleep(
-                self.retry.delay(
-                    failure, attempt, retry_after_of(error), attempt < n, self._rng.random()
-                )
-            )
-
-    def _sign(self, method: str, url: str, data: bytes | None) -> dict[str, str]:
-        """The signature headers of a request (none without an access key)."""
-        if self.access_key is None:
-            return {}
-        return self.access_key.sign(method, url, data)
-
-    async def _attempt(
-        self, url: str, method: str, path: str, data: bytes | None, timeout: float
-    ) -> tuple[int, bytes, float | None]:
-        """One HTTP exchange: (status, body bytes, ``Retry-After`` seconds or None)."""
-        session = self._pool.get()
-        headers = self._sign(method, url + path, data)
-        if data is not None:
-            headers.update(_JSON_HEADERS)
-        try:
-            async with session.request(
-                method,
-                URL(url + path, encoded=True),
-                data=data,
-                headers=headers,
-                timeout=aiohttp.ClientTimeout(total=timeout),
-            ) as resp:
-                content = await resp.read()
-                return resp.status, content, _retry_after(resp.headers.get("Retry-After"))
-        except aiohttp.ClientConnectorError as e:
-            reason = type(e).__name__
-            raise ConnectFailed(f"connect: {e.strerror or e}", url, reason) from None
-        except TimeoutError:
-            message = f"TimeoutError: no answer within {timeout:g}s"
-            raise ResponseLost(message, url, "timeout") from None
-        except aiohttp.ClientError as e:
-            reason = type(e).__name__
-            raise ResponseLost(f"{reason}: {e}", url, reason) from None
 
 
 _IDEM = Safety.IDEMPOTENT
@@ -586,26 +469,3 @@ def _q(name: str) -> str:
 
 def _m(name: str) -> str:
     return f"/v1/queues/{name}/messages"
-
-
-def _retry_after(value: str | None) -> float | None:
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        return None
-
-
-def _error_of(status: int, content: bytes, retry_after: float | None) -> ServerError:
-    """The error for a non-2xx answer (``{"error": {"code", "message"}}`` when the body is
-    that; ``HttpError`` otherwise)."""
-    code, message = "HttpError", f"HTTP {status}"
-    try:
-        err = orjson.loads(content).get("error") if content else None
-    except (orjson.JSONDecodeError, AttributeError):
-        err = None
-    if isinstance(err, dict):
-        code = str(err.get("code") or code)
-        message = str(err.get("message") or message)
-    return server_error(status, code, message, retry_after)

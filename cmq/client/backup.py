@@ -20,7 +20,9 @@ def _q(name: str) -> str:
 
 async def export_catalog(client: Client) -> dict[str, Any]:
     """``{"release", "sections"}`` (``GET /v1/backup/catalog``)."""
-    got: dict[str, Any] = await client._call("GET", "/v1/backup/catalog", None, Safety.IDEMPOTENT)
+    got: dict[str, Any] = await client._http.call(
+        "GET", "/v1/backup/catalog", None, Safety.IDEMPOTENT
+    )
     return got
 
 
@@ -29,7 +31,9 @@ async def import_catalog(
 ) -> dict[str, Any]:
     """Recreate sealed keys and queue metadata (``POST /v1/backup/catalog``; idempotent)."""
     body: Json = {"keys": keys, "metadata": metadata}
-    got: dict[str, Any] = await client._call("POST", "/v1/backup/catalog", body, Safety.IDEMPOTENT)
+    got: dict[str, Any] = await client._http.call(
+        "POST", "/v1/backup/catalog", body, Safety.IDEMPOTENT
+    )
     return got
 
 
@@ -38,7 +42,7 @@ async def export_page(
 ) -> dict[str, Any]:
     """One page of the queue's export (``GET /v1/queues/{name}/export``), as answered."""
     path = f"{_q(name)}/export?after={after}&upto={upto}&limit={limit}"
-    got: dict[str, Any] = await client._call("GET", path, None, Safety.IDEMPOTENT)
+    got: dict[str, Any] = await client._http.call("GET", path, None, Safety.IDEMPOTENT)
     return got
 
 
@@ -46,5 +50,5 @@ async def import_messages(client: Client, name: str, expect_sent: int, messages:
     """Store ``messages`` (import objects) if the queue's sent_total is ``expect_sent``;
     returns its sent_total after (``POST /v1/queues/{name}/import``)."""
     body: Json = {"expect_sent": expect_sent, "messages": messages}
-    got = await client._call("POST", f"{_q(name)}/import", body, Safety.ONCE)
+    got = await client._http.call("POST", f"{_q(name)}/import", body, Safety.ONCE)
     return int(got["sent_total"])

@@ -32,8 +32,8 @@ from typing import Final
 
 import aiohttp
 
-from cmq.client.aio import parse_urls
 from cmq.client.errors import ConnectFailed, ResponseLost, server_error
+from cmq.client.http import parse_urls
 from cmq.client.signing import AccessKey, ssl_context
 from cmq.client.types import Message, Outgoing, ReceivedMessage
 from cmq.errors import CmqError

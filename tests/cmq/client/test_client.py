@@ -180,7 +180,7 @@ async def test_failover_to_another_node_when_one_cannot_be_reached(url: str) -> 
     dead = "http://127.0.0.1:1"  # nothing listens on port 1
     async with Client([dead, url], retry=FAST) as c:
         await c.create_queue("fo")
-        assert c.urls[c._current] == url  # the next calls start at the node that answered
+        assert c.urls[c._http.current] == url  # the next calls start at the node that answered
     async with Client(dead, retry=FAST) as c:
         with pytest.raises(ConnectFailed):
             await c.list_queues()
