@@ -32,12 +32,10 @@ from api.message_models import (
 )
 from api.models import (
     AckRequest,
-    ClusterStatus,
     CreateQueueRequest,
     CreateQueueResponse,
     DeleteQueueResponse,
     EmptyRequest,
-    GroupDigestResponse,
     Health,
     NackRequest,
     PurgeResponse,
@@ -65,6 +63,7 @@ from api.segment_models import (
     SegmentRecordLine,
     SegmentStreamTrailer,
 )
+from api.status_models import ClusterStatus, GroupDigestResponse
 from cmq.errors import (
     CorruptSegment,
     GroupNotFound,
