@@ -405,7 +405,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from cmq.loadgen import main_from_args
+    from cmq.cli.bench import main_from_args
 
     return main_from_args(args)
 

@@ -18,7 +18,7 @@ The package is two halves:
   (:func:`encode_body` / :func:`decode_body`), `cmq.loadgen.measure` (:class:`LatencyHistogram`,
   :class:`SendSchedule`, :class:`SeqTracker`), `cmq.loadgen.report` (:class:`BenchConfig`,
   :class:`BenchReport`, :func:`format_progress`, :func:`format_report`, :func:`report_to_json`);
-* the run itself, `cmq.loadgen.run` (:func:`run_bench`, :func:`main_from_args`): one
+* the run itself, `cmq.loadgen.run` (:func:`run_bench`; ``cmq bench`` is `cmq.cli.bench`): one
   `cmq.client.Client` (pooled connections, no per-message work beyond JSON) on one event loop
   (uvloop when installed), every task owned by a ``TaskGroup`` or awaited and cancelled.
 
@@ -41,8 +41,6 @@ from cmq.loadgen.report import (
 from cmq.loadgen.run import (
     RECV_VISIBILITY_TIMEOUT,
     BenchError,
-    config_from_args,
-    main_from_args,
     run_bench,
 )
 
@@ -58,12 +56,10 @@ __all__ = [
     "SendSchedule",
     "SeqTracker",
     "Stamp",
-    "config_from_args",
     "decode_body",
     "encode_body",
     "format_progress",
     "format_report",
-    "main_from_args",
     "new_run_tag",
     "report_to_json",
     "run_bench",

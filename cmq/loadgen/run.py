@@ -5,7 +5,6 @@ a ``TaskGroup`` or awaited and cancelled by the run.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import dataclasses
@@ -36,8 +35,6 @@ from cmq.loadgen.report import (
     LatencySummary,
     ProgressSample,
     format_progress,
-    format_report,
-    report_to_json,
 )
 
 # -- the run (I/O) ---------------------------------------------------------------------------------
@@ -518,71 +515,3 @@ async def run_bench(cfg: BenchConfig, progress: IO[str] | None = sys.stderr) -> 
         e2e_latency=LatencySummary.of(run.e2e_hist),
         schedule_lag=run.schedule.max_lag if run.schedule is not None else None,
     )
-
-
-def config_from_args(args: argparse.Namespace) -> BenchConfig:
-    """The :class:`BenchConfig` for the ``cmq bench`` flags (see ``cmq/cli/main.py``)."""
-    urls = tuple(u.strip() for u in str(args.url).split(",") if u.strip())
-    seconds = args.seconds
-    if seconds is None and not args.messages:
-        seconds = 20.0
-    return BenchConfig(
-        urls=urls,
-        queue=args.queue,
-        producers=args.producers,
-        consumers=args.consumers,
-        size=args.size,
-        window=args.window,
-        batch=args.batch,
-        recv_batch=args.recv_batch,
-        recv_window=args.recv_window,
-        rate=args.rate,
-        messages=args.messages,
-        seconds=seconds,
-        drain=not args.no_drain,
-        drain_timeout=args.drain_timeout,
-        keep_queue=args.keep_queue,
-        protocol=getattr(args, "protocol", "http"),
-    )
-
-
-def _new_event_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - non-Linux
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
-
-
-def main_from_args(args: argparse.Namespace) -> int:
-    """``cmq bench``: run, print the report (text or ``--json``) on stdout; the exit status.
-
-    0 when something was confirmed and, after a drain, nothing confirmed is missing; 1
-    otherwise; 2 for bad settings or a queue that cannot be created.
-    """
-    import orjson
-
-    try:
-        cfg = config_from_args(args)
-        cfg.validate()
-    except ValueError as e:
-        print(f"cmq bench: {e}", file=sys.stderr)
-        return 2
-    loop = _new_event_loop()
-    try:
-        report = loop.run_until_complete(run_bench(cfg))
-    except BenchError as e:
-        print(f"cmq bench: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("\ncmq bench: interrupted", file=sys.stderr)
-        return 130
-    finally:
-        loop.close()
-    if args.json:
-        sys.stdout.write(orjson.dumps(report_to_json(report), option=orjson.OPT_INDENT_2).decode())
-        sys.stdout.write("\n")
-    else:
-        print(format_report(report))
-    sys.stdout.flush()
-    return 0 if report.ok else 1
