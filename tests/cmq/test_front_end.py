@@ -33,7 +33,7 @@ from cmq.model import OutgoingMessage, QueueAttributes
 from cmq.node.queue_node import QueueNode
 from cmq.service import QueueService
 from tests.cmq.cluster import CmqCluster
-from tests.cmq.test_node_effects import one_node
+from tests.cmq.helpers import one_node
 
 
 @contextlib.asynccontextmanager
@@ -161,8 +161,7 @@ def front_end_pids(node_pid: int) -> list[int]:
 @pytest.mark.slow
 def test_a_cluster_served_by_front_ends(tmp_path: Path) -> None:
     cluster = CmqCluster(tmp_path, 3, groups=2)
-    for args in cluster.args.values():
-        args += ["--http-workers", "2"]
+    cluster.configure(http_workers=2)
     try:
         cluster.start_all()
         fronts = {nid: front_end_pids(p.pid) for nid, p in cluster.procs.items()}
@@ -226,7 +225,7 @@ def _alive(pid: int) -> bool:
 
 def test_front_ends_need_anonymous_access(tmp_path: Path) -> None:
     cluster = CmqCluster(tmp_path, 1, groups=1, anonymous=False)
-    args = cluster.args[1] + ["--http-workers", "1"]
+    args = replace(cluster.settings[1], http_workers=1).command()
     env = dict(os.environ, CMQ_SECRET="end-to-end-test-secret-0123456789")
     done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode != 0
