@@ -13,6 +13,7 @@ from aiohttp.test_utils import TestServer
 
 from api.app import make_app
 from cmq.node.queue_node import QueueNode
+from cmq.service import SERVICE_METHODS
 from tests.cmq.helpers import one_node
 
 Fault = Callable[[], Awaitable[None]]
@@ -30,6 +31,8 @@ class FaultyService:
         self.after: dict[str, Fault] = {}
 
     def __getattr__(self, name: str) -> Any:
+        if name not in SERVICE_METHODS:  # the service's methods only (cmq.service)
+            raise AttributeError(name)
         target = getattr(self.node, name)
         if not asyncio.iscoroutinefunction(target):
             return target
