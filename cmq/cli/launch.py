@@ -1,7 +1,8 @@
 """Starting ``cmq serve`` processes on this machine: one typed description of a node's settings
 (`ServeSettings`) gives its ``cmq serve`` command line; `founders` describes the founding nodes
 of a local cluster; `NodeProcesses` starts, stops and kills their processes (a log file each);
-`until_ready` waits until nodes answer ``/readyz``; `free_ports` finds loopback ports.
+`until_ready` waits until nodes answer ``/readyz``; `free_ports` finds loopback ports;
+`LocalCluster` is all of it for a cluster a benchmark starts and stops.
 
 ``cmq dev`` (`cmq.cli.dev`) runs on it, and so do the test clusters (``tests/cmq/cluster.py``,
 ``tests/chaos/cluster.py``, ...) and the benchmarks (``bench/``), each a thin layer adding

@@ -129,7 +129,7 @@ class ChaosCluster:
     def log_path(self, nid: int) -> Path:
         return self.root / f"node{nid}.log"
 
-    def settings(self, nid: int, rejoin: bool = False) -> ServeSettings:
+    def serve_settings(self, nid: int, rejoin: bool = False) -> ServeSettings:
         """Node ``nid``'s ``cmq serve`` settings: it reaches every other node through the
         proxy."""
         peers = {
@@ -149,7 +149,7 @@ class ChaosCluster:
 
     def args(self, nid: int, rejoin: bool = False) -> list[str]:
         """Node ``nid``'s command line."""
-        return self.settings(nid, rejoin).command(self.nodes.command)
+        return self.serve_settings(nid, rejoin).command(self.nodes.command)
 
     @property
     def procs(self) -> dict[int, subprocess.Popen[bytes]]:
@@ -182,7 +182,7 @@ class ChaosCluster:
         # directory first on the path, ahead of PYTHONPATH (from the checkout, the checkout's
         # packages would be imported instead of the snapshot's).
         self.nodes.start(
-            self.settings(nid, rejoin),
+            self.serve_settings(nid, rejoin),
             env=env,
             cwd=self.code,
             banner=f"--- start {time.strftime('%H:%M:%S')} rejoin={rejoin}",
