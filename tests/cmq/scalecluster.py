@@ -36,6 +36,8 @@ class ScaleCluster:
         """``anonymous``: the nodes serve unsigned requests; False: they ask for signatures
         (the test's client signs with the credential derived from the cluster secret)."""
         self.root = root
+        self.anonymous = anonymous
+        self.groups = groups
         n = founders + spares
         ports = free_ports(2 * n)
         self.ids = list(range(1, n + 1))
