@@ -9,8 +9,8 @@ and the body). The body is MessagePack:
 * an answer, node to front end: ``[id, true, result]`` (the call's `Call.result_type`), or
   ``[id, false, failure]`` (`calls.Failure`: the `CmqError` the call raised).
 
-Versions: the wire is version `WIRE_VERSION` (2; version 1 was pickled tuples, releases 0.2.0
-and before, and is not read: nothing is unpickled). A front end and its node process are always
+Versions: the wire is version `WIRE_VERSION` (2; version 1 was pickled tuples, release 0.1.0,
+and is not read: nothing is unpickled). A front end and its node process are always
 the same release, yet every frame says its version: a frame of another version, a call tag this
 release does not know (`calls.CALL_TAGS`), or a body that does not decode is `UnreadableFrame`
 naming what was found and what this release reads; the connection is then dropped.
@@ -70,8 +70,8 @@ def _body(data: bytes) -> bytes:
     version = data[0]
     if version == _PICKLE:
         raise UnreadableFrame(
-            f"front-end socket frame of {len(data)} bytes is a pickle (wire version 1, releases "
-            f"0.2.0 and before); this release reads version {WIRE_VERSION} and unpickles nothing"
+            f"front-end socket frame of {len(data)} bytes is a pickle (wire version 1, release "
+            f"0.1.0); this release reads version {WIRE_VERSION} and unpickles nothing"
         )
     if version != WIRE_VERSION:
         newer = " (a newer release's)" if version > WIRE_VERSION else ""
