@@ -4,8 +4,9 @@ per node, resident memory per node with a large backlog, and the backlog's drain
     python bench/efficiency.py [--messages 1000000] [--batch 10] [--url URL,URL,URL]
                                [--protocol http|stream]
 
-Without ``--url`` it starts a fresh `cmq dev` cluster (3 nodes, a temp data dir, HTTP ports
-18680-18682) and stops it at the end. Phases, all against one queue:
+Without ``--url`` it starts a fresh local cluster (3 nodes on free loopback ports, a temp data
+dir; `cmq.cli.launch`, as `cmq dev` runs them) and stops it at the end. Phases, all against
+one queue:
 
 1. produce ``--messages`` 1 KiB messages with `cmq bench` (4 producers x 64 requests in flight,
    ``--batch`` messages per request, no consumers): confirmed msgs/s;
@@ -24,8 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from cmq.cli.launch import LocalCluster
 from cmq.client import Client, SyncClient
 from cmq.client.stream import StreamClient
 
@@ -172,27 +172,9 @@ def main() -> int:
     if a.url:
         urls = a.url.split(",")
     else:
-        data = tempfile.mkdtemp(prefix="cmq-eff-")
-        urls = [f"http://127.0.0.1:{18680 + i}" for i in range(3)]
-        log = open(os.path.join(data, "dev.log"), "w")  # noqa: SIM115 - the process owns it
-        dev = subprocess.Popen(
-            [
-                *cmq,
-                "dev",
-                "--nodes",
-                "3",
-                "--data-dir",
-                data,
-                "--http-port",
-                "18680",
-                "--peer-port",
-                "19680",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            cwd=ROOT,
-        )
+        dev = LocalCluster(Path(tempfile.mkdtemp(prefix="cmq-eff-")), 3)
+        urls = dev.urls
+        dev.start()
     nodes = [SyncClient(u, timeout=10) for u in urls]
     try:
         for node in nodes:
@@ -255,8 +237,7 @@ def main() -> int:
         for node in nodes:
             node.close()
         if dev is not None:
-            os.killpg(dev.pid, signal.SIGINT)
-            dev.wait(30)
+            dev.stop(30)
     if a.json:
         print(json.dumps(result, indent=2))
     else:

@@ -1,6 +1,6 @@
-"""The performance figures the side-by-side harness does not take, on one fresh `cmq dev`
-cluster (3 nodes on loopback, every confirm a majority fsync), all in one run so that they
-compare as ratios:
+"""The performance figures the side-by-side harness does not take, on one fresh local cluster
+(3 nodes on loopback started as `cmq dev` starts them, every confirm a majority fsync), all in
+one run so that they compare as ratios:
 
     python bench/perf_extra.py [--seconds 15] [--jobs protocols,large,open-loop] [--json]
                                [--http-workers N]
@@ -26,9 +26,9 @@ end. Exit status 1 when a run lost or duplicated a message.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -37,10 +37,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cmq.cli.launch import LocalCluster
 from cmq.client import SyncClient
 
 ROOT = Path(__file__).resolve().parent.parent
-HTTP_PORT = 18780
 MiB = 1024 * 1024
 
 
@@ -63,42 +63,20 @@ def fdatasync_bandwidth(directory: str, block: int, total: int = 64 * MiB) -> fl
 
 
 class Cluster:
-    """A `cmq dev` cluster of 3 nodes in a temp directory, stopped by :meth:`stop`."""
+    """3 nodes in a temp directory (`cmq.cli.launch`, as `cmq dev` runs them), stopped by
+    :meth:`stop`."""
 
     def __init__(self, http_workers: int = 0) -> None:
-        """``http_workers``: each node's HTTP front-end processes (``CMQ_HTTP_WORKERS``)."""
+        """``http_workers``: each node's HTTP front-end processes (``--http-workers``)."""
         self.data = tempfile.mkdtemp(prefix="cmq-perf-extra-")
-        self.urls = [f"http://127.0.0.1:{HTTP_PORT + i}" for i in range(3)]
-        self._log = open(os.path.join(self.data, "dev.log"), "w")  # noqa: SIM115
-        self._proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "cmq",
-                "dev",
-                "--nodes",
-                "3",
-                "--data-dir",
-                os.path.join(self.data, "nodes"),
-                "--http-port",
-                str(HTTP_PORT),
-                "--peer-port",
-                str(HTTP_PORT + 1000),
-            ],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            cwd=ROOT,
-            env=dict(os.environ, CMQ_HTTP_WORKERS=str(http_workers)),
-        )
-        self.pid = self._proc.pid
-        end = time.monotonic() + 90
-        for url in self.urls:
-            with SyncClient(url, timeout=5) as node:
-                while not node.ready():
-                    if time.monotonic() > end:
-                        raise SystemExit(f"{url} never became ready; see {self.data}/dev.log")
-                    time.sleep(0.5)
+        self.nodes = LocalCluster(Path(self.data) / "nodes", 3, http_workers=http_workers or None)
+        self.urls = self.nodes.urls
+        self.nodes.start()
+        try:
+            asyncio.run(self.nodes.ready(90))
+        except TimeoutError as e:
+            self.nodes.stop()
+            raise SystemExit(str(e)) from None
         time.sleep(2)
 
     def create_queue(self, name: str, attributes: dict[str, Any]) -> None:
@@ -106,12 +84,7 @@ class Cluster:
             client.create_queue(name, attributes)
 
     def stop(self) -> None:
-        os.killpg(self._proc.pid, signal.SIGINT)
-        try:
-            self._proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self._proc.pid, signal.SIGKILL)
-        self._log.close()
+        self.nodes.stop(30)
 
 
 def _children(pid: int) -> list[int]:
@@ -134,10 +107,10 @@ def _cpu_seconds(pid: int) -> float:
 
 def node_cpu_seconds(cluster: Cluster) -> list[tuple[float, float]]:
     """Each node's CPU seconds as (its node process, its HTTP front-end processes), from
-    ``/proc``: the node processes are the `cmq dev` process's children, front ends theirs."""
+    ``/proc``: the front ends are the node processes' children."""
     return [
         (_cpu_seconds(node), sum(_cpu_seconds(front) for front in _children(node)))
-        for node in sorted(_children(cluster.pid))
+        for node in cluster.nodes.pids()
     ]
 
 

@@ -53,7 +53,7 @@ sys.path.insert(0, str(REPO))
 
 import aiohttp  # noqa: E402
 
-from tests.ports import free_ports  # noqa: E402
+from cmq.cli.launch import free_ports  # noqa: E402
 from tests.raftlog.harness.localcluster import (  # noqa: E402
     ProcCluster,
     get_json,

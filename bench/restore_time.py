@@ -15,18 +15,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the tests' cluster helpers
-
 from cmq.backup.dump import backup
 from cmq.backup.load import restore
+from cmq.cli.launch import LocalCluster
 from cmq.client import Client
 from cmq.client.types import Message
-from tests.cmq.cluster import CmqCluster
 
 
 async def _load(client: Client, queues: list[str], messages: int, size: int) -> float:
@@ -49,28 +46,28 @@ async def _load(client: Client, queues: list[str], messages: int, size: int) -> 
 async def main(messages: int, size: int, queues: int) -> dict[str, object]:
     root = Path(tempfile.mkdtemp(prefix="cmq-restore-time-"))
     names = [f"bench-{i}" for i in range(queues)]
-    (root / "a").mkdir()
-    (root / "b").mkdir()
-    source = CmqCluster(root / "a", n=3, groups=2)
-    await asyncio.to_thread(source.start_all)
+    source = LocalCluster(root / "a", 3, groups=2)
     try:
+        source.start()
+        await source.ready()
         async with Client(source.urls) as a:
             for name in names:
                 await a.create_queue(name)
             load_s = await _load(a, names, messages, size)
             wrote = await backup(a, root / "backup")
     finally:
-        await asyncio.to_thread(source.stop_all)
-    target = CmqCluster(root / "b", n=3, groups=2)
-    await asyncio.to_thread(target.start_all)
+        await asyncio.to_thread(source.stop)
+    target = LocalCluster(root / "b", 3, groups=2)
     try:
+        target.start()
+        await target.ready()
         async with Client(target.urls) as b:
             start = time.monotonic()
             report = await restore(b, root / "backup")
             restore_s = time.monotonic() - start
             visible = sum([(await b.get_queue(n)).stats.visible for n in names])
     finally:
-        await asyncio.to_thread(target.stop_all)
+        await asyncio.to_thread(target.stop)
     imported = sum(report.messages.values())
     assert imported == wrote.messages == visible, (imported, wrote.messages, visible)
     return {

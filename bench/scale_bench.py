@@ -29,64 +29,21 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from cmq.catalog.meta import CatalogMachine
+from cmq.cli.launch import LocalCluster
 from cmq.client import Client
 
 SECRET = "scale-bench-secret-0123456789abcdef"
 
 
-def free_ports(n: int) -> list[int]:
-    import socket
-
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
-class Cluster:
-    """``n`` founding nodes with ``groups`` data groups, in a temp directory."""
+class Cluster(LocalCluster):
+    """``n`` founding nodes with ``groups`` data groups, in a temp directory, started."""
 
     def __init__(self, n: int, groups: int, root: Path) -> None:
-        ports = free_ports(2 * n)
-        self.urls = [f"http://127.0.0.1:{ports[i]}" for i in range(n)]
-        peers = ",".join(f"{i + 1}=127.0.0.1:{ports[n + i]}" for i in range(n))
-        env = dict(os.environ, CMQ_SECRET=SECRET)
-        self.procs = []
-        for i in range(n):
-            args = [
-                sys.executable,
-                "-m",
-                "cmq",
-                "serve",
-                "--anonymous",
-                "--node-id",
-                str(i + 1),
-                "--http",
-                f"127.0.0.1:{ports[i]}",
-                "--peer",
-                f"127.0.0.1:{ports[n + i]}",
-                "--peers",
-                peers,
-                "--data-dir",
-                str(root / f"n{i + 1}"),
-                "--groups",
-                str(groups),
-            ]
-            log = (root / f"n{i + 1}.log").open("ab")
-            self.procs.append(subprocess.Popen(args, env=env, stdout=log, stderr=log))
+        super().__init__(root, n, groups=groups, secret=SECRET)
+        self.start()
 
     async def ready(self, timeout: float = 600) -> float:
-        start = time.monotonic()
-        async with Client(self.urls, timeout=2) as c:
-            nodes = [c.derive([u]) for u in self.urls]
-            while time.monotonic() - start < timeout:
-                if all(await asyncio.gather(*(n.ready() for n in nodes))):
-                    return time.monotonic() - start
-                await asyncio.sleep(0.5)
-        raise TimeoutError("cluster not ready")
+        return await super().ready(timeout)
 
     async def metrics(self) -> list[dict[str, float]]:
         out = []
@@ -103,15 +60,6 @@ class Cluster:
                         vals[fam.name] = fam.samples[0].value
                 out.append(vals)
         return out
-
-    def stop(self) -> None:
-        for p in self.procs:
-            p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(20)
-            except subprocess.TimeoutExpired:
-                p.kill()
 
 
 def bench_catalog(queues: int) -> dict[str, Any]:

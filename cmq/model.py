@@ -12,7 +12,14 @@ from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from cmq.errors import InvalidParameter, InvalidQueueName, MissingParameter
+from cmq.errors import (
+    CmqError,
+    InvalidParameter,
+    InvalidQueueName,
+    MessageTooLarge,
+    MissingParameter,
+    error_for,
+)
 
 QUEUE_NAME = re.compile(r"^(?=.{1,80}$)[A-Za-z0-9_-]+(\.fifo)?$")
 """Queue names: 1-80 characters, letters, digits, ``-`` and ``_``; a FIFO queue's name (and
@@ -187,22 +194,57 @@ def check_send_rules(queue: str, messages: list[OutgoingMessage]) -> None:
     """The FIFO rules a send can be checked against before it is proposed, from the queue's
     name alone (the committed attributes decide again in apply): on a FIFO queue every
     message needs a group id (`MissingParameter`) and takes no delay of its own; a standard
-    queue takes no group id; ids are `FIFO_ID`s."""
-    fifo = is_fifo_name(queue)
+    queue takes no group id; ids are `FIFO_ID`s. Raises the first message's refusal."""
     for m in messages:
+        refusal = _rule_refusal(queue, m)
+        if refusal is not None:
+            raise refusal
+
+
+def _rule_refusal(queue: str, m: OutgoingMessage) -> CmqError | None:
+    """`check_send_rules` for one message."""
+    fifo = is_fifo_name(queue)
+    try:
         if m.group_id is None:
             if fifo:
-                raise MissingParameter("a FIFO queue's messages need a group_id (MessageGroupId)")
+                return MissingParameter("a FIFO queue's messages need a group_id (MessageGroupId)")
         elif not fifo:
-            raise InvalidParameter("group_id (MessageGroupId) is only for FIFO queues")
+            return InvalidParameter("group_id (MessageGroupId) is only for FIFO queues")
         else:
             check_fifo_id(m.group_id, "group_id (MessageGroupId)")
         if fifo and m.dedup_id is not None:
             check_fifo_id(m.dedup_id, "dedup_id (MessageDeduplicationId)")
-        if fifo and m.delay_seconds is not None:
-            raise InvalidParameter(
-                "a FIFO queue takes no per-message delay (DelaySeconds); set the queue's"
-            )
+    except InvalidParameter as e:
+        return e
+    if fifo and m.delay_seconds is not None:
+        return InvalidParameter(
+            "a FIFO queue takes no per-message delay (DelaySeconds); set the queue's"
+        )
+    return None
+
+
+def size_refusal(m: OutgoingMessage, attributes: QueueAttributes) -> MessageTooLarge | None:
+    """`MessageTooLarge` if ``m``'s body is above the queue's ``max_message_size``."""
+    if len(m.body) <= attributes.max_message_size:
+        return None
+    return MessageTooLarge(
+        f"a message body has {len(m.body)} bytes; the queue allows {attributes.max_message_size}"
+    )
+
+
+def send_refusal(queue: str, m: OutgoingMessage, attributes: QueueAttributes) -> CmqError | None:
+    """Why ``queue`` (with ``attributes``) refuses ``m`` in a send, or None: the rules of
+    `check_send_rules`, the size limit (`MessageTooLarge`), and on a FIFO queue without
+    content-based deduplication a deduplication id (`InvalidParameter`). The committed
+    attributes decide again when the send is applied."""
+    refusal = _rule_refusal(queue, m) or size_refusal(m, attributes)
+    dedup = attributes.content_based_deduplication or m.dedup_id is not None
+    if refusal is None and attributes.fifo and not dedup:
+        refusal = InvalidParameter(
+            "the queue should either have ContentBasedDeduplication enabled or "
+            "MessageDeduplicationId (dedup_id) provided explicitly"
+        )
+    return refusal
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +254,24 @@ class SentMessage:
 
     id: str
     seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class SendRefused:
+    """A message a per-entry send (``QueueService.send(..., per_entry=True)``) left out, in
+    its place among the answers: the code and message of the error (`send_refusal`) that
+    would have refused a whole send."""
+
+    code: str
+    message: str
+
+    @staticmethod
+    def of(error: CmqError) -> SendRefused:
+        return SendRefused(error.code, error.message)
+
+    def error(self) -> CmqError:
+        """The refusal as the error a whole send raises for it."""
+        return error_for(self.code, self.message)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,5 @@
-"""`QueueService`: what the HTTP layers (native JSON API, later SQS) call. Protocol only.
+"""`QueueService`: what the front ends (native JSON API, SQS, streaming protocol) call, and what
+moves messages between queues (`cmq.redrive`). Protocol only.
 
 Every method either returns after the change is committed on a majority of the queue's replicas
 (sends, acks, leases, attribute changes) or raises a `CmqError` (bad input changes nothing).
@@ -9,7 +10,7 @@ leader changes are retried within the request deadline (`Unavailable` after it; 
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, overload
 
 from cmq.model import (
     ArchiveResult,
@@ -25,6 +26,7 @@ from cmq.model import (
     ReceivedMessage,
     SegmentListing,
     SegmentStream,
+    SendRefused,
     SentMessage,
 )
 
@@ -77,8 +79,24 @@ class QueueService(Protocol):
         """Delete every message; returns how many were deleted."""
         ...
 
-    async def send(self, name: str, messages: list[OutgoingMessage]) -> list[SentMessage]:
-        """Append ``messages`` in order; returns once committed (fsynced on a majority)."""
+    @overload
+    async def send(self, name: str, messages: list[OutgoingMessage]) -> list[SentMessage]: ...
+
+    @overload
+    async def send(
+        self, name: str, messages: list[OutgoingMessage], *, per_entry: Literal[True]
+    ) -> list[SentMessage | SendRefused]: ...
+
+    async def send(
+        self, name: str, messages: list[OutgoingMessage], *, per_entry: bool = False
+    ) -> list[SentMessage] | list[SentMessage | SendRefused]:
+        """Append ``messages`` in order; returns once committed (fsynced on a majority).
+
+        A message the queue refuses (too large for it, a FIFO rule: `cmq.model.send_refusal`)
+        refuses the whole send: nothing is stored, its error is raised. With ``per_entry``,
+        each refused message is answered in its place by a `SendRefused` and the others are
+        stored (one commit), as SQS's SendMessageBatch answers per entry. Either way a
+        failure of the send itself (`QueueNotFound`, `Unavailable`, ...) is raised."""
         ...
 
     async def receive(
@@ -215,3 +233,12 @@ class QueueService(Protocol):
         """Enable ``names`` (None: every flag this release knows) once every registered node
         supports them; the names newly enabled (`InvalidParameter`, `FeatureUnsupported`)."""
         ...
+
+
+SERVICE_METHODS: tuple[str, ...] = tuple(
+    name
+    for name, value in vars(QueueService).items()
+    if not name.startswith("_") and callable(value)
+)
+"""`QueueService`'s method names in declaration order: what a stand-in for the service must
+carry (`cmq.frontend.wire.CALLS` is checked against it; test doubles are built from it)."""

@@ -1,16 +1,7 @@
-"""Free loopback ports for tests that start real servers."""
+"""Free loopback ports for tests that start real servers (`cmq.cli.launch.free_ports`)."""
 
 from __future__ import annotations
 
-import socket
+from cmq.cli.launch import free_ports
 
-
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct TCP ports that were free on 127.0.0.1 a moment ago."""
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+__all__ = ["free_ports"]

@@ -82,6 +82,7 @@ CONTRACTS = [
     "api-service-surface",
     "sqs-pure",
     "sqs-via-service",
+    "redrive-over-service",
     "native-api-without-sqs",
     "auth-pure",
     "sim-pure",
@@ -244,6 +245,12 @@ def test_the_sqs_surface_using_the_native_models_is_caught(tree: Path) -> None:
 def test_the_sqs_surface_reaching_past_the_service_is_caught(tree: Path) -> None:
     plant(tree, "api.sqs.http", "from cmq.routing.router import Router")
     assert_broken(tree, "sqs-via-service", "api.sqs.http -> cmq.routing.router")
+
+
+@pytest.mark.parametrize("imported", ["cmq.node.queue_node", "cmq.routing.ops", "api.app"])
+def test_the_redrive_reaching_past_the_service_is_caught(tree: Path, imported: str) -> None:
+    plant(tree, "cmq.redrive", f"import {imported}")
+    assert_broken(tree, "redrive-over-service", f"cmq.redrive -> {imported}")
 
 
 def test_the_native_api_importing_the_sqs_surface_is_caught(tree: Path) -> None:

@@ -41,8 +41,8 @@ from cmq.errors import (
 from cmq.model import (
     EntryResult,
     OutgoingMessage,
-    QueueAttributes,
     ReceivedMessage,
+    SendRefused,
     check_fifo_id,
     is_fifo_name,
 )
@@ -57,10 +57,6 @@ POLL_SLICE = 5
 never outlives the cluster's request deadline on a forwarded call."""
 _BATCH_ID = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 _NOT_FOR_THIS_TYPE = "The request include parameter that is not valid for this queue type."
-_NO_DEDUP = (
-    "The queue should either have ContentBasedDeduplication enabled or MessageDeduplicationId "
-    "provided explicitly"
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,19 +135,6 @@ async def send_message(c: Caller, p: dict[str, Any]) -> Result:
     return {**out.answer, "MessageId": sent.id, **_sent(fifo, sent.seq)}
 
 
-def _refusal(attributes: QueueAttributes, o: _Outgoing) -> SqsError | None:
-    """Why the queue (its attributes) refuses ``o``, checked per entry of a batch."""
-    m = o.message
-    if len(m.body) > attributes.max_message_size:
-        return InvalidParameterValue(
-            "One or more parameters are invalid. Reason: Message must be shorter "
-            f"than {attributes.max_message_size} bytes."
-        )
-    if attributes.fifo and m.dedup_id is None and not attributes.content_based_deduplication:
-        return InvalidParameterValue(_NO_DEDUP)
-    return None
-
-
 def _entries(p: dict[str, Any]) -> list[dict[str, Any]]:
     """A batch's entries, checked as a whole (count, ids)."""
     entries = required(p, "Entries")
@@ -201,20 +184,15 @@ async def send_message_batch(c: Caller, p: dict[str, Any]) -> Result:
         )
     successful: list[dict[str, Any]] = []
     if checked:
-        attributes, _ = await call(c.service.get_queue(name))
-        fits = []
-        for entry_id, o in checked:
-            refusal = _refusal(attributes, o)
-            if refusal is None:
-                fits.append((entry_id, o))
+        # Each entry the queue refuses (too large for it, no deduplication id on a FIFO queue
+        # without content-based deduplication) fails alone; the others are sent together.
+        outcomes = await call(c.service.send(name, [o.message for _, o in checked], per_entry=True))
+        for (entry_id, o), outcome in zip(checked, outcomes, strict=True):
+            if isinstance(outcome, SendRefused):
+                failed.append(_failed(entry_id, from_cmq(outcome.error())))
             else:
-                failed.append(_failed(entry_id, refusal))
-        if fits:
-            sent = await call(c.service.send(name, [o.message for _, o in fits]))
-            for (entry_id, o), s in zip(fits, sent, strict=True):
-                successful.append(
-                    {"Id": entry_id, "MessageId": s.id, **o.answer, **_sent(fifo, s.seq)}
-                )
+                sent = {"MessageId": outcome.id, **o.answer, **_sent(fifo, outcome.seq)}
+                successful.append({"Id": entry_id, **sent})
     return {"Successful": successful, "Failed": failed}
 
 

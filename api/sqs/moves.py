@@ -6,8 +6,10 @@ A task is committed state: its record (status, destination, counts, owner, heart
 the source queue's catalog metadata under `RECORD`, written when it starts, after every batch
 and when it ends, so every node sees it. The moving itself is done by the node that started
 it: batches of up to 10 messages are leased from the source, sent to the destination (body and
-attributes as they are) and only then deleted from the source, so a message is never lost (a
-crash between the send and the delete can deliver it twice, as SQS's at-least-once allows).
+attributes as they are) and only then deleted from the source (`cmq.redrive.move_batch`, the
+same move as the dead-letter move), so a message is never lost (a crash between the send and
+the delete can deliver it twice, as SQS's at-least-once allows). A message the destination
+refuses (too large for it) stays in the source and fails the task with the reason.
 A task whose node stopped (heartbeat older than `STALE_MS`) is resumed by the next node that
 lists, starts or cancels tasks of that queue. Cancelling writes `CANCEL` (never the record, so
 it cannot race the mover's progress writes); the mover stops before its next batch and records
@@ -31,7 +33,7 @@ from api.sqs import queues
 from api.sqs.calls import Caller, Result, call, integer, required
 from api.sqs.errors import InvalidParameterValue, ResourceNotFound, SqsError, from_cmq
 from cmq.errors import CmqError, QueueNotFound
-from cmq.model import OutgoingMessage, is_fifo_name
+from cmq.redrive import move_batch
 from cmq.service import QueueService
 
 log = logging.getLogger(__name__)
@@ -160,7 +162,16 @@ class MoveTasks:
                     break
                 started = time.monotonic()
                 try:
-                    moved = await self._batch(source, destination, min(BATCH, rate or BATCH))
+                    batch = await call(
+                        move_batch(
+                            self.service,
+                            source,
+                            destination,
+                            min(BATCH, rate or BATCH),
+                            lease_seconds=LEASE_SECONDS,
+                            origin="move",
+                        )
+                    )
                     failures = 0
                 except SqsError as e:
                     failures += 1
@@ -169,10 +180,15 @@ class MoveTasks:
                         break
                     await asyncio.sleep(1.0)
                     continue
-                if moved == 0:
+                if batch.done:
                     record["Status"] = COMPLETED
                     break
+                moved = batch.moved
                 record["ApproximateNumberOfMessagesMoved"] += moved
+                if batch.refused:
+                    refused = from_cmq(batch.refused[0].error())
+                    record.update(Status=FAILED, FailureReason=f"{refused.code}: {refused.message}")
+                    break
                 record["beat"] = _now_ms()
                 await self.write(source, record)
                 if rate:
@@ -185,28 +201,6 @@ class MoveTasks:
             log.warning("message move task of %s stopped: %s", source, e.message)
         except Exception:
             log.exception("message move task of %s failed", source)
-
-    async def _batch(self, source: str, destination: str, count: int) -> int:
-        """Move up to ``count`` messages; how many were moved (0: the source is empty)."""
-        leased = await call(self.service.receive(source, count, LEASE_SECONDS, 0))
-        if not leased:
-            return 0
-        # To a FIFO queue: the group kept, a fresh dedup id (the original's may still be in
-        # the destination's window, which would drop the message).
-        fifo = is_fifo_name(destination)
-        outgoing = [
-            OutgoingMessage(
-                m.body,
-                m.binary,
-                attributes=m.attributes,
-                dedup_id=f"move:{m.id}" if fifo else None,
-                group_id=(m.group_id or "redrive") if fifo else None,
-            )
-            for m in leased
-        ]
-        await call(self.service.send(destination, outgoing))
-        await call(self.service.ack(source, [m.receipt for m in leased]))
-        return len(leased)
 
 
 def _moves(c: Caller) -> MoveTasks:

@@ -19,15 +19,11 @@ and ``--peer-tls-ca`` (all three or none) make peer traffic mutual TLS (`cmq.nod
 from __future__ import annotations
 
 import argparse
-import asyncio
 import base64
 import dataclasses
 import os
-import secrets
-import signal
 import subprocess
 import sys
-import time
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -35,12 +31,14 @@ from typing import TYPE_CHECKING, Any
 
 from cmq.cli.backup import add_backup_commands
 from cmq.cli.cluster import add_cluster_commands
+from cmq.cli.dev import add_dev_command
 from cmq.cli.keys import (
     add_key_commands,
     add_security_options,
     add_serve_security,
     apply_security_options,
 )
+from cmq.cli.launch import DEFAULT_HTTP_PORT, DEFAULT_PEER_PORT
 from cmq.cli.nodes import add_node_commands, add_serve_arguments, serve_settings
 from cmq.upgrade.release import version_line
 
@@ -48,10 +46,6 @@ if TYPE_CHECKING:
     from cmq.client import EntryResult, QueueAttributes, ReceivedMessage, SyncClient
     from cmq.node.peer_tls import PeerTlsFiles
 
-DEFAULT_HTTP_PORT = 8080
-"""The HTTP API's default port (``cmq serve --http``; the image and the chart expose it)."""
-DEFAULT_PEER_PORT = 9080
-"""The peer (Raft) traffic's default port (``cmq serve --peer``)."""
 DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_HTTP_PORT}"
 
 
@@ -137,139 +131,6 @@ def _serve(args: argparse.Namespace) -> int:
         raise SystemExit("--http-workers must be >= 0, and front ends serve --anonymous only")
 
     return run(cfg, http, security, workers)
-
-
-# -- dev -------------------------------------------------------------------------------------------
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-DEV_STOP_SECONDS = 5.0
-"""How long `cmq dev` waits for its nodes to exit after a stop before killing them."""
-
-
-class _Stopped(Exception):
-    """A stop signal reached `cmq dev`."""
-
-
-def _stop_on_signal(signum: int, _frame: object) -> None:
-    raise _Stopped(signal.Signals(signum).name)
-
-
-def _stop_nodes(procs: list[subprocess.Popen[bytes]]) -> None:
-    """SIGTERM every node still running, wait up to `DEV_STOP_SECONDS` for all of them
-    together, then SIGKILL what is left. Further stop signals are ignored meanwhile."""
-    for sig in _STOP_SIGNALS:
-        signal.signal(sig, signal.SIG_IGN)
-    for p in procs:
-        if p.poll() is None:
-            p.terminate()
-    deadline = time.monotonic() + DEV_STOP_SECONDS
-    for p in procs:
-        try:
-            p.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
-def _dev(args: argparse.Namespace) -> int:
-    # INT, TERM and HUP all stop every node started here (the `finally` below).
-    for sig in _STOP_SIGNALS:
-        signal.signal(sig, _stop_on_signal)
-    root = Path(args.data_dir)
-    root.mkdir(parents=True, exist_ok=True)
-    secret_path = root / "secret"
-    if not secret_path.exists():
-        secret_path.write_text(secrets.token_hex(32))
-        secret_path.chmod(0o600)
-    n = args.nodes
-    # Peer ports follow the HTTP ports unless given: two dev clusters on different HTTP ports
-    # must not collide on the default peer ports.
-    peer_base = args.peer_port
-    if peer_base is None:
-        peer_base = args.http_port + DEFAULT_PEER_PORT - DEFAULT_HTTP_PORT
-    if max(args.http_port, peer_base) + n - 1 > 65535:
-        raise SystemExit("--http-port/--peer-port leave no room for the nodes' ports")
-    http_ports = [args.http_port + i for i in range(n)]
-    peer_ports = [peer_base + i for i in range(n)]
-    peers = ",".join(f"{i + 1}=127.0.0.1:{peer_ports[i]}" for i in range(n))
-    # The whole cluster stops at once: no node can take a leadership handed to it.
-    env = dict(os.environ, CMQ_SECRET=secret_path.read_text().strip(), CMQ_HANDOFF_SECONDS="0")
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
-        for i in range(n):
-            log = open(root / f"node{i + 1}.log", "ab")  # noqa: SIM115 - owned by the child
-            procs.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "cmq",
-                        "serve",
-                        "--node-id",
-                        str(i + 1),
-                        "--http",
-                        f"127.0.0.1:{http_ports[i]}",
-                        "--peer",
-                        f"127.0.0.1:{peer_ports[i]}",
-                        "--peers",
-                        peers,
-                        "--data-dir",
-                        str(root / f"node{i + 1}"),
-                        "--groups",
-                        str(args.groups),
-                        "--anonymous",
-                    ],
-                    env=env,
-                    stdout=log,
-                    stderr=log,
-                )
-            )
-        urls = [f"http://127.0.0.1:{p}" for p in http_ports]
-        from cmq.cli.output import progress
-
-        with progress(f"starting {n} nodes (logs in {root}/node*.log)"):
-            ready = _wait_ready(urls, 30)
-        if not ready:
-            print("the cluster did not become ready; see the node logs in", root)
-            return 1
-        print(f"cmq dev cluster: {n} nodes, data in {root}, logs in {root}/node*.log")
-        print("cmq dev: ANONYMOUS access (--anonymous): requests are not authenticated")
-        for i, u in enumerate(urls):
-            print(f"  node {i + 1}: {u}")
-        u = urls[0]
-        print(
-            "try:\n"
-            f"  curl -X PUT {u}/v1/queues/demo\n"
-            f"  curl -X POST {u}/v1/queues/demo/messages "
-            '-d \'{"messages":[{"body":"hello"}]}\'\n'
-            f"  curl -X POST {u}/v1/queues/demo/messages/receive -d '{{}}'\n"
-            "Ctrl-C stops the cluster (a restart reuses the data).",
-            flush=True,
-        )
-        while all(p.poll() is None for p in procs):
-            time.sleep(0.5)
-        print("a node exited; stopping the cluster (see its log)")
-        return 1
-    except (_Stopped, KeyboardInterrupt) as e:
-        print(f"\n{e or 'SIGINT'}: stopping the cluster", flush=True)
-        return 0
-    finally:
-        _stop_nodes(procs)
-
-
-def _wait_ready(urls: list[str], timeout: float) -> bool:
-    from cmq.client import Client
-
-    async def wait() -> bool:
-        async with Client(urls, timeout=1) as client:
-            nodes = [client.derive(u) for u in urls]
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                if all(await asyncio.gather(*(n.ready() for n in nodes))):
-                    return True
-                await asyncio.sleep(0.2)
-            return False
-
-    return asyncio.run(wait())
 
 
 # -- client commands -------------------------------------------------------------------------------
@@ -482,18 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     add_serve_security(s)
     s.set_defaults(func=_serve)
 
-    d = sub.add_parser("dev", help="run a local cluster in the foreground")
-    d.add_argument("--nodes", type=int, default=3)
-    d.add_argument("--data-dir", default="./data/dev")
-    d.add_argument("--http-port", type=int, default=8080)
-    d.add_argument(
-        "--peer-port",
-        type=int,
-        help="first peer port (default: --http-port + "
-        f"{DEFAULT_PEER_PORT - DEFAULT_HTTP_PORT}, so {DEFAULT_PEER_PORT} for {DEFAULT_HTTP_PORT})",
-    )
-    d.add_argument("--groups", type=int, default=4)
-    d.set_defaults(func=_dev)
+    add_dev_command(sub)
 
     for name, func in (("queue", _queue), ("send", _send), ("receive", _receive)):
         c = sub.add_parser(name)

@@ -13,17 +13,11 @@ whose node process goes away before it answers ends `OutcomeUnknown`. ``is_ready
 `read_segment` is carried whole: the node reads the segment to its end (or to its damage,
 raised after the records before it) before the proxy streams it.
 
-Wire: a frame is a big-endian u32 length and a pickle. A request is ``(rid, method, args,
-kwargs)``; a cancel is ``(rid, None, (), {})``; a reply is ``(rid, True, value)`` or ``(rid,
-False, (code, message, retry_after))``. pickle is safe here only because the socket file is
-made readable by its owner alone (mode 0600 inside the node's data directory): only processes
-of the user that runs the node can connect, and they can already read its data.
-
-Versions: the wire is version 1 (`WIRE_VERSION`), implicit: a front end and its node process
-are always the same release (one process tree, one installation), so no version is exchanged.
-A frame that does not unpickle, or is not the tuple its side expects, is `UnreadableFrame`
-naming its size and the reason: the connection is dropped and that is logged (the proxy's
-pending calls end `OutcomeUnknown` with the reason), never a bare traceback.
+Wire: typed MessagePack frames, one `cmq.frontend.calls.Call` per service method (see there,
+with its version). Nothing is unpickled. The socket file is readable by its owner alone (mode
+0600 inside the node's data directory). A frame that does not decode to what its side expects
+is `UnreadableFrame` naming what was found: the connection is dropped and that is logged (the
+proxy's pending calls end `OutcomeUnknown` with the reason), never a bare traceback.
 """
 
 from __future__ import annotations
@@ -33,16 +27,15 @@ import contextlib
 import itertools
 import logging
 import os
-import pickle
-import struct
-from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, Literal, TypeVar, overload
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from cmq.errors import CmqError, OutcomeUnknown, Unavailable, UnreadableFrame, error_for
+from cmq.errors import CmqError, OutcomeUnknown, Unavailable, UnreadableFrame
+from cmq.frontend import calls, wire
 from cmq.model import (
     ArchiveResult,
     ClaimResult,
@@ -56,109 +49,29 @@ from cmq.model import (
     QueueStats,
     ReceivedMessage,
     SegmentListing,
-    SegmentRecord,
     SegmentStream,
+    SendRefused,
     SentMessage,
 )
 from cmq.service import QueueService
 
 log = logging.getLogger("cmq.frontend.proxy")
 
-T = TypeVar("T")
-_HEAD = struct.Struct(">I")
-MAX_FRAME = 256 << 20
-"""A frame above this is a broken peer: the connection is closed."""
+R = TypeVar("R")
 MAX_INFLIGHT = 4096
 """Calls one connection may have running in the node process at once; more wait to be read."""
 STATE_SECONDS = 0.2
 """How often a proxy refreshes its copy of ``is_ready`` and ``status``."""
 METRICS_SECONDS = 1.0
 """How often a proxy refreshes its copy of the node's metrics (when the node exports them)."""
-_STATE = "_state"
-_METRICS = "_metrics"
-_READ_SEGMENT = "read_segment"
-CALLS = frozenset(
-    {
-        "create_queue",
-        "list_queues",
-        "get_queue",
-        "peek",
-        "set_attributes",
-        "delete_queue",
-        "queue_metadata",
-        "update_metadata",
-        "purge",
-        "send",
-        "receive",
-        "ack",
-        "change_visibility",
-        "nack",
-        "list_segments",
-        "claim_segments",
-        "mark_archived",
-        "group_digest",
-        "list_nodes",
-        "join_node",
-        "drain_node",
-        "activate_node",
-        "remove_node",
-        "set_groups",
-        "list_features",
-        "enable_features",
-        "export_catalog",
-        "import_catalog",
-        "export_messages",
-        "import_messages",
-    }
-)
-"""The `QueueService` coroutine methods a proxy may call (besides its own state and
-`read_segment`); any other name is refused."""
 
 
-def _frame(obj: object) -> bytes:
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    return _HEAD.pack(len(data)) + data
-
-
-WIRE_VERSION = 1
-"""The frame layout above; implicit (see "Versions" in the module docstring)."""
-
-
-async def _read_frame(reader: asyncio.StreamReader, fields: int) -> tuple[Any, ...]:
-    """The next frame: a tuple of ``fields`` items; `UnreadableFrame` if it is not one."""
-    (size,) = _HEAD.unpack(await reader.readexactly(_HEAD.size))
-    if size > MAX_FRAME:
+async def _read_frame(reader: asyncio.StreamReader) -> bytes:
+    """The next frame's version byte and body."""
+    (size,) = wire.HEAD.unpack(await reader.readexactly(wire.HEAD.size))
+    if size > wire.MAX_FRAME:
         raise ConnectionError(f"frame of {size} bytes")
-    return decode_frame(await reader.readexactly(size), fields)
-
-
-def decode_frame(data: bytes, fields: int) -> tuple[Any, ...]:
-    """A frame's body as the tuple of ``fields`` items it must be; `UnreadableFrame` naming
-    what is wrong otherwise (wire version `WIRE_VERSION`)."""
-    try:
-        value = pickle.loads(data)
-    except Exception as e:  # pickle raises many types on bad input
-        raise UnreadableFrame(
-            f"front-end socket frame of {len(data)} bytes does not decode (wire version "
-            f"{WIRE_VERSION}): {type(e).__name__}: {e}"
-        ) from None
-    if not isinstance(value, tuple) or len(value) != fields:
-        raise UnreadableFrame(
-            f"front-end socket frame of {len(data)} bytes is a {type(value).__name__}, not a "
-            f"tuple of {fields} items (wire version {WIRE_VERSION})"
-        )
-    return value
-
-
-def _error_reply(e: CmqError) -> tuple[str, str, float | None]:
-    return (e.code, e.message, e.retry_after)
-
-
-def _raise(reply: tuple[str, str, float | None]) -> CmqError:
-    code, message, retry_after = reply
-    err = error_for(code, message)
-    err.retry_after = retry_after
-    return err
+    return await reader.readexactly(size)
 
 
 class ServiceServer:
@@ -217,14 +130,14 @@ class ServiceServer:
 
         try:
             while True:
-                rid, method, args, kwargs = await _read_frame(reader, 4)
-                if method is None:
+                rid, call = wire.decode_request(await _read_frame(reader))
+                if call is None:
                     task = running.get(rid)
                     if task is not None:
                         task.cancel()
                     continue
                 await room.acquire()
-                task = asyncio.create_task(self._run(writer, rid, method, args, kwargs))
+                task = asyncio.create_task(self._run(writer, rid, call))
                 running[rid] = task
                 task.add_done_callback(done(rid))
         except (asyncio.IncompleteReadError, ConnectionError):
@@ -232,52 +145,29 @@ class ServiceServer:
             log.info("a front end closed its connection; cancelling its %d calls", len(running))
         except UnreadableFrame as e:
             log.error("a front end's request could not be read, dropping its connection: %s", e)
-        except Exception:  # an undecodable frame: the connection is dropped, loudly
-            log.exception("a front end's request could not be read; dropping its connection")
+        except Exception:  # a bug, not the peer: the connection is dropped, loudly
+            log.exception("a front end's connection failed; dropping it")
         finally:
             for task in list(running.values()):
                 task.cancel()
             await asyncio.gather(*running.values(), return_exceptions=True)
             writer.close()
 
-    async def _run(
-        self,
-        writer: asyncio.StreamWriter,
-        rid: int,
-        method: str,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> None:
+    async def _run(self, writer: asyncio.StreamWriter, rid: int, call: calls.AnyCall) -> None:
         try:
-            if method == _STATE:
-                value: Any = (self.service.is_ready(), self.service.status())
-            elif method == _METRICS:
-                value = b"" if self.metrics is None else self.metrics()
-            elif method == _READ_SEGMENT:
-                value = await self._read_segment(*args)
-            elif method in CALLS:
-                value = await getattr(self.service, method)(*args, **kwargs)
-            else:
-                raise CmqError(f"no such call: {method!r}")
-            reply: object = (rid, True, value)
+            answer = await self._answer(rid, call)
         except CmqError as e:
-            reply = (rid, False, _error_reply(e))
+            answer = wire.encode_failure(rid, e)
         except Exception as e:  # reported to the caller, never swallowed silently
-            log.exception("front-end call %s failed", method)
-            reply = (rid, False, ("InternalError", f"internal error: {type(e).__name__}", None))
+            log.exception("front-end call %s failed", call.METHOD)
+            answer = wire.encode_failure(rid, CmqError(f"internal error: {type(e).__name__}"))
         if not writer.is_closing():
-            writer.write(_frame(reply))
+            writer.write(answer)
 
-    async def _read_segment(self, name: str, first_seq: int) -> Any:
-        stream = await self.service.read_segment(name, first_seq)
-        batches: list[list[SegmentRecord]] = []
-        damage = None
-        try:
-            async for batch in stream.batches:
-                batches.append(batch)
-        except CmqError as e:
-            damage = _error_reply(e)
-        return (stream.checksum, batches, damage)
+    async def _answer(self, rid: int, call: calls.Call[Any]) -> bytes:
+        if isinstance(call, calls.Metrics):
+            return wire.encode_answer(rid, call, b"" if self.metrics is None else self.metrics())
+        return wire.encode_answer(rid, call, await call.run(self.service))
 
 
 class ServiceProxy(QueueService):
@@ -288,7 +178,7 @@ class ServiceProxy(QueueService):
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task[None] | None = None
         self._state_task: asyncio.Task[None] | None = None
-        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._pending: dict[int, tuple[calls.Call[Any], asyncio.Future[Any]]] = {}
         self._next = 0
         self._ready = False
         self._status: dict[str, Any] = {}
@@ -299,7 +189,7 @@ class ServiceProxy(QueueService):
     async def connect(self) -> None:
         reader, self._writer = await asyncio.open_unix_connection(self.path)
         self._reader_task = asyncio.create_task(self._read(reader))
-        self._ready, self._status = await self._call(_STATE)
+        await self._refresh_state()
         self._state_task = asyncio.create_task(self._refresh())
 
     async def close(self) -> None:
@@ -320,19 +210,20 @@ class ServiceProxy(QueueService):
     async def _read(self, reader: asyncio.StreamReader) -> None:
         try:
             while True:
-                rid, ok, value = await _read_frame(reader, 3)
-                fut = self._pending.pop(rid, None)
-                if fut is not None and not fut.done():
-                    if ok:
-                        fut.set_result(value)
-                    else:
-                        fut.set_exception(_raise(value))
+                rid, ok, payload = wire.decode_answer(await _read_frame(reader))
+                call, fut = self._pending.pop(rid, (None, None))
+                if call is None or fut is None or fut.done():
+                    continue
+                if ok:
+                    fut.set_result(call.decode_result(payload))
+                else:
+                    fut.set_exception(wire.decode_failure(payload))
         except (asyncio.IncompleteReadError, ConnectionError) as e:
             self._fail(f"the node process went away ({type(e).__name__})")
         except UnreadableFrame as e:
             log.error("front-end connection to the node dropped: %s", e)
             self._fail(f"the node's answer could not be read: {e}")
-        except Exception as e:  # an undecodable frame: nothing after it can be trusted
+        except Exception as e:  # a bug, not the node: nothing after it can be trusted
             log.exception("front-end connection to the node failed")
             self._fail(f"the node's answer could not be read ({type(e).__name__})")
 
@@ -340,9 +231,13 @@ class ServiceProxy(QueueService):
         self._lost = self._lost or why
         self._ready = False
         pending, self._pending = self._pending, {}
-        for fut in pending.values():
+        for _, fut in pending.values():
             if not fut.done():
                 fut.set_exception(OutcomeUnknown(why))
+
+    async def _refresh_state(self) -> None:
+        state = await self._call(calls.State())
+        self._ready, self._status = state.ready, state.status
 
     async def _refresh(self) -> None:
         every = max(1, round(METRICS_SECONDS / STATE_SECONDS))
@@ -351,23 +246,23 @@ class ServiceProxy(QueueService):
                 return
             with contextlib.suppress(CmqError):
                 if turn % every == 0:
-                    self.node_metrics = bytes(await self._call(_METRICS))
+                    self.node_metrics = await self._call(calls.Metrics())
                 await asyncio.sleep(STATE_SECONDS)
-                self._ready, self._status = await self._call(_STATE)
+                await self._refresh_state()
 
-    async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+    async def _call(self, call: calls.Call[R]) -> R:
         if self._lost is not None or self._writer is None:
             raise Unavailable(self._lost or "the front end is not connected")
         self._next += 1
         rid = self._next
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._pending[rid] = fut
-        self._writer.write(_frame((rid, method, args, kwargs)))
+        fut: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+        self._pending[rid] = (call, fut)
+        self._writer.write(wire.encode_request(rid, call))
         try:
             return await fut
         except asyncio.CancelledError:
             if self._pending.pop(rid, None) is not None and not self._writer.is_closing():
-                self._writer.write(_frame((rid, None, (), {})))
+                self._writer.write(wire.encode_request(rid, None))
             raise
 
     # -- QueueService ------------------------------------------------------------------------------
@@ -378,53 +273,49 @@ class ServiceProxy(QueueService):
         return self._status
 
     async def create_queue(self, name: str, attributes: QueueAttributes) -> bool:
-        return bool(await self._call("create_queue", name, attributes))
+        return await self._call(calls.CreateQueue(name, attributes))
 
     async def list_queues(self) -> list[str]:
-        return list(await self._call("list_queues"))
+        return await self._call(calls.ListQueues())
 
     async def get_queue(self, name: str) -> tuple[QueueAttributes, QueueStats]:
-        attributes, stats = await self._call("get_queue", name)
-        return attributes, stats
+        return await self._call(calls.GetQueue(name))
 
     async def peek(self, name: str, limit: int) -> list[PeekedMessage]:
-        return list(await self._call("peek", name, limit))
+        return await self._call(calls.Peek(name, limit))
 
     async def set_attributes(self, name: str, changes: dict[str, Any]) -> QueueAttributes:
-        return _typed(QueueAttributes, await self._call("set_attributes", name, changes))
+        return await self._call(calls.SetAttributes(name, changes))
 
     async def delete_queue(self, name: str) -> None:
-        await self._call("delete_queue", name)
+        await self._call(calls.DeleteQueue(name))
 
     async def queue_metadata(self, name: str) -> dict[str, str]:
-        return dict(await self._call("queue_metadata", name))
+        return await self._call(calls.QueueMetadata(name))
 
     async def update_metadata(
         self, name: str, changes: dict[str, str], unset: list[str]
     ) -> dict[str, str]:
-        return dict(await self._call("update_metadata", name, changes, unset))
+        return await self._call(calls.UpdateMetadata(name, changes, unset))
 
     async def purge(self, name: str) -> int:
-        return int(await self._call("purge", name))
+        return await self._call(calls.Purge(name))
 
-    async def send(self, name: str, messages: list[OutgoingMessage]) -> list[SentMessage]:
-        return list(await self._call("send", name, messages))
+    @overload
+    async def send(self, name: str, messages: list[OutgoingMessage]) -> list[SentMessage]: ...
 
-    async def export_catalog(self) -> dict[str, Any]:
-        return dict(await self._call("export_catalog"))
+    @overload
+    async def send(
+        self, name: str, messages: list[OutgoingMessage], *, per_entry: Literal[True]
+    ) -> list[SentMessage | SendRefused]: ...
 
-    async def import_catalog(
-        self, keys: list[Any], metadata: dict[str, dict[str, str]]
-    ) -> dict[str, Any]:
-        return dict(await self._call("import_catalog", keys, metadata))
-
-    async def export_messages(self, name: str, after: int, upto: int, limit: int) -> ExportPage:
-        return _typed(ExportPage, await self._call("export_messages", name, after, upto, limit))
-
-    async def import_messages(
-        self, name: str, messages: list[ImportedMessage], expect_sent: int
-    ) -> list[SentMessage]:
-        return list(await self._call("import_messages", name, messages, expect_sent))
+    async def send(
+        self, name: str, messages: list[OutgoingMessage], *, per_entry: bool = False
+    ) -> list[SentMessage] | list[SentMessage | SendRefused]:
+        got = await self._call(calls.Send(name, messages, per_entry))
+        if per_entry:
+            return got
+        return [s for s in got if isinstance(s, SentMessage)]
 
     async def receive(
         self,
@@ -435,73 +326,78 @@ class ServiceProxy(QueueService):
         *,
         attempt_id: str | None = None,
     ) -> list[ReceivedMessage]:
-        got = await self._call(
-            "receive", name, max_messages, visibility_timeout, wait_seconds, attempt_id=attempt_id
-        )
-        return list(got)
+        call = calls.Receive(name, max_messages, visibility_timeout, wait_seconds, attempt_id)
+        return await self._call(call)
 
     async def ack(self, name: str, receipts: list[str]) -> list[EntryResult]:
-        return list(await self._call("ack", name, receipts))
+        return await self._call(calls.Ack(name, receipts))
 
     async def change_visibility(
         self, name: str, entries: list[tuple[str, int]]
     ) -> list[EntryResult]:
-        return list(await self._call("change_visibility", name, entries))
+        return await self._call(calls.ChangeVisibility(name, entries))
 
     async def nack(self, name: str, receipts: list[str], delay_seconds: int) -> list[EntryResult]:
-        return list(await self._call("nack", name, receipts, delay_seconds))
+        return await self._call(calls.Nack(name, receipts, delay_seconds))
 
     async def list_segments(self, name: str, state: str = "all") -> SegmentListing:
-        return _typed(SegmentListing, await self._call("list_segments", name, state))
+        return await self._call(calls.ListSegments(name, state))
 
     async def read_segment(self, name: str, first_seq: int) -> SegmentStream:
-        checksum, batches, damage = await self._call(_READ_SEGMENT, name, first_seq)
-
-        async def replay() -> AsyncIterator[list[SegmentRecord]]:
-            for batch in batches:
-                yield batch
-            if damage is not None:
-                raise _raise(damage)
-
-        return SegmentStream(checksum, replay())
+        return (await self._call(calls.ReadSegment(name, first_seq))).stream()
 
     async def claim_segments(
         self, name: str, batch_id: str, segments: list[int], ttl_ms: int
     ) -> ClaimResult:
-        result = await self._call("claim_segments", name, batch_id, segments, ttl_ms)
-        return _typed(ClaimResult, result)
+        return await self._call(calls.ClaimSegments(name, batch_id, segments, ttl_ms))
 
     async def mark_archived(self, name: str, batch_id: str, segments: list[int]) -> ArchiveResult:
-        return _typed(ArchiveResult, await self._call("mark_archived", name, batch_id, segments))
+        return await self._call(calls.MarkArchived(name, batch_id, segments))
 
     async def group_digest(self, group: int) -> GroupDigest:
-        return _typed(GroupDigest, await self._call("group_digest", group))
+        return await self._call(calls.GroupDigest(group))
+
+    async def export_catalog(self) -> dict[str, Any]:
+        return await self._call(calls.ExportCatalog())
+
+    async def import_catalog(
+        self, keys: list[Any], metadata: dict[str, dict[str, str]]
+    ) -> dict[str, Any]:
+        return await self._call(calls.ImportCatalog(keys, metadata))
+
+    async def export_messages(self, name: str, after: int, upto: int, limit: int) -> ExportPage:
+        return await self._call(calls.ExportMessages(name, after, upto, limit))
+
+    async def import_messages(
+        self, name: str, messages: list[ImportedMessage], expect_sent: int
+    ) -> list[SentMessage]:
+        return await self._call(calls.ImportMessages(name, messages, expect_sent))
 
     async def list_nodes(self) -> list[dict[str, Any]]:
-        return list(await self._call("list_nodes"))
+        return await self._call(calls.ListNodes())
 
     async def join_node(
         self, node: int, address: str, http: str, data_dirs: tuple[str, ...], zone: str
     ) -> dict[int, str]:
-        return dict(await self._call("join_node", node, address, http, data_dirs, zone))
+        return await self._call(calls.JoinNode(node, address, http, data_dirs, zone))
 
     async def drain_node(self, node: int) -> None:
-        await self._call("drain_node", node)
+        await self._call(calls.DrainNode(node))
 
     async def activate_node(self, node: int) -> None:
-        await self._call("activate_node", node)
+        await self._call(calls.ActivateNode(node))
 
     async def remove_node(self, node: int) -> None:
-        await self._call("remove_node", node)
+        await self._call(calls.RemoveNode(node))
 
     async def set_groups(self, groups: int) -> tuple[int, ...]:
-        return tuple(await self._call("set_groups", groups))
+        return await self._call(calls.SetGroups(groups))
 
     async def list_features(self) -> list[dict[str, Any]]:
-        return list(await self._call("list_features"))
+        return await self._call(calls.ListFeatures())
 
     async def enable_features(self, names: list[str] | None) -> list[str]:
-        return list(await self._call("enable_features", names))
+        return await self._call(calls.EnableFeatures(names))
 
 
 class NodeMetricsCollector(Collector):
@@ -513,9 +409,3 @@ class NodeMetricsCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         yield from text_string_to_metric_families(self.proxy.node_metrics.decode())
-
-
-def _typed(kind: type[T], value: object) -> T:
-    if not isinstance(value, kind):
-        raise CmqError(f"the node answered {type(value).__name__}, not {kind.__name__}")
-    return value

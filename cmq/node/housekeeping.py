@@ -6,8 +6,9 @@ group it leads (registration in the catalog is `cmq.node.membership`'s) what is 
 queue (`QueueMachine.due`: retention expiry, messages marked for the dead-letter queue) and
 proposes it: an `Expire` carrying this node's clock, a `Tidy` (seal an old active segment, copy
 the few live messages of sparse sealed segments forward; `cmq.fsm.lifecycle`), and an
-at-least-once dead-letter move (a deduplicated send of copies to the dead-letter queue, then a
-`DeadLetter` deleting them here).
+at-least-once dead-letter move (`cmq.redrive`: a deduplicated per-entry send of copies to the
+dead-letter queue, then a `DeadLetter` deleting here the messages whose copy is stored; one the
+dead-letter queue refuses, too large for it say, stays marked and is logged).
 While segment files await removal (released or archived segments: they go at the snapshot after
 the one that records their release), it asks every replica's group for a snapshot each tick,
 and the leader proposes one `Tidy` so that idle groups apply an entry to snapshot after.
@@ -20,13 +21,14 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 from cmq.catalog.meta import CatalogMachine
 from cmq.errors import CmqError
 from cmq.fsm.commands import DeadLetter, Expire, Retime, Retimed, Tidy, encode_command
 from cmq.fsm.machine import Due, QueueMachine
-from cmq.model import OutgoingMessage, SentMessage
+from cmq.model import SendRefused
+from cmq.redrive import Moving, Sender, copy
 from cmq.routing.ops import LeaderOps
 from cmq.routing.router import Router
 from cmq.upgrade.features import QUEUE_RETIME
@@ -38,10 +40,6 @@ log = logging.getLogger("cmq.node.housekeeping")
 
 DEAD_LETTER_BATCH = 100
 """At most this many messages are moved to a dead-letter queue per queue and tick."""
-
-Send = Callable[[str, list[OutgoingMessage]], Awaitable[list[SentMessage]]]
-"""`QueueService.send` of this node (dead-letter copies take the same path and send slots as
-any other send)."""
 
 
 class Housekeeper:
@@ -58,13 +56,15 @@ class Housekeeper:
         machines: dict[int, QueueMachine],
         router: Router,
         ops: LeaderOps,
-        send: Send,
+        send: Sender,
         interval: float,
         clock_bound_ms: float = 500.0,
         clock_confirmed: Callable[[], bool] = lambda: True,
     ) -> None:
-        """``clock_bound_ms`` / ``clock_confirmed``: the skew bound and whether this node's
-        clock is confirmed by its peers now (`cmq.node.clockguard`), for `Retime`."""
+        """``send``: this node's `QueueService.send` (dead-letter copies take the same path and
+        send slots as any other send). ``clock_bound_ms`` / ``clock_confirmed``: the skew
+        bound and whether this node's clock is confirmed by its peers now
+        (`cmq.node.clockguard`), for `Retime`."""
         self._id = node_id
         self._address = f"{peer.host}:{peer.port}"
         self._data_dirs = [os.path.abspath(d) for d in data_dirs]
@@ -80,6 +80,8 @@ class Housekeeper:
         self.retimed = 0
         """Queues retimed by this node (`Retime`)."""
         self._told_retime: set[str] = set()
+        self._told_refused: set[tuple[str, str]] = set()
+        """(queue, message id) of dead-letter copies refused and logged (once each)."""
 
     async def run(self) -> None:
         """Tick until cancelled."""
@@ -167,17 +169,33 @@ class Housekeeper:
         if not stored:
             return
         fifo = machine.fifo_ids(due.queue, [m.seq for m in stored])  # FIFO: keep the group
-        copies = [
-            OutgoingMessage(
-                body=m.body,
-                binary=m.binary,
-                delay_seconds=None if m.seq in fifo else 0,
-                attributes=m.attributes,
-                dedup_id=f"dlq:{due.queue}:{m.id}"[:128],
-                group_id=fifo[m.seq][0] if m.seq in fifo else None,
-            )
+        moving = [
+            Moving(m.id, m.body, m.binary, m.attributes, fifo[m.seq][0] if m.seq in fifo else None)
             for m in stored
         ]
-        await self._send(due.dead_letter_queue, copies)
-        cmd = DeadLetter(due.queue, tuple(m.seq for m in stored))
-        await self._ops.propose(group, encode_command(cmd))
+        outcomes = await copy(self._send, due.dead_letter_queue, moving, f"dlq:{due.queue}")
+        copied = []
+        for m, outcome in zip(stored, outcomes, strict=True):
+            if isinstance(outcome, SendRefused):
+                self._tell_refused(due, m.id, outcome)
+            else:
+                copied.append(m.seq)
+        if copied:
+            await self._ops.propose(group, encode_command(DeadLetter(due.queue, tuple(copied))))
+
+    def _tell_refused(self, due: Due, message_id: str, refused: SendRefused) -> None:
+        """Log (once per message) a dead-letter copy the dead-letter queue refused: the
+        message stays in its queue, marked, and is tried again every tick."""
+        if (due.queue, message_id) in self._told_refused:
+            return
+        if len(self._told_refused) >= 10_000:
+            self._told_refused.clear()
+        self._told_refused.add((due.queue, message_id))
+        log.warning(
+            "queue %s: message %s stays, its dead-letter queue %s refuses it: %s: %s",
+            due.queue,
+            message_id,
+            due.dead_letter_queue,
+            refused.code,
+            refused.message,
+        )

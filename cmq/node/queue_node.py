@@ -22,7 +22,7 @@ import os
 import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, overload
 
 from cmq.admin.backup_admin import BackupAdmin
 from cmq.admin.feature_admin import FeatureAdmin
@@ -32,7 +32,6 @@ from cmq.catalog.meta import CatalogMachine
 from cmq.errors import (
     InvalidParameter,
     InvariantBroken,
-    MessageTooLarge,
     Overloaded,
     QueueNotFound,
     Unavailable,
@@ -58,6 +57,7 @@ from cmq.model import (
     SegmentListing,
     SegmentRecord,
     SegmentStream,
+    SendRefused,
     SentMessage,
     check_batch_id,
     check_fifo_id,
@@ -65,6 +65,8 @@ from cmq.model import (
     check_segments,
     check_send_rules,
     is_fifo_name,
+    send_refusal,
+    size_refusal,
 )
 from cmq.node import feature_marker
 from cmq.node.clockguard import DEFAULT_BOUND_MS, ClockGuard
@@ -451,19 +453,38 @@ class QueueNode:
         check_queue_name(name)
         return await self.router.run(PurgeCall(self.router.group_of(name), name))
 
-    async def send(self, name: str, messages: list[OutgoingMessage]) -> list[SentMessage]:
+    @overload
+    async def send(self, name: str, messages: list[OutgoingMessage]) -> list[SentMessage]: ...
+
+    @overload
+    async def send(
+        self, name: str, messages: list[OutgoingMessage], *, per_entry: Literal[True]
+    ) -> list[SentMessage | SendRefused]: ...
+
+    async def send(
+        self, name: str, messages: list[OutgoingMessage], *, per_entry: bool = False
+    ) -> list[SentMessage] | list[SentMessage | SendRefused]:
         check_queue_name(name)
         group = self.router.group_of(name)
         machine = self.machines.get(group)  # None: the group has no replica here
         attrs = machine.attributes(name) if machine is not None else None
+        if per_entry:
+            if attrs is None:  # no replica here (or not applied yet): the leader's
+                attrs, _ = await self.get_queue(name)
+            refusals = [send_refusal(name, m, attrs) for m in messages]
+            fits = [m for m, refusal in zip(messages, refusals, strict=True) if refusal is None]
+            sent = iter(await self._send(group, name, fits) if fits else [])
+            return [next(sent) if r is None else SendRefused.of(r) for r in refusals]
         check_send_rules(name, messages)
         if attrs is not None:  # fail early; apply decides with the committed attributes
             for m in messages:
-                if len(m.body) > attrs.max_message_size:
-                    raise MessageTooLarge(
-                        f"a message body has {len(m.body)} bytes; the queue allows "
-                        f"{attrs.max_message_size}"
-                    )
+                if (too_large := size_refusal(m, attrs)) is not None:
+                    raise too_large
+        return await self._send(group, name, messages)
+
+    async def _send(
+        self, group: int, name: str, messages: list[OutgoingMessage]
+    ) -> list[SentMessage]:
         await self._take_send_slot()
         try:
             return await self.router.run_attempts(

@@ -27,8 +27,7 @@ MESSAGES = 60
 def cluster(tmp_path: Path) -> Iterator[CmqCluster]:
     (tmp_path / "cluster").mkdir()
     c = CmqCluster(tmp_path / "cluster", n=3, groups=1)
-    for args in c.args.values():
-        args += ["--segment-max-bytes", "2048", "--segment-max-age", "1"]
+    c.configure(segment_max_bytes=2048, segment_max_age=1)
     try:
         c.start_all()
         c.wait_ready(60)

@@ -41,8 +41,7 @@ RETENTION_S = 60  # the smallest retention a queue accepts
 def cluster(tmp_path: Path) -> Iterator[CmqCluster]:
     (tmp_path / "cluster").mkdir()
     c = CmqCluster(tmp_path / "cluster", n=3, groups=1)
-    for args in c.args.values():
-        args += ["--segment-max-bytes", str(SEGMENT_BYTES), "--segment-max-age", str(SEGMENT_AGE_S)]
+    c.configure(segment_max_bytes=SEGMENT_BYTES, segment_max_age=SEGMENT_AGE_S)
     try:
         c.start_all()
         yield c

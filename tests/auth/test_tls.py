@@ -27,9 +27,9 @@ def test_https_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ca_file, cert_file, key_file = make_ca_and_cert(tmp_path)
     (tmp_path / "cluster").mkdir()
     cluster = CmqCluster(tmp_path / "cluster", n=1, groups=1)
-    cluster.args[1] += ["--tls-cert", str(cert_file), "--tls-key", str(key_file)]
-    https = cluster.http[1].replace("http://", "https://")
-    cluster.http[1] = https
+    cluster.configure(1, tls_cert=str(cert_file), tls_key=str(key_file))
+    https = cluster.http[1]
+    assert https.startswith("https://")
     monkeypatch.setenv("CMQ_CA_FILE", str(ca_file))  # the harness's own readiness checks
     try:
         cluster.start_all()

@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
+from cmq.cli.launch import SERVE_COMMAND, NodeProcesses, ServeSettings, free_ports
 from cmq.client import NO_RETRY, Client
 from cmq.errors import CmqError
 from tests.chaos.proxy import Mode, ProxyProcess
-from tests.ports import free_ports
 
 SECRET = "chaos-cluster-secret-0123456789abcdef"
 Status = dict[str, Any]
@@ -39,7 +39,7 @@ class MountedFS(Protocol):
 
 
 # `cmq serve` with the groups' options overridden (the CLI has no flags for them).
-_LAUNCHER = """
+_WITH_GROUP_OPTIONS = """
 import json, sys
 import cmq.node.queue_node
 from raftlog.runtime import GroupOptions
@@ -49,6 +49,14 @@ cmq.node.queue_node.NodeConfig = lambda *a, **kw: config(*a, **kw, group_options
 from cmq.cli.main import main
 sys.exit(main(sys.argv[2:]))
 """
+
+
+def serve_command(group_options: dict[str, Any] | None) -> tuple[str, ...]:
+    """How a node is started (`cmq.cli.launch.SERVE_COMMAND`), with ``group_options``:
+    `raftlog.runtime.GroupOptions` overrides (e.g. frequent snapshots) for every group."""
+    if not group_options:
+        return SERVE_COMMAND
+    return (sys.executable, "-c", _WITH_GROUP_OPTIONS, json.dumps(group_options))
 
 
 def snapshot_code(dest: Path) -> Path:
@@ -90,7 +98,7 @@ class ChaosCluster:
         self.proxy = ProxyProcess(
             [(i, j, p, self.peer_port[j]) for (i, j), p in sorted(self.proxy_port.items())]
         )
-        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.nodes = NodeProcesses(root, SECRET, command=serve_command(group_options))
         self.paused: set[int] = set()
         self.mounts: dict[int, MountedFS] = {}
         self.client: Client | None = None
@@ -121,33 +129,32 @@ class ChaosCluster:
     def log_path(self, nid: int) -> Path:
         return self.root / f"node{nid}.log"
 
-    def args(self, nid: int, rejoin: bool = False) -> list[str]:
-        peers = ",".join(
-            f"{j}=127.0.0.1:{self.peer_port[j] if j == nid else self.proxy_port[(nid, j)]}"
+    def serve_settings(self, nid: int, rejoin: bool = False) -> ServeSettings:
+        """Node ``nid``'s ``cmq serve`` settings: it reaches every other node through the
+        proxy."""
+        peers = {
+            j: f"127.0.0.1:{self.peer_port[j] if j == nid else self.proxy_port[(nid, j)]}"
             for j in self.ids
+        }
+        return ServeSettings(
+            node_id=nid,
+            http=f"127.0.0.1:{self.http_port[nid]}",
+            peer=f"127.0.0.1:{self.peer_port[nid]}",
+            data_dirs=(str(self.data_dir(nid)),),
+            peers=peers,
+            groups=self.groups,
+            anonymous=True,
+            rejoin=rejoin,
         )
-        if self.group_options:
-            launch = [sys.executable, "-c", _LAUNCHER, json.dumps(self.group_options)]
-        else:
-            launch = [sys.executable, "-m", "cmq"]
-        args = [
-            *launch,
-            "serve",
-            "--anonymous",
-            "--node-id",
-            str(nid),
-            "--http",
-            f"127.0.0.1:{self.http_port[nid]}",
-            "--peer",
-            f"127.0.0.1:{self.peer_port[nid]}",
-            "--peers",
-            peers,
-            "--data-dir",
-            str(self.data_dir(nid)),
-            "--groups",
-            str(self.groups),
-        ]
-        return [*args, "--rejoin"] if rejoin else args
+
+    def args(self, nid: int, rejoin: bool = False) -> list[str]:
+        """Node ``nid``'s command line."""
+        return self.serve_settings(nid, rejoin).command(self.nodes.command)
+
+    @property
+    def procs(self) -> dict[int, subprocess.Popen[bytes]]:
+        """The node processes started here and not stopped (paused ones included), by id."""
+        return self.nodes.procs
 
     # -- lifecycle ---------------------------------------------------------------------------------
     async def start(self, lazyfs: dict[int, MountedFS] | None = None, ready: float = 60) -> None:
@@ -165,48 +172,33 @@ class ChaosCluster:
     def start_node(self, nid: int, rejoin: bool = False) -> None:
         assert nid not in self.procs, f"node {nid} is running"
         self.data_dir(nid).mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ, CMQ_SECRET=SECRET)
-        env["CMQ_CLOCK_OFFSET_MS"] = str(self.clock_offset_ms.get(nid, 0))
-        env["CMQ_CLOCK_FILE"] = str(self.clock_file(nid))
+        env = {
+            "CMQ_CLOCK_OFFSET_MS": str(self.clock_offset_ms.get(nid, 0)),
+            "CMQ_CLOCK_FILE": str(self.clock_file(nid)),
+        }
         if self.code is not None:
             env["PYTHONPATH"] = str(self.code)
-        with self.log_path(nid).open("ab") as log:
-            log.write(f"--- start {time.strftime('%H:%M:%S')} rejoin={rejoin}\n".encode())
-            log.flush()
-            # Run from the code snapshot's directory: ``python -m``/``-c`` put the working
-            # directory first on the path, ahead of PYTHONPATH (from the checkout, the
-            # checkout's packages would be imported instead of the snapshot's).
-            self.procs[nid] = subprocess.Popen(
-                self.args(nid, rejoin),
-                env=env,
-                stdout=log,
-                stderr=log,
-                cwd=None if self.code is None else str(self.code),
-            )
+        # Run from the code snapshot's directory: ``python -m``/``-c`` put the working
+        # directory first on the path, ahead of PYTHONPATH (from the checkout, the checkout's
+        # packages would be imported instead of the snapshot's).
+        self.nodes.start(
+            self.serve_settings(nid, rejoin),
+            env=env,
+            cwd=self.code,
+            banner=f"--- start {time.strftime('%H:%M:%S')} rejoin={rejoin}",
+        )
         self.starts += 1
 
     def kill(self, nid: int) -> None:
         """SIGKILL (a paused node too); waits for the process to be gone."""
-        p = self.procs.pop(nid, None)
-        if p is None:
-            return
-        p.send_signal(signal.SIGKILL)
-        p.wait()
+        self.nodes.kill(nid)
         self.paused.discard(nid)
 
     async def terminate(self, nid: int, timeout: float = 30) -> int:
         """SIGTERM (a graceful stop: the node hands its leaderships away first), waiting up to
         ``timeout`` seconds before SIGKILL; returns the exit code."""
         self.resume(nid)
-        p = self.procs.pop(nid, None)
-        if p is None:
-            return 0
-        p.terminate()
-        try:
-            return await asyncio.to_thread(p.wait, timeout)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            return p.wait()
+        return await asyncio.to_thread(self.nodes.terminate, nid, timeout)
 
     def pause(self, nid: int) -> None:
         p = self.procs.get(nid)
@@ -264,15 +256,7 @@ class ChaosCluster:
     async def stop(self) -> None:
         for nid in list(self.paused):
             self.resume(nid)
-        for p in self.procs.values():
-            p.terminate()
-        for p in self.procs.values():
-            try:
-                await asyncio.to_thread(p.wait, 15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        self.procs.clear()
+        await asyncio.to_thread(self.nodes.stop_all, 15)
         with contextlib.suppress(Exception):
             await self.proxy.stop()
         for fs in self.mounts.values():

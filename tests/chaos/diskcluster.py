@@ -4,32 +4,18 @@ write not fsynced is forgotten), and the checks the power-loss and file-fault te
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import signal
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from cmq.client import NO_RETRY, Client, SyncClient
 from cmq.errors import CmqError
+from tests.chaos.cluster import serve_command
 from tests.chaos.lazyfs import LazyFS
 from tests.cmq.cluster import CmqCluster
 
 LONG = os.environ.get("CHAOS_LONG") == "1"
-
-# `cmq serve` with the data groups' snapshot options overridden (the CLI has no flags for them).
-_LAUNCHER = """
-import json, sys
-import cmq.node.queue_node
-from raftlog.runtime import GroupOptions
-options = GroupOptions(**json.loads(sys.argv[1]))
-config = cmq.node.queue_node.NodeConfig
-cmq.node.queue_node.NodeConfig = lambda *a, **kw: config(*a, **kw, group_options=options)
-from cmq.cli.main import main
-sys.exit(main(sys.argv[2:]))
-"""
 
 
 class DiskCluster(CmqCluster):
@@ -46,14 +32,10 @@ class DiskCluster(CmqCluster):
         group_options: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(root, n=3, groups=groups)
-        if group_options:
-            for nid, args in self.args.items():
-                assert args[1:3] == ["-m", "cmq"], args
-                self.args[nid] = [sys.executable, "-c", _LAUNCHER, json.dumps(group_options)]
-                self.args[nid] += args[3:]
+        self.nodes.command = serve_command(group_options)
         self.fs: dict[int, LazyFS] = {}
         if lazy:
-            for nid in self.args:
+            for nid in self.settings:
                 fs = LazyFS(root / f"node{nid}.disk", self.data_dir(nid))
                 fs.start()
                 self.fs[nid] = fs
@@ -69,12 +51,7 @@ class DiskCluster(CmqCluster):
 
     def kill_all_at_once(self) -> list[int]:
         """SIGKILL every node before waiting for any (a coordinated power loss)."""
-        victims = sorted(self.procs)
-        for nid in victims:
-            self.procs[nid].send_signal(signal.SIGKILL)
-        for nid in victims:
-            self.procs.pop(nid).wait()
-        return victims
+        return self.nodes.kill_all()
 
     def power_loss(self, nid: int, torn_seed: int | None = None) -> dict[str, Any]:
         """SIGKILL node ``nid`` and drop what its disk had not made durable (with
@@ -99,7 +76,7 @@ class DiskCluster(CmqCluster):
 
 
 def assert_no_stopped_groups(c: DiskCluster) -> None:
-    for nid in c.args:
+    for nid in c.settings:
         log = c.log(nid)
         for bad in ("stopped:", "InvariantBroken", "CorruptRecord", "commit beyond"):
             assert bad not in log, f"node {nid}: {bad!r} in its log:\n{log[-3000:]}"

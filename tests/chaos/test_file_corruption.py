@@ -157,12 +157,11 @@ def rejoin(c: DiskCluster, nid: int) -> None:
     """The documented remedy for a node whose disk is lost: empty directory, ``--rejoin``."""
     shutil.rmtree(c.data_dir(nid))
     c.data_dir(nid).mkdir()
-    args = c.args[nid]
-    c.args[nid] = [*args, "--rejoin"]
+    c.configure(nid, rejoin=True)
     try:
         c.start(nid)
     finally:
-        c.args[nid] = args
+        c.configure(nid, rejoin=False)
     wait_caught_up(c, nid)
 
 

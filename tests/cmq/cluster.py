@@ -5,27 +5,28 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
 import random
 import re
 import secrets
-import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from cmq.cli.launch import NodeProcesses, ServeSettings, founders, free_ports, wait_ready
 from cmq.client import NO_RETRY, Client, RawResponse, SyncClient
 from cmq.errors import CmqError
-from tests.ports import free_ports
+
+SECRET = "end-to-end-test-secret-0123456789"
 
 
 class CmqCluster:
-    """N node processes; ``kill`` is SIGKILL, ``start`` reuses the node's data directory."""
+    """N founding nodes on loopback (`cmq.cli.launch`); ``kill`` is SIGKILL, ``start`` reuses
+    the node's data directory. ``settings`` (by node id) is what each node is started with:
+    change it with `configure` before a start."""
 
     def __init__(
         self,
@@ -44,73 +45,54 @@ class CmqCluster:
         self.n = n
         self.node_env = node_env or {}
         ports = free_ports(2 * n)
-        self.http = {i + 1: f"http://127.0.0.1:{ports[i]}" for i in range(n)}
-        peers = ",".join(f"{i + 1}=127.0.0.1:{ports[n + i]}" for i in range(n))
-        self.args = {
-            i + 1: [
-                sys.executable,
-                "-m",
-                "cmq",
-                "serve",
-                "--node-id",
-                str(i + 1),
-                "--http",
-                f"127.0.0.1:{ports[i]}",
-                "--peer",
-                f"127.0.0.1:{ports[n + i]}",
-                "--peers",
-                peers,
-                "--data-dir",
-                str(root / f"node{i + 1}"),
-                "--groups",
-                str(groups),
-                *(["--anonymous"] if anonymous else []),
-                *(node_args or {}).get(i + 1, []),
-            ]
-            for i in range(n)
-        }
-        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.settings: dict[int, ServeSettings] = founders(
+            n, root, http_ports=ports[:n], peer_ports=ports[n:], groups=groups, anonymous=anonymous
+        )
+        for nid, extra in (node_args or {}).items():
+            self.configure(nid, extra=tuple(extra))
+        self.nodes = NodeProcesses(root, SECRET)
+
+    def configure(self, *nodes: int, **changes: Any) -> None:
+        """Change the settings (`ServeSettings` fields) of ``nodes`` (default: every node) for
+        their next start."""
+        for nid in nodes or list(self.settings):
+            self.settings[nid] = replace(self.settings[nid], **changes)
+
+    @property
+    def http(self) -> dict[int, str]:
+        """Every node's URL by id."""
+        return {nid: s.url for nid, s in self.settings.items()}
 
     @property
     def urls(self) -> list[str]:
         """Every node's URL, node 1 first."""
-        return [self.http[n] for n in sorted(self.http)]
+        return [s.url for _, s in sorted(self.settings.items())]
+
+    @property
+    def procs(self) -> dict[int, subprocess.Popen[bytes]]:
+        """The node processes started here and not stopped, by id."""
+        return self.nodes.procs
 
     def start(self, nid: int) -> None:
-        env = dict(os.environ, CMQ_SECRET="end-to-end-test-secret-0123456789")
-        env.update(self.node_env.get(nid, {}))
-        log = open(self.root / f"node{nid}.log", "ab")  # noqa: SIM115 - owned by the process
-        self.procs[nid] = subprocess.Popen(self.args[nid], env=env, stdout=log, stderr=log)
+        self.nodes.start(self.settings[nid], env=self.node_env.get(nid))
 
     def start_all(self) -> None:
-        for nid in self.args:
+        for nid in self.settings:
             self.start(nid)
         self.wait_ready()
 
     def kill(self, nid: int) -> None:
-        p = self.procs.pop(nid)
-        p.send_signal(signal.SIGKILL)
-        p.wait()
+        self.nodes.kill(nid)
 
     def stop_all(self) -> None:
-        for p in self.procs.values():
-            p.terminate()
-        for p in self.procs.values():
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        self.procs.clear()
+        self.nodes.stop_all(10)
 
     def wait_ready(self, timeout: float = 30, nodes: list[int] | None = None) -> None:
         """Block until every running node (or every one of ``nodes``) answers ``/readyz``
         with 200 (not from a running event loop: use ``asyncio.to_thread`` there)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if all(request(self.http[n], "GET", "/readyz")[0] == 200 for n in nodes or self.procs):
-                return
-            time.sleep(0.1)
-        raise AssertionError("cluster not ready; logs: " + str(self.root))
+        urls = [self.settings[n].url for n in nodes or self.procs]
+        if not wait_ready(urls, timeout, interval=0.1):
+            raise AssertionError("cluster not ready; logs: " + str(self.root))
 
     async def leader_of_queue(self, name: str) -> int:
         """The node currently leading the data group that holds ``name``."""

@@ -1,6 +1,6 @@
 """In-process queue clusters for tests: three `QueueNode`s on loopback in one event loop, with a
-small snapshot interval so catch-up by snapshot is exercised. Used by the catch-up,
-outcome-unknown and send-slot tests."""
+small snapshot interval so catch-up by snapshot is exercised (the catch-up, outcome-unknown and
+send-slot tests); a one-node cluster (`one_node`); a founded catalog (`founded`)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,13 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
+from cmq.catalog.meta import CatalogMachine
+from cmq.cli.launch import free_ports
 from cmq.node.queue_node import NodeConfig, QueueNode
 from raftlog.runtime import GroupOptions
 from raftlog.transport.peer import Address
-from tests.ports import free_ports
 
 
 def configs(root: Path) -> dict[int, NodeConfig]:
@@ -58,3 +60,49 @@ async def running(cfgs: dict[int, NodeConfig]) -> AsyncIterator[dict[int, QueueN
     finally:
         for n in nodes.values():
             await n.close()
+
+
+@contextlib.asynccontextmanager
+async def one_node(
+    root: Path, housekeeping_interval: float, **settings: Any
+) -> AsyncIterator[QueueNode]:
+    """A started, ready one-node cluster under ``root`` (10 ms ticks); ``settings``: more
+    `NodeConfig` fields (e.g. ``segment_max_bytes``)."""
+    addr = Address("127.0.0.1", free_ports(1)[0])
+    settings.setdefault("tick_interval", 0.01)
+    node = QueueNode(
+        NodeConfig(
+            node_id=1,
+            peer=addr,
+            peers={1: addr},
+            data_dirs=(str(root),),
+            secret=b"node-effects-test-secret-0123456789",
+            groups=1,
+            housekeeping_interval=housekeeping_interval,
+            **settings,
+        )
+    )
+    await node.start()
+    try:
+        await until(node.is_ready)
+        yield node
+    finally:
+        await node.close()
+
+
+async def until(cond: object, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():  # type: ignore[operator]
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("condition not reached")
+
+
+def founded(groups: int, nodes: int = 1) -> CatalogMachine:
+    """A catalog with ``nodes`` registered nodes, founded with ``groups`` data groups."""
+    m = CatalogMachine()
+    for n in range(1, nodes + 1):
+        m.apply(n, CatalogMachine.register_node(n, f"10.0.0.{n}:9080", ["/d"]))
+    assert m.apply(nodes + 1, CatalogMachine.init(groups, 3, list(range(1, nodes + 1)))) is True
+    return m

@@ -6,24 +6,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import os
-import signal
 import subprocess
-import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from cmq.catalog.keys import cluster_credential
+from cmq.cli import launch
+from cmq.cli.launch import NodeProcesses, free_ports
 from cmq.client import NO_RETRY, Client
 from cmq.errors import CmqError
-from tests.ports import free_ports
 
 SECRET = "scale-out-test-secret-0123456789"
 
 
 class ScaleCluster:
-    """``founders`` nodes (ids 1..founders) plus ``spares`` that join later."""
+    """``founders`` nodes (ids 1..founders) plus ``spares`` that join later (`cmq.cli.launch`)."""
 
     def __init__(
         self,
@@ -38,63 +37,40 @@ class ScaleCluster:
         (the test's client signs with the credential derived from the cluster secret)."""
         self.root = root
         self.anonymous = anonymous
+        self.groups = groups
         n = founders + spares
         ports = free_ports(2 * n)
         self.ids = list(range(1, n + 1))
         self.founders = list(range(1, founders + 1))
-        self.http = {i: f"http://127.0.0.1:{ports[i - 1]}" for i in self.ids}
-        self.peer = {i: f"127.0.0.1:{ports[n + i - 1]}" for i in self.ids}
-        self.groups = groups
-        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.settings = launch.founders(
+            n, root, http_ports=ports[:n], peer_ports=ports[n:], groups=groups, anonymous=anonymous
+        )
+        self.http = {i: s.url for i, s in self.settings.items()}
+        self.peer = {i: s.peer for i, s in self.settings.items()}
+        self.nodes = NodeProcesses(root, SECRET, env={"CMQ_LOG_LEVEL": "INFO"})
         key = None if anonymous else cluster_credential(SECRET.encode())
         self.client = Client(list(self.http.values()), retry=NO_RETRY, timeout=5, access_key=key)
 
-    def args(self, nid: int, join: list[int] | None = None) -> list[str]:
-        args = [
-            sys.executable,
-            "-m",
-            "cmq",
-            "serve",
-            *(["--anonymous"] if self.anonymous else []),
-            "--node-id",
-            str(nid),
-            "--http",
-            self.http[nid].removeprefix("http://"),
-            "--peer",
-            self.peer[nid],
-            "--data-dir",
-            str(self.root / f"node{nid}"),
-            "--groups",
-            str(self.groups),
-        ]
-        if join:
-            return [*args, "--join", ",".join(self.http[j] for j in join)]
-        peers = ",".join(f"{f}={self.peer[f]}" for f in self.founders)
-        return [*args, "--peers", peers]
+    @property
+    def procs(self) -> dict[int, subprocess.Popen[bytes]]:
+        return self.nodes.procs
 
     def start(self, nid: int, join: list[int] | None = None) -> None:
-        assert nid not in self.procs
-        env = dict(os.environ, CMQ_SECRET=SECRET, CMQ_LOG_LEVEL="INFO")
-        with (self.root / f"node{nid}.log").open("ab") as log:
-            self.procs[nid] = subprocess.Popen(
-                self.args(nid, join), env=env, stdout=log, stderr=log
-            )
+        """Start a founder (its peers: the founders), or with ``join`` a node joining through
+        those nodes."""
+        settings = self.settings[nid]
+        if join:
+            settings = replace(settings, peers={}, join=tuple(self.http[j] for j in join))
+        else:
+            peers = {f: self.peer[f] for f in self.founders}
+            settings = replace(settings, peers=peers)
+        self.nodes.start(settings)
 
     def kill(self, nid: int) -> None:
-        p = self.procs.pop(nid, None)
-        if p is not None:
-            p.send_signal(signal.SIGKILL)
-            p.wait()
+        self.nodes.kill(nid)
 
     async def close(self) -> None:
-        for p in self.procs.values():
-            p.terminate()
-        for p in self.procs.values():
-            try:
-                await asyncio.to_thread(p.wait, 10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        self.procs.clear()
+        await asyncio.to_thread(self.nodes.stop_all, 10)
         await self.client.close()
 
     def node(self, nid: int, timeout: float = 5) -> Client:

@@ -5,7 +5,7 @@ refused for queues that are not placed."""
 from __future__ import annotations
 
 from cmq.catalog.meta import CatalogMachine
-from tests.cmq.test_meta_receipts import founded
+from tests.cmq.helpers import founded
 
 
 def test_metadata_set_unset_and_forgotten_with_the_queue() -> None:

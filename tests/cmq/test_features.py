@@ -23,7 +23,7 @@ from cmq.routing import rpc
 from cmq.routing.rpc import ReleaseCall
 from cmq.upgrade import features
 from tests.cmq.helpers import configs, running
-from tests.cmq.test_release import _old_node_answer, _serve
+from tests.cmq.release_helpers import old_node_answer, serve_app
 
 
 def test_the_catalog_enables_flags_once_and_refuses_unknown_ones() -> None:
@@ -110,7 +110,7 @@ async def test_flags_are_enabled_only_when_every_node_supports_them(
             except Exception:
                 call = None
             if old[0] and isinstance(call, ReleaseCall):
-                return _old_node_answer(payload)
+                return old_node_answer(payload)
             return await handler(peer, payload)
 
         nodes[3].raft.set_call_handler(maybe_old)
@@ -130,7 +130,7 @@ async def test_flags_are_enabled_only_when_every_node_supports_them(
             await node.enable_features(["nope"])
         assert not node.catalog.features  # nothing was enabled
 
-        url, stop = await _serve(node)
+        url, stop = await serve_app(node)
         try:
             assert await asyncio.to_thread(main, ["cluster", "features", "--url", url]) == 0
             out = capsys.readouterr().out

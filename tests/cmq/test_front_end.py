@@ -27,13 +27,14 @@ import pytest
 
 from cmq.client import SyncClient
 from cmq.client.stream import StreamClient
-from cmq.errors import OutcomeUnknown, QueueNotFound
-from cmq.frontend.proxy import CALLS, ServiceProxy, ServiceServer
-from cmq.model import OutgoingMessage, QueueAttributes
+from cmq.errors import MessageTooLarge, OutcomeUnknown, QueueNotFound
+from cmq.frontend import calls
+from cmq.frontend.proxy import ServiceProxy, ServiceServer
+from cmq.model import OutgoingMessage, QueueAttributes, SendRefused, SentMessage
 from cmq.node.queue_node import QueueNode
-from cmq.service import QueueService
+from cmq.service import SERVICE_METHODS, QueueService
 from tests.cmq.cluster import CmqCluster
-from tests.cmq.test_node_effects import one_node
+from tests.cmq.helpers import one_node
 
 
 @contextlib.asynccontextmanager
@@ -49,15 +50,28 @@ async def proxied(node: QueueNode, tmp: Path) -> AsyncIterator[tuple[ServiceServ
         await server.close()
 
 
-def test_every_service_coroutine_is_carried() -> None:
-    coroutines = {
-        name
-        for name, f in inspect.getmembers(QueueService, inspect.isfunction)
-        if inspect.iscoroutinefunction(f)
-    }
-    assert coroutines - {"read_segment"} == CALLS
-    for name in coroutines:  # the proxy defines each one itself (no generic fallback)
+def test_every_service_method_is_carried() -> None:
+    methods = {name: getattr(QueueService, name) for name in SERVICE_METHODS}
+    coroutines = {name for name, f in methods.items() if inspect.iscoroutinefunction(f)}
+    assert coroutines == set(calls.CALLS)
+    assert set(methods) - coroutines == {"is_ready", "status"}  # both answered from calls.State
+    for name in methods:  # the proxy defines each one itself (no generic fallback)
         assert getattr(ServiceProxy, name) is not getattr(QueueService, name), name
+    for name, call in calls.CALLS.items():  # a call's fields are the method's parameters
+        params = list(inspect.signature(methods[name]).parameters)[1:]
+        assert list(call.__struct_fields__) == params, name
+
+
+async def test_per_entry_sends_and_failures_cross_the_socket(tmp_path: Path) -> None:
+    async with one_node(tmp_path / "n", 0.05) as node, proxied(node, tmp_path) as (_, p):
+        await p.create_queue("small", QueueAttributes(max_message_size=1024))
+        big, fits = OutgoingMessage(b"x" * 1025), OutgoingMessage(b"fits")
+        got = await p.send("small", [big, fits], per_entry=True)
+        assert isinstance(got[0], SendRefused) and got[0].code == "MessageTooLarge"
+        assert got[0] == (await node.send("small", [big], per_entry=True))[0]
+        assert isinstance(got[1], SentMessage)
+        with pytest.raises(MessageTooLarge):
+            await p.send("small", [fits, big])
 
 
 async def test_the_proxy_answers_as_the_node(tmp_path: Path) -> None:
@@ -161,8 +175,7 @@ def front_end_pids(node_pid: int) -> list[int]:
 @pytest.mark.slow
 def test_a_cluster_served_by_front_ends(tmp_path: Path) -> None:
     cluster = CmqCluster(tmp_path, 3, groups=2)
-    for args in cluster.args.values():
-        args += ["--http-workers", "2"]
+    cluster.configure(http_workers=2)
     try:
         cluster.start_all()
         fronts = {nid: front_end_pids(p.pid) for nid, p in cluster.procs.items()}
@@ -226,7 +239,7 @@ def _alive(pid: int) -> bool:
 
 def test_front_ends_need_anonymous_access(tmp_path: Path) -> None:
     cluster = CmqCluster(tmp_path, 1, groups=1, anonymous=False)
-    args = cluster.args[1] + ["--http-workers", "1"]
+    args = replace(cluster.settings[1], http_workers=1).command()
     env = dict(os.environ, CMQ_SECRET="end-to-end-test-secret-0123456789")
     done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode != 0

@@ -7,15 +7,7 @@ import pytest
 from cmq.catalog.meta import Assignment, CatalogMachine, Refused
 from cmq.errors import InvariantBroken, ReceiptInvalid
 from cmq.routing.receipts import ReceiptSigner
-
-
-def founded(groups: int, nodes: int = 1) -> CatalogMachine:
-    """A catalog with ``nodes`` registered nodes, founded with ``groups`` data groups."""
-    m = CatalogMachine()
-    for n in range(1, nodes + 1):
-        m.apply(n, CatalogMachine.register_node(n, f"10.0.0.{n}:9080", ["/d"]))
-    assert m.apply(nodes + 1, CatalogMachine.init(groups, 3, list(range(1, nodes + 1)))) is True
-    return m
+from tests.cmq.helpers import founded
 
 
 def test_catalog_places_on_the_least_loaded_group_idempotently() -> None:

@@ -4,56 +4,14 @@ leader's housekeeping proposes what the machine says is due (dead-letter moves, 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from cmq.catalog.meta import CatalogMachine
 from cmq.model import OutgoingMessage, QueueAttributes
-from cmq.node.queue_node import NodeConfig, QueueNode
-from raftlog.transport.peer import Address
-from tests.ports import free_ports
-
-
-@contextlib.asynccontextmanager
-async def one_node(
-    root: Path, housekeeping_interval: float, **settings: Any
-) -> AsyncIterator[QueueNode]:
-    """A started, ready one-node cluster under ``root``; ``settings``: more `NodeConfig`
-    fields (e.g. ``segment_max_bytes``)."""
-    addr = Address("127.0.0.1", free_ports(1)[0])
-    node = QueueNode(
-        NodeConfig(
-            node_id=1,
-            peer=addr,
-            peers={1: addr},
-            data_dirs=(str(root),),
-            secret=b"node-effects-test-secret-0123456789",
-            groups=1,
-            tick_interval=0.01,
-            housekeeping_interval=housekeeping_interval,
-            **settings,
-        )
-    )
-    await node.start()
-    try:
-        await until(node.is_ready)
-        yield node
-    finally:
-        await node.close()
-
-
-async def until(cond: object, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():  # type: ignore[operator]
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("condition not reached")
+from tests.cmq.helpers import one_node
 
 
 async def test_a_send_wakes_a_long_poll(tmp_path: Path) -> None:

@@ -6,35 +6,29 @@ releases file, `cmq --version`, the ``cmq_build_info`` metric, the release call 
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
-import operator
 import shutil
 import subprocess
 import tomllib
-import typing
 import urllib.request
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
-from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from api.app import make_app
 from cmq.admin.peer_releases import UNREPORTED_RELEASE, PeerReleases
 from cmq.catalog.meta import CatalogMachine
 from cmq.catalog.placement import NodeInfo
 from cmq.cli import output as cli_output
 from cmq.cli.main import main
-from cmq.node.metrics import BuildInfoCollector, register_node_metrics
-from cmq.node.queue_node import QueueNode
+from cmq.node.metrics import BuildInfoCollector
 from cmq.routing import rpc
-from cmq.routing.rpc import ReleaseCall, ReleaseInfo, encode_error
+from cmq.routing.rpc import ReleaseCall, ReleaseInfo
 from cmq.upgrade.release import (
     PEER_PROTOCOL_MAX,
     PEER_PROTOCOL_MIN,
@@ -44,9 +38,8 @@ from cmq.upgrade.release import (
     version_line,
 )
 from raftlog.errors import PeerUnavailable
-from raftlog.runtime.config import RemoteCallError
 from tests.cmq.helpers import configs, running, wait_until
-from tests.ports import free_ports
+from tests.cmq.release_helpers import old_node_answer, serve_app
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -138,24 +131,6 @@ def test_build_info_metric() -> None:
 
 
 # -- the release call ----------------------------------------------------------------------------
-_OLD_CALLS = [c for c in typing.get_args(rpc.AnyCall) if c is not ReleaseCall]
-_old_decoder: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(
-    functools.reduce(operator.or_, _OLD_CALLS)
-)
-"""The calls a 0.1.0 node decodes: every call but `ReleaseCall`."""
-
-
-def _old_node_answer(payload: bytes) -> bytes:
-    """What a node without the release call (0.1.0) answers: its router's reply to a call it
-    cannot decode."""
-    try:
-        _old_decoder.decode(payload)
-    except msgspec.DecodeError as e:
-        error = encode_error("InvalidParameter", f"malformed forwarded call: {e}")
-        raise RemoteCallError(error) from None
-    raise AssertionError("an old node decoded a call it does not know")
-
-
 def test_the_reply_is_a_map_a_later_release_may_extend() -> None:
     call = ReleaseCall(0)
     later = msgspec.msgpack.encode(
@@ -183,7 +158,7 @@ async def test_peer_releases_mixed_cluster_and_silent_nodes() -> None:
 
     def answer(peer: int, payload: bytes) -> bytes:
         if peer == 3:
-            return _old_node_answer(payload)
+            return old_node_answer(payload)
         if peer == 4:
             raise PeerUnavailable("node 4 is unreachable", outcome_unknown=False)
         return ReleaseCall(0).encode_reply(ReleaseInfo("0.2.0", 1, 1))
@@ -213,16 +188,6 @@ def test_releases_line() -> None:
     assert line == "releases: 0.2.0 (node 1), unknown (node 2)" and not mixed
 
 
-async def _serve(node: QueueNode) -> tuple[str, Callable[[], Awaitable[None]]]:
-    registry = CollectorRegistry()
-    register_node_metrics(registry, node.raft)
-    runner = web.AppRunner(make_app(node, registry=registry))
-    await runner.setup()
-    (port,) = free_ports(1)
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    return f"http://127.0.0.1:{port}", runner.cleanup
-
-
 async def test_status_and_node_list_show_each_nodes_release(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -237,7 +202,7 @@ async def test_status_and_node_list_show_each_nodes_release(
             except Exception:
                 decoded = None
             if isinstance(decoded, ReleaseCall):
-                return _old_node_answer(payload)
+                return old_node_answer(payload)
             return await handler(peer, payload)
 
         nodes[3].raft.set_call_handler(old_serve)
@@ -251,7 +216,7 @@ async def test_status_and_node_list_show_each_nodes_release(
         assert status["protocol"] == {"min": 1, "max": 1}
         assert status["nodes"]["3"]["reported"] is False
 
-        url, stop = await _serve(nodes[1])
+        url, stop = await serve_app(nodes[1])
         try:
             assert await asyncio.to_thread(main, ["status", "--url", url]) == 0
             out = capsys.readouterr().out

@@ -322,8 +322,7 @@ def test_cmq_serve_segment_flags_and_the_archive_api_end_to_end(tmp_path: Path) 
     from tests.cmq.cluster import CmqCluster
 
     c = CmqCluster(tmp_path, n=3, groups=1)
-    for nid in c.args:
-        c.args[nid] += ["--segment-max-bytes", "2048", "--segment-max-age", "1"]
+    c.configure(segment_max_bytes=2048, segment_max_age=1)
     c.start_all()
     try:
         with SyncClient(c.urls, timeout=10) as client:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -17,13 +18,26 @@ from cmq import stream
 from cmq.archive import manifest as archive_manifest
 from cmq.backup import format as backup_format
 from cmq.catalog.meta import CatalogMachine
+from cmq.errors import CmqError, Overloaded
+from cmq.frontend import calls, wire
 from cmq.fsm import commands as qc
 from cmq.fsm.image import SHIPPED_MAGIC, ship
 from cmq.fsm.machine import QueueMachine
 from cmq.fsm.segments import MemorySegmentStore
 from cmq.fsm.store import StoredMessage
 from cmq.fsm.store import encode_record as encode_segment_record
-from cmq.model import QueueAttributes
+from cmq.model import (
+    EntryResult,
+    ImportedMessage,
+    OutgoingMessage,
+    QueueAttributes,
+    QueueStats,
+    ReceivedMessage,
+    SegmentCounts,
+    SegmentRecord,
+    SendRefused,
+    SentMessage,
+)
 from cmq.routing.receipts import ReceiptSigner
 from raftlog.core.types import (
     ConfState,
@@ -262,6 +276,84 @@ def stream_answers() -> list[stream.Answer]:
     ]
 
 
+def front_end_calls() -> list[calls.Call[Any]]:
+    """One call of each kind the front-end socket carries (`cmq.frontend.calls`), tag order."""
+    attrs = QueueAttributes(visibility_timeout=10)
+    message = OutgoingMessage(b"body", False, None, (("k", "v"),), "dedup", "group")
+    imported = ImportedMessage("msg-0001", b"body", True, (("k", "v"),), 5, "g", "d")
+    every: list[calls.Call[Any]] = [
+        calls.CreateQueue("q", attrs),
+        calls.ListQueues(),
+        calls.GetQueue("q"),
+        calls.Peek("q", 10),
+        calls.SetAttributes("q", {"visibility_timeout": 20, "dead_letter_queue": None}),
+        calls.DeleteQueue("q"),
+        calls.QueueMetadata("q"),
+        calls.UpdateMetadata("q", {"a": "1"}, ["b"]),
+        calls.Purge("q"),
+        calls.Send("q", [message, OutgoingMessage(b"\x00", True, 3)], True),
+        calls.Receive("q", 10, 30, 20, "attempt"),
+        calls.Ack("q", ["r1", "r2"]),
+        calls.ChangeVisibility("q", [("r1", 5)]),
+        calls.Nack("q", ["r3"], 7),
+        calls.ListSegments("q", "released"),
+        calls.ReadSegment("q", 1),
+        calls.ClaimSegments("q", "batch-1", [1, 9], 60_000),
+        calls.MarkArchived("q", "batch-1", [1]),
+        calls.GroupDigest(3),
+        calls.ExportCatalog(),
+        calls.ImportCatalog([{"access_key_id": "AK"}], {"q": {"a": "1"}}),
+        calls.ExportMessages("q", 0, 10, 100),
+        calls.ImportMessages("q", [imported], 4),
+        calls.ListNodes(),
+        calls.JoinNode(4, "10.0.0.4:9080", "10.0.0.4:8080", ("/d1", "/d2"), "z"),
+        calls.DrainNode(4),
+        calls.ActivateNode(4),
+        calls.RemoveNode(4),
+        calls.SetGroups(8),
+        calls.ListFeatures(),
+        calls.EnableFeatures(["queue_retime"]),
+        calls.State(),
+        calls.Metrics(),
+    ]
+    return every
+
+
+def front_end_requests() -> bytes:
+    """Every call as request frames (ids 1..), then the cancel of request 1."""
+    frames = [wire.encode_request(i, c) for i, c in enumerate(front_end_calls(), 1)]
+    return b"".join([*frames, wire.encode_request(1, None)])
+
+
+def front_end_answers() -> list[tuple[int, calls.Call[Any], Any]]:
+    """Answers of several kinds: (request id, the call, its result or the error raised)."""
+    record = SegmentRecord(5, "msg-0001", T0, 2, (("k", "v"),), b"hi", "acked")
+    received = ReceivedMessage("msg-0001", 5, b"hi", False, "rcpt", 1, T0, (("k", "v"),), "g", "d")
+    stats = QueueStats(1, 2, 3, 4, 5, 6, 7, 8, SegmentCounts(1, 2, 3, 4), 9, 10)
+    damage = calls.Failure("corrupt_segment", "record 3 fails its checksum", None)
+    refused = SendRefused("MessageTooLarge", "a message body has 9 bytes; the queue allows 8")
+    stale = EntryResult("r2", False, "LeaseStale")
+    return [
+        (1, calls.GetQueue("q"), (QueueAttributes(), stats)),
+        (2, calls.Send("q", [], True), [SentMessage("msg-0001", 5), refused]),
+        (3, calls.Receive("q", 1, None, None), [received]),
+        (4, calls.Ack("q", ["r1", "r2"]), [EntryResult("r1", True), stale]),
+        (5, calls.ReadSegment("q", 5), calls.SegmentRead("0a1b2c3d", [[record]], damage)),
+        (6, calls.State(), calls.NodeState(True, {"node": 1, "groups": {"0": {"role": "leader"}}})),
+        (7, calls.Purge("q"), Overloaded("busy")),
+    ]
+
+
+def front_end_answer_frames() -> bytes:
+    out = []
+    for rid, call, result in front_end_answers():
+        if isinstance(result, CmqError):
+            out.append(wire.encode_failure(rid, result))
+        else:
+            out.append(wire.encode_answer(rid, call, result))
+    return b"".join(out)
+
+
 def _archive_manifest() -> bytes:
     f = archive_manifest.ManifestFile(
         "q/date=2023-11-14/part-0.parquet", "q", "2023-11-14", 3, 900, 1, 3
@@ -314,6 +406,8 @@ def _cmq_samples() -> dict[str, Sample]:
         "receipt": ("1 (implicit, length)", lambda: signer.mint("q", 5, 9).encode()),
         "stream.requests": ("1 (implicit, tags)", lambda: stream.encode(stream_requests())),
         "stream.answers": ("1 (implicit, tags)", lambda: stream.encode(stream_answers())),
+        "front_end.requests": (str(wire.WIRE_VERSION), front_end_requests),
+        "front_end.answers": (str(wire.WIRE_VERSION), front_end_answer_frames),
         "archive_manifest": (str(archive_manifest.VERSION), _archive_manifest),
         "backup_manifest": (str(backup_format.FORMAT_VERSION), _backup_manifest),
         "backup_message": (str(backup_format.FORMAT_VERSION), _backup_message),

@@ -16,12 +16,14 @@ sample at an unchanged version is exactly what this test exists to stop.
 from __future__ import annotations
 
 import sys
+import typing
 
 import msgspec
 import pytest
 
 from cmq import stream
 from cmq.catalog.meta import CatalogMachine
+from cmq.frontend import calls, wire
 from cmq.fsm import commands as qc
 from cmq.fsm.image import decode_image
 from cmq.fsm.store import decode_payload
@@ -34,6 +36,8 @@ from tests.formats.samples import (
     GOLDEN,
     RECEIPT_KEY,
     Golden,
+    front_end_answers,
+    front_end_calls,
     queue_commands,
     queue_machine,
     samples,
@@ -137,6 +141,37 @@ def test_golden_receipt_and_stream_frames_decode() -> None:
     assert ReceiptSigner(RECEIPT_KEY).verify("q", _golden("receipt").decode()) == (5, 9)
     assert stream.decode_requests(_golden("stream.requests")) == stream_requests()
     assert stream.decode_answers(_golden("stream.answers")) == stream_answers()
+
+
+def _frames(data: bytes) -> list[bytes]:
+    """The frames of the front-end socket in ``data``, each without its length."""
+    out = []
+    while data:
+        (size,) = wire.HEAD.unpack(data[: wire.HEAD.size])
+        out.append(data[wire.HEAD.size : wire.HEAD.size + size])
+        data = data[wire.HEAD.size + size :]
+    return out
+
+
+def test_golden_front_end_frames_decode() -> None:
+    requests = [wire.decode_request(f) for f in _frames(_golden("front_end.requests"))]
+    every = front_end_calls()
+    assert requests == [*enumerate(every, 1), (1, None)]
+    assert {type(c) for c in every} == set(typing.get_args(calls.AnyCall))
+    answers = [wire.decode_answer(f) for f in _frames(_golden("front_end.answers"))]
+    for (rid, ok, payload), (expected_id, call, result) in zip(
+        answers, front_end_answers(), strict=True
+    ):
+        assert rid == expected_id
+        if ok:
+            assert call.decode_result(payload) == result
+        else:
+            error = wire.decode_failure(payload)
+            assert (type(error), error.message, error.retry_after) == (
+                type(result),
+                result.message,
+                result.retry_after,
+            )
 
 
 def write() -> None:

@@ -9,6 +9,7 @@ import json
 import os
 import pickle
 import struct
+import typing
 import zlib
 from pathlib import Path
 
@@ -30,7 +31,7 @@ from cmq.errors import (
     ReceiptInvalid,
     UnreadableFrame,
 )
-from cmq.frontend.proxy import decode_frame
+from cmq.frontend import calls, wire
 from cmq.fsm import commands as qc
 from cmq.fsm.image import SHIPPED_MAGIC, decode_image, install_shipped
 from cmq.fsm.machine import QueueMachine
@@ -301,12 +302,46 @@ def test_an_answer_of_an_unknown_tag_names_it() -> None:
 # -- 9. the front-end socket ----------------------------------------------------------------------
 
 
+def _body(frame: bytes) -> bytes:
+    """A front-end frame without its length (what `wire.decode_request` reads)."""
+    assert wire.HEAD.unpack(frame[: wire.HEAD.size])[0] == len(frame) - wire.HEAD.size
+    return frame[wire.HEAD.size :]
+
+
+def test_a_front_end_frame_of_another_version_is_refused_by_name() -> None:
+    request = _body(wire.encode_request(7, calls.Purge("q")))
+    assert request[0] == wire.WIRE_VERSION == 2
+    assert wire.decode_request(request) == (7, calls.Purge("q"))
+    newer = bytes([3]) + request[1:]
+    with pytest.raises(
+        UnreadableFrame, match=r"wire version 3 \(a newer release's\).*reads version 2"
+    ):
+        wire.decode_request(newer)
+    answer = _body(wire.encode_answer(7, calls.Purge("q"), 3))
+    with pytest.raises(UnreadableFrame, match=r"wire version 3 \(a newer release's\)"):
+        wire.decode_answer(bytes([3]) + answer[1:])
+    # Version 1 was pickled tuples: refused as such, never unpickled.
+    with pytest.raises(UnreadableFrame, match=r"is a pickle \(wire version 1.*unpickles nothing"):
+        wire.decode_request(pickle.dumps((1, "purge", ("q",), {})))
+
+
+def test_a_front_end_call_of_a_newer_release_names_its_tag() -> None:
+    assert {c.__struct_config__.tag for c in typing.get_args(calls.AnyCall)} == calls.CALL_TAGS
+    unknown = bytes([2]) + msgspec.msgpack.encode([1, [max(calls.CALL_TAGS) + 1, "q"]])
+    with pytest.raises(UnreadableFrame, match=r"call tag 34 is unknown.*newer release.*1-33"):
+        wire.decode_request(unknown)
+
+
 def test_a_front_end_frame_that_does_not_decode_is_a_named_error() -> None:
-    with pytest.raises(UnreadableFrame, match=r"frame of 3 bytes does not decode.*version 1"):
-        decode_frame(b"\x80\x05x", 4)
-    with pytest.raises(UnreadableFrame, match="a tuple, not a tuple of 4 items"):
-        decode_frame(pickle.dumps((1, True, 3)), 4)
-    assert decode_frame(pickle.dumps((1, True, 3)), 3) == (1, True, 3)
+    with pytest.raises(UnreadableFrame, match=r"frame of 3 bytes does not decode.*version 2"):
+        wire.decode_request(b"\x02\xc1x")
+    wrong = bytes([2]) + msgspec.msgpack.encode([1, [9, 5]])  # Purge of a number
+    with pytest.raises(UnreadableFrame, match=r"does not decode.*Expected `str`"):
+        wire.decode_request(wrong)
+    with pytest.raises(UnreadableFrame, match="answer to purge does not decode"):
+        calls.Purge("q").decode_result(msgspec.msgpack.encode("three"))
+    with pytest.raises(UnreadableFrame, match="an empty front-end socket frame"):
+        wire.decode_answer(b"")
 
 
 # -- 10. / 11. archive and backup manifests -------------------------------------------------------

@@ -241,11 +241,9 @@ class MetadataService(RecordingService):
     meta: dict[str, str] = field(default_factory=dict)
 
     async def queue_metadata(self, name: str) -> dict[str, str]:
-        self._record("queue_metadata", name)
         return dict(self.meta)
 
     async def update_metadata(
         self, name: str, changes: dict[str, str], unset: list[str]
     ) -> dict[str, str]:
-        self._record("update_metadata", name, changes, unset)
         return {**self.meta, **changes}

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -13,9 +12,9 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from api.app import make_app
-from cmq.node.queue_node import NodeConfig, QueueNode
-from raftlog.transport.peer import Address
-from tests.cmq.cluster import free_ports
+from cmq.node.queue_node import QueueNode
+from cmq.service import SERVICE_METHODS
+from tests.cmq.helpers import one_node
 
 Fault = Callable[[], Awaitable[None]]
 
@@ -32,6 +31,8 @@ class FaultyService:
         self.after: dict[str, Fault] = {}
 
     def __getattr__(self, name: str) -> Any:
+        if name not in SERVICE_METHODS:  # the service's methods only (cmq.service)
+            raise AttributeError(name)
         target = getattr(self.node, name)
         if not asyncio.iscoroutinefunction(target):
             return target
@@ -50,27 +51,8 @@ class FaultyService:
 
 @pytest.fixture
 async def node(tmp_path: Path) -> AsyncIterator[QueueNode]:
-    port = free_ports(1)[0]
-    address = Address("127.0.0.1", port)
-    cfg = NodeConfig(
-        node_id=1,
-        peer=address,
-        peers={1: address},
-        data_dirs=(str(tmp_path / "n1"),),
-        secret=b"client-test-secret-0123456789",
-        groups=1,
-        tick_interval=0.02,
-    )
-    n = QueueNode(cfg)
-    await n.start()
-    deadline = time.monotonic() + 20
-    while not n.is_ready():
-        assert time.monotonic() < deadline, "the node did not become ready"
-        await asyncio.sleep(0.02)
-    try:
+    async with one_node(tmp_path / "n1", housekeeping_interval=1.0, tick_interval=0.02) as n:
         yield n
-    finally:
-        await n.close()
 
 
 @pytest.fixture
