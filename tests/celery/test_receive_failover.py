@@ -35,7 +35,6 @@ class Failing(MetadataService):
         *,
         attempt_id: str | None = None,
     ) -> list[ReceivedMessage]:
-        self._record("receive", name, max_messages, visibility_timeout, wait)
         raise self.error
 
 
