@@ -34,11 +34,15 @@ from collections import deque
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from raftlog.transport.address import Address
 from raftlog.transport.codec import FrameKind
-from raftlog.transport.peer import Address, FrameHandler, PeerStats
+from raftlog.transport.config import PeerStats
 from raftlog.transport.protocol import LEGACY_RANGE, ProtocolMismatch, ProtocolRange, negotiate
 
 log = logging.getLogger("raftlog.transport")
+
+FrameHandler = Callable[[int, FrameKind, bytes], None]
+"""(peer id, frame kind, body): where a transport hands each frame that arrives."""
 
 
 @dataclass(frozen=True, slots=True)
