@@ -95,10 +95,12 @@ async def inline(fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -
 class PeerTransport(Protocol):
     """One node's connections to its peers: authenticated, ordered per peer, frames in and out.
 
-    ``send`` queues a frame and returns False only when the peer is unknown or its send buffer
-    is full (the frame is dropped; Raft retransmits). Frames from one peer arrive in the order
-    sent, each at most once; a lost connection drops what was in flight and calls the
-    `PeerDown` handler."""
+    ``send`` never blocks: it queues a frame, or returns False when the frame cannot go (the
+    peer is unknown or the bound on what waits for it is reached; the twin also refuses while
+    the link is down, where `Transport` keeps the frame for the next connection). A refused
+    frame is dropped: Raft retransmits. True promises nothing more than "queued": frames from
+    one peer arrive in the order sent, each at most once, and a lost connection drops what was
+    in flight and calls the `PeerDown` handler."""
 
     @property
     def peers(self) -> Collection[int]:

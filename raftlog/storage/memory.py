@@ -37,11 +37,11 @@ import asyncio
 import random
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from raftlog.core.storage import MemoryStorage, bootstrap_snapshot
 from raftlog.core.types import ConfState, Entry, HardState, Snapshot, SnapshotMeta
-from raftlog.errors import InvariantViolation, RaftError, WalClosed
+from raftlog.errors import InvariantViolation, Overloaded, RaftError, WalClosed
 from raftlog.storage.walstats import WalCounters, WalStats
 
 
@@ -62,6 +62,8 @@ class MemoryDiskOptions:
     makes up for from its peers; a power loss of every node at once loses committed entries."""
     late_sync: tuple[float, float] = (0.2, 1.0)
     """With ``unsafe_early_ack``: how long after a write its sync comes."""
+    max_pending_submissions: int = 8192
+    """Submissions waiting for the batch in flight, at most (more: `Overloaded`, as the WAL)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +109,7 @@ class _Submission:
     records: tuple[_Record, ...]
     sync: bool
     on_durable: Callable[[], None]
-    future: Future[None] = field(default_factory=Future)
+    future: Future[None]
 
 
 def _pending() -> Future[None]:
@@ -318,6 +320,8 @@ class MemoryDisk:
         self._check_open()
         if self._failed is not None:
             raise WalClosed("the disk stopped after an error") from self._failed
+        if len(self._queue) >= self._options.max_pending_submissions:
+            raise Overloaded(f"{self._directory}: {len(self._queue)} submissions queued")
         recs = tuple(records)
         sub = _Submission(recs, sync, on_durable, _pending())
         self._write(recs)
