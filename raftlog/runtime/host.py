@@ -23,19 +23,23 @@ import asyncio
 import time
 from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import Future as ThreadFuture
-from typing import Protocol
+from typing import TYPE_CHECKING, ParamSpec, Protocol, TypeVar
 
 from raftlog.core import ConfState
-from raftlog.runtime.group_options import DurableLog
-from raftlog.storage.wal import WalStats
+from raftlog.runtime.group_options import DurableLog, Offload
+from raftlog.storage.walstats import WalStats
+from raftlog.transport.address import Address
 from raftlog.transport.codec import FrameKind
-from raftlog.transport.peer import Address, PeerStats
+from raftlog.transport.config import PeerStats
 
 FrameHandler = Callable[[int, FrameKind, bytes], None]
 """(peer id, frame kind, body): a frame that arrived from an authenticated peer."""
 
 PeerDown = Callable[[int], None]
 """(peer id): the connection to that peer was lost."""
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 
 class Clock(Protocol):
@@ -82,13 +86,21 @@ class LoopClock:
         return self.epoch_ms + int(self._loop.time() * 1000) + self.offset_ms
 
 
+async def inline(fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+    """An `Offload` that calls ``fn`` on the event loop: for twins that never block (memory
+    disks), so that a simulated run does no threading and stays deterministic."""
+    return fn(*args, **kwargs)
+
+
 class PeerTransport(Protocol):
     """One node's connections to its peers: authenticated, ordered per peer, frames in and out.
 
-    ``send`` queues a frame and returns False only when the peer is unknown or its send buffer
-    is full (the frame is dropped; Raft retransmits). Frames from one peer arrive in the order
-    sent, each at most once; a lost connection drops what was in flight and calls the
-    `PeerDown` handler."""
+    ``send`` never blocks: it queues a frame, or returns False when the frame cannot go (the
+    peer is unknown or the bound on what waits for it is reached; the twin also refuses while
+    the link is down, where `Transport` keeps the frame for the next connection). A refused
+    frame is dropped: Raft retransmits. True promises nothing more than "queued": frames from
+    one peer arrive in the order sent, each at most once, and a lost connection drops what was
+    in flight and calls the `PeerDown` handler."""
 
     @property
     def peers(self) -> Collection[int]:
@@ -165,3 +177,26 @@ class LogDisks(Protocol):
     """Opens (recovering) the `LogDisk` of a data directory."""
 
     def __call__(self, directory: str) -> LogDisk: ...
+
+
+if TYPE_CHECKING:
+    from raftlog.storage.memory import MemoryDisks
+    from raftlog.storage.waldisk import WalDisks
+    from raftlog.transport.memory import MemoryTransport
+    from raftlog.transport.peer import Transport
+
+    def _seams(
+        loop: asyncio.AbstractEventLoop,
+        transports: tuple[Transport, MemoryTransport],
+        disks: tuple[WalDisks, MemoryDisks],
+    ) -> tuple[PeerTransport, PeerTransport, LogDisks, LogDisks, Clock, Clock, Offload, Offload]:
+        """Never called: mypy checks here that each real implementation and its twin satisfy
+        their seam (they are structural, so nothing else would say so)."""
+        return (
+            *transports,
+            *disks,
+            SYSTEM_CLOCK,
+            LoopClock(loop, 0),
+            asyncio.to_thread,
+            inline,
+        )
