@@ -107,7 +107,8 @@ __all__ = ["MAX_DEAD_LETTER_PER_LEASE", "Due", "QueueMachine"]
 
 
 class QueueMachine(MachineReads):
-    """The data-group state machine (implements `raftlog.runtime.statemachine.StateMachine`).
+    """The data-group state machine (implements `raftlog.runtime.statemachine.StateMachine`
+    with `Result` results).
 
     ``apply`` is total and deterministic: user errors are `CommandFailed` results; only a broken
     invariant (undecodable committed bytes, damaged segment files) raises `InvariantBroken`.
@@ -150,7 +151,7 @@ class QueueMachine(MachineReads):
         return self._store
 
     # ------------------------------------------------------------------------ StateMachine
-    def apply(self, index: int, command: bytes) -> object:
+    def apply(self, index: int, command: bytes) -> Result:
         """Apply one committed command; returns its `Result`."""
         try:
             cmd = decode_command(command)

@@ -1,12 +1,26 @@
 """What `QueueMachine.apply` returns for each command of `cmq.fsm.commands` (which re-exports
-these): plain frozen values handed back to the proposer. A user error is a `CommandFailed`
-result, never an exception (apply is total)."""
+these): plain frozen values handed back to the proposer, together the `Result` union. A user
+error is a `CommandFailed` result, never an exception (apply is total); otherwise a command is
+answered with its own result type (`Returns`: e.g. a `Produce` with `Produced`).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 from cmq.model import QueueAttributes
+
+R_co = TypeVar("R_co", covariant=True)
+
+
+class Returns(Protocol[R_co]):
+    """A command whose successful apply returns an ``R_co``: every command declares it as its
+    ``result_type`` (``Produce.result_type`` is `Produced`), so a proposer that awaits the
+    result of a ``Returns[R]`` knows it gets an ``R`` (or a `CommandFailed`)."""
+
+    @property
+    def result_type(self) -> type[R_co]: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,25 +12,38 @@ malformed batch is a broken invariant (it was committed, so it is damage or a bu
 from __future__ import annotations
 
 import struct
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
 from raftlog.errors import InvariantViolation, NewerFormat
+
+if TYPE_CHECKING:
+    # A default (PEP 696) lets hosts that hold machines of several kinds name the Protocol
+    # bare (``StateMachine`` = ``StateMachine[object]``); typing.TypeVar takes one from 3.13.
+    from typing_extensions import TypeVar as _TypeVarWithDefault
+
+    R_co = _TypeVarWithDefault("R_co", covariant=True, default=object)
+else:
+    R_co = TypeVar("R_co", covariant=True)
 
 _HEAD = struct.Struct(">BI")
 _LEN = struct.Struct(">I")
 BATCH_VERSION = 1
 
 
-class StateMachine(Protocol):
-    """A deterministic state machine replicated by one group.
+class StateMachine(Protocol[R_co]):
+    """A deterministic state machine replicated by one group, whose results are ``R_co``.
 
     Contract: ``apply`` is called with every committed proposal exactly once per state (and again
     after a restart for entries beyond the latest snapshot), in log order, on the event loop; it
     must be deterministic (no clocks, no randomness) and must not block. Its return value is
     handed to the proposer. Raising means a broken invariant: the group stops.
+
+    Generic in its result: a machine declares what it answers (``StateMachine[Result]``), and a
+    host that keeps machines of several kinds names it bare (``StateMachine[object]``), so the
+    proposer, who knows which machine a group runs, narrows the result it is handed once.
     """
 
-    def apply(self, index: int, command: bytes) -> object:
+    def apply(self, index: int, command: bytes) -> R_co:
         """Apply one committed proposal (entry ``index``); return the proposer's result."""
         ...
 

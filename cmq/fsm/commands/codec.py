@@ -1,88 +1,54 @@
-"""Commands of a data group's state machine; the results `QueueMachine.apply` returns live in
-`cmq.fsm.results` and are re-exported here.
+"""The byte layout of the queue machine's commands (`cmq.fsm.commands.definitions`):
+`encode_command` turns a command into the bytes of a Raft proposal, `decode_command` parses them
+back. No pickle: a malformed payload raises `InvalidParameter`.
 
-Every command is a frozen, slotted dataclass; `encode_command` turns it into bytes for a Raft
-proposal and `decode_command` parses them back. Format: a leading `CommandType` byte, then the
-fields in declaration order, little-endian: ints as i64 (counts as u32), strings and bodies as
-``[u32 len][bytes]`` (UTF-8 for text, raw for bodies), optionals as a presence byte then the value,
-tuples as ``[u32 count][items]``. FIFO fields added later trail their command and are present
-only when set (a Lease's attempt id, an import's expected sent count), so earlier logs still
-decode. A `Produce` is encoded as
+Format: a leading `CommandType` byte, then the fields in declaration order, little-endian: ints
+as i64 (counts as u32), strings and bodies as ``[u32 len][bytes]`` (UTF-8 for text, raw for
+bodies), optionals as a presence byte then the value, tuples as ``[u32 count][items]``. FIFO
+fields added later trail their command and are present only when set (a Lease's attempt id, an
+import's expected sent count), so earlier logs still decode. A `Produce` is encoded as
 `PRODUCE_RECORDS`: each message as its segment record tail (`cmq.fsm.store.record_tail`) and a
-byte of options, so apply frames records by copying; the older `PRODUCE` is decoded only. No
-pickle: a malformed payload raises `InvalidParameter`.
+byte of options, so apply frames records by copying; the older `PRODUCE` is decoded only.
 
 Versions: the command type byte is the version marker (no other byte carries one). This release
 reads the types of `CommandType` (1-16); a later release's command has a type beyond them, or a
 message option bit this release does not know (a `PRODUCE_RECORDS` message), or a record flag
 (`cmq.fsm.store`): `decode_command` raises `NewerLayout` naming it, and the state machine stops
 the group with `cmq.errors.NewerFormat` naming the entry, never skipping it.
-
-Times (``now_ms``, delays, visibility) are integer milliseconds fixed by the proposer (the
-leader); apply never reads a clock. Results are plain values handed back to the proposer: user
-errors are `CommandFailed` results, never exceptions (apply is total).
 """
 
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from enum import IntEnum
 
 from cmq.errors import InvalidParameter, NewerLayout
-from cmq.fsm.results import (
-    CommandFailed,
-    Created,
-    Done,
-    EntryOutcomes,
-    Expired,
-    Leased,
-    LeasedMessage,
-    Produced,
-    Purged,
-    Result,
-    Retimed,
-    SegmentsArchived,
-    SegmentsClaimed,
-    Tidied,
+from cmq.fsm.commands.definitions import (
+    Ack,
+    ChangeVisibility,
+    ClaimSegments,
+    Command,
+    CreateQueue,
+    DeadLetter,
+    DeleteQueue,
+    Expire,
+    Lease,
+    MarkArchived,
+    Nack,
+    NewMessage,
+    Produce,
+    Purge,
+    Retime,
+    SetAttributes,
+    Tidy,
 )
 from cmq.fsm.store import decode_tail, record_tail
 from cmq.fsm.wire import Reader, Writer
-from cmq.model import DEFAULT_SEGMENT_AGE_SECONDS, DEFAULT_SEGMENT_BYTES, QueueAttributes
+from cmq.model import QueueAttributes
 
 __all__ = [
-    "Ack",
-    "ChangeVisibility",
-    "ClaimSegments",
-    "Command",
-    "CommandFailed",
     "CommandType",
-    "CreateQueue",
-    "Created",
-    "DeadLetter",
-    "DeleteQueue",
-    "Done",
-    "EntryOutcomes",
-    "Expire",
-    "Expired",
-    "Lease",
-    "Leased",
-    "LeasedMessage",
-    "MarkArchived",
-    "Nack",
-    "NewMessage",
-    "Produce",
-    "Produced",
-    "Purge",
-    "Purged",
-    "Result",
-    "Retime",
-    "Retimed",
-    "SegmentsArchived",
-    "SegmentsClaimed",
-    "SetAttributes",
-    "Tidied",
-    "Tidy",
     "decode_command",
     "encode_command",
     "read_attributes",
@@ -115,200 +81,6 @@ class CommandType(IntEnum):
 
 
 _COMMAND_TYPES = {t.value: t for t in CommandType}
-
-# --------------------------------------------------------------------------------------------
-# Commands
-
-
-@dataclass(frozen=True, slots=True)
-class CreateQueue:
-    """Create ``name``; idempotent when it exists with equal attributes. The segment limits
-    (the proposer's node settings) are recorded with the queue, so every replica seals its
-    segments at the same records whatever its own settings."""
-
-    name: str
-    attributes: QueueAttributes
-    now_ms: int
-    segment_bytes: int = DEFAULT_SEGMENT_BYTES
-    segment_age_ms: int = DEFAULT_SEGMENT_AGE_SECONDS * 1000
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteQueue:
-    """Delete ``name`` with all its messages and segment files."""
-
-    name: str
-
-
-@dataclass(frozen=True, slots=True)
-class SetAttributes:
-    """Replace the attributes of ``name`` (the full set, already merged and validated)."""
-
-    name: str
-    attributes: QueueAttributes
-
-
-@dataclass(frozen=True, slots=True)
-class Purge:
-    """Delete every message of ``name``."""
-
-    name: str
-    now_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class NewMessage:
-    """One message to append. ``delay_ms`` None: the queue's ``delay_seconds``."""
-
-    id: str
-    body: bytes
-    binary: bool
-    attributes: tuple[tuple[str, str], ...]
-    delay_ms: int | None
-    dedup_id: str | None
-    group_id: str | None = None
-    """FIFO queues: the message group (required there, refused on a standard queue)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Produce:
-    """Append ``messages`` in order (deduplicated within `DEDUP_WINDOW_MS`)."""
-
-    queue: str
-    now_ms: int
-    messages: tuple[NewMessage, ...]
-    tails: tuple[bytes, ...] | None = field(default=None, compare=False)
-    """Set by `decode_command`: each message's `cmq.fsm.store.record_tail`, exactly as
-    proposed, so apply frames its record without encoding the message again."""
-    expect_sent: int | None = None
-    """Set: an *import* (a restore from a backup): applied only if the queue has had exactly
-    this many messages sent (its ``sent_total``), else refused whole with ``ImportConflict``;
-    its messages bypass the deduplication table (neither looked up nor recorded) and may carry
-    a delay on a FIFO queue. A restore that is cut and run again finds how far it got."""
-
-
-@dataclass(frozen=True, slots=True)
-class Lease:
-    """Lease up to ``max_messages`` visible messages for ``visibility_ms`` (None: queue default).
-    ``attempt_id`` (FIFO queues; ignored elsewhere): a retried receive with the same id within
-    5 minutes gets the same messages and leases while they are all still in flight."""
-
-    queue: str
-    now_ms: int
-    max_messages: int
-    visibility_ms: int | None
-    attempt_id: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Ack:
-    """Delete leased messages: entries are ``(seq, lease_id)``."""
-
-    queue: str
-    now_ms: int
-    entries: tuple[tuple[int, int], ...]
-
-
-@dataclass(frozen=True, slots=True)
-class ChangeVisibility:
-    """Move the deadline of unexpired leases: entries are ``(seq, lease_id, visibility_ms)``."""
-
-    queue: str
-    now_ms: int
-    entries: tuple[tuple[int, int, int], ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Nack:
-    """Release unexpired leases; the messages become visible at ``now_ms + delay_ms``."""
-
-    queue: str
-    now_ms: int
-    entries: tuple[tuple[int, int], ...]
-    delay_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
-    """Delete messages already copied to the dead-letter queue (idempotent)."""
-
-    queue: str
-    seqs: tuple[int, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Expire:
-    """Delete messages older than the queue's retention at ``now_ms``."""
-
-    queue: str
-    now_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimSegments:
-    """Claim released segments for archive batch ``batch_id`` until ``now_ms + ttl_ms``: each
-    one released and unclaimed, or whose claim expired, or already claimed by this batch."""
-
-    queue: str
-    now_ms: int
-    batch_id: str
-    segments: tuple[int, ...]
-    ttl_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class MarkArchived:
-    """Forget released segments stored by archive batch ``batch_id`` (their files go on every
-    replica): each one unclaimed or claimed by this batch, or whose claim expired."""
-
-    queue: str
-    now_ms: int
-    batch_id: str
-    segments: tuple[int, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Tidy:
-    """Segment upkeep at ``now_ms``, decided in apply: seal the active segment once it is
-    older than the queue's segment age, and copy the few live messages of sparse sealed
-    segments forward (so they can be released)."""
-
-    queue: str
-    now_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class Retime:
-    """The queue's time is ahead of the leader's clock ``now_ms`` (a stamp from a clock that
-    was far ahead got in): from now on the queue's time runs on from where it is at the rate
-    of the leaders' clocks, and slews back towards them (`cmq.fsm.queue.QueueState.advance`),
-    instead of standing still until real time catches up. Never moves the time back."""
-
-    queue: str
-    now_ms: int
-
-
-Command = (
-    CreateQueue
-    | DeleteQueue
-    | SetAttributes
-    | Purge
-    | Produce
-    | Lease
-    | Ack
-    | ChangeVisibility
-    | Nack
-    | DeadLetter
-    | Expire
-    | ClaimSegments
-    | MarkArchived
-    | Tidy
-    | Retime
-)
-
-
-# --------------------------------------------------------------------------------------------
-# Encoding
 
 _ARCHIVE, _FIFO, _CONTENT_DEDUP = 1, 2, 4
 """Bits of the attributes' flags byte."""

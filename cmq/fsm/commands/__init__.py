@@ -1,0 +1,95 @@
+"""The commands of a data group's state machine, their byte layout and their results: the one
+import for code that builds, encodes or answers commands.
+
+`cmq.fsm.commands.definitions` says what each command asks of `QueueMachine.apply` and which
+result it is answered with (its ``result_type``); `cmq.fsm.commands.codec` is their byte layout
+(`encode_command`, `decode_command`); the results themselves live in `cmq.fsm.results`.
+"""
+
+from cmq.fsm.commands.codec import (
+    CommandType,
+    decode_command,
+    encode_command,
+    read_attributes,
+    restamp_produce,
+    write_attributes,
+)
+from cmq.fsm.commands.definitions import (
+    Ack,
+    ChangeVisibility,
+    ClaimSegments,
+    Command,
+    CreateQueue,
+    DeadLetter,
+    DeleteQueue,
+    Expire,
+    Lease,
+    MarkArchived,
+    Nack,
+    NewMessage,
+    Produce,
+    Purge,
+    Retime,
+    SetAttributes,
+    Tidy,
+)
+from cmq.fsm.results import (
+    CommandFailed,
+    Created,
+    Done,
+    EntryOutcomes,
+    Expired,
+    Leased,
+    LeasedMessage,
+    Produced,
+    Purged,
+    Result,
+    Retimed,
+    Returns,
+    SegmentsArchived,
+    SegmentsClaimed,
+    Tidied,
+)
+from cmq.model import QueueAttributes  # what queue commands carry; long imported from here
+
+__all__ = [
+    "Ack",
+    "ChangeVisibility",
+    "ClaimSegments",
+    "Command",
+    "CommandFailed",
+    "CommandType",
+    "CreateQueue",
+    "Created",
+    "DeadLetter",
+    "DeleteQueue",
+    "Done",
+    "EntryOutcomes",
+    "Expire",
+    "Expired",
+    "Lease",
+    "Leased",
+    "LeasedMessage",
+    "MarkArchived",
+    "Nack",
+    "NewMessage",
+    "Produce",
+    "Produced",
+    "Purge",
+    "Purged",
+    "QueueAttributes",
+    "Result",
+    "Retime",
+    "Retimed",
+    "Returns",
+    "SegmentsArchived",
+    "SegmentsClaimed",
+    "SetAttributes",
+    "Tidied",
+    "Tidy",
+    "decode_command",
+    "encode_command",
+    "read_attributes",
+    "restamp_produce",
+    "write_attributes",
+]
