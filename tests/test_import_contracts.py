@@ -86,6 +86,7 @@ CONTRACTS = [
     "native-api-without-sqs",
     "auth-pure",
     "sim-pure",
+    "fsm-pure",
 ]
 
 
@@ -261,3 +262,38 @@ def test_the_native_api_importing_the_sqs_surface_is_caught(tree: Path) -> None:
 def test_authentication_reaching_the_queue_is_caught(tree: Path) -> None:
     plant(tree, "api.auth.sigv4", "import cmq.model")
     assert_broken(tree, "auth-pure", "api.auth.sigv4 -> cmq.model")
+
+
+@pytest.mark.parametrize(
+    ("module", "source"),
+    [
+        ("cmq.fsm.machine", "import time"),
+        ("cmq.fsm.queue", "from time import monotonic"),
+        ("cmq.fsm.commands.codec", "import random"),
+        ("cmq.fsm.planted", "import datetime"),  # a new module is covered without a list
+        ("cmq.fsm.writer", "import os.path"),
+    ],
+)
+def test_the_queue_machine_reading_a_clock_or_doing_io_is_caught(
+    tree: Path, module: str, source: str
+) -> None:
+    plant(tree, module, source)
+    assert_broken(tree, "fsm-pure", module)
+
+
+def test_the_queue_machine_reaching_the_node_indirectly_is_caught(tree: Path) -> None:
+    plant(tree, "cmq.fsm.reads", "import cmq.model")
+    plant(tree, "cmq.model", "from cmq.routing import ops")
+    assert_broken(tree, "fsm-pure", "cmq.model -> cmq.routing.ops")
+
+
+def test_the_queue_machine_reaching_the_file_store_is_caught(tree: Path) -> None:
+    plant(tree, "cmq.fsm.machine", "from cmq.fsm.segments import FileSegmentStore")
+    assert_broken(tree, "fsm-pure", "cmq.fsm.machine -> cmq.fsm.segments")
+
+
+def test_only_the_file_store_does_file_io(tree: Path) -> None:
+    plant(tree, "cmq.fsm.segments", "import os\nimport shutil")
+    assert_kept(tree, "fsm-pure")
+    plant(tree, "cmq.fsm.segments", "import time")
+    assert_broken(tree, "fsm-pure", "cmq.fsm.segments -> time")

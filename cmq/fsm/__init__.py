@@ -1,9 +1,13 @@
 """The data-group state machine: commands, the queue machine and segment stores.
 
-`cmq.fsm.machine` (command dispatch), `cmq.fsm.queue` (per-queue state and its queries),
-`cmq.fsm.lifecycle` (released segments, archive claims, copy-forward, the records stream),
-`cmq.fsm.image` (snapshot image) and `cmq.fsm.commands` are pure (no os/asyncio/time); file I/O
-lives in `cmq.fsm.segments`.
+`cmq.fsm.machine` (command dispatch, queue commands, snapshot and restore), `cmq.fsm.queue`
+(per-queue state and its queries), `cmq.fsm.messages` and `cmq.fsm.leasing` (the message
+commands), `cmq.fsm.lifecycle` (archive claims, copy-forward, the records stream),
+`cmq.fsm.writer` (segment appends, seals, deletions, releases), `cmq.fsm.effects`,
+`cmq.fsm.image` (snapshot image), `cmq.fsm.commands` (commands and their codec) and the rest are
+pure: no clock, randomness, threads, sockets or files, and nothing of the node, the routing or
+Raft's runtime (the import contract ``fsm-pure`` in pyproject.toml). File I/O lives in
+`cmq.fsm.segments` alone.
 """
 
 from cmq.fsm.commands import (

@@ -1,16 +1,7 @@
-"""FIFO queues in the queue machine (pure: no clocks, no I/O): per-group order, group blocking,
-deduplication rules and receive-attempt replay. `cmq.fsm.machine` calls in here for queues whose
-attributes say ``fifo``; `cmq.fsm.leasing` applies a FIFO `Lease` with `plan` and `replay`.
-
-State (`FifoState`, one per FIFO queue):
-
-* ``meta``: per live message, its group id and deduplication id (in the snapshot image; the
-  segment records do not carry them);
-* ``attempts``: receive attempt id -> (time, the (seq, lease id) pairs it leased), at most
-  `MAX_ATTEMPTS`, forgotten after `DEDUP_WINDOW_MS` (in the image);
-* derived, rebuilt from ``meta`` on restore: ``groups`` (group -> its live seqs, ascending =
-  send order: a FIFO queue's messages are never copied forward, see `QueueState.sparse`) and
-  ``heads`` (the seq at the front of each group).
+"""The rules of FIFO queues in the queue machine (pure: no clocks, no I/O): per-group order,
+group blocking, deduplication rules and receive-attempt replay, over a queue's `QueueState` and
+its FIFO part (`cmq.fsm.fifo_state.FifoState`). `cmq.fsm.messages` checks a FIFO `Produce` with
+`check_produce` and `dedup_key`; `cmq.fsm.leasing` applies a FIFO `Lease` with `plan` and `replay`.
 
 Delivery rule (`plan`): a group is *blocked* while one of its messages is in flight (leased
 and its lease not expired, or marked for the dead-letter queue). Groups are visited by the seq
@@ -28,87 +19,15 @@ among its first `MAX_RECEIVE_BATCH` live messages.
 from __future__ import annotations
 
 import hashlib
-from collections import deque
 from itertools import chain, islice
-
-from pyroaring import BitMap64
 
 from cmq import errors
 from cmq.fsm.commands import CommandFailed, NewMessage
+from cmq.fsm.fifo_state import FifoState
 from cmq.fsm.queue import COUNT, LEASE, VIS, QueueState
-from cmq.model import DEDUP_WINDOW_MS, MAX_DEDUP_ENTRIES, MAX_RECEIVE_BATCH, QueueAttributes
+from cmq.model import MAX_DEDUP_ENTRIES, MAX_RECEIVE_BATCH, QueueAttributes
 
-__all__ = ["MAX_ATTEMPTS", "FifoState", "check_produce", "dedup_key", "in_flight", "plan", "replay"]
-
-MAX_ATTEMPTS = 1000
-"""Receive attempt ids remembered per FIFO queue; beyond it the oldest is forgotten early (a
-retry of a forgotten attempt is served as a new receive)."""
-
-
-class FifoState:
-    """The FIFO part of one queue's state (see the module docstring)."""
-
-    __slots__ = ("attempts", "groups", "heads", "meta")
-
-    def __init__(self) -> None:
-        self.meta: dict[int, tuple[str, str]] = {}
-        self.attempts: dict[str, tuple[int, tuple[tuple[int, int], ...]]] = {}
-        self.groups: dict[str, deque[int]] = {}
-        self.heads = BitMap64()
-
-    def add(self, seq: int, group: str, dedup_id: str) -> None:
-        """Append the new message ``seq`` (the highest seq so far) to ``group``."""
-        self.meta[seq] = (group, dedup_id)
-        members = self.groups.get(group)
-        if members is None:
-            self.groups[group] = deque((seq,))
-            self.heads.add(seq)
-        else:
-            members.append(seq)
-
-    def drop(self, seq: int) -> None:
-        """``seq`` left the queue (acked, expired, dead-lettered, purged)."""
-        entry = self.meta.pop(seq, None)
-        if entry is None:
-            return
-        group = entry[0]
-        members = self.groups[group]
-        if members[0] == seq:
-            members.popleft()
-            self.heads.discard(seq)
-            if members:
-                self.heads.add(members[0])
-            else:
-                del self.groups[group]
-        else:
-            members.remove(seq)
-
-    def drop_below(self, end_seq: int) -> None:
-        """Every message with seq < ``end_seq`` left the queue."""
-        for seq in sorted(s for s in self.meta if s < end_seq):
-            self.drop(seq)
-
-    def rebuild(self) -> None:
-        """The derived ``groups`` and ``heads`` from ``meta`` (after a restore)."""
-        self.groups, self.heads = {}, BitMap64()
-        meta, self.meta = self.meta, {}
-        for seq in sorted(meta):
-            self.add(seq, *meta[seq])
-
-    def forget_attempts(self, clock: int) -> None:
-        """Drop attempts older than the window at ``clock`` (insertion order is time order)."""
-        attempts = self.attempts
-        while attempts:
-            oldest = next(iter(attempts))
-            if clock - attempts[oldest][0] < DEDUP_WINDOW_MS:
-                break
-            del attempts[oldest]
-
-    def remember(self, attempt_id: str, clock: int, leases: tuple[tuple[int, int], ...]) -> None:
-        self.attempts.pop(attempt_id, None)
-        while len(self.attempts) >= MAX_ATTEMPTS:
-            del self.attempts[next(iter(self.attempts))]
-        self.attempts[attempt_id] = (clock, leases)
+__all__ = ["check_produce", "dedup_key", "has_visible", "in_flight", "plan", "replay"]
 
 
 def in_flight(q: QueueState, fifo: FifoState, group: str, now_ms: int | None = None) -> bool:

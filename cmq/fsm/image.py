@@ -29,8 +29,8 @@ from collections.abc import Iterable
 from pyroaring import BitMap
 
 from cmq.errors import InvalidParameter, InvariantBroken, NewerFormat, NewerLayout
-from cmq.fsm.commands import read_attributes
-from cmq.fsm.fifo import FifoState
+from cmq.fsm.commands.codec import read_attributes
+from cmq.fsm.fifo_state import FifoState
 from cmq.fsm.queue import WIDTH, QueueState, Segment
 from cmq.fsm.store import SegmentStore
 from cmq.fsm.wire import Reader, Writer

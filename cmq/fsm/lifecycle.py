@@ -6,7 +6,9 @@ after the next snapshot but one, `QueueMachine.snapshot`) or, on a queue with ``
 until `MarkArchived`. Each deleted message's outcome and final receive count are recorded in its
 `Segment` (part of the snapshot image), so a released segment's records stream with them.
 
-Commands handled here (called by `QueueMachine.execute`; deterministic, no I/O but the store):
+Commands handled here (called by `QueueMachine.execute` with the queue's state, the
+`SegmentWriter` its bytes go through and the `Effects` it records; deterministic, no I/O but
+the store):
 
 * `ClaimSegments`: an archive batch claims released segments until a deadline (by the queue
   clock), so two archive runs never archive one segment twice;
@@ -24,7 +26,6 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from pyroaring import BitMap
 
@@ -40,14 +41,15 @@ from cmq.fsm.commands import (
     ClaimSegments,
     CommandFailed,
     MarkArchived,
-    Result,
     SegmentsArchived,
     SegmentsClaimed,
     Tidied,
     Tidy,
 )
+from cmq.fsm.effects import Effects
 from cmq.fsm.queue import SEQ, QueueState, Segment
 from cmq.fsm.store import FRAME, SegmentStore, StoredMessage, decode_payload, encode_record
+from cmq.fsm.writer import SegmentWriter
 from cmq.model import (
     BATCH_ID,
     MAX_CLAIM_TTL_MS,
@@ -56,9 +58,6 @@ from cmq.model import (
     SegmentInfo,
     SegmentRecord,
 )
-
-if TYPE_CHECKING:
-    from cmq.fsm.machine import QueueMachine
 
 TIDY_MAX_COPIES = 256
 """At most this many messages are copied forward by one `Tidy` (bounds its work)."""
@@ -78,21 +77,17 @@ def _claim_holder(seg: Segment, batch_id: str, now: int) -> str | None:
     return None
 
 
-def _bad_batch(batch_id: str) -> CommandFailed | None:
+def bad_batch(batch_id: str) -> CommandFailed | None:
+    """The refusal of a malformed archive batch id (checked before the queue is looked up)."""
     if BATCH_ID.match(batch_id):
         return None
     return CommandFailed(InvalidParameter.code, f"batch_id must match {BATCH_ID.pattern}")
 
 
-def claim(m: QueueMachine, cmd: ClaimSegments) -> Result:
+def claim(q: QueueState, cmd: ClaimSegments) -> SegmentsClaimed:
     """`SegmentsClaimed`: each segment claimed until the queue clock + ``ttl_ms`` (capped at
-    `MAX_CLAIM_TTL_MS`), or refused as ``not_found``, ``not_released`` or ``claimed``."""
-    bad = _bad_batch(cmd.batch_id)
-    if bad is not None:
-        return bad
-    q = m.mutable(cmd.queue)
-    if q is None:
-        return m.not_found(cmd.queue)
+    `MAX_CLAIM_TTL_MS`), or refused as ``not_found``, ``not_released`` or ``claimed``. The
+    batch id is checked first (`bad_batch`)."""
     q.advance(cmd.now_ms)
     expires = q.clock + max(0, min(cmd.ttl_ms, MAX_CLAIM_TTL_MS))
     claimed: list[int] = []
@@ -111,16 +106,13 @@ def claim(m: QueueMachine, cmd: ClaimSegments) -> Result:
     return SegmentsClaimed(tuple(claimed), tuple(refused))
 
 
-def mark_archived(m: QueueMachine, cmd: MarkArchived) -> Result:
+def mark_archived(
+    q: QueueState, cmd: MarkArchived, w: SegmentWriter, fx: Effects
+) -> SegmentsArchived:
     """`SegmentsArchived`: each released segment not held by another batch's unexpired claim
-    is forgotten (`QueueMachine.forget_segment`: its files go after the next snapshot but
-    one); unknown (or already archived) ones are ``already``."""
-    bad = _bad_batch(cmd.batch_id)
-    if bad is not None:
-        return bad
-    q = m.mutable(cmd.queue)
-    if q is None:
-        return m.not_found(cmd.queue)
+    is forgotten (`SegmentWriter.forget`: its files go after the next snapshot but one);
+    unknown (or already archived) ones are ``already``. The batch id is checked first
+    (`bad_batch`)."""
     q.advance(cmd.now_ms)
     archived: list[int] = []
     already: list[int] = []
@@ -134,39 +126,36 @@ def mark_archived(m: QueueMachine, cmd: MarkArchived) -> Result:
         elif (holder := _claim_holder(seg, cmd.batch_id, q.clock)) is not None:
             refused.append((first, "claimed", holder))
         else:
-            m.forget_segment(q, seg)
+            w.forget(q, seg)
             archived.append(first)
     if archived:
-        m.changed(cmd.queue)
+        fx.change(q.name)
     return SegmentsArchived(tuple(archived), tuple(already), tuple(refused))
 
 
-def tidy(m: QueueMachine, cmd: Tidy) -> Result:
+def tidy(q: QueueState, cmd: Tidy, w: SegmentWriter, fx: Effects) -> Tidied:
     """`Tidied`: the active segment sealed if it reached the queue's segment age; the sparse
     sealed segments' live messages copied forward, oldest segment first, while the copies stay
     within `TIDY_MAX_COPIES` (a segment is copied whole or not at all)."""
-    q = m.mutable(cmd.queue)
-    if q is None:
-        return m.not_found(cmd.queue)
     q.advance(cmd.now_ms)
     sealed = 0
     if q.segments and not q.segments[-1].sealed:
         last = q.segments[-1]
-        if q.clock - last.created_ms >= m.segment_age(q):
-            m.seal(q, last)
+        if q.clock - last.created_ms >= w.segment_age(q):
+            w.seal(q, last)
             sealed = 1
     copied = 0
     for seg in list(q.sparse()):
         live = seg.count - len(seg.deleted)
         if copied and copied + live > TIDY_MAX_COPIES:
             break
-        copied += copy_forward(m, q, seg)
+        copied += copy_forward(q, seg, w)
     if sealed or copied:
-        m.changed(cmd.queue)
+        fx.change(q.name)
     return Tidied(sealed, copied)
 
 
-def copy_forward(m: QueueMachine, q: QueueState, seg: Segment) -> int:
+def copy_forward(q: QueueState, seg: Segment, w: SegmentWriter) -> int:
     """Copy the live messages of the sealed segment ``seg`` to the active segment (see the
     module docstring); returns how many. ``seg`` is released afterwards."""
     live = BitMap(range(seg.count))
@@ -177,16 +166,16 @@ def copy_forward(m: QueueMachine, q: QueueState, seg: Segment) -> int:
     touched = q.touched
     for rel in live:
         old = seg.first_seq + rel
-        if target is None or m.must_seal(q, target):
+        if target is None or w.must_seal(q, target):
             if target is not None:
                 if messages:
-                    m.append(q, target, messages, frames)
+                    w.append(q, target, messages, frames)
                     messages, frames = [], []
-                m.seal(q, target)
+                w.seal(q, target)
             target = Segment(q.next_seq, q.clock)
             q.segments.append(target)
             q.firsts.append(target.first_seq)
-        msg = m.store.read(q.key, seg.first_seq, old)
+        msg = w.read(q, seg, old)
         new = q.next_seq
         q.next_seq += 1
         # Restores schedule an untouched message at its record's visibility: its timer, or
@@ -224,8 +213,8 @@ def copy_forward(m: QueueMachine, q: QueueState, seg: Segment) -> int:
         seg.deleted.add(rel)
         seg.moved.add(rel)
     if target is not None and messages:
-        m.append(q, target, messages, frames)
-    m.maybe_release(q, seg)
+        w.append(q, target, messages, frames)
+    w.maybe_release(q, seg)
     return len(live)
 
 
@@ -344,6 +333,7 @@ def read_records(
 
 __all__ = [
     "TIDY_MAX_COPIES",
+    "bad_batch",
     "claim",
     "copy_forward",
     "listing",

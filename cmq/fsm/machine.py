@@ -27,20 +27,20 @@ lease id even after its deadline (nobody else holds the message; SQS does the sa
 ChangeVisibility and Nack need an unexpired lease (``MessageNotInflight`` otherwise). Any other
 lease id, or a message that is gone, gets ``LeaseStale``.
 
-Per-queue state and its queries live in `cmq.fsm.queue`, the machine's read-only queries in
-`cmq.fsm.reads`, the segment lifecycle (release, archive claims, copy-forward) in
-`cmq.fsm.lifecycle`, the snapshot image in `cmq.fsm.image`.
+The machine is the hub: it decodes a command, looks its queue up and hands the queue's state
+(`cmq.fsm.queue.QueueState`), the `cmq.fsm.writer.SegmentWriter` (segment appends, seals,
+deletions, releases through the store) and the `cmq.fsm.effects.Effects` sink to the command's
+handler: `cmq.fsm.messages` (produce, acks, visibility, expiry, purge), `cmq.fsm.leasing`
+(Lease) or `cmq.fsm.lifecycle` (archive claims, copy-forward); the queue commands (create,
+delete, attributes) are its own. The read-only queries are `cmq.fsm.reads`, the snapshot image
+`cmq.fsm.image`.
 """
 
 from __future__ import annotations
 
-import zlib
-from bisect import bisect_right
-
 from cmq import errors
 from cmq.errors import InvalidParameter, InvariantBroken, NewerFormat, NewerLayout
-from cmq.fsm import fifo as fifo_rules
-from cmq.fsm import leasing, lifecycle
+from cmq.fsm import leasing, lifecycle, messages
 from cmq.fsm.commands import (
     Ack,
     ChangeVisibility,
@@ -52,23 +52,20 @@ from cmq.fsm.commands import (
     DeadLetter,
     DeleteQueue,
     Done,
-    EntryOutcomes,
     Expire,
-    Expired,
     Lease,
     MarkArchived,
     Nack,
     Produce,
-    Produced,
     Purge,
-    Purged,
     Result,
     Retime,
-    Retimed,
     SetAttributes,
     Tidy,
     decode_command,
 )
+from cmq.fsm.effects import Effects
+from cmq.fsm.fifo_state import FifoState
 from cmq.fsm.image import (
     SHIPPED_FAMILY,
     SHIPPED_MAGIC,
@@ -80,28 +77,12 @@ from cmq.fsm.image import (
     ship,
 )
 from cmq.fsm.leasing import MAX_DEAD_LETTER_PER_LEASE
-from cmq.fsm.queue import (
-    ACKED,
-    COUNT,
-    DEAD_LETTERED,
-    EXPIRED,
-    LEASE,
-    PURGED,
-    VIS,
-    Due,
-    QueueState,
-    Segment,
-    encode_head,
-)
+from cmq.fsm.queue import Due, QueueState, encode_head
 from cmq.fsm.reads import MachineReads
-from cmq.fsm.store import (
-    SegmentLayout,
-    SegmentStore,
-    StoredMessage,
-    encode_record,
-    frame_record,
-)
-from cmq.model import DEDUP_WINDOW_MS, MAX_DEDUP_ENTRIES, QUEUE_NAME, is_fifo_name
+from cmq.fsm.results import queue_not_found
+from cmq.fsm.store import SegmentLayout, SegmentStore
+from cmq.fsm.writer import SegmentWriter
+from cmq.model import QUEUE_NAME, is_fifo_name
 
 __all__ = ["MAX_DEAD_LETTER_PER_LEASE", "Due", "QueueMachine"]
 
@@ -116,11 +97,10 @@ class QueueMachine(MachineReads):
     the state after the last applied command.
 
     Effects instead of calls: ``apply`` and ``restore`` call nothing outside the machine. They
-    record which queues changed (every command that changed a queue except `Lease`, which only
-    hides messages; every queue, before and after, on `restore`); `take_changed` hands that set
-    over (the node wakes the long polls waiting on those queues after each batch of applies).
-    Timed work is a query too: `due` says what retention expiry and dead-letter moves are due,
-    for the group's leader to propose.
+    record which queues changed (`Effects`); `take_changed` hands that set over (the node wakes
+    the long polls waiting on those queues after each batch of applies). Timed work is a query
+    too: `due` says what retention expiry and dead-letter moves are due, for the group's leader
+    to propose.
     """
 
     def __init__(
@@ -133,17 +113,12 @@ class QueueMachine(MachineReads):
         """``segment_bytes`` / ``segment_age_ms``: for tests and simulations, lower the
         segment limits every queue recorded at its creation (`CreateQueue`); every replica of
         a group must then be built with the same values."""
-        self._store = store
-        self._changed_queues: set[str] = set()
-        self._segment_bytes = segment_bytes
-        self._segment_age_ms = segment_age_ms
-        self._queues: dict[str, QueueState] = {}
+        effects = Effects()
+        super().__init__({}, store, effects)
+        self._writer = SegmentWriter(
+            store, effects, segment_bytes=segment_bytes, segment_age_ms=segment_age_ms
+        )
         self._incarnations = 0
-        # Segments (queue key, first seq, bytes) and whole queues (first seq None) no longer in
-        # the state. Their files are removed only once no durable snapshot lists them: those
-        # released before the previous `snapshot()` are removed by the next one.
-        self._released: list[tuple[str, Segment | None]] = []
-        self._releasing: list[tuple[str, Segment | None]] = []
         self.applied_index = 0
 
     @property
@@ -170,12 +145,11 @@ class QueueMachine(MachineReads):
         before this call: files released before the previous call are removed now."""
         image = self.encode_image()
         self._store.flush()
-        for key, seg in self._releasing:
+        for key, seg in self._effects.removable():
             if seg is None:
                 self._store.drop_queue(key)
             else:
                 self._store.release(key, seg.first_seq)
-        self._releasing, self._released = self._released, []
         return image
 
     def export_snapshot(self, data: bytes) -> bytes:
@@ -201,7 +175,7 @@ class QueueMachine(MachineReads):
             for q in queues.values()
         }
         recovered = self._store.recover(layout)
-        self._released, self._releasing = [], []
+        self._effects.forget_releases()
         self._incarnations = incarnations
         for q in queues.values():
             live = sum(seg.count - len(seg.deleted) for seg in q.segments)
@@ -217,53 +191,80 @@ class QueueMachine(MachineReads):
                 q.fifo.rebuild()
         self._queues = queues
         self.applied_index = index
-        self._changed_queues |= before
-        self._changed_queues.update(queues)
+        for name in before | queues.keys():
+            self._effects.change(name)
 
     # ------------------------------------------------------------------------ commands
     def execute(self, cmd: Command) -> Result:
-        """Apply a decoded command (what `apply` does after decoding)."""
+        """Apply a decoded command (what `apply` does after decoding): look its queue up and
+        hand it to the command's handler (see the module docstring)."""
+        w, fx = self._writer, self._effects
         match cmd:
+            case Produce():
+                if (q := self._mutable(cmd.queue)) is None:
+                    return queue_not_found(cmd.queue)
+                return messages.produce(q, cmd, w, fx)
+            case Lease():
+                if (q := self._mutable(cmd.queue)) is None:
+                    return queue_not_found(cmd.queue)
+                return leasing.lease(q, cmd)
+            case Ack():
+                if (q := self._mutable(cmd.queue)) is None:
+                    return queue_not_found(cmd.queue)
+                return messages.ack(q, cmd, w, fx)
+            case ChangeVisibility():
+                if (q := self._mutable(cmd.queue)) is None:
+                    return queue_not_found(cmd.queue)
+                return messages.change_visibility(q, cmd, fx)
+            case Nack():
+                if (q := self._mutable(cmd.queue)) is None:
+                    return queue_not_found(cmd.queue)
+                return messages.nack(q, cmd, fx)
+            case DeadLetter():
+                if (q := self._mutable(cmd.queue)) is None:
+                    return queue_not_found(cmd.queue)
+                return messages.dead_letter(q, cmd, w, fx)
+            case Expire():
+                if (q := self._mutable(cmd.queue)) is None:
+                    return queue_not_found(cmd.queue)
+                return messages.expire(q, cmd, w, fx)
+            case Purge():
+                if (q := self._mutable(cmd.name)) is None:
+                    return queue_not_found(cmd.name)
+                return messages.purge(q, cmd, w, fx)
+            case Retime():
+                if (q := self._mutable(cmd.queue)) is None:
+                    return queue_not_found(cmd.queue)
+                return messages.retime(q, cmd, fx)
+            case Tidy():
+                if (q := self._mutable(cmd.queue)) is None:
+                    return queue_not_found(cmd.queue)
+                return lifecycle.tidy(q, cmd, w, fx)
+            case ClaimSegments():
+                if (bad := lifecycle.bad_batch(cmd.batch_id)) is not None:
+                    return bad
+                if (q := self._mutable(cmd.queue)) is None:
+                    return queue_not_found(cmd.queue)
+                return lifecycle.claim(q, cmd)
+            case MarkArchived():
+                if (bad := lifecycle.bad_batch(cmd.batch_id)) is not None:
+                    return bad
+                if (q := self._mutable(cmd.queue)) is None:
+                    return queue_not_found(cmd.queue)
+                return lifecycle.mark_archived(q, cmd, w, fx)
             case CreateQueue():
                 return self._create(cmd)
             case DeleteQueue():
                 return self._delete_queue(cmd)
             case SetAttributes():
                 return self._set_attributes(cmd)
-            case Purge():
-                return self._purge(cmd)
-            case Produce():
-                return self._produce(cmd)
-            case Lease():
-                return self._lease(cmd)
-            case Ack():
-                return self._ack(cmd)
-            case ChangeVisibility():
-                return self._change_visibility(cmd)
-            case Nack():
-                return self._nack(cmd)
-            case DeadLetter():
-                return self._dead_letter(cmd)
-            case Expire():
-                return self._expire(cmd)
-            case ClaimSegments():
-                return lifecycle.claim(self, cmd)
-            case MarkArchived():
-                return lifecycle.mark_archived(self, cmd)
-            case Tidy():
-                return lifecycle.tidy(self, cmd)
-            case Retime():
-                return self._retime(cmd)
 
-    def mutable(self, name: str) -> QueueState | None:
+    def _mutable(self, name: str) -> QueueState | None:
         """The queue a command is about to change (its cached image is dropped)."""
         q = self._queues.get(name)
         if q is not None:
             q.image = None
         return q
-
-    def changed(self, name: str) -> None:
-        self._changed_queues.add(name)
 
     def end_batch(self) -> None:
         """After a batch of `apply` calls: the segment store writes the batch's appends out
@@ -273,14 +274,10 @@ class QueueMachine(MachineReads):
     def take_changed(self) -> set[str]:
         """The queues changed since the last call (an effect of `apply`/`restore`; bounded by
         the queue names, so a machine nobody drains does not grow without limit)."""
-        changed, self._changed_queues = self._changed_queues, set()
-        return changed
+        return self._effects.take_changed()
 
-    @staticmethod
-    def not_found(name: str) -> CommandFailed:
-        return CommandFailed(errors.QueueNotFound.code, f"queue {name!r} does not exist")
-
-    def _create(self, cmd: CreateQueue) -> Result:
+    # ------------------------------------------------------------------------ queues
+    def _create(self, cmd: CreateQueue) -> Created | CommandFailed:
         if not QUEUE_NAME.match(cmd.name):
             # The service validates names; re-checked because names become directory names.
             return CommandFailed(errors.InvalidQueueName.code, f"bad queue name {cmd.name!r}")
@@ -288,7 +285,7 @@ class QueueMachine(MachineReads):
             return CommandFailed(
                 errors.InvalidParameter.code, "a FIFO queue's name ends in .fifo, and only its"
             )
-        q = self.mutable(cmd.name)
+        q = self._mutable(cmd.name)
         if q is not None:
             if q.attributes != cmd.attributes:
                 return CommandFailed(
@@ -297,7 +294,7 @@ class QueueMachine(MachineReads):
                 )
             return Created(False, q.attributes)
         self._incarnations += 1
-        self._queues[cmd.name] = QueueState(
+        q = QueueState(
             cmd.name,
             self._incarnations,
             cmd.attributes,
@@ -306,22 +303,23 @@ class QueueMachine(MachineReads):
             segment_age_ms=max(0, cmd.segment_age_ms),
         )
         if cmd.attributes.fifo:
-            self._queues[cmd.name].fifo = fifo_rules.FifoState()
-        self.changed(cmd.name)
+            q.fifo = FifoState()
+        self._queues[cmd.name] = q
+        self._effects.change(cmd.name)
         return Created(True, cmd.attributes)
 
-    def _delete_queue(self, cmd: DeleteQueue) -> Result:
+    def _delete_queue(self, cmd: DeleteQueue) -> Done | CommandFailed:
         q = self._queues.pop(cmd.name, None)
         if q is None:
-            return self.not_found(cmd.name)
-        self._released.append((q.key, None))
-        self.changed(cmd.name)
+            return queue_not_found(cmd.name)
+        self._effects.release(q.key, None)
+        self._effects.change(cmd.name)
         return Done()
 
-    def _set_attributes(self, cmd: SetAttributes) -> Result:
-        q = self.mutable(cmd.name)
+    def _set_attributes(self, cmd: SetAttributes) -> Done | CommandFailed:
+        q = self._mutable(cmd.name)
         if q is None:
-            return self.not_found(cmd.name)
+            return queue_not_found(cmd.name)
         if cmd.attributes.fifo != q.attributes.fifo:
             return CommandFailed(errors.InvalidParameter.code, "fifo is fixed at creation")
         q.attributes = cmd.attributes
@@ -329,283 +327,9 @@ class QueueMachine(MachineReads):
         if not q.attributes.archive:
             # No archive any more: the segments kept for it go like any released one.
             for seg in [seg for seg in q.segments if seg.released]:
-                self.forget_segment(q, seg)
-        self.changed(cmd.name)
+                self._writer.forget(q, seg)
+        self._effects.change(cmd.name)
         return Done()
-
-    def _purge(self, cmd: Purge) -> Result:
-        q = self.mutable(cmd.name)
-        if q is None:
-            return self.not_found(cmd.name)
-        q.advance(cmd.now_ms)
-        count = self._delete_prefix(q, q.next_seq, PURGED)
-        self.changed(cmd.name)
-        return Purged(count)
-
-    def _produce(self, cmd: Produce) -> Result:
-        q = self.mutable(cmd.queue)
-        if q is None:
-            return self.not_found(cmd.queue)
-        limit = q.attributes.max_message_size
-        for m in cmd.messages:
-            # Any node builds produce commands from its own replica's view of the attributes;
-            # the committed attributes decide.
-            if len(m.body) > limit:
-                return CommandFailed(
-                    errors.MessageTooLarge.code,
-                    f"a message body has {len(m.body)} bytes; the queue allows {limit}",
-                )
-        importing = cmd.expect_sent is not None
-        if importing and q.sent_total != cmd.expect_sent:
-            return CommandFailed(
-                errors.ImportConflict.code,
-                f"queue {cmd.queue!r} has had {q.sent_total} messages sent; the import "
-                f"expected {cmd.expect_sent}",
-            )
-        q.advance(cmd.now_ms)
-        clock = q.clock
-        dedup = q.dedup
-        while dedup:
-            oldest = next(iter(dedup))
-            if clock - dedup[oldest][2] < DEDUP_WINDOW_MS:
-                break
-            del dedup[oldest]
-        refused = fifo_rules.check_produce(q, cmd.messages, importing=importing)
-        if refused is not None:
-            return refused
-        fifo = q.fifo
-        default_delay = q.attributes.delay_seconds * 1000
-        out: list[tuple[str, int]] = []
-        seg = q.segments[-1] if q.segments and not q.segments[-1].sealed else None
-        messages: list[StoredMessage] = []
-        frames: list[bytes] = []
-        tails = cmd.tails
-        for i, m in enumerate(cmd.messages):
-            key = m.dedup_id if fifo is None else fifo_rules.dedup_key(q.attributes, m)
-            if key is not None and not importing:
-                hit = dedup.get(key)
-                if hit is not None:
-                    out.append((hit[0], hit[1]))
-                    continue
-            if seg is None or self.must_seal(q, seg):
-                if seg is not None:
-                    self.append(q, seg, messages, frames)
-                    messages, frames = [], []
-                    self.seal(q, seg)
-                seg = Segment(q.next_seq, clock)
-                q.segments.append(seg)
-                q.firsts.append(seg.first_seq)
-            seq = q.next_seq
-            q.next_seq += 1
-            delay = default_delay if m.delay_ms is None else m.delay_ms
-            visible_at = clock + max(0, delay)
-            stored = StoredMessage(m.id, seq, m.body, m.binary, m.attributes, clock)
-            if tails is None:  # decoded from a log written before PRODUCE_RECORDS
-                frame = encode_record(stored, visible_at)
-            else:
-                frame = frame_record(seq, clock, visible_at, tails[i])
-            messages.append(stored)
-            frames.append(frame)
-            seg.count += 1
-            seg.size += len(frame)
-            seg.crc = zlib.crc32(frame, seg.crc)
-            seg.sent_at.append(clock)
-            q.live += 1
-            q.sent_total += 1
-            q.schedule(seq, visible_at)
-            if key is not None and not importing:
-                if len(dedup) >= MAX_DEDUP_ENTRIES:  # standard queues only (check_produce)
-                    del dedup[next(iter(dedup))]
-                dedup[key] = (m.id, seq, clock)
-            if fifo is not None:
-                fifo.add(seq, m.group_id or "", key or "")
-            out.append((m.id, seq))
-        if seg is not None and messages:
-            self.append(q, seg, messages, frames)
-        self.changed(cmd.queue)
-        return Produced(tuple(out))
-
-    def _retime(self, cmd: Retime) -> Result:
-        q = self.mutable(cmd.queue)
-        if q is None:
-            return self.not_found(cmd.queue)
-        ahead = q.retime(cmd.now_ms)
-        self.changed(cmd.queue)
-        return Retimed(ahead)
-
-    def _lease(self, cmd: Lease) -> Result:
-        q = self.mutable(cmd.queue)
-        if q is None:
-            return self.not_found(cmd.queue)
-        return leasing.lease(q, cmd)
-
-    def _ack(self, cmd: Ack) -> Result:
-        q = self.mutable(cmd.queue)
-        if q is None:
-            return self.not_found(cmd.queue)
-        q.advance(cmd.now_ms)
-        out: list[str | None] = []
-        for old_seq, lease_id in cmd.entries:
-            seq = q.resolve(old_seq)
-            if q.lease_slot(seq, lease_id) is None:
-                out.append(errors.LEASE_STALE)
-                continue
-            self._delete_one(q, seq, ACKED)
-            q.acked_total += 1
-            out.append(None)
-        self.changed(cmd.queue)
-        return EntryOutcomes(tuple(out))
-
-    def _change_visibility(self, cmd: ChangeVisibility) -> Result:
-        q = self.mutable(cmd.queue)
-        if q is None:
-            return self.not_found(cmd.queue)
-        q.advance(cmd.now_ms)
-        out: list[str | None] = []
-        for old_seq, lease_id, visibility_ms in cmd.entries:
-            seq = q.resolve(old_seq)
-            slot = q.inflight_slot(seq, lease_id)
-            if isinstance(slot, str):
-                out.append(slot)
-                continue
-            at = q.clock + max(0, visibility_ms)
-            q.touched.set(slot, VIS, at)
-            q.schedule(seq, at)
-            out.append(None)
-        self.changed(cmd.queue)
-        return EntryOutcomes(tuple(out))
-
-    def _nack(self, cmd: Nack) -> Result:
-        q = self.mutable(cmd.queue)
-        if q is None:
-            return self.not_found(cmd.queue)
-        q.advance(cmd.now_ms)
-        at = q.clock + max(0, cmd.delay_ms)
-        out: list[str | None] = []
-        for old_seq, lease_id in cmd.entries:
-            seq = q.resolve(old_seq)
-            slot = q.inflight_slot(seq, lease_id)
-            if isinstance(slot, str):
-                out.append(slot)
-                continue
-            q.touched.set(slot, LEASE, 0)
-            q.touched.set(slot, VIS, at)
-            q.schedule(seq, at)
-            out.append(None)
-        self.changed(cmd.queue)
-        return EntryOutcomes(tuple(out))
-
-    def _dead_letter(self, cmd: DeadLetter) -> Result:
-        q = self.mutable(cmd.queue)
-        if q is None:
-            return self.not_found(cmd.queue)
-        for seq in cmd.seqs:
-            if self._delete_one(q, q.resolve(seq), DEAD_LETTERED):
-                q.dead_lettered_total += 1
-        self.changed(cmd.queue)
-        return Done()
-
-    def _expire(self, cmd: Expire) -> Result:
-        q = self.mutable(cmd.queue)
-        if q is None:
-            return self.not_found(cmd.queue)
-        q.advance(cmd.now_ms)
-        cutoff = q.clock - q.attributes.message_retention_seconds * 1000
-        end_seq = 0
-        for seg in q.segments:
-            # Send times are non-decreasing in seq (queue clock), so expiry is a prefix.
-            k = bisect_right(seg.sent_at, cutoff)
-            end_seq = seg.first_seq + k
-            if k < seg.count:
-                break
-        count = self._delete_prefix(q, end_seq, EXPIRED)
-        # Messages copied forward carry their real send time apart (their place in the
-        # sorted send times is their copy's).
-        for seq in sorted(seq for seq, (sent, _) in q.moved.items() if sent <= cutoff):
-            if self._delete_one(q, seq, EXPIRED):
-                count += 1
-        q.expired_total += count
-        self.changed(cmd.queue)
-        return Expired(count)
-
-    # ------------------------------------------------------------------------ helpers
-    def must_seal(self, q: QueueState, seg: Segment) -> bool:
-        return seg.size >= self.segment_bytes(q) or q.clock - seg.created_ms >= self.segment_age(q)
-
-    def segment_bytes(self, q: QueueState) -> int:
-        """The size at which ``q``'s segments are sealed."""
-        limit = self._segment_bytes
-        return q.segment_bytes if limit is None else min(limit, q.segment_bytes)
-
-    def segment_age(self, q: QueueState) -> int:
-        """The age (ms) at which ``q``'s segments are sealed."""
-        limit = self._segment_age_ms
-        return q.segment_age_ms if limit is None else min(limit, q.segment_age_ms)
-
-    def append(
-        self, q: QueueState, seg: Segment, messages: list[StoredMessage], frames: list[bytes]
-    ) -> None:
-        size = self._store.append(q.key, seg.first_seq, messages, frames)
-        if size != seg.size:
-            raise InvariantBroken(
-                f"queue {q.name!r} segment {seg.first_seq}: store size {size} != {seg.size}"
-            )
-
-    def seal(self, q: QueueState, seg: Segment) -> None:
-        seg.sealed = True
-        self._store.seal(q.key, seg.first_seq)
-        self.maybe_release(q, seg)
-
-    def maybe_release(self, q: QueueState, seg: Segment) -> None:
-        """Release ``seg`` if it is sealed and every message is deleted: kept for the archive
-        (``archive`` queues), else forgotten (its files go after the next snapshot)."""
-        if seg.released or not (seg.sealed and seg.full()):
-            return
-        if q.attributes.archive and seg.archivable() > 0:
-            seg.released = True
-            return
-        self.forget_segment(q, seg)
-
-    def forget_segment(self, q: QueueState, seg: Segment) -> None:
-        """Drop ``seg`` from the state; its files are removed once no durable snapshot lists
-        it (see `snapshot`)."""
-        i = bisect_right(q.firsts, seg.first_seq) - 1
-        if i < 0 or q.segments[i] is not seg:
-            raise InvariantBroken(f"queue {q.name!r}: segment {seg.first_seq} not in its list")
-        del q.segments[i]
-        del q.firsts[i]
-        self._released.append((q.key, seg))
-
-    def _delete_one(self, q: QueueState, seq: int, outcome: int) -> bool:
-        """Delete the live message ``seq`` (recording ``outcome``); False if already gone."""
-        seg = q.segment_of(seq)
-        if seg is None:
-            return False
-        rel = seq - seg.first_seq
-        if rel in seg.deleted:
-            return False
-        slot = q.touched.slot_of.get(seq)
-        seg.record(rel, outcome, 0 if slot is None else q.touched.get(slot, COUNT))
-        seg.deleted.add(rel)
-        q.forget_moved(seq)
-        q.live -= 1
-        q.ready.discard(seq)
-        q.timer_of.pop(seq, None)
-        q.pending_dl.discard(seq)
-        q.touched.remove(seq)
-        if q.fifo is not None:
-            q.fifo.drop(seq)
-        self.maybe_release(q, seg)
-        return True
-
-    def _delete_prefix(self, q: QueueState, end_seq: int, outcome: int) -> int:
-        """Delete every live message with seq < ``end_seq``; returns how many."""
-        count, hit = q.delete_prefix(end_seq, outcome)
-        if count and q.fifo is not None:
-            q.fifo.drop_below(end_seq)
-        for seg in hit:
-            self.maybe_release(q, seg)
-        return count
 
     # ------------------------------------------------------------------------ image
     def encode_image(self, *, reuse: bool = True) -> bytes:

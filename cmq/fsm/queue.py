@@ -12,17 +12,14 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from pyroaring import BitMap, BitMap64
 
 from cmq import errors
-from cmq.fsm.commands import write_attributes
+from cmq.fsm.commands.codec import write_attributes
+from cmq.fsm.fifo_state import FifoState
 from cmq.fsm.wire import Writer
 from cmq.model import OUTCOMES, QueueAttributes, QueueStats, SegmentCounts
-
-if TYPE_CHECKING:
-    from cmq.fsm.fifo import FifoState
 
 PENDING_DEAD_LETTER = 1
 """Flag of a touched slot: the message waits for a `DeadLetter` (it is in ``pending_dl``)."""

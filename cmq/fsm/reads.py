@@ -1,6 +1,7 @@
-"""The read-only queries of `cmq.fsm.machine.QueueMachine` (a base class of it): what the
-leader's service and the archive read side ask between applies. Pure: reads go through the
-`SegmentStore`; they reflect the state after the last applied command.
+"""The read-only queries of a data group's queues (`MachineReads`, the base class of
+`cmq.fsm.machine.QueueMachine`): what the leader's service and the archive read side ask between
+applies. Pure: reads go through the `SegmentStore`; they reflect the state after the last
+applied command.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from itertools import islice
 
 from cmq import errors
 from cmq.fsm import export, fifo, lifecycle
+from cmq.fsm.effects import Effects
 from cmq.fsm.image import decode_image, segments_digest
 from cmq.fsm.queue import Due, QueueState, Segment
 from cmq.fsm.store import SegmentStore, StoredMessage
@@ -18,12 +20,16 @@ from cmq.model import ExportPage, QueueAttributes, QueueStats, SegmentInfo, Segm
 
 
 class MachineReads:
-    """The queries (see the module docstring); the state is the machine's."""
+    """The queries (see the module docstring) over ``queues`` (by name; the machine replaces
+    the mapping on restore), their segments in ``store`` and the files awaiting removal that
+    ``effects`` keeps."""
 
-    _queues: dict[str, QueueState]
-    _store: SegmentStore
-    _released: list[tuple[str, Segment | None]]
-    _releasing: list[tuple[str, Segment | None]]
+    def __init__(
+        self, queues: dict[str, QueueState], store: SegmentStore, effects: Effects
+    ) -> None:
+        self._queues = queues
+        self._store = store
+        self._effects = effects
 
     def _read_live(self, q: QueueState, seq: int) -> StoredMessage:
         seg = q.segment_of(seq)
@@ -31,18 +37,14 @@ class MachineReads:
             raise errors.InvariantBroken(f"queue {q.name!r}: live seq {seq} has no segment")
         return self._store.read(q.key, seg.first_seq, seq)
 
-    def read_live(self, q: QueueState, seq: int) -> StoredMessage:
-        """The stored record of the live message ``seq`` of ``q``."""
-        return self._read_live(q, seq)
-
     def pending_segments(self, key: str) -> list[Segment]:
         """The segments of queue store key ``key`` whose files await removal here."""
-        return [s for k, s in (*self._releasing, *self._released) if k == key and s is not None]
+        return self._effects.pending(key)
 
     def files_pending(self) -> bool:
         """Whether segment files (or a deleted queue's) await removal: the next snapshot but
         one removes them (`QueueMachine.snapshot`)."""
-        return bool(self._released or self._releasing)
+        return self._effects.files_pending()
 
     def pending_files(self, key: str) -> tuple[int, int]:
         """(segments, bytes) of queue store key ``key`` whose files await removal here."""

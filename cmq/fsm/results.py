@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from cmq import errors
 from cmq.model import QueueAttributes
 
 R_co = TypeVar("R_co", covariant=True)
@@ -29,6 +30,11 @@ class CommandFailed:
 
     code: str
     message: str
+
+
+def queue_not_found(name: str) -> CommandFailed:
+    """The answer to a command for a queue that does not exist."""
+    return CommandFailed(errors.QueueNotFound.code, f"queue {name!r} does not exist")
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,8 +33,8 @@ from cmq.fsm import (
     Tidy,
 )
 from cmq.fsm import fifo as fifo_module
-from cmq.fsm import machine as machine_module
-from cmq.fsm.fifo import MAX_ATTEMPTS
+from cmq.fsm import messages as messages_module
+from cmq.fsm.fifo_state import MAX_ATTEMPTS
 from cmq.model import DEDUP_WINDOW_MS, QueueAttributes
 
 from .harness import Applier, leased_ids
@@ -366,7 +366,7 @@ def test_dedup_table_cap(monkeypatch: pytest.MonkeyPatch) -> None:
     """At the cap a FIFO queue refuses a send needing a new dedup id (nothing stored); a
     standard queue forgets its oldest id instead. Entries expire after the window."""
     monkeypatch.setattr(fifo_module, "MAX_DEDUP_ENTRIES", 3)
-    monkeypatch.setattr(machine_module, "MAX_DEDUP_ENTRIES", 3)
+    monkeypatch.setattr(messages_module, "MAX_DEDUP_ENTRIES", 3)
     env = Fifo()
     env.send(fm(1), fm(2), fm(3))
     res = env.run(Produce(Q, T0, (fm(4),)))

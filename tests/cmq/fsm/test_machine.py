@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
-
 import pytest
 
 from cmq import errors
@@ -75,36 +72,6 @@ class Env:
         res = self.run(cmd)
         assert isinstance(res, EntryOutcomes)
         return res.outcomes
-
-
-def imported_modules(tree: ast.AST) -> set[str]:
-    return {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-
-
-def test_pure_modules_import_no_io() -> None:
-    root = Path(__file__).resolve().parents[3] / "cmq" / "fsm"
-    pure = (
-        "machine.py",
-        "queue.py",
-        "image.py",
-        "commands/__init__.py",
-        "commands/definitions.py",
-        "commands/codec.py",
-        "results.py",
-        "store.py",
-        "wire.py",
-    )
-    for name in (*pure, "lifecycle.py", "reads.py", "fifo.py", "leasing.py"):
-        tree = ast.parse((root / name).read_text())
-        imported = set()
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                imported |= {a.name.split(".")[0] for a in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                imported.add(node.module.split(".")[0])
-        banned = {"os", "asyncio", "time", "random", "datetime", "io", "socket", "threading"}
-        assert not imported & banned, (name, imported & banned)
-        assert "cmq.fsm.segments" not in imported_modules(tree), name
 
 
 def test_create_is_idempotent_and_conflicts_on_different_attributes() -> None:

@@ -1,0 +1,232 @@
+"""The message commands of the queue machine (pure apply logic): `Produce`, `Ack`,
+`ChangeVisibility`, `Nack`, `DeadLetter`, `Expire`, `Purge` and `Retime`; `Lease` is
+`cmq.fsm.leasing`'s, the segment lifecycle `cmq.fsm.lifecycle`'s.
+
+Each handler is given the queue's state (`QueueState`, looked up by `QueueMachine.execute`), its
+command, the `SegmentWriter` its bytes and deletions go through and the `Effects` it records;
+it returns the command's result (a user error as `CommandFailed`). See `cmq.fsm.machine` for
+the invariants (queue time, leases).
+"""
+
+from __future__ import annotations
+
+import zlib
+from bisect import bisect_right
+
+from cmq import errors
+from cmq.fsm import fifo as fifo_rules
+from cmq.fsm.commands import (
+    Ack,
+    ChangeVisibility,
+    CommandFailed,
+    DeadLetter,
+    Done,
+    EntryOutcomes,
+    Expire,
+    Expired,
+    Nack,
+    Produce,
+    Produced,
+    Purge,
+    Purged,
+    Retime,
+    Retimed,
+)
+from cmq.fsm.effects import Effects
+from cmq.fsm.queue import ACKED, DEAD_LETTERED, EXPIRED, LEASE, PURGED, VIS, QueueState, Segment
+from cmq.fsm.store import StoredMessage, encode_record, frame_record
+from cmq.fsm.writer import SegmentWriter
+from cmq.model import DEDUP_WINDOW_MS, MAX_DEDUP_ENTRIES
+
+__all__ = [
+    "ack",
+    "change_visibility",
+    "dead_letter",
+    "expire",
+    "nack",
+    "produce",
+    "purge",
+    "retime",
+]
+
+
+def produce(q: QueueState, cmd: Produce, w: SegmentWriter, fx: Effects) -> Produced | CommandFailed:
+    """Append ``cmd``'s messages in order (a deduplicated one answers with the original's id
+    and seq), sealing the active segment at the queue's limits."""
+    limit = q.attributes.max_message_size
+    for m in cmd.messages:
+        # Any node builds produce commands from its own replica's view of the attributes;
+        # the committed attributes decide.
+        if len(m.body) > limit:
+            return CommandFailed(
+                errors.MessageTooLarge.code,
+                f"a message body has {len(m.body)} bytes; the queue allows {limit}",
+            )
+    importing = cmd.expect_sent is not None
+    if importing and q.sent_total != cmd.expect_sent:
+        return CommandFailed(
+            errors.ImportConflict.code,
+            f"queue {cmd.queue!r} has had {q.sent_total} messages sent; the import "
+            f"expected {cmd.expect_sent}",
+        )
+    q.advance(cmd.now_ms)
+    clock = q.clock
+    dedup = q.dedup
+    while dedup:
+        oldest = next(iter(dedup))
+        if clock - dedup[oldest][2] < DEDUP_WINDOW_MS:
+            break
+        del dedup[oldest]
+    refused = fifo_rules.check_produce(q, cmd.messages, importing=importing)
+    if refused is not None:
+        return refused
+    fifo = q.fifo
+    default_delay = q.attributes.delay_seconds * 1000
+    out: list[tuple[str, int]] = []
+    seg = q.segments[-1] if q.segments and not q.segments[-1].sealed else None
+    messages: list[StoredMessage] = []
+    frames: list[bytes] = []
+    tails = cmd.tails
+    for i, m in enumerate(cmd.messages):
+        key = m.dedup_id if fifo is None else fifo_rules.dedup_key(q.attributes, m)
+        if key is not None and not importing:
+            hit = dedup.get(key)
+            if hit is not None:
+                out.append((hit[0], hit[1]))
+                continue
+        if seg is None or w.must_seal(q, seg):
+            if seg is not None:
+                w.append(q, seg, messages, frames)
+                messages, frames = [], []
+                w.seal(q, seg)
+            seg = Segment(q.next_seq, clock)
+            q.segments.append(seg)
+            q.firsts.append(seg.first_seq)
+        seq = q.next_seq
+        q.next_seq += 1
+        delay = default_delay if m.delay_ms is None else m.delay_ms
+        visible_at = clock + max(0, delay)
+        stored = StoredMessage(m.id, seq, m.body, m.binary, m.attributes, clock)
+        if tails is None:  # decoded from a log written before PRODUCE_RECORDS
+            frame = encode_record(stored, visible_at)
+        else:
+            frame = frame_record(seq, clock, visible_at, tails[i])
+        messages.append(stored)
+        frames.append(frame)
+        seg.count += 1
+        seg.size += len(frame)
+        seg.crc = zlib.crc32(frame, seg.crc)
+        seg.sent_at.append(clock)
+        q.live += 1
+        q.sent_total += 1
+        q.schedule(seq, visible_at)
+        if key is not None and not importing:
+            if len(dedup) >= MAX_DEDUP_ENTRIES:  # standard queues only (check_produce)
+                del dedup[next(iter(dedup))]
+            dedup[key] = (m.id, seq, clock)
+        if fifo is not None:
+            fifo.add(seq, m.group_id or "", key or "")
+        out.append((m.id, seq))
+    if seg is not None and messages:
+        w.append(q, seg, messages, frames)
+    fx.change(q.name)
+    return Produced(tuple(out))
+
+
+def ack(q: QueueState, cmd: Ack, w: SegmentWriter, fx: Effects) -> EntryOutcomes:
+    """Delete each message whose current lease is the entry's (even after its deadline)."""
+    q.advance(cmd.now_ms)
+    out: list[str | None] = []
+    for old_seq, lease_id in cmd.entries:
+        seq = q.resolve(old_seq)
+        if q.lease_slot(seq, lease_id) is None:
+            out.append(errors.LEASE_STALE)
+            continue
+        w.delete_one(q, seq, ACKED)
+        q.acked_total += 1
+        out.append(None)
+    fx.change(q.name)
+    return EntryOutcomes(tuple(out))
+
+
+def change_visibility(q: QueueState, cmd: ChangeVisibility, fx: Effects) -> EntryOutcomes:
+    """Move each unexpired lease's deadline to the queue's time plus the entry's visibility."""
+    q.advance(cmd.now_ms)
+    out: list[str | None] = []
+    for old_seq, lease_id, visibility_ms in cmd.entries:
+        seq = q.resolve(old_seq)
+        slot = q.inflight_slot(seq, lease_id)
+        if isinstance(slot, str):
+            out.append(slot)
+            continue
+        at = q.clock + max(0, visibility_ms)
+        q.touched.set(slot, VIS, at)
+        q.schedule(seq, at)
+        out.append(None)
+    fx.change(q.name)
+    return EntryOutcomes(tuple(out))
+
+
+def nack(q: QueueState, cmd: Nack, fx: Effects) -> EntryOutcomes:
+    """Release each unexpired lease: the message is visible again after ``cmd.delay_ms``."""
+    q.advance(cmd.now_ms)
+    at = q.clock + max(0, cmd.delay_ms)
+    out: list[str | None] = []
+    for old_seq, lease_id in cmd.entries:
+        seq = q.resolve(old_seq)
+        slot = q.inflight_slot(seq, lease_id)
+        if isinstance(slot, str):
+            out.append(slot)
+            continue
+        q.touched.set(slot, LEASE, 0)
+        q.touched.set(slot, VIS, at)
+        q.schedule(seq, at)
+        out.append(None)
+    fx.change(q.name)
+    return EntryOutcomes(tuple(out))
+
+
+def dead_letter(q: QueueState, cmd: DeadLetter, w: SegmentWriter, fx: Effects) -> Done:
+    """Delete the messages copied to the dead-letter queue (those still here)."""
+    for seq in cmd.seqs:
+        if w.delete_one(q, q.resolve(seq), DEAD_LETTERED):
+            q.dead_lettered_total += 1
+    fx.change(q.name)
+    return Done()
+
+
+def expire(q: QueueState, cmd: Expire, w: SegmentWriter, fx: Effects) -> Expired:
+    """Delete the messages older than the queue's retention at its time."""
+    q.advance(cmd.now_ms)
+    cutoff = q.clock - q.attributes.message_retention_seconds * 1000
+    end_seq = 0
+    for seg in q.segments:
+        # Send times are non-decreasing in seq (queue clock), so expiry is a prefix.
+        k = bisect_right(seg.sent_at, cutoff)
+        end_seq = seg.first_seq + k
+        if k < seg.count:
+            break
+    count = w.delete_prefix(q, end_seq, EXPIRED)
+    # Messages copied forward carry their real send time apart (their place in the
+    # sorted send times is their copy's).
+    for seq in sorted(seq for seq, (sent, _) in q.moved.items() if sent <= cutoff):
+        if w.delete_one(q, seq, EXPIRED):
+            count += 1
+    q.expired_total += count
+    fx.change(q.name)
+    return Expired(count)
+
+
+def purge(q: QueueState, cmd: Purge, w: SegmentWriter, fx: Effects) -> Purged:
+    """Delete every message of the queue."""
+    q.advance(cmd.now_ms)
+    count = w.delete_prefix(q, q.next_seq, PURGED)
+    fx.change(q.name)
+    return Purged(count)
+
+
+def retime(q: QueueState, cmd: Retime, fx: Effects) -> Retimed:
+    """Keep the queue's lead over the leader's clock as a skew to slew off (`QueueState.retime`)."""
+    ahead = q.retime(cmd.now_ms)
+    fx.change(q.name)
+    return Retimed(ahead)
