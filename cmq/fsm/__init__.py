@@ -7,7 +7,7 @@ commands), `cmq.fsm.lifecycle` (archive claims, copy-forward, the records stream
 `cmq.fsm.image` (snapshot image), `cmq.fsm.commands` (commands and their codec) and the rest are
 pure: no clock, randomness, threads, sockets or files, and nothing of the node, the routing or
 Raft's runtime (the import contract ``fsm-pure`` in pyproject.toml). File I/O lives in
-`cmq.fsm.segments` alone.
+`cmq.fsm.segments` alone; its in-memory twin is `cmq.fsm.memory`.
 """
 
 from cmq.fsm.commands import (
@@ -45,7 +45,8 @@ from cmq.fsm.commands import (
     encode_command,
 )
 from cmq.fsm.machine import QueueMachine
-from cmq.fsm.segments import FileSegmentStore, MemorySegmentStore
+from cmq.fsm.memory import MemorySegmentStore
+from cmq.fsm.segments import FileSegmentStore
 from cmq.fsm.store import SegmentStore, StoredMessage
 
 __all__ = [
