@@ -35,7 +35,7 @@ class FileSegmentStore(FramedStore):
     """Segments as files ``<directory>/<queue>/<first_seq:020d>.seg``.
 
     Appends are held in memory until `write_out` (which the raftlog runtime calls after each
-    batch of applies, through `cmq.routing.ops.WakingMachine`), then written with one
+    batch of applies, through `cmq.routing.wakeups.WakingMachine`), then written with one
     ``write`` per segment on an ``O_APPEND`` descriptor (readable at once through the page
     cache, no fsync): one system call per segment per batch instead of one per command.
     Whatever reads, sizes, truncates, closes or fsyncs a segment on the caller's thread writes

@@ -75,7 +75,7 @@ from cmq.node.housekeeping import Housekeeper
 from cmq.node.membership import Identity, Membership
 from cmq.node.peer_tls import PeerTlsFiles
 from cmq.node.status import group_digest, render_status
-from cmq.routing.ops import META_GROUP, LeaderOps, ProduceBuilder, Wakeups, WakingMachine, now_ms
+from cmq.routing.ops import META_GROUP, LeaderOps, ProduceBuilder, now_ms
 from cmq.routing.receipts import ReceiptSigner
 from cmq.routing.router import Router
 from cmq.routing.rpc import (
@@ -95,6 +95,7 @@ from cmq.routing.rpc import (
     RemoveQueueCall,
     SetAttributesCall,
 )
+from cmq.routing.wakeups import Wakeups, WakingMachine
 from cmq.upgrade import features
 from cmq.upgrade.release import PEER_PROTOCOL_MAX, PEER_PROTOCOL_MIN, RELEASE
 from raftlog.runtime import GroupOptions, MultiRaft, RuntimeConfig

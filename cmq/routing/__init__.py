@@ -1,3 +1,4 @@
 """Requests to the group that owns a queue: `router` (here or forwarded to the leader), `rpc`
-(the typed calls on the peer connection), `ops` (what a leader does with them), `receipts`
-(signed delivery receipts) and `clockfault` (the test hook on the clock commands carry)."""
+(the typed calls on the peer connection), `ops` (what a leader does with them), `wakeups` (the
+long polls' wake-ups, fed by the data groups' apply effects), `receipts` (signed delivery
+receipts) and `clockfault` (the test hook on the clock commands carry)."""

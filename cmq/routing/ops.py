@@ -4,17 +4,22 @@ A call arrives here either from this node's router (it leads the group) or forwa
 either way it is the same typed object. Each operation builds its command with this node's clock
 (ms), proposes it through Raft and turns the applied result into the call's reply; reads (queue
 attributes and statistics, stored bodies) are served from the local replica, which is current on
-the leader. A failed command becomes the `CmqError` of its code (`cmq.errors.error_for`).
+the leader.
 
-Receives long-poll: while the queue has no visible message they wait on `Wakeups`, which the
-node sets from the machines' apply effects (`QueueMachine.take_changed`), or until the next
-invisible message becomes visible.
+Results are typed: a data-group command declares the result it is answered with
+(`cmq.fsm.commands.Returns`), and `LeaderOps.command` proposes it and narrows what the runtime
+hands back (`MultiRaft.propose` returns ``object``: it hosts the catalog and the queue machines
+side by side) in one place, `LeaderOps.propose_as`. A failed command becomes the `CmqError` of
+its code (`cmq.errors.error_for`); any other result is a broken invariant.
+
+Receives long-poll: while the queue has no visible message they wait on
+`cmq.routing.wakeups.Wakeups`, which the node sets from the machines' apply effects
+(`QueueMachine.take_changed`), or until the next invisible message becomes visible.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import secrets
 import time
@@ -37,21 +42,16 @@ from cmq.fsm.commands import (
     ClaimSegments,
     Command,
     CommandFailed,
-    Created,
     CreateQueue,
     DeleteQueue,
-    EntryOutcomes,
     Lease,
     Leased,
     MarkArchived,
     Nack,
     NewMessage,
     Produce,
-    Produced,
     Purge,
-    Purged,
-    SegmentsArchived,
-    SegmentsClaimed,
+    Returns,
     SetAttributes,
     encode_command,
     restamp_produce,
@@ -99,6 +99,7 @@ from cmq.routing.rpc import (
     RemoveQueueCall,
     SetAttributesCall,
 )
+from cmq.routing.wakeups import Wakeups
 from raftlog.errors import NotLeader
 from raftlog.errors import Overloaded as RaftOverloaded
 from raftlog.runtime import MultiRaft
@@ -130,62 +131,6 @@ def now_ms() -> int:
     the test-only live offset of `cmq.routing.clockfault` when ``CMQ_CLOCK_FILE`` is set."""
     ms = time.time_ns() // 1_000_000 + _CLOCK_OFFSET_MS
     return ms if _FILE_CLOCK is None else ms + _FILE_CLOCK.offset_ms()
-
-
-class Wakeups:
-    """Long-poll wake-ups: one event per queue someone waits on, set when the queue changed."""
-
-    __slots__ = ("_events",)
-
-    def __init__(self) -> None:
-        self._events: dict[str, asyncio.Event] = {}
-
-    def notify(self, queues: Iterable[str]) -> None:
-        """Wake the receives waiting on any of ``queues``."""
-        events = self._events
-        for name in queues:
-            event = events.get(name)
-            if event is not None:
-                event.set()
-
-    async def wait(self, name: str, limit: float) -> None:
-        """Sleep until ``name`` changes, or ``limit`` seconds."""
-        event = self._events.setdefault(name, asyncio.Event())
-        event.clear()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), limit)
-
-
-class WakingMachine:
-    """A data group's `QueueMachine` as the raftlog runtime drives it: after each batch of
-    applies (or a restore) the runtime calls `after_apply`, which ends the batch
-    (`QueueMachine.end_batch`: the segment appends are written out) and hands the machine's
-    effects (the queues that changed, `QueueMachine.take_changed`) to the long-poll wake-ups.
-    The machine itself never calls out of `apply`."""
-
-    __slots__ = ("machine", "wakeups")
-
-    def __init__(self, machine: QueueMachine, wakeups: Wakeups) -> None:
-        self.machine = machine
-        self.wakeups = wakeups
-
-    def apply(self, index: int, command: bytes) -> object:
-        return self.machine.apply(index, command)
-
-    def snapshot(self) -> bytes:
-        return self.machine.snapshot()
-
-    def export_snapshot(self, data: bytes) -> bytes:
-        return self.machine.export_snapshot(data)
-
-    def restore(self, index: int, data: bytes) -> None:
-        self.machine.restore(index, data)
-
-    def after_apply(self) -> None:
-        self.machine.end_batch()
-        changed = self.machine.take_changed()
-        if changed:
-            self.wakeups.notify(changed)
 
 
 class ProduceBuilder:
@@ -228,10 +173,11 @@ def _refused(refused: tuple[tuple[int, str, str], ...]) -> tuple[Refused, ...]:
     return tuple(Refused(first, reason, batch or None) for first, reason, batch in refused)
 
 
-def check(res: object) -> None:
-    """Raise the `CmqError` of a failed command."""
-    if isinstance(res, CommandFailed):
-        raise error_for(res.code, res.message)
+def _encoded(cmd: Returns[object]) -> bytes:
+    """The proposal bytes of a data-group command (every `Returns` is one of `Command`)."""
+    if not isinstance(cmd, Command):
+        raise InvariantBroken(f"not a queue command: {cmd!r}")
+    return encode_command(cmd)
 
 
 class LeaderOps:
@@ -291,7 +237,7 @@ class LeaderOps:
             case CreateQueueCall():
                 return await self._create(call)
             case DeleteQueueCall():
-                check(await self.propose(call.group, encode_command(DeleteQueue(call.name))))
+                await self.command(call.group, DeleteQueue(call.name))
                 return None
             case GetQueueCall():
                 return self._get(call)
@@ -317,14 +263,10 @@ class LeaderOps:
             case SetAttributesCall():
                 return await self._set_attributes(call)
             case PurgeCall():
-                res = await self.propose(call.group, encode_command(Purge(call.name, self.stamp())))
-                check(res)
-                return res.count if isinstance(res, Purged) else 0
+                return (await self.command(call.group, Purge(call.name, self.stamp()))).count
             case AssignQueueCall():
-                res = await self.propose(META_GROUP, CatalogMachine.assign(call.name))
-                if not isinstance(res, Assignment):
-                    raise InvariantBroken(f"catalog returned {res!r}")
-                return res.group
+                command = CatalogMachine.assign(call.name)
+                return (await self.propose_as(META_GROUP, command, Assignment, "assign")).group
             case RemoveQueueCall():
                 await self.propose(META_GROUP, CatalogMachine.remove(call.name))
                 return None
@@ -347,14 +289,31 @@ class LeaderOps:
                 raise InvariantBroken("release calls are answered by cmq.routing.router.Router")
 
     async def propose(self, group: int, data: bytes) -> object:
-        """Propose ``data`` to ``group`` and await its applied result; `OutcomeUnknown` when
-        it is not applied within the request deadline, `Overloaded` when the group is full."""
+        """Propose ``data`` to ``group`` and await its applied result, whatever its machine
+        returned; `OutcomeUnknown` when it is not applied within the request deadline,
+        `Overloaded` when the group is full."""
         try:
             return await self._raft.propose(group, data, timeout=self._timeout)
         except TimeoutError:
             raise OutcomeUnknown("the change was not applied in time; outcome unknown") from None
         except RaftOverloaded as e:
             raise Overloaded(str(e)) from None
+
+    async def command(self, group: int, cmd: Returns[R]) -> R:
+        """Propose the data-group command ``cmd`` to ``group`` and return its result (an
+        ``R``: its ``result_type``); a failed command raises its `CmqError`."""
+        return await self.propose_as(group, _encoded(cmd), cmd.result_type, type(cmd).__name__)
+
+    async def propose_as(self, group: int, data: bytes, result_type: type[R], what: str) -> R:
+        """`propose` ``data`` (a command named ``what``) whose machine answers it with a
+        ``result_type``: the one place a result is narrowed. A `CommandFailed` raises the
+        `CmqError` of its code; any other result is a broken invariant."""
+        res = await self.propose(group, data)
+        if isinstance(res, result_type):
+            return res
+        if isinstance(res, CommandFailed):
+            raise error_for(res.code, res.message)
+        raise InvariantBroken(f"{what} returned {res!r}, not a {result_type.__name__}")
 
     def _attributes(self, group: int, name: str) -> QueueAttributes:
         attrs = self._machines[group].attributes(name)
@@ -367,11 +326,7 @@ class LeaderOps:
         cmd = CreateQueue(
             call.name, call.attributes, self.stamp(), self._segment_bytes, self._segment_age_ms
         )
-        res = await self.propose(call.group, encode_command(cmd))
-        check(res)
-        if not isinstance(res, Created):
-            raise InvariantBroken(f"create returned {res!r}")
-        return res.created
+        return (await self.command(call.group, cmd)).created
 
     def _get(self, call: GetQueueCall) -> tuple[QueueAttributes, QueueStats]:
         attrs = self._attributes(call.group, call.name)
@@ -386,34 +341,26 @@ class LeaderOps:
         merged = current.merged(changes)
         if merged.fifo != current.fifo:
             raise InvalidParameter("fifo is fixed at creation")
-        check(await self.propose(call.group, encode_command(SetAttributes(call.name, merged))))
+        await self.command(call.group, SetAttributes(call.name, merged))
         return merged
 
     # -- the archive -------------------------------------------------------------------------
     async def _claim(self, call: ClaimSegmentsCall) -> ClaimResult:
         cmd = ClaimSegments(call.name, self.stamp(), call.batch_id, call.segments, call.ttl_ms)
-        res = await self.propose(call.group, encode_command(cmd))
-        check(res)
-        if not isinstance(res, SegmentsClaimed):
-            raise InvariantBroken(f"claim returned {res!r}")
+        res = await self.command(call.group, cmd)
         return ClaimResult(res.claimed, _refused(res.refused))
 
     async def _mark_archived(self, call: MarkArchivedCall) -> ArchiveResult:
         cmd = MarkArchived(call.name, self.stamp(), call.batch_id, call.segments)
-        res = await self.propose(call.group, encode_command(cmd))
-        check(res)
-        if not isinstance(res, SegmentsArchived):
-            raise InvariantBroken(f"mark-archived returned {res!r}")
+        res = await self.command(call.group, cmd)
         return ArchiveResult(res.archived, res.already, _refused(res.refused))
 
     # -- messages ----------------------------------------------------------------------------
     async def _produce(self, call: ProduceCall) -> list[SentMessage]:
         # The leader's clock, not the receiving node's: every time in a queue's state comes
         # from the clock of its group's leader, checked when it is read (`stamp`).
-        res = await self.propose(call.group, restamp_produce(call.command, self.stamp()))
-        check(res)
-        if not isinstance(res, Produced):
-            raise InvariantBroken(f"produce returned {res!r}")
+        data = restamp_produce(call.command, self.stamp())
+        res = await self.propose_as(call.group, data, Produce.result_type, "Produce")
         return [SentMessage(i, s) for i, s in res.messages]
 
     async def _receive(self, call: ReceiveCall) -> list[ReceivedMessage]:
@@ -438,10 +385,7 @@ class LeaderOps:
                     None if visibility is None else visibility * 1000,
                     call.attempt_id,
                 )
-                res = await self.propose(group, encode_command(lease))
-                check(res)
-                if not isinstance(res, Leased):
-                    raise InvariantBroken(f"lease returned {res!r}")
+                res = await self.command(group, lease)
                 if res.messages:
                     return self._render_leased(machine, name, res)
             remaining = deadline - loop.time()
@@ -485,7 +429,7 @@ class LeaderOps:
         group: int,
         name: str,
         receipts: Iterable[str],
-        make: Callable[[list[tuple[int, int, int]]], Command],
+        make: Callable[[list[tuple[int, int, int]]], Ack | ChangeVisibility | Nack],
     ) -> tuple[str | None, ...]:
         """Verify ``receipts``; propose ``make([(position, seq, lease), ...])`` for the valid
         ones; merge its per-entry outcomes with the receipt errors, in request order."""
@@ -500,10 +444,7 @@ class LeaderOps:
             codes.append(None)
             valid.append((i, seq, lease))
         if valid:
-            res = await self.propose(group, encode_command(make(valid)))
-            check(res)
-            if not isinstance(res, EntryOutcomes):
-                raise InvariantBroken(f"entries command returned {res!r}")
+            res = await self.command(group, make(valid))
             outcomes = iter(res.outcomes)
             codes = [next(outcomes) if c is None else c for c in codes]
         return tuple(codes)

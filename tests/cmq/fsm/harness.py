@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import cast
-
 from cmq.fsm.commands import Command, CommandType, Leased, Produce, Result, encode_command
 from cmq.fsm.machine import QueueMachine
 from cmq.fsm.wire import Writer
@@ -18,7 +16,7 @@ class Applier:
 
     def __call__(self, cmd: Command) -> Result:
         self.index += 1
-        return cast(Result, self.machine.apply(self.index, encode_command(cmd)))
+        return self.machine.apply(self.index, encode_command(cmd))
 
 
 def legacy_produce(cmd: Produce) -> bytes:
