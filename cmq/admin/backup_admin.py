@@ -36,10 +36,11 @@ from cmq.model import (
     SentMessage,
     check_queue_name,
 )
-from cmq.routing.ops import META_GROUP, now_ms
+from cmq.routing.ops import META_GROUP
 from cmq.routing.router import Router
 from cmq.routing.rpc import CatalogCall, ExportCall, ProduceCall
 from cmq.upgrade.features import MESSAGE_IMPORT
+from raftlog.runtime.host import Clock
 
 
 def release() -> str:
@@ -87,8 +88,13 @@ def parse_key(raw: object) -> KeyRecord:
 class BackupAdmin:
     """The node operations of a backup and a restore (see the module docstring)."""
 
-    def __init__(self, catalog: CatalogMachine, router: Router, cluster_secret: bytes) -> None:
+    def __init__(
+        self, catalog: CatalogMachine, router: Router, cluster_secret: bytes, clock: Clock
+    ) -> None:
+        """``clock``: this node's, the time an import is built with (its group's leader
+        stamps it again, as any send)."""
         self._catalog = catalog
+        self._clock = clock
         self._router = router
         self._vault = Vault.of(cluster_secret)
 
@@ -179,7 +185,7 @@ class BackupAdmin:
             NewMessage(m.id, m.body, m.binary, m.attributes, m.delay_ms, m.dedup_id, m.group_id)
             for m in messages
         )
-        command = encode_command(Produce(name, now_ms(), new, expect_sent=expect_sent))
+        command = encode_command(Produce(name, self._clock.wall_ms(), new, expect_sent=expect_sent))
         sent = await self._router.run(ProduceCall(self._router.group_of(name), command))
         if len(sent) != len(messages):
             raise InvariantBroken(f"an import of {len(messages)} stored {len(sent)}")

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +31,7 @@ from cmq.upgrade.release import PEER_PROTOCOL_MAX, PEER_PROTOCOL_MIN, RELEASE, d
 from raftlog.errors import Overloaded, PeerUnavailable
 from raftlog.runtime import MultiRaft
 from raftlog.runtime.config import RemoteCallError
+from raftlog.runtime.host import Clock
 
 log = logging.getLogger("cmq.releases")
 
@@ -78,14 +78,16 @@ class PeerReleases:
         raft: MultiRaft,
         catalog: CatalogMachine,
         *,
+        clock: Clock,
         interval: float = INTERVAL_SECONDS,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``clock``: this node's (`cmq.routing.clock.NodeClock`): its monotonic time dates
+        each answer."""
         self._id = node_id
         self._raft = raft
         self._catalog = catalog
         self._interval = interval
-        self._clock = clock
+        self._clock = clock.monotonic
         self._seen: dict[int, SeenRelease] = {}
 
     async def run(self) -> None:

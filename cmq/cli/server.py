@@ -51,7 +51,7 @@ from cmq.catalog.keys import cluster_credential
 from cmq.errors import CmqError
 from cmq.frontend.proxy import NodeMetricsCollector, ServiceProxy, ServiceServer
 from cmq.node.metrics import register_node_metrics
-from cmq.node.queue_node import NodeConfig, QueueNode, now_ms
+from cmq.node.queue_node import NodeConfig, QueueNode
 from cmq.service import QueueService
 from raftlog.runtime import MultiRaft, new_event_loop
 from raftlog.transport.peer import Address
@@ -125,6 +125,7 @@ async def serve(
     bootstrap: asyncio.Task[object] | None = None
     try:
         registry = CollectorRegistry()
+        now_ms = node.clock_source.wall_ms
         register_node_metrics(registry, node.raft, node.machines, now_ms, node.clock)
         auth: AuthConfig | None = None
         keys: KeyAdmin | None = None

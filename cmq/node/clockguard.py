@@ -40,12 +40,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Callable
 
 from raftlog.errors import RaftError
 from raftlog.runtime import MultiRaft
 from raftlog.runtime.clocks import ClockReading, ClockVerdict, judge
+from raftlog.runtime.host import Clock
 
 log = logging.getLogger("cmq.clock")
 
@@ -62,16 +61,18 @@ class ClockGuard:
         raft: MultiRaft,
         bound_ms: float = DEFAULT_BOUND_MS,
         *,
+        clock: Clock,
         interval: float = 0.5,
-        clock: Callable[[], float] = time.monotonic,
-        wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
+        """``clock``: this node's (`cmq.routing.clock.NodeClock`): the wall clock it guards
+        (the one commands are stamped with and the peers' probes report) and the monotonic
+        clock it checks that against."""
         self._id = node_id
         self._raft = raft
         self.bound_ms = bound_ms
         self._interval = interval
-        self._clock = clock
-        self._wall_ms = wall_ms
+        self._clock = clock.monotonic
+        self._wall_ms = clock.wall_ms
         self.verdict = ClockVerdict(0.0, 0, False, ())
         self._base = self._skew()  # wall minus monotonic (ms) when last verified
         self._stepped_at: float | None = None

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 
@@ -42,6 +41,7 @@ from cmq.routing.rpc import CatalogCall
 from raftlog.core import ConfChangeKind
 from raftlog.errors import RaftError
 from raftlog.runtime import MultiRaft
+from raftlog.runtime.host import Clock
 from raftlog.transport.peer import Address
 
 log = logging.getLogger("cmq.node.membership")
@@ -90,10 +90,14 @@ class Membership:
         replication: int,
         meta_voters: int,
         interval: float,
+        clock: Clock,
         balance_leaders: bool = True,
         avoid_leader: Callable[[], Collection[int]] = tuple,
     ) -> None:
+        """``clock``: this node's (`cmq.routing.clock.NodeClock`): its monotonic time spaces
+        registrations, confirmations and leadership hand-overs."""
         self._me = me
+        self._clock = clock
         self._id = me.node_id
         self._raft = raft
         self._catalog = catalog
@@ -167,7 +171,7 @@ class Membership:
             me.zone,
         ):
             return
-        now = time.monotonic()
+        now = self._clock.monotonic()
         if now - self._last_register < 1.0:
             return
         self._last_register = now
@@ -226,7 +230,7 @@ class Membership:
     async def _confirmed_gone(self, group: int) -> bool:
         if self._id not in self._raft.status(group).conf.members():
             return True
-        now = time.monotonic()
+        now = self._clock.monotonic()
         if now - self._last_confirm.get(group, -1e9) < 1.0:
             return False
         self._last_confirm[group] = now
@@ -276,7 +280,7 @@ class Membership:
             self._transfer(g, best)
 
     def _transfer(self, g: int, to: int) -> None:
-        now = time.monotonic()
+        now = self._clock.monotonic()
         if now - self._transferred.get(g, -1e9) < TRANSFER_COOLDOWN:
             return
         self._transferred[g] = now

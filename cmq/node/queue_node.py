@@ -75,7 +75,8 @@ from cmq.node.housekeeping import Housekeeper
 from cmq.node.membership import Identity, Membership
 from cmq.node.peer_tls import PeerTlsFiles
 from cmq.node.status import group_digest, render_status
-from cmq.routing.ops import META_GROUP, LeaderOps, ProduceBuilder, now_ms
+from cmq.routing.clock import node_clock
+from cmq.routing.ops import META_GROUP, LeaderOps, ProduceBuilder
 from cmq.routing.receipts import ReceiptSigner
 from cmq.routing.router import Router
 from cmq.routing.rpc import (
@@ -102,7 +103,7 @@ from raftlog.runtime import GroupOptions, MultiRaft, RuntimeConfig
 from raftlog.transport.peer import Address, TransportConfig
 from raftlog.transport.protocol import ProtocolRange
 
-__all__ = ["META_GROUP", "NodeConfig", "QueueNode", "now_ms"]
+__all__ = ["META_GROUP", "NodeConfig", "QueueNode"]
 
 CATALOG_CATCH_UP = 2.0
 """Seconds a create or delete waits for this node's catalog to show it (`_catalog_shows`)."""
@@ -168,6 +169,7 @@ class QueueNode:
             raise ValueError("the cluster secret must be at least 16 bytes")
         self.cfg = cfg
         self.id = cfg.node_id
+        self.clock_source = clock = node_clock()  # every part of the node reads time from it
         speaks = ProtocolRange(PEER_PROTOCOL_MIN, PEER_PROTOCOL_MAX)
         transport = TransportConfig(protocols=speaks)
         if cfg.peer_tls is not None:
@@ -188,8 +190,8 @@ class QueueNode:
                 transport=transport,
             )
         )
-        self.raft.watch.wall_clock = now_ms  # clock probes report the clock commands carry
-        self.clock = ClockGuard(cfg.node_id, self.raft, cfg.clock_bound_ms, wall_ms=now_ms)
+        self.raft.watch.wall_clock = clock.wall_ms  # clock probes report the clock commands carry
+        self.clock = ClockGuard(cfg.node_id, self.raft, cfg.clock_bound_ms, clock=clock)
         self.catalog = CatalogMachine()
         self._marked_catalog = MarkedCatalog(
             self.catalog,
@@ -206,6 +208,7 @@ class QueueNode:
             machines=self.machines,
             signer=ReceiptSigner(cfg.secret),
             wakeups=self.wakeups,
+            clock=clock,
             request_timeout=cfg.request_timeout,
             segment_bytes=cfg.segment_max_bytes,
             segment_age_ms=round(cfg.segment_max_age * 1000),
@@ -217,6 +220,7 @@ class QueueNode:
             self.catalog,
             self.ops,
             cfg.request_timeout,
+            clock=clock,
             election_timeout=cfg.tick_interval * self.raft.cfg.election_tick,
             clock_ok=self.clock.trusted,
         )
@@ -253,14 +257,15 @@ class QueueNode:
             replication=cfg.replication,
             meta_voters=max(cfg.meta_voters, min(len(founders), 5)),
             interval=cfg.membership_interval,
+            clock=clock,
             balance_leaders=cfg.balance_leaders,
             avoid_leader=self.clock.off_peers,
         )
         self.admin = NodesAdmin(self.id, self.raft, self.catalog, self.router)
-        self.releases = PeerReleases(self.id, self.raft, self.catalog)
-        self.backups = BackupAdmin(self.catalog, self.router, cfg.secret)
+        self.releases = PeerReleases(self.id, self.raft, self.catalog, clock=clock)
+        self.backups = BackupAdmin(self.catalog, self.router, cfg.secret, clock)
         self.feature_admin = FeatureAdmin(self.catalog, self.router, self.releases)
-        self._produce = ProduceBuilder(self.id)
+        self._produce = ProduceBuilder(self.id, clock)
         self._send_slots = asyncio.Semaphore(cfg.max_inflight_sends)
         self._tasks: set[asyncio.Task[None]] = set()
 

@@ -1,15 +1,15 @@
 """Test-only clock faults of a running node: ``CMQ_CLOCK_FILE`` names a JSON file holding
-``{"offset_ms": int, "drift_ppm": float}``; this node's clock (`cmq.routing.ops.now_ms`) adds the
-offset plus the drift accumulated since the file last changed. The file is re-read at most once
-a second (on a clock reading), so a test or the chaos runner can jump or drift the clock of a
-live process. Unset in production. A missing file means no fault; an unreadable or malformed one
-leaves the last good setting in force (a half-written file must not jump the clock).
+``{"offset_ms": int, "drift_ppm": float}``; this node's clock (`cmq.routing.clock.NodeClock`)
+adds the offset plus the drift accumulated since the file last changed. The file is re-read at
+most once a second (on a clock reading), so a test or the chaos runner can jump or drift the
+clock of a live process. Unset in production. A missing file means no fault; an unreadable or
+malformed one leaves the last good setting in force (a half-written file must not jump the clock).
 """
 
 from __future__ import annotations
 
-import os
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import msgspec
@@ -41,10 +41,12 @@ class FileClock:
     """Drift accumulated under earlier settings (kept: a changed rate does not jump back)."""
     raw: bytes = b""
     next_read: float = 0.0
+    monotonic: Callable[[], float] = time.monotonic
+    """The node's monotonic clock (seconds): the drift counts on it, re-reads are timed by it."""
 
     def offset_ms(self) -> int:
         """The offset to add to the wall clock now."""
-        now = time.monotonic()
+        now = self.monotonic()
         if now >= self.next_read:
             self.next_read = now + REREAD_SECONDS
             self._reload(now)
@@ -72,7 +74,9 @@ class FileClock:
         self.raw, self.setting, self.since = raw, setting, now
 
 
-def from_environment() -> FileClock | None:
-    """The `FileClock` ``CMQ_CLOCK_FILE`` names, or None when it is unset."""
-    path = os.environ.get(CLOCK_FILE_ENV, "")
-    return FileClock(path) if path else None
+def from_environment(
+    environ: Mapping[str, str], monotonic: Callable[[], float]
+) -> FileClock | None:
+    """The `FileClock` ``CMQ_CLOCK_FILE`` names in ``environ``, or None when it is unset."""
+    path = environ.get(CLOCK_FILE_ENV, "")
+    return FileClock(path, monotonic=monotonic) if path else None

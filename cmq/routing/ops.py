@@ -20,9 +20,7 @@ Receives long-poll: while the queue has no visible message they wait on
 from __future__ import annotations
 
 import asyncio
-import os
 import secrets
-import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, cast
 
@@ -73,7 +71,6 @@ from cmq.model import (
     SentMessage,
     is_fifo_name,
 )
-from cmq.routing import clockfault
 from cmq.routing.receipts import ReceiptSigner
 from cmq.routing.rpc import (
     AckCall,
@@ -103,6 +100,7 @@ from cmq.routing.wakeups import Wakeups
 from raftlog.errors import NotLeader
 from raftlog.errors import Overloaded as RaftOverloaded
 from raftlog.runtime import MultiRaft
+from raftlog.runtime.host import Clock
 
 META_GROUP = 0
 """The catalog's group; data groups are numbered from 1."""
@@ -110,39 +108,17 @@ META_GROUP = 0
 R = TypeVar("R")
 
 
-CLOCK_OFFSET_ENV = "CMQ_CLOCK_OFFSET_MS"
-"""Milliseconds added to this node's wall clock (a clock-fault injection hook for the chaos
-runner; unset or 0 in production). Read once, when the process starts."""
-
-
-def _clock_offset_ms(raw: str) -> int:
-    try:
-        return int(raw or "0")
-    except ValueError:
-        raise InvalidParameter(f"{CLOCK_OFFSET_ENV} must be an integer; got {raw!r}") from None
-
-
-_CLOCK_OFFSET_MS = _clock_offset_ms(os.environ.get(CLOCK_OFFSET_ENV, ""))
-_FILE_CLOCK = clockfault.from_environment()
-
-
-def now_ms() -> int:
-    """This node's clock, as commands carry it: the wall clock plus `CLOCK_OFFSET_ENV`, plus
-    the test-only live offset of `cmq.routing.clockfault` when ``CMQ_CLOCK_FILE`` is set."""
-    ms = time.time_ns() // 1_000_000 + _CLOCK_OFFSET_MS
-    return ms if _FILE_CLOCK is None else ms + _FILE_CLOCK.offset_ms()
-
-
 class ProduceBuilder:
     """Builds the encoded `Produce` of a send on the node that took it: fresh message ids
     (unique per node: a random prefix, the node id and a counter). Its time is this node's
-    clock, replaced by the group leader's when the leader proposes it (`restamp_produce`)."""
+    ``clock``, replaced by the group leader's when the leader proposes it (`restamp_produce`)."""
 
-    __slots__ = ("_counter", "_node", "_prefix")
+    __slots__ = ("_clock", "_counter", "_node", "_prefix")
 
-    def __init__(self, node_id: int) -> None:
+    def __init__(self, node_id: int, clock: Clock) -> None:
         self._prefix = secrets.token_hex(5)
         self._node = node_id
+        self._clock = clock
         self._counter = 0
 
     def next_id(self) -> str:
@@ -163,7 +139,7 @@ class ProduceBuilder:
             )
             for m in messages
         )
-        command = encode_command(Produce(name, now_ms(), new))
+        command = encode_command(Produce(name, self._clock.wall_ms(), new))
         # A FIFO queue deduplicates every send (by id or content): a resend is always safe.
         dedup_only = is_fifo_name(name) or all(m.dedup_id is not None for m in messages)
         return ProduceCall(group, command, dedup_only)
@@ -191,12 +167,15 @@ class LeaderOps:
         machines: dict[int, QueueMachine],
         signer: ReceiptSigner,
         wakeups: Wakeups,
+        clock: Clock,
         request_timeout: float,
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         segment_age_ms: int = DEFAULT_SEGMENT_AGE_SECONDS * 1000,
     ) -> None:
-        """``segment_bytes`` / ``segment_age_ms``: this node's segment limits, recorded with
-        each queue it creates (`CreateQueue`)."""
+        """``clock``: this node's (`cmq.routing.clock.NodeClock`), read for the queues' time
+        of reads here; commands are stamped through `clock_stamp`. ``segment_bytes`` /
+        ``segment_age_ms``: this node's segment limits, recorded with each queue it creates
+        (`CreateQueue`)."""
         self._segment_bytes = segment_bytes
         self._segment_age_ms = segment_age_ms
         self._raft = raft
@@ -204,8 +183,9 @@ class LeaderOps:
         self._machines = machines
         self._signer = signer
         self._wakeups = wakeups
+        self._clock = clock
         self._timeout = request_timeout
-        self.clock_stamp: Callable[[], int | None] = now_ms
+        self.clock_stamp: Callable[[], int | None] = clock.wall_ms
         """This node's clock for a command, or None while it is not trusted
         (`cmq.node.clockguard.ClockGuard.stamp`); set by the node."""
 
@@ -255,7 +235,7 @@ class LeaderOps:
                     upto=call.upto,
                     limit=call.limit,
                     max_bytes=MAX_EXPORT_BYTES,
-                    now_ms=now_ms(),
+                    now_ms=self._clock.wall_ms(),
                 )
                 if page is None:
                     raise QueueNotFound(f"queue {call.name!r} does not exist")
@@ -330,7 +310,7 @@ class LeaderOps:
 
     def _get(self, call: GetQueueCall) -> tuple[QueueAttributes, QueueStats]:
         attrs = self._attributes(call.group, call.name)
-        stats = self._machines[call.group].stats(call.name, now_ms())
+        stats = self._machines[call.group].stats(call.name, self._clock.wall_ms())
         if stats is None:
             raise QueueNotFound(f"queue {call.name!r} does not exist")
         return attrs, stats
@@ -376,7 +356,7 @@ class LeaderOps:
         # of that attempt gets its messages again (they are in flight, so not visible).
         replay = call.attempt_id is not None
         while True:
-            if replay or machine.has_visible(name, now_ms()):
+            if replay or machine.has_visible(name, self._clock.wall_ms()):
                 replay = False
                 lease = Lease(
                     name,
@@ -393,7 +373,7 @@ class LeaderOps:
                 return []
             nxt = machine.next_visible_at(name)
             if nxt is not None:
-                now = machine.queue_time(name, now_ms())
+                now = machine.queue_time(name, self._clock.wall_ms())
                 remaining = min(remaining, max(0.001, (nxt - now) / 1000))
             await self._wakeups.wait(name, remaining)
 

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
@@ -61,6 +60,7 @@ from raftlog.errors import NotLeader, PeerUnavailable, ProposalDropped
 from raftlog.errors import Overloaded as RaftOverloaded
 from raftlog.runtime import MultiRaft
 from raftlog.runtime.config import RemoteCallError
+from raftlog.runtime.host import Clock
 
 R = TypeVar("R")
 
@@ -90,10 +90,14 @@ class Router:
         ops: LeaderOps,
         request_timeout: float,
         *,
+        clock: Clock,
         election_timeout: float = 0.5,
         clock_ok: Callable[[], bool] = _always,
     ) -> None:
+        """``clock``: this node's (`cmq.routing.clock.NodeClock`; its monotonic time marks
+        how long a suspect is avoided)."""
         self._id = node_id
+        self._clock = clock
         self._raft = raft
         self._catalog = catalog
         self._ops = ops
@@ -112,13 +116,13 @@ class Router:
         a suspect."""
         until = self._suspects.get(peer)
         if until is not None:
-            if until > time.monotonic():
+            if until > self._clock.monotonic():
                 return False
             del self._suspects[peer]
         return self._raft.silent_for(peer) <= self.silence
 
     def _suspect(self, peer: int) -> None:
-        self._suspects[peer] = time.monotonic() + SUSPECT_SECONDS
+        self._suspects[peer] = self._clock.monotonic() + SUSPECT_SECONDS
 
     def _leader(self, group: int) -> int:
         """Where to send a call for ``group`` (0: nowhere yet, wait and look again): its known

@@ -13,20 +13,20 @@ from pathlib import Path
 import pytest
 
 from cmq.errors import InvalidParameter
-from cmq.routing.ops import _clock_offset_ms
+from cmq.routing.clock import clock_offset_ms
 from tests.chaos.checker import Report
 from tests.chaos.runner import RunConfig, RunResult
 
 
 def test_offset_parsing() -> None:
-    assert _clock_offset_ms("") == 0
-    assert _clock_offset_ms("-2500") == -2500
+    assert clock_offset_ms("") == 0
+    assert clock_offset_ms("-2500") == -2500
     with pytest.raises(InvalidParameter, match="CMQ_CLOCK_OFFSET_MS must be an integer"):
-        _clock_offset_ms("5s")
+        clock_offset_ms("5s")
 
 
 def test_a_node_process_clock_carries_the_offset() -> None:
-    code = "from cmq.routing.ops import now_ms; print(now_ms())"
+    code = "from cmq.routing.clock import node_clock; print(node_clock().wall_ms())"
     env = dict(os.environ, CMQ_CLOCK_OFFSET_MS="-7000")
     before = time.time_ns() // 1_000_000
     out = subprocess.run(

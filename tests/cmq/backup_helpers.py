@@ -22,7 +22,6 @@ from cmq.client.backup import export_catalog, export_page
 from cmq.client.types import Message
 from cmq.grants import ADMIN, RECEIVE, SEND, KeyGrant
 from cmq.node.queue_node import NodeConfig, QueueNode
-from cmq.routing.ops import now_ms
 from raftlog.transport.peer import Address
 from tests.ports import free_ports
 
@@ -51,7 +50,7 @@ async def api_cluster(
     while not node.is_ready():
         assert time.monotonic() < deadline, "the node did not become ready"
         await asyncio.sleep(0.02)
-    keys = KeyAdmin(node.catalog, node.router, secret, now_ms)
+    keys = KeyAdmin(node.catalog, node.router, secret, node.clock_source.wall_ms)
     app = make_app(node, auth=AuthConfig(KeyRing(node.catalog, secret)), keys=keys)
     server = TestServer(app)
     await server.start_server()

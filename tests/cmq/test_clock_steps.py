@@ -31,17 +31,24 @@ class FakeRaft:
         return self.peer_ids
 
 
+class FakeClock:
+    """Monotonic ``mono[0]`` seconds; the wall clock ``wall[0]`` ms ahead of it."""
+
+    def __init__(self, mono: list[float], wall: list[int]) -> None:
+        self.mono, self.wall = mono, wall
+
+    def monotonic(self) -> float:
+        return self.mono[0]
+
+    def wall_ms(self) -> int:
+        return self.wall[0] + round(self.mono[0] * 1000)
+
+
 def _guard(
     raft: FakeRaft, mono: list[float], wall: list[int], *, confirm: bool = True
 ) -> ClockGuard:
     """A guard over fake clocks; ``confirm``: its start is confirmed by two agreeing peers."""
-    guard = ClockGuard(
-        1,
-        cast(MultiRaft, raft),
-        500,
-        clock=lambda: mono[0],
-        wall_ms=lambda: wall[0] + round(mono[0] * 1000),
-    )
+    guard = ClockGuard(1, cast(MultiRaft, raft), 500, clock=FakeClock(mono, wall))
     if confirm:
         mono[0] += 0.5
         raft.readings = [ClockReading(2, 0, 1, mono[0]), ClockReading(3, 0, 1, mono[0])]

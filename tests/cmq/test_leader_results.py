@@ -15,6 +15,7 @@ from cmq.routing.ops import LeaderOps
 from cmq.routing.receipts import ReceiptSigner
 from cmq.routing.wakeups import Wakeups
 from raftlog.runtime import MultiRaft
+from raftlog.runtime.host import SYSTEM_CLOCK
 
 
 class AnsweringRaft:
@@ -36,6 +37,7 @@ def leader(raft: AnsweringRaft) -> LeaderOps:
         machines={},
         signer=ReceiptSigner(b"leader-results-test-secret-0123"),
         wakeups=Wakeups(),
+        clock=SYSTEM_CLOCK,
         request_timeout=1.0,
     )
 

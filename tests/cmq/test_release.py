@@ -140,6 +140,19 @@ def test_the_reply_is_a_map_a_later_release_may_extend() -> None:
     assert rpc.decode_call(call.encode()) == call
 
 
+class _Clock:
+    """Clocks that move only when a test moves them (``now[0]``, seconds)."""
+
+    def __init__(self, now: list[float]) -> None:
+        self.now = now
+
+    def monotonic(self) -> float:
+        return self.now[0]
+
+    def wall_ms(self) -> int:
+        return round(self.now[0] * 1000)
+
+
 class _Raft:
     """The runtime's ``call``, answered by ``answer(peer, payload)``."""
 
@@ -163,7 +176,7 @@ async def test_peer_releases_mixed_cluster_and_silent_nodes() -> None:
             raise PeerUnavailable("node 4 is unreachable", outcome_unknown=False)
         return ReleaseCall(0).encode_reply(ReleaseInfo("0.2.0", 1, 1))
 
-    seen = PeerReleases(1, _Raft(answer), catalog, clock=lambda: now[0])  # type: ignore[arg-type]
+    seen = PeerReleases(1, _Raft(answer), catalog, clock=_Clock(now))  # type: ignore[arg-type]
     await seen.poll()
     got = seen.releases()
     assert got[1] == describe() | {"reported": True}

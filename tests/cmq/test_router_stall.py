@@ -21,6 +21,7 @@ from cmq.routing.rpc import RETRY, ProduceCall, PurgeCall
 from raftlog.errors import PeerUnavailable
 from raftlog.runtime import MultiRaft
 from raftlog.runtime.config import RemoteCallError
+from raftlog.runtime.host import SYSTEM_CLOCK
 from raftlog.runtime.peerwatch import CallWatchdog
 
 GROUP = 1
@@ -107,6 +108,7 @@ def _router(raft: FakeRaft, node_id: int = 4, timeout: float = 10.0) -> Router:
         cast(CatalogMachine, _Catalog()),
         cast(LeaderOps, None),
         timeout,
+        clock=SYSTEM_CLOCK,
         election_timeout=0.5,
     )
 
