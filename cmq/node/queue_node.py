@@ -188,7 +188,8 @@ class QueueNode:
                 group_options=cfg.group_options,
                 rejoin=cfg.rejoin,
                 transport=transport,
-            )
+            ),
+            clock=clock,
         )
         self.raft.watch.wall_clock = clock.wall_ms  # clock probes report the clock commands carry
         self.clock = ClockGuard(cfg.node_id, self.raft, cfg.clock_bound_ms, clock=clock)

@@ -79,7 +79,9 @@ async def test_every_part_of_a_node_reads_its_one_clock(
     before = system_ms()
     node = QueueNode(configs(tmp_path)[1])
     monkeypatch.delenv("CMQ_CLOCK_OFFSET_MS")  # read once, when the node was built
-    # What the clock probes report and what the commands built here carry: the one clock.
+    # The Raft host's clock, what its clock probes report and what the commands built here
+    # carry: the one clock.
+    assert node.raft.clock is node.clock_source
     assert before - 7000 <= node.raft.watch.wall_clock() <= system_ms() - 7000
     call = node._produce.build(1, "q", [OutgoingMessage(body=b"x")])
     cmd = decode_command(call.command)
