@@ -6,9 +6,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future as ThreadFuture
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import ParamSpec, Protocol, TypeVar
 
 from raftlog.core import ConfState, Entry, HardState, Message, Snapshot, Storage
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 
 class DurableLog(Storage, Protocol):
@@ -64,6 +67,12 @@ class GroupCounters:
 Sender = Callable[[int, Sequence[Message]], None]
 """Host callback: (group id, messages) → queue them for their peers."""
 
-Offload = Callable[..., Awaitable[Any]]
-"""Runs a blocking call (snapshot file writes) off the event loop: ``asyncio.to_thread`` in
-production; the simulator passes an inline version so runs stay deterministic."""
+
+class Offload(Protocol):
+    """Runs a blocking call (file writes, fsyncs, recovery) off the event loop and awaits its
+    result: ``asyncio.to_thread`` in production; the simulators pass one that calls it inline
+    (their storage is in memory and never blocks), so runs stay deterministic."""
+
+    def __call__(
+        self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs
+    ) -> Awaitable[_T]: ...

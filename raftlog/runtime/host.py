@@ -23,7 +23,7 @@ import asyncio
 import time
 from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import Future as ThreadFuture
-from typing import Protocol
+from typing import ParamSpec, Protocol, TypeVar
 
 from raftlog.core import ConfState
 from raftlog.runtime.group_options import DurableLog
@@ -36,6 +36,9 @@ FrameHandler = Callable[[int, FrameKind, bytes], None]
 
 PeerDown = Callable[[int], None]
 """(peer id): the connection to that peer was lost."""
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 
 class Clock(Protocol):
@@ -80,6 +83,12 @@ class LoopClock:
 
     def wall_ms(self) -> int:
         return self.epoch_ms + int(self._loop.time() * 1000) + self.offset_ms
+
+
+async def inline(fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+    """An `Offload` that calls ``fn`` on the event loop: for twins that never block (memory
+    disks), so that a simulated run does no threading and stays deterministic."""
+    return fn(*args, **kwargs)
 
 
 class PeerTransport(Protocol):

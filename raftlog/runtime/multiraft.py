@@ -6,6 +6,11 @@ Outgoing messages are collected per peer during one event-loop iteration and flu
 groups share frames and syscalls. A heartbeat for a group that sent that peer an append since the
 last tick is skipped: the append already proved liveness.
 Idle groups stop being ticked (quiescence and node liveness: `raftlog.runtime.liveness`).
+
+The host is given its I/O (`raftlog.runtime.host`): a `PeerTransport`, the `LogDisks` that open
+each data directory, a `Clock`, and an `Offload` that runs blocking calls off the event loop.
+By default they are the real ones (TCP connections, WALs, the system clock, worker threads);
+the simulators give it in-memory twins on a virtual-time loop and run this same code.
 """
 
 from __future__ import annotations
@@ -16,7 +21,6 @@ import logging
 import random
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import cast
 
 from raftlog.core import (
     ConfChange,
@@ -36,12 +40,13 @@ from raftlog.runtime.config import (
     SendCounters,
 )
 from raftlog.runtime.group import GroupDriver
-from raftlog.runtime.group_options import DurableLog
+from raftlog.runtime.group_options import Offload
+from raftlog.runtime.host import SYSTEM_CLOCK, Clock, LogDisk, LogDisks, PeerTransport
 from raftlog.runtime.liveness import PeerLiveness, quiesce_idle
 from raftlog.runtime.peerwatch import CallWatchdog, PeerWatch
 from raftlog.runtime.statemachine import StateMachine
 from raftlog.runtime.stats import RuntimeStats, SentStats, group_stats, peer_link_stats
-from raftlog.storage import GroupLog, Wal
+from raftlog.storage import WalDisks
 from raftlog.transport.codec import (
     PROBE_CALL_BIT,
     Beat,
@@ -89,16 +94,35 @@ def _expire_call(fut: asyncio.Future[bytes], why: str) -> None:
 
 
 class MultiRaft:
-    """Hosts this node's groups. Use ``async with`` or `start` / `close`."""
+    """Hosts this node's groups. Use ``async with`` or `start` / `close`.
 
-    def __init__(self, cfg: RuntimeConfig) -> None:
+    ``transport``, ``disks``, ``clock`` and ``offload`` are its I/O (see the module docstring);
+    each one left out is the real one built from ``cfg``: a `Transport` on ``cfg.listen`` to
+    ``cfg.peers``, `WalDisks` with ``cfg.wal_options``, the system clock, and
+    ``asyncio.to_thread``. The transport is bound to this host here; the disks are opened by
+    `start` and closed by `close`. ``offload`` runs every blocking call of the host: opening
+    and closing a disk, opening a group's log, dropping a group, snapshots."""
+
+    def __init__(
+        self,
+        cfg: RuntimeConfig,
+        *,
+        transport: PeerTransport | None = None,
+        disks: LogDisks | None = None,
+        clock: Clock | None = None,
+        offload: Offload | None = None,
+    ) -> None:
         if not cfg.data_dirs:
             raise ValueError("at least one data directory is required")
         self.cfg = cfg
         self.id = cfg.node_id
+        self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
+        self._offload: Offload = offload if offload is not None else asyncio.to_thread
+        self._disks: LogDisks = disks if disks is not None else WalDisks(cfg.wal_options)
         self.groups: dict[int, GroupDriver] = {}
         self._dir_of: dict[int, int] = {}  # open group -> index of its data directory
-        self.wals: list[Wal] = []
+        self.wals: list[LogDisk] = []
+        """The open disk of each data directory, in ``cfg.data_dirs`` order (after `start`)."""
         self._rng = random.Random(cfg.seed)
         self._outboxes: dict[int, _Outbox] = {}
         self._flush_scheduled = False
@@ -106,15 +130,10 @@ class MultiRaft:
         self._appended: set[tuple[int, int]] = set()
         self._tick_task: asyncio.Task[None] | None = None
         self.liveness = PeerLiveness(cfg.liveness_ticks)
-        self.transport = Transport(
-            cfg.node_id,
-            cfg.listen,
-            cfg.peers,
-            cfg.secret,
-            self._on_frame,
-            cfg=cfg.transport,
-            on_peer_down=self._on_peer_down,
-        )
+        if transport is None:
+            transport = Transport(cfg.node_id, cfg.listen, cfg.peers, cfg.secret, cfg=cfg.transport)
+        transport.bind(self._on_frame, self._on_peer_down)
+        self.transport: PeerTransport = transport
         self.unknown_group_messages = 0
         self.counters = SendCounters()
         self._call_handler: CallHandler | None = None
@@ -122,7 +141,7 @@ class MultiRaft:
         self._call_ids = 0
         self._serving: set[asyncio.Task[None]] = set()
         self.max_concurrent_calls = 4096
-        self.watch = PeerWatch()
+        self.watch = PeerWatch(self.clock)
         """Peers' liveness and wall-clock readings; ``watch.wall_clock`` is this node's clock
         as probes report it (an application with its own clock source sets it)."""
 
@@ -134,9 +153,9 @@ class MultiRaft:
         await self.close()
 
     async def start(self) -> None:
-        """Open (recover) every data directory's WAL, listen for peers, start ticking."""
+        """Open (recover) every data directory's disk, listen for peers, start ticking."""
         for d in self.cfg.data_dirs:
-            self.wals.append(await asyncio.to_thread(Wal.open, d, self.cfg.wal_options))
+            self.wals.append(await self._offload(self._disks, d))
         await self.transport.start()
         self._tick_task = asyncio.get_running_loop().create_task(self._tick_loop(), name="ticks")
 
@@ -158,7 +177,7 @@ class MultiRaft:
         await asyncio.gather(*serving, return_exceptions=True)
         await self.transport.close()
         for w in self.wals:
-            await asyncio.to_thread(w.close)
+            await self._offload(w.close)
         self.wals = []
 
     # -- groups -----------------------------------------------------------------------------------
@@ -202,7 +221,7 @@ class MultiRaft:
         index = self.dir_for(group, data_dir)
         wal = self.wals[index]
         founding = ConfState(tuple(sorted(voters))) if voters else None
-        store = await asyncio.to_thread(GroupLog, wal, group, initial_conf=founding)
+        store = await self._offload(wal.open_group, group, founding)
         raw = RawNode(
             Config(
                 self.id,
@@ -216,10 +235,11 @@ class MultiRaft:
         driver = GroupDriver(
             group,
             raw,
-            cast(DurableLog, store),
+            store,
             sm,
             send=self._send,
             options=self.cfg.group_options,
+            offload=self._offload,
         )
         self.groups[group] = driver
         self._dir_of[group] = index
@@ -235,7 +255,7 @@ class MultiRaft:
             return
         await g.stop(f"group {group} left this node")
         index = self._dir_of.pop(group)
-        await asyncio.wrap_future(self.wals[index].drop_group(group))
+        await asyncio.wrap_future(await self._offload(self.wals[index].drop_group, group))
 
     def add_peer(self, node: int, address: Address) -> None:
         """Know (or re-address) ``node``: a node that joined the cluster at run time."""

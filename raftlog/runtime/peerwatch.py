@@ -11,11 +11,11 @@ without probes answers with an error reply: it proves the peer alive and gives n
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Iterable
 
 from raftlog.errors import PeerUnavailable
 from raftlog.runtime.clocks import ClockReading
+from raftlog.runtime.host import Clock
 from raftlog.transport.codec import (
     PROBE_CALL_BIT,
     FrameKind,
@@ -29,19 +29,18 @@ from raftlog.transport.codec import (
 Send = Callable[[int, FrameKind, bytes], bool]
 
 
-def _wall_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class PeerWatch:
-    """Liveness and clock readings of the peers (see the module docstring)."""
+    """Liveness and clock readings of the peers (see the module docstring), timed by ``clock``
+    (monotonic seconds for silences and round trips)."""
 
-    __slots__ = ("_heard", "_probes", "_readings", "_seq", "started_at", "wall_clock")
+    __slots__ = ("_clock", "_heard", "_probes", "_readings", "_seq", "started_at", "wall_clock")
 
-    def __init__(self) -> None:
-        self.wall_clock: Callable[[], int] = _wall_ms
-        """This node's wall clock in ms, as pongs report it (replaceable)."""
-        self.started_at = time.monotonic()
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self.wall_clock: Callable[[], int] = clock.wall_ms
+        """This node's wall clock in ms, as pongs report it: ``clock.wall_ms`` unless replaced
+        (an application whose commands carry another clock sets its own)."""
+        self.started_at = clock.monotonic()
         self._heard: dict[int, float] = {}
         self._seq = 0
         self._probes: dict[int, tuple[int, float]] = {}  # peer -> (seq, sent at)
@@ -49,11 +48,11 @@ class PeerWatch:
 
     def heard(self, peer: int) -> None:
         """A frame from ``peer`` arrived now."""
-        self._heard[peer] = time.monotonic()
+        self._heard[peer] = self._clock.monotonic()
 
     def silent_for(self, peer: int) -> float:
         """Seconds since the last frame from ``peer`` (since `started_at` if none came)."""
-        return time.monotonic() - self._heard.get(peer, self.started_at)
+        return self._clock.monotonic() - self._heard.get(peer, self.started_at)
 
     def forget(self, peer: int) -> None:
         self._heard.pop(peer, None)
@@ -62,7 +61,7 @@ class PeerWatch:
 
     def probe(self, send: Send, peers: Iterable[int]) -> None:
         """Send one clock probe to each of ``peers``."""
-        now = time.monotonic()
+        now = self._clock.monotonic()
         for peer in peers:
             self._seq += 1
             body = encode_call(PROBE_CALL_BIT | self._seq, False, encode_clock_ping(self._seq))
@@ -83,7 +82,7 @@ class PeerWatch:
         if sent is None or sent[0] != seq:
             return
         del self._probes[peer]
-        now = time.monotonic()
+        now = self._clock.monotonic()
         rtt_ms = (now - sent[1]) * 1000.0
         offset = wall - (self.wall_clock() - rtt_ms / 2)
         self._readings[peer] = ClockReading(peer, offset, rtt_ms, now)

@@ -47,6 +47,7 @@ from raftlog.errors import RaftError
 from raftlog.runtime.applog import AppendLog
 from raftlog.runtime.group import GroupDriver
 from raftlog.runtime.group_options import GroupOptions
+from raftlog.runtime.host import inline
 from raftlog.runtime.statemachine import StateMachine
 from raftlog.sim.disk import EntriesRecord, HardStateRecord, Record, SimDisk, SnapshotRecord
 from raftlog.sim.vloop import VirtualTimeLoop
@@ -154,11 +155,6 @@ class SimDurableLog:
 
     def compact(self, index: int) -> None:
         self.mem.compact(index)
-
-
-async def _inline(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    """Offload for the simulation: run the "blocking" call inline (it is in-memory here)."""
-    return fn(*args, **kwargs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,7 +267,7 @@ class RuntimeSim:
                 self.new_state_machine(nid, g),
                 send=functools.partial(self.send, nid),
                 options=GroupOptions(snapshot_entries=self.cfg.snapshot_entries, keep_entries=5),
-                offload=_inline,
+                offload=inline,
             )
             n.logs[g] = log
             n.drivers[g] = driver

@@ -4,7 +4,7 @@ per-group view (`GroupLog`) implementing the core's `Storage` protocol from memo
 Record and file formats: docs/architecture.md, section 4. Modules: `record` (pure framing and
 codecs), `files` (atomic rename, names, snapshot files), `segments` (what pins a segment, segment
 heads), `recovery` (replay and torn tail handling), `wal` (the writer thread), `logstore`
-(`GroupLog`).
+(`GroupLog`), `waldisk` (a directory's WAL as the host's `LogDisk`: `WalDisk`, `WalDisks`).
 """
 
 from raftlog.storage.files import atomic_write, fsync_dir
@@ -22,6 +22,7 @@ from raftlog.storage.record import (
 )
 from raftlog.storage.recovery import RecoveredGroup, TornTail
 from raftlog.storage.wal import FSYNC_BUCKETS, Wal, WalOptions, WalStats
+from raftlog.storage.waldisk import WalDisk, WalDisks
 
 __all__ = [
     "FSYNC_BUCKETS",
@@ -36,6 +37,8 @@ __all__ = [
     "SnapshotRecord",
     "TornTail",
     "Wal",
+    "WalDisk",
+    "WalDisks",
     "WalOptions",
     "WalStats",
     "atomic_write",

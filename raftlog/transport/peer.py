@@ -175,6 +175,11 @@ _MAX_REASONS = 8
 """Distinct failure reasons logged per peer or host until it connects again."""
 
 
+def _unbound(peer: int, kind: FrameKind, body: bytes) -> None:
+    """The frame handler of a transport not bound yet (`Transport.start` refuses to run so)."""
+    raise RuntimeError(f"a {kind.name} frame from node {peer} arrived before bind")
+
+
 def _reason(e: BaseException) -> str:
     """A failure as one short line (the exception's type when it says nothing)."""
     return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
@@ -281,11 +286,14 @@ class Transport:
         listen: Address,
         peers: dict[int, Address],
         secret: bytes,
-        on_frame: FrameHandler,
+        on_frame: FrameHandler | None = None,
         *,
         cfg: TransportConfig | None = None,
         on_peer_down: Callable[[int], None] | None = None,
     ) -> None:
+        """``on_frame`` and ``on_peer_down`` may be given here or later with `bind` (a host
+        builds its transport before it can name its handlers); frames need a handler by
+        `start`."""
         if not secret:
             raise ValueError("a cluster secret is required")
         self.cfg = cfg or TransportConfig()
@@ -294,7 +302,7 @@ class Transport:
         self.id = node_id
         self.listen = listen
         self.secret = secret
-        self.on_frame = on_frame
+        self.on_frame: FrameHandler = on_frame if on_frame is not None else _unbound
         self.on_peer_down = on_peer_down
         self.peers = {
             pid: _Peer(pid, addr, self.cfg) for pid, addr in peers.items() if pid != node_id
@@ -317,9 +325,17 @@ class Transport:
         """Peer connections are TLS (`TransportConfig.server_ssl`, ``client_ssl``)."""
         return self.cfg.tls
 
+    def bind(self, on_frame: FrameHandler, on_peer_down: Callable[[int], None]) -> None:
+        """Where arriving frames and lost connections go (`PeerTransport.bind`); before
+        `start`."""
+        self.on_frame = on_frame
+        self.on_peer_down = on_peer_down
+
     # -- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
         """Listen for peers and start one writer (and, for larger ids, one dialer) per peer."""
+        if self.on_frame is _unbound:
+            raise ValueError("the transport has no frame handler: bind one before start")
         if self.cfg.server_ssl is None:
             self._server = await asyncio.start_server(
                 self._accept, self.listen.host, self.listen.port, reuse_address=True

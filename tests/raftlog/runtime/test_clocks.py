@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from raftlog.runtime.clocks import ClockReading, judge
+from raftlog.runtime.host import SYSTEM_CLOCK
 from raftlog.runtime.peerwatch import PeerWatch
 from raftlog.transport.codec import (
     PROBE_CALL_BIT,
@@ -80,9 +81,9 @@ def test_peer_watch_reads_a_pong_and_ignores_an_older_probes_answer() -> None:
         assert rrid == rid and not is_error
         return reply
 
-    mine = PeerWatch()
+    mine = PeerWatch(SYSTEM_CLOCK)
     mine.wall_clock = lambda: 1_000_000
-    theirs = PeerWatch()
+    theirs = PeerWatch(SYSTEM_CLOCK)
     theirs.wall_clock = lambda: 1_000_000 + HOUR_MS
     mine.probe(send, [2, 9])
     assert [(p, k) for p, k, _ in sent] == [(2, FrameKind.CALL), (9, FrameKind.CALL)]
