@@ -92,7 +92,10 @@ class Membership:
         interval: float,
         balance_leaders: bool = True,
         avoid_leader: Callable[[], Collection[int]] = tuple,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``clock``: monotonic seconds, for the rate limits of registrations, confirmations
+        and leadership transfers (the node's `cmq.node.host.NodeHost` clock)."""
         self._me = me
         self._id = me.node_id
         self._raft = raft
@@ -107,6 +110,7 @@ class Membership:
         self._interval = interval
         self._balance = balance_leaders
         self._avoid_leader = avoid_leader  # e.g. nodes whose clocks are off: never preferred
+        self._clock = clock
         self._transferred: dict[int, float] = {}
         self._last_register = 0.0
         self._seen_registered = False
@@ -167,7 +171,7 @@ class Membership:
             me.zone,
         ):
             return
-        now = time.monotonic()
+        now = self._clock()
         if now - self._last_register < 1.0:
             return
         self._last_register = now
@@ -226,7 +230,7 @@ class Membership:
     async def _confirmed_gone(self, group: int) -> bool:
         if self._id not in self._raft.status(group).conf.members():
             return True
-        now = time.monotonic()
+        now = self._clock()
         if now - self._last_confirm.get(group, -1e9) < 1.0:
             return False
         self._last_confirm[group] = now
@@ -276,7 +280,7 @@ class Membership:
             self._transfer(g, best)
 
     def _transfer(self, g: int, to: int) -> None:
-        now = time.monotonic()
+        now = self._clock()
         if now - self._transferred.get(g, -1e9) < TRANSFER_COOLDOWN:
             return
         self._transferred[g] = now

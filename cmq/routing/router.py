@@ -92,13 +92,18 @@ class Router:
         *,
         election_timeout: float = 0.5,
         clock_ok: Callable[[], bool] = _always,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
     ) -> None:
+        """``clock``: monotonic seconds (how long a suspect peer is avoided); ``rng``: the
+        retry jitter's random numbers (a seeded one under simulation)."""
         self._id = node_id
         self._raft = raft
         self._catalog = catalog
         self._ops = ops
         self._timeout = request_timeout
-        self._rng = random.Random()
+        self._rng = rng if rng is not None else random.Random()
+        self._clock = clock
         self._hints: dict[int, int] = {}  # group not hosted here -> the leader last named
         self._turn = 0
         self.silence = 2 * election_timeout
@@ -112,13 +117,13 @@ class Router:
         a suspect."""
         until = self._suspects.get(peer)
         if until is not None:
-            if until > time.monotonic():
+            if until > self._clock():
                 return False
             del self._suspects[peer]
         return self._raft.silent_for(peer) <= self.silence
 
     def _suspect(self, peer: int) -> None:
-        self._suspects[peer] = time.monotonic() + SUSPECT_SECONDS
+        self._suspects[peer] = self._clock() + SUSPECT_SECONDS
 
     def _leader(self, group: int) -> int:
         """Where to send a call for ``group`` (0: nowhere yet, wait and look again): its known
