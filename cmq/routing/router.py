@@ -57,6 +57,7 @@ from cmq.routing.rpc import (
 )
 from cmq.upgrade.features import KNOWN as SUPPORTED_FEATURES
 from cmq.upgrade.release import PEER_PROTOCOL_MAX, PEER_PROTOCOL_MIN, RELEASE
+from raftlog.buggify import buggify, uniform
 from raftlog.errors import NotLeader, PeerUnavailable, ProposalDropped
 from raftlog.errors import Overloaded as RaftOverloaded
 from raftlog.runtime import MultiRaft
@@ -194,6 +195,9 @@ class Router:
                     call = attempt()
                     return await self._execute(call)
                 if leader:
+                    if buggify("router.forward_delay"):  # a slow hop: may land after a change
+                        await asyncio.sleep(min(uniform(0.0, 0.3), remaining))
+                        remaining = max(0.001, deadline - loop.time())
                     call = attempt()
                     try:
                         reply = await self._raft.call(
@@ -210,7 +214,7 @@ class Router:
                         if e.outcome_unknown and deadline - loop.time() <= 0:
                             self._suspect(leader)  # unanswered for the whole deadline
                         raise
-                    if group not in self._raft.groups:
+                    if group not in self._raft.groups and not buggify("router.forget_hint"):
                         self._hints[group] = leader  # it answered: it leads
                     return call.decode_reply(reply)
             except RemoteCallError as e:
@@ -227,6 +231,8 @@ class Router:
             if unknown is not None and call is not None and not call.retry_unknown():
                 raise unknown
             pause = self._rng.uniform(delay / 2, delay)
+            if buggify("router.retry_at_once"):
+                pause = 0.0
             await asyncio.sleep(min(pause, max(0.0, deadline - loop.time())))
             delay = min(delay * 2, MAX_BACKOFF)
 
