@@ -70,7 +70,7 @@ class GroupDriver:
         self.store = store
         self.sm = sm
         self._send_raw = send
-        self._exports: set[asyncio.Task[None]] = set()
+        self._exports: dict[asyncio.Task[None], None] = {}  # ordered: runs replay
         self.options = options
         self._offload = offload
         self.counters = GroupCounters()
@@ -299,8 +299,8 @@ class GroupDriver:
         for m in msgs:
             if m.type is MsgType.SNAP:
                 task = asyncio.get_running_loop().create_task(self._ship(m, export))
-                self._exports.add(task)
-                task.add_done_callback(self._exports.discard)
+                self._exports[task] = None
+                task.add_done_callback(lambda t: self._exports.pop(t, None))
 
     async def _ship(self, m: Message, export: Callable[[bytes], bytes]) -> None:
         snap = m.snapshot

@@ -23,10 +23,10 @@ import asyncio
 import time
 from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import Future as ThreadFuture
-from typing import ParamSpec, Protocol, TypeVar
+from typing import TYPE_CHECKING, ParamSpec, Protocol, TypeVar
 
 from raftlog.core import ConfState
-from raftlog.runtime.group_options import DurableLog
+from raftlog.runtime.group_options import DurableLog, Offload
 from raftlog.storage.wal import WalStats
 from raftlog.transport.codec import FrameKind
 from raftlog.transport.peer import Address, PeerStats
@@ -174,3 +174,26 @@ class LogDisks(Protocol):
     """Opens (recovering) the `LogDisk` of a data directory."""
 
     def __call__(self, directory: str) -> LogDisk: ...
+
+
+if TYPE_CHECKING:
+    from raftlog.storage.memory import MemoryDisks
+    from raftlog.storage.waldisk import WalDisks
+    from raftlog.transport.memory import MemoryTransport
+    from raftlog.transport.peer import Transport
+
+    def _seams(
+        loop: asyncio.AbstractEventLoop,
+        transports: tuple[Transport, MemoryTransport],
+        disks: tuple[WalDisks, MemoryDisks],
+    ) -> tuple[PeerTransport, PeerTransport, LogDisks, LogDisks, Clock, Clock, Offload, Offload]:
+        """Never called: mypy checks here that each real implementation and its twin satisfy
+        their seam (they are structural, so nothing else would say so)."""
+        return (
+            *transports,
+            *disks,
+            SYSTEM_CLOCK,
+            LoopClock(loop, 0),
+            asyncio.to_thread,
+            inline,
+        )

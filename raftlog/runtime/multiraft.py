@@ -139,7 +139,7 @@ class MultiRaft:
         self._call_handler: CallHandler | None = None
         self._calls: dict[int, asyncio.Future[bytes]] = {}
         self._call_ids = 0
-        self._serving: set[asyncio.Task[None]] = set()
+        self._serving: dict[asyncio.Task[None], None] = {}  # ordered: runs replay
         self.max_concurrent_calls = 4096
         self.watch = PeerWatch(self.clock)
         """Peers' liveness and wall-clock readings; ``watch.wall_clock`` is this node's clock
@@ -575,8 +575,8 @@ class MultiRaft:
                 self.transport.send(peer, FrameKind.REPLY, encode_call(rid, True, err))
                 return
             task = asyncio.get_running_loop().create_task(self._serve_call(peer, rid, payload))
-            self._serving.add(task)
-            task.add_done_callback(self._serving.discard)
+            self._serving[task] = None
+            task.add_done_callback(lambda t: self._serving.pop(t, None))
         elif kind is FrameKind.REPLY:
             rid, is_error, payload = decode_call(body)
             if rid & PROBE_CALL_BIT:
