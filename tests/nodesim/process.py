@@ -54,6 +54,9 @@ class Process:
         self.held: list[asyncio.Handle] = []
         self.disturbed = 0
         """Pauses and kills so far: a call that saw one may take longer than its deadline."""
+        self.tasks: set[asyncio.Task[Any]] = set()
+        """Its tasks not finished: a killed process's stay referenced (never collected during
+        the run, whose ``finally`` blocks would then run at a moment the seed does not fix)."""
 
     def context(self) -> contextvars.Context:
         """A fresh context in which code runs as this process."""
@@ -91,12 +94,46 @@ class _Ready(deque[asyncio.Handle]):
         super().append(handle)
 
 
+TURN = 1e-9
+"""Virtual seconds each turn of the loop with work ready takes."""
+
+
 class ProcessLoop(VirtualTimeLoop):
-    """A `VirtualTimeLoop` that can pause and kill `Process`es (see the module docstring)."""
+    """A `VirtualTimeLoop` that can pause and kill `Process`es (see the module docstring).
+
+    Each turn of the loop with work ready takes `TURN` of virtual time, as any turn takes some
+    real time: otherwise a timer due within the loop's clock resolution fires at once, time
+    stands still while callbacks are ready, and a coroutine that waits for the few remaining
+    femtoseconds of a deadline in a loop (``remaining = deadline - loop.time()``) never reaches
+    it."""
 
     def __init__(self) -> None:
         super().__init__()
         self._ready: _Ready = _Ready()
+        selector = self._selector
+        select = selector.select
+        clock = self._vclock
+
+        def turn(timeout: float | None = None) -> list[Any]:
+            if timeout == 0:
+                clock.now += TURN
+            return select(timeout)
+
+        selector.select = turn  # type: ignore[method-assign]
+
+    def create_task(  # type: ignore[override]
+        self,
+        coro: Coroutine[Any, Any, T],
+        *,
+        name: str | None = None,
+        context: contextvars.Context | None = None,
+    ) -> asyncio.Task[T]:
+        task = super().create_task(coro, name=name, context=context)
+        proc = PROCESS.get() if context is None else context.get(PROCESS)
+        if proc is not None:
+            proc.tasks.add(task)
+            task.add_done_callback(proc.tasks.discard)
+        return task
 
     def _take_ready(self, proc: Process) -> list[asyncio.Handle]:
         """Cancel ``proc``'s callbacks already queued in this iteration; copies of them."""
