@@ -424,7 +424,15 @@ class NodeSim:
             await asyncio.sleep(rng.uniform(0.0, 0.1))
 
     async def receive_once(
-        self, who: str, rng: random.Random, name: str, *, visibility: int, wait: int, acks: float
+        self,
+        who: str,
+        rng: random.Random,
+        name: str,
+        *,
+        visibility: int,
+        wait: int,
+        acks: float,
+        most: int = 5,
     ) -> int:
         """One receive through a random node, then ack (with chance ``acks``), nack or leave
         each message; returns how many messages it got (-1: the receive did not succeed)."""
@@ -437,7 +445,7 @@ class NodeSim:
         outcome, got, detail = await self.call(
             nid,
             2 * REQUEST_TIMEOUT + wait + 1,
-            lambda q: q.receive(name, rng.randint(1, 5), visibility, wait),
+            lambda q: q.receive(name, rng.randint(1, most), visibility, wait),
         )
         self._record(op, outcome, detail)
         if outcome != "ok" or got is None:
@@ -611,6 +619,11 @@ class NodeSim:
             self.note(f"clock of n{nid} back")
 
     def heal(self) -> None:
+        """Every fault ends: links heal, nodes resume or restart, clocks agree, and the fault
+        points stop firing (liveness is judged on a healthy cluster)."""
+        bugs = buggify.current()
+        if bugs is not None:
+            bugs.fire_chance = 0.0
         self.net.heal_all()
         self.net.faults = NetFaults()
         for nid in self.ids:
@@ -645,19 +658,22 @@ class NodeSim:
 
     # -- the end ---------------------------------------------------------------------------------
     async def drain(self) -> None:
-        """Receive and ack every queue until its leader shows it empty."""
-        rng = random.Random(f"nodesim/{self.seed}/drain")
+        """Receive and ack every queue (all at once) until its leader shows it empty."""
         deadline = self.loop.time() + self.cfg.heal_seconds + self.cfg.drain_seconds
-        for name in self.queues:
-            while self.loop.time() < deadline:
-                got = await self.receive_once("drain", rng, name, visibility=6, wait=0, acks=1.0)
-                if got > 0:
-                    continue
-                if await self._empty(rng, name):
-                    break
-                await asyncio.sleep(0.2)
-            else:
-                self.note(f"{name} not drained in time")
+        await asyncio.gather(*(self._drain(name, deadline) for name in self.queues))
+
+    async def _drain(self, name: str, deadline: float) -> None:
+        rng = random.Random(f"nodesim/{self.seed}/drain/{name}")
+        while self.loop.time() < deadline:
+            got = await self.receive_once(
+                f"drain-{name}", rng, name, visibility=6, wait=0, acks=1.0, most=10
+            )
+            if got > 0:
+                continue
+            if await self._empty(rng, name):
+                return
+            await asyncio.sleep(0.2)
+        self.note(f"{name} not drained in time")
 
     async def _empty(self, rng: random.Random, name: str) -> bool:
         nid = self._pick(rng)
