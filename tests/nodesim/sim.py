@@ -45,15 +45,13 @@ import dataclasses
 import gc
 import hashlib
 import json
-import logging
 import random
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 from cmq.errors import CmqError, InvariantBroken, OutcomeUnknown
-from cmq.model import OutgoingMessage, QueueAttributes, ReceivedMessage
 from cmq.node.host import MemoryFiles, NodeHost
 from cmq.node.queue_node import NodeConfig, QueueNode
 from cmq.upgrade.release import PEER_PROTOCOL_MAX, PEER_PROTOCOL_MIN
@@ -67,10 +65,11 @@ from raftlog.transport.memory import MemoryNetwork, NetFaults
 from raftlog.transport.peer import Address
 from raftlog.transport.protocol import ProtocolRange
 from tests.chaos.checker import check, compare_digests
-from tests.chaos.history import Delivery, History, Op, OpKind
 from tests.nodesim.faults import SlowDisks, node_clocks
+from tests.nodesim.nemesis import Nemesis
 from tests.nodesim.plants import planted
 from tests.nodesim.process import NeutralLoop, Process, ProcessLoop, ProcessTransport
+from tests.nodesim.workload import Workload
 
 T = TypeVar("T")
 
@@ -79,8 +78,6 @@ SECRET = b"nodesim-cluster-secret-0123456789"
 SPEAKS = ProtocolRange(PEER_PROTOCOL_MIN, PEER_PROTOCOL_MAX)
 REQUEST_TIMEOUT = 4.0
 CLOCK_BOUND_MS = 200.0
-QUEUES = ("q-a", "q-b")
-FIFO_QUEUE = "q-f.fifo"
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,10 +146,6 @@ class _Node:
     """Resolved when this incarnation dies (its pending calls are abandoned)."""
 
 
-class _Hung(Exception):
-    pass
-
-
 class NodeSim:
     """One seeded run (use `run_node_seed`)."""
 
@@ -162,8 +155,8 @@ class NodeSim:
         self.loop = ProcessLoop()
         self.neutral = NeutralLoop(self.loop)
         self.rng = self._rng("run")
-        self.work = self._rng("workload")
-        self.faults = self._rng("faults")
+        self.request_timeout = REQUEST_TIMEOUT
+        self.clock_bound_ms = CLOCK_BOUND_MS
         self.result = NodeSimResult(seed, cfg.nodes)
         self.ids = tuple(range(1, cfg.nodes + 1))
         self.groups = cfg.groups or self.rng.choice((1, 2))
@@ -173,16 +166,11 @@ class NodeSim:
             cast(asyncio.AbstractEventLoop, self.neutral), self._rng("disk"), self.disk_options
         )
         self.slow_disks = SlowDisks(self.disks, self.neutral)
-        self.history = History()
-        self.queues = QUEUES + ((FIFO_QUEUE,) if cfg.fifo else ())
-        self.keys = 0
-        self.first_seq: dict[tuple[str, str], int] = {}
+        self.workload = Workload(self, fifo=cfg.fifo)
+        self.nemesis = Nemesis(self, self._rng("faults"))
         self.snapshot_entries = self.rng.choice((30, 100, 400))
         self.nodes = {nid: self._make_node(nid) for nid in self.ids}
         self.leaders: dict[tuple[int, int], int] = {}
-        self.down_budget = (cfg.nodes - 1) // 2
-        self._faulted: set[int] = set()
-        """Nodes crashed or paused now (at most a minority at a time)."""
 
     def _rng(self, name: str) -> random.Random:
         return random.Random(f"nodesim/{self.seed}/{name}")
@@ -361,263 +349,6 @@ class NodeSim:
         self.violation(f"n{nid}: unexpected {type(exc).__name__}: {exc}")
         return "unknown", None, repr(exc)
 
-    def _pick(self, rng: random.Random) -> int | None:
-        nodes = self.callable_nodes()
-        return rng.choice(nodes) if nodes else None
-
-    def _record(self, op: Op, outcome: str, detail: str) -> None:
-        self.history.complete(op, self.loop.time(), outcome, detail)  # type: ignore[arg-type]
-        if outcome == "unknown":
-            self.result.unknown += 1
-
-    def _invoke(self, who: str, kind: OpKind, queue: str, node: int) -> Op:
-        return self.history.invoke(who, kind, queue, node, self.loop.time())
-
-    # -- workload --------------------------------------------------------------------------------
-    async def create_queues(self) -> None:
-        for name in self.queues:
-            attrs = QueueAttributes(fifo=name.endswith(".fifo"), visibility_timeout=2)
-            while True:
-                nid = self._pick(self.work)
-                if nid is not None:
-                    outcome, _, _ = await self.call(
-                        nid,
-                        2 * REQUEST_TIMEOUT + 3,
-                        lambda q, a=attrs, nm=name: q.create_queue(nm, a),
-                    )
-                    if outcome == "ok":
-                        self.note(f"created {name}")
-                        break
-                await asyncio.sleep(0.2)
-
-    def _new_key(self, who: str) -> str:
-        self.keys += 1
-        return f"{who}-{self.keys}"
-
-    async def producer(self, pid: int, stop: asyncio.Event) -> None:
-        rng = random.Random(f"nodesim/{self.seed}/producer{pid}")
-        who = f"p{pid}"
-        while not stop.is_set():
-            nid = self._pick(rng)
-            if nid is None:
-                await asyncio.sleep(0.1)
-                continue
-            name = rng.choice(self.queues)
-            fifo = name.endswith(".fifo")
-            keys = [self._new_key(who) for _ in range(rng.randint(1, 4))]
-            dedup = fifo or rng.random() < 0.5
-            msgs = [
-                OutgoingMessage(
-                    body=k.encode(),
-                    dedup_id=k if dedup else None,
-                    group_id=f"g{rng.randint(0, 2)}" if fifo else None,
-                    delay_seconds=None if fifo or rng.random() < 0.9 else rng.randint(0, 1),
-                )
-                for k in keys
-            ]
-            op = self._invoke(f"producer{pid}", "send", name, nid)
-            op.keys = keys
-            outcome, _, detail = await self.call(
-                nid, 3 * REQUEST_TIMEOUT + 1, lambda q, nm=name, ms=msgs: q.send(nm, ms)
-            )
-            self._record(op, outcome, detail)
-            await asyncio.sleep(rng.uniform(0.0, 0.1))
-
-    async def receive_once(
-        self,
-        who: str,
-        rng: random.Random,
-        name: str,
-        *,
-        visibility: int,
-        wait: int,
-        acks: float,
-        most: int = 5,
-    ) -> int:
-        """One receive through a random node, then ack (with chance ``acks``), nack or leave
-        each message; returns how many messages it got (-1: the receive did not succeed)."""
-        nid = self._pick(rng)
-        if nid is None:
-            await asyncio.sleep(0.1)
-            return -1
-        op = self._invoke(who, "receive", name, nid)
-        op.visibility = float(visibility)
-        outcome, got, detail = await self.call(
-            nid,
-            2 * REQUEST_TIMEOUT + wait + 1,
-            lambda q: q.receive(name, rng.randint(1, most), visibility, wait),
-        )
-        self._record(op, outcome, detail)
-        if outcome != "ok" or got is None:
-            return -1
-        msgs = cast("list[ReceivedMessage]", got)
-        op.deliveries = [
-            Delivery(m.body.decode(), self._number(name, m), m.receipt, m.receive_count)
-            for m in msgs
-        ]
-        self.result.deliveries += len(msgs)
-        to_ack, to_nack = [], []
-        for m in msgs:
-            x = rng.random()
-            if x < acks:
-                to_ack.append(m)
-            elif x < acks + (1 - acks) / 2:
-                to_nack.append(m)
-        if to_ack:
-            await self._settle(who, rng, name, kind="ack", msgs=to_ack, delay=0)
-        if to_nack:
-            delay = rng.choice((0, 0, 1))
-            await self._settle(who, rng, name, kind="nack", msgs=to_nack, delay=delay)
-        return len(msgs)
-
-    def _number(self, name: str, m: ReceivedMessage) -> int:
-        """The message's number in the history: the seq it was first delivered under. A
-        `cmq.fsm.commands.Tidy` copies a live message forward to a new seq (keeping its id), so
-        the history names a stored message by its id's first seq; a key under two numbers is a
-        key stored twice (two ids)."""
-        return self.first_seq.setdefault((name, m.id), m.seq)
-
-    async def _settle(
-        self,
-        who: str,
-        rng: random.Random,
-        name: str,
-        *,
-        kind: OpKind,
-        msgs: list[ReceivedMessage],
-        delay: int,
-    ) -> None:
-        nid = self._pick(rng)
-        if nid is None:
-            return
-        receipts = [m.receipt for m in msgs]
-        op = self._invoke(who, kind, name, nid)
-        op.receipts = receipts
-        op.keys = [m.body.decode() for m in msgs]
-        op.delay = float(delay)
-        if kind == "ack":
-            outcome, res, detail = await self.call(
-                nid, 2 * REQUEST_TIMEOUT + 1, lambda q: q.ack(name, receipts)
-            )
-        else:
-            outcome, res, detail = await self.call(
-                nid, 2 * REQUEST_TIMEOUT + 1, lambda q: q.nack(name, receipts, delay)
-            )
-        if outcome == "ok" and res is not None:
-            op.entry_ok = [r.ok for r in res]
-        self._record(op, outcome, detail)
-
-    async def consumer(self, cid: int, stop: asyncio.Event) -> None:
-        rng = random.Random(f"nodesim/{self.seed}/consumer{cid}")
-        while not stop.is_set():
-            name = rng.choice(self.queues)
-            got = await self.receive_once(
-                f"consumer{cid}",
-                rng,
-                name,
-                visibility=rng.choice((1, 2, 3)),
-                wait=rng.choice((0, 0, 1)),
-                acks=0.8,
-            )
-            await asyncio.sleep(0.01 if got > 0 else rng.uniform(0.02, 0.2))
-
-    # -- faults ----------------------------------------------------------------------------------
-    async def nemesis(self, until: float) -> None:
-        rng = self.faults
-        while self.loop.time() < until:
-            await asyncio.sleep(rng.uniform(0.3, 1.5))
-            x = rng.random()
-            healthy = [i for i in self.ids if i not in self._faulted and self.nodes[i].ready]
-            if x < 0.2 and healthy and len(self._faulted) < self.down_budget:
-                victim = self._leaderish(rng, healthy)
-                self._faulted.add(victim)
-                power = rng.random() < 0.5
-                self.kill(victim, power=power)
-                self._later(rng.uniform(0.2, 3.0), self._restart, victim)
-            elif x < 0.24 and len(self._faulted) == 0:
-                for nid in self.ids:
-                    self.kill(nid, power=True)
-                self._faulted.update(self.ids)
-                self.note("power loss of every node")
-                for nid in self.ids:
-                    self._later(rng.uniform(0.2, 1.5), self._restart, nid)
-            elif x < 0.36 and healthy and len(self._faulted) < self.down_budget:
-                victim = self._leaderish(rng, healthy)
-                self._faulted.add(victim)
-                self.pause(victim)
-                self._later(rng.uniform(0.3, 4.0), self._resume, victim)
-            elif x < 0.48:
-                a = rng.choice(self.ids)
-                self.net.isolate(a, [b for b in self.ids if b != a])
-                self.result.partitions += 1
-                self.note(f"isolate n{a}")
-            elif x < 0.54:
-                side = rng.sample(self.ids, len(self.ids) // 2)
-                for a in side:
-                    for b in self.ids:
-                        if b not in side:
-                            self.net.cut(a, b)
-                self.result.partitions += 1
-                self.note(f"split {sorted(side)} from the rest")
-            elif x < 0.6:
-                a, b = rng.sample(self.ids, 2)
-                self.net.cut(a, b)
-                self.note(f"cut n{a}-n{b}")
-            elif x < 0.74:
-                self.net.heal_all()
-                for nid in self.ids:
-                    if self.nodes[nid].proc is not None and self.nodes[nid].proc.paused:  # type: ignore[union-attr]
-                        self.net.pause(nid)  # heal_all resumed the network of a paused node
-                self.note("heal the network")
-            elif x < 0.84:
-                self.net.faults = NetFaults(
-                    delay=rng.choice(((0.0005, 0.01), (0.002, 0.05), (0.01, 0.15))),
-                    slow=rng.choice((0.0, 0.01, 0.05)),
-                    loss=rng.choice((0.0, 0.0, 0.01, 0.05)),
-                )
-                f = self.net.faults
-                self.note(f"network: delay {f.delay} slow {f.slow} loss {f.loss}")
-            else:
-                nid = rng.choice(self.ids)
-                if rng.random() < 0.5:
-                    step = rng.choice((-1, 1)) * rng.randint(10, int(CLOCK_BOUND_MS * 0.4))
-                else:
-                    step = rng.choice((-1, 1)) * rng.choice((2_000, 60_000, 7_200_000))
-                self.nodes[nid].clock.offset_ms = step
-                self.result.clock_steps += 1
-                self.note(f"clock of n{nid} stepped to {step:+d} ms")
-                self._later(rng.uniform(0.5, 4.0), self._reset_clock, nid)
-
-    def _leaderish(self, rng: random.Random, among: list[int]) -> int:
-        """Half the time a node that leads something (the interesting victim)."""
-        if rng.random() < 0.5:
-            leaders = [
-                i
-                for i in among
-                if (node := self.nodes[i].node) is not None
-                and any(d.raw.raft.role is Role.LEADER for d in node.raft.groups.values())
-            ]
-            if leaders:
-                return rng.choice(leaders)
-        return rng.choice(among)
-
-    def _later(self, delay: float, fn: Callable[[int], None], nid: int) -> None:
-        self.loop.call_later(delay, fn, nid)
-
-    def _restart(self, nid: int) -> None:
-        if self.nodes[nid].proc is None:
-            self.start_node(nid)
-        self._faulted.discard(nid)
-
-    def _resume(self, nid: int) -> None:
-        self.resume(nid)
-        self._faulted.discard(nid)
-
-    def _reset_clock(self, nid: int) -> None:
-        if self.nodes[nid].clock.offset_ms:
-            self.nodes[nid].clock.offset_ms = 0
-            self.note(f"clock of n{nid} back")
-
     def heal(self) -> None:
         """Every fault ends: links heal, nodes resume or restart, clocks agree, and the fault
         points stop firing (liveness is judged on a healthy cluster)."""
@@ -631,7 +362,7 @@ class NodeSim:
             self.nodes[nid].clock.offset_ms = 0
             if self.nodes[nid].proc is None:
                 self.start_node(nid)
-        self._faulted.clear()
+        self.nemesis.faulted.clear()
         self.note("healed")
 
     async def observer(self) -> None:
@@ -657,34 +388,6 @@ class NodeSim:
                         self.loop.call_soon(d.request_snapshot, context=n.proc.context())
 
     # -- the end ---------------------------------------------------------------------------------
-    async def drain(self) -> None:
-        """Receive and ack every queue (all at once) until its leader shows it empty."""
-        deadline = self.loop.time() + self.cfg.heal_seconds + self.cfg.drain_seconds
-        await asyncio.gather(*(self._drain(name, deadline) for name in self.queues))
-
-    async def _drain(self, name: str, deadline: float) -> None:
-        rng = random.Random(f"nodesim/{self.seed}/drain/{name}")
-        while self.loop.time() < deadline:
-            got = await self.receive_once(
-                f"drain-{name}", rng, name, visibility=6, wait=0, acks=1.0, most=10
-            )
-            if got > 0:
-                continue
-            if await self._empty(rng, name):
-                return
-            await asyncio.sleep(0.2)
-        self.note(f"{name} not drained in time")
-
-    async def _empty(self, rng: random.Random, name: str) -> bool:
-        nid = self._pick(rng)
-        if nid is None:
-            return False
-        outcome, got, _ = await self.call(nid, 2 * REQUEST_TIMEOUT + 1, lambda q: q.get_queue(name))
-        if outcome != "ok" or got is None:
-            return False
-        _, stats = got
-        return stats.visible + stats.delayed + stats.in_flight == 0
-
     async def check_replicas(self) -> None:
         """Wait for every replica to apply the same index, then compare their state."""
         deadline = self.loop.time() + self.cfg.heal_seconds
@@ -742,7 +445,7 @@ class NodeSim:
         return True
 
     def check_history(self) -> None:
-        ops = self.history.ops
+        ops = self.workload.history.ops
         rep = check(ops, tolerance=2 * CLOCK_BOUND_MS / 1000 + 0.05)
         self.result.ops = rep.ops
         self.result.confirmed = rep.acked
@@ -762,21 +465,25 @@ class NodeSim:
         observer = self.loop.create_task(self.observer())
         stop = asyncio.Event()
         workers: list[asyncio.Task[None]] = []
+        work = self.workload
         try:
-            await self.create_queues()
+            await work.create_queues()
             workers = [
-                self.loop.create_task(self.producer(i, stop)) for i in range(self.cfg.producers)
-            ] + [self.loop.create_task(self.consumer(i, stop)) for i in range(self.cfg.consumers)]
+                self.loop.create_task(work.producer(i, stop)) for i in range(self.cfg.producers)
+            ] + [self.loop.create_task(work.consumer(i, stop)) for i in range(self.cfg.consumers)]
             if self.cfg.faults:
-                await self.nemesis(self.loop.time() + self.cfg.seconds)
+                await self.nemesis.run(self.loop.time() + self.cfg.seconds)
             else:
                 await asyncio.sleep(self.cfg.seconds)
             self.heal()
             stop.set()
             await asyncio.gather(*workers)
-            await self.drain()
+            await self.nemesis.settle()
+            await work.drain(self.cfg.heal_seconds + self.cfg.drain_seconds)
             await self.check_replicas()
             self.check_history()
+            self.result.unknown = work.unknown
+            self.result.deliveries = work.deliveries
         finally:
             observer.cancel()
             for t in workers:
@@ -788,7 +495,7 @@ class NodeSim:
 
     def digest(self) -> str:
         h = hashlib.sha256()
-        for op in self.history.ops:
+        for op in self.workload.history.ops:
             h.update(json.dumps(op.to_json(), sort_keys=True).encode())
         for line in self.result.trace:
             h.update(line.encode())
@@ -818,58 +525,3 @@ def run_node_seed(seed: int, cfg: NodeSimConfig | None = None) -> NodeSimResult:
     # their ``finally`` blocks as they are collected), not at some moment of the next run.
     gc.collect()
     return result
-
-
-def _iter_seeds(first: int, count: int) -> Iterator[int]:
-    return iter(range(first, first + count))
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-    import time
-
-    from tests.nodesim.plants import PLANTS
-
-    ap = argparse.ArgumentParser(prog="python -m tests.nodesim", description=__doc__)
-    ap.add_argument("--seeds", type=int, default=10)
-    ap.add_argument("--seed", type=int, default=0, help="first seed")
-    ap.add_argument("--nodes", type=int, default=3, choices=(3, 5))
-    ap.add_argument("--seconds", type=float, default=12.0, help="virtual seconds of faults")
-    ap.add_argument("--plant", choices=PLANTS, help="plant a bug (tests.nodesim.plants)")
-    ap.add_argument("--no-buggify", action="store_true", help="turn the fault points off")
-    ap.add_argument("-v", "--verbose", action="store_true", help="print each seed's summary")
-    args = ap.parse_args(argv)
-    logging.disable(logging.CRITICAL)
-    cfg = NodeSimConfig(
-        nodes=args.nodes, seconds=args.seconds, plant=args.plant, buggify=not args.no_buggify
-    )
-    bad = 0
-    totals: dict[str, float] = {}
-    started = time.monotonic()
-    for seed in _iter_seeds(args.seed, args.seeds):
-        t0 = time.monotonic()
-        r = run_node_seed(seed, cfg)
-        wall = time.monotonic() - t0
-        for k in ("ops", "confirmed", "acked", "unknown", "crashes", "power_losses", "pauses"):
-            totals[k] = totals.get(k, 0) + getattr(r, k)
-        if args.verbose:
-            print(
-                f"seed {seed}: ops={r.ops} confirmed={r.confirmed} acked={r.acked} "
-                f"unknown={r.unknown} crashes={r.crashes} power={r.power_losses} "
-                f"pauses={r.pauses} steps={r.clock_steps} buggified={r.buggified} "
-                f"virtual={r.virtual_seconds:.0f}s wall={wall:.1f}s",
-                flush=True,
-            )
-        if r.violations:
-            bad += 1
-            print(f"seed {seed}: " + "; ".join(r.violations[:3]), flush=True)
-            print("\n".join("    " + line for line in r.trace[-25:]))
-            extra = f" --plant {args.plant}" if args.plant else ""
-            print(f"    replay: {r.replay()} --seconds {args.seconds:g}{extra}", flush=True)
-    elapsed = time.monotonic() - started
-    summary = " ".join(f"{k}={int(v)}" for k, v in totals.items())
-    print(
-        f"node seeds={args.seeds} nodes={args.nodes} {summary} violations={bad} "
-        f"wall={elapsed:.0f}s ({elapsed / max(1, args.seeds):.1f}s/seed)"
-    )
-    return 1 if bad else 0
