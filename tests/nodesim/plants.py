@@ -5,10 +5,11 @@ must catch every one of them (`tests/nodesim/test_node_sim.py`).
 ========================  =========================================================================
 name                      the bug
 ========================  =========================================================================
-``early_ack``             the log disks report a write durable before it is synced (and sync it a
-                          fraction of a second later): a power loss loses what a majority
-                          acknowledged (`raftlog.storage.memory.MemoryDiskOptions.unsafe_early_ack`,
-                          the queue simulator's planted bug; set on the disks, not patched)
+``early_ack``             the log disks report a write durable before it is synced (and sync it
+                          1-3 s later, a log that fsyncs on a timer): a power loss of every node
+                          loses what a majority acknowledged
+                          (`raftlog.storage.memory.MemoryDiskOptions.unsafe_early_ack`, the queue
+                          simulator's planted bug; set on the disks, not patched)
 ``ack_deletes_nothing``   an ack is answered "done" but deletes nothing (the queue simulator's)
 ``produce_forgets_one``   a send of several messages is confirmed, its last message not stored
                           (the queue simulator's)

@@ -161,7 +161,11 @@ class NodeSim:
         self.ids = tuple(range(1, cfg.nodes + 1))
         self.groups = cfg.groups or self.rng.choice((1, 2))
         self.net = MemoryNetwork(cast(asyncio.AbstractEventLoop, self.neutral), self._rng("net"))
-        self.disk_options = MemoryDiskOptions(unsafe_early_ack=cfg.plant == "early_ack")
+        self.disk_options = (
+            MemoryDiskOptions(unsafe_early_ack=True, late_sync=(1.0, 3.0))
+            if cfg.plant == "early_ack"
+            else MemoryDiskOptions()
+        )
         self.disks = MemoryDisks(
             cast(asyncio.AbstractEventLoop, self.neutral), self._rng("disk"), self.disk_options
         )

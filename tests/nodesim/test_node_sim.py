@@ -47,11 +47,11 @@ def test_a_seed_replays_to_the_same_history() -> None:
 
 
 BOUND = {
-    "early_ack": 30,
+    "early_ack": 20,
     "ack_deletes_nothing": 3,
     "produce_forgets_one": 3,
-    "retry_unknown_sends": 20,
-    "unguarded_clock": 30,
+    "retry_unknown_sends": 10,
+    "unguarded_clock": 15,
 }
 """Seeds (from 0) within which each planted bug must be caught."""
 
