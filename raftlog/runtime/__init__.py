@@ -2,27 +2,49 @@
 
 Public API: `MultiRaft` (open groups with a `StateMachine`, propose and await the applied result,
 change membership, transfer leadership, read status, take a frozen `RuntimeStats` snapshot of its
-counters) configured by `RuntimeConfig`.
+counters) configured by `RuntimeConfig`, and the seams it is given (`raftlog.runtime.host`: a
+`PeerTransport`, `LogDisks`, a `Clock`, an `Offload`), each with a real implementation and an
+in-memory twin.
 """
 
 from raftlog.runtime.config import RuntimeConfig, new_event_loop
 from raftlog.runtime.group import GroupDriver
-from raftlog.runtime.group_options import GroupOptions
+from raftlog.runtime.group_options import DurableLog, GroupOptions, Offload
+from raftlog.runtime.host import (
+    SYSTEM_CLOCK,
+    Clock,
+    LogDisk,
+    LogDisks,
+    LoopClock,
+    PeerTransport,
+    SystemClock,
+    inline,
+)
 from raftlog.runtime.multiraft import MultiRaft
 from raftlog.runtime.statemachine import StateMachine, decode_batch, encode_batch
 from raftlog.runtime.stats import GroupStats, PeerLinkStats, RuntimeStats, SentStats
 
 __all__ = [
+    "SYSTEM_CLOCK",
+    "Clock",
+    "DurableLog",
     "GroupDriver",
     "GroupOptions",
     "GroupStats",
+    "LogDisk",
+    "LogDisks",
+    "LoopClock",
     "MultiRaft",
+    "Offload",
     "PeerLinkStats",
+    "PeerTransport",
     "RuntimeConfig",
     "RuntimeStats",
     "SentStats",
     "StateMachine",
+    "SystemClock",
     "decode_batch",
     "encode_batch",
+    "inline",
     "new_event_loop",
 ]

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from raftlog.errors import RaftError
 from raftlog.runtime.group_options import GroupOptions
 from raftlog.storage import WalOptions
-from raftlog.transport.peer import Address, TransportConfig
+from raftlog.transport.address import Address
+from raftlog.transport.config import TransportConfig
 
 
 class RemoteCallError(RaftError):

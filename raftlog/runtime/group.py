@@ -8,16 +8,18 @@ advance. Proposals that arrive while it is busy are packed into one entry.
 
 Every proposal future resolves: with the state machine's result, or with a retriable error
 (`NotLeader`, `Overloaded`, `ProposalDropped`) on leadership loss, group stop or shutdown.
+
+Its parts, one idea each: `raftlog.runtime.proposals` (the queue of proposals and the waiters
+of their entries), `raftlog.runtime.snapshots` (when to snapshot, how much log to keep),
+`raftlog.runtime.shipping` (outgoing messages, snapshots exported for a follower on the way).
+This module is the Ready contract that ties them together, and the group's quiescence.
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
-from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+from collections.abc import Sequence
 
 from raftlog.core import (
     ConfChange,
@@ -28,14 +30,12 @@ from raftlog.core import (
     RawNode,
     Ready,
     Role,
-    Snapshot,
     Status,
 )
 from raftlog.core.progress import ProgressState
 from raftlog.errors import (
     InvariantViolation,
     NotLeader,
-    Overloaded,
     ProposalDropped,
     RaftError,
 )
@@ -46,7 +46,10 @@ from raftlog.runtime.group_options import (
     Offload,
     Sender,
 )
-from raftlog.runtime.statemachine import AfterApply, StateMachine, decode_batch, encode_batch
+from raftlog.runtime.proposals import Proposals
+from raftlog.runtime.shipping import SnapshotShipping
+from raftlog.runtime.snapshots import SnapshotPolicy
+from raftlog.runtime.statemachine import AfterApply, StateMachine, decode_batch
 
 log = logging.getLogger("raftlog.runtime")
 
@@ -69,24 +72,24 @@ class GroupDriver:
         self.raw = raw
         self.store = store
         self.sm = sm
-        self._send_raw = send
-        self._exports: dict[asyncio.Task[None], None] = {}  # ordered: runs replay
         self.options = options
         self._offload = offload
         self.counters = GroupCounters()
-        self._pending: list[tuple[bytes, asyncio.Future[object]]] = []
-        self._pending_bytes = 0
-        # index -> (term proposed in, futures of the proposals packed in that entry)
-        self._waiters: dict[int, tuple[int, list[asyncio.Future[object]]]] = {}
+        self._proposals = Proposals(group, options, self.counters)
+        self._snapshots = SnapshotPolicy(options, store.snapshot().meta.index)
+        self._shipping = SnapshotShipping(
+            group,
+            sm,
+            send,
+            offload=offload,
+            options=options,
+            report=self.report_snapshot,
+            live=lambda: self.stopped is None,
+        )
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.stopped: BaseException | None = None
-        self._last_snapshot = store.snapshot().meta.index
-        # (index, size) of entries applied since the last snapshot: drives snapshot/compaction.
-        self._since_snapshot: deque[tuple[int, int]] = deque()
-        self._bytes_since_snapshot = 0
         self._was_leader = False
-        self._snapshot_requested = False
         self._term = raw.raft.term
         self._after_apply = sm.after_apply if isinstance(sm, AfterApply) else None
         self.quiesced = False
@@ -108,21 +111,18 @@ class GroupDriver:
         """Cancel the driver and fail every waiter. Idempotent."""
         if self.stopped is None:
             self.stopped = ProposalDropped(reason)
-        exports = list(self._exports)
-        for t in exports:
-            t.cancel()
-        await asyncio.gather(*exports, return_exceptions=True)
+        await self._shipping.stop()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
-        self._fail_all(ProposalDropped(reason))
+        self._proposals.fail_all(ProposalDropped(reason))
 
     def _halt(self, exc: BaseException) -> None:
         """A broken invariant or storage failure: stop this group loudly (never swallow)."""
         log.error("group %d stopped: %s", self.group, exc, exc_info=exc)
         self.stopped = exc
-        self._fail_all(ProposalDropped(f"group {self.group} stopped: {exc}"))
+        self._proposals.fail_all(ProposalDropped(f"group {self.group} stopped: {exc}"))
         if self._task is not None and self._task is not asyncio.current_task():
             self._task.cancel()
 
@@ -170,8 +170,8 @@ class GroupDriver:
         if (
             self.stopped is not None
             or r.role is not Role.LEADER
-            or self._pending
-            or self._waiters
+            or self._proposals.queued
+            or self._proposals.waiting
             or r.lead_transferee
         ):
             return False
@@ -239,15 +239,7 @@ class GroupDriver:
             raise NotLeader(r.lead)
         if r.lead_transferee:
             raise NotLeader(r.lead_transferee, "leadership transfer in progress")
-        if (
-            len(self._pending) >= self.options.max_pending_proposals
-            or self._pending_bytes + len(command) > self.options.max_pending_bytes
-        ):
-            raise Overloaded(f"group {self.group}: {len(self._pending)} proposals queued")
-        fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
-        self._pending.append((command, fut))
-        self._pending_bytes += len(command)
-        self.counters.proposals += 1
+        fut = self._proposals.add(command)
         self._wake.set()
         return fut
 
@@ -257,8 +249,7 @@ class GroupDriver:
             raise ProposalDropped(f"group {self.group} is stopped", outcome_unknown=False)
         self.quiesced = False
         index = self.raw.propose_conf_change(cc)
-        fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
-        self._waiters[index] = (self.raw.raft.term, [fut])
+        fut = self._proposals.await_entry(index, self.raw.raft.term)
         self._after_input()
         return fut
 
@@ -280,66 +271,15 @@ class GroupDriver:
 
     def request_snapshot(self) -> None:
         """Snapshot at the next opportunity (this group pins old WAL segments)."""
-        if self.raw.raft.log.applied > self._last_snapshot:
-            self._snapshot_requested = True
+        if self._snapshots.request(self.raw.raft.log.applied):
             self._wake.set()
-
-    # -- shipping snapshots ------------------------------------------------------------------------
-    def _send(self, group: int, msgs: Sequence[Message]) -> None:
-        """Send ``msgs``; snapshots first go through the state machine's optional
-        ``export_snapshot(data) -> bytes`` hook (on a worker thread), which makes them
-        self-contained for a follower (e.g. adds the segment files a light image refers to)."""
-        export = getattr(self.sm, "export_snapshot", None)
-        if export is None or not any(m.type is MsgType.SNAP for m in msgs):
-            self._send_raw(group, msgs)
-            return
-        plain = [m for m in msgs if m.type is not MsgType.SNAP]
-        if plain:
-            self._send_raw(group, plain)
-        for m in msgs:
-            if m.type is MsgType.SNAP:
-                task = asyncio.get_running_loop().create_task(self._ship(m, export))
-                self._exports[task] = None
-                task.add_done_callback(lambda t: self._exports.pop(t, None))
-
-    async def _ship(self, m: Message, export: Callable[[bytes], bytes]) -> None:
-        snap = m.snapshot
-        if snap is None:
-            return
-        try:
-            data = await self._offload(export, snap.data)
-        except (RaftError, OSError, ValueError) as exc:
-            log.error(
-                "group %d: cannot export snapshot %d for node %d: %s",
-                self.group,
-                snap.meta.index,
-                m.to,
-                exc,
-            )
-            self.report_snapshot(m.to, False)
-            return
-        if len(data) > self.options.max_snapshot_transfer:
-            log.error(
-                "group %d: snapshot %d is %d bytes, over the %d-byte transfer limit; node %d "
-                "cannot catch up by snapshot",
-                self.group,
-                snap.meta.index,
-                len(data),
-                self.options.max_snapshot_transfer,
-                m.to,
-            )
-            self.report_snapshot(m.to, False)
-            return
-        if self.stopped is None:
-            shipped = Snapshot(snap.meta, data)
-            self._send_raw(self.group, [replace(m, snapshot=shipped)])
 
     # -- the driver --------------------------------------------------------------------------------
     def _after_input(self) -> None:
         msgs = self.raw.take_messages()
         if msgs:
-            self._send(self.group, msgs)
-        if self.raw.has_ready() or self._pending:
+            self._shipping.send(msgs)
+        if self.raw.has_ready() or self._proposals.queued:
             self._wake.set()
 
     async def _run(self) -> None:
@@ -351,47 +291,25 @@ class GroupDriver:
                 while self.raw.has_ready():
                     await self._handle_ready(self.raw.ready())
                     self._flush_proposals()
-                if self._snapshot_requested:
-                    self._snapshot_requested = False
-                    if self.raw.raft.log.applied > self._last_snapshot:
-                        self.counters.forced_snapshots += 1
-                        await self._take_snapshot()
+                if self._snapshots.take_request(self.raw.raft.log.applied):
+                    self.counters.forced_snapshots += 1
+                    await self._take_snapshot()
         except asyncio.CancelledError:
             raise
         except (RaftError, OSError) as exc:
             self._halt(exc)
 
     def _flush_proposals(self) -> None:
-        """Pack every queued proposal into entries (bounded size) and propose them."""
-        while self._pending:
-            size = 0
-            take = 0
-            for cmd, _ in self._pending:
-                if take and size + len(cmd) > self.options.max_batch_bytes:
-                    break
-                size += len(cmd)
-                take += 1
-            batch = self._pending[:take]
-            del self._pending[:take]
-            self._pending_bytes -= size
-            futures = [f for _, f in batch]
-            try:
-                index = self.raw.propose(encode_batch([c for c, _ in batch]))
-            except RaftError as exc:
-                for f in futures:
-                    if not f.done():
-                        f.set_exception(exc)
-                continue
-            self.counters.batches += 1
-            self._waiters[index] = (self.raw.raft.term, futures)
+        """Pack every queued proposal into entries and propose them."""
+        self._proposals.pack(self.raw.propose, self.raw.raft.term)
         msgs = self.raw.take_messages()
         if msgs:
-            self._send(self.group, msgs)
+            self._shipping.send(msgs)
 
     async def _handle_ready(self, rd: Ready) -> None:
         self.counters.readies += 1
         if rd.messages:
-            self._send(self.group, rd.messages)
+            self._shipping.send(rd.messages)
         if rd.snapshot is not None:
             # Writing the snapshot's data file blocks: keep it off the event loop.
             fut = await self._offload(
@@ -404,14 +322,13 @@ class GroupDriver:
             await asyncio.wrap_future(fut)
             self.counters.persisted_entries += len(rd.entries)
             if rd.persisted_messages:
-                self._send(self.group, rd.persisted_messages)
+                self._shipping.send(rd.persisted_messages)
             self.sm.restore(rd.snapshot.meta.index, rd.snapshot.data)
             self._applied()
-            self._last_snapshot = rd.snapshot.meta.index
-            self._since_snapshot.clear()
-            self._bytes_since_snapshot = 0
-            for index in [i for i in self._waiters if i <= rd.snapshot.meta.index]:
-                self._fail_index(index, ProposalDropped("replaced by a snapshot"))
+            self._snapshots.installed(rd.snapshot.meta.index)
+            self._proposals.fail_through(
+                rd.snapshot.meta.index, ProposalDropped("replaced by a snapshot")
+            )
             self._apply_all(rd.committed)
         else:
             # ``rd.committed`` holds only entries already durable here (and committed on a
@@ -436,7 +353,7 @@ class GroupDriver:
                 await asyncio.wrap_future(fut)
                 self.counters.persisted_entries += len(rd.entries)
             if rd.persisted_messages:
-                self._send(self.group, rd.persisted_messages)
+                self._shipping.send(rd.persisted_messages)
             if not early:
                 self._apply_all(rd.committed)
         self.raw.advance(rd)
@@ -445,7 +362,7 @@ class GroupDriver:
             is_leader = rd.soft_state.role is Role.LEADER
             if self._was_leader and not is_leader:
                 hint = rd.soft_state.leader
-                self._fail_all(
+                self._proposals.fail_all(
                     NotLeader(hint, "leadership lost; outcome unknown", outcome_unknown=True)
                 )
             self._was_leader = is_leader
@@ -454,15 +371,13 @@ class GroupDriver:
             # Lost and regained leadership between two Readies: entries proposed in the
             # earlier term may have been replaced, so their outcome is unknown.
             self._term = term
-            for index in [i for i, (t, _) in self._waiters.items() if t < term]:
-                self._fail_index(index, ProposalDropped("leadership changed; outcome unknown"))
+            self._proposals.fail_before(
+                term, ProposalDropped("leadership changed; outcome unknown")
+            )
         msgs = self.raw.take_messages()
         if msgs:
-            self._send(self.group, msgs)
-        if (
-            self.raw.raft.log.applied - self._last_snapshot >= self.options.snapshot_entries
-            or self._bytes_since_snapshot >= self.options.snapshot_bytes
-        ):
+            self._shipping.send(msgs)
+        if self._snapshots.due(self.raw.raft.log.applied):
             await self._take_snapshot()
 
     def _apply_all(self, entries: Sequence[Entry]) -> None:
@@ -478,10 +393,7 @@ class GroupDriver:
             self._after_apply()
 
     def _apply(self, e: Entry) -> None:
-        self._since_snapshot.append((e.index, len(e.data)))
-        self._bytes_since_snapshot += len(e.data)
-        waiter = self._waiters.pop(e.index, None)
-        ours = waiter is not None and waiter[0] == e.term
+        self._snapshots.note_applied(e.index, len(e.data))
         if e.kind is EntryKind.CONF:
             results: list[object] = [None]
         elif not e.data:
@@ -489,22 +401,7 @@ class GroupDriver:
         else:
             where = f"group {self.group} entry {e.index}"
             results = [self.sm.apply(e.index, cmd) for cmd in decode_batch(e.data, where)]
-        if waiter is None:
-            return
-        futures = waiter[1]
-        if not ours:
-            exc = ProposalDropped(
-                f"entry {e.index} was replaced by another leader's", outcome_unknown=False
-            )
-            for f in futures:
-                if not f.done():
-                    f.set_exception(exc)
-            return
-        if len(results) != len(futures):
-            raise InvariantViolation(f"entry {e.index}: {len(results)} results for {len(futures)}")
-        for f, res in zip(futures, results, strict=True):
-            if not f.done():
-                f.set_result(res)
+        self._proposals.applied(e.index, e.term, results)
 
     async def _take_snapshot(self) -> None:
         r = self.raw.raft
@@ -514,41 +411,7 @@ class GroupDriver:
         data = await self._offload(self.sm.snapshot)
         _, fut = await self._offload(self.store.submit_create_snapshot, index, r.conf, data)
         await asyncio.wrap_future(fut)
-        self._last_snapshot = index
         self.counters.snapshots += 1
-        # Keep a bounded tail (by count and bytes) in memory for slightly lagging followers.
-        keep_from = index
-        kept_bytes = 0
-        for i, size in reversed(self._since_snapshot):
-            if i > index:
-                continue
-            too_many = index - i >= self.options.keep_entries
-            if too_many or kept_bytes + size > self.options.keep_bytes:
-                break
-            kept_bytes += size
-            keep_from = i - 1
-        while self._since_snapshot and self._since_snapshot[0][0] <= index:
-            self._bytes_since_snapshot -= self._since_snapshot.popleft()[1]
+        keep_from = self._snapshots.taken(index)
         if keep_from > self.store.first_index():
             self.store.compact(keep_from)
-
-    def _fail_index(self, index: int, exc: BaseException) -> None:
-        waiter = self._waiters.pop(index, None)
-        if waiter is not None:
-            for f in waiter[1]:
-                if not f.done():
-                    f.set_exception(exc)
-
-    def _fail_all(self, exc: RaftError) -> None:
-        """Fail every waiter with ``exc``; proposals still queued here (never appended to the
-        log) get a copy that says their outcome is known: not applied."""
-        for index in list(self._waiters):
-            self._fail_index(index, exc)
-        pending, self._pending = self._pending, []
-        self._pending_bytes = 0
-        if pending:
-            never = copy.copy(exc)
-            never.outcome_unknown = False
-            for _, f in pending:
-                if not f.done():
-                    f.set_exception(never)

@@ -27,9 +27,10 @@ from typing import TYPE_CHECKING, ParamSpec, Protocol, TypeVar
 
 from raftlog.core import ConfState
 from raftlog.runtime.group_options import DurableLog, Offload
-from raftlog.storage.wal import WalStats
+from raftlog.storage.walstats import WalStats
+from raftlog.transport.address import Address
 from raftlog.transport.codec import FrameKind
-from raftlog.transport.peer import Address, PeerStats
+from raftlog.transport.config import PeerStats
 
 FrameHandler = Callable[[int, FrameKind, bytes], None]
 """(peer id, frame kind, body): a frame that arrived from an authenticated peer."""

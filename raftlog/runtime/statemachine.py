@@ -61,6 +61,20 @@ class AfterApply(Protocol):
     def after_apply(self) -> None: ...
 
 
+@runtime_checkable
+class ExportSnapshot(Protocol):
+    """Optional hook of a `StateMachine` whose snapshot images are not self-contained (a light
+    image that names files kept beside it): before an image taken here is shipped to a follower
+    that fell behind the compacted log, the runtime calls ``export_snapshot(data)`` and ships
+    what it returns instead, which `StateMachine.restore` on the follower must accept.
+
+    Runs on a worker thread (it may read files) while the event loop goes on, like
+    `StateMachine.snapshot`; raising `RaftError`, ``OSError`` or ``ValueError`` fails this
+    transfer (the leader tries again later)."""
+
+    def export_snapshot(self, data: bytes) -> bytes: ...
+
+
 def encode_batch(commands: list[bytes]) -> bytes:
     """Pack ``commands`` (each non-empty) into one entry payload."""
     parts = [_HEAD.pack(BATCH_VERSION, len(commands))]

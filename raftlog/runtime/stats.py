@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from raftlog.storage.wal import WalStats
+from raftlog.storage.walstats import WalStats
 
 if TYPE_CHECKING:
     from raftlog.runtime.group import GroupDriver
-    from raftlog.transport.peer import PeerStats
+    from raftlog.transport.config import PeerStats
 
 __all__ = ["GroupStats", "PeerLinkStats", "RuntimeStats", "SentStats", "WalStats"]
 

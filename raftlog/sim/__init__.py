@@ -4,6 +4,9 @@
 (`SimDisk`), clients, membership changes and leadership transfers, checking Raft's safety
 properties after every step (`Checker`) and liveness after the faults heal. The same seed
 replays to the same trace. ``python -m raftlog.sim --help`` runs many seeds.
+
+`raftlog.sim.runtime_sim` and `raftlog.sim.quiesce_sim` (not imported here) run real
+`MultiRaft` hosts over the in-memory twins of their I/O on a virtual-time loop (`vloop`).
 """
 
 from raftlog.sim.checker import Ack, Checker, SafetyViolation

@@ -1,22 +1,21 @@
-"""The runtime simulation (`raftlog.sim.runtime_sim`) with quiescence and node liveness.
+"""The runtime simulation (`raftlog.sim.runtime_sim`) with quiescence and node liveness on.
 
-The production `GroupDriver` quiescence (`can_quiesce`, `quiesce_follower`, `wake`) and the
-production `raftlog.runtime.liveness` (`PeerLiveness`, `quiesce_idle`) run on the virtual-time
-loop; only the host around them is simulated like `MultiRaft`: every tick each live node sends
-each peer a liveness signal over the simulated network (so cut, lost, delayed like any message),
-skips its quiesced groups, wakes them all when a peer turns suspect, and sends the ``QUIESCE``
-heartbeat of the groups going idle. A crashed node simply falls silent (no connection drop is
-reported: the slower, conservative case). Clients work in bursts with idle gaps, so groups
-quiesce and wake again all through the faults.
+The hosts are the production `MultiRaft` with ``quiesce=True``: its `Ticker` sends every peer a
+liveness frame per tick over the simulated network (so cut, lost, delayed like any frame),
+skips the quiesced groups, wakes them all when a peer turns suspect or its connection resets,
+and sends the ``QUIESCE`` heartbeat of the groups going idle; a follower stops ticking when its
+leader's arrives. A node that loses power is seen by its peers as a reset connection, or (half
+the time) only as silence, until liveness suspects it. Clients work in bursts with idle gaps,
+so groups quiesce and wake again all through the faults.
 
 Checked, besides everything `RuntimeSim` checks: no follower stays quiesced more than
-``LIMIT + 10`` ticks while its leader's node is down or the link from it is cut (a quiesced
+``LIMIT + 10`` ticks while its leader's node is down, paused or cut off from it (a quiesced
 group must not wait forever on a dead leader); and no replica stays quiesced more than a few
 ticks while it is still recovering from a restart (`raftlog.core.recovery`: a quiesced
 replica stops asking its peers, so it would stay out of elections, and the loss of any other
-node would then leave the group without a quorum). Planted bugs these checks catch:
-``planted="no-wake"`` (suspicion wakes nothing) and ``planted="quiesce-recovering"`` (a
-recovering replica accepts quiescence).
+node would then leave the group without a quorum). Planted bugs these checks catch, each a
+`Ticker` subclass: ``planted="no-wake"`` (a suspect or lost peer wakes nothing) and
+``planted="quiesce-recovering"`` (a recovering replica accepts quiescence).
 ``python -m raftlog.sim.quiesce_sim --seeds N [--nodes 3|5]``.
 """
 
@@ -24,101 +23,107 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Sequence
 from typing import Any
 
-from raftlog.core import Message, MsgType, Role
-from raftlog.runtime.liveness import PeerLiveness, Quiescing, quiesce_idle
-from raftlog.sim.runtime_sim import TICK, RuntimeSim, RuntimeSimConfig, report_seeds
+from raftlog.core import Role
+from raftlog.runtime.config import RuntimeConfig
+from raftlog.runtime.host import LoopClock, inline
+from raftlog.runtime.multiraft import MultiRaft
+from raftlog.runtime.ticks import Ticker
+from raftlog.sim.runtime_sim import (
+    LIVENESS_TICKS,
+    TICK,
+    RuntimeSim,
+    RuntimeSimConfig,
+    report_seeds,
+)
+from raftlog.storage.memory import MemoryDisks
+from raftlog.transport.memory import MemoryTransport
 
-LIMIT = 10
+LIMIT = LIVENESS_TICKS
 """Liveness limit in ticks (`RuntimeConfig.liveness_ticks`)."""
 BUSY = 1.0
 IDLE = 1.5
 """Seconds of each client burst and of the idle gap after it."""
 
 
+class _NoWake(Ticker):
+    """Planted bug: neither a suspect peer nor a lost connection wakes a quiesced group."""
+
+    def wake_all(self, catch_up: int) -> None:
+        del catch_up
+
+
+class _QuiesceRecovering(Ticker):
+    """Planted bug: a follower quiesces on its leader's word without asking whether it is still
+    recovering from a restart."""
+
+    def quiesce_follower(self, group: int, leader: int, term: int, commit: int) -> None:
+        del commit
+        g = self._groups.get(group)
+        if g is None:
+            return
+        r = g.raw.raft
+        if r.role is Role.FOLLOWER and r.lead == leader and r.term == term:
+            g.quiesced = True  # the bug: recovery is not consulted
+
+
+_TICKERS: dict[str, type[Ticker]] = {
+    "": Ticker,
+    "no-wake": _NoWake,
+    "quiesce-recovering": _QuiesceRecovering,
+}
+
+
 class QuiescentSim(RuntimeSim):
     """One seeded run with quiescence. ``planted``: "", "no-wake" or "quiesce-recovering"."""
 
     planted = ""
+    quiesce = True
 
     def __init__(self, seed: int, cfg: RuntimeSimConfig) -> None:
         super().__init__(seed, cfg)
-        self.liveness = {i: PeerLiveness(LIMIT) for i in self.ids}
-        self.quiesces = 0
-        self.wakes = 0
         self._stuck: dict[tuple[int, int], float] = {}
         self._stuck_recovering: dict[tuple[int, int], float] = {}
-        self._connecting: dict[tuple[int, int], float] = {}
-        """(from, to) → when the restarted ``from``'s connection to ``to`` is up."""
 
-    def start_node(self, nid: int) -> None:
-        super().start_node(nid)
-        self.liveness[nid] = PeerLiveness(LIMIT)  # a restarted process knows nothing yet
-        # Its connections come up one by one after handshakes, and a peer's redial runs on its
-        # own backoff (up to seconds); until a link is up the transport drops what it carries
-        # (so a restarted replica's first recovery asks or their answers can be lost).
-        now = self.loop.time()
-        for p in self.ids:
-            if p != nid:
-                self._connecting[nid, p] = now + self.rng.uniform(0.0, 0.3)
-                self._connecting[p, nid] = now + self.rng.uniform(0.0, 2.0)
+    @property
+    def quiesces(self) -> int:
+        """Groups that quiesced on their leaders, over every host of the run."""
+        return sum(h.ticker.quiesces for h in self.hosts)
 
-    def send(self, frm: int, group: int, msgs: Sequence[Message]) -> None:
-        up = [m for m in msgs if self._connecting.get((frm, m.to), 0.0) <= self.loop.time()]
-        self.result.dropped += len(msgs) - len(up)
-        super().send(frm, group, up)
+    @property
+    def wakes(self) -> int:
+        """Quiesced groups woken by a suspect or lost peer, over every host of the run."""
+        return sum(h.ticker.wakes for h in self.hosts)
 
-    # -- the host -----------------------------------------------------------------------------
-    def _net(self, frm: int, to: int, fn: Callable[..., None], *args: Any) -> None:
-        if (frm, to) in self.cut or self.rng.random() < self.loss:
-            return
-        delay = self.rng.uniform(0.0005, 0.01)
-        if self.rng.random() < 0.01:
-            delay += self.rng.uniform(0.05, 0.5)
-        self.loop.call_later(delay, fn, frm, to, *args)
+    def new_host(
+        self,
+        cfg: RuntimeConfig,
+        transport: MemoryTransport,
+        disks: MemoryDisks,
+        clock: LoopClock,
+    ) -> MultiRaft:
+        ticker = _TICKERS[self.planted]
 
-    def _heard(self, frm: int, to: int) -> None:
-        if (frm, to) not in self.cut and self.nodes[to].up:
-            self.liveness[to].heard(frm)
+        class Host(MultiRaft):
+            ticker_class = ticker
 
-    def _quiet(self, frm: int, to: int, q: Quiescing) -> None:
-        n = self.nodes[to]
-        d = n.drivers.get(q.group)
-        if (frm, to) in self.cut or not n.up or d is None:
-            return
-        d.step(Message(MsgType.HEARTBEAT, to=to, frm=frm, term=q.term, commit=q.commit))
-        if self.planted == "quiesce-recovering":
-            r = d.raw.raft
-            if r.role is Role.FOLLOWER and r.lead == frm and r.term == q.term:
-                d.quiesced = True  # the bug: recovery is not consulted
-            return
-        d.quiesce_follower(frm, q.term, q.commit)
+        return Host(cfg, transport=transport, disks=disks, clock=clock, offload=inline)
 
-    async def ticker(self) -> None:
-        while True:
-            await asyncio.sleep(TICK)
-            for n in self.nodes.values():
-                if not n.up:
-                    continue
-                peers = [p for p in self.ids if p != n.id]
-                for p in peers:
-                    self._net(n.id, p, self._heard)
-                catch_up = self.liveness[n.id].tick(peers)
-                if catch_up and self.planted != "no-wake":
-                    for d in n.drivers.values():
-                        self.wakes += d.quiesced
-                        d.wake(catch_up)
-                for d in n.drivers.values():
-                    if not d.quiesced:
-                        d.tick()
-                for q in quiesce_idle(n.drivers, n.id, self.liveness[n.id].is_live):
-                    self.quiesces += 1
-                    for p in q.followers:
-                        self._net(n.id, p, self._quiet, q)
-            self.observe()
-            self.check_quiet()
+    def observe(self) -> None:
+        super().observe()
+        self.check_quiet()
+
+    def _reachable(self, frm: int, to: int) -> bool:
+        """Whether frames from ``frm`` reach ``to`` now (both up, linked, neither paused)."""
+        net = self.net
+        return (
+            frm in self.nodes
+            and self.nodes[frm].up
+            and net.is_up(frm, to)
+            and not net.is_paused(frm)
+            and not net.is_paused(to)
+        )
 
     def check_quiet(self) -> None:
         """No follower stays quiesced long under a leader it cannot hear from."""
@@ -127,9 +132,9 @@ class QuiescentSim(RuntimeSim):
             for g, d in n.drivers.items():
                 r = d.raw.raft
                 lead = r.lead
-                away = lead in self.nodes and (not self.nodes[lead].up or (lead, n.id) in self.cut)
-                cut_off = lead != n.id and away
+                cut_off = lead in self.nodes and lead != n.id and not self._reachable(lead, n.id)
                 key = (n.id, g)
+                self._check_recovering(n.up, d.quiesced and r.role is Role.FOLLOWER, key, r)
                 if not (n.up and d.quiesced and r.role is Role.FOLLOWER and cut_off):
                     self._stuck.pop(key, None)
                     continue
@@ -140,7 +145,6 @@ class QuiescentSim(RuntimeSim):
                         f"unreachable leader n{lead}"
                     )
                     self._stuck[key] = now  # report once per episode
-                self._check_recovering(n.up, d.quiesced and r.role is Role.FOLLOWER, key, r)
 
     def _check_recovering(self, up: bool, quiet: bool, key: tuple[int, int], r: Any) -> None:
         """A replica does not stay quiesced while recovering (it would stop asking)."""

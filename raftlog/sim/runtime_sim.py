@@ -1,11 +1,15 @@
-"""Deterministic simulation of the asyncio runtime (`GroupDriver`), not just the core.
+"""Deterministic simulation of the asyncio runtime: real `MultiRaft` hosts, not just the core.
 
-The production `GroupDriver` runs unchanged on a `VirtualTimeLoop`; only its Protocols are
-simulated: storage is a `SimDurableLog` over a `SimDisk` (writes become durable after a random
-fsync delay, in order; a crash keeps a random prefix of unsynced writes and may tear the next),
-and the network delivers each message after a random delay (so reordered), or drops or
-duplicates it, or cuts node pairs. Nodes crash (every group at once, like ``kill -9``) and
-restart from their disks. Clients propose unique commands to whichever node leads.
+Each node is the production `MultiRaft` (its tick loop, outbox, liveness, and a `GroupDriver`
+per group) running on one `VirtualTimeLoop` with its I/O replaced by the in-memory twins
+(`raftlog.runtime.host`): a `MemoryTransport` per node on one seeded `MemoryNetwork` (TCP-like
+links: in order, at most once, seeded delays and stragglers, frames lost at a chosen rate,
+partitions that reset links and heal, paused nodes), `MemoryDisks` (writes durable in order
+after a seeded fsync delay; a power loss keeps a random prefix of what was not synced and may
+tear the next record), a `LoopClock` and the inline offload. Nodes lose power (every group at
+once, like ``kill -9`` of the machine: the host is dropped, its disk keeps what survived, its
+peers see the connections reset or only silence) and restart from their disks. Clients propose
+unique commands to whichever node leads.
 
 Checked, besides every core invariant the driver itself enforces (a broken one halts a group,
 which is a violation here):
@@ -14,7 +18,8 @@ which is a violation here):
 - no proposal future hangs: each resolves (result or retriable error) within a bound;
 - every acknowledged command is applied exactly once, and all replicas of a group end with the
   identical applied sequence (after the faults heal);
-- liveness: after healing, every group elects a leader and commits a fresh proposal.
+- liveness: after healing, every group elects a leader and commits a fresh proposal;
+- no frame handler raised (the network counts them).
 
 Everything derives from the seed, so a failing seed replays exactly.
 """
@@ -22,139 +27,30 @@ Everything derives from the seed, so a failing seed replays exactly.
 from __future__ import annotations
 
 import asyncio
-import functools
 import random
 import zlib
-from collections.abc import Sequence
-from concurrent.futures import Future as ThreadFuture
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
-from raftlog.core import (
-    Config,
-    ConfState,
-    Entry,
-    HardState,
-    MemoryStorage,
-    Message,
-    RawNode,
-    Role,
-    Snapshot,
-    SnapshotMeta,
-    bootstrap_snapshot,
-)
+from raftlog.core import Role
 from raftlog.errors import RaftError
 from raftlog.runtime.applog import AppendLog
+from raftlog.runtime.config import RuntimeConfig
 from raftlog.runtime.group import GroupDriver
 from raftlog.runtime.group_options import GroupOptions
-from raftlog.runtime.host import inline
+from raftlog.runtime.host import LoopClock, inline
+from raftlog.runtime.multiraft import MultiRaft
 from raftlog.runtime.statemachine import StateMachine
-from raftlog.sim.disk import EntriesRecord, HardStateRecord, Record, SimDisk, SnapshotRecord
 from raftlog.sim.vloop import VirtualTimeLoop
+from raftlog.storage.memory import MemoryDiskOptions, MemoryDisks
+from raftlog.transport.address import Address
+from raftlog.transport.memory import MemoryNetwork, MemoryTransport
 
 TICK = 0.05
-
-
-class SimDurableLog:
-    """`DurableLog` over a `SimDisk`. Submissions complete in order after a random fsync delay;
-    the core reads the durable image (a `MemoryStorage` updated at completion)."""
-
-    def __init__(self, disk: SimDisk, mem: MemoryStorage, sim: RuntimeSim) -> None:
-        self.disk = disk
-        self.mem = mem
-        self.sim = sim
-        self.dead = False
-        self._last_done = 0.0
-
-    # read side
-    def initial_state(self) -> tuple[HardState, ConfState]:
-        return self.mem.initial_state()
-
-    def first_index(self) -> int:
-        return self.mem.first_index()
-
-    def last_index(self) -> int:
-        return self.mem.last_index()
-
-    def term(self, index: int) -> int:
-        return self.mem.term(index)
-
-    def entries(self, lo: int, hi: int, max_bytes: int) -> list[Entry]:
-        return self.mem.entries(lo, hi, max_bytes)
-
-    def snapshot(self) -> Snapshot:
-        return self.mem.snapshot()
-
-    # write side
-    def _submit(self, records: list[Record], on_durable: Any) -> ThreadFuture[None]:
-        fut: ThreadFuture[None] = ThreadFuture()
-        fut.set_running_or_notify_cancel()
-        self.disk.write(records)
-        loop = self.sim.loop
-        # In order, like a WAL: never before an earlier submission.
-        at = max(loop.time() + self.sim.rng.uniform(0.0002, 0.004), self._last_done)
-        self._last_done = at
-
-        def complete() -> None:
-            if self.dead:
-                return  # the node crashed first: this write's fate was decided by the crash
-            self.disk.sync()
-            on_durable()
-            fut.set_result(None)
-
-        if self.sim.cfg.unsafe_early_ack:
-            on_durable()
-            fut.set_result(None)
-
-            def late_sync() -> None:
-                if not self.dead:
-                    self.disk.sync()
-
-            # Lazily, as a log that fsyncs on a timer does: a power loss of every node at once
-            # then loses entries a majority acknowledged.
-            loop.call_at(at + self.sim.rng.uniform(0.2, 1.0), late_sync)
-            return fut
-        loop.call_at(at, complete)
-        return fut
-
-    def submit_ready(
-        self,
-        *,
-        snapshot: Snapshot | None = None,
-        entries: Sequence[Entry] = (),
-        hard_state: HardState | None = None,
-        sync: bool = True,
-    ) -> ThreadFuture[None]:
-        records: list[Record] = []
-        if snapshot is not None:
-            records.append(SnapshotRecord(snapshot, install=True))
-        if entries:
-            records.append(EntriesRecord(tuple(entries)))
-        if hard_state is not None:
-            records.append(HardStateRecord(hard_state))
-
-        def durable() -> None:
-            if snapshot is not None:
-                self.mem.apply_snapshot(snapshot)
-            if entries:
-                self.mem.append(list(entries))
-            if hard_state is not None:
-                self.mem.set_hard_state(hard_state)
-
-        return self._submit(records, durable)
-
-    def submit_create_snapshot(
-        self, index: int, conf: ConfState, data: bytes
-    ) -> tuple[Snapshot, ThreadFuture[None]]:
-        snap = Snapshot(SnapshotMeta(index, self.mem.term(index), conf), data)
-
-        def durable() -> None:
-            self.mem.create_snapshot(index, conf, data)
-
-        return snap, self._submit([SnapshotRecord(snap, install=False)], durable)
-
-    def compact(self, index: int) -> None:
-        self.mem.compact(index)
+EPOCH_MS = 1_700_000_000_000
+"""The wall clock of every simulated node at virtual time 0."""
+LIVENESS_TICKS = 10
+"""`RuntimeConfig.liveness_ticks` of every simulated node."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,23 +79,42 @@ class RuntimeSimResult:
     crashes: int = 0
     partitions: int = 0
     dropped: int = 0
+    """Frames lost on their way or in flight when their link broke."""
     elections: int = 0
     digest: int = 0
     trace: list[str] = field(default_factory=list)
 
 
+_NO_DRIVERS: Mapping[int, GroupDriver] = {}
+
+
 class _Node:
+    """One simulated machine: its running host (None while it is down)."""
+
     def __init__(self, nid: int) -> None:
         self.id = nid
-        self.up = False
-        self.disks: dict[int, SimDisk] = {}
-        self.logs: dict[int, SimDurableLog] = {}
-        self.drivers: dict[int, GroupDriver] = {}
+        self.host: MultiRaft | None = None
         self.incarnation = 0
+
+    @property
+    def up(self) -> bool:
+        return self.host is not None
+
+    @property
+    def drivers(self) -> Mapping[int, GroupDriver]:
+        """The groups open on the running host (none while down)."""
+        return self.host.groups if self.host is not None else _NO_DRIVERS
+
+    @property
+    def directory(self) -> str:
+        return f"n{self.id}/d0"
 
 
 class RuntimeSim:
     """One seeded run. Use `run_runtime_seed`."""
+
+    quiesce = False
+    """`RuntimeConfig.quiesce` of the hosts (the quiescence simulation turns it on)."""
 
     def __init__(self, seed: int, cfg: RuntimeSimConfig) -> None:
         self.seed = seed
@@ -209,16 +124,15 @@ class RuntimeSim:
         self.result = RuntimeSimResult(seed)
         self.ids = list(range(1, cfg.nodes + 1))
         self.nodes = {i: _Node(i) for i in self.ids}
-        self.cut: set[tuple[int, int]] = set()
-        self.loss = 0.0
-        self.dup = 0.0
+        self.net = MemoryNetwork(self.loop, self.rng)
+        self.disks = MemoryDisks(
+            self.loop, self.rng, MemoryDiskOptions(unsafe_early_ack=cfg.unsafe_early_ack)
+        )
+        self.hosts: list[MultiRaft] = []
+        """Every host started, in order (crashed ones included)."""
         self.acked: dict[int, list[bytes]] = {g: [] for g in self.groups()}
         self.attempted: set[bytes] = set()
         self.leaders: dict[tuple[int, int], int] = {}
-        conf = ConfState(tuple(self.ids))
-        for n in self.nodes.values():
-            for g in self.groups():
-                n.disks[g] = SimDisk(bootstrap_snapshot(conf))
 
     def groups(self) -> range:
         return range(1, self.cfg.groups + 1)
@@ -250,76 +164,74 @@ class RuntimeSim:
         """After healing: liveness and end-state checks."""
         await self.check_liveness()
 
+    def new_host(
+        self,
+        cfg: RuntimeConfig,
+        transport: MemoryTransport,
+        disks: MemoryDisks,
+        clock: LoopClock,
+    ) -> MultiRaft:
+        """The host of one node incarnation (a simulation with a planted bug returns a
+        subclass)."""
+        return MultiRaft(cfg, transport=transport, disks=disks, clock=clock, offload=inline)
+
     # -- nodes -----------------------------------------------------------------------------------
-    def start_node(self, nid: int) -> None:
+    async def start_node(self, nid: int) -> None:
+        """Start ``nid``'s host on its disk (what its power losses left) and open its groups."""
         n = self.nodes[nid]
-        n.up = True
         n.incarnation += 1
+        addresses = {i: Address(f"n{i}", 7000) for i in self.ids}
+        cfg = RuntimeConfig(
+            node_id=nid,
+            listen=addresses[nid],
+            peers=addresses,
+            secret=b"simulated",
+            data_dirs=(n.directory,),
+            tick_interval=TICK,
+            quiesce=self.quiesce,
+            liveness_ticks=LIVENESS_TICKS,
+            seed=self.rng.getrandbits(64),
+            group_options=GroupOptions(snapshot_entries=self.cfg.snapshot_entries, keep_entries=5),
+        )
+        host = self.new_host(
+            cfg, self.net.transport(nid, self.ids), self.disks, LoopClock(self.loop, EPOCH_MS)
+        )
+        self.hosts.append(host)
+        await host.start()
         for g in self.groups():
-            disk = n.disks[g]
-            mem, _ = disk.recover() if disk.crashed else (disk.storage(), None)
-            log = SimDurableLog(disk, mem, self)
-            raw = RawNode(Config(nid), log, random.Random(self.rng.getrandbits(64)))
-            driver = GroupDriver(
-                g,
-                raw,
-                log,
-                self.new_state_machine(nid, g),
-                send=functools.partial(self.send, nid),
-                options=GroupOptions(snapshot_entries=self.cfg.snapshot_entries, keep_entries=5),
-                offload=inline,
-            )
-            n.logs[g] = log
-            n.drivers[g] = driver
-            driver.start()
+            await host.open_group(g, self.new_state_machine(nid, g), voters=self.ids)
+        n.host = host
         self.trace(f"start n{nid}")
 
     async def crash_node(self, nid: int) -> None:
+        """``nid`` loses power: its disk keeps a random prefix of what it had not synced, its
+        peers see the connections reset or (half the time) only silence, its host is dropped."""
         n = self.nodes[nid]
-        n.up = False
-        for g, driver in n.drivers.items():
-            n.logs[g].dead = True
-            await driver.stop("crashed")
-            n.disks[g].crash(self.rng, 0.3)
-            self.state_machine_crashed(nid, g)
-        n.drivers = {}
-        n.logs = {}
-        self.result.crashes += 1
-        self.trace(f"crash n{nid}")
-
-    # -- network ---------------------------------------------------------------------------------
-    def send(self, frm: int, group: int, msgs: Sequence[Message]) -> None:
-        for m in msgs:
-            if (frm, m.to) in self.cut or self.rng.random() < self.loss:
-                self.result.dropped += 1
-                continue
-            copies = 2 if self.rng.random() < self.dup else 1
-            for _ in range(copies):
-                delay = self.rng.uniform(0.0005, 0.01)
-                if self.rng.random() < 0.01:
-                    delay += self.rng.uniform(0.05, 0.5)  # a straggler
-                self.loop.call_later(delay, self.deliver, frm, group, m)
-
-    def deliver(self, frm: int, group: int, m: Message) -> None:
-        if (frm, m.to) in self.cut:
+        host = n.host
+        if host is None:
             return
-        n = self.nodes[m.to]
-        driver = n.drivers.get(group)
-        if driver is not None and n.up:
-            driver.step(m)
+        n.host = None
+        loss = self.disks[n.directory].power_loss()
+        transport = host.transport
+        assert isinstance(transport, MemoryTransport)
+        transport.crash(notify=self.rng.random() < 0.5)
+        for g in self.groups():
+            self.state_machine_crashed(nid, g)
+        await host.close()
+        self.result.crashes += 1
+        self.trace(f"crash n{nid} (kept {loss.kept} of {loss.kept + loss.lost} unsynced)")
 
     # -- the run ---------------------------------------------------------------------------------
     async def ticker(self) -> None:
+        """The simulation's own clock: checks after every tick (the hosts tick themselves)."""
         while True:
             await asyncio.sleep(TICK)
-            for n in self.nodes.values():
-                if not n.up:
-                    continue
-                for d in n.drivers.values():
-                    d.tick()
             self.observe()
 
     def observe(self) -> None:
+        if self.net.stats.handler_errors:
+            self.violation(f"{self.net.stats.handler_errors} frame handlers raised")
+            self.net.stats.handler_errors = 0  # report once
         for n in self.nodes.values():
             for g, d in n.drivers.items():
                 if d.stopped is not None and n.up:
@@ -342,7 +254,6 @@ class RuntimeSim:
             d = n.drivers.get(group)
             if (
                 d is not None
-                and n.up
                 and d.raw.raft.role is Role.LEADER
                 and (best is None or d.raw.raft.term > best.raw.raft.term)
             ):
@@ -377,6 +288,7 @@ class RuntimeSim:
 
     async def nemesis(self, until: float) -> None:
         loop = self.loop
+        net = self.net
         while loop.time() < until:
             await asyncio.sleep(self.rng.uniform(0.2, 2.0))
             action = self.rng.random()
@@ -387,50 +299,56 @@ class RuntimeSim:
                     await self.crash_node(nid)
                 await asyncio.sleep(self.rng.uniform(0.1, 1.0))
                 for nid in self.ids:
-                    self.start_node(nid)
+                    await self.start_node(nid)
             elif action < 0.3 and up:
                 victim = self.rng.choice(up)
                 await self.crash_node(victim)
                 await asyncio.sleep(self.rng.uniform(0.1, 3.0))
-                self.start_node(victim)
+                await self.start_node(victim)
             elif action < 0.5:
                 a = self.rng.choice(self.ids)
-                others = [i for i in self.ids if i != a]
-                for b in others:
-                    self.cut.add((a, b))
-                    self.cut.add((b, a))
+                net.isolate(a, [i for i in self.ids if i != a])
                 self.result.partitions += 1
                 self.trace(f"isolate n{a}")
             elif action < 0.6:
                 a, b = self.rng.sample(self.ids, 2)
-                self.cut.add((a, b))
-                self.trace(f"cut n{a}->n{b}")
-            elif action < 0.75:
-                self.cut.clear()
+                net.cut(a, b)
+                self.trace(f"cut n{a}-n{b}")
+            elif action < 0.66:
+                # A stopped process (SIGSTOP, a long GC pause): its links stay up, silent.
+                a = self.rng.choice(self.ids)
+                net.pause(a)
+                self.trace(f"pause n{a}")
+                await asyncio.sleep(self.rng.uniform(0.1, 2.0))
+                net.resume(a)
+                self.trace(f"resume n{a}")
+            elif action < 0.8:
+                net.heal_all()
                 self.trace("heal links")
             else:
-                self.loss = self.rng.choice([0.0, 0.01, 0.05])
-                self.dup = self.rng.choice([0.0, 0.01])
-                self.trace(f"loss={self.loss} dup={self.dup}")
+                loss = self.rng.choice([0.0, 0.01, 0.05])
+                net.faults = replace(net.faults, loss=loss)
+                self.trace(f"loss={loss}")
 
     async def main(self) -> None:
         for nid in self.ids:
-            self.start_node(nid)
-        ticker = asyncio.get_running_loop().create_task(self.ticker())
+            await self.start_node(nid)
+        loop = asyncio.get_running_loop()
+        ticker = loop.create_task(self.ticker())
         stop = asyncio.Event()
         clients = [
-            asyncio.get_running_loop().create_task(self.workload(g, c, stop))
+            loop.create_task(self.workload(g, c, stop))
             for g in self.groups()
             for c in range(self.cfg.clients)
         ]
         try:
             await self.nemesis(self.loop.time() + self.cfg.seconds)
             # Heal: every node up, links whole, no loss.
-            self.cut.clear()
-            self.loss = self.dup = 0.0
+            self.net.heal_all()
+            self.net.faults = replace(self.net.faults, loss=0.0)
             for nid in self.ids:
                 if not self.nodes[nid].up:
-                    self.start_node(nid)
+                    await self.start_node(nid)
             self.trace("healed")
             stop.set()
             await asyncio.gather(*clients)
@@ -441,8 +359,10 @@ class RuntimeSim:
                 t.cancel()
             await asyncio.gather(ticker, *clients, return_exceptions=True)
             for n in self.nodes.values():
-                for d in n.drivers.values():
-                    await d.stop("end of run")
+                if n.host is not None:
+                    await n.host.close()
+            st = self.net.stats
+            self.result.dropped = st.lost + st.dropped
 
     async def check_liveness(self) -> None:
         deadline = self.loop.time() + self.cfg.heal_seconds

@@ -3,8 +3,9 @@ per-group view (`GroupLog`) implementing the core's `Storage` protocol from memo
 
 Record and file formats: docs/architecture.md, section 4. Modules: `record` (pure framing and
 codecs), `files` (atomic rename, names, snapshot files), `segments` (what pins a segment, segment
-heads), `recovery` (replay and torn tail handling), `wal` (the writer thread), `logstore`
-(`GroupLog`), `waldisk` (a directory's WAL as the host's `LogDisk`: `WalDisk`, `WalDisks`).
+heads), `recovery` (replay and torn tail handling), `wal` (the writer thread), `walstats` (its
+options and counters), `logstore` (`GroupLog`), `waldisk` (a directory's WAL as the host's
+`LogDisk`: `WalDisk`, `WalDisks`), `memory` (their in-memory twins: `MemoryDisk`, `MemoryDisks`).
 """
 
 from raftlog.storage.files import atomic_write, fsync_dir
@@ -21,8 +22,9 @@ from raftlog.storage.record import (
     encode_record,
 )
 from raftlog.storage.recovery import RecoveredGroup, TornTail
-from raftlog.storage.wal import FSYNC_BUCKETS, Wal, WalOptions, WalStats
+from raftlog.storage.wal import Wal
 from raftlog.storage.waldisk import WalDisk, WalDisks
+from raftlog.storage.walstats import FSYNC_BUCKETS, WalCounters, WalOptions, WalStats
 
 __all__ = [
     "FSYNC_BUCKETS",
@@ -37,6 +39,7 @@ __all__ = [
     "SnapshotRecord",
     "TornTail",
     "Wal",
+    "WalCounters",
     "WalDisk",
     "WalDisks",
     "WalOptions",

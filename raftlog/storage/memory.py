@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from raftlog.core.storage import MemoryStorage, bootstrap_snapshot
 from raftlog.core.types import ConfState, Entry, HardState, Snapshot, SnapshotMeta
 from raftlog.errors import InvariantViolation, RaftError, WalClosed
-from raftlog.storage.wal import FSYNC_BUCKETS, WalStats
+from raftlog.storage.walstats import WalCounters, WalStats
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,18 +108,6 @@ class _Submission:
     sync: bool
     on_durable: Callable[[], None]
     future: Future[None] = field(default_factory=Future)
-
-
-@dataclass(slots=True)
-class _Counters:
-    submissions: int = 0
-    records: int = 0
-    bytes: int = 0
-    writes: int = 0
-    fsyncs: int = 0
-    fsync_seconds: float = 0.0
-    fsync_buckets: list[int] = field(default_factory=lambda: [0] * len(FSYNC_BUCKETS))
-    max_records_per_write: int = 0
 
 
 def _pending() -> Future[None]:
@@ -209,7 +197,7 @@ class MemoryDisk:
         """The incarnations that ended in a power loss."""
         self._open = False
         self._failed: BaseException | None = None
-        self._counters = _Counters()
+        self._counters = WalCounters()
         self.power_losses: list[PowerLoss] = []
         """What each power loss did, oldest first."""
 
@@ -299,20 +287,7 @@ class MemoryDisk:
         return ()
 
     def stats(self) -> WalStats:
-        c = self._counters
-        return WalStats(
-            submissions=c.submissions,
-            records=c.records,
-            bytes=c.bytes,
-            writes=c.writes,
-            fsyncs=c.fsyncs,
-            fsync_seconds=c.fsync_seconds,
-            fsync_latency=tuple(c.fsync_buckets),
-            max_records_per_write=c.max_records_per_write,
-            segments=1,
-            rotations=0,
-            segments_deleted=0,
-        )
+        return self._counters.stats(segments=1)
 
     # -- inspection (tests and simulators) -------------------------------------------------------
     def durable(self, group: int) -> MemoryStorage | None:
@@ -346,8 +321,6 @@ class MemoryDisk:
         recs = tuple(records)
         sub = _Submission(recs, sync, on_durable, _pending())
         self._write(recs)
-        c = self._counters
-        c.submissions += 1
         if self._options.unsafe_early_ack:
             self._complete([sub])
             lo, hi = self._options.late_sync
@@ -364,9 +337,6 @@ class MemoryDisk:
             raise WalClosed(f"{self._directory} is not open")
 
     def _write(self, records: Sequence[_Record]) -> None:
-        c = self._counters
-        c.records += len(records)
-        c.bytes += sum(_size(r) for r in records)
         self._written.extend(records)
 
     def _start_batch(self) -> None:
@@ -384,13 +354,10 @@ class MemoryDisk:
     ) -> None:
         if epoch != self._epoch:
             return  # lost power (or closed) first: the batch's fate was decided then
-        c = self._counters
-        c.writes += 1
-        c.max_records_per_write = max(c.max_records_per_write, sum(len(s.records) for s in batch))
+        records = sum(len(sub.records) for sub in batch)
+        nbytes = sum(_size(r) for sub in batch for r in sub.records)
+        self._counters.wrote(len(batch), records, nbytes, delay if sync else None)
         if sync:
-            c.fsyncs += 1
-            c.fsync_seconds += delay
-            c.fsync_buckets[next(i for i, b in enumerate(FSYNC_BUCKETS) if delay <= b)] += 1
             self._sync(mark - self._synced)
         self._inflight = []
         self._complete(batch)

@@ -28,14 +28,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import os
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
 
 from raftlog.errors import InvariantViolation, Overloaded, WalClosed
 from raftlog.storage.files import (
@@ -47,7 +45,6 @@ from raftlog.storage.files import (
     wal_name,
 )
 from raftlog.storage.record import (
-    DEFAULT_MAX_BODY,
     DropRecord,
     Record,
     SnapshotRecord,
@@ -55,95 +52,13 @@ from raftlog.storage.record import (
 )
 from raftlog.storage.recovery import RecoveredGroup, TornTail, recover
 from raftlog.storage.segments import SegmentIndex
+from raftlog.storage.walstats import FSYNC_BUCKETS, WalCounters, WalOptions, WalStats
+
+__all__ = ["FSYNC_BUCKETS", "Wal", "WalOptions", "WalStats"]
 
 log = logging.getLogger("raftlog.storage")
 
-FSYNC_BUCKETS: tuple[float, ...] = (
-    0.0005,
-    0.001,
-    0.002,
-    0.005,
-    0.01,
-    0.02,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    math.inf,
-)
-"""Upper bounds (seconds, inclusive) of the fsync latency histogram buckets."""
-
 _IOV_MAX = 1024  # writev's portable limit on buffers per call
-
-
-@dataclass(frozen=True, slots=True)
-class WalOptions:
-    """Tuning of one directory's WAL. Every bound is enforced."""
-
-    segment_bytes: int = 64 << 20
-    """A segment is rotated once it holds at least this many bytes."""
-    max_record_bytes: int = DEFAULT_MAX_BODY
-    """Largest record body accepted (and trusted by recovery)."""
-    max_pending_submissions: int = 8192
-    """Submissions queued and not yet taken by the writer before `Overloaded` is raised."""
-    max_pending_bytes: int = 256 << 20
-    """Bytes queued before `Overloaded` (a single submission larger than this is still taken
-    when the queue is empty, so that it can make progress)."""
-
-
-@dataclass(frozen=True, slots=True)
-class WalStats:
-    """A consistent copy of the WAL's counters (`Wal.stats`)."""
-
-    submissions: int
-    records: int
-    bytes: int
-    writes: int
-    """Batches written (one ``writev`` sequence each)."""
-    fsyncs: int
-    """``fdatasync`` calls for batches (rotation fsyncs are not counted)."""
-    fsync_seconds: float
-    fsync_latency: tuple[int, ...]
-    """Counts of fsyncs per `FSYNC_BUCKETS` bucket (latency <= bound, > previous bound)."""
-    max_records_per_write: int
-    segments: int
-    rotations: int
-    segments_deleted: int
-
-    @property
-    def records_per_fsync(self) -> float:
-        """Mean records made durable per fsync: the group-commit gain."""
-        return self.records / self.fsyncs if self.fsyncs else 0.0
-
-
-class _Counters:
-    """Mutable counters behind `WalStats`; written by the writer thread under ``Wal._meta``."""
-
-    __slots__ = (
-        "bytes",
-        "fsync_buckets",
-        "fsync_seconds",
-        "fsyncs",
-        "max_records_per_write",
-        "records",
-        "rotations",
-        "segments_deleted",
-        "submissions",
-        "writes",
-    )
-
-    def __init__(self) -> None:
-        self.submissions = 0
-        self.records = 0
-        self.bytes = 0
-        self.writes = 0
-        self.fsyncs = 0
-        self.fsync_seconds = 0.0
-        self.fsync_buckets = [0] * len(FSYNC_BUCKETS)
-        self.max_records_per_write = 0
-        self.rotations = 0
-        self.segments_deleted = 0
 
 
 class _Submission:
@@ -228,7 +143,7 @@ class Wal:
         self._index = SegmentIndex()
         self._recovered: dict[int, RecoveredGroup] = {}
         self._claimed: set[int] = set()
-        self._counters = _Counters()
+        self._counters = WalCounters()
         self._torn_tail: TornTail | None = None
         # Owned by the writer thread once it runs.
         self._fd = -1
@@ -461,20 +376,7 @@ class Wal:
     def stats(self) -> WalStats:
         """A consistent copy of the counters (cheap; safe from any thread)."""
         with self._meta:
-            c = self._counters
-            return WalStats(
-                submissions=c.submissions,
-                records=c.records,
-                bytes=c.bytes,
-                writes=c.writes,
-                fsyncs=c.fsyncs,
-                fsync_seconds=c.fsync_seconds,
-                fsync_latency=tuple(c.fsync_buckets),
-                max_records_per_write=c.max_records_per_write,
-                segments=len(self._index.segments()),
-                rotations=c.rotations,
-                segments_deleted=c.segments_deleted,
-            )
+            return self._counters.stats(len(self._index.segments()))
 
     # -- writer thread ---------------------------------------------------------------------------
     def _run(self) -> None:
@@ -527,7 +429,7 @@ class Wal:
         nbytes = sum(len(b) for b in bufs)
         _write_all(self._fd, bufs)
         self._active_size += nbytes
-        latency = -1.0
+        latency: float | None = None
         if sync:
             start = time.perf_counter()
             os.fdatasync(self._fd)
@@ -536,16 +438,7 @@ class Wal:
         else:
             self._dirty = True
         with self._meta:
-            c = self._counters
-            c.submissions += len(batch)
-            c.records += n_records
-            c.bytes += nbytes
-            c.writes += 1
-            c.max_records_per_write = max(c.max_records_per_write, n_records)
-            if latency >= 0:
-                c.fsyncs += 1
-                c.fsync_seconds += latency
-                c.fsync_buckets[next(i for i, b in enumerate(FSYNC_BUCKETS) if latency <= b)] += 1
+            self._counters.wrote(len(batch), n_records, nbytes, latency)
         if may_unpin:
             # Before completing the batch, so that a caller who saw its snapshot marker become
             # durable also sees the segments it freed gone (deterministic for the runtime).

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 
 from raftlog.core.types import ConfState
 from raftlog.storage.logstore import GroupLog
-from raftlog.storage.wal import Wal, WalOptions, WalStats
+from raftlog.storage.wal import Wal
+from raftlog.storage.walstats import WalOptions, WalStats
 
 
 class WalDisk:

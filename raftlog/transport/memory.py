@@ -34,11 +34,15 @@ from collections import deque
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from raftlog.transport.address import Address
 from raftlog.transport.codec import FrameKind
-from raftlog.transport.peer import Address, FrameHandler, PeerStats
+from raftlog.transport.config import PeerStats
 from raftlog.transport.protocol import LEGACY_RANGE, ProtocolMismatch, ProtocolRange, negotiate
 
 log = logging.getLogger("raftlog.transport")
+
+FrameHandler = Callable[[int, FrameKind, bytes], None]
+"""(peer id, frame kind, body): where a transport hands each frame that arrives."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,8 +51,9 @@ class NetFaults:
 
     delay: tuple[float, float] = (0.0005, 0.01)
     """A frame's delay, drawn uniformly (its link's earlier frames still go first)."""
-    slow: float = 0.01
-    """The chance that a frame is a straggler, delayed by a further `slow_delay`."""
+    slow: float = 0.002
+    """The chance that a frame is a straggler, delayed by a further `slow_delay` (with every
+    frame behind it on its link: a retransmission stalls a TCP stream the same way)."""
     slow_delay: tuple[float, float] = (0.05, 0.5)
     loss: float = 0.0
     """The chance that a frame is lost on its way, unnoticed."""

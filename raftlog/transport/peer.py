@@ -2,7 +2,8 @@
 
 Who dials: the node with the smaller id connects to the larger; the larger only accepts. Both
 directions then share that one connection. On connect the two sides prove knowledge of the
-cluster secret to each other (HMAC over fresh nonces); a peer without it is refused and logged.
+cluster secret to each other (HMAC over fresh nonces, `raftlog.transport.handshake`); a peer
+without it is refused and logged. Settings and counters: `raftlog.transport.config`.
 
 With TLS (`TransportConfig.server_ssl` and ``client_ssl``, both or neither) every connection is
 TLS first and the secret handshake runs inside it: the caller's contexts decide what is
@@ -25,132 +26,46 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import hmac
 import logging
 import ssl
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from raftlog.transport import handshake
+from raftlog.transport.address import Address, parse_peers
 from raftlog.transport.codec import (
-    DEFAULT_MAX_FRAME,
     FRAME_HEADER,
     Chunk,
     CodecError,
     FrameKind,
     decode_chunk,
-    decode_hello,
     encode_chunk,
-    encode_hello,
-    frame,
     frame_header,
     parse_header,
     split_chunks,
 )
+from raftlog.transport.config import PeerStats, TransportConfig
+from raftlog.transport.handshake import AuthError
 from raftlog.transport.protocol import (
-    LEGACY_RANGE,
     ProtocolMismatch,
-    ProtocolRange,
-    announce,
-    announced,
-    negotiate,
 )
 from raftlog.transport.resume import BulkQueue, Reassembly, decode_state, encode_state
+
+__all__ = [
+    "Address",
+    "AuthError",
+    "FrameHandler",
+    "PeerStats",
+    "TlsError",
+    "Transport",
+    "TransportConfig",
+    "parse_peers",
+]
 
 log = logging.getLogger("raftlog.transport")
 
 FrameHandler = Callable[[int, FrameKind, bytes], None]
 """Called on the event loop for each frame received: (peer id, kind, body)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Address:
-    host: str
-    port: int
-
-    @staticmethod
-    def parse(text: str) -> Address:
-        """``host:port`` → Address; raises ``ValueError`` on malformed input."""
-        host, sep, port = text.rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise ValueError(f"expected HOST:PORT, got {text!r}")
-        return Address(host.strip("[]"), int(port))
-
-
-def parse_peers(text: str) -> dict[int, Address]:
-    """``1=host:port,2=host:port`` → {1: Address, 2: Address}; raises ``ValueError`` on a
-    malformed part (no ``=``, a non-numeric id, or a bad address)."""
-    peers: dict[int, Address] = {}
-    for part in text.split(","):
-        nid, sep, addr = part.partition("=")
-        if not sep or not nid.strip().isdigit():
-            raise ValueError(f"expected ID=HOST:PORT, got {part!r}")
-        peers[int(nid)] = Address.parse(addr.strip())
-    return peers
-
-
-@dataclass(frozen=True, slots=True)
-class TransportConfig:
-    """Limits and timings of the peer transport."""
-
-    max_frame: int = DEFAULT_MAX_FRAME
-    send_buffer_bytes: int = 64 << 20
-    send_buffer_frames: int = 65536
-    connect_timeout: float = 2.0
-    handshake_timeout: float = 2.0
-    backoff_initial: float = 0.05
-    backoff_max: float = 0.5
-    """Longest wait between dials of an unreachable peer. Only the smaller id dials, so a
-    restarted node with a larger id waits for this to be connected, and it votes only once its
-    peers answered (`raftlog.core.recovery`): kept well under an election timeout."""
-    chunk_bytes: int = 4 << 20
-    """Frames with larger bodies (snapshots) go in pieces of this size, interleaved with the
-    peer's other traffic, so a big transfer neither hits the frame limit nor stalls beats."""
-    max_chunked_transfers: int = 4
-    """Chunked frames queued per peer; more are refused (the caller retries later)."""
-    max_reassembly_bytes: int = 1 << 30
-    """Largest chunked frame a peer may send us."""
-    resume_seconds: float = 60.0
-    """Chunked frames queued for a peer stay this long after its connection dropped, to resume
-    on the next one; after that they are dropped (Raft sends a snapshot again when needed)."""
-    server_ssl: ssl.SSLContext | None = None
-    """TLS for accepted connections (None: plain TCP). Set with ``client_ssl``; the context
-    decides whether a client certificate is required (``verify_mode``)."""
-    client_ssl: ssl.SSLContext | None = None
-    """TLS for dialed connections (None: plain TCP). Set with ``server_ssl``."""
-    protocols: ProtocolRange = LEGACY_RANGE
-    """The peer protocols this node speaks; a connection runs at the highest both sides speak
-    (`raftlog.transport.protocol`, negotiated in the handshake)."""
-
-    @property
-    def tls(self) -> bool:
-        """Peer connections are TLS."""
-        return self.server_ssl is not None
-
-
-@dataclass(slots=True)
-class PeerStats:
-    """Counters per peer (mutable; read by the metrics exporter)."""
-
-    frames_sent: int = 0
-    bytes_sent: int = 0
-    frames_received: int = 0
-    dropped_full: int = 0
-    connects: int = 0
-    auth_failures: int = 0
-    """Secret handshakes this peer failed (either side)."""
-    handshake_failures: int = 0
-    """Connections to this peer that failed their handshake (TLS or secret) after the TCP
-    connect succeeded; refusals of connections from it, before it named itself, are counted in
-    `Transport.refused` instead."""
-    chunked_transfers: int = 0
-    protocol: int = 0
-    """The peer protocol the current (or last) connection runs at (0: never connected)."""
-
-
-class AuthError(Exception):
-    """A peer failed the cluster-secret handshake."""
 
 
 class TlsError(Exception):
@@ -183,11 +98,6 @@ def _unbound(peer: int, kind: FrameKind, body: bytes) -> None:
 def _reason(e: BaseException) -> str:
     """A failure as one short line (the exception's type when it says nothing)."""
     return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
-
-
-def _proof(secret: bytes, role: bytes, nonce: bytes, a: int, b: int) -> bytes:
-    msg = role + nonce + a.to_bytes(8, "big") + b.to_bytes(8, "big")
-    return hmac.new(secret, msg, hashlib.sha256).digest()
 
 
 class _Peer:
@@ -644,67 +554,43 @@ class Transport:
         enabled something that needs it); connections already up are not cut."""
         self.required_protocol = protocol
 
-    def _negotiate(self, peer_id: int, nonce: bytes) -> int:
-        """The protocol of a connection with ``peer_id``, whose handshake nonce is ``nonce``;
-        `ProtocolMismatch` (logged loudly once per reason by the caller) when none fits."""
-        theirs = announced(nonce)
-        try:
-            return negotiate(self.cfg.protocols, theirs, self.required_protocol)
-        except ProtocolMismatch as e:
-            raise ProtocolMismatch(f"node {peer_id}: {e}") from None
-
     async def _client_handshake(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer_id: int
     ) -> None:
-        nonce = announce(self.cfg.protocols)
-        writer.write(frame(FrameKind.HELLO, encode_hello(self.id, nonce)))
-        await writer.drain()
-        kind, body = await self._read_frame(reader)
-        if kind is not FrameKind.CHALLENGE or len(body) != 64:
-            raise AuthError("expected a challenge")
-        server_nonce, server_proof = body[:32], body[32:]
-        expected = _proof(self.secret, b"server", nonce, peer_id, self.id)
-        if not hmac.compare_digest(server_proof, expected):
-            raise AuthError(f"node {peer_id} does not know the cluster secret")
-        # Both nonces are authenticated now (each side's proof covers the other's nonce).
-        protocol = self._negotiate(peer_id, server_nonce)
+        protocol = await handshake.dial(
+            reader,
+            writer,
+            me=self.id,
+            peer=peer_id,
+            secret=self.secret,
+            speaks=self.cfg.protocols,
+            required=self.required_protocol,
+            max_frame=self.cfg.max_frame,
+        )
         known = self.peers.get(peer_id)
         if known is not None:
             known.stats.protocol = protocol
-        writer.write(
-            frame(FrameKind.AUTH, _proof(self.secret, b"client", server_nonce, self.id, peer_id))
-        )
-        await writer.drain()
 
     async def _server_handshake(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> int:
-        kind, body = await self._read_frame(reader)
-        if kind is not FrameKind.HELLO:
-            raise AuthError("expected hello")
-        peer_id, client_nonce = decode_hello(body)
-        if peer_id not in self.peers or peer_id >= self.id:
-            raise AuthError(f"unexpected node id {peer_id}")
-        # Refuse a protocol mismatch before the challenge, so the dialer sees a failed
-        # handshake (and backs off); the range is confirmed authentic once AUTH checks out.
-        protocol = self._negotiate(peer_id, client_nonce)
-        nonce = announce(self.cfg.protocols)
-        proof = _proof(self.secret, b"server", client_nonce, self.id, peer_id)
-        writer.write(frame(FrameKind.CHALLENGE, nonce + proof))
-        await writer.drain()
-        kind, body = await self._read_frame(reader)
-        expected = _proof(self.secret, b"client", nonce, peer_id, self.id)
-        if kind is not FrameKind.AUTH or not hmac.compare_digest(body, expected):
-            known = self.peers.get(peer_id)
+        try:
+            peer_id, protocol = await handshake.accept(
+                reader,
+                writer,
+                me=self.id,
+                secret=self.secret,
+                speaks=self.cfg.protocols,
+                required=self.required_protocol,
+                max_frame=self.cfg.max_frame,
+                expects=lambda p: p in self.peers and p < self.id,
+            )
+        except AuthError as e:
+            known = self.peers.get(e.peer) if e.peer is not None else None
             if known is not None:
                 known.stats.auth_failures += 1
-            raise AuthError(f"node {peer_id} failed authentication")
+            raise
         known = self.peers.get(peer_id)
         if known is not None:
             known.stats.protocol = protocol
         return peer_id
-
-    async def _read_frame(self, reader: asyncio.StreamReader) -> tuple[FrameKind, bytes]:
-        header = await reader.readexactly(FRAME_HEADER.size)
-        kind, size = parse_header(header, min(self.cfg.max_frame, 4096))
-        return kind, await reader.readexactly(size)

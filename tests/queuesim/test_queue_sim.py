@@ -88,11 +88,13 @@ def test_one_clock_two_hours_ahead_does_not_freeze_the_queue() -> None:
     leaders' `Retime` every confirmed message is delivered in the drain; without it (the
     planted bug) the queue's leases wait for real time and the drain reports them lost."""
     cfg = RuntimeSimConfig(nodes=3, seconds=12.0)
-    for seed in (1, 2):
+    # Seeds whose clusters commit sends during the step (with seed 1 no quorum forms then).
+    seeds = (2, 3)
+    for seed in seeds:
         r = run_runtime_seed(seed, cfg, ClockStepSim)
         assert not r.violations, (r.seed, r.violations[:3], r.trace[-15:])
         assert r.acked > 100
-    frozen = [run_runtime_seed(s, cfg, FrozenClockSim) for s in (1, 2)]
+    frozen = [run_runtime_seed(s, cfg, FrozenClockSim) for s in seeds]
     assert all(
         any("confirmed messages never delivered" in v for v in r.violations) for r in frozen
     ), [r.violations[:2] for r in frozen]

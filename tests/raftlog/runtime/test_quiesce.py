@@ -105,7 +105,7 @@ async def test_a_stalled_leader_node_is_suspected_and_replaced_within_a_second(
         assert await until(lambda: all_quiet(nodes), 15)
         leads = {g: await wait_leader(nodes, g) for g in GROUPS}
         victim = max(set(leads.values()), key=lambda n: list(leads.values()).count(n))
-        task = nodes[victim]._tick_task
+        task = nodes[victim].ticker.task
         assert task is not None
         task.cancel()  # no more ticks nor liveness frames from it; its links stay up
         loop = asyncio.get_running_loop()

@@ -96,11 +96,11 @@ async def test_a_node_of_a_release_before_negotiation_connects_at_protocol_1(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Node 1 sends a nonce of 32 random bytes, as releases before negotiation do."""
-    from raftlog.transport import peer
+    from raftlog.transport import handshake
 
-    real = peer.announce
+    real = handshake.announce
     monkeypatch.setattr(
-        peer, "announce", lambda speaks: os.urandom(32) if speaks.high == 1 else real(speaks)
+        handshake, "announce", lambda speaks: os.urandom(32) if speaks.high == 1 else real(speaks)
     )
     one, two = await _pair(ProtocolRange(1, 1), ProtocolRange(1, 2))
     try:
