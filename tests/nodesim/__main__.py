@@ -28,7 +28,6 @@ def main(argv: list[str] | None = None) -> int:
     cfg = NodeSimConfig(
         nodes=args.nodes, seconds=args.seconds, plant=args.plant, buggify=not args.no_buggify
     )
-    extra = f" --seconds {args.seconds:g}" + (f" --plant {args.plant}" if args.plant else "")
     bad = 0
     totals = dict.fromkeys(TOTALS, 0)
     started = time.monotonic()
@@ -50,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
             bad += 1
             print(f"seed {seed}: " + "; ".join(r.violations[:3]))
             print("\n".join("    " + line for line in r.trace[-25:]))
-            print(f"    replay: {r.replay()}{extra}", flush=True)
+            print(f"    replay: {r.replay()}", flush=True)
     elapsed = time.monotonic() - started
     summary = " ".join(f"{k}={v}" for k, v in totals.items())
     print(

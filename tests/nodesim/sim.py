@@ -105,7 +105,7 @@ class NodeSimConfig:
 @dataclass(slots=True)
 class NodeSimResult:
     seed: int
-    nodes: int
+    cfg: NodeSimConfig
     violations: list[str] = field(default_factory=list)
     trace: list[str] = field(default_factory=list)
     ops: int = 0
@@ -126,9 +126,21 @@ class NodeSimResult:
     virtual_seconds: float = 0.0
 
     def replay(self) -> str:
-        return f"PYTHONHASHSEED=0 python -m tests.nodesim --seeds 1 --seed {self.seed} " + (
-            f"--nodes {self.nodes}"
+        """The command that runs this seed again (the options `python -m tests.nodesim`
+        has; a configuration it cannot express is named after it)."""
+        cfg = self.cfg
+        cmd = (
+            f"PYTHONHASHSEED=0 python -m tests.nodesim --seeds 1 --seed {self.seed} "
+            f"--nodes {cfg.nodes} --seconds {cfg.seconds:g}"
         )
+        if cfg.plant:
+            cmd += f" --plant {cfg.plant}"
+        if not cfg.buggify:
+            cmd += " --no-buggify"
+        rest = NodeSimConfig(
+            nodes=cfg.nodes, seconds=cfg.seconds, plant=cfg.plant, buggify=cfg.buggify
+        )
+        return cmd if rest == cfg else f"{cmd}  # with {cfg}"
 
 
 @dataclass(slots=True)
@@ -157,7 +169,7 @@ class NodeSim:
         self.rng = self._rng("run")
         self.request_timeout = REQUEST_TIMEOUT
         self.clock_bound_ms = CLOCK_BOUND_MS
-        self.result = NodeSimResult(seed, cfg.nodes)
+        self.result = NodeSimResult(seed, cfg)
         self.ids = tuple(range(1, cfg.nodes + 1))
         self.groups = cfg.groups or self.rng.choice((1, 2))
         self.net = MemoryNetwork(cast(asyncio.AbstractEventLoop, self.neutral), self._rng("net"))
