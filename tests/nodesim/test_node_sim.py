@@ -67,3 +67,11 @@ def test_each_planted_bug_is_caught(plant: str) -> None:
     else:
         pytest.fail(f"{plant} was not caught in {BOUND[plant]} seeds")
     _clean(run_node_seed(seed, NodeSimConfig(nodes=3, seconds=15.0)))
+
+
+@pytest.mark.slow
+def test_a_cancelled_moves_target_keeps_its_log_until_its_leader_removes_it() -> None:
+    """Seed 5049 at five nodes found it: a drain cancelled a move onto node 5 after node 5 had
+    become a voter, the leader's removal of node 5 was lost with its power, and node 5, asking
+    the catalog, deleted its log while still a voter (`tests/cmq/test_membership_drop.py`)."""
+    _clean(run_node_seed(5049, NodeSimConfig(nodes=5, seconds=20.0)))
