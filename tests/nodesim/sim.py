@@ -220,9 +220,10 @@ class NodeSim:
         self.result.trace.append(f"{self.loop.time():8.3f} {text}")
 
     def violation(self, text: str) -> None:
+        """Record a violation (once: the observer sees a broken state again every look)."""
         if text not in self.result.violations:
             self.result.violations.append(text)
-        self.note(f"VIOLATION {text}")
+            self.note(f"VIOLATION {text}")
 
     # -- processes -------------------------------------------------------------------------------
     def start_node(self, nid: int) -> None:
