@@ -75,3 +75,13 @@ def test_a_cancelled_moves_target_keeps_its_log_until_its_leader_removes_it() ->
     become a voter, the leader's removal of node 5 was lost with its power, and node 5, asking
     the catalog, deleted its log while still a voter (`tests/cmq/test_membership_drop.py`)."""
     _clean(run_node_seed(5049, NodeSimConfig(nodes=5, seconds=20.0)))
+
+
+@pytest.mark.slow
+def test_a_clock_stepped_just_before_its_first_confirmation_stamps_nothing() -> None:
+    """Seeds 11027 and 11028 (60 s) found it: a node restarted while cut off, its clock stepped
+    (a minute back; two seconds ahead) just before the first check after the partition healed,
+    readings of the unstepped clock confirmed the stepped one, and it led and stamped leases
+    with it: two leases per message (`tests/cmq/test_clock_steps.py`)."""
+    for seed in (11027, 11028):
+        _clean(run_node_seed(seed, NodeSimConfig(nodes=3, seconds=60.0)))
