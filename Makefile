@@ -163,9 +163,11 @@ perf-extra: $(STAMP)
 
 # Long simulator sweep (README "Simulator sweeps"): the core simulator over 3 and 5 nodes, small
 # and large inflight windows, with and without wiped nodes rejoining (5 nodes), then the queue
-# simulator at 3 and 5 nodes. SIM_LONG_SEEDS seeds per configuration from SIM_LONG_SEED; `make -j2 sim-long`
+# simulator at 3 and 5 nodes, then the whole-node simulator (tests/nodesim) at 3 and 5 nodes.
+# SIM_LONG_SEEDS seeds per configuration from SIM_LONG_SEED; `make -j2 sim-long`
 # runs two configurations at once. Exits non-zero on any violation (each printed with its
-# replay command).
+# replay command). `make -j2 sim-long-node` runs the whole-node sweep alone
+# (NODE_SIM_LONG_SEEDS seeds per node count, NODE_SIM_LONG_SECONDS virtual seconds of faults).
 SIM_LONG_SEEDS ?= 600
 SIM_LONG_SEED ?= 20000000
 SIM_LONG_STEPS ?= 20000
@@ -179,8 +181,12 @@ SIM_LONG_ARGS_n5-large := --nodes 5 --no-small-windows
 SIM_LONG_ARGS_n5-wiped := --nodes 5 --wipe-rejoining
 SIM_LONG_ARGS_n5-wiped-large := --nodes 5 --wipe-rejoining --no-small-windows
 
-.PHONY: sim-long sim-long-queue $(addprefix sim-long-,$(SIM_LONG_CONFIGS))
-sim-long: $(addprefix sim-long-,$(SIM_LONG_CONFIGS)) sim-long-queue
+NODE_SIM_LONG_SEEDS ?= 2000
+NODE_SIM_LONG_SECONDS ?= 20
+
+.PHONY: sim-long sim-long-queue sim-long-node sim-long-node-3 sim-long-node-5 \
+	$(addprefix sim-long-,$(SIM_LONG_CONFIGS))
+sim-long: $(addprefix sim-long-,$(SIM_LONG_CONFIGS)) sim-long-queue sim-long-node
 
 $(addprefix sim-long-,$(SIM_LONG_CONFIGS)): sim-long-%: $(STAMP)
 	PYTHONHASHSEED=0 $(BIN)/python -m raftlog.sim --seeds $(SIM_LONG_SEEDS) \
@@ -189,6 +195,12 @@ $(addprefix sim-long-,$(SIM_LONG_CONFIGS)): sim-long-%: $(STAMP)
 sim-long-queue: $(STAMP)
 	for n in 3 5; do PYTHONHASHSEED=0 $(BIN)/python -m tests.queuesim --seeds $(QUEUE_SIM_LONG_SEEDS) \
 		--seed $(SIM_LONG_SEED) --seconds $(QUEUE_SIM_LONG_SECONDS) --nodes $$n || exit 1; done
+
+sim-long-node: sim-long-node-3 sim-long-node-5
+
+sim-long-node-3 sim-long-node-5: sim-long-node-%: $(STAMP)
+	PYTHONHASHSEED=0 $(BIN)/python -m tests.nodesim --seeds $(NODE_SIM_LONG_SEEDS) \
+		--seed $(SIM_LONG_SEED) --seconds $(NODE_SIM_LONG_SECONDS) --nodes $*
 
 # Fuzzing (README "Fuzzing"): atheris on every decoder of outside bytes for FUZZ_SECONDS per
 # target, from the committed seeds in tests/fuzz/corpus (findings and new inputs in

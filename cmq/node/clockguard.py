@@ -75,6 +75,7 @@ class ClockGuard:
         self._wall_ms = clock.wall_ms
         self.verdict = ClockVerdict(0.0, 0, False, ())
         self._base = self._skew()  # wall minus monotonic (ms) when last verified
+        self._seen = self._base  # wall minus monotonic (ms) at the last check
         self._stepped_at: float | None = None
         # Monotonic time since when this clock waits for its first confirmation (None: it
         # was confirmed, or has nobody to be confirmed by).
@@ -158,6 +159,7 @@ class ClockGuard:
         now = self._clock()
         v = judge(readings, now=now, bound_ms=self.bound_ms, max_rtt_ms=self.bound_ms)
         self.verdict = v
+        self._note_step(now)
         self._verify_start(readings, now)
         self._verify_steps(readings, v, now)
         if v.unsafe and not before.unsafe:
@@ -191,6 +193,22 @@ class ClockGuard:
         if not checked.peers or checked.peers < all_of or checked.unsafe:
             return False
         return any(abs(r.offset_ms) <= self.bound_ms and r.rtt_ms <= self.bound_ms for r in after)
+
+    def _note_step(self, now: float) -> None:
+        """A step since the last check makes every reading taken before it moot: each judged
+        the clock as it was then. A clock waiting to be confirmed (at its start, or after a
+        step) waits for readings taken from now on: else readings of the clock before a step
+        that came just before this check would confirm the stepped one (the whole-node
+        simulator's seed 11027: a node started cut off, its clock stepped a minute back a few
+        milliseconds before the first check after the partition healed, the readings of the
+        unstepped clock confirmed it, and it led and stamped leases a minute back)."""
+        skew = self._skew()
+        if abs(skew - self._seen) > self.bound_ms:
+            if self._unverified_since is not None:
+                self._unverified_since = now
+            if self._stepped_at is not None:
+                self._stepped_at = now
+        self._seen = skew
 
     def _verify_start(self, readings: tuple[ClockReading, ...], now: float) -> None:
         since = self._unverified_since

@@ -35,14 +35,44 @@ class _Marker(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     features: list[str]
 
 
-def check(data_dirs: Iterable[str], release: str) -> None:
+ReadFile = Callable[[str], bytes | None]
+"""Reads a file: its bytes, or None when it does not exist (`cmq.node.host.NodeFiles.read`)."""
+
+WriteFile = Callable[[str, bytes], None]
+"""Replaces a file atomically and durably (`cmq.node.host.NodeFiles.write_durably`)."""
+
+
+def read_file(path: str) -> bytes | None:
+    """A file's bytes from the file system; None when it does not exist."""
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def write_file_durably(path: str, data: bytes) -> None:
+    """Replace a file atomically and durably: a temporary file, fsynced, renamed over it, the
+    directory fsynced."""
+    tmp = Path(path).with_suffix(".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def check(data_dirs: Iterable[str], release: str, read: ReadFile = read_file) -> None:
     """Refuse (`FeatureUnsupported`) a data directory written under a flag this release does not
-    know, or whose marker is newer than this release reads; reads only."""
+    know, or whose marker is newer than this release reads; reads only (through ``read``)."""
     for d in data_dirs:
-        path = Path(d) / MARKER
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
+        path = os.path.join(d, MARKER)
+        raw = read(path)
+        if raw is None:
             continue
         try:
             marker = msgspec.json.decode(raw, type=_Marker)
@@ -65,41 +95,35 @@ def check(data_dirs: Iterable[str], release: str) -> None:
             )
 
 
-def record(data_dirs: Iterable[str], enabled: Iterable[str]) -> None:
-    """Write the marker of every data directory: ``enabled`` sorted, durably."""
+def record(
+    data_dirs: Iterable[str], enabled: Iterable[str], write: WriteFile = write_file_durably
+) -> None:
+    """Write the marker of every data directory: ``enabled`` sorted, durably (``write``)."""
     data = msgspec.json.encode(_Marker(MARKER_VERSION, sorted(enabled)))
     for d in data_dirs:
-        path = Path(d) / MARKER
-        tmp = path.with_suffix(".tmp")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fd = os.open(d, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        write(os.path.join(d, MARKER), data)
 
 
 class MarkedCatalog:
     """The catalog as the meta group runs it: `CatalogMachine` plus the ``after_apply`` hook
     that records newly enabled flags in the data directories (see the module docstring)."""
 
-    __slots__ = ("_changed", "_dirs", "_recorded", "catalog")
+    __slots__ = ("_changed", "_dirs", "_recorded", "_write", "catalog")
 
     def __init__(
         self,
         catalog: CatalogMachine,
         data_dirs: tuple[str, ...],
         changed: Callable[[frozenset[str]], None] = lambda _: None,
+        write: WriteFile = write_file_durably,
     ) -> None:
         """``changed``: called with the enabled flags after they were recorded (and once at
-        the first apply), e.g. to require the peer protocol they need."""
+        the first apply), e.g. to require the peer protocol they need; ``write`` writes a
+        marker file (the node's `cmq.node.host.NodeFiles`)."""
         self.catalog = catalog
         self._dirs = data_dirs
         self._changed = changed
+        self._write = write
         self._recorded: frozenset[str] | None = None
 
     def apply(self, index: int, command: bytes) -> object:
@@ -117,6 +141,6 @@ class MarkedCatalog:
         if now == self._recorded:
             return
         if now or self._recorded is not None:
-            record(self._dirs, now)
+            record(self._dirs, now, self._write)
         self._recorded = now
         self._changed(now)

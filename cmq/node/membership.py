@@ -13,7 +13,13 @@ Every `NodeConfig.membership_interval` seconds each node:
    bootstraps it with its founding voters; any other replica starts empty, in rejoin mode, and
    is caught up by the leader) and drops the ones it no longer hosts: when the group's own
    configuration no longer lists this node, or when the meta group's leader confirms it (a
-   linearizable ``hosts`` read through the log), never on a possibly stale local catalog alone;
+   linearizable ``hosts`` read through the log) *and* this replica has had no leader for
+   `LEADERLESS_BEFORE_DROP` seconds, never on a possibly stale local catalog alone. The catalog
+   stops placing a group on a node before the group's configuration drops it (a move onto a
+   node drained meanwhile is cancelled at once, and its leader removes the node later), so a
+   replica that still has a leader is a member in that leader's configuration and keeps its
+   data; a replica removed while it was cut off never learns of its removal, has no leader
+   since, and is dropped;
 4. for each data group it leads, takes one step from the group's Raft configuration towards the
    catalog's goal: add the new node as a learner, promote it once caught up, hand leadership
    away if this node is the one leaving, remove the old replica, then report the move done
@@ -51,6 +57,10 @@ OpenGroup = Callable[[int, tuple[int, ...], bool, int | None], Awaitable[None]]
 DropGroup = Callable[[int], Awaitable[None]]
 """Stop a data group here and delete its state."""
 
+LEADERLESS_BEFORE_DROP = 5.0
+"""Seconds a replica the catalog no longer places here, still listed in the group's
+configuration as it applied it, must have had no leader before it is dropped (an election
+takes far less)."""
 TRANSFER_COOLDOWN = 5.0
 """Seconds between two leadership hand-overs of one group by this node."""
 FULL_ROUND_EVERY = 10
@@ -115,6 +125,7 @@ class Membership:
         self._last_register = 0.0
         self._seen_registered = False
         self._last_confirm: dict[int, float] = {}
+        self._leaderless_since: dict[int, float] = {}
         self._rounds = 0
         self._transfer_budget = 0
         self._preferred: dict[int, int] = {}
@@ -222,15 +233,28 @@ class Membership:
         if not self._catalog.initialized:
             return
         hosted = set(self._catalog.hosted_by(self._id))
-        for g in sorted(set(self._raft.groups) - hosted - {META_GROUP}):
+        unhosted = set(self._raft.groups) - hosted - {META_GROUP}
+        for g in [g for g in self._leaderless_since if g not in unhosted]:
+            del self._leaderless_since[g]  # hosted again, or gone: a later look starts anew
+        for g in sorted(unhosted):
             if await self._confirmed_gone(g):
                 log.info("group %d no longer has a replica on node %d: dropping it", g, self._id)
                 await self._drop(g)
 
     async def _confirmed_gone(self, group: int) -> bool:
+        """Whether this replica of ``group`` (which the local catalog no longer places here)
+        may be dropped (see the module docstring, 3.)."""
         if self._id not in self._raft.status(group).conf.members():
             return True
         now = self._clock.monotonic()
+        if self._raft.leader_of(group):
+            # Led: a member of its leader's configuration (the catalog cancelled a move onto
+            # this node and the leader has not removed it yet). Deleting its log now would
+            # take a voter's copy of committed entries away.
+            self._leaderless_since.pop(group, None)
+            return False
+        if now - self._leaderless_since.setdefault(group, now) < LEADERLESS_BEFORE_DROP:
+            return False
         if now - self._last_confirm.get(group, -1e9) < 1.0:
             return False
         self._last_confirm[group] = now

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import dataclasses
 import os
-import shutil
+import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, overload
@@ -37,7 +37,6 @@ from cmq.errors import (
     Unavailable,
 )
 from cmq.fsm.machine import QueueMachine
-from cmq.fsm.segments import FileSegmentStore
 from cmq.model import (
     DEFAULT_SEGMENT_AGE_SECONDS,
     DEFAULT_SEGMENT_BYTES,
@@ -71,6 +70,7 @@ from cmq.model import (
 from cmq.node import feature_marker
 from cmq.node.clockguard import DEFAULT_BOUND_MS, ClockGuard
 from cmq.node.feature_marker import MarkedCatalog
+from cmq.node.host import PRODUCTION, NodeHost
 from cmq.node.housekeeping import Housekeeper
 from cmq.node.membership import Identity, Membership
 from cmq.node.peer_tls import PeerTlsFiles
@@ -162,17 +162,20 @@ class NodeConfig:
 
 
 class QueueNode:
-    """A cmq node; implements `cmq.service.QueueService`."""
+    """A cmq node; implements `cmq.service.QueueService`. ``host`` is its I/O
+    (`cmq.node.host.NodeHost`); None: the real one (sockets, files, the system clock)."""
 
-    def __init__(self, cfg: NodeConfig) -> None:
+    def __init__(self, cfg: NodeConfig, host: NodeHost | None = None) -> None:
         if len(cfg.secret) < 16:
             raise ValueError("the cluster secret must be at least 16 bytes")
         self.cfg = cfg
         self.id = cfg.node_id
-        self.clock_source = clock = node_clock()  # every part of the node reads time from it
+        self.host = host = host if host is not None else PRODUCTION
+        # Every part of the node reads time from this one clock.
+        self.clock_source = clock = host.clock if host.clock is not None else node_clock()
         speaks = ProtocolRange(PEER_PROTOCOL_MIN, PEER_PROTOCOL_MAX)
         transport = TransportConfig(protocols=speaks)
-        if cfg.peer_tls is not None:
+        if cfg.peer_tls is not None and host.transport is None:
             server_ssl, client_ssl = cfg.peer_tls.contexts()
             transport = TransportConfig(
                 server_ssl=server_ssl, client_ssl=client_ssl, protocols=speaks
@@ -188,8 +191,12 @@ class QueueNode:
                 group_options=cfg.group_options,
                 rejoin=cfg.rejoin,
                 transport=transport,
+                seed=host.seed,
             ),
+            transport=host.transport,
+            disks=host.disks,
             clock=clock,
+            offload=host.offload,
         )
         self.raft.watch.wall_clock = clock.wall_ms  # clock probes report the clock commands carry
         self.clock = ClockGuard(cfg.node_id, self.raft, cfg.clock_bound_ms, clock=clock)
@@ -200,6 +207,7 @@ class QueueNode:
             lambda enabled: self.raft.transport.require_protocol(
                 features.required_protocol(enabled)
             ),
+            write=host.files.write_durably,
         )
         self.machines: dict[int, QueueMachine] = {}
         self.wakeups = Wakeups()
@@ -224,6 +232,7 @@ class QueueNode:
             clock=clock,
             election_timeout=cfg.tick_interval * self.raft.cfg.election_tick,
             clock_ok=self.clock.trusted,
+            rng=None if host.seed is None else random.Random(f"router-{host.seed}"),
         )
         self.housekeeper = Housekeeper(
             node_id=self.id,
@@ -275,7 +284,7 @@ class QueueNode:
         """Recover and open every group, then serve forwarded calls and housekeeping. A data
         directory written under a feature flag this release lacks is refused first, before
         anything is opened for writing (`cmq.node.feature_marker`)."""
-        feature_marker.check(self.cfg.data_dirs, RELEASE)
+        feature_marker.check(self.cfg.data_dirs, RELEASE, self.host.files.read)
         await self.raft.start()
         try:
             voters = () if self.cfg.joined else sorted(self.cfg.peers)
@@ -317,7 +326,7 @@ class QueueNode:
         data directory the placement chose (a recovered group stays where it is)."""
         data_dir = self.cfg.data_dirs[self.raft.dir_for(g, data_dir_index)]
         seg_dir = os.path.join(data_dir, "segments", f"g{g}")
-        machine = QueueMachine(FileSegmentStore(seg_dir, durable_root=data_dir))
+        machine = QueueMachine(self.host.segments(seg_dir, durable_root=data_dir))
         await self.raft.open_group(
             g,
             WakingMachine(machine, self.wakeups),
@@ -333,7 +342,7 @@ class QueueNode:
         data_dir = self.cfg.data_dirs[self.raft.dir_for(g)]
         await self.raft.drop_group(g)
         seg_dir = os.path.join(data_dir, "segments", f"g{g}")
-        await asyncio.to_thread(shutil.rmtree, seg_dir, True)
+        await self.host.offload(self.host.files.remove_tree, seg_dir)
 
     async def close(self) -> None:
         tasks = list(self._tasks)
@@ -381,7 +390,7 @@ class QueueNode:
         return out
 
     async def group_digest(self, group: int) -> GroupDigest:
-        return await group_digest(self.id, self.raft, self.machines, group)
+        return await group_digest(self.id, self.raft, self.machines, group, self.host.offload)
 
     # -- QueueService ----------------------------------------------------------------------------
     async def create_queue(self, name: str, attributes: QueueAttributes) -> bool:

@@ -13,6 +13,7 @@ from cmq.fsm.machine import QueueMachine
 from cmq.model import GroupDigest
 from cmq.upgrade.release import describe
 from raftlog.runtime import MultiRaft
+from raftlog.runtime.group_options import Offload
 
 
 def render_status(
@@ -68,21 +69,25 @@ def render_status(
 
 
 async def group_digest(
-    node_id: int, raft: MultiRaft, machines: Mapping[int, QueueMachine], group: int
+    node_id: int,
+    raft: MultiRaft,
+    machines: Mapping[int, QueueMachine],
+    group: int,
+    offload: Offload = asyncio.to_thread,
 ) -> GroupDigest:
     """Hashes of data group ``group``'s state on this node (`GroupDigest`). The applied index
     and the image are read together on the event loop (the image is cached per queue, so this
-    is cheap); the segment files are read and hashed on a worker thread, up to the sizes the
-    image records (later appends do not change the result). `GroupNotFound` when no replica of
-    a data group ``group`` is open here; `Unavailable` when a listed segment went away while
-    it was read (retry)."""
+    is cheap); the segment files are read and hashed through ``offload`` (a worker thread in
+    production), up to the sizes the image records (later appends do not change the result).
+    `GroupNotFound` when no replica of a data group ``group`` is open here; `Unavailable` when
+    a listed segment went away while it was read (retry)."""
     machine = machines.get(group)
     if machine is None or group not in raft.groups:
         raise GroupNotFound(f"node {node_id} hosts no replica of data group {group}")
     applied = raft.status(group).applied
     image = machine.encode_image()
     try:
-        segments, count = await asyncio.to_thread(machine.segments_digest, image)
+        segments, count = await offload(machine.segments_digest, image)
     except (InvariantBroken, OSError) as e:
         raise Unavailable(f"group {group} changed while its segments were read: {e}") from None
     return GroupDigest(

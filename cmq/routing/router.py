@@ -56,6 +56,7 @@ from cmq.routing.rpc import (
 )
 from cmq.upgrade.features import KNOWN as SUPPORTED_FEATURES
 from cmq.upgrade.release import PEER_PROTOCOL_MAX, PEER_PROTOCOL_MIN, RELEASE
+from raftlog.buggify import buggify, uniform
 from raftlog.errors import NotLeader, PeerUnavailable, ProposalDropped
 from raftlog.errors import Overloaded as RaftOverloaded
 from raftlog.runtime import MultiRaft
@@ -93,16 +94,18 @@ class Router:
         clock: Clock,
         election_timeout: float = 0.5,
         clock_ok: Callable[[], bool] = _always,
+        rng: random.Random | None = None,
     ) -> None:
         """``clock``: this node's (`cmq.routing.clock.NodeClock`; its monotonic time marks
-        how long a suspect is avoided)."""
+        how long a suspect is avoided); ``rng``: the retry jitter's random numbers (a seeded
+        one under simulation)."""
         self._id = node_id
         self._clock = clock
         self._raft = raft
         self._catalog = catalog
         self._ops = ops
         self._timeout = request_timeout
-        self._rng = random.Random()
+        self._rng = rng if rng is not None else random.Random()
         self._hints: dict[int, int] = {}  # group not hosted here -> the leader last named
         self._turn = 0
         self.silence = 2 * election_timeout
@@ -193,6 +196,9 @@ class Router:
                     call = attempt()
                     return await self._execute(call)
                 if leader:
+                    if buggify("router.forward_delay"):  # a slow hop: may land after a change
+                        await asyncio.sleep(min(uniform(0.0, 0.3), remaining))
+                        remaining = max(0.001, deadline - loop.time())
                     call = attempt()
                     try:
                         reply = await self._raft.call(
@@ -209,7 +215,7 @@ class Router:
                         if e.outcome_unknown and deadline - loop.time() <= 0:
                             self._suspect(leader)  # unanswered for the whole deadline
                         raise
-                    if group not in self._raft.groups:
+                    if group not in self._raft.groups and not buggify("router.forget_hint"):
                         self._hints[group] = leader  # it answered: it leads
                     return call.decode_reply(reply)
             except RemoteCallError as e:
@@ -226,6 +232,8 @@ class Router:
             if unknown is not None and call is not None and not call.retry_unknown():
                 raise unknown
             pause = self._rng.uniform(delay / 2, delay)
+            if buggify("router.retry_at_once"):
+                pause = 0.0
             await asyncio.sleep(min(pause, max(0.0, deadline - loop.time())))
             delay = min(delay * 2, MAX_BACKOFF)
 

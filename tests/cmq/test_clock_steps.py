@@ -128,8 +128,10 @@ def test_a_node_that_starts_with_its_clock_off_stamps_nothing_until_confirmed() 
     mono[0] += 0.5
     guard.check()
     assert guard.stamp() is None
+    mono[0] += 0.1  # readings taken after the check that saw the step (at that very moment,
+    # they could have been taken before it)
     raft.readings = [ClockReading(2, 3, 1, mono[0]), ClockReading(3, -4, 1, mono[0])]
-    mono[0] += 0.5
+    mono[0] += 0.4
     guard.check()
     assert guard.trusted() and guard.stamp() == wall[0] + round(mono[0] * 1000)
 
@@ -183,3 +185,49 @@ def test_an_older_node_refuses_a_probe_as_a_call_instead_of_dropping_the_connect
     MessagePack, so its decoder refuses it (an error reply), never a frame-level error."""
     with pytest.raises(InvalidParameter):
         decode_forwarded(encode_clock_ping(5))
+
+
+def test_a_step_just_before_the_first_confirmation_is_not_confirmed() -> None:
+    """Readings of the clock as it was before a step confirm nothing about the stepped clock:
+    a node started cut off (unverified) whose clock steps a minute back just before the check
+    that would have confirmed it stays untrusted (the whole-node simulator's seed 11027)."""
+    mono = [100.0]
+    wall = [1_000_000]
+    raft = FakeRaft()
+    guard = _guard(raft, mono, wall, confirm=False)
+    mono[0] += 0.5
+    guard.check()  # no readings yet: unverified
+    mono[0] += 0.4
+    raft.readings = [ClockReading(2, 0, 1, mono[0]), ClockReading(3, 0, 1, mono[0])]
+    wall[0] -= 60_000  # the step, after those readings
+    mono[0] += 0.1
+    guard.check()
+    assert not guard.trusted() and guard.stamp() is None
+    mono[0] += 0.5
+    raft.readings = [ClockReading(2, 60_000, 1, mono[0]), ClockReading(3, 60_000, 1, mono[0])]
+    guard.check()
+    assert not guard.trusted()
+    wall[0] += 60_000  # back: confirmed by readings taken after
+    mono[0] += 0.5
+    guard.check()
+    mono[0] += 0.5
+    raft.readings = [ClockReading(2, 0, 1, mono[0]), ClockReading(3, 0, 1, mono[0])]
+    guard.check()
+    assert guard.trusted()
+
+
+def test_a_second_step_while_a_first_awaits_confirmation_restarts_the_wait() -> None:
+    mono = [100.0]
+    wall = [1_000_000]
+    raft = FakeRaft()
+    guard = _guard(raft, mono, wall)
+    wall[0] += 60_000
+    mono[0] += 0.5
+    guard.check()  # notes the step
+    wall[0] -= 60_000  # back to the right time...
+    mono[0] += 0.2
+    raft.readings = [ClockReading(2, 0, 1, mono[0]), ClockReading(3, 0, 1, mono[0])]
+    wall[0] -= 60_000  # ...and a minute back, after readings of the right clock
+    mono[0] += 0.3
+    guard.check()
+    assert not guard.trusted() and guard.stamp() is None

@@ -1,0 +1,98 @@
+"""Bugs planted in the node for one simulated run, each a context manager that patches the
+product's code (test-only: nothing in the product reads a switch). The whole-node simulator
+must catch every one of them (`tests/nodesim/test_node_sim.py`).
+
+========================  =========================================================================
+name                      the bug
+========================  =========================================================================
+``early_ack``             the log disks report a write durable before it is synced (and sync it
+                          1-3 s later, a log that fsyncs on a timer): a power loss of every node
+                          loses what a majority acknowledged
+                          (`raftlog.storage.memory.MemoryDiskOptions.unsafe_early_ack`, the queue
+                          simulator's planted bug; set on the disks, not patched)
+``ack_deletes_nothing``   an ack is answered "done" but deletes nothing (the queue simulator's)
+``produce_forgets_one``   a send of several messages is confirmed, its last message not stored
+                          (the queue simulator's)
+``retry_unknown_sends``   the router resends a send without dedup ids after an attempt whose
+                          outcome is unknown (a leader change, a forwarded call unanswered): a
+                          message may be stored twice. Only the whole node can show it: the
+                          router, the forwarding and the unknown outcomes of real attempts.
+``unguarded_clock``       the clock guard trusts every clock: a node whose clock steps hours
+                          ahead stamps leases and sends with it while it leads, which ends every
+                          lease of its queues at once (two leases per message). Only the whole
+                          node can show it: per-node clocks, the guard, leadership and stamps.
+========================  =========================================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import replace
+from typing import Any
+from unittest import mock
+
+from cmq.fsm.commands import Ack, EntryOutcomes, Produce
+from cmq.fsm.machine import QueueMachine
+from cmq.node import queue_node
+from cmq.node.clockguard import ClockGuard
+from cmq.routing.rpc import ProduceCall
+
+PLANTS = (
+    "early_ack",
+    "ack_deletes_nothing",
+    "produce_forgets_one",
+    "retry_unknown_sends",
+    "unguarded_clock",
+)
+
+
+class _AckThatDeletesNothing(QueueMachine):
+    def execute(self, cmd: Any) -> Any:
+        if isinstance(cmd, Ack):
+            return EntryOutcomes(tuple(None for _ in cmd.entries))
+        return super().execute(cmd)
+
+
+class _ProduceThatForgetsOne(QueueMachine):
+    def execute(self, cmd: Any) -> Any:
+        if isinstance(cmd, Produce) and len(cmd.messages) > 1:
+            return super().execute(replace(cmd, messages=cmd.messages[:-1]))
+        return super().execute(cmd)
+
+
+def _always(self: object) -> bool:
+    del self
+    return True
+
+
+def _unguarded_stamp(self: ClockGuard) -> int | None:
+    return self._wall_ms()
+
+
+def _machine(cls: type[QueueMachine]) -> Any:
+    """Data groups opened meanwhile run ``cls``."""
+    return mock.patch.object(queue_node, "QueueMachine", cls)
+
+
+@contextmanager
+def planted(name: str | None) -> Iterator[None]:
+    """Plant bug ``name`` (None: none) for the ``with`` block (``early_ack`` is set on the
+    disks by the simulator: nothing to patch here)."""
+    if name is not None and name not in PLANTS:
+        raise ValueError(f"unknown planted bug {name!r}; known: {', '.join(PLANTS)}")
+    with ExitStack() as stack:
+        if name == "ack_deletes_nothing":
+            stack.enter_context(
+                mock.patch.object(queue_node, "QueueMachine", _AckThatDeletesNothing)
+            )
+        elif name == "produce_forgets_one":
+            stack.enter_context(
+                mock.patch.object(queue_node, "QueueMachine", _ProduceThatForgetsOne)
+            )
+        elif name == "retry_unknown_sends":
+            stack.enter_context(mock.patch.object(ProduceCall, "retry_unknown", _always))
+        elif name == "unguarded_clock":
+            stack.enter_context(mock.patch.object(ClockGuard, "stamp", _unguarded_stamp))
+            stack.enter_context(mock.patch.object(ClockGuard, "trusted", _always))
+        yield
