@@ -6,16 +6,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cmq.catalog.meta import CatalogMachine
 from cmq.cli.launch import free_ports
+from cmq.node.host import MemoryFiles, NodeHost
 from cmq.node.queue_node import NodeConfig, QueueNode
+from cmq.upgrade.release import PEER_PROTOCOL_MAX, PEER_PROTOCOL_MIN
 from raftlog.runtime import GroupOptions
+from raftlog.runtime.host import inline
+from raftlog.storage.memory import MemoryDisks
+from raftlog.transport.memory import MemoryNetwork
 from raftlog.transport.peer import Address
+from raftlog.transport.protocol import ProtocolRange
 
 
 def configs(root: Path) -> dict[int, NodeConfig]:
@@ -48,10 +56,45 @@ async def wait_until(cond: object, timeout: float = 20.0) -> None:
     raise AssertionError("condition not reached")
 
 
+@dataclass
+class Twins:
+    """The in-memory I/O of an in-process cluster (see the module docstring): one network and
+    one set of disks for every node, files per node. They outlive the nodes' hosts, so a node
+    built again on the same `host` finds its data. Build inside the running event loop."""
+
+    ids: tuple[int, ...]
+    seed: int = 0
+    net: MemoryNetwork = field(init=False)
+    disks: MemoryDisks = field(init=False)
+    files: dict[int, MemoryFiles] = field(init=False)
+
+    def __post_init__(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.net = MemoryNetwork(loop, random.Random(f"twins/{self.seed}/net"))
+        self.disks = MemoryDisks(loop, random.Random(f"twins/{self.seed}/disks"))
+        self.files = {nid: MemoryFiles() for nid in self.ids}
+
+    def host(self, nid: int) -> NodeHost:
+        """Node ``nid``'s host: a new transport on the shared network, the shared disks."""
+        speaks = ProtocolRange(PEER_PROTOCOL_MIN, PEER_PROTOCOL_MAX)
+        return NodeHost(
+            transport=self.net.transport(nid, self.ids, protocols=speaks),
+            disks=self.disks,
+            offload=inline,
+            segments=self.files[nid].segment_store,
+            files=self.files[nid],
+        )
+
+
 @contextlib.asynccontextmanager
-async def running(cfgs: dict[int, NodeConfig]) -> AsyncIterator[dict[int, QueueNode]]:
-    """The nodes of ``cfgs`` started and ready; closed on exit."""
-    nodes = {nid: QueueNode(cfg) for nid, cfg in cfgs.items()}
+async def running(
+    cfgs: dict[int, NodeConfig], twins: Twins | None = None
+) -> AsyncIterator[dict[int, QueueNode]]:
+    """The nodes of ``cfgs`` started and ready (on ``twins`` when given, else on real I/O);
+    closed on exit."""
+    nodes = {
+        nid: QueueNode(cfg, None if twins is None else twins.host(nid)) for nid, cfg in cfgs.items()
+    }
     for n in nodes.values():
         await n.start()
     try:

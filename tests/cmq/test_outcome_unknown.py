@@ -11,11 +11,11 @@ import pytest
 from cmq.errors import OutcomeUnknown
 from cmq.model import OutgoingMessage, QueueAttributes
 from raftlog.errors import PeerUnavailable
-from tests.cmq.helpers import configs, running, wait_until
+from tests.cmq.helpers import Twins, configs, running, wait_until
 
 
 async def test_unknown_outcomes_of_forwarded_sends(tmp_path: Path) -> None:
-    async with running(configs(tmp_path)) as nodes:
+    async with running(configs(tmp_path), Twins((1, 2, 3))) as nodes:
         await nodes[1].create_queue("unknown", QueueAttributes())
         group = nodes[1].catalog.group_of("unknown")
         assert group is not None

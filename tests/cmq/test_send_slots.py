@@ -14,7 +14,7 @@ import pytest
 from cmq.errors import Overloaded
 from cmq.model import OutgoingMessage, QueueAttributes
 from cmq.routing.rpc import Call, ProduceCall
-from tests.cmq.helpers import configs, running
+from tests.cmq.helpers import Twins, configs, running
 
 
 async def test_sends_beyond_the_slots_wait_and_consumers_do_not(tmp_path: Path) -> None:
@@ -22,7 +22,7 @@ async def test_sends_beyond_the_slots_wait_and_consumers_do_not(tmp_path: Path) 
         nid: replace(cfg, max_inflight_sends=1, request_timeout=1.0)
         for nid, cfg in configs(tmp_path).items()
     }
-    async with running(cfgs) as nodes:
+    async with running(cfgs, Twins((1, 2, 3))) as nodes:
         node = nodes[1]
         await node.create_queue("slots", QueueAttributes())
         await node.send("slots", [OutgoingMessage(body=b"first")])
