@@ -47,11 +47,16 @@ class _Router:
 
 
 class _Clock:
+    """A `raftlog.runtime.host.Clock` whose monotonic time the test moves."""
+
     def __init__(self) -> None:
         self.now = 100.0
 
-    def __call__(self) -> float:
+    def monotonic(self) -> float:
         return self.now
+
+    def wall_ms(self) -> int:
+        return round(self.now * 1000)
 
 
 def _membership(raft: _Raft, router: _Router, clock: _Clock) -> Membership:
