@@ -97,9 +97,15 @@ async def load(client: Client, keys: KeyAdmin | None = None, node: QueueNode | N
         await node.update_metadata("orders", {"team": "billing"}, [])
     if keys is not None:
         await keys.create((KeyGrant("orders*", (RECEIVE, SEND)), KeyGrant("jobs*", (ADMIN,))))
+    # The move is a copy to the dead-letter queue, then the delete of the original: wait for
+    # both (42 sent, one acked, one moved), so every later snapshot sees the same messages.
     deadline = time.monotonic() + 20
-    while (await client.get_queue("orders-dlq")).stats.visible < 1:
-        assert time.monotonic() < deadline, "nothing was dead-lettered"
+    while True:
+        dlq = (await client.get_queue("orders-dlq")).stats
+        orders = (await client.get_queue("orders")).stats
+        if dlq.visible >= 1 and orders.visible + orders.in_flight + orders.delayed == 40:
+            break
+        assert time.monotonic() < deadline, f"the dead-letter move did not end: {orders} {dlq}"
         await asyncio.sleep(0.1)
 
 
