@@ -182,7 +182,7 @@ SIM_LONG_ARGS_n5-wiped := --nodes 5 --wipe-rejoining
 SIM_LONG_ARGS_n5-wiped-large := --nodes 5 --wipe-rejoining --no-small-windows
 
 NODE_SIM_LONG_SEEDS ?= 2000
-NODE_SIM_LONG_SECONDS ?= 20
+NODE_SIM_LONG_SECONDS ?= 40
 
 .PHONY: sim-long sim-long-queue sim-long-node sim-long-node-3 sim-long-node-5 \
 	$(addprefix sim-long-,$(SIM_LONG_CONFIGS))
