@@ -14,7 +14,7 @@ failed TLS handshake is seen, logged and counted by the dialing node (for every 
 with the smaller id): it fails there either in the handshake or, with TLS 1.3, when the
 accepting side refuses its certificate, on the first read. The accepting side only drops the
 connection (asyncio logs it at debug level). A failed handshake is logged as a warning once per
-reason until the peer connects again, not on every redial (`_Peer.note_failure`,
+reason until the peer connects again, not on every redial (`PeerLink.note_failure`,
 `Transport._note_refused`).
 
 Each peer has its own bounded outbound buffer and writer task, so a slow or dead peer cannot
@@ -28,28 +28,26 @@ import asyncio
 import contextlib
 import logging
 import ssl
-from collections import deque
 from collections.abc import Callable
 
 from raftlog.transport import handshake
 from raftlog.transport.address import Address, parse_peers
 from raftlog.transport.codec import (
     FRAME_HEADER,
-    Chunk,
     CodecError,
     FrameKind,
     decode_chunk,
-    encode_chunk,
     frame_header,
     parse_header,
     split_chunks,
 )
 from raftlog.transport.config import PeerStats, TransportConfig
 from raftlog.transport.handshake import AuthError
+from raftlog.transport.link import MAX_REASONS, PeerLink
 from raftlog.transport.protocol import (
     ProtocolMismatch,
 )
-from raftlog.transport.resume import BulkQueue, Reassembly, decode_state, encode_state
+from raftlog.transport.resume import decode_state
 
 __all__ = [
     "Address",
@@ -86,8 +84,6 @@ _CONNECTION_ERRORS = (
 
 _MAX_REFUSED_HOSTS = 1024
 """Remote hosts whose refusals are remembered (to log each once); forgotten beyond this."""
-_MAX_REASONS = 8
-"""Distinct failure reasons logged per peer or host until it connects again."""
 
 
 def _unbound(peer: int, kind: FrameKind, body: bytes) -> None:
@@ -98,93 +94,6 @@ def _unbound(peer: int, kind: FrameKind, body: bytes) -> None:
 def _reason(e: BaseException) -> str:
     """A failure as one short line (the exception's type when it says nothing)."""
     return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
-
-
-class _Peer:
-    """Outbound state for one remote node: buffer, current connection, writer task."""
-
-    def __init__(self, node_id: int, address: Address, cfg: TransportConfig) -> None:
-        self.id = node_id
-        self.address = address
-        self.cfg = cfg
-        # Frames as (header, body) pairs, flattened: bodies are sent without being copied.
-        self.buffer: deque[bytes] = deque()
-        self.buffered_bytes = 0
-        self.wakeup = asyncio.Event()
-        self.writer: asyncio.StreamWriter | None = None
-        self.connected = asyncio.Event()
-        self.stats = PeerStats()
-        # Chunked frames waiting to go (each a list of its remaining chunks), sent one after
-        # another, one chunk per writer turn after the regular frames.
-        self.bulk = BulkQueue(cfg.max_chunked_transfers)
-        self.reassembly = Reassembly(cfg.max_reassembly_bytes)
-        self.tasks: set[asyncio.Task[None]] = set()
-        self.failures: set[str] = set()
-        """Why connection attempts to this peer failed since the last one that succeeded."""
-
-    def note_failure(self, reason: str) -> None:
-        """Count a failed handshake; log it as a warning the first time this reason is seen
-        since the peer was last connected (a peer refused on every redial is logged once, not
-        twice a second; a few distinct reasons are each logged once)."""
-        self.stats.handshake_failures += 1
-        if reason in self.failures or len(self.failures) >= _MAX_REASONS:
-            log.debug("handshake with node %d failed again: %s", self.id, reason)
-            return
-        self.failures.add(reason)
-        log.warning("handshake with node %d failed: %s", self.id, reason)
-
-    def note_success(self) -> None:
-        if self.failures:
-            log.warning("handshake with node %d succeeded again", self.id)
-            self.failures.clear()
-
-    def enqueue_bulk(self, chunks: list[Chunk]) -> bool:
-        if not self.bulk.add(chunks):
-            self.stats.dropped_full += 1
-            return False
-        self.stats.chunked_transfers += 1
-        self.wakeup.set()
-        return True
-
-    def next_bulk_frame(self) -> list[bytes]:
-        """Header and body of the next chunk frame (empty when nothing may go now)."""
-        c = self.bulk.next_chunk()
-        if c is None:
-            return []
-        body = encode_chunk(c)
-        return [frame_header(FrameKind.CHUNK, len(body)), body]
-
-    def send_state(self, connect: bool) -> None:
-        """Tell the peer what this node holds of its chunked frames (ahead of other frames)."""
-        body = encode_state(self.reassembly.state(connect))
-        self.buffer.appendleft(body)
-        self.buffer.appendleft(frame_header(FrameKind.CHUNK_STATE, len(body)))
-        self.buffered_bytes += len(body) + FRAME_HEADER.size
-        self.wakeup.set()
-
-    def enqueue(self, header: bytes, body: bytes) -> bool:
-        size = len(header) + len(body)
-        if (
-            self.buffered_bytes + size > self.cfg.send_buffer_bytes
-            or len(self.buffer) // 2 >= self.cfg.send_buffer_frames
-        ):
-            self.stats.dropped_full += 1
-            return False
-        self.buffer.append(header)
-        self.buffer.append(body)
-        self.buffered_bytes += size
-        self.wakeup.set()
-        return True
-
-    def drain_buffer(self, limit: int) -> list[bytes]:
-        out: list[bytes] = []
-        size = 0
-        while self.buffer and (size < limit or not out):
-            data = self.buffer.popleft()
-            self.buffered_bytes -= len(data)
-            size += len(data)
-            out.append(data)
-        return out
 
 
 class Transport:
@@ -215,7 +124,7 @@ class Transport:
         self.on_frame: FrameHandler = on_frame if on_frame is not None else _unbound
         self.on_peer_down = on_peer_down
         self.peers = {
-            pid: _Peer(pid, addr, self.cfg) for pid, addr in peers.items() if pid != node_id
+            pid: PeerLink(pid, addr, self.cfg) for pid, addr in peers.items() if pid != node_id
         }
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -262,7 +171,7 @@ class Transport:
         for peer in self.peers.values():
             self._start_peer(peer)
 
-    def _start_peer(self, peer: _Peer) -> None:
+    def _start_peer(self, peer: PeerLink) -> None:
         peer.tasks.add(self._spawn(self._write_loop(peer), f"peer-writer-{peer.id}"))
         if self.id < peer.id:
             peer.tasks.add(self._spawn(self._dial_loop(peer), f"peer-dialer-{peer.id}"))
@@ -276,7 +185,7 @@ class Transport:
         if peer is not None:
             peer.address = address
             return
-        peer = self.peers[peer_id] = _Peer(peer_id, address, self.cfg)
+        peer = self.peers[peer_id] = PeerLink(peer_id, address, self.cfg)
         if self._server is not None:
             self._start_peer(peer)
 
@@ -333,7 +242,7 @@ class Transport:
     def stats(self) -> dict[int, PeerStats]:
         return {pid: p.stats for pid, p in sorted(self.peers.items())}
 
-    async def _write_loop(self, peer: _Peer) -> None:
+    async def _write_loop(self, peer: PeerLink) -> None:
         while True:
             await peer.wakeup.wait()
             peer.wakeup.clear()
@@ -364,7 +273,7 @@ class Transport:
                 peer.stats.bytes_sent += sum(len(c) for c in chunk)
 
     # -- connections ------------------------------------------------------------------------------
-    async def _connect(self, peer: _Peer) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def _connect(self, peer: PeerLink) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """A TCP connection to ``peer`` (OSError or TimeoutError when it cannot be made), then,
         with TLS, its TLS handshake (`TlsError`)."""
         host, port = peer.address.host, peer.address.port
@@ -388,9 +297,18 @@ class Transport:
             # and the TLS handshake failed: a certificate refused, no TLS spoken, timed out.
             raise TlsError(_reason(e)) from None
 
-    async def _dial_loop(self, peer: _Peer) -> None:
+    def _dials(self, peer: PeerLink) -> bool:
+        """Whether ``peer``'s dialer should go on: the transport is open and still knows it.
+
+        Asked at every turn, not left to cancellation alone: Python 3.11's ``wait_for`` loses a
+        cancellation that lands in the loop turn its inner call finishes (it returns or raises
+        that call's result instead), and a dialer that missed its cancellation would redial
+        forever while `close` waited for it."""
+        return not self._closed and self.peers.get(peer.id) is peer
+
+    async def _dial_loop(self, peer: PeerLink) -> None:
         delay = self.cfg.backoff_initial
-        while True:
+        while self._dials(peer):
             try:
                 reader, writer = await self._connect(peer)
             except TlsError as e:
@@ -409,6 +327,9 @@ class Transport:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.cfg.backoff_max)
                 continue
+            if not self._dials(peer):
+                writer.close()
+                return
             try:
                 await asyncio.wait_for(
                     self._client_handshake(reader, writer, peer.id), self.cfg.handshake_timeout
@@ -428,6 +349,9 @@ class Transport:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.cfg.backoff_max)
                 continue
+            if not self._dials(peer):
+                writer.close()
+                return
             peer.note_success()
             began = asyncio.get_running_loop().time()
             try:
@@ -453,7 +377,7 @@ class Transport:
             if len(self._refused_hosts) >= _MAX_REFUSED_HOSTS:
                 self._refused_hosts.clear()
             seen = self._refused_hosts[host] = set()
-        if reason in seen or len(seen) >= _MAX_REASONS:
+        if reason in seen or len(seen) >= MAX_REASONS:
             log.debug("refused a peer connection from %s again: %s", host, reason)
             return
         seen.add(reason)
@@ -484,8 +408,10 @@ class Transport:
                 return
             self._accepted_from(peername)
             peer = self.peers.get(peer_id)
-            if peer is None:
-                writer.close()  # removed while it authenticated
+            if peer is None or self._closed:
+                # Removed while it authenticated, or closing (a cancellation `wait_for` lost
+                # to a handshake finishing in the same turn: see `_dials`).
+                writer.close()
                 return
             if peer.writer is not None:
                 peer.writer.close()  # the peer reconnected: the old connection is dead
@@ -498,7 +424,7 @@ class Transport:
                 raise
 
     async def _serve_connection(
-        self, peer: _Peer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self, peer: PeerLink, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         peer.writer = writer
         peer.stats.connects += 1
@@ -528,7 +454,7 @@ class Transport:
         finally:
             self._disconnected(peer, writer)
 
-    def _disconnected(self, peer: _Peer, writer: asyncio.StreamWriter) -> None:
+    def _disconnected(self, peer: PeerLink, writer: asyncio.StreamWriter) -> None:
         if peer.writer is writer:
             peer.writer = None
             # Chunked frames continue on the next connection where the receiver's state says
@@ -543,7 +469,7 @@ class Transport:
                 self.on_peer_down(peer.id)
         writer.close()
 
-    def _expire_bulk(self, peer: _Peer, connects: int) -> None:
+    def _expire_bulk(self, peer: PeerLink, connects: int) -> None:
         """Drop the chunked frames of a peer still disconnected since the drop at ``connects``."""
         if peer.writer is None and peer.stats.connects == connects and len(peer.bulk):
             log.info("node %d disconnected: dropping its chunked frames", peer.id)

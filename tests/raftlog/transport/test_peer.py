@@ -177,3 +177,33 @@ async def test_writer_survives_a_transport_closed_under_it() -> None:
     finally:
         await a.t.close()
         await b.t.close()
+
+
+async def test_close_ends_a_dialer_whose_cancellation_a_finishing_handshake_swallowed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Python 3.11's ``asyncio.wait_for`` returns (or raises) the result of an inner call that
+    finished in the same loop turn as the caller's cancellation, and the cancellation is lost.
+    Here the handshake fails just as `close` cancels the dialer: the dialer must still end (it
+    used to redial forever, and `close` waited for it forever)."""
+    from raftlog.transport import peer as peer_module
+
+    addrs = addresses(2)
+    one, two = Node(1, addrs), Node(2, addrs)
+    failing = asyncio.Event()
+    entered = asyncio.Event()
+
+    async def handshake(self: Transport, *args: object) -> None:
+        entered.set()
+        await failing.wait()
+        raise peer_module.AuthError("refused just now")
+
+    monkeypatch.setattr(Transport, "_client_handshake", handshake)
+    await two.t.start()
+    await one.t.start()
+    try:
+        await asyncio.wait_for(entered.wait(), 5)
+        failing.set()  # the handshake's failure and the cancellation land in one loop turn
+        await asyncio.wait_for(one.t.close(), 5)
+    finally:
+        await two.t.close()
