@@ -81,7 +81,9 @@ class Call(msgspec.Struct, Generic[R], frozen=True, array_like=True):
             cls._results = msgspec.msgpack.Decoder(cls.result_type)
 
     async def run(self, service: QueueService) -> R:
-        raise NotImplementedError
+        """Call ``METHOD`` on ``service`` with this call's fields. Every call class defines it;
+        the base class is never sent, so reaching this is a bug."""
+        raise NotImplementedError(f"{type(self).__name__} does not define run")
 
     def encode_result(self, result: R) -> bytes:
         return _encoder.encode(result)
