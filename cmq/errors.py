@@ -119,6 +119,21 @@ class InvariantBroken(CmqError):
     code = "InternalError"
 
 
+class SegmentDamaged(InvariantBroken):
+    """This replica's copy of a segment file is damaged (a checksum, a torn or missing record, a
+    size or count that disagrees with the snapshot): bytes the state machine relies on are not
+    what was written. The group's replica here is repaired from a healthy one
+    (`cmq.node.repair`); a read never returns the damaged bytes. ``where`` names the file,
+    ``offset`` the byte where the damage was found (``-1``: the file as a whole)."""
+
+    def __init__(self, where: str, offset: int, reason: str) -> None:
+        at = f" at offset {offset}" if offset >= 0 else ""
+        super().__init__(f"{where}: {reason}{at}")
+        self.where = where
+        self.offset = offset
+        self.reason = reason
+
+
 class NewerLayout(InvalidParameter):
     """Bytes in a layout of a newer release than this one (a command type, a flag, a version
     this release does not know): raised by the pure decoders, with what was found and what

@@ -16,7 +16,7 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 
-from cmq.errors import InvalidParameter, InvariantBroken, NewerFormat, NewerLayout
+from cmq.errors import InvalidParameter, InvariantBroken, NewerFormat, NewerLayout, SegmentDamaged
 from cmq.fsm.store import (
     FRAME,
     RecoveredSegment,
@@ -93,8 +93,8 @@ class FramedStore(ABC):
         shorter segment raises `InvariantBroken`. Thread-safe with respect to appends."""
         data = self._read_copy((queue, segment), size)
         if len(data) != size:
-            raise InvariantBroken(
-                f"{self._describe((queue, segment))}: {len(data)} B, expected {size} B to export"
+            raise SegmentDamaged(
+                self._describe((queue, segment)), -1, f"{len(data)} B, expected {size} B to export"
             )
         return data
 
@@ -198,9 +198,9 @@ class FramedStore(ABC):
         size = self._size(key)
         where = self._describe(key)
         if size is None:
-            raise InvariantBroken(f"{where}: segment missing (snapshot records {layout.size} B)")
+            raise SegmentDamaged(where, -1, f"segment missing (snapshot records {layout.size} B)")
         if size < layout.size:
-            raise InvariantBroken(f"{where}: {size} B, shorter than the recorded {layout.size} B")
+            raise SegmentDamaged(where, -1, f"{size} B, shorter than the recorded {layout.size} B")
         if size > layout.size:
             # Appended after the snapshot: those records come back from the Raft log suffix.
             self._truncate(key, layout.size)
@@ -218,9 +218,11 @@ class FramedStore(ABC):
             visible_at.append(vis)
             seq = s + 1
         if len(sent_at) != layout.count:
-            raise InvariantBroken(
-                f"{where}: {len(sent_at)} records up to byte {layout.size}, "
-                f"the snapshot records {layout.count}"
+            raise SegmentDamaged(
+                where,
+                -1,
+                f"{len(sent_at)} records up to byte {layout.size}, "
+                f"the snapshot records {layout.count}",
             )
         self._offsets[key] = offsets
         return RecoveredSegment(layout.first_seq, sent_at, visible_at)
@@ -232,19 +234,19 @@ class FramedStore(ABC):
         times; any damage is `InvariantBroken` naming the segment and offset."""
         where = self._describe(key)
         if len(data) < FRAME.size:
-            raise InvariantBroken(f"{where}: torn record header at offset {offset}")
+            raise SegmentDamaged(where, offset, "torn record header")
         length, crc = FRAME.unpack_from(data, 0)
         payload = data[FRAME.size : FRAME.size + length]
         if len(payload) != length:
-            raise InvariantBroken(f"{where}: torn record at offset {offset}")
+            raise SegmentDamaged(where, offset, "torn record")
         if zlib.crc32(payload) != crc:
-            raise InvariantBroken(f"{where}: checksum mismatch in the record at offset {offset}")
+            raise SegmentDamaged(where, offset, "checksum mismatch in the record")
         try:
             times = record_times(payload)
         except InvalidParameter as e:
-            raise InvariantBroken(f"{where}: bad record at offset {offset}: {e}") from None
+            raise SegmentDamaged(where, offset, f"bad record: {e}") from None
         if times[0] != seq:
-            raise InvariantBroken(f"{where}: seq {times[0]} at offset {offset}, expected {seq}")
+            raise SegmentDamaged(where, offset, f"seq {times[0]} where {seq} belongs")
         return payload, times
 
     def _decode(
@@ -257,8 +259,7 @@ class FramedStore(ABC):
             where = self._describe(key)
             raise NewerFormat(f"{where}: the record at offset {offset}: {e}") from None
         except InvalidParameter as e:
-            where = self._describe(key)
-            raise InvariantBroken(f"{where}: bad record at offset {offset}: {e}") from None
+            raise SegmentDamaged(self._describe(key), offset, f"bad record: {e}") from None
 
     def _remember(self, key: Key, message: StoredMessage) -> None:
         if self._cache_limit <= 0:
