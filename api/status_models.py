@@ -99,6 +99,31 @@ class ClockStatus(_Response, kw_only=True):
     off_peers: Annotated[list[int], Meta(description="peers seen beyond the bound")]
 
 
+class RepairStatus(_Response, kw_only=True):
+    """Repairs of this node's damaged replicas from the others (`raftlog.runtime.repair`)."""
+
+    enabled: Annotated[
+        bool, Meta(description="the self_repair feature flag is on (else damage stops the node)")
+    ]
+    under_repair: Annotated[
+        dict[str, str],
+        Meta(description="group -> what was found damaged; it votes again once caught up"),
+    ]
+    started: int
+    completed: int
+
+
+class ScrubStatus(_Response, kw_only=True):
+    """The scrubber's progress (`cmq.node.scrubber`): what it re-read and found."""
+
+    rate: Annotated[float, Meta(description="bytes per second at most (0: off)")]
+    bytes: int
+    segments: int
+    snapshots: int
+    passes: int
+    findings: Annotated[int, Meta(description="damage found, each handed to repair")]
+
+
 class ClusterStatus(_Response, kw_only=True):
     """This node's view of the cluster and of every Raft group it serves."""
 
@@ -125,6 +150,8 @@ class ClusterStatus(_Response, kw_only=True):
     ) = UNSET
     groups: dict[str, GroupStatus]
     clock: ClockStatus | UnsetType = UNSET
+    repair: RepairStatus | UnsetType = UNSET
+    scrub: ScrubStatus | UnsetType = UNSET
     peer_tls: (
         Annotated[
             bool,

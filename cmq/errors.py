@@ -126,9 +126,12 @@ class SegmentDamaged(InvariantBroken):
     (`cmq.node.repair`); a read never returns the damaged bytes. ``where`` names the file,
     ``offset`` the byte where the damage was found (``-1``: the file as a whole)."""
 
+    storage_damage = True
+    """Read by `raftlog.errors.is_storage_damage`: the host repairs the replica."""
+
     def __init__(self, where: str, offset: int, reason: str) -> None:
         at = f" at offset {offset}" if offset >= 0 else ""
-        super().__init__(f"{where}: {reason}{at}")
+        super().__init__(f"{where}{at}: {reason}")
         self.where = where
         self.offset = offset
         self.reason = reason

@@ -87,10 +87,20 @@ class InvariantViolation(RaftError):
     code = "InvariantViolation"
 
 
+def is_storage_damage(exc: BaseException) -> bool:
+    """Whether ``exc`` reports damaged stored data of one group's replica (a checksum that
+    fails, a file that is missing or shorter than recorded) rather than a bug or an I/O error:
+    the host may then repair that replica from a healthy one (`MultiRaft.repair_group`). An
+    exception says so with a class attribute ``storage_damage = True`` (`CorruptRecord` here;
+    a state machine's own errors, e.g. for its segment files, without importing raftlog)."""
+    return getattr(exc, "storage_damage", False) is True
+
+
 class CorruptRecord(RaftError):
     """Stored data failed its checksum before the tail of a file: damage, not a torn write."""
 
     code = "CorruptRecord"
+    storage_damage = True
 
     def __init__(self, path: str, offset: int, reason: str) -> None:
         super().__init__(f"corrupt record in {path} at offset {offset}: {reason}")

@@ -115,6 +115,7 @@ def _serve(args: argparse.Namespace) -> int:
         segment_max_bytes=int(_setting(args, conf, "segment_max_bytes", 64 << 20)),
         segment_max_age=float(_setting(args, conf, "segment_max_age", 3600)),
         clock_bound_ms=float(_setting(args, conf, "clock_bound_ms", 500)),
+        scrub_rate=float(_setting(args, conf, "scrub_rate", 2.0)) * (1 << 20),
         peer_tls=_peer_tls(args, conf),
     )
     if cfg.segment_max_bytes < 1 or cfg.segment_max_age < 0:
@@ -337,6 +338,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="this node's data was lost: rejoin under the same id without voting until caught "
         "up (required after wiping a node's disk; never on a healthy node)",
+    )
+    s.add_argument(
+        "--scrub-rate",
+        type=float,
+        help="MB/s at most that the scrubber re-reads sealed segments and snapshots to find "
+        "damage before a read does (default 2; 0: off)",
     )
     s.add_argument("--config", help="TOML file with the same settings")
     add_serve_arguments(s)

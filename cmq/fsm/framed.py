@@ -105,6 +105,33 @@ class FramedStore(ABC):
     @abstractmethod
     def _scan(self, key: Key, size: int, chunk: int) -> Iterator[bytes]: ...
 
+    def verify(self, queue: str, segment: int, size: int, chunk: int) -> Iterator[int]:
+        """`SegmentStore.verify`."""
+        key = (queue, segment)
+        pending = b""  # bytes read and not yet parsed; they start at file offset ``base``
+        base = checked = 0
+        seq = segment
+        for data in self._scan(key, size, max(1, chunk)):
+            checked += len(data)
+            pending += data
+            used = 0
+            while len(pending) - used >= FRAME.size:
+                length, _ = FRAME.unpack_from(pending, used)
+                if len(pending) - used < FRAME.size + length:
+                    break
+                view = memoryview(pending)[used:]
+                payload, times = self._check_frame(key, base + used, view, seq)
+                seq = times[0] + 1
+                used += FRAME.size + len(payload)
+            pending = pending[used:]
+            base += used
+            yield checked
+        where = self._describe(key)
+        if checked < size:
+            raise SegmentDamaged(where, -1, f"{checked} B, shorter than the recorded {size} B")
+        if pending:
+            raise SegmentDamaged(where, base, "torn record")
+
     def install(self, queue: str, segment: int, data: bytes) -> None:
         """Replace a segment with ``data`` (received with a leader's snapshot); made durable by
         the next `flush` and validated by `recover`."""

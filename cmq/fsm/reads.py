@@ -110,6 +110,14 @@ class MachineReads:
         q = self._queues.get(name)
         return None if q is None else lifecycle.listing(q, state, self.pending_segments(q.key))
 
+    def sealed_segments(self, name: str) -> list[tuple[str, int, int]]:
+        """(queue store key, first seq, size) of every sealed segment of queue ``name`` the
+        image lists (their bytes are final: what a scrub re-reads); empty when not here."""
+        q = self._queues.get(name)
+        if q is None:
+            return []
+        return [(q.key, s.first_seq, s.size) for s in q.segments if s.sealed]
+
     def records(
         self, name: str, first_seq: int, chunk: int = lifecycle.READ_CHUNK
     ) -> tuple[str, Iterator[list[SegmentRecord]]]:

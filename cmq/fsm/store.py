@@ -211,6 +211,14 @@ class SegmentStore(Protocol):
         cut the read short); fewer bytes than ``size`` when the segment is shorter or gone."""
         ...
 
+    def verify(self, queue: str, segment: int, size: int, chunk: int) -> Iterator[int]:
+        """Re-read the first ``size`` bytes of a segment in chunks of at most ``chunk`` bytes
+        and check every record (frame, checksum, seqs in order from ``segment``), yielding the
+        bytes checked so far after each chunk; damage raises `SegmentDamaged` (a scrub: see
+        `cmq.node.scrubber`). Reads only, through its own handle, so it may run on a worker
+        thread while appends go on (it reads what ended batches wrote)."""
+        ...
+
     def recover(
         self, layout: Mapping[str, Sequence[SegmentLayout]]
     ) -> dict[str, list[RecoveredSegment]]:

@@ -95,6 +95,22 @@ def check(data_dirs: Iterable[str], release: str, read: ReadFile = read_file) ->
             )
 
 
+def recorded(data_dirs: Iterable[str], read: ReadFile = read_file) -> frozenset[str]:
+    """The flags every one of ``data_dirs`` records (empty when one has no readable marker):
+    what this node may rely on before the catalog is open. `check` reports unreadable ones."""
+    found: frozenset[str] | None = None
+    for d in data_dirs:
+        raw = read(os.path.join(d, MARKER))
+        try:
+            flags = frozenset(msgspec.json.decode(raw, type=_Marker).features) if raw else None
+        except msgspec.DecodeError:
+            flags = None
+        if flags is None:
+            return frozenset()
+        found = flags if found is None else found & flags
+    return found or frozenset()
+
+
 def record(
     data_dirs: Iterable[str], enabled: Iterable[str], write: WriteFile = write_file_durably
 ) -> None:

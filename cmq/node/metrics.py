@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 from cmq.fsm.machine import QueueMachine
 from cmq.model import SEGMENT_STATES
 from cmq.node.clockguard import ClockGuard
+from cmq.node.scrubber import Scrubber
 from cmq.upgrade.release import PEER_PROTOCOL_MAX, PEER_PROTOCOL_MIN, RELEASE
 from raftlog.runtime import MultiRaft, RuntimeStats
 from raftlog.storage.wal import FSYNC_BUCKETS
@@ -39,6 +40,27 @@ class RaftCollector(Collector):
         yield from self._groups(stats)
         yield from self._peers(stats)
         yield self._lag(stats)
+        yield from self._repairs()
+
+    def _repairs(self) -> Iterator[Metric]:
+        rs = self.raft.repairs.stats()
+        under = GaugeMetricFamily(
+            "cmq_group_needs_repair",
+            "1 for each group whose replica here is damaged and being caught up from the others "
+            "(it neither votes nor campaigns until then).",
+            labels=["group"],
+        )
+        for g, _ in rs.under_repair:
+            under.add_metric([str(g)], 1.0)
+        yield under
+        yield CounterMetricFamily(
+            "cmq_repairs_started", "Replicas found damaged and reset here.", value=rs.started
+        )
+        yield CounterMetricFamily(
+            "cmq_repairs_completed",
+            "Replicas repaired from the others (caught up after a reset).",
+            value=rs.completed,
+        )
 
     def _wal(self, stats: RuntimeStats) -> Iterator[Metric]:
         records = CounterMetricFamily(
@@ -254,12 +276,39 @@ class ClockCollector(Collector):
         )
 
 
+class ScrubCollector(Collector):
+    """The scrubber's progress and findings (`cmq.node.scrubber.Scrubber.stats`)."""
+
+    def __init__(self, scrubber: Scrubber) -> None:
+        self.scrubber = scrubber
+
+    def collect(self) -> Iterator[Metric]:
+        st = self.scrubber.stats()
+        yield CounterMetricFamily(
+            "cmq_scrub_bytes", "Bytes of sealed segments and snapshots re-read.", value=st.bytes
+        )
+        yield CounterMetricFamily(
+            "cmq_scrub_segments", "Sealed segments verified whole.", value=st.segments
+        )
+        yield CounterMetricFamily(
+            "cmq_scrub_snapshots", "Snapshot files verified.", value=st.snapshots
+        )
+        yield CounterMetricFamily("cmq_scrub_passes", "Scrub passes completed.", value=st.passes)
+        yield CounterMetricFamily(
+            "cmq_scrub_findings",
+            "Damage the scrubber found (each handed to repair).",
+            value=st.findings,
+        )
+
+
 def register_node_metrics(
     registry: CollectorRegistry,
     raft: MultiRaft,
     machines: Mapping[int, QueueMachine] | None = None,
     now_ms: Callable[[], int] | None = None,
     clock: ClockGuard | None = None,
+    *,
+    scrubber: Scrubber | None = None,
 ) -> None:
     """Add the build information (`BuildInfoCollector`), the Raft runtime's metrics and the
     process's (CPU seconds, resident memory, open
@@ -269,6 +318,8 @@ def register_node_metrics(
     registry.register(RaftCollector(raft))
     if clock is not None:
         registry.register(ClockCollector(clock))
+    if scrubber is not None:
+        registry.register(ScrubCollector(scrubber))
     if machines is not None and now_ms is not None:
         registry.register(SegmentCollector(machines, now_ms))
     ProcessCollector(registry=registry)

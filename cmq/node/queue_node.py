@@ -74,6 +74,7 @@ from cmq.node.host import PRODUCTION, NodeHost
 from cmq.node.housekeeping import Housekeeper
 from cmq.node.membership import Identity, Membership
 from cmq.node.peer_tls import PeerTlsFiles
+from cmq.node.scrubber import Scrubber
 from cmq.node.status import group_digest, render_status
 from cmq.routing.clock import node_clock
 from cmq.routing.ops import META_GROUP, LeaderOps, ProduceBuilder
@@ -100,6 +101,7 @@ from cmq.routing.wakeups import Wakeups, WakingMachine
 from cmq.upgrade import features
 from cmq.upgrade.release import PEER_PROTOCOL_MAX, PEER_PROTOCOL_MIN, RELEASE
 from raftlog.runtime import GroupOptions, MultiRaft, RuntimeConfig
+from raftlog.storage import WalOptions
 from raftlog.transport.peer import Address, TransportConfig
 from raftlog.transport.protocol import ProtocolRange
 
@@ -152,6 +154,8 @@ class NodeConfig:
     segment_max_bytes: int = DEFAULT_SEGMENT_BYTES
     """Queues created through this node seal a segment at this size (recorded per queue)..."""
     segment_max_age: float = DEFAULT_SEGMENT_AGE_SECONDS
+    scrub_rate: float = 2 << 20
+    """Bytes per second the scrubber re-reads at most (`cmq.node.scrubber`; 0: off)."""
     clock_bound_ms: float = DEFAULT_BOUND_MS
     """A clock further than this from the median of the peers' stops this node leading
     (``CMQ_CLOCK_BOUND_MS``; `cmq.node.clockguard`)."""
@@ -180,6 +184,10 @@ class QueueNode:
             transport = TransportConfig(
                 server_ssl=server_ssl, client_ssl=client_ssl, protocols=speaks
             )
+        # Repairs of damaged replicas are on once the cluster enabled them, as this node's data
+        # directories record (read before the catalog opens: a damaged catalog is repaired too).
+        recorded = feature_marker.recorded(cfg.data_dirs, host.files.read)
+        repair = features.SELF_REPAIR in recorded
         self.raft = MultiRaft(
             RuntimeConfig(
                 node_id=cfg.node_id,
@@ -192,21 +200,21 @@ class QueueNode:
                 rejoin=cfg.rejoin,
                 transport=transport,
                 seed=host.seed,
+                wal_options=WalOptions(salvage=repair),
             ),
             transport=host.transport,
             disks=host.disks,
             clock=clock,
             offload=host.offload,
         )
+        self.raft.repairs.enabled = repair
         self.raft.watch.wall_clock = clock.wall_ms  # clock probes report the clock commands carry
         self.clock = ClockGuard(cfg.node_id, self.raft, cfg.clock_bound_ms, clock=clock)
         self.catalog = CatalogMachine()
         self._marked_catalog = MarkedCatalog(
             self.catalog,
             cfg.data_dirs,
-            lambda enabled: self.raft.transport.require_protocol(
-                features.required_protocol(enabled)
-            ),
+            self._flags_changed,
             write=host.files.write_durably,
         )
         self.machines: dict[int, QueueMachine] = {}
@@ -247,6 +255,9 @@ class QueueNode:
             interval=cfg.housekeeping_interval,
             clock_bound_ms=cfg.clock_bound_ms,
             clock_confirmed=self.clock.confirmed_now,
+        )
+        self.scrubber = Scrubber(
+            self.raft, self.machines, rate=cfg.scrub_rate, offload=host.offload
         )
         founders = () if cfg.joined else tuple(sorted(cfg.peers))
         self.membership = Membership(
@@ -307,6 +318,14 @@ class QueueNode:
         self._spawn(self.membership.run())
         self._spawn(self.clock.run())
         self._spawn(self.releases.run())
+        self._spawn(self.scrubber.run())
+
+    def _flags_changed(self, enabled: frozenset[str]) -> None:
+        """The cluster's enabled flags changed (or were first read): require the peer protocol
+        they need, and repair damaged replicas once `features.SELF_REPAIR` is on."""
+        self.raft.transport.require_protocol(features.required_protocol(enabled))
+        if features.SELF_REPAIR in enabled:
+            self.raft.repairs.enabled = True
 
     def _check_features(self) -> None:
         """Refuse to run on a cluster that enabled a feature flag this release does not know:
@@ -386,6 +405,22 @@ class QueueNode:
             self.releases.releases(),
         )
         out["clock"] = self.clock.describe()
+        rs = self.raft.repairs.stats()
+        out["repair"] = {
+            "enabled": self.raft.repairs.enabled,
+            "under_repair": {str(g): reason for g, reason in rs.under_repair},
+            "started": rs.started,
+            "completed": rs.completed,
+        }
+        ss = self.scrubber.stats()
+        out["scrub"] = {
+            "rate": self.scrubber.rate,
+            "bytes": ss.bytes,
+            "segments": ss.segments,
+            "snapshots": ss.snapshots,
+            "passes": ss.passes,
+            "findings": ss.findings,
+        }
         out["peer_tls"] = self.raft.transport.tls
         return out
 

@@ -32,6 +32,8 @@ from cmq.errors import (
     Overloaded,
     QueueNotFound,
     ReceiptInvalid,
+    SegmentDamaged,
+    Unavailable,
     error_for,
 )
 from cmq.fsm.commands import (
@@ -367,7 +369,7 @@ class LeaderOps:
                 )
                 res = await self.command(group, lease)
                 if res.messages:
-                    return self._render_leased(machine, name, res)
+                    return self._render_leased(group, machine, name, res)
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return []
@@ -378,10 +380,19 @@ class LeaderOps:
             await self._wakeups.wait(name, remaining)
 
     def _render_leased(
-        self, machine: QueueMachine, name: str, res: Leased
+        self, group: int, machine: QueueMachine, name: str, res: Leased
     ) -> list[ReceivedMessage]:
         seqs = [m.seq for m in res.messages]
-        stored = {m.seq: m for m in machine.read(name, seqs)}
+        try:
+            stored = {m.seq: m for m in machine.read(name, seqs)}
+        except SegmentDamaged as e:
+            # Never a body from a damaged file: this replica is repaired from the others (its
+            # leadership moves first); the leases just taken lapse and the messages come back.
+            repairing = self._raft.repair_group(group, str(e))
+            raise Unavailable(
+                f"queue {name!r}: this node's copy of its data is damaged"
+                + ("; it is being repaired from the other replicas, retry" if repairing else "")
+            ) from e
         fifo = machine.fifo_ids(name, seqs)
         out = []
         for lm in res.messages:

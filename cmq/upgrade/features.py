@@ -36,6 +36,7 @@ class Feature:
 
 QUEUE_RETIME = "queue_retime"
 MESSAGE_IMPORT = "message_import"
+SELF_REPAIR = "self_repair"
 
 FEATURES: tuple[Feature, ...] = (
     Feature(
@@ -48,6 +49,13 @@ FEATURES: tuple[Feature, ...] = (
         MESSAGE_IMPORT,
         "0.2.0",
         "sends may carry an import's expected count (cmq restore keeps message ids)",
+    ),
+    Feature(
+        SELF_REPAIR,
+        "0.2.0",
+        "a replica whose stored state is damaged (a WAL record, a snapshot or a segment file "
+        "failing its checksum) is reset and caught up from the others instead of refusing to "
+        "start; the data directory then holds a repair record (repair.json) while it runs",
     ),
 )
 """Every flag this release supports, oldest first."""

@@ -75,6 +75,7 @@ class RecoveryGuard:
     conf: ConfState
 
     rejoining: bool
+    rejoin_target: int | None
     verified: int
     lost_acknowledged: int
     recovering: bool
@@ -117,6 +118,10 @@ class RecoveryGuard:
             self._send(Message(MsgType.LOG_LOST, to=m.frm, frm=self.id, term=self.term, index=last))
         else:
             self.log.commit_to(m.commit)
+            if self.rejoining and self.rejoin_target is None:
+                # Rejoining (a repair kept a prefix of this log) and the leader's commit index
+                # is already held and verified here: that is the target, reached at once.
+                self.rejoin_target = m.commit
 
     def _init_recovery(self, *, restarted: bool) -> None:
         self.recovering = restarted and not self.cfg.unsafe.skip_recovery

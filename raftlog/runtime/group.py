@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from raftlog.core import (
     ConfChange,
@@ -67,8 +67,11 @@ class GroupDriver:
         send: Sender,
         options: GroupOptions,
         offload: Offload = asyncio.to_thread,
+        on_halt: Callable[[int, BaseException], None] | None = None,
     ) -> None:
+        """``on_halt`` is told when the driver halts on an error (after it has stopped)."""
         self.group = group
+        self._on_halt = on_halt
         self.raw = raw
         self.store = store
         self.sm = sm
@@ -125,6 +128,8 @@ class GroupDriver:
         self._proposals.fail_all(ProposalDropped(f"group {self.group} stopped: {exc}"))
         if self._task is not None and self._task is not asyncio.current_task():
             self._task.cancel()
+        if self._on_halt is not None:
+            self._on_halt(self.group, exc)
 
     # -- inputs ------------------------------------------------------------------------------------
     def step(self, m: Message) -> None:
@@ -269,6 +274,17 @@ class GroupDriver:
         """Still out of elections (`raftlog.core.recovery.RecoveryGuard.out_of_elections`)."""
         return self.raw.raft.out_of_elections()
 
+    def nudge(self, peers: Sequence[int]) -> None:
+        """Ask ``peers`` for their term and log position (`MsgType.RECOVER`, which every node
+        answers and which changes no one's term): a replica that lost its state and waits to
+        be caught up thereby wakes a leader that went quiet (any input wakes a quiesced group),
+        whose next heartbeat starts the catch-up. Answers are ignored unless recovering."""
+        r = self.raw.raft
+        if self.stopped is None:
+            self._shipping.send(
+                [Message(MsgType.RECOVER, to=p, frm=r.id, term=r.term) for p in peers if p != r.id]
+            )
+
     def request_snapshot(self) -> None:
         """Snapshot at the next opportunity (this group pins old WAL segments)."""
         if self._snapshots.request(self.raw.raft.log.applied):
@@ -296,7 +312,9 @@ class GroupDriver:
                     await self._take_snapshot()
         except asyncio.CancelledError:
             raise
-        except (RaftError, OSError) as exc:
+        except Exception as exc:
+            # A storage failure, a broken invariant, or the state machine's own error (damage
+            # it found in its files): never a driver task that dies unnoticed.
             self._halt(exc)
 
     def _flush_proposals(self) -> None:

@@ -32,6 +32,12 @@ class DurableLog(Storage, Protocol):
 
     def compact(self, index: int) -> None: ...
 
+    def verify_snapshot(self) -> int:
+        """Re-read the latest snapshot's stored copy and check it (blocks: a worker thread);
+        damage raises `raftlog.errors.CorruptRecord`. Returns the bytes read (0: nothing
+        stored apart from memory)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class GroupOptions:

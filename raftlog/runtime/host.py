@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, ParamSpec, Protocol, TypeVar
 
 from raftlog.core import ConfState
 from raftlog.runtime.group_options import DurableLog, Offload
+from raftlog.storage.repairs import RepairMarks
 from raftlog.storage.walstats import WalStats
 from raftlog.transport.address import Address
 from raftlog.transport.codec import FrameKind
@@ -158,6 +159,11 @@ class LogDisk(Protocol):
 
     def drop_group(self, group: int) -> ThreadFuture[None]:
         """Durably forget ``group`` (its history here is void once the future is done)."""
+        ...
+
+    @property
+    def repairs(self) -> RepairMarks:
+        """The groups whose replica here is being repaired (`raftlog.storage.repairs`)."""
         ...
 
     def segments(self) -> tuple[int, ...]:

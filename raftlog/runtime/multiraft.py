@@ -34,7 +34,7 @@ from raftlog.core import (
     RawNode,
     Status,
 )
-from raftlog.errors import NotLeader
+from raftlog.errors import NotLeader, is_storage_damage
 from raftlog.runtime.calls import CallHandler, Calls
 from raftlog.runtime.clocks import ClockReading
 from raftlog.runtime.config import (
@@ -48,6 +48,7 @@ from raftlog.runtime.host import SYSTEM_CLOCK, Clock, LogDisk, LogDisks, PeerTra
 from raftlog.runtime.liveness import PeerLiveness
 from raftlog.runtime.outbox import Outbox
 from raftlog.runtime.peerwatch import PeerWatch
+from raftlog.runtime.repair import ReplicaRepair
 from raftlog.runtime.statemachine import StateMachine
 from raftlog.runtime.stats import RuntimeStats, SentStats, group_stats, peer_link_stats
 from raftlog.runtime.ticks import Ticker
@@ -124,6 +125,12 @@ class MultiRaft:
             disks=self.wals,
         )
         self.liveness: PeerLiveness = self.ticker.liveness
+        self.repairs = ReplicaRepair(
+            self.groups, self.wals, self.dir_for, self._reopen_rejoining, self._offload
+        )
+        """Repairs of damaged replicas (`raftlog.runtime.repair`; off until ``enabled``)."""
+        self._repair_task: asyncio.Task[None] | None = None
+        self._sms: dict[int, StateMachine] = {}
 
     async def __aenter__(self) -> MultiRaft:
         await self.start()
@@ -139,11 +146,19 @@ class MultiRaft:
             self.wals.append(disk)
         await self.transport.start()
         self.ticker.start()
+        self._repair_task = asyncio.get_running_loop().create_task(
+            self.repairs.run(), name="raft-repairs"
+        )
 
     async def close(self) -> None:
         """Stop ticking, stop every group (failing its waiters), fail the calls in flight,
         close the transport and the disks."""
         await self.ticker.stop()
+        if self._repair_task is not None:
+            self._repair_task.cancel()
+            await asyncio.gather(self._repair_task, return_exceptions=True)
+            self._repair_task = None
+        await self.repairs.close()
         for g in list(self.groups.values()):
             await g.stop("node shutting down")
         await self.calls.close()
@@ -191,9 +206,30 @@ class MultiRaft:
         if group in self.groups:
             raise ValueError(f"group {group} is already open")
         index = self.dir_for(group, data_dir)
+        rejoin = rejoin or self.repairs.marked(group, index)
+        try:
+            return await self._open(group, sm, index, voters, rejoin)
+        except Exception as exc:
+            if not (self.repairs.enabled and is_storage_damage(exc)):
+                raise
+            reason = str(exc)
+        # Damage found while opening: reset this replica and catch it up from the others.
+        await self.repairs.reset(group, index, reason)
+        return await self._open(group, sm, index, (), True)
+
+    async def _reopen_rejoining(self, group: int, index: int) -> None:
+        """Open ``group`` again, empty and rejoining, with its state machine (a repair)."""
+        await self._open(group, self._sms[group], index, (), True)
+
+    async def _open(
+        self, group: int, sm: StateMachine, index: int, voters: Sequence[int], rejoin: bool
+    ) -> GroupDriver:
         wal = self.wals[index]
         founding = ConfState(tuple(sorted(voters))) if voters else None
         store = await self._offload(wal.open_group, group, founding)
+        voters = store.initial_state()[1].voters
+        if voters:
+            self.repairs.voters[group] = voters
         raw = RawNode(
             Config(
                 self.id,
@@ -204,6 +240,8 @@ class MultiRaft:
             store,
             random.Random(self._rng.getrandbits(64)),
         )
+        # Damage may surface here (the snapshot file is read, the state machine restored);
+        # the disk's claim on the group then stays until a repair drops the group.
         driver = GroupDriver(
             group,
             raw,
@@ -212,11 +250,33 @@ class MultiRaft:
             send=self.outbox.send,
             options=self.cfg.group_options,
             offload=self._offload,
+            on_halt=self._on_halt,
         )
+        driver.start()
         self.groups[group] = driver
         self._dir_of[group] = index
-        driver.start()
+        self._sms[group] = sm
         return driver
+
+    def _on_halt(self, group: int, exc: BaseException) -> None:
+        """A group's driver halted: damage to its stored state is repaired (when enabled)."""
+        if is_storage_damage(exc):
+            self.repairs.repair(group, str(exc))
+
+    async def verify_snapshot(self, group: int) -> int:
+        """Re-read and check ``group``'s latest stored snapshot (`DurableLog.verify_snapshot`,
+        on a worker thread); damage raises `CorruptRecord`. 0 when the group is not open."""
+        driver = self.groups.get(group)
+        if driver is None or driver.stopped is not None:
+            return 0
+        size: int = await self._offload(driver.store.verify_snapshot)
+        return size
+
+    def repair_group(self, group: int, reason: str) -> bool:
+        """Repair this node's replica of ``group`` from the others, in the background (the
+        application found its stored state damaged, e.g. a read or a scrub; see
+        `raftlog.runtime.repair`). False when repairs are disabled or the group is not open."""
+        return self.repairs.repair(group, reason)
 
     async def drop_group(self, group: int) -> None:
         """Stop ``group`` here and durably forget its state (this node is no longer one of its
@@ -226,6 +286,7 @@ class MultiRaft:
         if g is None:
             return
         await g.stop(f"group {group} left this node")
+        self._sms.pop(group, None)
         index = self._dir_of.pop(group)
         await asyncio.wrap_future(await self._offload(self.wals[index].drop_group, group))
 

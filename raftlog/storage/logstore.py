@@ -164,6 +164,26 @@ class GroupLog:
                 )
             return Snapshot(meta, self._snap_data)
 
+    def verify_snapshot(self) -> int:
+        """`DurableLog.verify_snapshot`: read the latest snapshot's data file again and check
+        its checksum, group, index and term (a scrub); `CorruptRecord` on damage or when it is
+        gone while still the latest. Returns the file's size (0: no snapshot yet)."""
+        with self._lock:
+            meta = self._snap_meta
+        if not meta.index:
+            return 0
+        path = self._wal.snapshot_path(self._group, meta.index)
+        try:
+            with open(path, "rb") as f:
+                raw = f.read()
+        except FileNotFoundError:
+            with self._lock:
+                if self._snap_meta.index != meta.index:
+                    return 0  # replaced by a newer snapshot meanwhile
+            raise CorruptRecord(path, 0, "snapshot data file is missing") from None
+        decode_snapshot_file(path, raw, self._group, meta.index, meta.term)
+        return len(raw)
+
     # -- write side: staged submissions ----------------------------------------------------------
     def submit_ready(
         self,

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from raftlog.core.storage import MemoryStorage, bootstrap_snapshot
 from raftlog.core.types import ConfState, Entry, HardState, Snapshot, SnapshotMeta
 from raftlog.errors import InvariantViolation, Overloaded, RaftError, WalClosed
+from raftlog.storage.repairs import RepairMarks
 from raftlog.storage.walstats import WalCounters, WalStats
 
 
@@ -164,6 +165,7 @@ class MemoryDisk:
         "_open",
         "_options",
         "_queue",
+        "_repairs",
         "_rng",
         "_synced",
         "_unpowered",
@@ -200,6 +202,7 @@ class MemoryDisk:
         self._open = False
         self._failed: BaseException | None = None
         self._counters = WalCounters()
+        self._repairs = RepairMarks(None)
         self.power_losses: list[PowerLoss] = []
         """What each power loss did, oldest first."""
 
@@ -280,6 +283,11 @@ class MemoryDisk:
             self._logs.pop(group, None)
 
         return self.submit((_Drop(group),), sync=True, on_durable=dropped)
+
+    @property
+    def repairs(self) -> RepairMarks:
+        """The repair record (in memory, durable at once: it outlives power losses)."""
+        return self._repairs
 
     def segments(self) -> tuple[int, ...]:
         """One segment: memory needs no rotation, so no group ever pins an old one."""
@@ -475,6 +483,10 @@ class MemoryLog:
 
     def snapshot(self) -> Snapshot:
         return self._view.snapshot()
+
+    def verify_snapshot(self) -> int:
+        """`DurableLog.verify_snapshot`: memory does not rot, so there is nothing to read."""
+        return 0
 
     # -- write side (DurableLog) -----------------------------------------------------------------
     def submit_ready(

@@ -15,6 +15,14 @@ Rules (record framing: `raftlog.storage.record`):
   names the file, the offset and what was found. It is never truncated (that would lose data a
   newer release wrote and may have acknowledged).
 
+With ``salvage`` (`recover`'s callback; the host passes one when it can repair groups from
+their other replicas), damage that is not a torn tail is not raised: the callback is told where
+it is and which groups had records before it (each may have lost records after it), then the
+damaged segment is cut at the damaged frame and every later segment deleted. What remains is
+the directory as it was before the damaged write: a consistent older state, like a disk rolled
+back, which the groups' recovery guard and rejoin mode are built for. A record of a newer
+release is never salvaged.
+
 Known limit: an entry whose data contains a complete, valid WAL frame inside a torn last record
 would be mistaken for "valid data follows" and reported as corruption (loud, never silent loss).
 """
@@ -22,12 +30,12 @@ would be mistaken for "valid data follows" and reported as corruption (loud, nev
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from raftlog.core.types import ConfState, Entry, HardState, SnapshotMeta
 from raftlog.errors import CorruptRecord, NewerFormat
-from raftlog.storage.files import WAL_NAME, wal_name
+from raftlog.storage.files import WAL_NAME, fsync_dir, wal_name
 from raftlog.storage.record import (
     FRAME_PREFIX_SIZE,
     ConfRecord,
@@ -65,6 +73,23 @@ class TornTail:
 
 
 @dataclass(frozen=True, slots=True)
+class Damage:
+    """Damage before the tail that recovery cut away (``salvage``): the file and offset of the
+    first damaged frame, why, the later segments deleted, and the groups that may have lost
+    records (every group seen before the damage)."""
+
+    path: str
+    offset: int
+    reason: str
+    dropped_segments: tuple[int, ...]
+    groups: tuple[int, ...]
+
+
+Salvage = Callable[[Damage], None]
+"""Told of damage (before anything is cut) so that the groups can be marked for repair."""
+
+
+@dataclass(frozen=True, slots=True)
 class Recovery:
     """Everything recovery learned about a directory."""
 
@@ -75,6 +100,8 @@ class Recovery:
     """Size of the last segment after any truncation (0 when there is none)."""
     index: SegmentIndex
     torn_tail: TornTail | None
+    damage: Damage | None = None
+    """What ``salvage`` cut away, if anything."""
 
 
 class _GroupReplay:
@@ -173,16 +200,19 @@ def _truncate(path: str, size: int) -> None:
         os.close(fd)
 
 
-def recover(directory: str, max_body: int, *, repair: bool = True) -> Recovery:
+def recover(
+    directory: str, max_body: int, *, repair: bool = True, salvage: Salvage | None = None
+) -> Recovery:
     """Replay every segment of ``directory``; truncate a torn tail of the last one if ``repair``.
 
-    Raises `CorruptRecord` for damage that is not a torn tail, `NewerFormat` for an intact
-    record of a newer release (see the module docstring).
+    Raises `CorruptRecord` for damage that is not a torn tail (unless ``salvage`` is given: see
+    the module docstring), `NewerFormat` for an intact record of a newer release.
     """
     seqs = list_segments(directory)
     index = SegmentIndex()
     replays: dict[int, _GroupReplay] = {}
     torn: TornTail | None = None
+    damage: Damage | None = None
     last_size = 0
     for pos, seq in enumerate(seqs):
         path = os.path.join(directory, wal_name(seq))
@@ -192,20 +222,22 @@ def recover(directory: str, max_body: int, *, repair: bool = True) -> Recovery:
         view = memoryview(buf)
         index.add_segment(seq)
         offset = 0
+        bad: CorruptRecord | None = None
         while offset < len(buf):
             status, end = check_frame(view, offset, max_body)
             if status is not FrameStatus.OK:
                 reason = f"bad frame ({status.name.lower()})"
+                follower = find_valid_frame(view, offset + 1, max_body) if is_last else None
                 if not is_last:
-                    raise CorruptRecord(path, offset, f"{reason} in a segment that is not the last")
-                follower = find_valid_frame(view, offset + 1, max_body)
-                if follower is not None:
-                    raise CorruptRecord(
+                    bad = CorruptRecord(path, offset, f"{reason} in a segment that is not the last")
+                elif follower is not None:
+                    bad = CorruptRecord(
                         path, offset, f"{reason} followed by a valid record at {follower}"
                     )
-                torn = TornTail(path, offset, len(buf) - offset, reason)
-                if repair:
-                    _truncate(path, offset)
+                else:
+                    torn = TornTail(path, offset, len(buf) - offset, reason)
+                    if repair:
+                        _truncate(path, offset)
                 break
             try:
                 group, record = decode_body(view, offset + FRAME_PREFIX_SIZE, end)
@@ -213,14 +245,34 @@ def recover(directory: str, max_body: int, *, repair: bool = True) -> Recovery:
                 found = f"a record with unknown {exc.found}"
                 raise NewerFormat(f"{path} at offset {offset}", found, exc.known) from None
             except ValueError as exc:
-                raise CorruptRecord(path, offset, f"undecodable record: {exc}") from None
+                bad = CorruptRecord(path, offset, f"undecodable record: {exc}")
+                break
             if isinstance(record, DropRecord):
                 replays.pop(group, None)
             else:
                 replays.setdefault(group, _GroupReplay()).apply(record, path, offset)
             index.note(seq, group, record)
             offset = end
+        if bad is not None:
+            if salvage is None:
+                raise bad
+            later = tuple(seqs[pos + 1 :])
+            damage = Damage(path, offset, str(bad), later, tuple(sorted(replays)))
+            salvage(damage)
+            _cut(directory, path, offset, later)
+            seqs = seqs[: pos + 1]
+            last_size = offset
+            break
         if is_last:
             last_size = offset
     groups = {g: r.freeze() for g, r in replays.items()}
-    return Recovery(groups, tuple(seqs), last_size, index, torn)
+    return Recovery(groups, tuple(seqs), last_size, index, torn, damage)
+
+
+def _cut(directory: str, path: str, offset: int, later: tuple[int, ...]) -> None:
+    """Salvage: the damaged segment ends at ``offset``; the ``later`` segments go (durably)."""
+    _truncate(path, offset)
+    for seq in later:
+        os.unlink(os.path.join(directory, wal_name(seq)))
+    if later:
+        fsync_dir(directory)

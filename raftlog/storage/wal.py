@@ -50,7 +50,8 @@ from raftlog.storage.record import (
     SnapshotRecord,
     encode_record,
 )
-from raftlog.storage.recovery import RecoveredGroup, TornTail, recover
+from raftlog.storage.recovery import Damage, RecoveredGroup, TornTail, recover
+from raftlog.storage.repairs import RepairMarks
 from raftlog.storage.segments import SegmentIndex
 from raftlog.storage.walstats import FSYNC_BUCKETS, WalCounters, WalOptions, WalStats
 
@@ -113,6 +114,7 @@ class Wal:
         "_closing",
         "_cond",
         "_counters",
+        "_damage",
         "_dir",
         "_dirty",
         "_failed",
@@ -123,6 +125,7 @@ class Wal:
         "_pending_bytes",
         "_queue",
         "_recovered",
+        "_repairs",
         "_thread",
         "_torn_tail",
     )
@@ -145,6 +148,8 @@ class Wal:
         self._claimed: set[int] = set()
         self._counters = WalCounters()
         self._torn_tail: TornTail | None = None
+        self._damage: Damage | None = None
+        self._repairs = RepairMarks(directory)
         # Owned by the writer thread once it runs.
         self._fd = -1
         self._active_seq = 0
@@ -171,11 +176,13 @@ class Wal:
         if not os.path.isdir(snap_dir):
             os.mkdir(snap_dir)
             fsync_dir(directory)
-        rec = recover(directory, options.max_record_bytes)
         wal = cls(directory, options)
+        salvage = wal._salvage if options.salvage else None
+        rec = recover(directory, options.max_record_bytes, salvage=salvage)
         wal._index = rec.index
         wal._recovered = dict(rec.groups)
         wal._torn_tail = rec.torn_tail
+        wal._damage = rec.damage
         if rec.torn_tail is not None:
             t = rec.torn_tail
             # Normal after a crash mid-write; the same cut also hides a file damaged or rolled
@@ -206,6 +213,22 @@ class Wal:
             fsync_dir(directory)
         wal._thread.start()
         return wal
+
+    def _salvage(self, damage: Damage) -> None:
+        """Recovery found damage before the tail: mark every group that may have lost records
+        (durably, before recovery cuts anything), and say so loudly."""
+        log.error(
+            "WAL %s: damage at offset %d (%s): cutting it and %d later segment(s); groups %s "
+            "are repaired from their other replicas",
+            damage.path,
+            damage.offset,
+            damage.reason,
+            len(damage.dropped_segments),
+            list(damage.groups),
+        )
+        now_ms = int(time.time() * 1000)
+        for g in damage.groups:
+            self._repairs.mark(g, f"WAL damaged: {damage.reason}", now_ms)
 
     def _remove_orphans(self, groups: Mapping[int, RecoveredGroup]) -> None:
         """Delete temporaries and snapshot files that no recovered snapshot marker refers to
@@ -363,6 +386,16 @@ class Wal:
     @property
     def options(self) -> WalOptions:
         return self._options
+
+    @property
+    def damage(self) -> Damage | None:
+        """What recovery cut away when this WAL was opened (``WalOptions.salvage``), if any."""
+        return self._damage
+
+    @property
+    def repairs(self) -> RepairMarks:
+        """The groups of this directory whose replica is being repaired."""
+        return self._repairs
 
     @property
     def torn_tail(self) -> TornTail | None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from raftlog.core.types import ConfState
 from raftlog.storage.logstore import GroupLog
+from raftlog.storage.repairs import RepairMarks
 from raftlog.storage.wal import Wal
 from raftlog.storage.walstats import WalOptions, WalStats
 
@@ -45,6 +46,10 @@ class WalDisk:
     def drop_group(self, group: int) -> Future[None]:
         """`Wal.drop_group`: a DROP record voids the group's history; its snapshot files go."""
         return self.wal.drop_group(group)
+
+    @property
+    def repairs(self) -> RepairMarks:
+        return self.wal.repairs
 
     def segments(self) -> tuple[int, ...]:
         return self.wal.segments()

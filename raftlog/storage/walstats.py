@@ -38,6 +38,10 @@ class WalOptions:
     max_pending_bytes: int = 256 << 20
     """Bytes queued before `Overloaded` (a single submission larger than this is still taken
     when the queue is empty, so that it can make progress)."""
+    salvage: bool = False
+    """Recovery cuts damage before the tail instead of refusing to open (`raftlog.storage
+    .recovery`, ``salvage``): the groups seen before it are marked for repair first
+    (`Wal.repairs`), and their host catches them up from other replicas."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -100,6 +100,8 @@ class ChaosCluster:
         )
         self.nodes = NodeProcesses(root, SECRET, command=serve_command(group_options))
         self.paused: set[int] = set()
+        self.damaged: set[int] = set()
+        """Nodes a disk fault damaged and that have not caught up yet (`tests.chaos.faults`)."""
         self.mounts: dict[int, MountedFS] = {}
         self.client: Client | None = None
         """One attempt per call, all nodes' connections in one pool (set by `start`)."""

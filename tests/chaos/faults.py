@@ -14,12 +14,18 @@ it. Kinds:
   killing the leader of a group in the middle of its move; heal restarts it and undoes the
   drain (the replicas move back);
 * ``bitflip`` / ``truncate`` / ``rollback``: file faults on one stopped node's data directory
-  (`tests.chaos.filefaults`). They are *exclusive*: no other fault runs with them, and heal
-  waits until the node caught up. A node that cannot (a group stopped loudly on corruption, as
-  it should) is repaired the documented way: wiped and restarted with ``--rejoin``.
+  (`tests.chaos.filefaults`), category ``disk``. The node repairs what checksums catch from its
+  peers by itself (`raftlog.runtime.repair`); heal waits until it caught up. One that cannot is
+  a failure of the run (`OPERATOR_NEEDED`), then repaired the way an operator would: wiped and
+  restarted with ``--rejoin``, so that the run goes on.
 
-Faults that a correct Raft cannot survive (a node forgetting acknowledged entries *and* another
-fault before it caught up) are never combined.
+Disk faults overlap other faults only within what a majority quorum survives
+(`disk_overlap_ok`): with f = (n-1)/2, the nodes a disk fault damages plus the nodes another
+fault takes away from the quorum stay at most f. So on 3 nodes (f = 1) a disk fault overlaps
+only faults that take no voter away (clock steps and drift, clients pinned to one node); on 5
+nodes (f = 2) also a kill, a pause or a power loss of one other node. Beyond that (damage on f
+nodes and another node down) the promise is unavailability, never loss: a dedicated test checks
+it (`tests/chaos/test_overlap_edge.py`).
 """
 
 from __future__ import annotations
@@ -88,6 +94,30 @@ async def pick_target(cluster: ChaosCluster, rng: random.Random) -> int | None:
             if leaders[g] in running:
                 return leaders[g]
     return rng.choice(running)
+
+
+DISK = "disk"
+"""The category of file faults (`FileFault`, `Rollback`)."""
+
+_TAKES_NO_VOTER = frozenset({"clock", "pinned"})
+"""Fault kinds that never take a voter away from a quorum."""
+_TAKES_ONE_VOTER = frozenset({"kill", "pause", "power-loss"})
+"""Fault kinds that take at most one (other) node away, when they overlap a disk fault
+(`PowerLoss` of every node at once is refused while a disk fault is active: `disk_overlap_ok`)."""
+
+
+def disk_overlap_ok(a: FaultKind, b: FaultKind, n: int) -> bool:
+    """Whether faults ``a`` and ``b`` may run in one episode of an ``n``-node cluster: any two
+    when neither is a disk fault; with one, only within the quorum's spare (module docstring)."""
+    if DISK not in (a.category, b.category):
+        return True
+    other = b if a.category == DISK else a
+    if other.category == DISK:
+        return False
+    spare = (n - 1) // 2 - 1  # the disk fault's node takes one
+    if other.name in _TAKES_NO_VOTER:
+        return True
+    return spare >= 1 and other.name in _TAKES_ONE_VOTER
 
 
 def _minority_ok(cluster: ChaosCluster, extra_down: int) -> bool:
@@ -240,7 +270,7 @@ class PowerLoss:
         mounted = [n for n in sorted(cluster.mounts) if n in cluster.procs]
         if not mounted:
             return None
-        everyone = len(mounted) == cluster.n and rng.random() < 0.3
+        everyone = len(mounted) == cluster.n and not cluster.damaged and rng.random() < 0.3
         victims = mounted if everyone else [rng.choice(mounted)]
         if not everyone and not _minority_ok(cluster, 1):
             return None
@@ -281,6 +311,9 @@ def filefaults_unavailable(function: str) -> str | None:
 
 RESTART_FAILED = "RESTART FAILED"
 """Marks a heal after which a node could not start on its own data (kill, power loss)."""
+OPERATOR_NEEDED = "OPERATOR NEEDED"
+"""Marks a heal after which a node did not repair itself from its peers (a disk fault): the
+run fails, and the node is wiped and rejoined so that it goes on."""
 
 
 async def restart_checked(cluster: ChaosCluster, nodes: list[int], timeout: float = 60) -> str:
@@ -330,7 +363,7 @@ async def settle_node(cluster: ChaosCluster, nid: int, timeout: float = 45) -> s
     await _wait_ready_quietly(cluster, timeout)
     ok = await cluster.caught_up(nid, 2 * timeout)
     return (
-        f"did not catch up (exit code {exited}; {_short(why)}): "
+        f"{OPERATOR_NEEDED}: did not repair itself (exit code {exited}; {_short(why)}): "
         f"wiped and rejoined, {'caught up' if ok else 'STILL BEHIND'}"
     )
 
@@ -361,8 +394,8 @@ class FileFault:
     """``bitflip`` or ``truncate``: corrupt a stopped node's files, restart it."""
 
     name: str
-    exclusive: bool = True
-    category: str = "disk"
+    exclusive: bool = False
+    category: str = DISK
     weight: int = 1
 
     def unavailable(self, cluster: ChaosCluster) -> str | None:
@@ -371,10 +404,11 @@ class FileFault:
     async def inject(self, cluster: ChaosCluster, rng: random.Random) -> Injected | None:
         mod, _ = optional_module("tests.chaos.filefaults")
         running = cluster.running()
-        if mod is None or len(running) < cluster.n:
+        if mod is None or not _minority_ok(cluster, 1):
             return None
         nid = rng.choice(running)
         cluster.kill(nid)
+        cluster.damaged.add(nid)
         fault_rng = random.Random(rng.getrandbits(64))
         try:
             what = await asyncio.to_thread(
@@ -384,7 +418,10 @@ class FileFault:
             cluster.start_node(nid)
 
         async def heal() -> str:
-            return await settle_node(cluster, nid)
+            try:
+                return await settle_node(cluster, nid)
+            finally:
+                cluster.damaged.discard(nid)
 
         return Injected(
             self.name, f"{self.name} node {nid}: {_short(what)}", [nid], 1.0, heal, "disk"
@@ -396,8 +433,8 @@ class Rollback:
     """Copy a node's data (paused), let it run on, then kill it and restore the old copy."""
 
     name: str = "rollback"
-    exclusive: bool = True
-    category: str = "disk"
+    exclusive: bool = False
+    category: str = DISK
     weight: int = 1
     workdir: Path | None = None
     _count: int = field(default=0)
@@ -408,9 +445,10 @@ class Rollback:
     async def inject(self, cluster: ChaosCluster, rng: random.Random) -> Injected | None:
         mod, _ = optional_module("tests.chaos.filefaults")
         running = cluster.running()
-        if mod is None or len(running) < cluster.n:
+        if mod is None or not _minority_ok(cluster, 1):
             return None
         nid = rng.choice(running)
+        cluster.damaged.add(nid)
         self._count += 1
         copy = cluster.root / f"rollback-{nid}-{self._count}"
         cluster.pause(nid)
@@ -428,7 +466,10 @@ class Rollback:
             cluster.start_node(nid)
 
         async def heal() -> str:
-            return await settle_node(cluster, nid)
+            try:
+                return await settle_node(cluster, nid)
+            finally:
+                cluster.damaged.discard(nid)
 
         return Injected(self.name, f"rollback node {nid}: {_short(what)}", [nid], 1.0, heal, "disk")
 

@@ -2,7 +2,8 @@
 
 ``run_once`` returns a `RunResult` (the checker's `Report`, fault counts, replica problems,
 node crashes). The schedule is a sequence of *episodes*: one fault (sometimes two of different
-categories at once, never with an exclusive disk fault), held for a while, then healed in
+categories at once; a disk fault only within the quorum's spare: `tests.chaos.faults
+.disk_overlap_ok`), held for a while, then healed in
 reverse order, then a short quiet gap. The seed fixes the schedule's choices (the cluster's own
 timing is not deterministic, so a seed reproduces the schedule, not the interleaving).
 """
@@ -26,9 +27,11 @@ from cmq.errors import CmqError
 from tests.chaos.checker import Report, check, check_replicas, compare_digests, same_stats
 from tests.chaos.cluster import ChaosCluster, MountedFS, snapshot_code
 from tests.chaos.faults import (
+    OPERATOR_NEEDED,
     RESTART_FAILED,
     FaultKind,
     Injected,
+    disk_overlap_ok,
     lazyfs_unavailable,
     optional_module,
     resolve,
@@ -211,7 +214,13 @@ async def nemesis(
         first = rng.choices(kinds, [k.weight for k in kinds])[0]
         episode = [first]
         if not first.exclusive and rng.random() < overlap:
-            others = [k for k in kinds if not k.exclusive and k.category != first.category]
+            others = [
+                k
+                for k in kinds
+                if not k.exclusive
+                and k.category != first.category
+                and disk_overlap_ok(first, k, cluster.n)
+            ]
             if others:
                 episode.append(rng.choice(others))
         active: list[tuple[Any, Injected]] = []
@@ -246,7 +255,7 @@ async def nemesis(
             history.complete(
                 op, time.monotonic(), "ok", inj.description + (f"; {extra}" if extra else "")
             )
-            if RESTART_FAILED in extra:
+            if RESTART_FAILED in extra or OPERATOR_NEEDED in extra:
                 restart_failures.append(f"after {inj.description}: {extra}")
             say(f"heal {inj.description}{'; ' + extra if extra else ''}")
     return counts, errors, restart_failures

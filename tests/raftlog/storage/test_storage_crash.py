@@ -18,7 +18,7 @@ import pytest
 from storage_helpers import assert_same, oracle
 
 from raftlog.core.types import ConfState, Entry, EntryKind, HardState, SnapshotMeta
-from raftlog.errors import CorruptRecord
+from raftlog.errors import CorruptRecord, NewerFormat
 from raftlog.storage import (
     ConfRecord,
     EntriesRecord,
@@ -31,6 +31,7 @@ from raftlog.storage import (
 )
 from raftlog.storage.files import atomic_write, encode_snapshot_file, snapshot_name, wal_name
 from raftlog.storage.record import FRAME_PREFIX_SIZE, FrameStatus, check_frame
+from raftlog.storage.repairs import REPAIR_FILE, RepairMarks
 
 CONF = ConfState((1, 2, 3))
 
@@ -198,3 +199,57 @@ def test_a_cut_tail_is_reported(
     with caplog.at_level(logging.WARNING, logger="raftlog.storage"):
         _reopen(tmp_path, content[:last_start]).close()
     assert "cut" not in caplog.text
+
+
+def test_salvage_cuts_damage_at_every_offset_and_marks_the_groups(
+    tmp_path: Path, golden: tuple[bytes, list[tuple[int, Record]]]
+) -> None:
+    """With ``salvage``, a flipped byte before the tail is cut like a torn tail: recovery keeps
+    exactly the records before the damaged one (never a record that was not written), deletes
+    the later segments, and marks every group seen before the damage for repair, durably and
+    before anything is cut."""
+    content, written = golden
+    frames = _frames(content)
+    for pos in range(0, len(content), 7):
+        victim = next(i for i, (start, end) in enumerate(frames) if start <= pos < end)
+        if victim == len(frames) - 1:
+            continue  # a torn tail: covered above
+        start = frames[victim][0]
+        damaged = bytearray(content)
+        damaged[pos] ^= 0xFF
+        for stale in tmp_path.glob("wal-*"):
+            stale.unlink()
+        (tmp_path / REPAIR_FILE).unlink(missing_ok=True)
+        (tmp_path / wal_name(2)).write_bytes(content)  # a later segment: deleted by the cut
+        (tmp_path / wal_name(1)).write_bytes(bytes(damaged))
+        (tmp_path / "snap").mkdir(exist_ok=True)
+        snap = encode_snapshot_file(1, 2, 1, SNAP_DATA)
+        atomic_write(str(tmp_path / "snap" / snapshot_name(1, 2)), snap)
+        wal = Wal.open(str(tmp_path), WalOptions(salvage=True))
+        try:
+            assert wal.damage is not None and wal.damage.offset == start, pos
+            assert wal.damage.dropped_segments == (2,)
+            assert not (tmp_path / wal_name(2)).exists()
+            assert os.path.getsize(tmp_path / wal_name(1)) == start
+            _check_prefix(wal, written, victim)
+            seen = {g for g, _ in written[:victim]}
+            assert set(wal.repairs.marked()) == seen, pos
+            assert set(RepairMarks(str(tmp_path)).marked()) == seen  # durable
+        finally:
+            wal.close()
+
+
+def test_a_repair_record_of_a_newer_release_is_refused(tmp_path: Path) -> None:
+    marks = RepairMarks(str(tmp_path))
+    marks.mark(4, "snapshot damaged", 1000)
+    again = marks.mark(4, "snapshot damaged again", 2000)
+    assert (again.since_ms, again.count) == (1000, 2)
+    raw = (tmp_path / REPAIR_FILE).read_text().replace('"version": 1', '"version": 9')
+    (tmp_path / REPAIR_FILE).write_text(raw)
+    with pytest.raises(NewerFormat, match="repair record version 9"):
+        RepairMarks(str(tmp_path))
+    (tmp_path / REPAIR_FILE).write_text("{not json")
+    with pytest.raises(CorruptRecord, match="unreadable repair record"):
+        RepairMarks(str(tmp_path))
+    (tmp_path / REPAIR_FILE).unlink()
+    assert RepairMarks(str(tmp_path)).marked() == {}
