@@ -36,6 +36,7 @@ class Feature:
 
 QUEUE_RETIME = "queue_retime"
 MESSAGE_IMPORT = "message_import"
+SEGMENT_INDEX = "segment_index"
 
 FEATURES: tuple[Feature, ...] = (
     Feature(
@@ -48,6 +49,12 @@ FEATURES: tuple[Feature, ...] = (
         MESSAGE_IMPORT,
         "0.2.0",
         "sends may carry an import's expected count (cmq restore keeps message ids)",
+    ),
+    Feature(
+        SEGMENT_INDEX,
+        "0.2.0",
+        "a sealed segment gets an index file beside it (<first_seq>.idx, version 1), so a "
+        "restart reads it instead of every record",
     ),
 )
 """Every flag this release supports, oldest first."""
