@@ -28,7 +28,6 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeAlias
 
 from cmq.errors import InvalidParameter, InvariantBroken, NewerFormat, NewerLayout, SegmentDamaged
 from cmq.fsm.segindex import INDEX_VERSION, SegmentIndex, decode_index, encode_index
@@ -54,8 +53,21 @@ DEFAULT_CACHE_BYTES = 64 << 20
 Key = tuple[str, int]
 """A segment: (queue store key, first seq)."""
 
-_Times: TypeAlias = "tuple[array[int], array[int]]"
-"""The send and visibility times of a segment's records, collected for its index."""
+ACTIVE_INDEX_RECORDS = 32_768
+"""A flush writes the active segment's index again once it has this many records more than
+the index last written (a restore scans at most about this many of its records)."""
+
+
+class _Collected:
+    """The send and visibility times of an unsealed segment's records, collected for its
+    index, and how many records its last written index covers."""
+
+    __slots__ = ("indexed", "sent_at", "visible_at")
+
+    def __init__(self, sent_at: array[int], visible_at: array[int], indexed: int) -> None:
+        self.sent_at = sent_at
+        self.visible_at = visible_at
+        self.indexed = indexed
 
 
 def _closed() -> bool:
@@ -68,11 +80,13 @@ def _open() -> bool:
 
 @dataclass(frozen=True, slots=True)
 class RecoveryCounts:
-    """How the last `FramedStore.recover` read each listed segment: from its index
-    (``indexed``) or by scanning every record (``scanned``); ``staged``: indexes staged for
-    the next flush (sealed segments scanned while the index gate is open)."""
+    """How the last `FramedStore.recover` read each listed segment: wholly from its index
+    (``indexed``), from an index of a prefix then the records after it (``partly``), or by
+    scanning every record (``scanned``); ``staged``: indexes staged for the next flush (sealed
+    segments not wholly indexed, read while the index gate is open)."""
 
     indexed: int = 0
+    partly: int = 0
     scanned: int = 0
     staged: int = 0
 
@@ -83,9 +97,16 @@ class FramedStore(ABC):
     Subclasses provide raw byte storage per ``(queue, first_seq)`` key.
     """
 
-    def __init__(self, cache_bytes: int = DEFAULT_CACHE_BYTES, *, indexes: bool = False) -> None:
+    def __init__(
+        self,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        *,
+        indexes: bool = False,
+        active_index_records: int = ACTIVE_INDEX_RECORDS,
+    ) -> None:
         """``indexes``: open the index gate for good (tests, benchmarks); a node passes the
-        feature flag instead (`index_when`)."""
+        feature flag instead (`index_when`). ``active_index_records``: see
+        `ACTIVE_INDEX_RECORDS`."""
         # Per segment: the byte offset of each record plus a final entry = the end of the last.
         self._offsets: dict[Key, array[int]] = {}
         # Recently appended messages, oldest first; bounded by the approximate body bytes.
@@ -94,12 +115,13 @@ class FramedStore(ABC):
         self._cache_limit = cache_bytes
         self._index_gate: Callable[[], bool] = _open if indexes else _closed
         # Times of the records of unsealed segments created (or recovered) with the gate open.
-        self._times: dict[Key, _Times] = {}
+        self._times: dict[Key, _Collected] = {}
+        self._active_step = max(1, active_index_records)
         # Index bytes of sealed segments, written by the next flush (after the segment's fsync).
         self._staged: dict[Key, bytes] = {}
         self.last_recovery = RecoveryCounts()
         """How the last `recover` went (tests and benchmarks read it)."""
-        self._counts = [0, 0]  # indexed, scanned: during a recover
+        self._counts = [0, 0, 0]  # indexed, partly, scanned: during a recover
 
     # -- backend primitives ------------------------------------------------------------------
     @abstractmethod
@@ -205,7 +227,7 @@ class FramedStore(ABC):
                 raise InvariantBroken(f"{self._describe(key)}: new segment already has data")
             offsets = self._offsets[key] = array("Q", [0])
             if self._index_gate():
-                self._times[key] = (array("q"), array("q"))
+                self._times[key] = _Collected(array("q"), array("q"), 0)
         expected_seq = segment + len(offsets) - 1
         end = offsets[-1]
         for m, f in zip(messages, frames, strict=True):
@@ -217,8 +239,10 @@ class FramedStore(ABC):
             self._remember((queue, m.seq), m)
         times = self._times.get(key)
         if times is not None:
-            times[0].extend([m.sent_at_ms for m in messages])
-            times[1].extend([_VISIBLE_AT.unpack_from(f, _VISIBLE_AT_OFFSET)[0] for f in frames])
+            times.sent_at.extend([m.sent_at_ms for m in messages])
+            times.visible_at.extend(
+                [_VISIBLE_AT.unpack_from(f, _VISIBLE_AT_OFFSET)[0] for f in frames]
+            )
         self._write(key, b"".join(frames))
         return end
 
@@ -227,11 +251,8 @@ class FramedStore(ABC):
         key = (queue, segment)
         self._close(key)
         times = self._times.pop(key, None)
-        offsets = self._offsets.get(key)
-        if times is not None and offsets is not None and len(times[0]) == len(offsets) - 1:
-            self._staged[key] = encode_index(
-                SegmentIndex(segment, offsets[-1], offsets, times[0], times[1])
-            )
+        if times is not None:
+            self._stage(key, times)
 
     def read(self, queue: str, segment: int, seq: int) -> StoredMessage:
         cached = self._cache.get((queue, seq))
@@ -283,11 +304,11 @@ class FramedStore(ABC):
                 if first not in wanted[queue]:
                     self._remove((queue, first))
         out: dict[str, list[RecoveredSegment]] = {}
-        self._counts = [0, 0]
+        self._counts = [0, 0, 0]
         for queue, segs in layout.items():
             out[queue] = [self._recover_segment(queue, s) for s in segs]
-        indexed, scanned = self._counts
-        self.last_recovery = RecoveryCounts(indexed, scanned, len(self._staged))
+        indexed, partly, scanned = self._counts
+        self.last_recovery = RecoveryCounts(indexed, partly, scanned, len(self._staged))
         return out
 
     # -- internals -----------------------------------------------------------------------------
@@ -297,9 +318,26 @@ class FramedStore(ABC):
         self._times.pop(key, None)
         self._remove(key)
 
+    def _stage(self, key: Key, times: _Collected) -> None:
+        """Stage the index of every record of ``key`` so far (nothing if ``times`` missed
+        some)."""
+        offsets = self._offsets.get(key)
+        if offsets is None or len(times.sent_at) != len(offsets) - 1:
+            return
+        self._staged[key] = encode_index(
+            SegmentIndex(key[1], offsets[-1], offsets, times.sent_at, times.visible_at)
+        )
+        times.indexed = len(times.sent_at)
+
     def _take_staged(self) -> dict[Key, bytes]:
-        """The staged indexes, for a flush to write once their segments are durable (flush
-        runs between batches of applies, so no seal stages one meanwhile)."""
+        """The indexes for a flush to write once their segments are durable: those staged
+        (sealed segments) and those of active segments grown by `ACTIVE_INDEX_RECORDS` since
+        their last index (a prefix: the records appended so far, which this flush makes
+        durable). Flush runs between batches of applies, so nothing appends or seals
+        meanwhile."""
+        for key, times in self._times.items():
+            if len(times.sent_at) - times.indexed >= self._active_step:
+                self._stage(key, times)
         staged, self._staged = self._staged, {}
         return staged
 
@@ -316,26 +354,45 @@ class FramedStore(ABC):
             # Appended after the snapshot: those records come back from the Raft log suffix.
             self._truncate(key, layout.size)
         index = self._usable_index(key, layout)
-        if index is not None:
+        if index is not None and index.size == layout.size:
             self._counts[0] += 1
             self._offsets[key] = index.offsets
+            if not layout.sealed and self._index_gate():
+                self._collect(key, index.sent_at, index.visible_at, index.count)
             return RecoveredSegment(layout.first_seq, index.sent_at, index.visible_at)
-        self._counts[1] += 1
-        offsets, sent_at, visible_at = self._scan_records(key, layout)
+        records = None
+        if index is not None:
+            try:
+                records = self._scan_records(key, layout, index)
+                self._counts[1] += 1
+            except SegmentDamaged as e:
+                # The prefix's records were checked at its end only: the scan decides.
+                log.warning(
+                    "%s: the records after it do not follow (%s)", self._describe_index(key), e
+                )
+                self._remove_index(key)
+                index = None
+        if records is None:
+            records = self._scan_records(key, layout, None)
+            self._counts[2] += 1
+        offsets, sent_at, visible_at = records
         self._offsets[key] = offsets
         if self._index_gate():
+            self._collect(key, sent_at, visible_at, 0 if index is None else index.count)
             if layout.sealed:
-                self._staged[key] = encode_index(
-                    SegmentIndex(layout.first_seq, layout.size, offsets, sent_at, visible_at)
-                )
-            else:
-                self._times[key] = (array("q", sent_at), array("q", visible_at))
+                self._stage(key, self._times.pop(key))
         return RecoveredSegment(layout.first_seq, sent_at, visible_at)
 
+    def _collect(self, key: Key, sent_at: array[int], visible_at: array[int], indexed: int) -> None:
+        """Go on collecting the times of a recovered segment's records for its index (copies:
+        the machine keeps and changes the arrays it is given)."""
+        self._times[key] = _Collected(array("q", sent_at), array("q", visible_at), indexed)
+
     def _usable_index(self, key: Key, layout: SegmentLayout) -> SegmentIndex | None:
-        """The segment's index if it describes exactly the layout's bytes, else None (and an
-        index that exists but cannot be used is removed and, unless merely stale, logged).
-        The segment's last record is read and checked against it: damage there raises
+        """The segment's index if it describes the layout's bytes or a prefix of them (an
+        active segment's index, written by an earlier flush), else None (and an index that
+        exists but cannot be used is removed and, unless merely stale, logged). The last
+        record it covers is read and checked against it: damage there raises
         `SegmentDamaged` as a scan would."""
         raw = self._read_index(key)
         if raw is None:
@@ -356,12 +413,13 @@ class FramedStore(ABC):
             log.warning("%s: damaged segment index (%s); scanning the segment instead", where, e)
             self._remove_index(key)
             return None
-        if (index.first_seq, index.size, index.count) != (
-            layout.first_seq,
-            layout.size,
-            layout.count,
+        if (
+            index.first_seq != layout.first_seq
+            or index.size > layout.size
+            or index.count > layout.count
+            or (index.size == layout.size) != (index.count == layout.count)
         ):
-            # Written for the segment at another size (the snapshot predates its seal): stale.
+            # Written for the segment at a larger size (the snapshot predates it): stale.
             log.info(
                 "%s: segment index of %d records, %d B is stale (the snapshot records %d, %d B)",
                 where,
@@ -375,7 +433,7 @@ class FramedStore(ABC):
         if index.count:
             start = index.offsets[-2]
             last = layout.first_seq + index.count - 1
-            data = memoryview(self._pread(key, start, layout.size - start))
+            data = memoryview(self._pread(key, start, index.size - start))
             payload, (_, sent, vis) = self._check_frame(key, start, data, last)
             if FRAME.size + len(payload) != len(data) or (sent, vis) != (
                 index.sent_at[-1],
@@ -391,19 +449,25 @@ class FramedStore(ABC):
         return index
 
     def _scan_records(
-        self, key: Key, layout: SegmentLayout
+        self, key: Key, layout: SegmentLayout, prefix: SegmentIndex | None
     ) -> tuple[array[int], array[int], array[int]]:
-        """The offsets, send and visibility times of every record up to the layout's size,
-        each record's frame checked (`SegmentDamaged` on damage)."""
+        """The offsets, send and visibility times of every record up to the layout's size:
+        those of ``prefix`` (an index of the first records) and the records after it, each
+        record read checked (`SegmentDamaged` on damage)."""
         where = self._describe(key)
-        data = memoryview(self._pread(key, 0, layout.size))
-        offsets: array[int] = array("Q", [0])
-        sent_at: array[int] = array("q")
-        visible_at: array[int] = array("q")
-        pos = 0
-        seq = layout.first_seq
+        if prefix is None:
+            offsets: array[int] = array("Q", [0])
+            sent_at: array[int] = array("q")
+            visible_at: array[int] = array("q")
+            pos = 0
+        else:
+            offsets, sent_at, visible_at = prefix.offsets, prefix.sent_at, prefix.visible_at
+            pos = prefix.size
+        seq = layout.first_seq + len(sent_at)
+        data = memoryview(self._pread(key, pos, layout.size - pos))
+        base = pos
         while pos < layout.size:
-            payload, (s, sent, vis) = self._check_frame(key, pos, data[pos:], seq)
+            payload, (s, sent, vis) = self._check_frame(key, pos, data[pos - base :], seq)
             pos += FRAME.size + len(payload)
             offsets.append(pos)
             sent_at.append(sent)
