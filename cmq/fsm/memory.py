@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from cmq.fsm.framed import DEFAULT_CACHE_BYTES, FramedStore, Key
+from cmq.fsm.framed import ACTIVE_INDEX_RECORDS, DEFAULT_CACHE_BYTES, FramedStore, Key
 
 __all__ = ["MemorySegmentStore"]
 
@@ -21,8 +21,14 @@ class MemorySegmentStore(FramedStore):
     store behaves like a restarted node on the same disk.
     """
 
-    def __init__(self, cache_bytes: int = DEFAULT_CACHE_BYTES, *, indexes: bool = False) -> None:
-        super().__init__(cache_bytes, indexes=indexes)
+    def __init__(
+        self,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        *,
+        indexes: bool = False,
+        active_index_records: int = ACTIVE_INDEX_RECORDS,
+    ) -> None:
+        super().__init__(cache_bytes, indexes=indexes, active_index_records=active_index_records)
         self.segments: dict[Key, bytearray] = {}
         self.indexes: dict[Key, bytes] = {}
         """The index "files" (`cmq.fsm.segindex`), by segment; tests may damage or drop them."""

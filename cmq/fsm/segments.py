@@ -14,7 +14,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 
 from cmq.errors import InvariantBroken
-from cmq.fsm.framed import DEFAULT_CACHE_BYTES, FramedStore, Key
+from cmq.fsm.framed import ACTIVE_INDEX_RECORDS, DEFAULT_CACHE_BYTES, FramedStore, Key
 from cmq.fsm.memory import MemorySegmentStore
 from cmq.fsm.store import SegmentLayout, SegmentStore, StoredMessage, encode_record
 
@@ -61,8 +61,9 @@ class FileSegmentStore(FramedStore):
         max_open: int = 128,
         durable_root: str | os.PathLike[str] | None = None,
         indexes: bool = False,
+        active_index_records: int = ACTIVE_INDEX_RECORDS,
     ) -> None:
-        super().__init__(cache_bytes, indexes=indexes)
+        super().__init__(cache_bytes, indexes=indexes, active_index_records=active_index_records)
         self.directory = os.fspath(directory)
         self._max_open = max(1, max_open)
         self._fds: OrderedDict[Key, int] = OrderedDict()
