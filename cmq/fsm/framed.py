@@ -10,12 +10,14 @@ the protocol contract: `cmq.fsm.store`.
 Segment indexes (`cmq.fsm.segindex`): while the index gate is open (the ``segment_index``
 feature flag, `index_when`), a segment created then collects its records' times as they are
 appended; sealing it stages its index, which the backend's `flush` writes after making the
-segment's bytes durable (an index never describes bytes a power loss can still take). `recover`
-uses a segment's index when its recorded size and count are the snapshot's and the last record
-(one read, checksum checked) agrees with it, and otherwise scans every record as before: a
-missing, stale, damaged or newer-version index is not damage in the data, only a slower restore
-(logged when it is not plain absence), and a sealed segment scanned while the gate is open gets
-its index staged again. The active segment is always scanned.
+segment's bytes durable (an index never describes bytes a power loss can still take). A flush
+also writes the active segment's index (of the records so far) once it grew by
+`ACTIVE_INDEX_RECORDS` since its last one. `recover` uses a segment's index when its recorded
+size and count are the snapshot's, or a prefix of them (then it scans only the records after
+it), and the last record it covers (one read, checksum checked) agrees with it; otherwise it
+scans every record as before: a missing, stale, damaged or newer-version index is not damage in
+the data, only a slower restore (logged when it is not plain absence), and a sealed segment
+not wholly indexed gets its index staged again while the gate is open.
 """
 
 from __future__ import annotations
@@ -117,7 +119,8 @@ class FramedStore(ABC):
         # Times of the records of unsealed segments created (or recovered) with the gate open.
         self._times: dict[Key, _Collected] = {}
         self._active_step = max(1, active_index_records)
-        # Index bytes of sealed segments, written by the next flush (after the segment's fsync).
+        # Index bytes of sealed segments, written by the next flush (after the segment's fsync;
+        # the flush adds the active segments' due, `_take_staged`).
         self._staged: dict[Key, bytes] = {}
         self.last_recovery = RecoveryCounts()
         """How the last `recover` went (tests and benchmarks read it)."""

@@ -229,5 +229,6 @@ class SegmentStore(Protocol):
         segment missing or shorter than recorded raises `SegmentDamaged`; so does a scanned
         one holding a different number of records or failing a checksum. A segment whose valid
         index records exactly its layout's size and count is not scanned: only its last record
-        is read and checked (whole-segment damage is then a scrubber's to find)."""
+        is read and checked (damage before it is then found when read, or by a scrubber); one
+        whose index covers a prefix of it is scanned after that prefix only."""
         ...
