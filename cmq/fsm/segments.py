@@ -34,8 +34,9 @@ _SEGMENT_FILE = re.compile(r"^(\d{20})\.(?:seg|idx|idx\.tmp)$")
 
 
 class FileSegmentStore(FramedStore):
-    """Segments as files ``<directory>/<queue>/<first_seq:020d>.seg``, each sealed one written
-    while the index gate is open with its index ``<first_seq:020d>.idx`` beside it.
+    """Segments as files ``<directory>/<queue>/<first_seq:020d>.seg``, each one created while
+    the index gate is open with its index ``<first_seq:020d>.idx`` beside it once sealed (or,
+    while active, once it grew by ``active_index_records``; `cmq.fsm.framed`).
 
     Appends are held in memory until `write_out` (which the raftlog runtime calls after each
     batch of applies, through `cmq.routing.wakeups.WakingMachine`), then written with one
@@ -48,9 +49,9 @@ class FileSegmentStore(FramedStore):
     recovery truncates segments to the snapshot's layout and replays the log. At most
     ``max_open`` descriptors stay open (least recently used closed first). `flush` fsyncs
     every segment written since the previous flush and every directory that gained or lost a
-    file, then writes the indexes of the segments sealed since (each segment fsynced first;
-    each index through a temporary file, fdatasynced and renamed; the rename is not made
-    durable: an index lost in a crash only costs a scan).
+    file, then writes the indexes of the segments sealed since and of the active ones due (each
+    segment fsynced first; each index through a temporary file, fdatasynced and renamed; the
+    rename is not made durable: an index lost in a crash only costs a scan).
     """
 
     def __init__(
@@ -293,8 +294,6 @@ class FileSegmentStore(FramedStore):
             finally:
                 os.close(fd)
         self._dirty.clear()
-        for key, data in sorted(staged.items()):
-            self._write_index(key, data)
         # Parents after children: a new queue directory's entry in the root comes last.
         for d in sorted(self._dirty_dirs, key=len, reverse=True):
             try:
@@ -306,6 +305,9 @@ class FileSegmentStore(FramedStore):
             finally:
                 os.close(fd)
         self._dirty_dirs.clear()
+        # Last: each index describes a segment whose bytes and directory entry are durable.
+        for key, data in sorted(staged.items()):
+            self._write_index(key, data)
 
 
 def _make_dirs(path: str) -> list[str]:
