@@ -164,14 +164,17 @@ class QueueMachine(MachineReads):
     def restore(self, index: int, data: bytes) -> None:
         """Replace the state with the image ``data`` (``b""``: empty) and bring the segment
         files to the recorded layout (longer files truncated; missing/short: `InvariantBroken`).
-        Costs a read of the live segments (per-record times are not in the image). A shipped
-        image (`export_snapshot`) first installs the segments it carries."""
+        Costs a read of the live segments' indexes (per-record times are not in the image;
+        `cmq.fsm.segindex`), or of every record of a segment without a usable index (the
+        active one, or all of them before the ``segment_index`` flag). A shipped image
+        (`export_snapshot`) first installs the segments it carries (without indexes: recovery
+        scans them and stages their indexes for the next snapshot's flush)."""
         if data.startswith(SHIPPED_FAMILY):
             data = install_shipped(data, self._store)
         before = set(self._queues)
         incarnations, queues = decode_image(data) if data else (0, {})
         layout = {
-            q.key: [SegmentLayout(s.first_seq, s.count, s.size) for s in q.segments]
+            q.key: [SegmentLayout(s.first_seq, s.count, s.size, s.sealed) for s in q.segments]
             for q in queues.values()
         }
         recovered = self._store.recover(layout)

@@ -559,6 +559,9 @@ class QueueState:
             return
         if max(visible_at) <= self.clock:
             # The common case, in C: nothing of this segment is still delayed.
+            if len(live) == seg.count:  # a backlog's segment: all of it, one range
+                self.ready.add_range(lo, hi)
+                return
             rel = BitMap64(array("Q", live.to_array()))
             self.ready |= rel.shift(lo) if lo else rel
             return

@@ -6,6 +6,7 @@ logic both share `cmq.fsm.framed`, the record format and the protocol contract `
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -13,7 +14,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 
 from cmq.errors import InvariantBroken
-from cmq.fsm.framed import DEFAULT_CACHE_BYTES, FramedStore, Key
+from cmq.fsm.framed import ACTIVE_INDEX_RECORDS, DEFAULT_CACHE_BYTES, FramedStore, Key
 from cmq.fsm.memory import MemorySegmentStore
 from cmq.fsm.store import SegmentLayout, SegmentStore, StoredMessage, encode_record
 
@@ -28,11 +29,14 @@ __all__ = [
 # MemorySegmentStore, SegmentLayout, StoredMessage and encode_record are re-exported: code and
 # recorded tests import them from here, where they lived before the twin had its own module.
 
-_SEGMENT_FILE = re.compile(r"^(\d{20})\.seg$")
+_SEGMENT_FILE = re.compile(r"^(\d{20})\.(?:seg|idx|idx\.tmp)$")
+"""A segment, its index (`cmq.fsm.segindex`) or an index being written: named by first seq."""
 
 
 class FileSegmentStore(FramedStore):
-    """Segments as files ``<directory>/<queue>/<first_seq:020d>.seg``.
+    """Segments as files ``<directory>/<queue>/<first_seq:020d>.seg``, each one created while
+    the index gate is open with its index ``<first_seq:020d>.idx`` beside it once sealed (or,
+    while active, once it grew by ``active_index_records``; `cmq.fsm.framed`).
 
     Appends are held in memory until `write_out` (which the raftlog runtime calls after each
     batch of applies, through `cmq.routing.wakeups.WakingMachine`), then written with one
@@ -45,7 +49,9 @@ class FileSegmentStore(FramedStore):
     recovery truncates segments to the snapshot's layout and replays the log. At most
     ``max_open`` descriptors stay open (least recently used closed first). `flush` fsyncs
     every segment written since the previous flush and every directory that gained or lost a
-    file.
+    file, then writes the indexes of the segments sealed since and of the active ones due (each
+    segment fsynced first; each index through a temporary file, fdatasynced and renamed; the
+    rename is not made durable: an index lost in a crash only costs a scan).
     """
 
     def __init__(
@@ -55,8 +61,10 @@ class FileSegmentStore(FramedStore):
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         max_open: int = 128,
         durable_root: str | os.PathLike[str] | None = None,
+        indexes: bool = False,
+        active_index_records: int = ACTIVE_INDEX_RECORDS,
     ) -> None:
-        super().__init__(cache_bytes)
+        super().__init__(cache_bytes, indexes=indexes, active_index_records=active_index_records)
         self.directory = os.fspath(directory)
         self._max_open = max(1, max_open)
         self._fds: OrderedDict[Key, int] = OrderedDict()
@@ -107,6 +115,37 @@ class FileSegmentStore(FramedStore):
 
     def _describe(self, key: Key) -> str:
         return self._path(key)
+
+    def _index_path(self, key: Key) -> str:
+        return os.path.join(self.directory, key[0], f"{key[1]:020d}.idx")
+
+    def _describe_index(self, key: Key) -> str:
+        return self._index_path(key)
+
+    def _read_index(self, key: Key) -> bytes | None:
+        try:
+            with open(self._index_path(key), "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+    def _write_index(self, key: Key, data: bytes) -> None:
+        path = self._index_path(key)
+        tmp = path + ".tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            getattr(os, "fdatasync", os.fsync)(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+
+    def _remove_index(self, key: Key) -> None:
+        for path in (self._index_path(key), self._index_path(key) + ".tmp"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
 
     def _fd(self, key: Key, create: bool = False) -> int:
         fd = self._fds.get(key)
@@ -195,12 +234,13 @@ class FileSegmentStore(FramedStore):
         self._held.pop(key, None)
         self._close(key)
         self._dirty.discard(key)
+        self._remove_index(key)
         try:
             os.unlink(self._path(key))
         except FileNotFoundError:
             return
         # Not fsynced on purpose: if the unlink is lost in a crash, recovery removes the file
-        # again (it is not in the snapshot's layout).
+        # (and its index) again (it is not in the snapshot's layout).
 
     def _remove_queue(self, queue: str) -> None:
         for key in [k for k in self._held if k[0] == queue]:
@@ -217,12 +257,12 @@ class FileSegmentStore(FramedStore):
         for entry in os.scandir(self.directory):
             if not entry.is_dir():
                 continue
-            firsts = []
+            firsts = set()
             for f in os.scandir(entry.path):
                 m = _SEGMENT_FILE.match(f.name)
                 if m:
-                    firsts.append(int(m.group(1)))
-            out[entry.name] = firsts
+                    firsts.add(int(m.group(1)))
+            out[entry.name] = sorted(firsts)
         return out
 
     def _close(self, key: Key) -> None:
@@ -235,12 +275,20 @@ class FileSegmentStore(FramedStore):
         # Nothing is held here when the runtime calls this (off the event loop, between
         # batches of applies, which end with `write_out`); a direct caller may hold appends.
         self.write_out()
+        staged = self._take_staged()
         sync = getattr(os, "fdatasync", os.fsync)
         # Always a fresh descriptor: flush runs on a worker thread (raftlog offloads snapshots)
         # while reads on the event loop may evict and close cached ones, and syncing any
-        # descriptor of a file makes that file's data durable.
-        for key in sorted(self._dirty):
-            fd = os.open(self._path(key), os.O_RDONLY)
+        # descriptor of a file makes that file's data durable. A segment with a staged index
+        # is synced whether or not it is dirty: its index must never outlive its bytes.
+        for key in sorted(self._dirty | staged.keys()):
+            try:
+                fd = os.open(self._path(key), os.O_RDONLY)
+            except FileNotFoundError:
+                if key in self._dirty:
+                    raise
+                staged.pop(key, None)  # an index staged by a recovery of a vanished file
+                continue
             try:
                 sync(fd)
             finally:
@@ -257,6 +305,9 @@ class FileSegmentStore(FramedStore):
             finally:
                 os.close(fd)
         self._dirty_dirs.clear()
+        # Last: each index describes a segment whose bytes and directory entry are durable.
+        for key, data in sorted(staged.items()):
+            self._write_index(key, data)
 
 
 def _make_dirs(path: str) -> list[str]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import struct
 import zlib
 from array import array
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -53,11 +53,13 @@ class StoredMessage:
 @dataclass(frozen=True, slots=True)
 class SegmentLayout:
     """What a snapshot records about one segment: its first seq, how many records it holds and
-    the byte offset after the last of them (the file is truncated to it on restore)."""
+    the byte offset after the last of them (the file is truncated to it on restore), and
+    whether it was sealed (its bytes final: recovery may stage its index)."""
 
     first_seq: int
     count: int
     size: int
+    sealed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +173,14 @@ class SegmentStore(Protocol):
         ...
 
     def seal(self, queue: str, segment: int) -> None:
-        """No more appends to this segment (its open handle may be closed)."""
+        """No more appends to this segment (its open handle may be closed); while the index
+        gate is open, its index (`cmq.fsm.segindex`) is written by the next `flush`, after the
+        segment's bytes are durable."""
+        ...
+
+    def index_when(self, gate: Callable[[], bool]) -> None:
+        """Write segment indexes only while ``gate()`` is true (a node passes its
+        ``segment_index`` feature flag); indexes on disk are read whatever it says."""
         ...
 
     def read(self, queue: str, segment: int, seq: int) -> StoredMessage:
@@ -223,8 +232,11 @@ class SegmentStore(Protocol):
         self, layout: Mapping[str, Sequence[SegmentLayout]]
     ) -> dict[str, list[RecoveredSegment]]:
         """Make the stored segments exactly ``layout``: truncate each to its recorded size
-        (records beyond it are re-applied from the Raft log), remove segments and queues not in
-        it, and return the per-record times of every listed segment. A listed segment missing,
-        shorter than recorded, holding a different number of records, or failing its checksum
-        raises `InvariantBroken`."""
+        (records beyond it are re-applied from the Raft log), remove segments, indexes and
+        queues not in it, and return the per-record times of every listed segment. A listed
+        segment missing or shorter than recorded raises `SegmentDamaged`; so does a scanned
+        one holding a different number of records or failing a checksum. A segment whose valid
+        index records exactly its layout's size and count is not scanned: only its last record
+        is read and checked (damage before it is then found when read, or by a scrubber); one
+        whose index covers a prefix of it is scanned after that prefix only."""
         ...

@@ -22,6 +22,7 @@ import os
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal, overload
 
 from cmq.admin.backup_admin import BackupAdmin
@@ -345,7 +346,9 @@ class QueueNode:
         data directory the placement chose (a recovered group stays where it is)."""
         data_dir = self.cfg.data_dirs[self.raft.dir_for(g, data_dir_index)]
         seg_dir = os.path.join(data_dir, "segments", f"g{g}")
-        machine = QueueMachine(self.host.segments(seg_dir, durable_root=data_dir))
+        store = self.host.segments(seg_dir, durable_root=data_dir)
+        store.index_when(partial(self.catalog.feature_enabled, features.SEGMENT_INDEX))
+        machine = QueueMachine(store)
         await self.raft.open_group(
             g,
             WakingMachine(machine, self.wakeups),

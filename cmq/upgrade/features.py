@@ -37,6 +37,7 @@ class Feature:
 QUEUE_RETIME = "queue_retime"
 MESSAGE_IMPORT = "message_import"
 SELF_REPAIR = "self_repair"
+SEGMENT_INDEX = "segment_index"
 
 FEATURES: tuple[Feature, ...] = (
     Feature(
@@ -56,6 +57,12 @@ FEATURES: tuple[Feature, ...] = (
         "a replica whose stored state is damaged (a WAL record, a snapshot or a segment file "
         "failing its checksum) is reset and caught up from the others instead of refusing to "
         "start; the data directory then holds a repair record (repair.json) while it runs",
+    ),
+    Feature(
+        SEGMENT_INDEX,
+        "0.2.0",
+        "a sealed segment gets an index file beside it (<first_seq>.idx, version 1), so a "
+        "restart reads it instead of every record",
     ),
 )
 """Every flag this release supports, oldest first."""

@@ -193,6 +193,19 @@ def _segment_record() -> bytes:
     return encode_segment_record(m, T0 + 1_000) + encode_segment_record(binary, T0 + 1)
 
 
+def segment_index() -> bytes:
+    """The index file of a sealed segment holding `_segment_record`'s two records, as the store
+    writes it (the ``segment_index`` flag enabled)."""
+    store = MemorySegmentStore(indexes=True)
+    m = StoredMessage("msg-0001", 5, b"hello", False, (("k", "v"),), T0)
+    binary = StoredMessage("msg-0002", 6, b"\xff\x00", True, (), T0 + 1)
+    frames = [encode_segment_record(m, T0 + 1_000), encode_segment_record(binary, T0 + 1)]
+    store.append("q", 5, [m, binary], frames)
+    store.seal("q", 5)
+    store.flush()
+    return store.indexes[("q", 5)]
+
+
 def queue_machine(skew: bool) -> tuple[QueueMachine, MemorySegmentStore]:
     """A data group's machine after a fixed run of commands (``skew``: and a `Retime` of a
     queue whose time got ahead, so its image is written as version 3)."""
@@ -398,6 +411,7 @@ def _cmq_samples() -> dict[str, Sample]:
     signer = ReceiptSigner(RECEIPT_KEY)
     out |= {
         "segment_records": ("1 (implicit, flags byte)", _segment_record),
+        "segment_index": ("1 (magic CMQX, behind segment_index)", segment_index),
         "data_group_image.v2": ("2", lambda: _image(False)),
         "data_group_image.v3": ("3 (behind queue_retime)", lambda: _image(True)),
         "data_group_image.shipped": ("1 (magic CMQSHIP1)", _shipped),

@@ -26,6 +26,7 @@ from cmq.catalog.meta import CatalogMachine
 from cmq.frontend import calls, wire
 from cmq.fsm import commands as qc
 from cmq.fsm.image import decode_image
+from cmq.fsm.segindex import decode_index, encode_index
 from cmq.fsm.store import decode_payload
 from cmq.routing.receipts import ReceiptSigner
 from raftlog.runtime.statemachine import decode_batch
@@ -35,6 +36,7 @@ from raftlog.transport import codec
 from tests.formats.samples import (
     GOLDEN,
     RECEIPT_KEY,
+    T0,
     Golden,
     front_end_answers,
     front_end_calls,
@@ -128,6 +130,11 @@ def test_golden_catalog_image_segments_and_images_restore() -> None:
     raw = _golden("segment_records")
     first, _ = decode_payload(memoryview(raw)[8 : 8 + int.from_bytes(raw[:4], "little")])
     assert (first.id, first.seq, first.body) == ("msg-0001", 5, b"hello")
+    index = decode_index(_golden("segment_index"))
+    assert (index.first_seq, index.count, index.size) == (5, 2, len(raw))
+    assert list(index.sent_at) == [T0, T0 + 1]
+    assert list(index.visible_at) == [T0 + 1_000, T0 + 1]
+    assert encode_index(index) == _golden("segment_index")
     for skew, name in ((False, "data_group_image.v2"), (True, "data_group_image.v3")):
         image = _golden(name)
         assert image[4] == (3 if skew else 2)

@@ -35,8 +35,16 @@ from cmq.frontend import calls, wire
 from cmq.fsm import commands as qc
 from cmq.fsm.image import SHIPPED_MAGIC, decode_image, install_shipped
 from cmq.fsm.machine import QueueMachine
+from cmq.fsm.segindex import decode_index
 from cmq.fsm.segments import FileSegmentStore, MemorySegmentStore
-from cmq.fsm.store import FLAG_BINARY, StoredMessage, decode_tail, frame_record, record_tail
+from cmq.fsm.store import (
+    FLAG_BINARY,
+    SegmentLayout,
+    StoredMessage,
+    decode_tail,
+    frame_record,
+    record_tail,
+)
 from cmq.routing.receipts import ReceiptSigner
 from cmq.upgrade.release import RELEASE
 from raftlog.errors import CorruptRecord, InvariantViolation
@@ -50,6 +58,7 @@ from tests.formats.samples import (
     RECEIPT_KEY,
     T0,
     queue_machine,
+    segment_index,
     stream_answers,
     stream_requests,
 )
@@ -391,6 +400,42 @@ def test_a_newer_shipped_snapshot_is_refused_before_anything_is_written() -> Non
     m = QueueMachine(store)
     with pytest.raises(NewerFormat, match="shipped snapshot"):
         m.restore(5, newer)
+
+
+def test_a_newer_segment_index_is_refused_by_name_and_the_segment_scanned_instead(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    newer = bytearray(segment_index())
+    newer[4] = 2  # a later layout may differ anywhere after its version byte
+    with pytest.raises(NewerLayout, match=r"segment index version 2 is from a newer release.*1"):
+        decode_index(bytes(newer))
+    damaged = bytearray(segment_index())
+    damaged[-1] ^= 0xFF
+    with pytest.raises(InvalidParameter, match="checksum") as bad:
+        decode_index(bytes(damaged))
+    assert not isinstance(bad.value, NewerLayout)
+    # A store meeting one falls back to the segment (the truth), names the file and both
+    # versions, and leaves the index for the release that wrote it.
+    store = FileSegmentStore(tmp_path, indexes=True)
+    messages = [StoredMessage(f"m-{i}", 5 + i, b"body", False, (), T0 + i) for i in range(2)]
+    frames = [
+        frame_record(m.seq, T0 + i, T0 + i, record_tail(m.id, False, (), m.body))
+        for i, m in enumerate(messages)
+    ]
+    size = store.append("q", 5, messages, frames)
+    store.seal("q", 5)
+    store.flush()
+    store.close()
+    idx = tmp_path / "q" / f"{5:020d}.idx"
+    idx.write_bytes(bytes(newer))
+    again = FileSegmentStore(tmp_path, indexes=True)
+    with caplog.at_level("WARNING", logger="cmq.fsm.segments"):
+        rec = again.recover({"q": [SegmentLayout(5, 2, size, sealed=True)]})
+    assert list(rec["q"][0].sent_at) == [T0, T0 + 1]
+    assert again.last_recovery.scanned == 1 and again.last_recovery.indexed == 0
+    assert str(idx) in caplog.text and "version 2" in caplog.text and "version 1" in caplog.text
+    assert idx.read_bytes() == bytes(newer)
+    again.close()
 
 
 def test_a_newer_catalog_image_is_refused_by_its_version_not_its_new_fields() -> None:

@@ -82,7 +82,13 @@ class QueueSim(RuntimeSim):
 
     def __init__(self, seed: int, cfg: RuntimeSimConfig) -> None:
         super().__init__(seed, cfg)
-        self.stores = {(n, g): MemorySegmentStore() for n in self.ids for g in self.groups()}
+        # Odd nodes keep segment indexes (the active segment's too, every 8 records), even ones
+        # scan every record on restore: both recovery paths run, and must agree.
+        self.stores = {
+            (n, g): MemorySegmentStore(indexes=n % 2 == 1, active_index_records=8)
+            for n in self.ids
+            for g in self.groups()
+        }
         self.created: set[int] = set()
         self.confirmed: set[str] = set()
         self.sent: set[str] = set()
