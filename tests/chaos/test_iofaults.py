@@ -21,7 +21,8 @@ _needs = pytest.mark.skipif(_REASON is not None, reason=f"LazyFS unavailable: {_
 
 def needs_fuse(f: Callable[..., None]) -> Callable[..., None]:
     """A test on a real mount (slow, like the other LazyFS tests)."""
-    return pytest.mark.slow(_needs(f))
+    marked: Callable[..., None] = pytest.mark.slow(_needs(f))
+    return marked
 
 
 @pytest.fixture
