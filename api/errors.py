@@ -24,6 +24,7 @@ from cmq.errors import (
     AccessKeyNotFound,
     CmqError,
     CorruptSegment,
+    DiskFull,
     FeatureNotEnabled,
     FeatureUnsupported,
     GroupNotFound,
@@ -109,6 +110,7 @@ HTTP_STATUS: dict[type[CmqError], int] = {
     Unavailable: 503,
     OutcomeUnknown: 503,
     Overloaded: 503,
+    DiskFull: 507,
 }
 """Error class -> HTTP status. Every class a client can meet is listed (the OpenAPI document
 names their codes per status); `CmqError` itself is ``InternalError``."""

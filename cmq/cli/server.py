@@ -126,7 +126,9 @@ async def serve(
     try:
         registry = CollectorRegistry()
         now_ms = node.clock_source.wall_ms
-        register_node_metrics(registry, node.raft, node.machines, now_ms, node.clock)
+        register_node_metrics(
+            registry, node.raft, node.machines, now_ms, node.clock, disks=node.disk_watch
+        )
         auth: AuthConfig | None = None
         keys: KeyAdmin | None = None
         if security.anonymous:

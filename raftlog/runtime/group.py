@@ -118,6 +118,13 @@ class GroupDriver:
             self._task = None
         self._proposals.fail_all(ProposalDropped(reason))
 
+    def halt(self, exc: BaseException) -> None:
+        """Stop this group for good because of ``exc`` (e.g. its data directory failed:
+        `raftlog.errors.DiskFailed`): it leads, votes and answers nothing from now on, and every
+        waiter fails. Idempotent (the first reason stays)."""
+        if self.stopped is None:
+            self._halt(exc)
+
     def _halt(self, exc: BaseException) -> None:
         """A broken invariant or storage failure: stop this group loudly (never swallow)."""
         log.error("group %d stopped: %s", self.group, exc, exc_info=exc)
@@ -262,8 +269,9 @@ class GroupDriver:
         return self.raw.status()
 
     def leader(self) -> int:
-        """The leader this replica knows of (0: none), without building a `Status`."""
-        return self.raw.raft.lead
+        """The leader this replica knows of (0: none, and always 0 once the group stopped),
+        without building a `Status`."""
+        return self.raw.raft.lead if self.stopped is None else 0
 
     def recovering(self) -> bool:
         """Still out of elections (`raftlog.core.recovery.RecoveryGuard.out_of_elections`)."""
