@@ -7,7 +7,10 @@ time, so a hung file system never stalls the event loop or piles up threads), an
 (`assess`, pure). For each verdict:
 
 * **failed** (the WAL stopped after an I/O error, `raftlog.errors.DiskFailed`: EIO from a write
-  or an fsync, a real ENOSPC): every group bound to that directory is halted (it leads, votes
+  or an fsync, a real ENOSPC; or a group there stopped on an ``OSError`` of its own files: a
+  snapshot's `raftlog.storage.files.atomic_write`, a segment file's write or
+  `cmq.fsm.segments.FileSegmentStore.flush`, none of which is ever retried): every group bound
+  to that directory is halted (it leads, votes
   and answers nothing: its peers elect another leader and the majority keeps committing), the
   node logs it at ERROR once, ``/v1/status`` shows it under ``disks`` (and each group's
   ``stopped``), ``cmq_disk_failed`` is 1 and ``/readyz`` answers 503. Other directories keep
@@ -32,6 +35,7 @@ Transitions are logged (ERROR for a failure, WARNING for full or slow, INFO when
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import time
@@ -101,20 +105,31 @@ class DiskHealth:
 
 
 def assess(
-    directory: str, stats: WalStats, free: int | None, policy: DiskPolicy, now: float
+    directory: str,
+    stats: WalStats,
+    free: int | None,
+    policy: DiskPolicy,
+    now: float,
+    *,
+    file_error: OSError | None = None,
 ) -> DiskHealth:
-    """The verdict on ``directory`` from its WAL ``stats``, its ``free`` bytes and the
-    monotonic time ``now`` (the clock of ``WalStats.fsync_started``). Pure."""
+    """The verdict on ``directory`` from its WAL ``stats``, its ``free`` bytes, the monotonic
+    time ``now`` (the clock of ``WalStats.fsync_started``) and ``file_error``, an I/O error that
+    stopped a group there (its snapshot or segment files). Pure."""
     running = now - stats.fsync_started if stats.fsync_started else 0.0
     fsync = running if running > 0 else stats.last_fsync_seconds
+    failed, code = stats.failed, stats.failed_errno
+    if not failed and file_error is not None:
+        code = file_error.errno or 0
+        failed = f"{errno.errorcode.get(code, 'OSError')}: {file_error}"
     return DiskHealth(
         directory=directory,
-        failed=stats.failed,
-        failed_errno=stats.failed_errno,
+        failed=failed,
+        failed_errno=code,
         free_bytes=free,
         full=free is not None and free < policy.reserve_bytes,
         fsync_seconds=fsync,
-        slow=not stats.failed and fsync > policy.slow_fsync_seconds,
+        slow=not failed and fsync > policy.slow_fsync_seconds,
     )
 
 
@@ -170,7 +185,8 @@ class DiskWatch:
             if i >= len(self._raft.wals):
                 return self.health  # not started, or closing
             free = await self._free_bytes(i, d)
-            verdicts.append(assess(d, self._raft.wals[i].stats(), free, self.policy, now))
+            stats, error = self._raft.wals[i].stats(), self._file_error(i)
+            verdicts.append(assess(d, stats, free, self.policy, now, file_error=error))
         before = self.health
         self.health = tuple(verdicts)
         for i, h in enumerate(self.health):
@@ -228,6 +244,14 @@ class DiskWatch:
             )
         else:
             log.info("node %d: data directory %s is %s again", self._id, now.directory, now.state)
+
+    def _file_error(self, i: int) -> OSError | None:
+        """The I/O error a group on directory ``i`` stopped on, if one did (its own files)."""
+        for g in self._groups_on(i):
+            exc = self._raft.groups[g].stopped
+            if isinstance(exc, OSError):
+                return exc
+        return None
 
     def _groups_on(self, i: int) -> list[int]:
         return sorted(g for g in self._raft.groups if self._raft.dir_for(g) == i)
