@@ -133,12 +133,6 @@ def assess(
     )
 
 
-def free_bytes(directory: str) -> int:
-    """Bytes an unprivileged writer may still use on ``directory``'s file system (blocks)."""
-    sv = os.statvfs(directory)
-    return sv.f_bavail * sv.f_frsize
-
-
 class DiskWatch:
     """Judges every data directory and acts on the verdicts (see the module docstring)."""
 
@@ -150,10 +144,11 @@ class DiskWatch:
         policy: DiskPolicy,
         *,
         offload: Offload,
-        probe: Callable[[str], int] = free_bytes,
+        probe: Callable[[str], int | None],
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``probe`` answers a directory's free bytes (blocking: run through ``offload``);
+        """``probe`` answers a directory's free bytes, None when unknown (blocking: run through
+        ``offload``; the node's `cmq.node.host.NodeFiles.free_bytes`);
         ``monotonic`` is the WAL's clock (``WalStats.fsync_started``)."""
         self._id = node_id
         self._raft = raft
@@ -163,7 +158,7 @@ class DiskWatch:
         self._probe = probe
         self._monotonic = monotonic
         self._free: dict[int, int | None] = {}
-        self._probes: dict[int, asyncio.Future[int]] = {}
+        self._probes: dict[int, asyncio.Future[int | None]] = {}
         self.health: tuple[DiskHealth, ...] = ()
         """The latest verdicts, in data-directory order (empty before the first check)."""
         self.handoffs = 0

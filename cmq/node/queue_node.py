@@ -239,6 +239,7 @@ class QueueNode:
             cfg.data_dirs,
             DiskPolicy(cfg.disk_reserve_bytes, cfg.slow_fsync_seconds),
             offload=host.offload,
+            probe=host.files.free_bytes,
         )
         self.ops.refuse_send = self.disk_watch.refuse_send
         self.router = Router(
