@@ -9,7 +9,9 @@ planted I/O faults (`tests.chaos.iofaults`); what each does is in README.md, "Di
 - a slow fsync on the leader's disk: leadership moves away within seconds, sends go on.
 - the planted bug: a WAL that retries a failed fsync and reports success loses data it
   acknowledged (the failed fsync dropped the pages: LazyFS's drop shows it); the check that
-  catches it passes for the real WAL.
+  catches it passes for the real WAL. Twice: on a WAL alone, and on three `cmq serve` nodes
+  (every disk's next fsync fails once, sends go on, a coordinated power loss): real nodes lose
+  no confirmed send, nodes running the planted WAL lose the sends confirmed after the failure.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,9 +46,30 @@ WAL_FILES = "*wal-*.log"
 RESERVE = 1 << 20
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[DiskCluster]:
-    c = DiskCluster(tmp_path, lazy=True)
+# `cmq serve` with the planted bug: a WAL that retries a failed fsync and reports success.
+_WITH_RETRYING_WAL = """
+import os, sys
+from raftlog.storage.wal import Wal
+
+def retrying_sync(self, fd):
+    try:
+        os.fdatasync(fd)
+    except OSError:
+        os.fdatasync(fd)
+
+Wal._sync = retrying_sync
+from cmq.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@contextlib.contextmanager
+def started(root: Path, *, planted: bool = False) -> Iterator[DiskCluster]:
+    """Three nodes on LazyFS mounts (with the planted WAL bug when ``planted``), a 1 MiB disk
+    reserve and a 0.5 s slow-fsync threshold."""
+    c = DiskCluster(root, lazy=True)
+    if planted:
+        c.nodes.command = (sys.executable, "-c", _WITH_RETRYING_WAL)
     env = {"CMQ_DISK_RESERVE_BYTES": str(RESERVE), "CMQ_SLOW_FSYNC_SECONDS": "0.5"}
     c.node_env = dict.fromkeys(c.settings, env)
     try:
@@ -56,6 +80,12 @@ def cluster(tmp_path: Path) -> Iterator[DiskCluster]:
             with contextlib.suppress(Exception):
                 fs.clear_faults()
         c.close()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[DiskCluster]:
+    with started(tmp_path) as c:
+        yield c
 
 
 def status(c: DiskCluster, nid: int) -> dict[str, Any]:
@@ -295,3 +325,62 @@ def test_a_failed_fsync_is_never_taken_for_durable(tmp_path: Path) -> None:
     # The check above catches the planted bug: entries it acknowledged are not on the disk.
     assert lost, "the retrying WAL lost nothing: the fault layer does not model fsyncgate"
     assert 6 in lost
+
+
+async def confirmed_lost_after_fsync_eio_and_power_loss(c: DiskCluster) -> set[str]:
+    """Every node's next WAL fsync fails once (EIO); sends go on for a few seconds; then a
+    coordinated power loss and a restart. The confirmed messages not received after."""
+    queue = "gate"
+    await create_queue(c, queue)
+    confirmed: set[str] = set()
+    async with Client(c.urls, timeout=2) as client:
+        for k in range(10):
+            await client.send(queue, [f"before-{k}"])
+            confirmed.add(f"before-{k}")
+        for fs in c.fs.values():
+            fs.inject(Fault("fsync", "eio", glob=WAL_FILES, once=True))
+        deadline = time.monotonic() + 4
+        k = 0
+        while time.monotonic() < deadline:
+            body = f"after-{k}"
+            k += 1
+            try:
+                async with asyncio.timeout(2):
+                    await client.send(queue, [body])
+            except (CmqError, TimeoutError):
+                await asyncio.sleep(0.1)
+            else:
+                confirmed.add(body)
+    victims = await asyncio.to_thread(c.kill_all_at_once)
+    for nid in victims:
+        c.fs[nid].clear_faults()
+        c.fs[nid].drop_unsynced()
+    for nid in victims:
+        c.start(nid)
+    await wait_ready(c)
+    received: set[str] = set()
+    async with Client(c.urls) as client:
+        empty = 0
+        while empty < 2:
+            msgs = await client.receive(queue, 50, wait_seconds=1)
+            empty = 0 if msgs else empty + 1
+            received.update(str(m.body) for m in msgs)
+            if msgs:
+                await client.ack(queue, [m.receipt for m in msgs])
+    print(f"confirmed {len(confirmed)}, received {len(received)}")
+    return confirmed - received
+
+
+async def test_nodes_that_never_retry_a_failed_fsync_lose_nothing_confirmed(
+    tmp_path: Path,
+) -> None:
+    with started(tmp_path) as c:
+        assert await confirmed_lost_after_fsync_eio_and_power_loss(c) == set()
+
+
+async def test_the_planted_fsync_retry_loses_confirmed_sends(tmp_path: Path) -> None:
+    """The same run with nodes whose WAL retries a failed fsync: the check above catches it."""
+    with started(tmp_path, planted=True) as c:
+        lost = await confirmed_lost_after_fsync_eio_and_power_loss(c)
+    assert lost, "the planted retry lost nothing: the check would not catch it"
+    assert all(body.startswith("after-") for body in lost), lost
