@@ -5,14 +5,22 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import os
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
+import pytest
+
 from cmq.errors import DiskFull
 from cmq.node.diskwatch import DiskPolicy, DiskWatch, assess
-from raftlog.errors import DiskFailed
-from raftlog.runtime import MultiRaft
+from raftlog.errors import DiskFailed, RaftError
+from raftlog.runtime import MultiRaft, RuntimeConfig
+from raftlog.runtime.applog import AppendLog
+from raftlog.storage import Wal
 from raftlog.storage.walstats import WalCounters, WalStats
+from raftlog.transport.peer import Address
+from tests.ports import free_ports
 
 POLICY = DiskPolicy(reserve_bytes=1000, slow_fsync_seconds=2.0)
 
@@ -145,3 +153,55 @@ async def test_a_stuck_probe_keeps_the_last_answer() -> None:
     w._offload = cast(Any, stuck)
     health = await w.check()
     assert [h.free_bytes for h in health] == [10_000, 10_000]
+
+
+async def test_a_failed_wal_stops_its_directory_and_the_other_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real one-node `MultiRaft` with two data directories: the first one's fsync fails
+    (EIO). Its group's write fails with `DiskFailed`, the watch judges it failed and halts the
+    group; the group on the second directory keeps committing."""
+    addr = Address("127.0.0.1", free_ports(1)[0])
+    dirs = (str(tmp_path / "d0"), str(tmp_path / "d1"))
+    raft = MultiRaft(
+        RuntimeConfig(
+            node_id=1, listen=addr, peers={1: addr}, secret=b"s", data_dirs=dirs, tick_interval=0.01
+        )
+    )
+    await raft.start()
+    try:
+        for g in (1, 2):
+            await raft.open_group(g, AppendLog(), voters=[1], data_dir=g - 1)
+        for g in (1, 2):
+            await until_leader(raft, g)
+            await raft.propose(g, b"before", timeout=5)
+        real = Wal._sync
+
+        def failing(self: Wal, fd: int) -> None:
+            if self.directory == os.path.abspath(dirs[0]):
+                raise OSError(errno.EIO, "Input/output error")
+            real(self, fd)
+
+        monkeypatch.setattr(Wal, "_sync", failing)
+        with pytest.raises(RaftError):
+            await raft.propose(1, b"lost", timeout=5)
+        w = DiskWatch(1, raft, dirs, POLICY, offload=asyncio.to_thread, probe=lambda d: 10**9)
+        health = await w.check()
+        assert [h.state for h in health] == ["failed", "ok"]
+        assert health[0].failed_errno == errno.EIO
+        assert health[0].directory == os.path.abspath(dirs[0])
+        assert isinstance(raft.groups[1].stopped, DiskFailed)
+        assert raft.leader_of(1) == 0  # a stopped replica leads nothing
+        assert await raft.propose(2, b"after", timeout=5) is not None
+        assert raft.groups[2].stopped is None and not w.ok()
+    finally:
+        monkeypatch.undo()
+        await raft.close()
+
+
+async def until_leader(raft: MultiRaft, group: int) -> None:
+    for _ in range(500):
+        if raft.leader_of(group) == 1:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"group {group} elected no leader")
