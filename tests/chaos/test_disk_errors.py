@@ -1,7 +1,8 @@
 """Disk errors on real `cmq serve` processes whose data directories live on LazyFS mounts with
 planted I/O faults (`tests.chaos.iofaults`); what each does is in README.md, "Disk errors".
 
-- fsync EIO on one node: that node stops its groups there (it says why in ``/v1/status``, its
+- fsync EIO, write EIO (the leader) or a real ENOSPC (a follower) on one node's WAL: that node
+  stops its groups there (it says why in ``/v1/status``, its
   ``/readyz`` answers 503, ``cmq_disk_failed`` is 1), the others keep confirming sends, and
   every confirmed message is received after; a restart (after the disk is fixed) brings it back.
 - ENOSPC: under the reserve, sends answer 507 ``DiskFull`` and change nothing, receives and acks
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import sys
 import time
@@ -158,16 +160,29 @@ async def receive_all(client: Client, queue: str, expected: set[str], timeout: f
 
 
 # -- fsync EIO ------------------------------------------------------------------------------------
-async def test_fsync_eio_stops_that_node_and_the_others_go_on(cluster: DiskCluster) -> None:
+@pytest.mark.parametrize(
+    ("op", "kind", "who", "code"),
+    [
+        ("fsync", "eio", "leader", "EIO"),
+        ("write", "eio", "leader", "EIO"),
+        # A follower whose disk fills up for real (no reserve left): its WAL fails like a
+        # broken disk, the majority goes on without it.
+        ("write", "enospc", "follower", "ENOSPC"),
+    ],
+)
+async def test_a_failed_wal_stops_that_node_and_the_others_go_on(
+    cluster: DiskCluster, op: str, kind: str, who: str, code: str
+) -> None:
     c = cluster
     await create_queue(c, "eio")
     group = await asyncio.to_thread(group_of, c, "eio")
-    victim = await asyncio.to_thread(c.leader_of, "eio")  # the leader: the hardest case
+    leader = await asyncio.to_thread(c.leader_of, "eio")
+    victim = leader if who == "leader" else next(n for n in sorted(c.settings) if n != leader)
     others = [n for n in sorted(c.settings) if n != victim]
     load = Producers(c, "eio", others)
     load.start()
     await asyncio.sleep(1.5)
-    c.fs[victim].inject(Fault("fsync", "eio", glob=WAL_FILES))
+    c.fs[victim].inject(Fault(op, kind, glob=WAL_FILES))
 
     def failed() -> dict[str, Any] | None:
         st = status(c, victim)
@@ -175,12 +190,12 @@ async def test_fsync_eio_stops_that_node_and_the_others_go_on(cluster: DiskClust
 
     st = await asyncio.to_thread(wait_for, "the disk failure to show", failed)
     disk = st["disks"][0]
-    assert "EIO" in disk["failed"] and disk["errno"] == 5, disk
+    assert disk["failed"].startswith(code) and disk["errno"] == getattr(errno, code), disk
     assert "DiskFailed" in (st["groups"][str(group)]["stopped"] or ""), st["groups"]
     ready, metrics = await asyncio.to_thread(ready_and_metrics, c, victim)
     assert ready is False
     assert 'cmq_disk_failed{dir="0"} 1.0' in metrics
-    assert "failed (EIO" in c.log(victim), c.log(victim)[-2000:]
+    assert f"failed ({code}" in c.log(victim), c.log(victim)[-2000:]
     before = len(load.confirmed)
     await asyncio.sleep(4)  # the others elect a leader and keep confirming
     await load.finish()
