@@ -174,14 +174,14 @@ class DiskWatch:
 
     async def check(self) -> tuple[DiskHealth, ...]:
         """Probe, judge and act once; returns the verdicts."""
-        now = self._monotonic()
+        free = [await self._free_bytes(i, d) for i, d in enumerate(self._dirs)]
+        if len(self._raft.wals) < len(self._dirs):
+            return self.health  # not started, or closing
+        now = self._monotonic()  # after the probes: no fsync can look as if it started later
         verdicts = []
         for i, d in enumerate(self._dirs):
-            if i >= len(self._raft.wals):
-                return self.health  # not started, or closing
-            free = await self._free_bytes(i, d)
             stats, error = self._raft.wals[i].stats(), self._file_error(i)
-            verdicts.append(assess(d, stats, free, self.policy, now, file_error=error))
+            verdicts.append(assess(d, stats, free[i], self.policy, now, file_error=error))
         before = self.health
         self.health = tuple(verdicts)
         for i, h in enumerate(self.health):
