@@ -386,7 +386,8 @@ class QueueNode:
         with a known leader; and no replica here is still recovering (`raftlog.core.recovery`:
         after a restart a replica votes only once enough peers answered), so a node reports
         ready only when it counts towards a quorum again: a rolling restart that waits for it
-        never takes down the peer a restarted node still needs."""
+        never takes down the peer a restarted node still needs. Never ready while a data
+        directory failed (`cmq.node.diskwatch`: its groups stopped; a restart is the way back)."""
         if not self.catalog.initialized or not self.raft.leader_of(META_GROUP):
             return False
         if self.raft.recovering(META_GROUP) or not self.disk_watch.ok():
