@@ -155,6 +155,20 @@ class GroupDriver:
                 self.raw.raft.log.last_index(),
             )
         self._after_input()
+        self._note_step_down()
+
+    def _note_step_down(self) -> None:
+        """Fail the waiting proposals as soon as this replica stops leading (outcome unknown),
+        not only once the driver handles the next Ready: the driver may be waiting on a slow
+        or hung disk for as long as the disk takes (`cmq.node.diskwatch` hands leadership
+        away then), and the callers should learn at once that this leader is gone."""
+        if self._was_leader and self.raw.raft.role is not Role.LEADER:
+            self._was_leader = False
+            self._proposals.fail_all(
+                NotLeader(
+                    self.raw.raft.lead, "leadership lost; outcome unknown", outcome_unknown=True
+                )
+            )
 
     def tick(self) -> None:
         if self.stopped is not None:
@@ -165,6 +179,7 @@ class GroupDriver:
             self._halt(exc)
             return
         self._after_input()
+        self._note_step_down()
 
     # -- quiescence --------------------------------------------------------------------------------
     def can_quiesce(self) -> bool:
