@@ -119,7 +119,7 @@ class DiskStatus(_Response, kw_only=True):
     full: Annotated[bool, Meta(description="below the reserve: sends are refused (507)")]
     slow: Annotated[bool, Meta(description="fsyncs are slow: leadership is handed off")]
     fsync_seconds: Annotated[
-        float, Meta(description="the fsync in progress so far, else the last one's duration")
+        float, Meta(description="the fsync in progress so far or the last one, the longer")
     ]
 
 

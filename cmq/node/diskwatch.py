@@ -23,9 +23,12 @@ time, so a hung file system never stalls the event loop or piles up threads), an
   again as soon as space is back above the reserve. A follower whose disk fills is not stopped
   by the watch: once its WAL hits a real ENOSPC it fails (above) and the majority goes on.
 * **slow** (the fsync in progress has run longer than `DiskPolicy.slow_fsync_seconds`, or the
-  last one took longer): the leadership of every group led here on that directory is handed to
-  its most caught-up recently active voter, at every check while the disk stays slow, so a
-  leadership that comes back (an election, a peer's leader balancing) is handed away again.
+  last one took longer: a disk is fast again once an fsync was): the leadership of every group
+  led here on that directory is handed to its most caught-up recently active voter, at every
+  check while the disk stays slow, so a leadership that comes back (an election, a peer's
+  leader balancing) is handed away again. The proposals waiting on the old leader fail at once
+  (outcome unknown: `raftlog.runtime.group.GroupDriver` notices the step-down even while its
+  driver waits on the disk).
   Nothing is refused: the directory still works, only slowly. A hung fsync is a slow disk that
   never recovers: leadership moves away, and the groups' entries wait in that WAL's queue.
 
@@ -78,7 +81,7 @@ class DiskHealth:
     full: bool
     """Free space is below the reserve: sends are refused."""
     fsync_seconds: float
-    """How long the fsync in progress has run, else how long the last one took."""
+    """How long the fsync in progress has run or the last one took, whichever is longer."""
     slow: bool
 
     @property
@@ -117,7 +120,8 @@ def assess(
     time ``now`` (the clock of ``WalStats.fsync_started``) and ``file_error``, an I/O error that
     stopped a group there (its snapshot or segment files). Pure."""
     running = now - stats.fsync_started if stats.fsync_started else 0.0
-    fsync = running if running > 0 else stats.last_fsync_seconds
+    # The longer of the two: a disk stays slow while its next (slow) fsync is young.
+    fsync = max(running, stats.last_fsync_seconds)
     failed, code = stats.failed, stats.failed_errno
     if not failed and file_error is not None:
         code = file_error.errno or 0

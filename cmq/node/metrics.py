@@ -283,7 +283,7 @@ class DiskCollector(Collector):
         )
         fsync = GaugeMetricFamily(
             "cmq_disk_fsync_seconds",
-            "How long the WAL fsync in progress has run, else how long the last one took.",
+            "How long the WAL fsync in progress has run or the last one took (the longer).",
             labels=["dir"],
         )
         for i, h in enumerate(self.watch.health):

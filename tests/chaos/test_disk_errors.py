@@ -34,7 +34,14 @@ from cmq.errors import CmqError
 from raftlog.core.types import Entry
 from raftlog.errors import DiskFailed
 from raftlog.storage import EntriesRecord, Wal
-from tests.chaos.diskcluster import DiskCluster, create_queue, group_of, wait_caught_up, wait_ready
+from tests.chaos.diskcluster import (
+    SNAPSHOTS,
+    DiskCluster,
+    create_queue,
+    group_of,
+    wait_caught_up,
+    wait_ready,
+)
 from tests.chaos.iofaults import Fault, used_bytes
 from tests.chaos.lazyfs import LazyFS, unavailable_reason
 
@@ -66,10 +73,12 @@ sys.exit(main(sys.argv[1:]))
 
 
 @contextlib.contextmanager
-def started(root: Path, *, planted: bool = False) -> Iterator[DiskCluster]:
+def started(
+    root: Path, *, planted: bool = False, group_options: dict[str, Any] | None = None
+) -> Iterator[DiskCluster]:
     """Three nodes on LazyFS mounts (with the planted WAL bug when ``planted``), a 1 MiB disk
     reserve and a 0.5 s slow-fsync threshold."""
-    c = DiskCluster(root, lazy=True)
+    c = DiskCluster(root, lazy=True, group_options=group_options)
     if planted:
         c.nodes.command = (sys.executable, "-c", _WITH_RETRYING_WAL)
     env = {"CMQ_DISK_RESERVE_BYTES": str(RESERVE), "CMQ_SLOW_FSYNC_SECONDS": "0.5"}
@@ -94,6 +103,21 @@ def status(c: DiskCluster, nid: int) -> dict[str, Any]:
     with SyncClient(c.http[nid], timeout=10, retry=NO_RETRY) as client:
         st: dict[str, Any] = client.status()
         return st
+
+
+def stable_leader(c: DiskCluster, queue: str, settle: float = 2.0) -> int:
+    """The leader of ``queue``'s group once it has not changed for ``settle`` seconds (the
+    leader balancer moves leaderships to their preferred nodes after a start)."""
+    leader, since = 0, time.monotonic()
+    deadline = since + 30
+    while time.monotonic() < deadline:
+        now = c.leader_of(queue)
+        if now != leader:
+            leader, since = now, time.monotonic()
+        elif time.monotonic() - since >= settle:
+            return leader
+        time.sleep(0.2)
+    raise AssertionError(f"the leadership of {queue} never settled")
 
 
 def ready_and_metrics(c: DiskCluster, nid: int) -> tuple[bool, str]:
@@ -173,7 +197,23 @@ async def receive_all(client: Client, queue: str, expected: set[str], timeout: f
 async def test_a_failed_wal_stops_that_node_and_the_others_go_on(
     cluster: DiskCluster, op: str, kind: str, who: str, code: str
 ) -> None:
-    c = cluster
+    await failed_directory(cluster, Fault(op, kind, glob=WAL_FILES), who, code, "DiskFailed")
+
+
+async def test_a_failed_segment_fsync_stops_the_directory(tmp_path: Path) -> None:
+    """A snapshot's fsync of the segment files fails (EIO) on a follower: that group stops on
+    the OSError, the directory is judged failed and every other group on it stops too."""
+    with started(tmp_path, group_options=SNAPSHOTS) as c:
+        await failed_directory(
+            c, Fault("fsync", "eio", glob="/segments/*"), "follower", "EIO", "OSError"
+        )
+
+
+async def failed_directory(c: DiskCluster, fault: Fault, who: str, code: str, stopped: str) -> None:
+    """Plant ``fault`` on the queue's leader or a follower (``who``) under a load sent through
+    the other two; that node's directory must be judged failed with errno ``code``, its data
+    group stopped (the reason containing ``stopped``), the node unready, the others confirming
+    sends, every confirmed message received; then a restart brings the node back."""
     await create_queue(c, "eio")
     group = await asyncio.to_thread(group_of, c, "eio")
     leader = await asyncio.to_thread(c.leader_of, "eio")
@@ -182,7 +222,7 @@ async def test_a_failed_wal_stops_that_node_and_the_others_go_on(
     load = Producers(c, "eio", others)
     load.start()
     await asyncio.sleep(1.5)
-    c.fs[victim].inject(Fault(op, kind, glob=WAL_FILES))
+    c.fs[victim].inject(fault)
 
     def failed() -> dict[str, Any] | None:
         st = status(c, victim)
@@ -191,7 +231,9 @@ async def test_a_failed_wal_stops_that_node_and_the_others_go_on(
     st = await asyncio.to_thread(wait_for, "the disk failure to show", failed)
     disk = st["disks"][0]
     assert disk["failed"].startswith(code) and disk["errno"] == getattr(errno, code), disk
-    assert "DiskFailed" in (st["groups"][str(group)]["stopped"] or ""), st["groups"]
+    assert stopped in (st["groups"][str(group)]["stopped"] or "None"), st["groups"]
+    # One data directory per node: every group here stopped with it (the catalog's too).
+    assert all(g["stopped"] for g in st["groups"].values()), st["groups"]
     ready, metrics = await asyncio.to_thread(ready_and_metrics, c, victim)
     assert ready is False
     assert 'cmq_disk_failed{dir="0"} 1.0' in metrics
@@ -266,7 +308,7 @@ async def test_a_slow_leader_disk_hands_leadership_away(cluster: DiskCluster, ki
     seconds and stays away; sends go on being confirmed."""
     c = cluster
     await create_queue(c, "slow")
-    victim = await asyncio.to_thread(c.leader_of, "slow")
+    victim = await asyncio.to_thread(stable_leader, c, "slow")
     load = Producers(c, "slow", sorted(c.settings))
     load.start()
     await asyncio.sleep(1)

@@ -41,6 +41,8 @@ def test_assess_each_state() -> None:
     hung = assess("/d", stats(fsync_started=90.0), 5000, POLICY, 100.0)
     assert hung.state == "slow" and hung.fsync_seconds == 10.0
     assert assess("/d", stats(last_fsync_seconds=2.5), 5000, POLICY, 100.0).slow
+    # A young fsync after a slow one: still slow (the disk has not shown it is fast again).
+    assert assess("/d", stats(last_fsync_seconds=2.5, fsync_started=99.9), 0, POLICY, 100.0).slow
     failed = assess("/d", stats(failed="EIO: x", failed_errno=5, fsync_started=1.0), 0, POLICY, 9)
     assert failed.state == "failed" and not failed.slow and failed.failed_errno == errno.EIO
     by_file = assess(
