@@ -142,8 +142,10 @@ def error_body(code: str, message: str) -> bytes:
 
 
 def is_server_fault(error: CmqError) -> bool:
-    """A 5xx that is not retriable: a bug or damaged data, logged and never shown."""
-    return http_status(error) >= 500 and not error.retriable
+    """A 5xx that is not retriable: a bug or damaged data, logged and never shown. `DiskFull`
+    is none: it states the server's condition (the node logs it once, `cmq.node.diskwatch`),
+    and its message tells the client what to expect."""
+    return http_status(error) >= 500 and not error.retriable and not isinstance(error, DiskFull)
 
 
 def render_error(error: CmqError) -> RenderedError:

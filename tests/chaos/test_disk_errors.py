@@ -276,6 +276,7 @@ async def test_a_full_disk_refuses_sends_and_serves_receives_and_acks(
             await client.send("full", ["refused"])
         assert refused.value.code == "DiskFull"
         assert getattr(refused.value, "status", None) == 507
+        assert "reserve" in str(refused.value), refused.value  # the reason reaches the client
         after = (await client.get_queue("full")).stats
         assert (after.sent_total, after.visible) == (before.sent_total, before.visible) == (10, 10)
         got: list[str] = []
