@@ -12,7 +12,8 @@ seam            real (the default)                              twin
 ``clock``       `cmq.routing.clock.node_clock()` (+ hooks)      `raftlog.runtime.host.LoopClock`
 ``offload``     ``asyncio.to_thread``                           `raftlog.runtime.host.inline`
 ``segments``    `cmq.fsm.segments.FileSegmentStore`             `MemoryFiles.segment_store`
-``files``       `OS_FILES` (flag markers, removing segments)    `MemoryFiles`
+``files``       `OS_FILES` (flag markers, removing segments,    `MemoryFiles`
+                free space)
 ==============  ==============================================  ================================
 
 ``seed`` seeds the node's own random choices (election timeouts, the router's retry jitter);
