@@ -24,6 +24,7 @@ from cmq.errors import (
     AccessKeyNotFound,
     CmqError,
     CorruptSegment,
+    DiskFull,
     FeatureNotEnabled,
     FeatureUnsupported,
     GroupNotFound,
@@ -111,6 +112,7 @@ HTTP_STATUS: dict[type[CmqError], int] = {
     Unavailable: 503,
     OutcomeUnknown: 503,
     Overloaded: 503,
+    DiskFull: 507,
 }
 """Error class -> HTTP status. Every class a client can meet is listed (the OpenAPI document
 names their codes per status); `CmqError` itself is ``InternalError``."""
@@ -142,8 +144,10 @@ def error_body(code: str, message: str) -> bytes:
 
 
 def is_server_fault(error: CmqError) -> bool:
-    """A 5xx that is not retriable: a bug or damaged data, logged and never shown."""
-    return http_status(error) >= 500 and not error.retriable
+    """A 5xx that is not retriable: a bug or damaged data, logged and never shown. `DiskFull`
+    is none: it states the server's condition (the node logs it once, `cmq.node.diskwatch`),
+    and its message tells the client what to expect."""
+    return http_status(error) >= 500 and not error.retriable and not isinstance(error, DiskFull)
 
 
 def render_error(error: CmqError) -> RenderedError:

@@ -43,6 +43,11 @@ ERROR_RESPONSES: dict[int, tuple[str, str]] = {
         "No leader reachable, overloaded, or (OutcomeUnknown) a change whose outcome is unknown; "
         "retry after Retry-After seconds",
     ),
+    507: (
+        "InsufficientStorage",
+        "DiskFull: the leader of the queue's group is below its disk reserve; the send was "
+        "refused and nothing changed (receives and acks still work)",
+    ),
 }
 """Status -> (response component name, description). Each status's codes are listed from
 `api.errors.HTTP_STATUS`; 429 is reserved for rate limiting (no error uses it yet)."""

@@ -66,6 +66,7 @@ from api.segment_models import (
 from api.status_models import ClusterStatus, GroupDigestResponse
 from cmq.errors import (
     CorruptSegment,
+    DiskFull,
     GroupNotFound,
     InvalidParameter,
     MessageTooLarge,
@@ -371,7 +372,7 @@ ROUTES: tuple[Route, ...] = (
         send,
         _ok("Committed on a majority, in order", SendResponse),
         request=SendRequest,
-        raises=(*QUEUE_ERRORS, MessageTooLarge),
+        raises=(*QUEUE_ERRORS, MessageTooLarge, DiskFull),
         description="Returns only after every message is fsynced on a majority of the queue's "
         "replicas.",
     ),

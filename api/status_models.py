@@ -29,6 +29,13 @@ class GroupStatus(_Response, kw_only=True):
     last_index: int | UnsetType = UNSET
     voters: list[int]
     lag: Annotated[dict[str, int], Meta(description="peer -> entries behind (on the leader)")]
+    stopped: (
+        Annotated[
+            str | None,
+            Meta(description="why the group stopped here (a failed disk, a broken invariant)"),
+        ]
+        | UnsetType
+    ) = UNSET
 
 
 class ProtocolRange(_Response):
@@ -124,6 +131,23 @@ class ScrubStatus(_Response, kw_only=True):
     findings: Annotated[int, Meta(description="damage found, each handed to repair")]
 
 
+class DiskStatus(_Response, kw_only=True):
+    """One data directory's health (`cmq.node.diskwatch`)."""
+
+    directory: str
+    state: Literal["ok", "failed", "full", "slow"]
+    failed: Annotated[
+        str | None, Meta(description="why its WAL stopped after an I/O error (restart the node)")
+    ] = None
+    errno: int | None = None
+    free_bytes: int | None = None
+    full: Annotated[bool, Meta(description="below the reserve: sends are refused (507)")]
+    slow: Annotated[bool, Meta(description="fsyncs are slow: leadership is handed off")]
+    fsync_seconds: Annotated[
+        float, Meta(description="the fsync in progress so far or the last one, the longer")
+    ]
+
+
 class ClusterStatus(_Response, kw_only=True):
     """This node's view of the cluster and of every Raft group it serves."""
 
@@ -152,6 +176,10 @@ class ClusterStatus(_Response, kw_only=True):
     clock: ClockStatus | UnsetType = UNSET
     repair: RepairStatus | UnsetType = UNSET
     scrub: ScrubStatus | UnsetType = UNSET
+    disks: (
+        Annotated[list[DiskStatus], Meta(description="each data directory's health, in order")]
+        | UnsetType
+    ) = UNSET
     peer_tls: (
         Annotated[
             bool,

@@ -78,6 +78,15 @@ class Unavailable(CmqError):
     retry_after = 1.0
 
 
+class DiskFull(CmqError):
+    """The leader of the queue's group is short of disk space (below its reserve,
+    ``--disk-reserve-bytes``): the send was refused before anything was proposed, so nothing
+    changed. Receives, acks and deletes still work (they use the reserve); sends are taken again
+    once space is freed. Not retried by the client: it takes an operator."""
+
+    code = "DiskFull"
+
+
 class OutcomeUnknown(Unavailable):
     """A change reached the Raft log (or the leader) but no outcome came back before a leader
     change or the deadline: it may or may not have been applied. Sends are not retried on this
@@ -217,6 +226,7 @@ BY_CODE: dict[str, type[CmqError]] = {
         Overloaded,
         Unavailable,
         OutcomeUnknown,
+        DiskFull,
         ReceiptInvalid,
         SegmentNotFound,
         SegmentNotReleased,

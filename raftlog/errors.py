@@ -132,6 +132,24 @@ class WalClosed(RaftError):
     code = "WalClosed"
 
 
+class DiskFailed(WalClosed):
+    """A write or fsync of a data directory's WAL failed (``errno``: EIO, ENOSPC, ...). The WAL
+    of that directory stopped for good: after a failed fsync the kernel may have dropped the
+    dirty pages, so nothing written since the last good fsync is known to be on the disk and a
+    retry that "succeeds" would prove nothing. Every pending and later write there fails with
+    this error and the groups on the directory stop; other directories are not affected. The
+    way out is a restart of the process (recovery trusts only what it reads back with valid
+    checksums), after the disk is fixed or has space again."""
+
+    code = "DiskFailed"
+
+    def __init__(self, directory: str, errno: int, reason: str) -> None:
+        super().__init__(f"data directory {directory}: WAL I/O failed ({reason}); restart the node")
+        self.directory = directory
+        self.errno = errno
+        self.reason = reason
+
+
 class PeerUnavailable(RaftError):
     """A peer could not be reached or did not answer in time. ``outcome_unknown`` unless the
     request provably never left this node."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from cmq.errors import (
     CmqError,
+    DiskFull,
     InvalidParameter,
     InvalidQueueName,
     MessageTooLarge,
@@ -91,6 +92,11 @@ def from_cmq(error: CmqError) -> SqsError:
             out = TooManyEntriesInBatchRequest(error.message)
         case InvalidQueueName() | InvalidParameter():
             out = InvalidParameterValue(error.message)
+        case DiskFull():
+            # SQS has no "disk full": a 503 ServiceUnavailable is what its clients know as "the
+            # service cannot take this now" (SDKs back off and retry it); the code is in the text.
+            out = ServiceUnavailable(f"{error.code}: {error.message}")
+            out.retry_after = 5.0
         case Unavailable() | Overloaded():
             out = ServiceUnavailable(f"{error.code}: {error.message}")
             out.retry_after = error.retry_after

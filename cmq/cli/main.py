@@ -117,7 +117,11 @@ def _serve(args: argparse.Namespace) -> int:
         clock_bound_ms=float(_setting(args, conf, "clock_bound_ms", 500)),
         scrub_rate=float(_setting(args, conf, "scrub_rate", 2.0)) * (1 << 20),
         peer_tls=_peer_tls(args, conf),
+        disk_reserve_bytes=int(_setting(args, conf, "disk_reserve_bytes", 256 << 20)),
+        slow_fsync_seconds=float(_setting(args, conf, "slow_fsync_seconds", 2.0)),
     )
+    if cfg.disk_reserve_bytes < 0 or cfg.slow_fsync_seconds <= 0:
+        raise SystemExit("--disk-reserve-bytes must be >= 0 and --slow-fsync-seconds > 0")
     if cfg.segment_max_bytes < 1 or cfg.segment_max_age < 0:
         raise SystemExit("--segment-max-bytes must be >= 1 and --segment-max-age >= 0")
     if cfg.max_inflight_sends < 1:
@@ -312,6 +316,18 @@ def main(argv: list[str] | None = None) -> int:
         "--max-inflight-sends",
         type=int,
         help="sends carried at once by this node; more wait (default 24)",
+    )
+    s.add_argument(
+        "--disk-reserve-bytes",
+        type=int,
+        help="free space kept per data directory for receives and acks: below it, sends to "
+        "the groups led there are refused with 507 DiskFull (default 268435456: 256 MiB)",
+    )
+    s.add_argument(
+        "--slow-fsync-seconds",
+        type=float,
+        help="a WAL fsync running longer than this makes its disk slow: the groups led there "
+        "hand their leadership to a peer (default 2)",
     )
     s.add_argument(
         "--http-workers",

@@ -127,7 +127,13 @@ async def serve(
         registry = CollectorRegistry()
         now_ms = node.clock_source.wall_ms
         register_node_metrics(
-            registry, node.raft, node.machines, now_ms, node.clock, scrubber=node.scrubber
+            registry,
+            node.raft,
+            node.machines,
+            now_ms,
+            node.clock,
+            scrubber=node.scrubber,
+            disks=node.disk_watch,
         )
         auth: AuthConfig | None = None
         keys: KeyAdmin | None = None

@@ -12,7 +12,8 @@ seam            real (the default)                              twin
 ``clock``       `cmq.routing.clock.node_clock()` (+ hooks)      `raftlog.runtime.host.LoopClock`
 ``offload``     ``asyncio.to_thread``                           `raftlog.runtime.host.inline`
 ``segments``    `cmq.fsm.segments.FileSegmentStore`             `MemoryFiles.segment_store`
-``files``       `OS_FILES` (flag markers, removing segments)    `MemoryFiles`
+``files``       `OS_FILES` (flag markers, removing segments,    `MemoryFiles`
+                free space)
 ==============  ==============================================  ================================
 
 ``seed`` seeds the node's own random choices (election timeouts, the router's retry jitter);
@@ -26,6 +27,7 @@ snapshots, closing a WAL) through the same one.
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -63,6 +65,11 @@ class NodeFiles(Protocol):
         """Remove a directory and everything under it (nothing if it does not exist)."""
         ...
 
+    def free_bytes(self, path: str) -> int | None:
+        """Free space an unprivileged writer may still use on ``path``'s file system (None:
+        unknown, never short). Read by `cmq.node.diskwatch` through the offload."""
+        ...
+
 
 class OsFiles:
     """`NodeFiles` on the operating system's file system."""
@@ -77,6 +84,10 @@ class OsFiles:
 
     def remove_tree(self, path: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
+
+    def free_bytes(self, path: str) -> int | None:
+        sv = os.statvfs(path)
+        return sv.f_bavail * sv.f_frsize
 
 
 OS_FILES = OsFiles()
@@ -140,6 +151,11 @@ class MemoryFiles:
             del self.files[name]
         for name in [p for p in self.stores if _under(p, path)]:
             del self.stores[name]
+
+    def free_bytes(self, path: str) -> int | None:
+        """Unknown: a simulated disk never fills."""
+        del path
+        return None
 
     def segment_store(self, directory: str, *, durable_root: str) -> SegmentStore:
         """The store of ``directory`` (created empty the first time; the same one after)."""

@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 from cmq.fsm.machine import QueueMachine
 from cmq.model import SEGMENT_STATES
 from cmq.node.clockguard import ClockGuard
+from cmq.node.diskwatch import DiskWatch
 from cmq.node.scrubber import Scrubber
 from cmq.upgrade.release import PEER_PROTOCOL_MAX, PEER_PROTOCOL_MIN, RELEASE
 from raftlog.runtime import MultiRaft, RuntimeStats
@@ -301,6 +302,56 @@ class ScrubCollector(Collector):
         )
 
 
+class DiskCollector(Collector):
+    """Each data directory's health as `cmq.node.diskwatch.DiskWatch` last judged it."""
+
+    def __init__(self, watch: DiskWatch) -> None:
+        self.watch = watch
+
+    def collect(self) -> Iterator[Metric]:
+        failed = GaugeMetricFamily(
+            "cmq_disk_failed",
+            "1 when the data directory's WAL stopped after an I/O error (its groups stopped; "
+            "restart the node once the disk is fixed).",
+            labels=["dir"],
+        )
+        full = GaugeMetricFamily(
+            "cmq_disk_full",
+            "1 when the data directory's free space is below the reserve (sends refused).",
+            labels=["dir"],
+        )
+        slow = GaugeMetricFamily(
+            "cmq_disk_slow",
+            "1 when the data directory's fsyncs are slow (its groups' leadership is handed off).",
+            labels=["dir"],
+        )
+        free = GaugeMetricFamily(
+            "cmq_disk_free_bytes", "Free space of the data directory.", labels=["dir"]
+        )
+        fsync = GaugeMetricFamily(
+            "cmq_disk_fsync_seconds",
+            "How long the WAL fsync in progress has run or the last one took (the longer).",
+            labels=["dir"],
+        )
+        for i, h in enumerate(self.watch.health):
+            d = [str(i)]
+            failed.add_metric(d, 1 if h.failed else 0)
+            full.add_metric(d, 1 if h.full else 0)
+            slow.add_metric(d, 1 if h.slow else 0)
+            if h.free_bytes is not None:
+                free.add_metric(d, h.free_bytes)
+            fsync.add_metric(d, h.fsync_seconds)
+        refused = CounterMetricFamily(
+            "cmq_disk_refused_sends", "Sends refused with DiskFull on this node."
+        )
+        refused.add_metric([], self.watch.refused_sends)
+        handoffs = CounterMetricFamily(
+            "cmq_disk_slow_handoffs", "Leadership hand-offs asked for because a disk was slow."
+        )
+        handoffs.add_metric([], self.watch.handoffs)
+        yield from (failed, full, slow, free, fsync, refused, handoffs)
+
+
 def register_node_metrics(
     registry: CollectorRegistry,
     raft: MultiRaft,
@@ -309,6 +360,7 @@ def register_node_metrics(
     clock: ClockGuard | None = None,
     *,
     scrubber: Scrubber | None = None,
+    disks: DiskWatch | None = None,
 ) -> None:
     """Add the build information (`BuildInfoCollector`), the Raft runtime's metrics and the
     process's (CPU seconds, resident memory, open
@@ -320,6 +372,8 @@ def register_node_metrics(
         registry.register(ClockCollector(clock))
     if scrubber is not None:
         registry.register(ScrubCollector(scrubber))
+    if disks is not None:
+        registry.register(DiskCollector(disks))
     if machines is not None and now_ms is not None:
         registry.register(SegmentCollector(machines, now_ms))
     ProcessCollector(registry=registry)

@@ -70,6 +70,12 @@ from cmq.model import (
 )
 from cmq.node import feature_marker
 from cmq.node.clockguard import DEFAULT_BOUND_MS, ClockGuard
+from cmq.node.diskwatch import (
+    DEFAULT_RESERVE_BYTES,
+    DEFAULT_SLOW_FSYNC_SECONDS,
+    DiskPolicy,
+    DiskWatch,
+)
 from cmq.node.feature_marker import MarkedCatalog
 from cmq.node.host import PRODUCTION, NodeHost
 from cmq.node.housekeeping import Housekeeper
@@ -164,6 +170,10 @@ class NodeConfig:
     peer_tls: PeerTlsFiles | None = None
     """Mutual TLS for peer traffic (`cmq.node.peer_tls`); None: plain TCP (the cluster-secret
     handshake alone authenticates peers)."""
+    disk_reserve_bytes: int = DEFAULT_RESERVE_BYTES
+    """Free space kept per data directory: below it sends are refused (`cmq.node.diskwatch`)."""
+    slow_fsync_seconds: float = DEFAULT_SLOW_FSYNC_SECONDS
+    """A WAL fsync this slow hands off the leadership of the groups on its directory."""
 
 
 class QueueNode:
@@ -232,6 +242,15 @@ class QueueNode:
             segment_age_ms=round(cfg.segment_max_age * 1000),
         )
         self.ops.clock_stamp = self.clock.stamp
+        self.disk_watch = DiskWatch(
+            cfg.node_id,
+            self.raft,
+            cfg.data_dirs,
+            DiskPolicy(cfg.disk_reserve_bytes, cfg.slow_fsync_seconds),
+            offload=host.offload,
+            probe=host.files.free_bytes,
+        )
+        self.ops.refuse_send = self.disk_watch.refuse_send
         self.router = Router(
             self.id,
             self.raft,
@@ -318,6 +337,7 @@ class QueueNode:
         self._spawn(self.housekeeper.run())
         self._spawn(self.membership.run())
         self._spawn(self.clock.run())
+        self._spawn(self.disk_watch.run())
         self._spawn(self.releases.run())
         self._spawn(self.scrubber.run())
 
@@ -388,10 +408,11 @@ class QueueNode:
         with a known leader; and no replica here is still recovering (`raftlog.core.recovery`:
         after a restart a replica votes only once enough peers answered), so a node reports
         ready only when it counts towards a quorum again: a rolling restart that waits for it
-        never takes down the peer a restarted node still needs."""
+        never takes down the peer a restarted node still needs. Never ready while a data
+        directory failed (`cmq.node.diskwatch`: its groups stopped; a restart is the way back)."""
         if not self.catalog.initialized or not self.raft.leader_of(META_GROUP):
             return False
-        if self.raft.recovering(META_GROUP):
+        if self.raft.recovering(META_GROUP) or not self.disk_watch.ok():
             return False
         groups = self.raft.groups
         return all(
@@ -425,6 +446,7 @@ class QueueNode:
             "findings": ss.findings,
         }
         out["peer_tls"] = self.raft.transport.tls
+        out["disks"] = self.disk_watch.describe()
         return out
 
     async def group_digest(self, group: int) -> GroupDigest:

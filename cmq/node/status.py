@@ -42,6 +42,7 @@ def render_status(
             "last_index": st.last_index,
             "voters": list(st.conf.voters),
             "lag": {str(p): st.last_index - ps.match for p, ps in st.peers.items() if p != node_id},
+            "stopped": _stopped(raft, g),
         }
     placement = {name: catalog.group_of(name) for name in catalog.names()}
     return {
@@ -66,6 +67,13 @@ def render_status(
             for g, info in catalog.groups().items()
         },
     }
+
+
+def _stopped(raft: MultiRaft, group: int) -> str | None:
+    """Why ``group`` stopped here (a halt: a broken invariant, a failed disk), or None."""
+    driver = raft.groups.get(group)
+    exc = driver.stopped if driver is not None else None
+    return None if exc is None else f"{type(exc).__name__}: {exc}"
 
 
 async def group_digest(

@@ -26,6 +26,7 @@ from typing import Any, TypeVar, cast
 
 from cmq.catalog.meta import Assignment, CatalogMachine
 from cmq.errors import (
+    CmqError,
     InvalidParameter,
     InvariantBroken,
     OutcomeUnknown,
@@ -190,6 +191,10 @@ class LeaderOps:
         self.clock_stamp: Callable[[], int | None] = clock.wall_ms
         """This node's clock for a command, or None while it is not trusted
         (`cmq.node.clockguard.ClockGuard.stamp`); set by the node."""
+        self.refuse_send: Callable[[int], CmqError | None] = lambda group: None
+        """Why a send to a group led here must be refused before it is proposed (e.g. its
+        data directory is below the disk reserve: `cmq.node.diskwatch.DiskWatch.refuse_send`),
+        or None; set by the node."""
 
     def stamp(self) -> int:
         """This node's clock for a command proposed here; `NotLeader` (route it again) while
@@ -341,6 +346,9 @@ class LeaderOps:
     async def _produce(self, call: ProduceCall) -> list[SentMessage]:
         # The leader's clock, not the receiving node's: every time in a queue's state comes
         # from the clock of its group's leader, checked when it is read (`stamp`).
+        refused = self.refuse_send(call.group)
+        if refused is not None:
+            raise refused
         data = restamp_produce(call.command, self.stamp())
         res = await self.propose_as(call.group, data, Produce.result_type, "Produce")
         return [SentMessage(i, s) for i, s in res.messages]

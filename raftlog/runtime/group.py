@@ -121,6 +121,13 @@ class GroupDriver:
             self._task = None
         self._proposals.fail_all(ProposalDropped(reason))
 
+    def halt(self, exc: BaseException) -> None:
+        """Stop this group for good because of ``exc`` (e.g. its data directory failed:
+        `raftlog.errors.DiskFailed`): it leads, votes and answers nothing from now on, and every
+        waiter fails. Idempotent (the first reason stays)."""
+        if self.stopped is None:
+            self._halt(exc)
+
     def _halt(self, exc: BaseException) -> None:
         """A broken invariant or storage failure: stop this group loudly (never swallow)."""
         log.error("group %d stopped: %s", self.group, exc, exc_info=exc)
@@ -153,6 +160,20 @@ class GroupDriver:
                 self.raw.raft.log.last_index(),
             )
         self._after_input()
+        self._note_step_down()
+
+    def _note_step_down(self) -> None:
+        """Fail the waiting proposals as soon as this replica stops leading (outcome unknown),
+        not only once the driver handles the next Ready: the driver may be waiting on a slow
+        or hung disk for as long as the disk takes (`cmq.node.diskwatch` hands leadership
+        away then), and the callers should learn at once that this leader is gone."""
+        if self._was_leader and self.raw.raft.role is not Role.LEADER:
+            self._was_leader = False
+            self._proposals.fail_all(
+                NotLeader(
+                    self.raw.raft.lead, "leadership lost; outcome unknown", outcome_unknown=True
+                )
+            )
 
     def tick(self) -> None:
         if self.stopped is not None:
@@ -163,6 +184,7 @@ class GroupDriver:
             self._halt(exc)
             return
         self._after_input()
+        self._note_step_down()
 
     # -- quiescence --------------------------------------------------------------------------------
     def can_quiesce(self) -> bool:
@@ -267,8 +289,9 @@ class GroupDriver:
         return self.raw.status()
 
     def leader(self) -> int:
-        """The leader this replica knows of (0: none), without building a `Status`."""
-        return self.raw.raft.lead
+        """The leader this replica knows of (0: none, and always 0 once the group stopped),
+        without building a `Status`."""
+        return self.raw.raft.lead if self.stopped is None else 0
 
     def recovering(self) -> bool:
         """Still out of elections (`raftlog.core.recovery.RecoveryGuard.out_of_elections`)."""

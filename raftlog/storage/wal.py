@@ -15,9 +15,18 @@ Contracts:
   visible to anyone woken by the future.
 - The submit queue is bounded by count and bytes; when full, `Overloaded` (retriable) is raised.
 - `Wal.close` completes (``drain=True``) or fails with `WalClosed` every queued submission, then
-  joins the writer thread. An I/O error stops the WAL for good (after a failed fsync the page
-  cache state is unknown, so retrying would be unsafe): every pending and later submission fails
-  with `WalClosed` chained to the cause. No waiter is ever left hanging.
+  joins the writer thread. An I/O error (a failed ``writev``, ``fdatasync``, rotation or
+  directory fsync: EIO, ENOSPC, anything) stops the WAL for good: after a failed fsync the
+  kernel may have dropped the dirty pages, so an fsync is never retried and nothing of the batch
+  is reported durable. The batch, every pending and every later submission fail with
+  `DiskFailed` (a `WalClosed`) naming the directory and errno, chained to the cause; `failure`
+  and the stats (``failed``) say so. No waiter is ever left hanging. An ENOSPC is no exception:
+  the groups on the directory already hold the batch's entries in memory (a leader may have
+  sent them to its followers), so failing only those submissions would leave them believing in
+  entries that are not in their log; the node keeps a free-space reserve so that a real ENOSPC
+  is rare (`cmq.node.diskwatch`). A restart recovers what reads back with valid checksums.
+- The fsync in progress (its start, ``WalStats.fsync_started``) and the last one's duration are
+  in the stats, so a slow or hung disk can be seen while it hangs.
 - Segment files ``wal-<16-digit seq>.log`` rotate once they reach ``segment_bytes`` (at batch
   boundaries). A new segment starts with every live group's latest snapshot marker, conf and
   hard state, so the old ones can be deleted as soon as their entries are all snapshotted
@@ -27,6 +36,7 @@ Contracts:
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import threading
@@ -35,7 +45,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 
-from raftlog.errors import InvariantViolation, Overloaded, WalClosed
+from raftlog.errors import DiskFailed, InvariantViolation, Overloaded, WalClosed
 from raftlog.storage.files import (
     SNAP_DIR,
     SNAP_NAME,
@@ -139,7 +149,7 @@ class Wal:
         self._pending_bytes = 0
         self._closing = False
         self._closed = False
-        self._failed: BaseException | None = None
+        self._failed: DiskFailed | None = None
         # _meta guards the segment index, the claimed groups and the counters: the writer
         # updates them while other threads ask for stats and pins.
         self._meta = threading.Lock()
@@ -307,8 +317,8 @@ class Wal:
         data = [encode_record(group, r, self._options.max_record_bytes) for r in recs]
         sub = _Submission(group, recs, data, sync, on_done)
         with self._cond:
-            if self._failed is not None:
-                raise WalClosed("the WAL stopped after an I/O error") from self._failed
+            if (f := self._failed) is not None:
+                raise DiskFailed(f.directory, f.errno, f.reason) from f.__cause__
             if self._closing:
                 raise WalClosed("the WAL is closed")
             opts = self._options
@@ -398,6 +408,12 @@ class Wal:
         return self._repairs
 
     @property
+    def failure(self) -> DiskFailed | None:
+        """Why this WAL stopped after an I/O error, or None while it works."""
+        with self._cond:
+            return self._failed
+
+    @property
     def torn_tail(self) -> TornTail | None:
         """What recovery truncated when this WAL was opened, if anything."""
         return self._torn_tail
@@ -430,14 +446,23 @@ class Wal:
 
     def _stop(self, exc: BaseException, batch: list[_Submission]) -> None:
         """Fail this batch and everything queued after an I/O error; refuse later submits."""
+        code = exc.errno if isinstance(exc, OSError) and exc.errno else 0
+        name = errno.errorcode.get(code, type(exc).__name__)
+        failed = DiskFailed(self._dir, code, f"{name}: {exc}")
+        failed.__cause__ = exc
+        log.error("WAL %s stopped for good: %s", self._dir, failed, exc_info=exc)
         with self._cond:
-            self._failed = exc
+            self._failed = failed
             rest = list(self._queue)
             self._queue.clear()
             self._pending_bytes = 0
+        with self._meta:
+            self._counters.failed = failed.reason
+            self._counters.failed_errno = code
+            self._counters.fsync_started = 0.0
         for sub in batch + rest:
             if not sub.future.done():
-                err = WalClosed(f"WAL write failed: {exc!r}")
+                err = DiskFailed(self._dir, code, failed.reason)
                 err.__cause__ = exc
                 sub.future.set_exception(err)
 
@@ -465,8 +490,12 @@ class Wal:
         latency: float | None = None
         if sync:
             start = time.perf_counter()
-            os.fdatasync(self._fd)
+            with self._meta:
+                self._counters.fsync_started = time.monotonic()
+            self._sync(self._fd)
             latency = time.perf_counter() - start
+            with self._meta:
+                self._counters.fsync_started = 0.0
             self._dirty = False
         else:
             self._dirty = True
@@ -484,6 +513,10 @@ class Wal:
                     sub.future.set_exception(exc)
                     continue
             sub.future.set_result(None)
+
+    def _sync(self, fd: int) -> None:
+        """``fdatasync`` a batch: once, never retried (see the module docstring)."""
+        os.fdatasync(fd)
 
     def _rotate(self) -> None:
         """Seal the active segment (fsynced) and start the next one with every group's head."""

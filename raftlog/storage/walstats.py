@@ -62,6 +62,13 @@ class WalStats:
     segments: int
     rotations: int
     segments_deleted: int
+    failed: str = ""
+    """Why the WAL stopped after an I/O error (`raftlog.errors.DiskFailed`), or empty."""
+    failed_errno: int = 0
+    fsync_started: float = 0.0
+    """``time.monotonic()`` when the fsync in progress began (0: none in progress)."""
+    last_fsync_seconds: float = 0.0
+    """How long the latest batch fsync took."""
 
     @property
     def records_per_fsync(self) -> float:
@@ -75,9 +82,13 @@ class WalCounters:
 
     __slots__ = (
         "bytes",
+        "failed",
+        "failed_errno",
         "fsync_buckets",
         "fsync_seconds",
+        "fsync_started",
         "fsyncs",
+        "last_fsync_seconds",
         "max_records_per_write",
         "records",
         "rotations",
@@ -97,6 +108,10 @@ class WalCounters:
         self.max_records_per_write = 0
         self.rotations = 0
         self.segments_deleted = 0
+        self.failed = ""
+        self.failed_errno = 0
+        self.fsync_started = 0.0
+        self.last_fsync_seconds = 0.0
 
     def wrote(self, submissions: int, records: int, nbytes: int, fsync: float | None) -> None:
         """A batch was written (and fsynced, taking ``fsync`` seconds, unless None)."""
@@ -108,6 +123,7 @@ class WalCounters:
         if fsync is not None:
             self.fsyncs += 1
             self.fsync_seconds += fsync
+            self.last_fsync_seconds = fsync
             self.fsync_buckets[next(i for i, b in enumerate(FSYNC_BUCKETS) if fsync <= b)] += 1
 
     def stats(self, segments: int) -> WalStats:
@@ -124,4 +140,8 @@ class WalCounters:
             segments=segments,
             rotations=self.rotations,
             segments_deleted=self.segments_deleted,
+            failed=self.failed,
+            failed_errno=self.failed_errno,
+            fsync_started=self.fsync_started,
+            last_fsync_seconds=self.last_fsync_seconds,
         )

@@ -243,3 +243,20 @@ def test_every_queue_error_has_a_status() -> None:
         if issubclass(cls, CmqError)
     }
     assert classes - set(HTTP_STATUS) == set()
+
+
+def test_disk_full_is_507_natively_and_service_unavailable_in_sqs() -> None:
+    """A send refused under the disk reserve: 507 with its own code in the native API; SQS has
+    no such error, so its clients get the 503 ServiceUnavailable they know (and back off)."""
+    from api.errors import is_server_fault, render_error
+    from api.sqs.errors import ServiceUnavailable, from_cmq
+    from cmq.errors import BY_CODE, DiskFull
+
+    err = DiskFull("below the reserve")
+    assert http_status(err) == 507 and not err.retriable
+    rendered = render_error(err)  # shown as it is: no server fault, nothing hidden
+    assert not is_server_fault(err) and b"below the reserve" in rendered.body
+    assert BY_CODE["DiskFull"] is DiskFull  # a forwarded refusal keeps its class
+    sqs = from_cmq(err)
+    assert isinstance(sqs, ServiceUnavailable) and sqs.status == 503
+    assert sqs.message.startswith("DiskFull:") and sqs.retry_after == 5.0

@@ -29,11 +29,15 @@ what cmq does: ``rmdir`` and directory renames take effect durably at once; cros
 renames are undone per directory; extended attributes, modes and times are passed through and
 never undone. Backing-file fsyncs are not performed (the backing directory stands for the disk).
 
-The file system runs in its own process (``python lazyfs.py BACKING MOUNT``, started by
-`LazyFS.start`); it takes commands, one per line, on its stdin (``drop``, ``drop-torn SEED``,
-``stats``) and
-answers each with one JSON line on its stdout. FUSE runs single-threaded with direct I/O and
-zero cache timeouts, so the kernel never serves stale pages or sizes after a drop.
+I/O faults (failing writes and fsyncs, a disk that fills, slow and hung fsyncs) are planted with
+`LazyFS.inject`; `tests.chaos.iofaults` holds their state and says what each does.
+
+The file system runs in its own process (``python -m tests.chaos.lazyfs BACKING MOUNT``, started
+by `LazyFS.start`); it takes commands, one per line, on its stdin (``drop``, ``drop-torn SEED``,
+``stats``, ``fault JSON``, ``clear-faults``, ``faults``) and answers each with one JSON line on
+its stdout. FUSE runs with direct I/O and zero cache timeouts, so the kernel never serves stale
+pages or sizes after a drop; its threads serialise on the operations' lock (only a planted fsync
+delay waits outside it).
 """
 
 from __future__ import annotations
@@ -51,6 +55,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
+
+from tests.chaos.iofaults import Fault, FaultState, limited_statfs, used_bytes
 
 FUSERMOUNT = "fusermount3"
 
@@ -89,8 +95,8 @@ Entry = tuple[int, bool]  # (inode, is_dir)
 class LazyOperations:
     """The passthrough operations with the undo log (see the module docstring).
 
-    Every method runs under one lock: the FUSE loop is single-threaded, the lock only orders it
-    against the control thread's `drop`.
+    Every method that reads or changes the undo log runs under one lock, which orders the FUSE
+    threads and the control thread's `drop`; a planted fsync delay or hang waits before it.
     """
 
     use_ns = True
@@ -106,6 +112,8 @@ class LazyOperations:
         self._dirs: dict[str, dict[str, Entry]] = {}
         self._append: dict[int, bool] = {}
         self._counters = {"writes": 0, "fsyncs": 0, "fsyncdirs": 0, "drops": 0}
+        self.faults = FaultState()
+        self._poisoned: set[int] = set()  # inodes whose unsynced data a failed fsync lost
 
     # -- helpers -----------------------------------------------------------------------------
     def _full(self, path: str) -> str:
@@ -190,7 +198,9 @@ class LazyOperations:
     def statfs(self, path: str) -> dict[str, int]:
         sv = os.statvfs(self._full(path))
         keys = ("f_bavail", "f_bfree", "f_blocks", "f_bsize", "f_favail", "f_ffree", "f_files")
-        return {k: getattr(sv, k) for k in (*keys, "f_flag", "f_frsize", "f_namemax")}
+        out = {k: getattr(sv, k) for k in (*keys, "f_flag", "f_frsize", "f_namemax")}
+        limit = self.faults.limit()
+        return out if limit is None else limited_statfs(out, limit, used_bytes(self._root))
 
     def read(self, path: str, size: int, offset: int, fh: int) -> bytes:
         with self._mutex:
@@ -220,7 +230,10 @@ class LazyOperations:
     def write(self, path: str, data: bytes, offset: int, fh: int) -> int:
         with self._mutex:
             self._counters["writes"] += 1
-            at = os.fstat(fh).st_size if self._append.get(fh) else offset
+            size = os.fstat(fh).st_size
+            at = size if self._append.get(fh) else offset
+            growth = max(0, at + len(data) - size)
+            self.faults.on_write(path, growth, lambda: used_bytes(self._root))
             self._before_write(fh, at, len(data))
             if self._append.get(fh):
                 return os.write(fh, data)
@@ -247,9 +260,16 @@ class LazyOperations:
         return 0
 
     def fsync(self, path: str, datasync: int, fh: int) -> int:
+        failed = self.faults.on_fsync(path)  # a planted delay or hang waits outside the lock
         with self._mutex:
             self._counters["fsyncs"] += 1
-            self._files.pop(os.fstat(fh).st_ino, None)
+            ino = os.fstat(fh).st_ino
+            if failed:
+                # The dirty pages are gone: no later fsync makes them durable (iofaults).
+                self._poisoned.add(ino)
+                raise OSError(errno.EIO, os.strerror(errno.EIO))
+            if ino not in self._poisoned:
+                self._files.pop(ino, None)
         return 0
 
     def fsyncdir(self, path: str, datasync: int, fh: int) -> int:
@@ -367,6 +387,7 @@ class LazyOperations:
                     os.close(fd)
                 report["files_reverted"] += 1
             self._files.clear()
+            self._poisoned.clear()
             self._dirs.clear()
             self._gc_trash()
             self._counters["drops"] += 1
@@ -419,6 +440,14 @@ def _control(ops: LazyOperations, stdin: IO[str], stdout: IO[str], mount: str) -
                 reply = {"ok": True, **ops.drop(int(cmd.split()[1]))}
             elif cmd == "stats":
                 reply = {"ok": True, **ops.stats()}
+            elif cmd.startswith("fault "):
+                ops.faults.plant(Fault.of(json.loads(cmd[len("fault ") :])))
+                reply = {"ok": True, **ops.faults.describe()}
+            elif cmd == "clear-faults":
+                ops.faults.clear()
+                reply = {"ok": True, **ops.faults.describe()}
+            elif cmd == "faults":
+                reply = {"ok": True, **ops.faults.describe()}
             else:
                 reply = {"ok": False, "error": f"unknown command {cmd!r}"}
         except Exception as e:  # reported to the parent, which raises
@@ -437,7 +466,7 @@ def _main(backing: str, mount: str) -> None:
         ops,
         mount,
         foreground=True,
-        nothreads=True,
+        nothreads=False,
         direct_io=True,
         attr_timeout=0,
         entry_timeout=0,
@@ -480,8 +509,11 @@ class LazyFS:
             _unmount(self.mount)
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child process
         try:
+            root = str(Path(__file__).resolve().parents[2])  # the repository (for -m)
+            path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
             self.proc = subprocess.Popen(
-                [sys.executable, os.path.abspath(__file__), str(self.backing), str(self.mount)],
+                [sys.executable, "-m", "tests.chaos.lazyfs", str(self.backing), str(self.mount)],
+                env={**os.environ, "PYTHONPATH": path},
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=log,
@@ -524,6 +556,18 @@ class LazyFS:
     def stats(self) -> dict[str, Any]:
         """Unsynced files and directories right now, and operation counters."""
         return self._command("stats")
+
+    def inject(self, fault: Fault) -> dict[str, Any]:
+        """Plant ``fault`` (`tests.chaos.iofaults`); returns the faults planted and counters."""
+        return self._command("fault " + json.dumps(fault.to_dict()))
+
+    def clear_faults(self) -> dict[str, Any]:
+        """Remove every planted fault and release hung fsyncs."""
+        return self._command("clear-faults")
+
+    def faults(self) -> dict[str, Any]:
+        """The faults planted and how often each kind fired."""
+        return self._command("faults")
 
     def stop(self) -> None:
         proc, self.proc = self.proc, None

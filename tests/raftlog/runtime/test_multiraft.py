@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from raftlog.errors import ConfChangeInProgress, LearnerNotReady, NotLeader, Pee
 from raftlog.runtime import GroupOptions, MultiRaft, RuntimeConfig
 from raftlog.runtime.applog import AppendLog
 from raftlog.runtime.config import RemoteCallError
-from raftlog.storage import WalOptions
+from raftlog.storage import Wal, WalOptions
 from raftlog.transport.peer import Address
 from tests.ports import free_ports
 
@@ -344,5 +345,43 @@ async def test_stats_is_a_frozen_snapshot_of_every_counter(tmp_path: Path) -> No
         assert snap.groups[0].proposals == 20  # a copy, not a view
         assert nodes[leader].stats().groups[0].proposals == 21
     finally:
+        for nd in nodes.values():
+            await nd.close()
+
+
+async def test_a_leader_stuck_on_its_disk_fails_its_waiters_once_it_steps_down(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The leader's WAL fsync hangs (its driver waits on the disk); leadership is transferred
+    away. The proposal waiting on it fails at once with an unknown outcome, not when the disk
+    comes back (`GroupDriver` notices the step-down on the message that causes it)."""
+    nodes = make_nodes(tmp_path)
+    for nd in nodes.values():
+        await nd.start()
+        await nd.open_group(1, AppendLog(), voters=list(nodes))
+    release = threading.Event()
+    try:
+        await propose_retrying(nodes, 1, b"before")
+        leader = await wait_leader(nodes, 1)
+        stuck_dir = str(tmp_path / f"n{leader}")
+        real = Wal._sync
+
+        def hanging(self: Wal, fd: int) -> None:
+            if self.directory == stuck_dir:
+                release.wait(30)
+            real(self, fd)
+
+        monkeypatch.setattr(Wal, "_sync", hanging)
+        waiting = asyncio.ensure_future(nodes[leader].propose(1, b"stuck", timeout=30))
+        await asyncio.sleep(0.3)
+        assert not waiting.done()  # committed by the followers, but not applied: disk stuck
+        target = next(n for n in nodes if n != leader)
+        nodes[leader].transfer_leader(1, target)
+        with pytest.raises(NotLeader) as lost:
+            await asyncio.wait_for(waiting, 5)
+        assert lost.value.outcome_unknown
+        assert not release.is_set()  # the disk is still stuck
+    finally:
+        release.set()
         for nd in nodes.values():
             await nd.close()

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import threading
+import time
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -12,7 +14,7 @@ import pytest
 from storage_helpers import make_wal, oracle
 
 from raftlog.core.types import ConfState, Entry, HardState, SnapshotMeta
-from raftlog.errors import Overloaded, WalClosed
+from raftlog.errors import DiskFailed, Overloaded, WalClosed
 from raftlog.storage import (
     FSYNC_BUCKETS,
     ConfRecord,
@@ -148,6 +150,58 @@ def test_io_error_stops_the_wal_and_fails_waiters(
         wal.submit(1, [HardStateRecord(HardState(3, 1, 0))])
     monkeypatch.undo()
     wal.close()
+
+
+def test_a_failed_fsync_is_a_failed_disk_never_retried(
+    tmp_path: Path, open_wal: list[Wal], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """EIO from fdatasync: the batch fails with `DiskFailed` naming the directory and errno,
+    the fsync is not tried again, later submits fail the same way, the stats say why."""
+    wal = make_wal(open_wal, str(tmp_path))
+    wal.submit(1, [HardStateRecord(HardState(1, 1, 0))]).result(10)
+    calls: list[int] = []
+
+    def broken_fdatasync(fd: int) -> None:
+        calls.append(fd)
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", broken_fdatasync)
+    exc = wal.submit(1, [HardStateRecord(HardState(2, 1, 0))]).exception(10)
+    assert isinstance(exc, DiskFailed) and exc.errno == errno.EIO
+    assert exc.directory == wal.directory and "EIO" in str(exc)
+    assert len(calls) == 1  # never retried
+    with pytest.raises(DiskFailed) as later:
+        wal.submit(1, [HardStateRecord(HardState(3, 1, 0))])
+    assert later.value.errno == errno.EIO
+    st = wal.stats()
+    assert st.failed_errno == errno.EIO and "EIO" in st.failed and st.fsync_started == 0
+    assert wal.failure is not None
+    monkeypatch.undo()
+    wal.close()
+
+
+def test_an_fsync_in_progress_is_in_the_stats(
+    tmp_path: Path, open_wal: list[Wal], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wal = make_wal(open_wal, str(tmp_path))
+    release = threading.Event()
+    real = os.fdatasync
+
+    def slow(self: Wal, fd: int) -> None:
+        release.wait(10)
+        real(fd)
+
+    monkeypatch.setattr(Wal, "_sync", slow)
+    fut = wal.submit(1, [HardStateRecord(HardState(1, 1, 0))])
+    deadline = time.monotonic() + 5
+    while wal.stats().fsync_started == 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert time.monotonic() - wal.stats().fsync_started < 5
+    release.set()
+    fut.result(10)
+    st = wal.stats()
+    assert st.fsync_started == 0 and st.last_fsync_seconds > 0
 
 
 def test_unsynced_writes_ride_along(tmp_path: Path, open_wal: list[Wal]) -> None:
