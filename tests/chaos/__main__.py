@@ -22,7 +22,7 @@ from tests.chaos.checker import check, summarize
 from tests.chaos.failover import failover_trials, percentile
 from tests.chaos.history import load_jsonl
 from tests.chaos.runner import (
-    ALL_FAULTS,
+    SOAK_FAULTS,
     RunConfig,
     RunResult,
     fault_total,
@@ -148,7 +148,7 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nodes", default="3", help="cluster sizes, e.g. 3 or 3,5 (alternated)")
     p.add_argument("--groups", type=int, default=2)
     p.add_argument("--duration", type=float, default=60, help="seconds of faults per run")
-    p.add_argument("--faults", default=",".join(ALL_FAULTS))
+    p.add_argument("--faults", default=",".join(SOAK_FAULTS))
     p.add_argument("--lazyfs", choices=["none", "one", "all"], default="one")
     p.add_argument(
         "--overlap", type=float, default=0.3, help="chance of a second fault in an episode"

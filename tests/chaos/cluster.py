@@ -22,6 +22,7 @@ from typing import Any, Protocol
 from cmq.cli.launch import SERVE_COMMAND, NodeProcesses, ServeSettings, free_ports
 from cmq.client import NO_RETRY, Client
 from cmq.errors import CmqError
+from tests.chaos.iofaults import Fault
 from tests.chaos.proxy import Mode, ProxyProcess
 
 SECRET = "chaos-cluster-secret-0123456789abcdef"
@@ -34,6 +35,12 @@ class MountedFS(Protocol):
     def start(self) -> None: ...
 
     def drop_unsynced(self) -> object: ...
+
+    def inject(self, fault: Fault) -> object:
+        """Plant an I/O fault (`tests.chaos.iofaults`)."""
+        ...
+
+    def clear_faults(self) -> object: ...
 
     def stop(self) -> None: ...
 

@@ -21,11 +21,12 @@ it. Kinds:
 
 Disk faults overlap other faults only within what a majority quorum survives
 (`disk_overlap_ok`): with f = (n-1)/2, the nodes a disk fault damages plus the nodes another
-fault takes away from the quorum stay at most f. So on 3 nodes (f = 1) a disk fault overlaps
-only faults that take no voter away (clock steps and drift, clients pinned to one node); on 5
-nodes (f = 2) also a kill, a pause or a power loss of one other node. Beyond that (damage on f
-nodes and another node down) the promise is unavailability, never loss: a dedicated test checks
-it (`tests/chaos/test_overlap_edge.py`).
+fault takes away from the quorum stay at most f. The disk fault is injected first; on 3 nodes
+(f = 1) a kill or pause then hits the damaged node itself (`pick_target`: a repair interrupted
+by a crash or a stop must resume), on 5 nodes (f = 2) any one node, and a power loss of one
+node may join them. Clock and pinned-client faults are exclusive anyway. Beyond that (damage on
+f nodes and another node down) the promise is unavailability, never loss: a dedicated test
+checks it (`tests/chaos/test_overlap_edge.py`).
 """
 
 from __future__ import annotations
@@ -83,10 +84,14 @@ class FaultKind(Protocol):
 
 
 async def pick_target(cluster: ChaosCluster, rng: random.Random) -> int | None:
-    """A running node: half of the time the leader of a random group."""
+    """A running node: half of the time the leader of a random group. While a node is damaged
+    and the quorum has no other spare (3 nodes), that node itself (`disk_overlap_ok`)."""
     running = cluster.running()
     if not running:
         return None
+    if cluster.damaged and (cluster.n - 1) // 2 < 2:
+        hit = [n for n in sorted(cluster.damaged) if n in running]
+        return hit[0] if hit else None
     if rng.random() < 0.5:
         leaders = await cluster.leaders()
         if leaders:
@@ -99,11 +104,11 @@ async def pick_target(cluster: ChaosCluster, rng: random.Random) -> int | None:
 DISK = "disk"
 """The category of file faults (`FileFault`, `Rollback`)."""
 
-_TAKES_NO_VOTER = frozenset({"clock", "pinned"})
-"""Fault kinds that never take a voter away from a quorum."""
+_ON_THE_DAMAGED_NODE = frozenset({"kill", "pause"})
+"""Fault kinds that, while the quorum has no spare, hit the damaged node itself (`pick_target`)."""
 _TAKES_ONE_VOTER = frozenset({"kill", "pause", "power-loss"})
-"""Fault kinds that take at most one (other) node away, when they overlap a disk fault
-(`PowerLoss` of every node at once is refused while a disk fault is active: `disk_overlap_ok`)."""
+"""Fault kinds that take at most one node away when they overlap a disk fault (`PowerLoss` of
+every node at once is refused while a node is damaged)."""
 
 
 def disk_overlap_ok(a: FaultKind, b: FaultKind, n: int) -> bool:
@@ -115,9 +120,9 @@ def disk_overlap_ok(a: FaultKind, b: FaultKind, n: int) -> bool:
     if other.category == DISK:
         return False
     spare = (n - 1) // 2 - 1  # the disk fault's node takes one
-    if other.name in _TAKES_NO_VOTER:
-        return True
-    return spare >= 1 and other.name in _TAKES_ONE_VOTER
+    if spare < 1:
+        return other.name in _ON_THE_DAMAGED_NODE
+    return other.name in _TAKES_ONE_VOTER
 
 
 def _minority_ok(cluster: ChaosCluster, extra_down: int) -> bool:
@@ -546,6 +551,12 @@ def _pinned() -> FaultKind:
     return PinnedClients()
 
 
+def _io() -> FaultKind:
+    from tests.chaos.diskio import IoFault  # it imports this module
+
+    return IoFault()
+
+
 def _clock() -> FaultKind:
     from tests.chaos.clock import ClockFault  # it imports this module
 
@@ -563,6 +574,7 @@ REGISTRY: dict[str, Callable[[], FaultKind]] = {
     "membership": MembershipChange,
     "pinned": _pinned,
     "clock": _clock,
+    "io": _io,
 }
 
 

@@ -126,6 +126,9 @@ function renderCluster(status) {
   const groups = Object.entries(status.groups);
   const nodes = Object.entries(status.nodes);
   const leaderless = groups.filter(([, g]) => !g.leader).length;
+  // Groups whose replica on this node is damaged and being caught up from the others.
+  const underRepair = (status.repair && status.repair.under_repair) || {};
+  const repairing = Object.keys(underRepair);
   const leads = {};
   for (const [, g] of groups) if (g.leader) leads[g.leader] = (leads[g.leader] || 0) + 1;
   const summary = document.getElementById("summary");
@@ -134,6 +137,7 @@ function renderCluster(status) {
     el("div", {}, el("b", { text: groups.length }), "groups"),
     el("div", {}, el("b", { text: status.queues }), "queues"),
     el("div", { class: leaderless ? "error" : "" }, el("b", { text: leaderless }), "groups without a leader"),
+    el("div", { class: repairing.length ? "error" : "", id: "repairing" }, el("b", { text: repairing.length }), "under repair here"),
   );
   // Each node's release as it last told the node serving this page (absent: no answer yet).
   const releaseOf = ([, info]) => info.release || "unknown";
@@ -165,7 +169,8 @@ function renderCluster(status) {
     const lag = Object.entries(g.lag || {});
     const lagText = g.role === "leader" ? (lag.length ? lag.map(([p, n]) => `node ${p}: ${n}`).join(", ") : "–") : `(known on node ${g.leader || "?"})`;
     return el("tr", { "data-group": gid },
-      el("td", { text: gid === "0" ? "0 (meta)" : gid }),
+      el("td", {}, gid === "0" ? "0 (meta)" : gid,
+        underRepair[gid] ? el("span", { class: "pill bad", title: underRepair[gid], text: "repairing here" }) : null),
       el("td", { text: gid === "0" ? "catalog" : (queuesOf[gid] || []).length }),
       el("td", {}, g.leader ? el("span", { class: "badge leader", text: `node ${g.leader}` }) : el("span", { class: "pill bad", text: "none" })),
       el("td", { text: g.voters.join(", ") }),
