@@ -59,13 +59,15 @@ SOAK_FAULTS = [*ALL_FAULTS, "io"]
 `make test` keeps ``ALL_FAULTS`` (its seeds were picked for that list)."""
 Say = Callable[[str], None]
 
+OVERLAP = "overlap:"
+"""Fault counts of episodes that ran two faults at once, keyed ``overlap:<kind>+<kind>``."""
 VARIANTS = frozenset({"clock-jump", "clock-drift"})
 """Fault counts that refine a kind's (each ``clock`` episode is also one of these)."""
 
 
 def fault_total(faults: Counter[str]) -> int:
-    """How many faults were injected (variants are not counted twice)."""
-    return sum(v for k, v in faults.items() if k not in VARIANTS)
+    """How many faults were injected (variants and overlaps are not counted twice)."""
+    return sum(v for k, v in faults.items() if k not in VARIANTS and not k.startswith(OVERLAP))
 
 
 @dataclass
@@ -248,6 +250,8 @@ async def nemesis(
                 counts[inj.kind] += 1
             active.append((op, inj))
             say(f"inject {inj.description}; hold {inj.hold:.1f}s")
+        if len(active) > 1:
+            counts[OVERLAP + "+".join(inj.kind for _, inj in active)] += 1
         if active:
             hold = max(inj.hold for _, inj in active)
             await asyncio.sleep(min(hold, max(0.5, end - time.monotonic())))
