@@ -87,12 +87,18 @@ class Scrubber:
     async def scrub_pass(self) -> None:
         """One pass over every sealed segment and snapshot this node holds now."""
         for group in sorted(self._raft.groups):
+            if self._raft.repairs.under_way(group):
+                continue  # its files are being replaced: nothing to judge
             await self._scrub_snapshot(group)
             machine = self._machines.get(group)
-            if machine is not None:
-                for queue_key, first, size in self._sealed(machine):
-                    if await self._scrub_segment(group, machine, queue_key, first, size):
-                        break  # the group is being repaired: its files are going
+            driver = self._raft.groups.get(group)
+            if machine is None or driver is None:
+                continue
+            for queue_key, first, size in self._sealed(machine):
+                if self._raft.groups.get(group) is not driver:
+                    break  # reset by a repair (or dropped) meanwhile: the listing is stale
+                if await self._scrub_segment(group, machine, queue_key, first, size):
+                    break  # the group is being repaired: its files are going
         self._passes += 1
 
     @staticmethod
@@ -119,16 +125,19 @@ class Scrubber:
     ) -> bool:
         """Verify one segment; True when damage was found."""
         steps: Iterator[int] = machine.store.verify(queue_key, first, size, CHUNK)
+        driver = self._raft.groups.get(group)
         done = 0
         while True:
-            if self._machines.get(group) is not machine:
-                return False  # the group left this node (or was reopened) meanwhile
+            if self._raft.groups.get(group) is not driver or self._raft.repairs.under_way(group):
+                return False  # the group left this node or is being repaired meanwhile
             started = time.monotonic()
             try:
                 checked: int | None = await self._offload(next, steps, None)
             except Exception as exc:
                 if not is_storage_damage(exc):
                     raise
+                if self._raft.groups.get(group) is not driver:
+                    return False  # its files were replaced while they were read
                 self._found(group, str(exc))
                 return True
             if checked is None:

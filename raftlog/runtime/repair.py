@@ -92,6 +92,10 @@ class ReplicaRepair:
         """Whether ``group`` is marked for repair on disk ``index`` (it then opens rejoining)."""
         return group in self._disks[index].repairs.marked()
 
+    def under_way(self, group: int) -> bool:
+        """Whether ``group``'s replica here is being repaired (marked, or its reset running)."""
+        return group in self._running or any(group in d.repairs.marked() for d in self._disks)
+
     def stats(self) -> RepairStats:
         marks: dict[int, str] = {}
         for d in self._disks:
