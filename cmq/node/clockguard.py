@@ -253,28 +253,10 @@ class ClockGuard:
         asked = 0
         avoid = set(self.verdict.off_peers)
         for g in sorted(self._raft.groups):
-            driver = self._raft.groups[g]
-            if driver.leader() != self._id:
-                continue
-            st = driver.status()
-            if st.transferee:
-                continue
-            targets = [
-                (ps.match, p)
-                for p, ps in st.peers.items()
-                if p != self._id
-                and p in st.conf.voters
-                and p not in avoid
-                and ps.recent_active
-                and not ps.learner
-            ]
-            if not targets:
-                continue
             try:
-                self._raft.transfer_leader(g, max(targets)[1])
+                if self._raft.groups[g].hand_over(avoid):
+                    asked += 1
             except RaftError as e:
                 log.info("group %d: clock hand-off deferred: %s", g, e)
-                continue
-            asked += 1
         self.handoffs += asked
         return asked

@@ -264,25 +264,11 @@ class DiskWatch:
     def _hand_off(self, i: int) -> None:
         """Ask each group led here on directory ``i`` to move to its best other voter."""
         for g in self._groups_on(i):
-            driver = self._raft.groups[g]
-            if driver.leader() != self._id:
-                continue
-            st = driver.status()
-            if st.transferee:
-                continue
-            targets = [
-                (ps.match, p)
-                for p, ps in st.peers.items()
-                if p != self._id and p in st.conf.voters and ps.recent_active and not ps.learner
-            ]
-            if not targets:
-                continue
             try:
-                self._raft.transfer_leader(g, max(targets)[1])
+                if self._raft.groups[g].hand_over():
+                    self.handoffs += 1
             except RaftError as e:
                 log.info("group %d: slow-disk hand-off deferred: %s", g, e)
-                continue
-            self.handoffs += 1
 
     # -- what the node asks ------------------------------------------------------------------
     def refuse_send(self, group: int) -> DiskFull | None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from raftlog.core import (
     ConfChange,
@@ -296,6 +296,30 @@ class GroupDriver:
     def recovering(self) -> bool:
         """Still out of elections (`raftlog.core.recovery.RecoveryGuard.out_of_elections`)."""
         return self.raw.raft.out_of_elections()
+
+    def hand_over(self, avoid: Collection[int] = ()) -> int:
+        """A leader asks its best other voter to take over: the recently active, non-learner
+        voter (not in ``avoid``) that matches most of the log. Returns the node asked, or 0
+        when this replica does not lead, a transfer is already under way, or nobody fits.
+        `raftlog.errors.RaftError` from the core passes through (the transfer was refused)."""
+        r = self.raw.raft
+        if self.stopped is not None or r.role is not Role.LEADER or r.lead_transferee:
+            return 0
+        st = self.status()
+        targets = [
+            (ps.match, p)
+            for p, ps in st.peers.items()
+            if p != r.id
+            and p in st.conf.voters
+            and p not in avoid
+            and ps.recent_active
+            and not ps.learner
+        ]
+        if not targets:
+            return 0
+        best = max(targets)[1]
+        self.transfer_leader(best)
+        return best
 
     def nudge(self, peers: Sequence[int]) -> None:
         """Ask ``peers`` for their term and log position (`MsgType.RECOVER`, which every node

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from raftlog.core import Role
+from raftlog.errors import RaftError
 from raftlog.runtime.group_options import Offload
 
 if TYPE_CHECKING:
@@ -151,17 +152,12 @@ class ReplicaRepair:
         """A leader transfers the group to its most caught-up voter, then waits up to
         `HANDOVER_WAIT` for the transfer (a follower has nothing to hand over)."""
         raft = driver.raw.raft
-        if raft.role is not Role.LEADER or driver.stopped is not None:
+        try:
+            if not driver.hand_over():
+                return
+        except RaftError as e:
+            log.info("group %d: hand-over before the repair refused: %s", driver.group, e)
             return
-        status = driver.status()
-        best = max(
-            (p for p in raft.conf.voters if p != raft.id),
-            key=lambda p: status.peers[p].match if p in status.peers else -1,
-            default=None,
-        )
-        if best is None:
-            return
-        driver.transfer_leader(best)
         deadline = time.monotonic() + HANDOVER_WAIT
         while raft.role is Role.LEADER and time.monotonic() < deadline:
             await asyncio.sleep(0.02)

@@ -4,8 +4,10 @@ write not fsynced is forgotten), and the checks the power-loss and file-fault te
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -134,3 +136,17 @@ def wait_caught_up(c: CmqCluster, nid: int, timeout: float = 30, group: int = 1)
 
 async def wait_ready(c: DiskCluster) -> None:
     await asyncio.to_thread(c.wait_ready, 60)
+
+
+@contextlib.contextmanager
+def started(root: Path, **settings: Any) -> Iterator[DiskCluster]:
+    """A started `DiskCluster` under ``root`` (no LazyFS unless ``lazy=True``; snapshots often),
+    closed on exit: the cluster the file-fault tests share."""
+    settings.setdefault("lazy", False)
+    settings.setdefault("group_options", SNAPSHOTS)
+    c = DiskCluster(root, **settings)
+    try:
+        c.start_all()
+        yield c
+    finally:
+        c.close()

@@ -22,7 +22,7 @@ import random
 from dataclasses import dataclass
 
 from tests.chaos.cluster import ChaosCluster
-from tests.chaos.faults import DISK, Injected, _minority_ok, lazyfs_unavailable, settle_node
+from tests.chaos.faults import DISK, Injected, _minority_ok, mounts_unavailable, settle_node
 from tests.chaos.iofaults import Fault
 
 _WAL = "/wal-*"
@@ -36,12 +36,7 @@ class IoFault:
     weight: int = 2
 
     def unavailable(self, cluster: ChaosCluster) -> str | None:
-        why = lazyfs_unavailable()
-        if why is not None:
-            return why
-        if not cluster.mounts:
-            return "no node runs on a LazyFS mount (see --lazyfs)"
-        return None
+        return mounts_unavailable(cluster)
 
     async def inject(self, cluster: ChaosCluster, rng: random.Random) -> Injected | None:
         mounted = [n for n in sorted(cluster.mounts) if n in cluster.running()]

@@ -256,6 +256,16 @@ def lazyfs_unavailable() -> str | None:
     return probe() if callable(probe) else None
 
 
+def mounts_unavailable(cluster: ChaosCluster) -> str | None:
+    """Why no fault can act on a node's LazyFS mount here (None: one can)."""
+    why = lazyfs_unavailable()
+    if why is not None:
+        return why
+    if not cluster.mounts:
+        return "no node runs on a LazyFS mount (see --lazyfs)"
+    return None
+
+
 @dataclass
 class PowerLoss:
     name: str = "power-loss"
@@ -264,12 +274,7 @@ class PowerLoss:
     weight: int = 2
 
     def unavailable(self, cluster: ChaosCluster) -> str | None:
-        why = lazyfs_unavailable()
-        if why is not None:
-            return why
-        if not cluster.mounts:
-            return "no node runs on a LazyFS mount (see --lazyfs)"
-        return None
+        return mounts_unavailable(cluster)
 
     async def inject(self, cluster: ChaosCluster, rng: random.Random) -> Injected | None:
         mounted = [n for n in sorted(cluster.mounts) if n in cluster.procs]

@@ -38,10 +38,10 @@ import pytest
 from tests.chaos import filefaults
 from tests.chaos.diskcluster import (
     LONG,
-    SNAPSHOTS,
     DiskCluster,
     caught_up,
     group_of,
+    started,
     wait_caught_up,
 )
 from tests.chaos.filefaults import FileKind, copy_data_dir, data_files, snapshot_group
@@ -230,12 +230,8 @@ def make_leader(c: DiskCluster, queue: str, nid: int, attempts: int = 20) -> Non
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[DiskCluster]:
-    c = DiskCluster(tmp_path, lazy=False, group_options=SNAPSHOTS)
-    try:
-        c.start_all()
+    with started(tmp_path) as c:
         yield c
-    finally:
-        c.close()
 
 
 async def test_faults_on_one_node(cluster: DiskCluster, tmp_path: Path) -> None:

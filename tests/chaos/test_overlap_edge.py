@@ -29,7 +29,7 @@ import pytest
 from cmq.client import NO_RETRY, SyncClient
 from cmq.errors import CmqError
 from tests.chaos import filefaults
-from tests.chaos.diskcluster import SNAPSHOTS, DiskCluster, wait_caught_up
+from tests.chaos.diskcluster import DiskCluster, started, wait_caught_up
 from tests.chaos.test_file_corruption import same_digests
 from tests.cmq.cluster import request
 
@@ -40,12 +40,8 @@ QUEUE = "edge"
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[DiskCluster]:
-    c = DiskCluster(tmp_path, lazy=False, group_options=SNAPSHOTS)
-    try:
-        c.start_all()
+    with started(tmp_path) as c:
         yield c
-    finally:
-        c.close()
 
 
 def _send(c: DiskCluster, nid: int, tag: str, n: int, timeout: float = 30) -> tuple[set[str], int]:

@@ -7,7 +7,6 @@ import asyncio
 import errno
 import os
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
@@ -53,9 +52,14 @@ def test_assess_each_state() -> None:
 
 
 class FakeDriver:
-    def __init__(self, leader: int) -> None:
+    """A group's driver: led by ``leader``; `hand_over` (the real one picks the most caught-up
+    voter, `raftlog.runtime.group.GroupDriver.hand_over`) asks node 3 when led by node 1."""
+
+    def __init__(self, group: int, leader: int, transfers: list[tuple[int, int]]) -> None:
         self.stopped: BaseException | None = None
+        self.group = group
         self._leader = leader
+        self._transfers = transfers
 
     def halt(self, exc: BaseException) -> None:
         self.stopped = exc
@@ -63,14 +67,11 @@ class FakeDriver:
     def leader(self) -> int:
         return self._leader
 
-    def status(self) -> Any:
-        peer = SimpleNamespace(recent_active=True, learner=False)
-        peers = {1: SimpleNamespace(match=9, recent_active=True, learner=False)}
-        peers |= {
-            2: SimpleNamespace(match=7, **vars(peer)),
-            3: SimpleNamespace(match=9, **vars(peer)),
-        }
-        return SimpleNamespace(transferee=0, peers=peers, conf=SimpleNamespace(voters=(1, 2, 3)))
+    def hand_over(self, avoid: Any = ()) -> int:
+        if self._leader != 1:
+            return 0
+        self._transfers.append((self.group, 3))
+        return 3
 
 
 class FakeWal:
@@ -84,14 +85,13 @@ class FakeWal:
 class FakeRaft:
     def __init__(self) -> None:
         self.wals = [FakeWal(), FakeWal()]
-        self.groups = {1: FakeDriver(1), 2: FakeDriver(1), 3: FakeDriver(2)}
         self.transfers: list[tuple[int, int]] = []
+        self.groups = {
+            g: FakeDriver(g, leader, self.transfers) for g, leader in ((1, 1), (2, 1), (3, 2))
+        }
 
     def dir_for(self, group: int) -> int:
         return 0 if group in (1, 3) else 1
-
-    def transfer_leader(self, group: int, to: int) -> None:
-        self.transfers.append((group, to))
 
 
 async def inline(f: Any, *args: Any) -> Any:

@@ -162,3 +162,28 @@ async def test_damage_reported_while_running_resets_and_rejoins(tmp_path: Path) 
     finally:
         for nd in nodes.values():
             await nd.close()
+
+
+async def test_a_leader_hands_over_to_its_best_voter_and_avoids_who_it_is_told(
+    tmp_path: Path,
+) -> None:
+    """`GroupDriver.hand_over` (what a repair, a stepped clock and a slow disk use): the leader
+    asks a caught-up voter not in ``avoid``; a follower asks nobody."""
+    nodes = make_nodes(tmp_path)
+    await open_all(nodes)
+    try:
+        await _load(nodes, 0, 5)
+        await wait_applied(nodes, 1, 5)
+        leader = await wait_leader(nodes, 1)
+        follower = next(n for n in nodes if n != leader)
+        assert nodes[follower].group(1).hand_over() == 0
+        others = [n for n in nodes if n != leader]
+        assert await until(
+            lambda: all(nodes[leader].group(1).status().peers[p].recent_active for p in others)
+        )
+        asked = nodes[leader].group(1).hand_over(avoid={others[0]})
+        assert asked == others[1]
+        assert await until(lambda: nodes[others[1]].group(1).status().role.name == "LEADER")
+    finally:
+        for nd in nodes.values():
+            await nd.close()
