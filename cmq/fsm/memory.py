@@ -36,6 +36,11 @@ class MemorySegmentStore(FramedStore):
         # What a flush made durable (segment sizes), so `crash` can model a power loss.
         self._durable: dict[Key, int] = {}
 
+    def drop_cache(self) -> None:
+        """Forget the cached messages (a later read goes to the bytes)."""
+        self._cache.clear()
+        self._cache_bytes = 0
+
     def crash(self) -> None:
         """Power loss: every segment falls back to its size at the last flush (segments never
         flushed vanish), the in-memory indexes and the staged index files are lost."""

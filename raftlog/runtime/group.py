@@ -95,6 +95,9 @@ class GroupDriver:
         self._was_leader = False
         self._term = raw.raft.term
         self._after_apply = sm.after_apply if isinstance(sm, AfterApply) else None
+        self.reset_by_repair = False
+        """This replica was opened empty by a repair (`raftlog.runtime.repair`): the entries it
+        lost with its damaged copy are expected to be missing until it has caught up."""
         self.quiesced = False
         """An idle group the host does not tick (see `can_quiesce`, `quiesce_follower`, `wake`):
         its leader sends no heartbeats and its followers run no election timer. Any input but a

@@ -126,7 +126,7 @@ class MultiRaft:
         )
         self.liveness: PeerLiveness = self.ticker.liveness
         self.repairs = ReplicaRepair(
-            self.groups, self.wals, self.dir_for, self._reopen_rejoining, self._offload
+            self.groups, self.wals, self.dir_for, self._reopen_rejoining, self._offload, self.clock
         )
         """Repairs of damaged replicas (`raftlog.runtime.repair`; off until ``enabled``)."""
         self._repair_task: asyncio.Task[None] | None = None
@@ -215,11 +215,14 @@ class MultiRaft:
             reason = str(exc)
         # Damage found while opening: reset this replica and catch it up from the others.
         await self.repairs.reset(group, index, reason)
-        return await self._open(group, sm, index, (), True)
+        driver = await self._open(group, sm, index, (), True)
+        driver.reset_by_repair = True
+        return driver
 
     async def _reopen_rejoining(self, group: int, index: int) -> None:
         """Open ``group`` again, empty and rejoining, with its state machine (a repair)."""
-        await self._open(group, self._sms[group], index, (), True)
+        driver = await self._open(group, self._sms[group], index, (), True)
+        driver.reset_by_repair = True
 
     async def _open(
         self, group: int, sm: StateMachine, index: int, voters: Sequence[int], rejoin: bool

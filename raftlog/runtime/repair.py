@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -40,7 +39,7 @@ from raftlog.runtime.group_options import Offload
 
 if TYPE_CHECKING:
     from raftlog.runtime.group import GroupDriver
-    from raftlog.runtime.host import LogDisk
+    from raftlog.runtime.host import Clock, LogDisk
 
 log = logging.getLogger("raftlog.repair")
 
@@ -64,15 +63,17 @@ class ReplicaRepair:
 
     ``groups`` and ``disks`` are the host's registry of open drivers and its disk per data
     directory; ``dir_of`` says which disk a group is bound to; ``reopen`` opens a group again
-    empty in rejoin mode (the host's `open_group` for the group's state machine)."""
+    empty in rejoin mode (the host's `open_group` for the group's state machine); ``clock`` is
+    the host's (virtual under a simulator)."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0917 - the host's parts, each named in the docstring
         self,
         groups: dict[int, GroupDriver],
         disks: list[LogDisk],
         dir_of: Callable[[int], int],
         reopen: Callable[[int, int], Awaitable[None]],
         offload: Offload,
+        clock: Clock,
     ) -> None:
         self.enabled = False
         """Repair damage (else it is raised as before: see the module docstring)."""
@@ -81,6 +82,7 @@ class ReplicaRepair:
         self._dir_of = dir_of
         self._reopen = reopen
         self._offload = offload
+        self._clock = clock
         self._running: dict[int, asyncio.Task[None]] = {}
         self.voters: dict[int, tuple[int, ...]] = {}
         """The voters each open group last knew (the host records them): a reset replica,
@@ -108,9 +110,9 @@ class ReplicaRepair:
         it, then void its history on disk ``index``."""
         disk = self._disks[index]
         log.error("group %d: stored state damaged (%s): repairing from its replicas", group, reason)
-        await self._offload(disk.repairs.mark, group, reason, int(time.time() * 1000))
+        await self._offload(disk.repairs.mark, group, reason, self._clock.wall_ms())
         self.started += 1
-        self._started_at[group] = time.monotonic()
+        self._started_at[group] = self._clock.monotonic()
         await asyncio.wrap_future(await self._offload(disk.drop_group, group))
 
     def repair(self, group: int, reason: str) -> bool:
@@ -158,8 +160,8 @@ class ReplicaRepair:
         except RaftError as e:
             log.info("group %d: hand-over before the repair refused: %s", driver.group, e)
             return
-        deadline = time.monotonic() + HANDOVER_WAIT
-        while raft.role is Role.LEADER and time.monotonic() < deadline:
+        deadline = self._clock.monotonic() + HANDOVER_WAIT
+        while raft.role is Role.LEADER and self._clock.monotonic() < deadline:
             await asyncio.sleep(0.02)
 
     async def run(self) -> None:
@@ -185,7 +187,7 @@ class ReplicaRepair:
                 await self._offload(disk.repairs.clear, group)
                 self.completed += 1
                 began = self._started_at.pop(group, None)
-                took = "" if began is None else f" in {time.monotonic() - began:.2f} s"
+                took = "" if began is None else f" in {self._clock.monotonic() - began:.2f} s"
                 log.warning("group %d: repaired from its replicas%s", group, took)
 
     async def close(self) -> None:

@@ -11,7 +11,17 @@ import time
 from tests.nodesim.plants import PLANTS
 from tests.nodesim.sim import NodeSimConfig, run_node_seed
 
-TOTALS = ("ops", "confirmed", "acked", "unknown", "crashes", "power_losses", "pauses")
+TOTALS = (
+    "ops",
+    "confirmed",
+    "acked",
+    "unknown",
+    "crashes",
+    "power_losses",
+    "pauses",
+    "rots",
+    "repaired",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,11 +32,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=12.0, help="virtual seconds of faults")
     ap.add_argument("--plant", choices=PLANTS, help="plant a bug (tests.nodesim.plants)")
     ap.add_argument("--no-buggify", action="store_true", help="turn the fault points off")
+    ap.add_argument("--rot", action="store_true", help="sealed segments rot; scrub and repair them")
     ap.add_argument("-v", "--verbose", action="store_true", help="print each seed's summary")
     args = ap.parse_args(argv)
     logging.disable(logging.CRITICAL)  # violations are reported, not log lines
     cfg = NodeSimConfig(
-        nodes=args.nodes, seconds=args.seconds, plant=args.plant, buggify=not args.no_buggify
+        nodes=args.nodes,
+        seconds=args.seconds,
+        plant=args.plant,
+        buggify=not args.no_buggify,
+        rot=args.rot,
     )
     bad = 0
     totals = dict.fromkeys(TOTALS, 0)

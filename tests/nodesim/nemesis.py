@@ -15,6 +15,8 @@ weight     fault
 14         step one node's clock a little (within the clock bound) or a lot, back 0.5-4 s later
            (while fewer than a minority of the clocks are off)
 6          (five nodes or more) drain a node (its replicas move away), activate it 2-8 s later
+8          (``--rot``) flip a byte of a sealed segment on a running node, run its scrubber:
+           it counts as faulted until repaired from its peers
 =========  ==================================================================================
 
 Half the time the victim of a kill or a pause is a node leading some group. At most a minority
@@ -28,10 +30,12 @@ import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from cmq.fsm.memory import MemorySegmentStore
 from raftlog.core import Role
 from raftlog.transport.memory import NetFaults
 
 if TYPE_CHECKING:
+    from cmq.node.queue_node import QueueNode
     from tests.nodesim.sim import NodeSim
 
 
@@ -47,6 +51,8 @@ class Nemesis:
         self.drained: int | None = None
         """The node drained now (one at a time)."""
         self.ever_drained: set[int] = set()
+        self.rotting: dict[int, set[int]] = {}
+        """Per data group, the nodes whose damaged replica of it is being repaired."""
         self._admin: list[asyncio.Task[None]] = []
         faults: list[tuple[int, Callable[[], None]]] = [
             (16, self.kill_one),
@@ -61,6 +67,8 @@ class Nemesis:
         ]
         if len(sim.ids) >= 5:
             faults.append((6, self.drain_one))
+        if sim.cfg.rot:
+            faults.append((8, self.rot_one))
         self._weights = [w for w, _ in faults]
         self._faults = [f for _, f in faults]
 
@@ -195,6 +203,63 @@ class Nemesis:
         if clock.offset_ms:
             clock.offset_ms = 0
             self.sim.note(f"clock of n{nid} back")
+
+    # -- storage ---------------------------------------------------------------------------------
+    def rot_one(self) -> None:
+        """Flip a byte of a sealed segment on a running node (its read cache dropped, so a cold
+        read meets it) and run that node's scrubber: the node counts as faulted until the
+        replica is repaired from its peers (``--rot``)."""
+        rng, sim = self.rng, self.sim
+        healthy = self._healthy()
+        if not healthy or len(self.faulted) >= self.budget:
+            return
+        nid = rng.choice(healthy)
+        node = sim.nodes[nid].node
+        if node is None or node.raft.repairs.stats().under_repair:
+            return
+        # One damaged replica per group at a time: two of a group's three replicas reset at
+        # once leave it without a quorum for good (beyond the promise, docs/chaos.md).
+        sealed = [
+            (g, machine, seg)
+            for g, machine in sorted(node.machines.items())
+            if not self.rotting.get(g)
+            for name in machine.queue_names()
+            for seg in machine.sealed_segments(name)
+        ]
+        if not sealed:
+            return
+        g, machine, (key, first, size) = rng.choice(sealed)
+        store = machine.store
+        if not isinstance(store, MemorySegmentStore):
+            return
+        store.segments[(key, first)][rng.randrange(size)] ^= 1 << rng.randrange(8)
+        store.drop_cache()
+        self.faulted.add(nid)
+        self.rotting.setdefault(g, set()).add(nid)
+        sim.result.rots += 1
+        sim.note(f"rot n{nid} g{g} {key}/{first} ({size} B)")
+        self._admin.append(sim.loop.create_task(self._scrub(nid, node, g)))
+
+    async def _scrub(self, nid: int, node: QueueNode, group: int) -> None:
+        """The node's scrubber pass, then wait (up to 30 s) until the group's repair is done."""
+        try:
+            before = node.raft.repairs.completed
+            await node.scrubber.scrub_pass()
+            for _ in range(300):
+                if not node.raft.repairs.under_way(group):
+                    break
+                await asyncio.sleep(0.1)
+            if node.raft.repairs.completed > before:
+                self.sim.result.repaired += 1
+                self.sim.note(f"n{nid} repaired")
+            else:
+                self.sim.note(
+                    f"n{nid} not repaired: scrub {node.scrubber.stats()} "
+                    f"repairs {node.raft.repairs.stats()}"
+                )
+        finally:
+            self.faulted.discard(nid)
+            self.rotting.get(group, set()).discard(nid)
 
     # -- membership ------------------------------------------------------------------------------
     def drain_one(self) -> None:

@@ -57,7 +57,7 @@ from cmq.node.queue_node import NodeConfig, QueueNode
 from cmq.upgrade.release import PEER_PROTOCOL_MAX, PEER_PROTOCOL_MIN
 from raftlog import buggify
 from raftlog.core import Role
-from raftlog.errors import ProposalDropped
+from raftlog.errors import ProposalDropped, is_storage_damage
 from raftlog.runtime import GroupOptions
 from raftlog.runtime.host import LoopClock, inline
 from raftlog.storage.memory import MemoryDiskOptions, MemoryDisks
@@ -100,6 +100,9 @@ class NodeSimConfig:
     drain_seconds: float = 60.0
     plant: str | None = None
     """A planted bug (`tests.nodesim.plants`)."""
+    rot: bool = False
+    """Sealed segments of running nodes rot now and then (a flipped byte): the node's scrubber
+    finds it and the replica is repaired from its peers (`raftlog.runtime.repair`)."""
 
 
 @dataclass(slots=True)
@@ -120,6 +123,10 @@ class NodeSimResult:
     pauses: int = 0
     partitions: int = 0
     clock_steps: int = 0
+    rots: int = 0
+    """Segment files damaged (``NodeSimConfig.rot``)."""
+    repaired: int = 0
+    """Of those, replicas the scrubber found and that were repaired from their peers."""
     buggified: dict[str, int] = field(default_factory=dict)
     digest: str = ""
     """A hash of the whole history and trace: equal for equal runs."""
@@ -137,8 +144,10 @@ class NodeSimResult:
             cmd += f" --plant {cfg.plant}"
         if not cfg.buggify:
             cmd += " --no-buggify"
+        if cfg.rot:
+            cmd += " --rot"
         rest = NodeSimConfig(
-            nodes=cfg.nodes, seconds=cfg.seconds, plant=cfg.plant, buggify=cfg.buggify
+            nodes=cfg.nodes, seconds=cfg.seconds, plant=cfg.plant, buggify=cfg.buggify, rot=cfg.rot
         )
         return cmd if rest == cfg else f"{cmd}  # with {cfg}"
 
@@ -384,7 +393,9 @@ class NodeSim:
 
     async def observer(self) -> None:
         """Every 50 ms: halted groups, replicas that lost acknowledged entries, two leaders in
-        one term, and the ``raft.early_snapshot`` fault point."""
+        one term, and the ``raft.early_snapshot`` fault point. A group halted on damage while
+        its repair is under way, and a replica a repair reset (it lost its damaged copy on
+        purpose, and votes again only once caught up), are expected (``--rot``)."""
         while True:
             await asyncio.sleep(0.05)
             for nid in self.ids:
@@ -392,10 +403,15 @@ class NodeSim:
                 if n.node is None or n.proc is None or n.proc.paused:
                     continue
                 for g, d in list(n.node.raft.groups.items()):
-                    if d.stopped is not None and not isinstance(d.stopped, ProposalDropped):
+                    repairing = is_storage_damage(d.stopped) if d.stopped else False
+                    if (
+                        d.stopped is not None
+                        and not isinstance(d.stopped, ProposalDropped)
+                        and not (repairing and n.node.raft.repairs.under_way(g))
+                    ):
                         self.violation(f"group {g} on n{nid} halted: {d.stopped!r}")
                     r = d.raw.raft
-                    if r.lost_acknowledged:
+                    if r.lost_acknowledged and not d.reset_by_repair:
                         self.violation(f"group {g} on n{nid} lost entries it had acknowledged")
                     if r.role is Role.LEADER:
                         other = self.leaders.setdefault((g, r.term), nid)
