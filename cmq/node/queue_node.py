@@ -20,7 +20,7 @@ import contextlib
 import dataclasses
 import os
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal, overload
@@ -41,7 +41,6 @@ from cmq.fsm.machine import QueueMachine
 from cmq.model import (
     DEFAULT_SEGMENT_AGE_SECONDS,
     DEFAULT_SEGMENT_BYTES,
-    MAX_CLAIM_TTL_MS,
     MAX_PEEK,
     ArchiveResult,
     ClaimResult,
@@ -55,20 +54,18 @@ from cmq.model import (
     QueueStats,
     ReceivedMessage,
     SegmentListing,
-    SegmentRecord,
     SegmentStream,
     SendRefused,
     SentMessage,
-    check_batch_id,
     check_fifo_id,
     check_queue_name,
-    check_segments,
     check_send_rules,
     is_fifo_name,
     send_refusal,
     size_refusal,
 )
 from cmq.node import feature_marker
+from cmq.node.archive_side import ArchiveSide
 from cmq.node.clockguard import DEFAULT_BOUND_MS, ClockGuard
 from cmq.node.diskwatch import (
     DEFAULT_RESERVE_BYTES,
@@ -82,7 +79,7 @@ from cmq.node.housekeeping import Housekeeper
 from cmq.node.membership import Identity, Membership
 from cmq.node.peer_tls import PeerTlsFiles
 from cmq.node.scrubber import Scrubber
-from cmq.node.status import group_digest, render_status
+from cmq.node.status import describe_repairs, group_digest, render_status
 from cmq.routing.clock import node_clock
 from cmq.routing.ops import META_GROUP, LeaderOps, ProduceBuilder
 from cmq.routing.receipts import ReceiptSigner
@@ -91,11 +88,9 @@ from cmq.routing.rpc import (
     AckCall,
     AssignQueueCall,
     ChangeVisibilityCall,
-    ClaimSegmentsCall,
     CreateQueueCall,
     DeleteQueueCall,
     GetQueueCall,
-    MarkArchivedCall,
     NackCall,
     PeekCall,
     PurgeCall,
@@ -306,6 +301,7 @@ class QueueNode:
         self.releases = PeerReleases(self.id, self.raft, self.catalog, clock=clock)
         self.backups = BackupAdmin(self.catalog, self.router, cfg.secret, clock)
         self.feature_admin = FeatureAdmin(self.catalog, self.router, self.releases)
+        self.archive = ArchiveSide(self.id, self.raft, self.catalog, self.router, self.machines)
         self._produce = ProduceBuilder(self.id, clock)
         self._send_slots = asyncio.Semaphore(cfg.max_inflight_sends)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -429,22 +425,8 @@ class QueueNode:
             self.releases.releases(),
         )
         out["clock"] = self.clock.describe()
-        rs = self.raft.repairs.stats()
-        out["repair"] = {
-            "enabled": self.raft.repairs.enabled,
-            "under_repair": {str(g): reason for g, reason in rs.under_repair},
-            "started": rs.started,
-            "completed": rs.completed,
-        }
-        ss = self.scrubber.stats()
-        out["scrub"] = {
-            "rate": self.scrubber.rate,
-            "bytes": ss.bytes,
-            "segments": ss.segments,
-            "snapshots": ss.snapshots,
-            "passes": ss.passes,
-            "findings": ss.findings,
-        }
+        out["repair"] = describe_repairs(self.raft)
+        out["scrub"] = self.scrubber.describe()
         out["peer_tls"] = self.raft.transport.tls
         out["disks"] = self.disk_watch.describe()
         return out
@@ -672,68 +654,20 @@ class QueueNode:
     ) -> list[SentMessage]:
         return await self.backups.import_messages(name, messages, expect_sent)
 
-    # -- the archive (see `cmq.fsm.lifecycle`) -------------------------------------------------
-    def _local_machine(self, name: str) -> tuple[int, QueueMachine]:
-        check_queue_name(name)
-        group = self.router.group_of(name)
-        machine = self.machines.get(group)
-        if machine is None:
-            placed = self.catalog.placement(group)
-            hosts = ", ".join(str(n) for n in placed.replicas) if placed else "unknown"
-            raise Unavailable(
-                f"node {self.id} holds no replica of queue {name!r} (data group {group}); "
-                f"ask a node that does: {hosts}"
-            )
-        if machine.attributes(name) is None:
-            raise QueueNotFound(f"queue {name!r} does not exist")
-        return group, machine
-
+    # -- the archive (`cmq.node.archive_side`) ---------------------------------------------------
     async def list_segments(self, name: str, state: str = "all") -> SegmentListing:
-        group, machine = self._local_machine(name)
-        segments = machine.segments(name, state)
-        if segments is None:
-            raise QueueNotFound(f"queue {name!r} does not exist")
-        leader = self.raft.leader_of(group)
-        return SegmentListing(name, group, leader or None, tuple(segments))
+        return await self.archive.list_segments(name, state)
 
     async def read_segment(self, name: str, first_seq: int) -> SegmentStream:
-        _, machine = self._local_machine(name)
-        checksum, records = machine.records(name, first_seq)
-        first = next(records, None)  # damage in the first chunk fails before any answer
-        return SegmentStream(checksum, _batches(first, records))
+        return await self.archive.read_segment(name, first_seq)
 
     async def claim_segments(
         self, name: str, batch_id: str, segments: list[int], ttl_ms: int
     ) -> ClaimResult:
-        check_queue_name(name)
-        check_batch_id(batch_id)
-        firsts = check_segments(segments)
-        if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int):
-            raise InvalidParameter("ttl_ms must be an integer")
-        if not 1 <= ttl_ms <= MAX_CLAIM_TTL_MS:
-            raise InvalidParameter(f"ttl_ms must be in [1, {MAX_CLAIM_TTL_MS}]; got {ttl_ms}")
-        call = ClaimSegmentsCall(self.router.group_of(name), name, batch_id, firsts, ttl_ms)
-        return await self.router.run(call)
+        return await self.archive.claim_segments(name, batch_id, segments, ttl_ms)
 
     async def mark_archived(self, name: str, batch_id: str, segments: list[int]) -> ArchiveResult:
-        check_queue_name(name)
-        check_batch_id(batch_id)
-        firsts = check_segments(segments)
-        call = MarkArchivedCall(self.router.group_of(name), name, batch_id, firsts)
-        return await self.router.run(call)
-
-
-async def _batches(
-    first: list[SegmentRecord] | None, rest: Iterator[list[SegmentRecord]]
-) -> AsyncIterator[list[SegmentRecord]]:
-    """``first`` then ``rest``, yielding to the event loop between chunks (each read is one
-    bounded ``pread`` of the local file)."""
-    if first is None:
-        return
-    yield first
-    for batch in rest:
-        await asyncio.sleep(0)
-        yield batch
+        return await self.archive.mark_archived(name, batch_id, segments)
 
 
 def _entry_results(receipts: list[str], codes: tuple[str | None, ...]) -> list[EntryResult]:

@@ -71,6 +71,18 @@ class Scrubber:
         self._pause = pause
         self._bytes = self._segments = self._snapshots = self._passes = self._findings = 0
 
+    def describe(self) -> dict[str, float | int]:
+        """The rate and `stats` as ``/v1/status`` shows them (``scrub``)."""
+        st = self.stats()
+        return {
+            "rate": self.rate,
+            "bytes": st.bytes,
+            "segments": st.segments,
+            "snapshots": st.snapshots,
+            "passes": st.passes,
+            "findings": st.findings,
+        }
+
     def stats(self) -> ScrubStats:
         return ScrubStats(
             self._bytes, self._segments, self._snapshots, self._passes, self._findings

@@ -76,6 +76,18 @@ def _stopped(raft: MultiRaft, group: int) -> str | None:
     return None if exc is None else f"{type(exc).__name__}: {exc}"
 
 
+def describe_repairs(raft: MultiRaft) -> dict[str, Any]:
+    """The repairs of this node's damaged replicas as ``/v1/status`` shows them (``repair``):
+    whether they are on, the groups under repair with what was found, and the counts."""
+    rs = raft.repairs.stats()
+    return {
+        "enabled": raft.repairs.enabled,
+        "under_repair": {str(g): reason for g, reason in rs.under_repair},
+        "started": rs.started,
+        "completed": rs.completed,
+    }
+
+
 async def group_digest(
     node_id: int,
     raft: MultiRaft,
