@@ -108,7 +108,7 @@ class ChaosCluster:
         self.nodes = NodeProcesses(root, SECRET, command=serve_command(group_options))
         self.paused: set[int] = set()
         self.damaged: set[int] = set()
-        """Nodes a disk fault damaged and that have not caught up yet (`tests.chaos.faults`)."""
+        """Nodes a disk fault damaged and that have not caught up yet (`tests.chaos.diskfaults`)."""
         self.mounts: dict[int, MountedFS] = {}
         self.client: Client | None = None
         """One attempt per call, all nodes' connections in one pool (set by `start`)."""

@@ -13,20 +13,8 @@ it. Kinds:
 * ``membership``: drain a node (4 nodes or more) so its replicas move away, half of the time
   killing the leader of a group in the middle of its move; heal restarts it and undoes the
   drain (the replicas move back);
-* ``bitflip`` / ``truncate`` / ``rollback``: file faults on one stopped node's data directory
-  (`tests.chaos.filefaults`), category ``disk``. The node repairs what checksums catch from its
-  peers by itself (`raftlog.runtime.repair`); heal waits until it caught up. One that cannot is
-  a failure of the run (`OPERATOR_NEEDED`), then repaired the way an operator would: wiped and
-  restarted with ``--rejoin``, so that the run goes on.
-
-Disk faults overlap other faults only within what a majority quorum survives
-(`disk_overlap_ok`): with f = (n-1)/2, the nodes a disk fault damages plus the nodes another
-fault takes away from the quorum stay at most f. The disk fault is injected first; on 3 nodes
-(f = 1) a kill or pause then hits the damaged node itself (`pick_target`: a repair interrupted
-by a crash or a stop must resume), on 5 nodes (f = 2) any one node, and a power loss of one
-node may join them. Clock and pinned-client faults are exclusive anyway. Beyond that (damage on
-f nodes and another node down) the promise is unavailability, never loss: a dedicated test
-checks it (`tests/chaos/test_overlap_edge.py`).
+* ``bitflip`` / ``truncate`` / ``rollback`` / ``io``: disk faults, with the rule for when
+  they overlap other faults (`tests.chaos.diskfaults`).
 """
 
 from __future__ import annotations
@@ -35,11 +23,9 @@ import asyncio
 import contextlib
 import importlib
 import random
-import shutil
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Protocol
 
@@ -85,7 +71,8 @@ class FaultKind(Protocol):
 
 async def pick_target(cluster: ChaosCluster, rng: random.Random) -> int | None:
     """A running node: half of the time the leader of a random group. While a node is damaged
-    and the quorum has no other spare (3 nodes), that node itself (`disk_overlap_ok`)."""
+    and the quorum has no other spare (3 nodes), that node itself
+    (`tests.chaos.diskfaults.disk_overlap_ok`)."""
     running = cluster.running()
     if not running:
         return None
@@ -99,30 +86,6 @@ async def pick_target(cluster: ChaosCluster, rng: random.Random) -> int | None:
             if leaders[g] in running:
                 return leaders[g]
     return rng.choice(running)
-
-
-DISK = "disk"
-"""The category of file faults (`FileFault`, `Rollback`)."""
-
-_ON_THE_DAMAGED_NODE = frozenset({"kill", "pause"})
-"""Fault kinds that, while the quorum has no spare, hit the damaged node itself (`pick_target`)."""
-_TAKES_ONE_VOTER = frozenset({"kill", "pause", "power-loss"})
-"""Fault kinds that take at most one node away when they overlap a disk fault (`PowerLoss` of
-every node at once is refused while a node is damaged)."""
-
-
-def disk_overlap_ok(a: FaultKind, b: FaultKind, n: int) -> bool:
-    """Whether faults ``a`` and ``b`` may run in one episode of an ``n``-node cluster: any two
-    when neither is a disk fault; with one, only within the quorum's spare (module docstring)."""
-    if DISK not in (a.category, b.category):
-        return True
-    other = b if a.category == DISK else a
-    if other.category == DISK:
-        return False
-    spare = (n - 1) // 2 - 1  # the disk fault's node takes one
-    if spare < 1:
-        return other.name in _ON_THE_DAMAGED_NODE
-    return other.name in _TAKES_ONE_VOTER
 
 
 def _minority_ok(cluster: ChaosCluster, extra_down: int) -> bool:
@@ -310,20 +273,8 @@ def _short(report: object) -> str:
 
 
 # -- file faults -----------------------------------------------------------------------------------
-def filefaults_unavailable(function: str) -> str | None:
-    mod, why = optional_module("tests.chaos.filefaults")
-    if mod is None:
-        return why
-    if not callable(getattr(mod, function, None)):
-        return f"tests.chaos.filefaults has no {function}()"
-    return None
-
-
 RESTART_FAILED = "RESTART FAILED"
 """Marks a heal after which a node could not start on its own data (kill, power loss)."""
-OPERATOR_NEEDED = "OPERATOR NEEDED"
-"""Marks a heal after which a node did not repair itself from its peers (a disk fault): the
-run fails, and the node is wiped and rejoined so that it goes on."""
 
 
 async def restart_checked(cluster: ChaosCluster, nodes: list[int], timeout: float = 60) -> str:
@@ -359,25 +310,6 @@ async def restart_checked(cluster: ChaosCluster, nodes: list[int], timeout: floa
     return text
 
 
-async def settle_node(cluster: ChaosCluster, nid: int, timeout: float = 45) -> str:
-    """Wait for ``nid`` to catch up; if it cannot (it exited, or a group stopped loudly on
-    corruption), repair it the documented way: wipe its data, restart with ``--rejoin``."""
-    exited = await _wait_started(cluster, nid, timeout)
-    if exited is None and await cluster.caught_up(nid, timeout):
-        return "caught up"
-    exited = cluster.exited().get(nid, exited)
-    why = cluster.last_error(nid) or "no error logged"
-    cluster.kill(nid)
-    cluster.wipe(nid)
-    cluster.start_node(nid, rejoin=True)
-    await _wait_ready_quietly(cluster, timeout)
-    ok = await cluster.caught_up(nid, 2 * timeout)
-    return (
-        f"{OPERATOR_NEEDED}: did not repair itself (exit code {exited}; {_short(why)}): "
-        f"wiped and rejoined, {'caught up' if ok else 'STILL BEHIND'}"
-    )
-
-
 async def _wait_started(cluster: ChaosCluster, nid: int, timeout: float) -> int | None:
     """Wait until ``nid`` answers /readyz; its exit code if it exited first (None otherwise)."""
     deadline = time.monotonic() + timeout
@@ -397,91 +329,6 @@ async def _wait_started(cluster: ChaosCluster, nid: int, timeout: float) -> int 
 async def _wait_ready_quietly(cluster: ChaosCluster, timeout: float) -> None:
     with contextlib.suppress(TimeoutError):
         await cluster.wait_ready(timeout)
-
-
-@dataclass
-class FileFault:
-    """``bitflip`` or ``truncate``: corrupt a stopped node's files, restart it."""
-
-    name: str
-    exclusive: bool = False
-    category: str = DISK
-    weight: int = 1
-
-    def unavailable(self, cluster: ChaosCluster) -> str | None:
-        return filefaults_unavailable(self.name)
-
-    async def inject(self, cluster: ChaosCluster, rng: random.Random) -> Injected | None:
-        mod, _ = optional_module("tests.chaos.filefaults")
-        running = cluster.running()
-        if mod is None or not _minority_ok(cluster, 1):
-            return None
-        nid = rng.choice(running)
-        cluster.kill(nid)
-        cluster.damaged.add(nid)
-        fault_rng = random.Random(rng.getrandbits(64))
-        try:
-            what = await asyncio.to_thread(
-                getattr(mod, self.name), cluster.data_dir(nid), fault_rng
-            )
-        finally:
-            cluster.start_node(nid)
-
-        async def heal() -> str:
-            try:
-                return await settle_node(cluster, nid)
-            finally:
-                cluster.damaged.discard(nid)
-
-        return Injected(
-            self.name, f"{self.name} node {nid}: {_short(what)}", [nid], 1.0, heal, "disk"
-        )
-
-
-@dataclass
-class Rollback:
-    """Copy a node's data (paused), let it run on, then kill it and restore the old copy."""
-
-    name: str = "rollback"
-    exclusive: bool = False
-    category: str = DISK
-    weight: int = 1
-    workdir: Path | None = None
-    _count: int = field(default=0)
-
-    def unavailable(self, cluster: ChaosCluster) -> str | None:
-        return filefaults_unavailable("rollback")
-
-    async def inject(self, cluster: ChaosCluster, rng: random.Random) -> Injected | None:
-        mod, _ = optional_module("tests.chaos.filefaults")
-        running = cluster.running()
-        if mod is None or not _minority_ok(cluster, 1):
-            return None
-        nid = rng.choice(running)
-        cluster.damaged.add(nid)
-        self._count += 1
-        copy = cluster.root / f"rollback-{nid}-{self._count}"
-        cluster.pause(nid)
-        try:
-            await asyncio.to_thread(shutil.copytree, cluster.data_dir(nid), copy)
-        finally:
-            cluster.resume(nid)
-        await asyncio.sleep(rng.uniform(1.0, 4.0))
-        cluster.kill(nid)
-        fault_rng = random.Random(rng.getrandbits(64))
-        try:
-            what = await asyncio.to_thread(mod.rollback, cluster.data_dir(nid), copy, fault_rng)
-        finally:
-            shutil.rmtree(copy, ignore_errors=True)
-            cluster.start_node(nid)
-
-        async def heal() -> str:
-            try:
-                return await settle_node(cluster, nid)
-            finally:
-                cluster.damaged.discard(nid)
-
-        return Injected(self.name, f"rollback node {nid}: {_short(what)}", [nid], 1.0, heal, "disk")
 
 
 @dataclass
@@ -557,9 +404,13 @@ def _pinned() -> FaultKind:
 
 
 def _io() -> FaultKind:
-    from tests.chaos.diskio import IoFault  # it imports this module
+    return _disk("io")
 
-    return IoFault()
+
+def _disk(name: str) -> FaultKind:
+    from tests.chaos.diskfaults import disk_fault  # it imports this module
+
+    return disk_fault(name)
 
 
 def _clock() -> FaultKind:
@@ -573,9 +424,9 @@ REGISTRY: dict[str, Callable[[], FaultKind]] = {
     "pause": Pause,
     "partition": Partition,
     "power-loss": PowerLoss,
-    "bitflip": lambda: FileFault("bitflip"),
-    "truncate": lambda: FileFault("truncate"),
-    "rollback": Rollback,
+    "bitflip": lambda: _disk("bitflip"),
+    "truncate": lambda: _disk("truncate"),
+    "rollback": lambda: _disk("rollback"),
     "membership": MembershipChange,
     "pinned": _pinned,
     "clock": _clock,

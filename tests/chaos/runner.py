@@ -2,7 +2,7 @@
 
 ``run_once`` returns a `RunResult` (the checker's `Report`, fault counts, replica problems,
 node crashes). The schedule is a sequence of *episodes*: one fault (sometimes two of different
-categories at once; a disk fault only within the quorum's spare: `tests.chaos.faults
+categories at once; a disk fault only within the quorum's spare: `tests.chaos.diskfaults
 .disk_overlap_ok`), held for a while, then healed in
 reverse order, then a short quiet gap. The seed fixes the schedule's choices (the cluster's own
 timing is not deterministic, so a seed reproduces the schedule, not the interleaving).
@@ -26,13 +26,11 @@ from typing import Any
 from cmq.errors import CmqError
 from tests.chaos.checker import Report, check, check_replicas, compare_digests, same_stats
 from tests.chaos.cluster import ChaosCluster, MountedFS, snapshot_code
+from tests.chaos.diskfaults import DISK, OPERATOR_NEEDED, disk_overlap_ok
 from tests.chaos.faults import (
-    DISK,
-    OPERATOR_NEEDED,
     RESTART_FAILED,
     FaultKind,
     Injected,
-    disk_overlap_ok,
     lazyfs_unavailable,
     optional_module,
     resolve,
@@ -55,7 +53,7 @@ ALL_FAULTS = [
     "clock",
 ]
 SOAK_FAULTS = [*ALL_FAULTS, "io"]
-"""The soak's default: every kind, I/O errors too (`tests.chaos.diskio`). The bounded pass in
+"""The soak's default: every kind, I/O errors too (`tests.chaos.diskfaults`). The bounded pass in
 `make test` keeps ``ALL_FAULTS`` (its seeds were picked for that list)."""
 Say = Callable[[str], None]
 
