@@ -58,6 +58,8 @@ DropGroup = Callable[[int], Awaitable[None]]
 """Stop a data group here and delete its state."""
 
 LEADERLESS_BEFORE_DROP = 5.0
+STUCK_AFTER = 30.0
+"""Seconds of membership rounds deferred one after another before it is logged as a warning."""
 """Seconds a replica the catalog no longer places here, still listed in the group's
 configuration as it applied it, must have had no leader before it is dropped (an election
 takes far less)."""
@@ -132,12 +134,27 @@ class Membership:
 
     async def run(self) -> None:
         """Reconcile until cancelled; a failed round is logged and retried next interval."""
+        last_full = self._clock.monotonic()
+        warned = last_full
         while True:
             await asyncio.sleep(self._interval)
             try:
                 await self.tick()
+                last_full = self._clock.monotonic()
             except (CmqError, RaftError, TimeoutError) as e:
-                log.info("membership step deferred: %s", e)
+                now = self._clock.monotonic()
+                if now - last_full > STUCK_AFTER and now - warned > STUCK_AFTER:
+                    # Deferred round after round: say so where operators look (a round that
+                    # never completes leaves replicas unplaced or leftover ones undropped).
+                    warned = now
+                    log.warning(
+                        "membership rounds deferred for %.0f s on node %d: %s",
+                        now - last_full,
+                        self._id,
+                        e,
+                    )
+                else:
+                    log.info("membership step deferred: %s", e)
             except Exception:  # a bug must not end reconciliation on this node for good
                 log.exception("membership round failed; retrying next round")
 
