@@ -29,6 +29,8 @@ from tests.chaos.runner import (
     replay_command,
     run_once,
 )
+from tests.chaos.surfaces import SURFACES
+from tests.chaos.workload import WorkloadConfig
 
 COLUMNS = [
     ("seed", 6),
@@ -168,6 +170,11 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
         help="a restart-failure substring to report without failing (repeatable)",
     )
     p.add_argument(
+        "--surfaces",
+        default=",".join(SURFACES),
+        help="API surfaces the clients use (default: all): " + ",".join(SURFACES),
+    )
+    p.add_argument(
         "--live-code",
         action="store_true",
         help="nodes run the working tree (default: a copy taken at the start of each run)",
@@ -188,7 +195,17 @@ def _config(args: argparse.Namespace, seed: int, nodes: int) -> RunConfig:
         live_code=args.live_code,
         snapshot_entries=args.snapshot_entries,
         known_issues=tuple(args.known_issue),
+        workload=WorkloadConfig(surfaces=_surfaces(args.surfaces)),
     )
+
+
+def _surfaces(text: str) -> tuple[str, ...]:
+    """The surfaces named in ``text`` (comma-separated), in `SURFACES` order."""
+    names = {s.strip() for s in text.split(",") if s.strip()}
+    unknown = names - set(SURFACES)
+    if unknown:
+        raise SystemExit(f"unknown surfaces {sorted(unknown)}; known: {','.join(SURFACES)}")
+    return tuple(s for s in SURFACES if s in names)
 
 
 async def _main(args: argparse.Namespace) -> int:

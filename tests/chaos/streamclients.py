@@ -1,0 +1,153 @@
+"""The ``stream`` surface of a chaos run: a producer with windowed confirms and a push consumer
+on the streaming protocol (`cmq.client.stream.StreamClient`, one WebSocket each), on the queue
+`tests.chaos.surfaces.STREAM_QUEUE`, recorded in the history like the HTTP clients.
+
+* Producer (``stream-producer-0``): its n-th round puts 1-8 sends of 1-5 messages (dedup id =
+  key) on the connection at once (many unconfirmed sends: the window) and records each send as
+  its own op from the moment it was issued to its confirm. An unknown outcome is resent once
+  with the same ids half of the time (the client reconnects to the next node by itself).
+* Consumer (``stream-consumer-0``): its n-th turn subscribes with a seeded prefetch, visibility
+  and batch size, takes what is pushed for 1-2 s and closes the subscription. Each pushed batch
+  is recorded as a ``receive`` op whose start is the turn's subscribe (its leases were stamped
+  after that: resubscribing after a reconnect happens later still) and whose end is its
+  arrival; so the lease windows the checker derives are sure, only shorter. Messages are then
+  acked or nacked (recorded) by their fate, and the credit granted back.
+
+Which node a stream op went through is not known to the client (it rotates over the URLs on
+reconnect): ops record node 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import TYPE_CHECKING
+
+from cmq.client import Message
+from cmq.client.stream import StreamClient, Subscription
+from cmq.errors import CmqError
+from tests.chaos.history import Delivery
+from tests.chaos.surfaces import STREAM_QUEUE
+
+if TYPE_CHECKING:
+    from tests.chaos.workload import Workload
+
+
+class StreamClients:
+    """The stream producer and push consumer of one run (module doc)."""
+
+    def __init__(self, workload: Workload) -> None:
+        self.w = workload
+        urls = [workload.urls[n] for n in sorted(workload.urls)]
+        timeout = workload.cfg.request_timeout
+        self.producer = StreamClient(urls, timeout=timeout, window=64)
+        self.consumer = StreamClient(urls, timeout=timeout, window=64)
+
+    async def close(self) -> None:
+        await self.producer.close()
+        await self.consumer.close()
+
+    async def _send(self, process: str, batch: int, part: int, keys: list[str]) -> None:
+        client = self.w.client
+        assert client is not None
+        messages = [Message(self.w.body(k), dedup_id=k) for k in keys]
+        for attempt in range(2):
+            op = client.begin(process, "send", STREAM_QUEUE, 0)
+            op.keys = list(keys)
+            outcome, _, detail = await client.call(self.producer.send(STREAM_QUEUE, messages))
+            client.end(op, outcome, detail)
+            if outcome == "ok":
+                return
+            await asyncio.sleep(0.05)
+            resend = self.w.choices(process, batch, part, attempt).random() < 0.5
+            if outcome == "failed" and not detail.startswith("connect"):
+                return
+            if not resend:
+                return
+
+    async def produce(self) -> None:
+        """Rounds of concurrent sends until the producers stop."""
+        process = "stream-producer-0"
+        batch = 0
+        while self.w.producing:
+            batch += 1
+            rng = self.w.choices(process, batch)
+            sends = [
+                [f"{self.w.tag}-sp-{batch}-{i}-{k}" for k in range(rng.randint(1, 5))]
+                for i in range(rng.randint(1, 8))
+            ]
+            await asyncio.gather(*(self._send(process, batch, i, ks) for i, ks in enumerate(sends)))
+            await asyncio.sleep(rng.uniform(0.05, 0.15))
+
+    async def consume(self) -> None:
+        """Subscription turns until the consumers stop."""
+        process = "stream-consumer-0"
+        turn = 0
+        while self.w.consuming:
+            turn += 1
+            rng = self.w.choices(process, turn)
+            draining = self.w.draining
+            vis = 10 if draining else rng.choice(self.w.cfg.visibilities)
+            prefetch = rng.randint(4, 32)
+            max_batch = rng.randint(1, 8)
+            hold = 1.5 if draining else rng.uniform(1.0, 2.0)
+            start = time.monotonic()
+            try:
+                sub = await self.consumer.subscribe(
+                    STREAM_QUEUE, prefetch=prefetch, visibility_timeout=vis, max_batch=max_batch
+                )
+            except CmqError:
+                await asyncio.sleep(0.2)
+                continue
+            got_any = await self._turn(process, sub, start, vis, hold)
+            with contextlib.suppress(CmqError):
+                await sub.close()
+            if got_any:
+                self.w.empty_receives = 0
+            else:
+                self.w.empty_receives += 1
+
+    async def _turn(
+        self, process: str, sub: Subscription, start: float, vis: int, hold: float
+    ) -> bool:
+        client = self.w.client
+        assert client is not None
+        got_any = False
+        end = start + hold
+        while (left := end - time.monotonic()) > 0:
+            try:
+                batch = await asyncio.wait_for(sub.next(), left)
+            except (TimeoutError, CmqError):
+                break
+            got_any = True
+            op = self.w.history.invoke(process, "receive", STREAM_QUEUE, 0, start)
+            op.visibility = float(vis)
+            op.deliveries = [
+                Delivery(self.w.key_of(str(m.body)), m.seq, m.receipt, m.receive_count)
+                for m in batch
+            ]
+            self.w.history.complete(op, time.monotonic(), "ok")
+            fates = [self.w.fate(STREAM_QUEUE, d) for d in op.deliveries]
+            for kind in ("ack", "nack"):
+                chosen = [d for d, f in zip(op.deliveries, fates, strict=True) if f == kind]
+                if not chosen:
+                    continue
+                settle = client.begin(process, kind, STREAM_QUEUE, 0)
+                settle.receipts = [d.receipt for d in chosen]
+                settle.keys = [d.key for d in chosen]
+                call = (
+                    self.consumer.ack(STREAM_QUEUE, settle.receipts)
+                    if kind == "ack"
+                    else self.consumer.nack(STREAM_QUEUE, settle.receipts, 0)
+                )
+                outcome, results, detail = await client.call(call)
+                if results is not None:
+                    settle.entry_ok = [r.ok for r in results]
+                    detail = ",".join(sorted({r.error or "" for r in results} - {""}))
+                client.end(settle, outcome, detail)
+            try:
+                await sub.grant(len(batch))
+            except CmqError:
+                break
+        return got_any
