@@ -108,6 +108,18 @@ def table(results: list[RunResult], failover: dict[str, list[float]] | None = No
             f"deliveries={tot['deliveries']} consumed(acked by consumers)={tot['consumed']} "
             f"stored-twice={tot['stored_twice']} lease-forks={tot['lease_forks']}"
         )
+        lines.append(
+            f"surfaces: fifo deliveries={tot['fifo_deliveries']} "
+            f"delayed deliveries={tot['delayed_deliveries']} "
+            f"dead-lettered={tot['dead_lettered']} redriven={tot['redriven']} "
+            f"surface check failures={tot['surface_failures']}"
+        )
+        by: Counter[str] = Counter()
+        for r in results:
+            by.update(r.report.surfaces.delivered_by)
+        lines.append(
+            "deliveries by client: " + ", ".join(f"{k}={v}" for k, v in sorted(by.items()))
+        )
         for r in results:
             for f in r.known_failures():
                 lines.append(f"known issue (seed {r.cfg.seed}, not failed): {f[:300]}")

@@ -101,6 +101,8 @@ class SurfaceReport:
     past_max_receives: list[str] = field(default_factory=list)
     moves: dict[str, int] = field(default_factory=dict)
     """Move tasks by outcome."""
+    delivered_by: dict[str, int] = field(default_factory=dict)
+    """Deliveries per client (process name without its number): which surfaces took part."""
 
     def failures(self) -> list[str]:
         out = []
@@ -170,6 +172,11 @@ def check_surfaces(
 ) -> SurfaceReport:
     """FIFO order, delays and dead-letter accounting over a complete history (module doc)."""
     rep = SurfaceReport()
+    by: dict[str, int] = defaultdict(int)
+    for op in ops:
+        if op.kind == "receive" and op.outcome == "ok":
+            by[op.process.rstrip("0123456789").rstrip("-")] += len(op.deliveries)
+    rep.delivered_by = dict(sorted(by.items()))
     queues = queues_of(ops)
     seen = deliveries(ops, tolerance)
     _check_fifo(ops, queues, seen, rep)

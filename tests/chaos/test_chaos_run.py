@@ -65,6 +65,11 @@ async def test_chaos_run(
     assert not result.report.pinned.majority_stalled
     if nodes == 3:
         assert result.faults["clock"] >= 1, f"no clock episode: {result.faults}"
+    if duration >= 20:  # every API surface took part (docs/chaos.md, "API surfaces")
+        s = result.report.surfaces
+        assert s.fifo_deliveries and s.delayed_deliveries and s.dead_lettered, s
+        assert s.moves.get("ok") == 1, s.moves
+        assert s.delivered_by.get("stream-consumer") and s.delivered_by.get("sqs-consumer"), s
 
 
 async def test_leader_failover_recovers(tmp_path: Path) -> None:
