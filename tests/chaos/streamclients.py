@@ -11,10 +11,11 @@ on the streaming protocol (`cmq.client.stream.StreamClient`, one WebSocket each)
   is recorded as a ``receive`` op whose start is the turn's subscribe (its leases were stamped
   after that: resubscribing after a reconnect happens later still) and whose end is its
   arrival; so the lease windows the checker derives are sure, only shorter. Messages are then
-  acked or nacked (recorded) by their fate, and the credit granted back.
+  acked or nacked (recorded) by their fate, and the credit granted back. Batches pushed before
+  the close took effect are taken (and recorded) after it.
 
-Which node a stream op went through is not known to the client (it rotates over the URLs on
-reconnect): ops record node 0.
+The producer's ops record node 0 (its client rotates over the URLs on reconnect); the
+consumer's record the node its connection was open to when the batch was taken.
 """
 
 from __future__ import annotations
@@ -43,6 +44,12 @@ class StreamClients:
         timeout = workload.cfg.request_timeout
         self.producer = StreamClient(urls, timeout=timeout, window=64)
         self.consumer = StreamClient(urls, timeout=timeout, window=64)
+
+    def node(self) -> int:
+        """The node the consumer's connection is open to (0 when none)."""
+        conn = self.consumer._conn
+        url = conn.url if conn is not None else ""
+        return next((n for n, u in self.w.urls.items() if u == url), 0)
 
     async def close(self) -> None:
         await self.producer.close()
@@ -103,6 +110,8 @@ class StreamClients:
             got_any = await self._turn(process, sub, start, vis, hold)
             with contextlib.suppress(CmqError):
                 await sub.close()
+            # Batches pushed before the close took effect are still handed over: take them.
+            got_any = await self._turn(process, sub, start, vis, 0.3) or got_any
             if got_any:
                 self.w.empty_receives = 0
             else:
@@ -121,7 +130,7 @@ class StreamClients:
             except (TimeoutError, CmqError):
                 break
             got_any = True
-            op = self.w.history.invoke(process, "receive", STREAM_QUEUE, 0, start)
+            op = self.w.history.invoke(process, "receive", STREAM_QUEUE, self.node(), start)
             op.visibility = float(vis)
             op.deliveries = [
                 Delivery(self.w.key_of(str(m.body)), m.seq, m.receipt, m.receive_count)
@@ -133,7 +142,7 @@ class StreamClients:
                 chosen = [d for d, f in zip(op.deliveries, fates, strict=True) if f == kind]
                 if not chosen:
                     continue
-                settle = client.begin(process, kind, STREAM_QUEUE, 0)
+                settle = client.begin(process, kind, STREAM_QUEUE, self.node())
                 settle.receipts = [d.receipt for d in chosen]
                 settle.keys = [d.key for d in chosen]
                 call = (
