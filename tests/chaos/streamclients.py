@@ -101,30 +101,33 @@ class StreamClients:
             hold = 1.5 if draining else rng.uniform(1.0, 2.0)
             start = time.monotonic()
             try:
-                sub = await self.consumer.subscribe(
-                    STREAM_QUEUE, prefetch=prefetch, visibility_timeout=vis, max_batch=max_batch
-                )
-            except CmqError:
+                async with asyncio.timeout(self.w.cfg.request_timeout):
+                    sub = await self.consumer.subscribe(
+                        STREAM_QUEUE, prefetch=prefetch, visibility_timeout=vis, max_batch=max_batch
+                    )
+            except (CmqError, TimeoutError):
                 await asyncio.sleep(0.2)
                 continue
-            got_any = await self._turn(process, sub, start, vis, hold)
-            with contextlib.suppress(CmqError):
-                await sub.close()
+            got_any = await self._turn(process, sub, start, vis, start + hold)
+            with contextlib.suppress(CmqError, TimeoutError):
+                async with asyncio.timeout(self.w.cfg.request_timeout):
+                    await sub.close()
             # Batches pushed before the close took effect are still handed over: take them.
-            got_any = await self._turn(process, sub, start, vis, 0.3) or got_any
+            got_any = await self._turn(process, sub, start, vis, time.monotonic() + 0.3) or got_any
             if got_any:
                 self.w.empty_receives = 0
             else:
                 self.w.empty_receives += 1
 
     async def _turn(
-        self, process: str, sub: Subscription, start: float, vis: int, hold: float
+        self, process: str, sub: Subscription, start: float, vis: int, until: float
     ) -> bool:
+        """Take what ``sub`` pushes until ``until`` (monotonic), recording each batch as a
+        receive that began at ``start`` (the subscribe), settling it by fate."""
         client = self.w.client
         assert client is not None
         got_any = False
-        end = start + hold
-        while (left := end - time.monotonic()) > 0:
+        while (left := until - time.monotonic()) > 0:
             try:
                 batch = await asyncio.wait_for(sub.next(), left)
             except (TimeoutError, CmqError):
@@ -156,7 +159,8 @@ class StreamClients:
                     detail = ",".join(sorted({r.error or "" for r in results} - {""}))
                 client.end(settle, outcome, detail)
             try:
-                await sub.grant(len(batch))
-            except CmqError:
+                async with asyncio.timeout(self.w.cfg.request_timeout):
+                    await sub.grant(len(batch))
+            except (CmqError, TimeoutError):
                 break
         return got_any
