@@ -18,6 +18,14 @@ same seed makes the same choices for every operation both runs reach.
 Bodies: the key, then ``~`` and a padding whose length the seed fixes per key (0 to
 ``body_max`` bytes); a delivered body that is not exactly that is recorded under the whole
 body, so the checker reports it as unexpected (a corrupted body cannot pass for its key).
+
+The clients above are the ``native`` surface. `WorkloadConfig.surfaces` adds the others
+(`tests.chaos.surfaces`: FIFO groups, delayed sends, a queue with a dead-letter queue and the
+redrive back, `tests.chaos.streamclients`, `tests.chaos.sqsclients`), each on its own queue and
+with choices keyed by its own process names, so the native clients choose the same with or
+without them. `start` creates their queues (recorded as ``create`` ops); `queues` lists every
+queue for the drain, and `quiet` tells the drain when the last receives were empty and the
+redrive is over.
 """
 
 from __future__ import annotations
