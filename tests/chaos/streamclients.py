@@ -12,7 +12,8 @@ on the streaming protocol (`cmq.client.stream.StreamClient`, one WebSocket each)
   after that: resubscribing after a reconnect happens later still) and whose end is its
   arrival; so the lease windows the checker derives are sure, only shorter. Messages are then
   acked or nacked (recorded) by their fate, and the credit granted back. Batches pushed before
-  the close took effect are taken (and recorded) after it.
+  the close took effect are taken (and recorded) after it. A subscription the server ends (an
+  error frame) is recorded as a receive that failed, with the error.
 
 The producer's ops record node 0 (its client rotates over the URLs on reconnect); the
 consumer's record the node its connection was open to when the batch was taken.
@@ -33,6 +34,11 @@ from tests.chaos.surfaces import STREAM_QUEUE
 
 if TYPE_CHECKING:
     from tests.chaos.workload import Workload
+
+
+async def _raise(e: CmqError) -> None:
+    """An awaitable raising ``e``: classified like a call (`Recorder.call`)."""
+    raise e
 
 
 class StreamClients:
@@ -130,7 +136,12 @@ class StreamClients:
         while (left := until - time.monotonic()) > 0:
             try:
                 batch = await asyncio.wait_for(sub.next(), left)
-            except (TimeoutError, CmqError):
+            except TimeoutError:
+                break
+            except CmqError as e:  # the subscription ended: recorded, with the server's reason
+                op = self.w.history.invoke(process, "receive", STREAM_QUEUE, self.node(), start)
+                outcome, _, detail = await client.call(_raise(e))
+                self.w.history.complete(op, time.monotonic(), outcome, f"subscription: {detail}")
                 break
             got_any = True
             op = self.w.history.invoke(process, "receive", STREAM_QUEUE, self.node(), start)
