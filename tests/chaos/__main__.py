@@ -29,6 +29,8 @@ from tests.chaos.runner import (
     replay_command,
     run_once,
 )
+from tests.chaos.surfaces import SURFACES
+from tests.chaos.workload import WorkloadConfig
 
 COLUMNS = [
     ("seed", 6),
@@ -106,6 +108,18 @@ def table(results: list[RunResult], failover: dict[str, list[float]] | None = No
             f"deliveries={tot['deliveries']} consumed(acked by consumers)={tot['consumed']} "
             f"stored-twice={tot['stored_twice']} lease-forks={tot['lease_forks']}"
         )
+        lines.append(
+            f"surfaces: fifo deliveries={tot['fifo_deliveries']} "
+            f"delayed deliveries={tot['delayed_deliveries']} "
+            f"dead-lettered={tot['dead_lettered']} redriven={tot['redriven']} "
+            f"surface check failures={tot['surface_failures']}"
+        )
+        by: Counter[str] = Counter()
+        for r in results:
+            by.update(r.report.surfaces.delivered_by)
+        lines.append(
+            "deliveries by client: " + ", ".join(f"{k}={v}" for k, v in sorted(by.items()))
+        )
         for r in results:
             for f in r.known_failures():
                 lines.append(f"known issue (seed {r.cfg.seed}, not failed): {f[:300]}")
@@ -168,6 +182,11 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
         help="a restart-failure substring to report without failing (repeatable)",
     )
     p.add_argument(
+        "--surfaces",
+        default=",".join(SURFACES),
+        help="API surfaces the clients use (default: all): " + ",".join(SURFACES),
+    )
+    p.add_argument(
         "--live-code",
         action="store_true",
         help="nodes run the working tree (default: a copy taken at the start of each run)",
@@ -188,7 +207,17 @@ def _config(args: argparse.Namespace, seed: int, nodes: int) -> RunConfig:
         live_code=args.live_code,
         snapshot_entries=args.snapshot_entries,
         known_issues=tuple(args.known_issue),
+        workload=WorkloadConfig(surfaces=_surfaces(args.surfaces)),
     )
+
+
+def _surfaces(text: str) -> tuple[str, ...]:
+    """The surfaces named in ``text`` (comma-separated), in `SURFACES` order."""
+    names = {s.strip() for s in text.split(",") if s.strip()}
+    unknown = names - set(SURFACES)
+    if unknown:
+        raise SystemExit(f"unknown surfaces {sorted(unknown)}; known: {','.join(SURFACES)}")
+    return tuple(s for s in SURFACES if s in names)
 
 
 async def _main(args: argparse.Namespace) -> int:

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
+from tests.chaos.apicheck import SurfaceReport, check_surfaces, moved_keys
 from tests.chaos.history import Op
 
 MessageId = tuple[str, int]
@@ -99,6 +100,8 @@ class Report:
     lease_forks: list[str] = field(default_factory=list)
     pinned: PinnedReport = field(default_factory=PinnedReport)
     """What the clients pinned to one side of a partition saw (`check_pinned`)."""
+    surfaces: SurfaceReport = field(default_factory=SurfaceReport)
+    """FIFO order, delays, dead-letter moves (`tests.chaos.apicheck`)."""
 
     def failures(self) -> list[str]:
         """The failed checks, each with a count and a few examples."""
@@ -123,7 +126,7 @@ class Report:
             )
         if self.pinned.majority_stalled:
             out.append(f"majority_stalled={self.pinned.majority_stalled[:5]}")
-        return out
+        return out + self.surfaces.failures()
 
     @property
     def ok(self) -> bool:
@@ -206,8 +209,9 @@ def delivery_events(ops: Sequence[Op]) -> list[DeliveryEvent]:
     return events
 
 
-def check(ops: Sequence[Op], *, tolerance: float = 0.01) -> Report:
-    """Check a complete history (every operation finished; the queues drained at the end)."""
+def check(ops: Sequence[Op], *, tolerance: float = 0.01, delay_tolerance: float = 0.5) -> Report:
+    """Check a complete history (every operation finished; the queues drained at the end).
+    ``delay_tolerance``: how early a delayed message may come (`tests.chaos.apicheck`)."""
     rep = Report(ops=len(ops))
     by_kind: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for op in ops:
@@ -233,6 +237,7 @@ def check(ops: Sequence[Op], *, tolerance: float = 0.01) -> Report:
     rep.delivered = len(by_key)
 
     rep.lost = sorted(confirmed - by_key.keys())
+    moved = moved_keys(ops)  # dead-letter and redrive copies: `check_surfaces` counts them
     for k in sorted(by_key):
         outs = send_outcomes.get(k)
         if outs is None:
@@ -241,7 +246,7 @@ def check(ops: Sequence[Op], *, tolerance: float = 0.01) -> Report:
             rep.failed_delivered.append(k)
         elif "ok" not in outs:
             rep.recovered.append(k)
-        if len({(e.queue, e.seq) for e in by_key[k]}) > 1:
+        if k not in moved and len({(e.queue, e.seq) for e in by_key[k]}) > 1:
             rep.stored_twice.append(k)
 
     # Acks: the earliest confirmation per stored message.
@@ -300,6 +305,7 @@ def check(ops: Sequence[Op], *, tolerance: float = 0.01) -> Report:
                     )
     rep.duplicated = sorted(duplicated)
     rep.pinned = check_pinned(ops)
+    rep.surfaces = check_surfaces(ops, tolerance=tolerance, delay_tolerance=delay_tolerance)
     return rep
 
 
@@ -376,6 +382,11 @@ def summarize(reports: Iterable[Report]) -> dict[str, int]:
         total["acked"] += r.acked
         total["consumed"] += r.consumed
         total["deliveries"] += r.deliveries
+        total["fifo_deliveries"] += r.surfaces.fifo_deliveries
+        total["delayed_deliveries"] += r.surfaces.delayed_deliveries
+        total["dead_lettered"] += r.surfaces.dead_lettered
+        total["redriven"] += r.surfaces.redriven
+        total["surface_failures"] += len(r.surfaces.failures())
         for name in (
             "lost",
             "unexpected",

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 Outcome = Literal["ok", "failed", "unknown"]
-OpKind = Literal["send", "receive", "ack", "nack", "fault"]
+OpKind = Literal["send", "receive", "ack", "nack", "fault", "create", "move"]
 
 
 @dataclass(slots=True)
@@ -40,7 +40,12 @@ class Op:
     * send: ``keys`` the messages of the batch (each with ``dedup_id = body = key``);
     * receive: ``visibility`` (seconds, as requested) and, when ok, ``deliveries``;
     * ack / nack: ``receipts`` and the ``keys`` they belong to (same order), ``entry_ok`` the
-      per-receipt results when the request itself was ok; nack ``delay`` in seconds.
+      per-receipt results when the request itself was ok; nack ``delay`` in seconds;
+    * send to a FIFO queue: ``groups`` the message group of each key (same order); a send with
+      per-message delays: ``delays`` (seconds, same order);
+    * create: a queue the workload created, ``detail`` its attributes as JSON (the checker
+      learns FIFO queues and dead-letter queues from these records);
+    * move: a message move task from the dead-letter queue ``queue`` (``detail``: its end).
     """
 
     index: int
@@ -58,6 +63,8 @@ class Op:
     deliveries: list[Delivery] = field(default_factory=list)
     visibility: float = 0.0
     delay: float = 0.0
+    groups: list[str] = field(default_factory=list)
+    delays: list[float] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

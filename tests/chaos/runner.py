@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from cmq.errors import CmqError
+from tests.chaos.apicheck import CLOCK_JUDGED
 from tests.chaos.checker import Report, check, check_replicas, compare_digests, same_stats
 from tests.chaos.cluster import ChaosCluster, MountedFS, snapshot_code
 from tests.chaos.diskfaults import DISK, OPERATOR_NEEDED, disk_overlap_ok
@@ -114,7 +115,7 @@ class RunResult:
     def failures(self) -> list[str]:
         out = self.report.failures()
         if self.faults["clock-jump"]:  # stamped by clocks beyond the bound: reported only
-            out = [f for f in out if not f.startswith("lease_overlaps=")]
+            out = [f for f in out if not f.startswith(CLOCK_JUDGED)]
         if self.error:
             out.insert(0, f"run aborted: {self.error}")
         out += self.unknown_restart_failures()
@@ -156,10 +157,12 @@ def replay_command(cfg: RunConfig) -> str:
         f"--snapshot-entries {cfg.snapshot_entries}",
         "--keep",
     ]
+    if cfg.workload.surfaces != WorkloadConfig().surfaces:
+        args.append(f"--surfaces {','.join(cfg.workload.surfaces)}")
     args += [f"--known-issue {shlex.quote(k)}" for k in cfg.known_issues]
     if cfg.live_code:
         args.append("--live-code")
-    if cfg.workload != WorkloadConfig():
+    if dataclasses.replace(cfg.workload, surfaces=WorkloadConfig().surfaces) != WorkloadConfig():
         args.append(f"# with WorkloadConfig{dataclasses.astuple(cfg.workload)}")
     return " ".join(args)
 
@@ -288,7 +291,7 @@ async def drain(
             ):
                 empty = False
                 break
-        clean = clean + 1 if empty and workload.empty_receives >= 2 else 0
+        clean = clean + 1 if empty and workload.quiet else 0
         if clean >= 2:
             return True
     return False
@@ -427,10 +430,10 @@ async def run_once(cfg: RunConfig, say: Say = print) -> RunResult:
         await asyncio.sleep(1.0)
         await workload.stop_producers()
         say("producers stopped; draining")
-        drained = await drain(cluster, workload, cfg.workload.queues, cfg.drain_timeout)
+        drained = await drain(cluster, workload, workload.queues, cfg.drain_timeout)
         await workload.stop()
         say(f"drained={drained}; checking replicas")
-        replica_problems = await quiesce(cluster, cfg.workload.queues, say=say)
+        replica_problems = await quiesce(cluster, workload.queues, say=say)
     except Exception as e:  # the run fails with the reason; the history is still checked
         run_error = f"{type(e).__name__}: {e}"
         say(f"run aborted: {run_error}")

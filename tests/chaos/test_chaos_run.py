@@ -15,11 +15,18 @@ import pytest
 
 from tests.chaos.failover import failover_trials
 from tests.chaos.runner import ALL_FAULTS, RunConfig, fault_total, replay_command, run_once
+from tests.chaos.surfaces import SURFACES
+from tests.chaos.workload import WorkloadConfig
 
 pytestmark = pytest.mark.slow
 
 # Outside pytest's rotating temporary directories: a failed run's directory must survive.
 WORKDIR = Path(os.environ.get("CHAOS_WORKDIR", "/tmp/cmq-chaos/pytest"))
+
+BOUNDED_SURFACES = tuple(s for s in SURFACES if s != "stream")
+"""Every API surface but ``stream``: its push consumer's drain stalls (docs/chaos.md, "Open:
+the stream queue does not drain"), which would cost the whole drain timeout. Put it back once
+that is fixed."""
 
 KNOWN_ISSUES: tuple[str, ...] = ()
 """Restart-failure substrings of known open bugs, each with an xfail reproduction (listed,
@@ -53,6 +60,7 @@ async def test_chaos_run(
         faults=list(faults),
         workdir=WORKDIR,
         known_issues=KNOWN_ISSUES,
+        workload=WorkloadConfig(surfaces=BOUNDED_SURFACES),
     )
     result = await run_once(cfg)
     assert result.ok, (
@@ -65,6 +73,11 @@ async def test_chaos_run(
     assert not result.report.pinned.majority_stalled
     if nodes == 3:
         assert result.faults["clock"] >= 1, f"no clock episode: {result.faults}"
+    if duration >= 20:  # every API surface took part (docs/chaos.md, "API surfaces")
+        s = result.report.surfaces
+        assert s.fifo_deliveries and s.delayed_deliveries and s.dead_lettered, s
+        assert s.moves.get("ok") == 1, s.moves
+        assert s.delivered_by.get("sqs-consumer"), s
 
 
 async def test_leader_failover_recovers(tmp_path: Path) -> None:

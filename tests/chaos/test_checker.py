@@ -198,3 +198,23 @@ def test_replica_check() -> None:
     assert any("applied 9 != commit 10" in p for p in check_replicas(lagging))
     diverged = dict(same) | {2: status(11, 11, 11)}
     assert any("differ by node" in p for p in check_replicas(diverged))
+
+
+def test_planted_fifo_out_of_order_delivery() -> None:
+    """A FIFO group's later message delivered while an earlier one was still stored: the
+    earlier one comes back after it (the order check; more in test_apicheck.py)."""
+    b = Builder()
+    create = b.h.invoke("setup", "create", "q", 1, 0.0)
+    b.h.complete(create, 0.0, "ok", '{"fifo": true}')
+    for t, key in ((0.0, "a"), (0.2, "b")):
+        op = b.h.invoke("p", "send", "q", 1, t)
+        op.keys, op.groups = [key], ["g"]
+        b.h.complete(op, t + 0.1, "ok")
+    (rb,) = b.receive(1.0, 1.1, [("b", 2, 1)])  # b first, while a (seq 1) is stored
+    b.settle("ack", 1.2, 1.3, [rb])
+    (ra,) = b.receive(2.0, 2.1, [("a", 1, 1)])
+    b.settle("ack", 2.2, 2.3, [ra])
+    rep = check(b.h.ops)
+    assert len(rep.surfaces.fifo_overtaken) == 1 and not rep.ok
+    assert "returned seq 2 while a (seq 1) was still stored" in rep.surfaces.fifo_overtaken[0]
+    assert any(f.startswith("fifo_overtaken=1") for f in rep.failures())

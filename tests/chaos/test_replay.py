@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from pathlib import Path
 
@@ -54,3 +55,8 @@ def test_the_replay_command_gives_the_same_config() -> None:
     cmd = replay_command(cfg)
     assert cmd.startswith("python -m tests.chaos run --seeds 42 ")
     assert config_of(shlex.split(cmd)[3:]) == cfg
+    assert "--surfaces" not in cmd  # the default: every surface
+    some = dataclasses.replace(cfg, workload=WorkloadConfig(surfaces=("native", "fifo", "sqs")))
+    cmd = replay_command(some)
+    assert "--surfaces native,fifo,sqs" in cmd and "WorkloadConfig" not in cmd
+    assert config_of(shlex.split(cmd)[3:]) == some

@@ -18,6 +18,14 @@ same seed makes the same choices for every operation both runs reach.
 Bodies: the key, then ``~`` and a padding whose length the seed fixes per key (0 to
 ``body_max`` bytes); a delivered body that is not exactly that is recorded under the whole
 body, so the checker reports it as unexpected (a corrupted body cannot pass for its key).
+
+The clients above are the ``native`` surface. `WorkloadConfig.surfaces` adds the others
+(`tests.chaos.surfaces`: FIFO groups, delayed sends, a queue with a dead-letter queue and the
+redrive back, `tests.chaos.streamclients`, `tests.chaos.sqsclients`), each on its own queue and
+with choices keyed by its own process names, so the native clients choose the same with or
+without them. `start` creates their queues (recorded as ``create`` ops); `queues` lists every
+queue for the drain, and `quiet` tells the drain when the last receives were empty and the
+redrive is over.
 """
 
 from __future__ import annotations
@@ -27,11 +35,22 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from cmq.client import NO_RETRY, Client, ConnectFailed, Message, ServerError
 from cmq.errors import CmqError
 from tests.chaos.history import Delivery, History, Op, OpKind, Outcome
+from tests.chaos.surfaces import (
+    DELAY_QUEUE,
+    DLQ_SOURCE,
+    FIFO_QUEUE,
+    SURFACES,
+    DeadLetters,
+    create_surface_queues,
+    is_poison,
+    produce,
+    surface_queues,
+)
 
 T = TypeVar("T")
 
@@ -54,6 +73,9 @@ class WorkloadConfig:
     """Chance to resend a batch whose send had an unknown outcome (same dedup ids)."""
     body_max: int = 2048
     """Longest padding of a body (bytes); the seed picks each key's padding."""
+    surfaces: tuple[str, ...] = SURFACES
+    """The API surfaces the clients use (`tests.chaos.surfaces`): ``native`` is the producers
+    and consumers above on `queues`; each other one adds its own queue and clients."""
 
 
 class Recorder:
@@ -120,18 +142,74 @@ class Workload:
         self._producing = asyncio.Event()
         self._consuming = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._producers: list[asyncio.Task[None]] = []
         self.draining = False
         self.empty_receives = 0
+        self.dead_letters: DeadLetters | None = None
+        self.stream: Any = None
+        self.sqs: Any = None
+
+    @property
+    def producing(self) -> bool:
+        return self._producing.is_set()
+
+    @property
+    def consuming(self) -> bool:
+        return self._consuming.is_set()
+
+    @property
+    def queues(self) -> tuple[str, ...]:
+        """Every queue the clients use (the drain empties them all)."""
+        return (*self.cfg.queues, *(q.name for q in surface_queues(self.cfg.surfaces)))
+
+    @property
+    def quiet(self) -> bool:
+        """While draining: the last receives came back empty, and the dead-letter queue's
+        redrive (if any) is over."""
+        pending = self.dead_letters is not None and self.dead_letters.pending
+        return self.empty_receives >= 2 and not pending
 
     async def start(self) -> None:
+        """Create the surfaces' queues, then start every client."""
         self.connections = Client(list(self.urls.values()), retry=NO_RETRY, connections=64)
         self.client = Recorder(self.connections, self.urls, self.history, self.cfg.request_timeout)
+        surfaces = self.cfg.surfaces
+        await create_surface_queues(self.client, sorted(self.urls), surface_queues(surfaces))
         self._producing.set()
         self._consuming.set()
-        for w in range(self.cfg.producers):
-            self._tasks.append(asyncio.create_task(self._producer(w)))
-        for w in range(self.cfg.consumers):
-            self._tasks.append(asyncio.create_task(self._consumer(w)))
+        if "native" in surfaces:
+            for w in range(self.cfg.producers):
+                self._producers.append(asyncio.create_task(self._producer(w)))
+        producers = {"fifo": FIFO_QUEUE, "delay": DELAY_QUEUE, "dlq": DLQ_SOURCE}
+        for surface, queue in producers.items():
+            if surface in surfaces:
+                self._producers.append(
+                    asyncio.create_task(produce(self, f"{surface}-producer-0", queue))
+                )
+        if "native" in surfaces:
+            for w in range(self.cfg.consumers):
+                self._tasks.append(asyncio.create_task(self._consumer(w)))
+        for surface, queue in producers.items():
+            if surface in surfaces:
+                self._tasks.append(
+                    asyncio.create_task(self.consume_loop(f"{surface}-consumer-0", [queue]))
+                )
+        if "stream" in surfaces:
+            from tests.chaos.streamclients import StreamClients
+
+            self.stream = StreamClients(self)
+            self._producers.append(asyncio.create_task(self.stream.produce()))
+            self._tasks.append(asyncio.create_task(self.stream.consume()))
+        if "sqs" in surfaces or "dlq" in surfaces:
+            from tests.chaos.sqsclients import SqsClients
+
+            self.sqs = await asyncio.to_thread(SqsClients, self)
+            if "sqs" in surfaces:
+                self._producers.append(asyncio.create_task(self.sqs.produce()))
+                self._tasks.append(asyncio.create_task(self.sqs.consume()))
+        if "dlq" in surfaces:
+            self.dead_letters = DeadLetters(self, self.sqs.redrive)
+            self._tasks.append(asyncio.create_task(self.dead_letters.finish()))
 
     def choices(self, *what: object) -> random.Random:
         """The random stream of one decision (e.g. ``("producer-0", 17)``: its 17th batch),
@@ -151,13 +229,17 @@ class Workload:
 
     async def stop_producers(self) -> None:
         self._producing.clear()
-        await asyncio.gather(*self._tasks[: self.cfg.producers])
+        await asyncio.gather(*self._producers)
 
     async def stop(self) -> None:
         self._producing.clear()
         self._consuming.clear()
-        await asyncio.gather(*self._tasks)
+        await asyncio.gather(*self._producers, *self._tasks)
         self._tasks.clear()
+        self._producers.clear()
+        if self.stream is not None:
+            await self.stream.close()
+            self.stream = None
         if self.connections is not None:
             await self.connections.close()
             self.connections = None
@@ -195,49 +277,78 @@ class Workload:
 
     # -- consumers ---------------------------------------------------------------------------------
     async def _consumer(self, w: int) -> None:
+        await self.consume_loop(f"consumer-{w}", list(self.cfg.queues))
+
+    def fate(self, queue: str, d: Delivery) -> str:
+        """What a consumer does with a delivered message: ``ack``, ``nack`` or ``ignore`` (its
+        lease expires), seeded per key and receive count; everything is acked while draining,
+        and a poison key of the dead-letter surface is never acked before."""
+        x = self.choices("fate", d.key, d.receive_count).random()
+        if self.draining:
+            return "ack"
+        if queue == DLQ_SOURCE and is_poison(self, d.key):
+            return "nack" if x < 0.5 else "ignore"
+        if x < self.cfg.ack_share:
+            return "ack"
+        return "nack" if x < self.cfg.ack_share + self.cfg.nack_share else "ignore"
+
+    async def receive_once(
+        self,
+        process: str,
+        queue: str,
+        *,
+        vis: int,
+        count: int,
+        wait: int,
+        node: int | None = None,
+    ) -> tuple[Op, Recorder]:
+        """One recorded receive (through ``node``, else the first one)."""
         client = self.client
         assert client is not None
-        process = f"consumer-{w}"
+        node = sorted(self.urls)[0] if node is None else node
+        op = client.begin(process, "receive", queue, node)
+        op.visibility = float(vis)
+        outcome, got, detail = await client.call(
+            client.node(node).receive(
+                queue,
+                count,
+                visibility_timeout=vis,
+                wait_seconds=wait,
+                timeout=client.timeout - wait,  # the whole call within the timeout
+            )
+        )
+        if got is not None:
+            op.deliveries = [
+                Delivery(self.key_of(str(m.body)), m.seq, m.receipt, m.receive_count) for m in got
+            ]
+        client.end(op, outcome, detail)
+        return op, client
+
+    async def consume_loop(self, process: str, queues: list[str]) -> None:
+        """Receive from ``queues`` and settle each message by its `fate` until stopped."""
         turn = 0
         while self._consuming.is_set():
             turn += 1
             rng = self.choices(process, turn)
             draining = self.draining
-            queue = rng.choice(self.cfg.queues)
+            queue = rng.choice(queues)
             node = rng.choice(sorted(self.urls))
             vis = 10 if draining else rng.choice(self.cfg.visibilities)
-            op = client.begin(process, "receive", queue, node)
-            op.visibility = float(vis)
             wait = 1 if draining else rng.choice([0, 1])
-            outcome, got, detail = await client.call(
-                client.node(node).receive(
-                    queue,
-                    10 if draining else rng.randint(1, self.cfg.receive_max),
-                    visibility_timeout=vis,
-                    wait_seconds=wait,
-                    timeout=client.timeout - wait,  # the whole call within the timeout
-                )
+            count = 10 if draining else rng.randint(1, self.cfg.receive_max)
+            op, client = await self.receive_once(
+                process, queue, vis=vis, count=count, wait=wait, node=node
             )
-            if got is not None:
-                op.deliveries = [
-                    Delivery(self.key_of(str(m.body)), m.seq, m.receipt, m.receive_count)
-                    for m in got
-                ]
-            client.end(op, outcome, detail)
-            if outcome != "ok":
+            if op.outcome != "ok":
                 await asyncio.sleep(0.05)
                 continue
             if not op.deliveries:
                 self.empty_receives += 1
                 continue
             self.empty_receives = 0
-            acks, nacks = [], []
-            for d in op.deliveries:
-                x = self.choices("fate", d.key, d.receive_count).random()
-                if draining or x < self.cfg.ack_share:
-                    acks.append(d)
-                elif x < self.cfg.ack_share + self.cfg.nack_share:
-                    nacks.append(d)
+            fates = [self.fate(queue, d) for d in op.deliveries]
+            acks = [d for d, f in zip(op.deliveries, fates, strict=True) if f == "ack"]
+            nacks = [d for d, f in zip(op.deliveries, fates, strict=True) if f == "nack"]
             if acks:
                 await self._settle(client, process, "ack", queue=queue, deliveries=acks, rng=rng)
             if nacks:

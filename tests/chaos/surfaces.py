@@ -1,0 +1,225 @@
+"""The API surfaces of a chaos run beyond native send/receive on standard queues: which ones a
+run has (`WorkloadConfig.surfaces`), their queues, and the native-API producers of FIFO
+groups, delayed messages and messages for a queue with a dead-letter queue, plus the
+end-of-run read of the dead-letter queue and the redrive back.
+
+Every surface has its own queue, so the native clients' queues and choices are those of a run
+without them. Choices draw from `Workload.choices` keyed by the surface's process name and the
+decision's number, as the native clients do (workload.py's docstring).
+
+* ``fifo``: ``chaos-f.fifo``; one producer sends batches of 1-5 messages of one group (3
+  groups), one batch at a time, dedup id = key, resending an unknown outcome with the same ids
+  half of the time; its consumer acks, nacks or ignores like the native ones.
+* ``delay``: ``chaos-d``; batches whose messages carry ``delay_seconds`` of 1-3 s.
+* ``dlq``: ``chaos-r`` with dead-letter queue ``chaos-r-dlq`` after 2 receives; a seeded third
+  of the keys is *poison* (its consumer never acks them: nack or let expire), so they move.
+  When the run drains, `DeadLetters.finish` waits until the source is empty (nothing more can
+  move), reads the whole dead-letter queue (recorded receives), releases it, redrives it back
+  with an SQS ``StartMessageMoveTask`` (recorded as a ``move`` op) and waits for the task to
+  end; the drain then consumes the copies from the source.
+* ``stream``, ``sqs``: `tests.chaos.streamclients`, `tests.chaos.sqsclients`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from cmq.client import Message
+from cmq.errors import CmqError
+
+if TYPE_CHECKING:
+    from tests.chaos.workload import Recorder, Workload
+
+SURFACES = ("native", "fifo", "delay", "dlq", "stream", "sqs")
+"""Every surface, in the order `--surfaces` lists them (the default: all)."""
+
+FIFO_QUEUE = "chaos-f.fifo"
+DELAY_QUEUE = "chaos-d"
+DLQ_SOURCE = "chaos-r"
+DLQ_QUEUE = "chaos-r-dlq"
+STREAM_QUEUE = "chaos-s"
+SQS_QUEUE = "chaos-q"
+MAX_RECEIVES = 2
+"""``max_receive_count`` of `DLQ_SOURCE`."""
+POISON_SHARE = 0.33
+
+
+@dataclass(frozen=True, slots=True)
+class SurfaceQueue:
+    """A queue a surface needs, created (in this order) before the clients start."""
+
+    name: str
+    attributes: dict[str, Any]
+
+
+def surface_queues(surfaces: tuple[str, ...]) -> list[SurfaceQueue]:
+    """The queues of ``surfaces`` (not the native ones, which the runner creates)."""
+    out = []
+    if "fifo" in surfaces:
+        out.append(SurfaceQueue(FIFO_QUEUE, {"visibility_timeout": 2, "fifo": True}))
+    if "delay" in surfaces:
+        out.append(SurfaceQueue(DELAY_QUEUE, {"visibility_timeout": 2}))
+    if "dlq" in surfaces:
+        out.append(SurfaceQueue(DLQ_QUEUE, {"visibility_timeout": 2}))
+        out.append(
+            SurfaceQueue(
+                DLQ_SOURCE,
+                {
+                    "visibility_timeout": 2,
+                    "dead_letter_queue": DLQ_QUEUE,
+                    "max_receive_count": MAX_RECEIVES,
+                },
+            )
+        )
+    if "stream" in surfaces:
+        out.append(SurfaceQueue(STREAM_QUEUE, {"visibility_timeout": 2}))
+    if "sqs" in surfaces:
+        out.append(SurfaceQueue(SQS_QUEUE, {"visibility_timeout": 2}))
+    return out
+
+
+def consumed_queues(surfaces: tuple[str, ...]) -> list[str]:
+    """Queues a surface consumer of the native API receives from (not the dead-letter queue,
+    read by `DeadLetters.finish`, nor the stream and SQS queues, which have their own)."""
+    picks = {"fifo": FIFO_QUEUE, "delay": DELAY_QUEUE, "dlq": DLQ_SOURCE}
+    return [q for s, q in picks.items() if s in surfaces]
+
+
+async def create_surface_queues(
+    recorder: Recorder, nodes: list[int], queues: list[SurfaceQueue], timeout: float = 60
+) -> None:
+    """Create ``queues`` (retried until ``timeout``), each recorded as a ``create`` op whose
+    detail is its attributes as JSON (what the checker learns the queue's kind from)."""
+    deadline = time.monotonic() + timeout
+    for q in queues:
+        attempt = 0
+        while True:
+            node = nodes[attempt % len(nodes)]
+            attempt += 1
+            op = recorder.begin("setup", "create", q.name, node)
+            outcome, _, detail = await recorder.call(
+                recorder.node(node).create_queue(q.name, q.attributes)
+            )
+            recorder.end(op, outcome, json.dumps(q.attributes) if outcome == "ok" else detail)
+            if outcome == "ok":
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"could not create queue {q.name}: {detail}")
+            await asyncio.sleep(0.5)
+
+
+def is_poison(workload: Workload, key: str) -> bool:
+    """Whether the consumers never ack ``key`` during the faults (a `DLQ_SOURCE` message)."""
+    return workload.choices("poison", key).random() < POISON_SHARE
+
+
+async def produce(workload: Workload, process: str, queue: str) -> None:
+    """A producer of ``queue`` (`FIFO_QUEUE`, `DELAY_QUEUE` or `DLQ_SOURCE`): batches of 1-5
+    keys with dedup ids, one at a time, until the producers stop; an unknown outcome is resent
+    with the same ids half of the time, a refused connection on another node."""
+    client = workload.client
+    assert client is not None
+    nodes = sorted(workload.urls)
+    batch = 0
+    while workload.producing:
+        batch += 1
+        rng = workload.choices(process, batch)
+        keys = [f"{workload.tag}-{process}-{batch}-{k}" for k in range(rng.randint(1, 5))]
+        group = f"g{rng.randrange(3)}" if queue == FIFO_QUEUE else None
+        delays = [rng.randint(1, 3) for _ in keys] if queue == DELAY_QUEUE else []
+        messages = [
+            Message(
+                workload.body(k),
+                dedup_id=k,
+                group_id=group,
+                delay_seconds=delays[i] if delays else None,
+            )
+            for i, k in enumerate(keys)
+        ]
+        for attempt in range(3):
+            pick = workload.choices(process, batch, attempt)
+            node = pick.choice(nodes)
+            op = client.begin(process, "send", queue, node)
+            op.keys = list(keys)
+            op.groups = [group] * len(keys) if group else []
+            op.delays = [float(d) for d in delays]
+            outcome, _, detail = await client.call(client.node(node).send(queue, messages))
+            client.end(op, outcome, detail)
+            if outcome == "ok":
+                break
+            await asyncio.sleep(0.05)
+            if outcome == "unknown" and attempt < 2 and pick.random() < 0.5:
+                continue
+            if outcome == "failed" and detail.startswith("connect") and attempt < 2:
+                continue
+            break
+        await asyncio.sleep(rng.uniform(0.05, 0.15))
+
+
+class DeadLetters:
+    """The end of the ``dlq`` surface (module doc): read the dead-letter queue, redrive it."""
+
+    def __init__(self, workload: Workload, move: Callable[[], Any]) -> None:
+        """``move``: starts the move task and waits for its end, returning (outcome, detail)
+        (blocking: run in a thread; `tests.chaos.sqsclients.redrive`)."""
+        self.workload = workload
+        self.move = move
+        self.pending = True
+        """Until the redrive ended (or failed): the drain is not over before."""
+
+    async def _empty(self, queue: str) -> bool:
+        client = self.workload.client
+        assert client is not None
+        for node in sorted(self.workload.urls):
+            try:
+                stats = (await client.node(node).get_queue(queue)).stats
+            except CmqError:
+                continue
+            return not (stats.visible or stats.in_flight or stats.delayed)
+        return False
+
+    async def finish(self) -> None:
+        """Once the run drains: wait for an empty source, read and release every dead-letter
+        message (recorded), redrive them back; then consume what is left (ack everything)."""
+        w = self.workload
+        client = w.client
+        assert client is not None
+        while not w.draining and w.consuming:
+            await asyncio.sleep(0.2)
+        if not w.consuming:
+            self.pending = False
+            return
+        try:
+            while w.consuming and not await self._empty(DLQ_SOURCE):
+                await asyncio.sleep(0.5)
+            receipts: list[tuple[str, str]] = []
+            empty = 0
+            while w.consuming and empty < 2:
+                op, _ = await w.receive_once("dlq-reader", DLQ_QUEUE, vis=30, count=10, wait=1)
+                if op.outcome == "ok" and not op.deliveries:
+                    empty += 1
+                receipts += [(d.receipt, d.key) for d in op.deliveries]
+            for i in range(0, len(receipts), 50):
+                chunk = receipts[i : i + 50]
+                op = client.begin("dlq-reader", "nack", DLQ_QUEUE, sorted(w.urls)[0])
+                op.receipts, op.keys = [r for r, _ in chunk], [k for _, k in chunk]
+                outcome, results, detail = await client.call(
+                    client.node(op.node).nack(DLQ_QUEUE, op.receipts, delay_seconds=0)
+                )
+                if results is not None:
+                    op.entry_ok = [r.ok for r in results]
+                client.end(op, outcome, detail)
+            op = client.begin("dlq-redrive", "move", DLQ_QUEUE, sorted(w.urls)[0])
+            try:
+                outcome, detail = await asyncio.to_thread(self.move)
+            except Exception as e:  # recorded: the drain then shows what is left
+                outcome, detail = "unknown", f"{type(e).__name__}: {e}"[:300]
+            client.end(op, outcome, detail)
+        finally:
+            self.pending = False
+        await w.consume_loop("dlq-reader", [DLQ_QUEUE])
