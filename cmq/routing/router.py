@@ -172,13 +172,16 @@ class Router:
 
     async def run(self, call: Call[R]) -> R:
         """Run ``call`` at its group's leader, retrying leader changes until the deadline."""
-        return await self.run_attempts(call.group, lambda: call)
+        return await self.run_attempts(call.group, lambda: call, wait=call.wait_budget())
 
-    async def run_attempts(self, group: int, attempt: Callable[[], Call[R]]) -> R:
+    async def run_attempts(
+        self, group: int, attempt: Callable[[], Call[R]], *, wait: float = 0.0
+    ) -> R:
         """Like `run`, with each attempt's call built anew by ``attempt()`` (a retried send
-        gets fresh message ids)."""
+        gets fresh message ids). The deadline is the request timeout plus ``wait``, the time
+        the call may spend waiting at the leader by design (`Call.wait_budget`)."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._timeout
+        deadline = loop.time() + self._timeout + wait
         delay = FIRST_BACKOFF
         unknown: OutcomeUnknown | None = None  # an attempt that may have taken effect
         call: Call[R] | None = None  # the latest attempt

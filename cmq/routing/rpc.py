@@ -31,6 +31,7 @@ from cmq.errors import (
     error_for,
 )
 from cmq.model import (
+    MAX_WAIT_SECONDS,
     ArchiveResult,
     ClaimResult,
     ExportPage,
@@ -68,6 +69,13 @@ class Call(msgspec.Struct, Generic[R], frozen=True, array_like=True):
 
     def retry_unknown(self) -> bool:
         return True
+
+    def wait_budget(self) -> float:
+        """Seconds the call may wait at the leader by design (a long poll), beyond the request
+        deadline: the caller waits that much longer for the answer, so a long poll forwarded to
+        the leader ends in its answer, never in an unknown outcome while the leader still
+        polls for it (and leases for a caller that has gone)."""
+        return 0.0
 
     def encode_reply(self, result: R) -> bytes:
         return _encoder.encode(result)
@@ -110,6 +118,10 @@ class ReceiveCall(Call[list[ReceivedMessage]], frozen=True, tag=2):
     attempt_id: str | None = None
     """FIFO queues: the receive request attempt id (`cmq.fsm.commands.Lease`)."""
     _REPLY = _decoder(list[ReceivedMessage])
+
+    def wait_budget(self) -> float:
+        """The long poll: ``wait_seconds``, or the longest a queue's default can be."""
+        return float(MAX_WAIT_SECONDS if self.wait_seconds is None else self.wait_seconds)
 
 
 class AckCall(Call[_Codes], frozen=True, tag=3):
