@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import math
 import os
 import random
 from collections.abc import Awaitable, Callable
@@ -111,6 +112,15 @@ __all__ = ["META_GROUP", "NodeConfig", "QueueNode"]
 
 CATALOG_CATCH_UP = 2.0
 """Seconds a create or delete waits for this node's catalog to show it (`_catalog_shows`)."""
+
+
+FORWARDED_POLL_SECONDS = 1
+"""A long poll through a node that does not lead the queue's group waits at the leader in
+chunks of at most this many seconds. A peer call cannot be cancelled, so a poll whose caller
+has gone (a request cancelled, a stream subscription ended) goes on at the leader: in chunks it
+ends there within a second, instead of leasing messages for nobody for up to 20 s (the chaos
+runner's stream consumers, subscribing for a second or two at a time through followers, saw
+their queue's messages leased again and again by such abandoned polls and never drained)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -577,15 +587,45 @@ class QueueNode:
         check_queue_name(name)
         if attempt_id is not None:
             check_fifo_id(attempt_id, "the receive request attempt id")
-        call = ReceiveCall(
-            self.router.group_of(name),
-            name,
-            max_messages,
-            visibility_timeout,
-            wait_seconds,
-            attempt_id,
-        )
+        group = self.router.group_of(name)
+        if self.raft.groups.get(group) is None or self.raft.leader_of(group) != self.id:
+            # Forwarded: a long poll waits at the leader in chunks (`FORWARDED_POLL_SECONDS`).
+            wait = wait_seconds if wait_seconds is not None else await self._default_wait(name)
+            if wait > FORWARDED_POLL_SECONDS:
+                return await self._chunked_receive(
+                    group, name, max_messages, visibility_timeout, wait, attempt_id
+                )
+        call = ReceiveCall(group, name, max_messages, visibility_timeout, wait_seconds, attempt_id)
         return await self.router.run(call)
+
+    async def _default_wait(self, name: str) -> int:
+        """The queue's default long poll (``receive_wait_seconds``), from the local replica
+        when this node holds one, else asked of the leader."""
+        machine = self.machines.get(self.router.group_of(name))
+        attrs = machine.attributes(name) if machine is not None else None
+        if attrs is None:
+            attrs, _ = await self.get_queue(name)
+        return attrs.receive_wait_seconds
+
+    async def _chunked_receive(  # noqa: PLR0917 - the receive's own arguments
+        self,
+        group: int,
+        name: str,
+        max_messages: int,
+        visibility_timeout: int | None,
+        wait: int,
+        attempt_id: str | None,
+    ) -> list[ReceivedMessage]:
+        """A long poll of ``wait`` seconds as successive polls of at most
+        `FORWARDED_POLL_SECONDS` at the leader, until one leases something or the wait ends."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while True:
+            chunk = min(FORWARDED_POLL_SECONDS, max(0, math.ceil(deadline - loop.time())))
+            call = ReceiveCall(group, name, max_messages, visibility_timeout, chunk, attempt_id)
+            got = await self.router.run(call)
+            if got or chunk == 0 or loop.time() >= deadline:
+                return got
 
     async def ack(self, name: str, receipts: list[str]) -> list[EntryResult]:
         check_queue_name(name)

@@ -9,8 +9,11 @@ import asyncio
 import dataclasses
 import time
 from pathlib import Path
+from typing import Any
 
 from cmq.model import OutgoingMessage, QueueAttributes
+from cmq.node.queue_node import FORWARDED_POLL_SECONDS
+from cmq.routing.rpc import ReceiveCall
 from tests.cmq.helpers import Twins, configs, running, wait_until
 
 
@@ -40,3 +43,40 @@ async def test_a_forwarded_long_poll_outlasts_the_request_deadline(tmp_path: Pat
         assert [m.body for m in got] == [b"late"]
         _, stats = await nodes[leader].get_queue("poll")
         assert stats.in_flight == 1  # leased once, by the poll that answered
+
+
+async def test_a_cancelled_forwarded_long_poll_ends_at_the_leader_within_a_chunk(
+    tmp_path: Path,
+) -> None:
+    """A caller that goes away mid-poll (a request cancelled, a stream subscription ended):
+    the poll it left at the leader (a peer call cannot be cancelled) ends there within one
+    chunk (`FORWARDED_POLL_SECONDS`), not after the caller's whole wait, so it cannot lease
+    a message sent later for nobody."""
+    async with running(configs(tmp_path), Twins((1, 2, 3))) as nodes:
+        await nodes[1].create_queue("gone", QueueAttributes(visibility_timeout=30))
+        group = nodes[1].catalog.group_of("gone")
+        assert group is not None
+        leader = nodes[leader_id := nodes[1].raft.leader_of(group)]
+        follower = next(n for nid, n in nodes.items() if nid != leader_id)
+        await wait_until(lambda: follower.catalog.group_of("gone") == group)
+        served: list[tuple[float, float]] = []  # (start, end) of each receive the leader served
+        answer = leader.router._answer
+
+        async def observed(call: Any) -> Any:
+            start = time.monotonic()
+            try:
+                return await answer(call)
+            finally:
+                if isinstance(call, ReceiveCall):
+                    served.append((start, time.monotonic()))
+
+        leader.router._answer = observed  # type: ignore[method-assign]
+        poll = asyncio.ensure_future(follower.receive("gone", 1, None, 15))
+        await asyncio.sleep(1.5)
+        cancelled = time.monotonic()
+        poll.cancel()
+        await asyncio.gather(poll, return_exceptions=True)
+        await asyncio.sleep(FORWARDED_POLL_SECONDS + 1.0)
+        assert served, "the poll never reached the leader"
+        assert all(end <= cancelled + FORWARDED_POLL_SECONDS + 0.5 for _, end in served), served
+        assert len(served) >= 2  # the wait went in chunks
