@@ -7,9 +7,10 @@ old or the new content under the final name, never a mix and never an empty file
 Snapshot data file: ``[4s magic][u32 crc32][u64 group][u64 index][u64 term][u64 length][data]``
 (big endian; the crc covers everything after it). The magic ``CMQS`` is layout version 1
 (`SNAPSHOT_FILE_VERSION`, written unchanged since release 0.1.0). A later layout keeps the
-prefix ``CMQ`` and puts its version in the magic's fourth byte (a byte other than ``S``): a
-reader refuses such a file with `NewerFormat` naming it and both versions; any other magic is
-corruption.
+prefix ``CMQ`` and puts its version number, 2 to 9, in the magic's fourth byte: a reader
+refuses such a file with `NewerFormat` naming it and both versions. Any other magic is
+corruption (the magic is outside the checksum, and no single flipped bit of ``S`` gives a byte
+from 2 to 9, so a damaged magic is never taken for a newer release's file).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ _SNAP_MAGIC = b"CMQS"
 _SNAP_FAMILY = b"CMQ"
 SNAPSHOT_FILE_VERSION = 1
 """The snapshot file layout this release writes and reads; carried implicitly by the magic."""
+_NEWER_VERSIONS = (2, 9)
+"""The fourth magic bytes a later layout may use (see the module docstring)."""
 _SNAP_HEAD = struct.Struct(">4sIQQQQ")  # magic, crc32 of the rest, group, index, term, data length
 
 
@@ -95,7 +98,7 @@ def decode_snapshot_file(path: str, raw: bytes, group: int, index: int, term: in
     magic, crc, g, i, t, n = _SNAP_HEAD.unpack_from(raw)
     data = raw[_SNAP_HEAD.size :]
     if magic != _SNAP_MAGIC:
-        if magic[:3] == _SNAP_FAMILY:
+        if magic[:3] == _SNAP_FAMILY and _NEWER_VERSIONS[0] <= magic[3] <= _NEWER_VERSIONS[1]:
             raise NewerFormat(
                 path,
                 f"snapshot file layout {magic[3]} (magic {magic!r})",
