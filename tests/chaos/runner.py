@@ -39,6 +39,7 @@ from tests.chaos.faults import (
 )
 from tests.chaos.history import History
 from tests.chaos.pinned import PinnedClients
+from tests.chaos.surfaces import SURFACES
 from tests.chaos.workload import Workload, WorkloadConfig
 
 ALL_FAULTS = [
@@ -157,7 +158,7 @@ def replay_command(cfg: RunConfig) -> str:
         f"--snapshot-entries {cfg.snapshot_entries}",
         "--keep",
     ]
-    if cfg.workload.surfaces != WorkloadConfig().surfaces:
+    if cfg.workload.surfaces != SURFACES:  # the command line's default: every surface
         args.append(f"--surfaces {','.join(cfg.workload.surfaces)}")
     args += [f"--known-issue {shlex.quote(k)}" for k in cfg.known_issues]
     if cfg.live_code:

@@ -9,6 +9,7 @@ from pathlib import Path
 from tests.chaos.__main__ import config_of
 from tests.chaos.history import History
 from tests.chaos.runner import RunConfig, replay_command
+from tests.chaos.surfaces import SURFACES
 from tests.chaos.workload import Workload, WorkloadConfig
 
 
@@ -55,7 +56,10 @@ def test_the_replay_command_gives_the_same_config() -> None:
     cmd = replay_command(cfg)
     assert cmd.startswith("python -m tests.chaos run --seeds 42 ")
     assert config_of(shlex.split(cmd)[3:]) == cfg
-    assert "--surfaces" not in cmd  # the default: every surface
+    # A workload's default is the native surface; the command line's is every surface.
+    assert "--surfaces native " in cmd
+    every = dataclasses.replace(cfg, workload=WorkloadConfig(surfaces=SURFACES))
+    assert "--surfaces" not in replay_command(every)
     some = dataclasses.replace(cfg, workload=WorkloadConfig(surfaces=("native", "fifo", "sqs")))
     cmd = replay_command(some)
     assert "--surfaces native,fifo,sqs" in cmd and "WorkloadConfig" not in cmd

@@ -29,11 +29,13 @@ async def test_sends_beyond_the_slots_wait_and_consumers_do_not(tmp_path: Path) 
         release = asyncio.Event()
         real_run = node.router.run_attempts
 
-        async def held_run(group: int, attempt: Callable[[], Call[Any]]) -> Any:
+        async def held_run(
+            group: int, attempt: Callable[[], Call[Any]], *, wait: float = 0.0
+        ) -> Any:
             call = attempt()
             if isinstance(call, ProduceCall) and b"held" in call.command:
                 await release.wait()
-            return await real_run(group, attempt)
+            return await real_run(group, attempt, wait=wait)
 
         node.router.run_attempts = held_run  # type: ignore[method-assign]
         held = asyncio.ensure_future(node.send("slots", [OutgoingMessage(body=b"held")]))

