@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import random
 import shutil
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -129,15 +130,24 @@ class FileFault:
         finally:
             cluster.start_node(nid)
 
-        async def heal() -> str:
-            try:
-                return await settle_node(cluster, nid)
-            finally:
-                cluster.damaged.discard(nid)
+        heal = _settling(cluster, nid)
 
         return Injected(
             self.name, f"{self.name} node {nid}: {_short(what)}", [nid], 1.0, heal, "disk"
         )
+
+
+def _settling(cluster: ChaosCluster, nid: int) -> Callable[[], Awaitable[str]]:
+    """The heal of a disk fault on ``nid``: wait until it caught up (`settle_node`), then it
+    no longer counts as damaged."""
+
+    async def heal() -> str:
+        try:
+            return await settle_node(cluster, nid)
+        finally:
+            cluster.damaged.discard(nid)
+
+    return heal
 
 
 @dataclass
@@ -177,11 +187,7 @@ class Rollback:
             shutil.rmtree(copy, ignore_errors=True)
             cluster.start_node(nid)
 
-        async def heal() -> str:
-            try:
-                return await settle_node(cluster, nid)
-            finally:
-                cluster.damaged.discard(nid)
+        heal = _settling(cluster, nid)
 
         return Injected(self.name, f"rollback node {nid}: {_short(what)}", [nid], 1.0, heal, "disk")
 
