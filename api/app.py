@@ -259,7 +259,12 @@ async def _handle_errors(request: web.Request, handler: Handler) -> web.StreamRe
         code = "".join(e.reason.split()) or "HttpError"
         return _error_response(RenderedError(e.status, {}, error_body(code, e.reason)))
     except Exception:
-        log.exception("%s %s failed unexpectedly", request.method, request.path)
+        log.exception(
+            "%s %s failed unexpectedly",
+            request.method,
+            request.path,
+            extra={"event": "request_failed"},
+        )
         return _error_response(render_internal())
 
 

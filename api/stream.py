@@ -198,7 +198,9 @@ class _Connection:
             except CmqError as e:
                 answer = _failed(frame.id, e)
             except Exception:
-                log.exception("stream request %d failed", frame.id)
+                log.exception(
+                    "stream request %d failed", frame.id, extra={"event": "request_failed"}
+                )
                 answer = Failed(frame.id, 500, "InternalError", INTERNAL_MESSAGE)
             await self.out.put(answer)
         finally:
