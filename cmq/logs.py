@@ -10,7 +10,8 @@ event.
 
 Where ``group`` and ``queue`` come from: a record's own ``extra={"group": g, "queue": q}``
 first, then the `LOG_SCOPE` context variable, which the code working on one queue sets for the
-duration of that work (`cmq.routing.ops.Ops.execute`): a record logged inside it carries the
+duration of that work (`cmq.routing.ops.LeaderOps.execute` at the group's leader,
+`cmq.node.queue_node.QueueNode` while it sends to a queue): a record logged inside it carries the
 queue without naming it. Setting it is one `contextvars.ContextVar.set` (and a reset).
 
 An event is attached as ``extra={"event": "disk_full"}``; every name used must be a key of
@@ -126,13 +127,10 @@ class TextFormatter(_Fields):
     def __init__(self) -> None:
         super().__init__(TEXT_FORMAT)
 
-    def format(self, record: logging.LogRecord) -> str:
-        line = super().format(record)
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        line = super().formatMessage(record)  # the traceback, if any, follows it
         event = getattr(record, "event", None)
-        if event is None:
-            return line
-        head, sep, rest = line.partition("\n")  # after the message, before a traceback
-        return f"{head} [event={event}]{sep}{rest}"
+        return line if event is None else f"{line} [event={event}]"
 
 
 class JsonFormatter(_Fields):
@@ -143,11 +141,9 @@ class JsonFormatter(_Fields):
         self.node = node
 
     def format(self, record: logging.LogRecord) -> str:
-        seconds = int(record.created)
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
-        millis = int((record.created - seconds) * 1000)
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
         out: dict[str, object] = {
-            "time": f"{stamp}.{millis:03d}Z",
+            "time": f"{stamp}.{int(record.msecs):03d}Z",
             "level": record.levelname,
             "logger": record.name,
             "node": self.node,

@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -119,6 +120,13 @@ def test_the_text_line_is_unchanged_but_for_its_event() -> None:
     assert TextFormatter().format(r) == plain.format(r)
     r = record(event="disk_full")
     assert TextFormatter().format(r) == plain.format(r) + " [event=disk_full]"
+    try:
+        raise OSError("gone")
+    except OSError:
+        r = record(event="disk_failed")
+        r.exc_info = sys.exc_info()
+    first, *trace = TextFormatter().format(r).splitlines()
+    assert first.endswith("hello x [event=disk_failed]") and trace[0].startswith("Traceback")
 
 
 def test_the_format_comes_from_the_flag_then_the_environment(
@@ -236,3 +244,32 @@ def test_a_node_writes_text_by_default(node_logs: dict[str, list[str]]) -> None:
         r" \[event=anonymous_access\]$",
         anonymous,
     ), anonymous
+
+
+async def test_what_a_leader_logs_while_it_runs_a_call_names_its_queue() -> None:
+    """`LeaderOps.execute` scopes the log to the call's group and queue, and only while the
+    call runs."""
+    from cmq.routing.ops import LeaderOps
+    from cmq.routing.rpc import GetQueueCall
+
+    buf = io.StringIO()
+    handler = logging.StreamHandler(buf)
+    handler.setFormatter(JsonFormatter(2))
+    logger = logging.getLogger("cmq.test.scope")
+    logger.addHandler(handler)
+
+    class Leader:
+        async def _dispatch(self, call: object) -> str:
+            logger.warning("working", extra={"event": "dead_letter_refused"})
+            return "done"
+
+    try:
+        assert await LeaderOps.execute(cast(LeaderOps, Leader()), GetQueueCall(3, "orders")) == (
+            "done"
+        )
+        logger.warning("after")
+    finally:
+        logger.removeHandler(handler)
+    during, after = (json.loads(line) for line in buf.getvalue().splitlines())
+    assert (during["group"], during["queue"], during["node"]) == (3, "orders", 2)
+    assert "group" not in after and "queue" not in after
