@@ -107,7 +107,8 @@ EVENTS: Final[Mapping[str, str]] = {
     # serving (cmq.cli.server, cmq.frontend, api)
     "front_end_exited": "an HTTP front-end process exited and is started again",
     "front_end_failed": "a connection between an HTTP front end and its node failed",
-    "request_failed": "a request failed with an unexpected error (a bug: report it)",
+    "request_failed": "a request or a readiness check failed on the server's side (a fault "
+    "of the node, or a bug: see the exception)",
 }
 """Every event name, with what it means and what to do."""
 

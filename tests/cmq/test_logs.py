@@ -63,10 +63,11 @@ def test_every_event_in_the_code_is_registered_and_documented() -> None:
     assert not unregistered, f"events not in cmq.logs.EVENTS: {unregistered}"
     unused = set(EVENTS) - set(used)
     assert not unused, f"registered events no code logs: {sorted(unused)}"
-    section = readme_logs_section()
-    undocumented = [name for name in EVENTS if f"`{name}`" not in section]
+    rows = dict(re.findall(r"^\| `([a-z0-9_]+)` \| (.+) \|$", readme_logs_section(), re.M))
+    undocumented = [name for name in EVENTS if name not in rows]
     assert not undocumented, f"events missing from the README's Logs section: {undocumented}"
-    assert all(EVENTS[name].strip() for name in EVENTS)
+    assert rows == dict(EVENTS), "the README's event table differs from cmq.logs.EVENTS"
+    assert all(meaning.strip() for meaning in EVENTS.values())
 
 
 def test_a_json_line_has_every_field_from_the_record_and_the_scope() -> None:
