@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cmq.fsm.queue import LEASE, QueueState
+from cmq.fsm.queue import LEASE, WIDTH, QueueState
 
 __all__ = ["QueueGauges", "queue_gauges"]
 
@@ -60,52 +60,78 @@ def queue_gauges(q: QueueState, now_ms: int) -> QueueGauges:
 
     The oldest visible message: send times are non-decreasing in seq but for messages copied
     forward (`Tidy`), whose real send time is older than their slot's; so it is the earliest of
-    the lowest visible seq's slot time and the real send times of the visible copies."""
+    the lowest visible seq's slot time and the real send times of the visible copies.
+
+    Cached per queue (`QueueState.gauges`, dropped by every command that touches the queue):
+    until a command or the next timer (a lease or delay running out), only the age moves, so
+    an idle queue costs a lookup per scrape."""
     clock = q.time_at(now_ms)
+    cached = q.gauges
+    if cached is not None and clock < cached[0]:
+        _, oldest, f = cached
+        age = 0 if oldest is None else max(0, clock - oldest)
+        return QueueGauges(q.name, f[0], f[1], f[2], age, *f[3:])
     in_flight = delayed = 0
-    due_min: int | None = None
-    due: set[int] = set()
-    touched = q.touched
-    slot_of = touched.slot_of
+    next_at = _FOREVER
+    due: list[int] = []
     fifo = q.fifo
     blocked: set[str] = set()
-    for seq, at in q.timer_of.items():
-        if at <= clock:
-            due.add(seq)
-            if due_min is None or seq < due_min:
-                due_min = seq
-            continue
-        slot = slot_of.get(seq)
-        if slot is not None and touched.get(slot, LEASE) != 0:
-            in_flight += 1
-            if fifo is not None and (meta := fifo.meta.get(seq)) is not None:
-                blocked.add(meta[0])
-        else:
-            delayed += 1
-    if fifo is not None:
-        for seq in q.pending_dl:
-            if (meta := fifo.meta.get(seq)) is not None:
-                blocked.add(meta[0])
+    timer_of = q.timer_of
+    if timer_of:
+        cells, slot_of = q.touched.cells, q.touched.slot_of
+        meta = None if fifo is None else fifo.meta
+        for seq, at in timer_of.items():
+            if at <= clock:
+                due.append(seq)
+                continue
+            next_at = min(next_at, at)
+            slot = slot_of.get(seq)
+            if slot is not None and cells[slot * WIDTH + LEASE] != 0:
+                in_flight += 1
+                if meta is not None and (entry := meta.get(seq)) is not None:
+                    blocked.add(entry[0])
+            else:
+                delayed += 1
+    pending_dl = q.pending_dl
+    if fifo is not None and pending_dl:
+        for seq in pending_dl:
+            if (entry := fifo.meta.get(seq)) is not None:
+                blocked.add(entry[0])
     ready = q.ready
-    first = ready.min() if ready else None
-    if due_min is not None and (first is None or due_min < first):
-        first = due_min
-    oldest = None if first is None else _sent_at(q, first)
-    for seq, (sent, _) in q.moved.items():
-        if (seq in ready or seq in due) and (oldest is None or sent < oldest):
-            oldest = sent
-    return QueueGauges(
-        name=q.name,
-        visible=len(ready) + len(due),
-        in_flight=in_flight + len(q.pending_dl),
-        delayed=delayed,
-        oldest_visible_ms=0 if oldest is None else max(0, clock - oldest),
-        bytes=sum(seg.size for seg in q.segments if not seg.released),
-        fifo_groups_blocked=len(blocked),
-        sent_total=q.sent_total,
-        received_total=q.received_total,
-        acked_total=q.acked_total,
-        nacked_total=q.nacked_total,
-        expired_total=q.expired_total,
-        dead_lettered_total=q.dead_lettered_total,
+    visible = len(ready) + len(due)
+    oldest = None
+    if visible:
+        first = ready.min() if ready else None
+        if due and (first is None or min(due) < first):
+            first = min(due)
+        oldest = None if first is None else _sent_at(q, first)
+        if q.moved:
+            due_set = set(due)
+            for seq, (sent, _) in q.moved.items():
+                if (seq in ready or seq in due_set) and (oldest is None or sent < oldest):
+                    oldest = sent
+    segments = q.segments
+    size = segments[-1].size if len(segments) == 1 else _unreleased_bytes(q)
+    fields = (
+        visible,
+        in_flight + len(pending_dl),
+        delayed,
+        size,
+        len(blocked),
+        q.sent_total,
+        q.received_total,
+        q.acked_total,
+        q.nacked_total,
+        q.expired_total,
+        q.dead_lettered_total,
     )
+    q.gauges = (next_at, oldest, fields)
+    age = 0 if oldest is None else max(0, clock - oldest)
+    return QueueGauges(q.name, fields[0], fields[1], fields[2], age, *fields[3:])
+
+
+_FOREVER = 1 << 62
+
+
+def _unreleased_bytes(q: QueueState) -> int:
+    return sum(seg.size for seg in q.segments if not seg.released)

@@ -211,6 +211,7 @@ class QueueState:
         "expired_total",
         "fifo",
         "firsts",
+        "gauges",
         "head",
         "heap",
         "image",
@@ -292,6 +293,9 @@ class QueueState:
         self.fifo: FifoState | None = None
         # This queue's part of the snapshot image, kept until a command touches the queue.
         self.image: bytes | None = None
+        # Its monitoring figures (`cmq.fsm.gauges`), kept likewise: (valid before this queue
+        # time, the oldest visible send time, the figures but the name and the age).
+        self.gauges: tuple[int, int | None, tuple[int, ...]] | None = None
         self.image_version = 0
 
     def segment_of(self, seq: int) -> Segment | None:
