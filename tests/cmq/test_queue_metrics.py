@@ -6,6 +6,7 @@ folding the rest into ``queue="_other"``. The exposition is parsed, not grepped.
 from __future__ import annotations
 
 from collections.abc import Collection
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -13,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cmq.errors import InvalidParameter
 from cmq.fsm import CreateQueue, Lease, Leased, MemorySegmentStore, NewMessage, Produce
-from cmq.fsm.commands import Ack, ChangeVisibility, Nack
+from cmq.fsm.commands import Ack, ChangeVisibility, Nack, Tidy
 from cmq.fsm.machine import QueueMachine
 from cmq.model import QueueAttributes
 from cmq.node.queue_metrics import OTHER, QueueMetricsCollector, QueueMetricsSettings
@@ -182,3 +183,50 @@ def test_bad_settings_are_refused(queues: str | list[str] | None, top: str | int
 def test_settings_from_a_config_file_list_and_defaults() -> None:
     assert QueueMetricsSettings.parse(["a*", "b"], 7) == QueueMetricsSettings(("a*", "b"), 7)
     assert QueueMetricsSettings.parse(None, None) == QueueMetricsSettings(("*",), 1000)
+
+
+def test_cmq_serve_reads_the_settings_from_flags_env_and_config_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cmq.cli import server
+    from cmq.cli.main import main
+
+    seen: list[QueueMetricsSettings | None] = []
+
+    def run(*args: object, queue_metrics: QueueMetricsSettings | None = None) -> int:
+        seen.append(queue_metrics)
+        return 0
+
+    monkeypatch.setattr(server, "run", run)
+    monkeypatch.setenv("CMQ_SECRET", "queue-metrics-test-secret-0123456789")
+    base = ["serve", "--node-id", "1", "--data-dir", str(tmp_path / "d")]
+    base += ["--peers", "1=127.0.0.1:1"]
+    assert main([*base, "--metrics-queues", "a*,b", "--metrics-top-queues", "5"]) == 0
+    config = tmp_path / "node.toml"
+    config.write_text('metrics_queues = ["x*", "y"]\nmetrics_top_queues = 3\n')
+    assert main([*base, "--config", str(config)]) == 0
+    monkeypatch.setenv("CMQ_METRICS_TOP_QUEUES", "7")
+    assert main(base) == 0
+    assert seen == [
+        QueueMetricsSettings(("a*", "b"), 5),
+        QueueMetricsSettings(("x*", "y"), 3),
+        QueueMetricsSettings(("*",), 7),
+    ]
+    with pytest.raises(SystemExit, match="metrics-top-queues"):
+        main([*base, "--metrics-top-queues", "-2"])
+
+
+def test_a_message_copied_forward_keeps_its_age() -> None:
+    from tests.cmq.fsm.test_lifecycle import Env
+
+    e = Env(QueueAttributes(visibility_timeout=30))
+    e.produce(30, T0)
+    e.produce(1, T0 + 5000)  # seq 31: seals 21..30
+    e.lease(1, T0 + 5000, vis=60_000)  # seq 1, kept
+    e.ack(e.lease(28, T0 + 5000), T0 + 5000)  # 2..29: 1 (leased) and 30 (ready) left behind
+    got = scrape({1: e.m}, now=T0 + 5500)
+    assert got[("cmq_queue_oldest_message_age_seconds", "q")] == 5.5  # seq 30, sent at T0
+    e.run(Tidy("q", T0 + 6000))  # copies 1 and 30 forward, after 31 (sent at T0 + 5000)
+    got = scrape({1: e.m}, now=T0 + 10_000)
+    assert got[("cmq_queue_messages_visible", "q")] == 2
+    assert got[("cmq_queue_oldest_message_age_seconds", "q")] == 10.0  # 30's copy, not 31
