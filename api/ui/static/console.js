@@ -88,7 +88,7 @@ function refusal(e) {
 
 async function signIn(key) {
   if (!window.crypto || !crypto.subtle) {
-    throw new Error("Signing needs the Web Crypto API, which browsers offer only on secure pages: open the console over https:// (or on localhost).");
+    throw new Error("Signing needs the Web Crypto API, which browsers offer only on secure pages: open the console over HTTPS (or on localhost).");
   }
   try {
     auth.who = await api("/v1/whoami", { key });
