@@ -153,6 +153,10 @@ def test_sign_in_refuses_a_wrong_secret_then_an_admin_purges_and_redrives(
     assert call(lambda c: c.get_queue(source).stats.visible) == 2
     page.screenshot(path=str(console_artifacts / "signed-queue-admin.png"), full_page=True)
 
+    page.reload()  # the tab keeps its key across a reload: no sign-in asked
+    expect(page.locator("#who")).to_contain_text(admin_key.access_key_id)
+    expect(page.locator("#q-name")).to_have_text(queue)
+    expect(page.locator("#signin")).to_have_count(0)
     page.click("#sign-out")
     expect(page.locator("#signin")).to_be_visible()
     expect(page.locator("#signin-error")).to_have_text("Signed out.")

@@ -463,11 +463,11 @@ async function purge(name) {
 const dlqSources = new Map(); // queue -> [source queue]
 function redriveSources(name) { return dlqSources.get(name) || []; }
 
+// One SQS call (ListDeadLetterSourceQueues: the node reads every queue's attributes).
 async function findSources(name) {
-  const list = await api("/v1/queues");
-  const others = list.queues.map((q) => q.name).filter((n) => n !== name && can("any", n));
-  const infos = await Promise.all(others.map((n) => api(`/v1/queues/${encodeURIComponent(n)}`).catch(() => null)));
-  dlqSources.set(name, infos.filter((q) => q && q.attributes.dead_letter_queue === name).map((q) => q.name));
+  const { QueueUrl } = await api("/", { target: "GetQueueUrl", body: { QueueName: name } });
+  const r = await api("/", { target: "ListDeadLetterSourceQueues", body: { QueueUrl } });
+  dlqSources.set(name, (r.queueUrls || []).map((u) => decodeURIComponent(u.split("/").pop())));
 }
 
 async function arnOf(name) {
@@ -567,8 +567,10 @@ function showSignIn() {
   const form = document.getElementById("signin");
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
-    const key = { id: form["key-id"].value.trim(), secret: form.secret.value, region: form.region.value.trim() };
-    form.secret.value = "";
+    // The inputs have no name: nothing of them is ever part of a form submission.
+    const secret = document.getElementById("secret");
+    const key = { id: document.getElementById("key-id").value.trim(), secret: secret.value, region: document.getElementById("region").value.trim() };
+    secret.value = "";
     document.getElementById("signin-submit").disabled = true;
     try {
       await signIn(key);
@@ -578,7 +580,7 @@ function showSignIn() {
       error.textContent = String(e.message || e);
       error.hidden = false;
       document.getElementById("signin-submit").disabled = false;
-      form.secret.focus();
+      secret.focus();
     }
   });
   document.getElementById("key-id").focus();
