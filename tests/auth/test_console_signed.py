@@ -11,6 +11,7 @@ import contextlib
 import re
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -101,7 +102,9 @@ def test_sign_in_refuses_a_wrong_secret_then_an_admin_purges_and_redrives(
 
     page.goto(auth_cluster.urls[0] + "/ui")
     expect(page.locator("#signin")).to_be_visible(timeout=15_000)
-    wrong = AccessKey(admin_key.access_key_id, admin_key.secret_access_key[:-1] + "x")
+    secret = admin_key.secret_access_key
+    wrong = AccessKey(admin_key.access_key_id, secret[:-1] + ("y" if secret.endswith("x") else "x"))
+    assert wrong.secret_access_key != secret
     sign_in(page, wrong)
     error = page.locator("#signin-error")
     expect(error).to_have_text(re.compile(r"secret access key is wrong.*SignatureDoesNotMatch"))
@@ -200,6 +203,7 @@ def test_a_read_only_key_sees_its_queue_but_no_purge_button(
     expect(page.locator("#q-peek tbody tr").first.locator("td.body")).to_have_text("read me 1")
     expect(page.locator("#purge")).to_have_count(0)
     expect(page.locator("#redrive")).to_have_count(0)
+    expect(page.locator("#q-action-result")).to_contain_text("need the admin grant")
     page.screenshot(path=str(console_artifacts / "signed-read-only-queue.png"), full_page=True)
     # The node agrees: this key may not purge.
     raw = blocking(lambda: _purge_as(auth_cluster, reader, mine))
@@ -241,6 +245,25 @@ def test_the_browser_signer_agrees_with_the_node_verifier(
         assert verified.access_key_id == KEY["id"]
         with pytest.raises(SignatureDoesNotMatch):
             verify(request, {KEY["id"]: "other"}.get, now=now, region="eu-west-3", service="sqs")
+
+
+def test_the_console_matches_grant_patterns_as_the_node_does(
+    auth_cluster: CmqCluster, browser_page: object
+) -> None:
+    """console.js's glob (what it hides and shows by) agrees with `fnmatch.fnmatchcase` (what
+    `cmq.grants` decides by) on the grant pattern syntax."""
+    from playwright.sync_api import Page
+
+    page = browser_page
+    assert isinstance(page, Page)
+    page.goto(auth_cluster.urls[0] + "/ui/")
+    page.wait_for_selector("#signin")
+    patterns = ["*", "orders-*", "o?d", "[abc]x", "[!a]x", "[]a]x", "[!]]x", "q[", "a-b_c", "*-dlq"]
+    names = ["orders-eu", "od", "oad", "ax", "bx", "]x", "dx", "q[", "a-b_c", "x-dlq", "a.b"]
+    got = page.evaluate(
+        "([ps, ns]) => ps.map((p) => ns.map((n) => globRegExp(p).test(n)))", [patterns, names]
+    )
+    assert got == [[fnmatchcase(n, p) for n in names] for p in patterns]
 
 
 KEY = {"id": "AKCMQTESTTESTTESTTEST", "secret": "s3cr3t/+=k3y", "region": "eu-west-3"}

@@ -408,7 +408,10 @@ async function renderQueue(name, gen) {
   record(name, q.stats);
   document.getElementById("q-name").textContent = name;
   const kv = (obj, fmt) => Object.entries(obj).map(([k, v]) => el("tr", { "data-key": k }, el("td", { text: k }), el("td", { text: fmt(k, v) })));
-  document.querySelector("#q-stats tbody").replaceChildren(...kv(q.stats, (k, v) => (k === "oldest_age_ms" ? fmtAge(v) : fmtNum(v))));
+  const stat = (k, v) => (k === "oldest_age_ms" ? fmtAge(v)
+    : v !== null && typeof v === "object" ? Object.entries(v).map(([n, c]) => `${n} ${fmtNum(c)}`).join(", ")
+    : fmtNum(v));
+  document.querySelector("#q-stats tbody").replaceChildren(...kv(q.stats, stat));
   document.querySelector("#q-attributes tbody").replaceChildren(...kv(q.attributes, (k, v) => (v === null ? "–" : String(v))));
   const lines = rateLines(name);
   document.getElementById("q-chart").replaceChildren(
@@ -514,6 +517,9 @@ async function setUpActions(name, page) {
     b.hidden = false;
     b.addEventListener("click", () => purge(name));
   } else document.getElementById("purge").remove();
+  if (!can("admin", name)) {
+    document.getElementById("q-action-result").textContent = "purge and redrive need the admin grant: this key may only look";
+  }
   if (!can("admin", null)) { document.getElementById("redrive-box").remove(); return; }
   try { await findSources(name); } catch (_) { dlqSources.set(name, []); }
   if (page !== shown) return;
