@@ -197,6 +197,12 @@ def test_a_read_only_key_sees_its_queue_but_no_purge_button(
     expect(hidden.locator("a")).to_have_count(0)
     expect(page.locator("#who")).to_contain_text("console-ro-*: receive")
     page.screenshot(path=str(console_artifacts / "signed-read-only-overview.png"), full_page=True)
+    # A grant made meanwhile shows at the next poll (the console reads /v1/whoami each time).
+    grant = {"pattern": other, "actions": ["receive"]}
+    path = f"/v1/keys/{reader.access_key_id}/grants"
+    assert call(lambda c: c.request("POST", path, grant).status) == 200
+    expect(hidden.locator("td.depth")).to_have_text("0")
+    expect(page.locator("#who")).to_contain_text(f"{other}: receive")
 
     row.locator("a.q").click()
     expect(page.locator("#q-peek tbody tr")).to_have_count(2, timeout=15_000)

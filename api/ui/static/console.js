@@ -236,7 +236,10 @@ function lastRate(name, key) {
 
 // -- overview ----------------------------------------------------------------------------------
 async function renderOverview(gen) {
-  const [status, list] = await Promise.all([api("/v1/status"), api("/v1/queues")]);
+  // The key's grants are read again on every poll: a grant or revocation shows within one.
+  const [status, list, who] = await Promise.all([api("/v1/status"), api("/v1/queues"), api("/v1/whoami")]);
+  if (gen !== generation) return;
+  if (auth.mode === "signed") { auth.who = who; renderWho(); }
   const names = list.queues.map((q) => q.name);
   // Queues the key has no grant on are listed (any key may list names) but not read.
   const infos = await Promise.all(names.map((n) => (can("any", n)
