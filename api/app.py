@@ -242,7 +242,14 @@ async def _handle_errors(request: web.Request, handler: Handler) -> web.StreamRe
         return await handler(request)
     except CmqError as e:
         if is_server_fault(e):
-            log.error("%s %s failed: %s", request.method, request.path, e, exc_info=True)
+            log.error(
+                "%s %s failed: %s",
+                request.method,
+                request.path,
+                e,
+                exc_info=True,
+                extra={"event": "request_failed"},
+            )
         return _error_response(render_error(e))
     except web.HTTPRequestEntityTooLarge:
         return _error_response(render_error(_too_large(request.app[MAX_REQUEST_BYTES_KEY])))
@@ -261,7 +268,12 @@ async def _handle_errors(request: web.Request, handler: Handler) -> web.StreamRe
         code = "".join(e.reason.split()) or "HttpError"
         return _error_response(RenderedError(e.status, {}, error_body(code, e.reason)))
     except Exception:
-        log.exception("%s %s failed unexpectedly", request.method, request.path)
+        log.exception(
+            "%s %s failed unexpectedly",
+            request.method,
+            request.path,
+            extra={"event": "request_failed"},
+        )
         return _error_response(render_internal())
 
 

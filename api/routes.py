@@ -250,7 +250,7 @@ async def readyz(ctx: Context, _: None) -> Reply:
     try:
         ready = ctx.service.is_ready()
     except Exception:
-        log.exception("readiness check failed")
+        log.exception("readiness check failed", extra={"event": "request_failed"})
         ready = False
     return Reply(Ready(ready), status=200 if ready else 503)
 

@@ -76,7 +76,7 @@ Authorize = Callable[[str, str], bool]
 
 def _failed(fid: int, e: CmqError) -> Failed:
     if is_server_fault(e):
-        log.error("stream request %d failed: %s", fid, e)
+        log.error("stream request %d failed: %s", fid, e, extra={"event": "request_failed"})
         return Failed(fid, http_status(e), e.code, INTERNAL_MESSAGE)
     return Failed(fid, http_status(e), e.code, e.message, e.retry_after)
 
@@ -198,7 +198,9 @@ class _Connection:
             except CmqError as e:
                 answer = _failed(frame.id, e)
             except Exception:
-                log.exception("stream request %d failed", frame.id)
+                log.exception(
+                    "stream request %d failed", frame.id, extra={"event": "request_failed"}
+                )
                 answer = Failed(frame.id, 500, "InternalError", INTERNAL_MESSAGE)
             await self.out.put(answer)
         finally:

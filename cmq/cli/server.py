@@ -46,10 +46,12 @@ from prometheus_client.exposition import generate_latest
 from api.app import make_app
 from api.auth.guard import AuthConfig
 from api.sqs.queues import SqsSettings
+from cmq import logs
 from cmq.admin.key_admin import KeyAdmin, KeyRing, bootstrap_admin_key
 from cmq.catalog.keys import cluster_credential
 from cmq.errors import CmqError
 from cmq.frontend.proxy import NodeMetricsCollector, ServiceProxy, ServiceServer
+from cmq.logs import LogFormat
 from cmq.node.metrics import register_node_metrics
 from cmq.node.queue_node import NodeConfig, QueueNode
 from cmq.service import QueueService
@@ -94,7 +96,9 @@ async def join_cluster(cfg: NodeConfig) -> NodeConfig:
                     )
                     break
                 except CmqError as e:
-                    logging.getLogger("cmq.cli.server").warning("join deferred: %s", e)
+                    logging.getLogger("cmq.cli.server").warning(
+                        "join deferred: %s", e, extra={"event": "join_deferred"}
+                    )
                     await asyncio.sleep(1.0)
     peers = {n: Address.parse(a) for n, a in known.items()}
     peers[cfg.node_id] = cfg.peer
@@ -143,6 +147,7 @@ async def serve(
                 "%s:%d can do anything (never in production)",
                 http.host,
                 http.port,
+                extra={"event": "anonymous_access"},
             )
             print("cmq: anonymous access enabled (--anonymous): no signatures asked", flush=True)
         else:
@@ -262,7 +267,12 @@ class FrontEnds:
             proc = self._procs[index] = await asyncio.create_subprocess_exec(*argv)
             code = await proc.wait()
             if not self._stopping:
-                log.error("HTTP front end %d exited with %s; starting it again", index, code)
+                log.error(
+                    "HTTP front end %d exited with %s; starting it again",
+                    index,
+                    code,
+                    extra={"event": "front_end_exited"},
+                )
                 await asyncio.sleep(self.RESPAWN_SECONDS)
 
 
@@ -295,6 +305,7 @@ def front_end_main(argv: list[str]) -> int:
         return 2
     cert, key = (argv[2], argv[3]) if len(argv) == 4 else (None, None)
     security = HttpSecurity(anonymous=True, tls_cert=cert, tls_key=key)
+    logs.configure_from_env()
     loop = new_event_loop()
     with contextlib.closing(loop):
         loop.run_until_complete(front_end(argv[0], Address.parse(argv[1]), security))
@@ -305,7 +316,9 @@ def _report_bootstrap(task: asyncio.Task[object]) -> None:
     """Log a bootstrap of the admin key that failed (it is not retried: restart the node)."""
     if not task.cancelled() and task.exception() is not None:
         logging.getLogger("cmq.cli.server").error(
-            "the bootstrap admin key could not be made or written: %r", task.exception()
+            "the bootstrap admin key could not be made or written: %r",
+            task.exception(),
+            extra={"event": "admin_key_bootstrap_failed"},
         )
 
 
@@ -340,15 +353,18 @@ async def hand_off_leadership(raft: MultiRaft, node_id: int, timeout: float) -> 
 
 
 def run(
-    cfg: NodeConfig, http: Address, security: HttpSecurity | None = None, http_workers: int = 0
+    cfg: NodeConfig,
+    http: Address,
+    security: HttpSecurity | None = None,
+    http_workers: int = 0,
+    log_format: LogFormat = "text",
 ) -> int:
     """Run one node in the foreground on a fresh event loop (uvloop when installed) until
-    SIGINT or SIGTERM; returns the process exit status. ``CMQ_LOG_LEVEL`` sets the log level
+    SIGINT or SIGTERM; returns the process exit status. Logs go to stderr as ``log_format``
+    lines (`cmq.logs`; its front ends write the same); ``CMQ_LOG_LEVEL`` sets the log level
     (default WARNING)."""
-    logging.basicConfig(
-        level=os.environ.get("CMQ_LOG_LEVEL", "WARNING"),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    logs.configure(log_format, node=cfg.node_id)
+    os.environ.update(logs.child_env(log_format, cfg.node_id))  # read by the front ends
 
     async def main() -> None:
         stop = asyncio.Event()
