@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry
 
 from api.auth.access import STREAM as STREAM_ACTIONS
 from api.auth.access import allowed
-from api.auth.guard import PRINCIPAL, AuthConfig, auth_middleware
+from api.auth.guard import CALLER, PRINCIPAL, AuthConfig, auth_middleware
 from api.auth.key_routes import KEY_OPERATIONS, KeyAdministration, add_key_routes
 from api.decoding import decode
 from api.errors import (
@@ -169,7 +169,9 @@ def _handler(route: Route) -> Handler:
         else:
             body = None
         params = {k: v for k, v in request.match_info.items() if k != "name"}
-        ctx = Context(request.app[SERVED_KEY], request.path, name, params, dict(request.query))
+        served = request.app[SERVED_KEY]
+        caller = request.get(CALLER)
+        ctx = Context(served, request.path, name, params, dict(request.query), caller)
         reply = await route.handler(ctx, body)
         if reply.stream is not None:
             return await _stream(request, reply)

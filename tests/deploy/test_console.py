@@ -9,9 +9,8 @@ import contextlib
 import os
 import re
 import shutil
-import tempfile
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -26,41 +25,10 @@ from tests.deploy.chart import ALL_ON, MONITORING_APIS, one, render
 pytestmark = pytest.mark.slow
 
 T = TypeVar("T")
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-
-
-@pytest.fixture
-def browser_page(tmp_path: Path) -> Iterator[object]:
-    if not os.path.exists(CHROMIUM):
-        pytest.skip("chromium is not installed (make test installs Debian's)")
-    from playwright.sync_api import sync_playwright
-
-    profile = tempfile.mkdtemp(prefix="chromium-profile-", dir=tmp_path)
-    with sync_playwright() as p:
-        context = p.chromium.launch_persistent_context(
-            profile,
-            executable_path=CHROMIUM,
-            headless=True,
-            args=CHROMIUM_ARGS,
-            viewport={"width": 1360, "height": 900},
-        )
-        try:
-            yield context.new_page()
-        finally:
-            context.close()
 
 
 def test_console_shows_nodes_and_queue_depth_changes(
-    cmq_cluster: CmqCluster, browser_page: object, tmp_path: Path
+    cmq_cluster: CmqCluster, browser_page: object, tmp_path: Path, console_artifacts: Path
 ) -> None:
     from playwright.sync_api import Page, expect
 
@@ -84,6 +52,12 @@ def test_console_shows_nodes_and_queue_depth_changes(
         expect(page.locator("#nodes .node")).to_have_count(3, timeout=15_000)
         expect(page.locator("#nodes .node.self")).to_have_attribute("data-node", "1")
         expect(page.locator("#health")).to_have_text("ready")
+        # An anonymous node: no sign-in asked, nothing hidden.
+        expect(page.locator("#who")).to_have_text(re.compile("anonymous node"))
+        expect(page.locator("#sign-out")).to_be_hidden()
+        expect(page.locator("#clock-state .pill")).to_have_attribute("data-state", "ok")
+        expect(page.locator("#repair-state .pill")).to_have_attribute("data-state", "ok")
+        expect(page.locator("#disks tbody tr")).to_have_count(1)
         # Each node's release (every node of the session's cluster runs this one).
         releases = page.locator("#nodes .node .badge.release")
         expect(releases).to_have_count(3)
@@ -109,6 +83,7 @@ def test_console_shows_nodes_and_queue_depth_changes(
         expect(peeked.first.locator("td.body")).to_have_text("console message 0")
         attr = page.locator('#q-attributes tr[data-key="visibility_timeout"] td').nth(1)
         expect(attr).to_have_text("60")
+        expect(page.locator("#purge")).to_be_visible()
         expect(page.locator('#q-stats tr[data-key="visible"] td').nth(1)).to_have_text("7")
         page.screenshot(path=str(tmp_path / "console-queue.png"), full_page=True)
 
@@ -128,6 +103,8 @@ def test_console_shows_nodes_and_queue_depth_changes(
     shot = tmp_path / "console-overview.png"
     assert shot.stat().st_size > 10_000
     print(f"console screenshots: {tmp_path}/console-overview.png, {tmp_path}/console-queue.png")
+    for name in ("console-overview.png", "console-queue.png"):
+        shutil.copy(tmp_path / name, console_artifacts / f"anonymous-{name}")
     keep = os.environ.get("CMQ_CONSOLE_SCREENSHOT_DIR")
     if keep:
         for name in ("console-overview.png", "console-queue.png"):
