@@ -42,13 +42,10 @@ def ensure_promtool(bin_dir: Path | None = None) -> Path:
         raise PromtoolUnavailable("promtool needs apt-get and dpkg-deb (a Debian-like host)")
     with tempfile.TemporaryDirectory() as tmp:
         os.chmod(tmp, 0o777)  # apt's _apt user downloads into it when run as root
-        got = subprocess.run(
-            ["apt-get", "download", "-q", PACKAGE],
-            cwd=tmp,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        got = _download(tmp)
+        if got.returncode != 0 and os.geteuid() == 0:  # no package lists yet: fetch them once
+            subprocess.run(["apt-get", "update", "-q"], capture_output=True, check=False)
+            got = _download(tmp)
         debs = list(Path(tmp).glob(f"{PACKAGE}_*.deb"))
         if not debs:
             raise PromtoolUnavailable(f"apt-get download {PACKAGE} failed: {got.stderr.strip()}")
@@ -69,6 +66,16 @@ def ensure_promtool(bin_dir: Path | None = None) -> Path:
     if _version(target) < MIN_VERSION:
         raise PromtoolUnavailable(f"{target} is older than {MIN_VERSION}")
     return target
+
+
+def _download(into: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["apt-get", "download", "-q", PACKAGE],
+        cwd=into,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
 
 
 def _version(promtool: Path) -> tuple[int, ...]:
