@@ -136,7 +136,16 @@ def test_optional_parts_render_only_where_their_api_exists() -> None:
         "CmqReplicationLag",
         "CmqDiskFilling",
         "CmqSlowFsync",
-    }
+        "CmqDiskFailed",
+        "CmqDiskFull",
+        "CmqReplicaNeedsRepair",
+        "CmqStorageDamageFound",
+        "CmqClockUnsafe",
+        "CmqQueueGrowing",
+        "CmqQueueOldestMessage",
+        "CmqQueueNoConsumers",
+        "CmqDeadLetters",
+    }  # each is unit-tested on synthetic series in test_alert_rules.py
     cron = one(docs, "CronJob")
     container = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
     assert container["command"] == ["cmq"]
