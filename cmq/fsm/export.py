@@ -57,7 +57,7 @@ def live_message(q: QueueState, store: SegmentStore, seq: int, clock: int) -> Li
     if seq in q.pending_dl:
         state = "in_flight"  # awaiting its move to the dead-letter queue
     elif seq not in q.ready:
-        due = q.timer_of.get(seq)
+        due = q.timer_at(seq)
         if due is not None and due > clock:
             state, at = ("in_flight" if leased else "delayed"), due
     moved = q.moved.get(seq)

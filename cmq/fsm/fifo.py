@@ -37,10 +37,10 @@ def in_flight(q: QueueState, fifo: FifoState, group: str, now_ms: int | None = N
     None: at the queue's clock."""
     touched, ready = q.touched, q.ready
     for seq in islice(fifo.groups[group], MAX_RECEIVE_BATCH):
-        if seq in ready or _due(q, seq, now_ms):
-            continue
         slot = touched.slot_of.get(seq)
-        if slot is not None and touched.get(slot, LEASE) != 0:
+        if slot is None or seq in ready or _due(q, seq, now_ms):
+            continue
+        if touched.get(slot, LEASE) != 0:
             return True
     return False
 
@@ -48,7 +48,7 @@ def in_flight(q: QueueState, fifo: FifoState, group: str, now_ms: int | None = N
 def _due(q: QueueState, seq: int, now_ms: int | None) -> bool:
     if now_ms is None:
         return False
-    at = q.timer_of.get(seq)
+    at = q.timer_at(seq)
     return at is not None and at <= now_ms
 
 
@@ -57,7 +57,7 @@ def has_visible(q: QueueState, fifo: FifoState, now_ms: int) -> bool:
     group (a read: timers due by ``now_ms`` count as fired)."""
     now = q.time_at(now_ms)
     heads = fifo.heads
-    due = [seq for seq, at in q.timer_of.items() if at <= now and seq in heads]
+    due = [seq for seq, at in q.pending_timers() if at <= now and seq in heads]
     for head in chain(fifo.heads & q.ready, due):
         if not in_flight(q, fifo, fifo.meta[head][0], now):
             return True

@@ -76,11 +76,10 @@ def queue_gauges(q: QueueState, now_ms: int) -> QueueGauges:
     due: list[int] = []
     fifo = q.fifo
     blocked: set[str] = set()
-    timer_of = q.timer_of
-    if timer_of:
+    if q.timers or q.touched:
         cells, slot_of = q.touched.cells, q.touched.slot_of
         meta = None if fifo is None else fifo.meta
-        for seq, at in timer_of.items():
+        for seq, at in q.pending_timers():
             if at <= clock:
                 due.append(seq)
                 continue

@@ -8,10 +8,10 @@ everything else is in memory, shaped so that a snapshot copies compact structure
 * per queue, the messages received at least once ("touched") as parallel `array`s (seq,
   visibility deadline, lease id, receive count, flags) — the snapshot copies them with memcpy;
 * derived indexes rebuilt on restore and never snapshotted: ``ready`` (a `BitMap64` of seqs
-  visible at the queue's clock), ``timer_of`` + a heap (seq -> when it becomes visible) and
-  ``pending_dl`` (seqs waiting for a `DeadLetter`).
+  visible at the queue's clock), ``timers`` (a bucketed `cmq.fsm.timers.TimerIndex`: when each
+  invisible message becomes visible) and ``pending_dl`` (seqs waiting for a `DeadLetter`).
 
-Every live message is in exactly one of ready / timer_of / pending_dl.
+Every live message is in exactly one of ready / timers (a standing entry) / pending_dl.
 
 Time: each queue keeps ``clock`` = the largest ``now_ms`` any command for it carried, and uses it
 instead of the command's own ``now_ms`` (time never runs backwards across leader changes, so

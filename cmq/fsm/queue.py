@@ -7,7 +7,6 @@ See `cmq.fsm.machine` for the invariants; the snapshot image of a queue is `cmq.
 
 from __future__ import annotations
 
-import heapq
 from array import array
 from bisect import bisect_right
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ from pyroaring import BitMap, BitMap64
 from cmq import errors
 from cmq.fsm.commands.codec import write_attributes
 from cmq.fsm.fifo_state import FifoState
+from cmq.fsm.timers import TimerIndex
 from cmq.fsm.wire import Writer
 from cmq.model import OUTCOMES, QueueAttributes, QueueStats, SegmentCounts
 
@@ -213,7 +213,6 @@ class QueueState:
         "firsts",
         "gauges",
         "head",
-        "heap",
         "image",
         "image_version",
         "incarnation",
@@ -233,7 +232,7 @@ class QueueState:
         "sent_total",
         "skew",
         "skew_stamp",
-        "timer_of",
+        "timers",
         "touched",
     )
 
@@ -286,8 +285,9 @@ class QueueState:
         # dedup id -> (message id, seq, produced at); insertion order is time order.
         self.dedup: dict[str, tuple[str, int, int]] = {}
         self.ready = BitMap64()
-        self.timer_of: dict[int, int] = {}
-        self.heap: list[tuple[int, int]] = []
+        # When each invisible message becomes visible (`cmq.fsm.timers`; entries checked
+        # against `timer_valid`).
+        self.timers = TimerIndex()
         self.pending_dl = BitMap64()
         # FIFO queues only (`cmq.fsm.fifo`): groups, their ids, receive attempts.
         self.fifo: FifoState | None = None
@@ -356,32 +356,60 @@ class QueueState:
                 self.skew_stamp += gone * SLEW_DIVISOR
                 self.skew = max(0, self.skew - gone)
         self.clock = max(self.clock, now_ms + self.skew)
-        heap, timer_of = self.heap, self.timer_of
-        while heap and heap[0][0] <= self.clock:
-            at, seq = heapq.heappop(heap)
-            if timer_of.get(seq) == at:
-                del timer_of[seq]
-                self.ready.add(seq)
+        ready = self.ready
+        for seq in self.timers.pop_due(self.clock, self.timer_valid):
+            ready.add(seq)
 
     def schedule(self, seq: int, at: int) -> None:
-        """The live, not pending-dead-letter message ``seq`` becomes visible at ``at``."""
+        """The live, not pending-dead-letter message ``seq`` becomes visible at ``at`` (its
+        authoritative time: see `timer_valid`)."""
         if at <= self.clock:
-            self.timer_of.pop(seq, None)
             self.ready.add(seq)
             return
         self.ready.discard(seq)
-        self.timer_of[seq] = at
-        heapq.heappush(self.heap, (at, seq))
-        if len(self.heap) > 2 * len(self.timer_of) + 1024:
-            # Superseded entries pile up with re-leases; rebuild rather than grow unbounded.
-            self.heap = [(t, s) for s, t in self.timer_of.items()]
-            heapq.heapify(self.heap)
+        self.timers.add(seq, at)
+        self.timers.maybe_compact(self.timer_valid)
 
-    def prune_heap(self) -> None:
-        """Drop superseded entries from the top of the heap (a derived index only)."""
-        heap, timer_of = self.heap, self.timer_of
-        while heap and timer_of.get(heap[0][1]) != heap[0][0]:
-            heapq.heappop(heap)
+    def timer_valid(self, seq: int, at: int) -> bool:
+        """Whether the timer entry (``at``, ``seq``) stands. A live message that is neither
+        ready nor waiting for the dead-letter queue has one timer: a touched message's at
+        `visible_at` of its slot, an untouched one's at its record's visibility (the entry made
+        when it was sent, or copied forward; nothing changes it while untouched)."""
+        if seq in self.ready or seq in self.pending_dl:
+            return False
+        slot = self.touched.slot_of.get(seq)
+        if slot is not None:
+            return self.visible_at(slot) == at
+        return self.is_live(seq)
+
+    def visible_at(self, slot: int) -> int:
+        """When the touched message in ``slot`` becomes visible: its ``VIS`` cell."""
+        return self.touched.get(slot, VIS)
+
+    def timer_at(self, seq: int) -> int | None:
+        """When the live message ``seq`` becomes visible, if it has a timer (None: ready,
+        waiting for the dead-letter queue, or gone). For an untouched message: a scan."""
+        if seq in self.ready or seq in self.pending_dl or not self.is_live(seq):
+            return None
+        slot = self.touched.slot_of.get(seq)
+        if slot is not None:
+            return self.visible_at(slot)
+        return self.timers.find({seq}, self.timer_valid).get(seq)
+
+    def timers_of(self, seqs: set[int]) -> dict[int, int]:
+        """`timer_at` of each of the untouched ``seqs`` that has a timer, in one scan."""
+        return self.timers.find(seqs, self.timer_valid)
+
+    def pending_timers(self) -> Iterator[tuple[int, int]]:
+        """(seq, at) of every message with a timer, each once, in no particular order."""
+        slot_of, valid = self.touched.slot_of, self.timer_valid
+        for seq, at in self.timers.entries():
+            if seq not in slot_of and valid(seq, at):
+                yield seq, at
+        t, ready = self.touched, self.ready
+        for slot, seq in enumerate(t.seqs()):
+            if not t.get(slot, FLAGS) & PENDING_DEAD_LETTER and seq not in ready:
+                yield seq, self.visible_at(slot)
 
     def first_live(self) -> tuple[Segment, int] | None:
         for seg in self.segments:
@@ -444,12 +472,10 @@ class QueueState:
         self.ready.remove_range(0, end_seq)
         self.pending_dl.remove_range(0, end_seq)
         if end_seq >= self.next_seq:
-            self.timer_of.clear()
-            self.heap.clear()
+            self.timers.clear()
             self.touched.clear()
         else:
-            for seq in [s for s in self.timer_of if s < end_seq]:
-                del self.timer_of[seq]
+            # The deleted messages' timer entries no longer stand (`timer_valid`).
             for seq in [s for s in self.touched.seqs() if s < end_seq]:
                 self.touched.remove(seq)
         return count, hit
@@ -463,7 +489,7 @@ class QueueState:
         clock = self.time_at(now_ms)
         due = in_flight = delayed = 0
         touched = self.touched
-        for seq, at in self.timer_of.items():
+        for seq, at in self.pending_timers():
             if at <= clock:
                 due += 1
                 continue
@@ -510,13 +536,12 @@ class QueueState:
         """Whether a `Lease` at ``now_ms`` would find a message."""
         if self.ready:
             return True
-        self.prune_heap()
-        return bool(self.heap) and self.heap[0][0] <= self.time_at(now_ms)
+        at = self.timers.earliest(self.timer_valid)
+        return at is not None and at <= self.time_at(now_ms)
 
     def next_visible_at(self) -> int | None:
         """The earliest time an invisible message (delayed, leased, nacked) becomes visible."""
-        self.prune_heap()
-        return self.heap[0][0] if self.heap else None
+        return self.timers.earliest(self.timer_valid)
 
     def expirable(self, now_ms: int) -> bool:
         """Whether an `Expire` at ``now_ms`` would delete something."""
@@ -586,7 +611,7 @@ class QueueState:
             if t.get(slot, FLAGS) & PENDING_DEAD_LETTER:
                 self.pending_dl.add(seq)
             else:
-                self.schedule(seq, t.get(slot, VIS))
+                self.schedule(seq, self.visible_at(slot))
 
 
 def encode_head(name: str, attributes: QueueAttributes) -> bytes:

@@ -97,7 +97,6 @@ class SegmentWriter:
         q.forget_moved(seq)
         q.live -= 1
         q.ready.discard(seq)
-        q.timer_of.pop(seq, None)
         q.pending_dl.discard(seq)
         q.touched.remove(seq)
         if q.fifo is not None:
