@@ -184,13 +184,16 @@ def copy_forward(q: QueueState, seg: Segment, w: SegmentWriter) -> int:
         # now when it is ready.
         slot = touched.slot_of.get(old)
         at = timers.get(old) if slot is None else q.timer_at(old)
-        visible_at = q.clock if at is None else at
+        # The copy's record keeps the original's first visibility (its retention start): a
+        # restore schedules an untouched copy at it (its timer, or ready when past).
+        visible_at = q.retention_start(seg, rel)
         stored = StoredMessage(msg.id, new, msg.body, msg.binary, msg.attributes, msg.sent_at_ms)
         frame = encode_record(stored, visible_at)
         messages.append(stored)
         frames.append(frame)
         target.copies.add(target.count)
         target.sent_at.append(target.sent_at[-1] if target.sent_at else target.created_ms)
+        target.add_visible(visible_at, force=True)
         target.count += 1
         target.size += len(frame)
         target.crc = zlib.crc32(frame, target.crc)

@@ -38,6 +38,8 @@ delete, attributes) are its own. The read-only queries are `cmq.fsm.reads`, the 
 
 from __future__ import annotations
 
+from array import array
+
 from cmq import errors
 from cmq.errors import InvalidParameter, InvariantBroken, NewerFormat, NewerLayout
 from cmq.fsm import leasing, lifecycle, messages
@@ -187,6 +189,8 @@ class QueueMachine(MachineReads):
             q.rebuild_alias()
             for seg, rec in zip(q.segments, recovered[q.key], strict=True):
                 seg.sent_at = rec.sent_at
+                if rec.visible_at != rec.sent_at:
+                    seg.visible_from = array("q", rec.visible_at)
                 lifecycle.restore_sent_keys(q, seg)
                 q.rebuild_derived(seg, rec.visible_at)
             q.rebuild_touched()

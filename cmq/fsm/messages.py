@@ -71,6 +71,8 @@ def produce(q: QueueState, cmd: Produce, w: SegmentWriter, fx: Effects) -> Produ
         )
     q.advance(cmd.now_ms)
     clock = q.clock
+    if q.start_floor is not None:
+        q.start_floor = min(q.start_floor, clock)
     dedup = q.dedup
     while dedup:
         oldest = next(iter(dedup))
@@ -117,6 +119,7 @@ def produce(q: QueueState, cmd: Produce, w: SegmentWriter, fx: Effects) -> Produ
         seg.size += len(frame)
         seg.crc = zlib.crc32(frame, seg.crc)
         seg.sent_at.append(clock)
+        seg.add_visible(visible_at)
         q.live += 1
         q.sent_total += 1
         q.schedule(seq, visible_at)
@@ -199,25 +202,58 @@ def dead_letter(q: QueueState, cmd: DeadLetter, w: SegmentWriter, fx: Effects) -
 
 
 def expire(q: QueueState, cmd: Expire, w: SegmentWriter, fx: Effects) -> Expired:
-    """Delete the messages older than the queue's retention at its time."""
+    """Delete the messages whose retention ran out at the queue's time: retention counts from
+    when a message first became visible (`QueueState.retention_start`), so a delayed message
+    is kept for the whole retention after its delay."""
     q.advance(cmd.now_ms)
     cutoff = q.clock - q.attributes.message_retention_seconds * 1000
     end_seq = 0
     for seg in q.segments:
-        # Send times are non-decreasing in seq (queue clock), so expiry is a prefix.
+        # Send times are non-decreasing in seq (queue clock), and a message first becomes
+        # visible at or after its send, so the candidates are a prefix.
         k = bisect_right(seg.sent_at, cutoff)
         end_seq = seg.first_seq + k
         if k < seg.count:
             break
-    count = w.delete_prefix(q, end_seq, EXPIRED)
+    spared = _spared(q, end_seq, cutoff)
+    if not spared:
+        count = w.delete_prefix(q, end_seq, EXPIRED)
+    else:
+        # Delayed messages still in their retention stay; their neighbours go one by one.
+        first = spared[0]
+        count = w.delete_prefix(q, first, EXPIRED)
+        keep = set(spared)
+        for seq in range(first, end_seq):
+            if seq not in keep and w.delete_one(q, seq, EXPIRED):
+                count += 1
     # Messages copied forward carry their real send time apart (their place in the
     # sorted send times is their copy's).
     for seq in sorted(seq for seq, (sent, _) in q.moved.items() if sent <= cutoff):
+        owner = q.segment_of(seq)
+        if owner is not None and q.retention_start(owner, seq - owner.first_seq) > cutoff:
+            continue
         if w.delete_one(q, seq, EXPIRED):
             count += 1
     q.expired_total += count
+    q.start_floor = None
     fx.change(q.name)
     return Expired(count)
+
+
+def _spared(q: QueueState, end_seq: int, cutoff: int) -> list[int]:
+    """The live seqs below ``end_seq`` whose retention has not run out (ascending): only
+    segments with delayed records have any."""
+    out: list[int] = []
+    for seg in q.segments:
+        if seg.first_seq >= end_seq:
+            break
+        vf = seg.visible_from
+        if vf is None:
+            continue
+        hi = min(seg.count, end_seq - seg.first_seq)
+        live = seg.deleted.flip(0, hi)
+        out.extend(seg.first_seq + rel for rel in live if vf[rel] > cutoff)
+    return out
 
 
 def purge(q: QueueState, cmd: Purge, w: SegmentWriter, fx: Effects) -> Purged:

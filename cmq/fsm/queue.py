@@ -119,7 +119,11 @@ class Segment:
     ``archive``) stays until archived; ``claim`` is an archive batch's (batch id, expiry).
     ``sent_at`` holds per record the send time, except for the records that are copies of
     messages copied forward here (``copies``), whose entry repeats the previous one, or the
-    creation time for the first (so the array stays sorted; see `QueueState.moved`)."""
+    creation time for the first (so the array stays sorted; see `QueueState.moved`).
+    ``visible_from``: per record, the time it first became visible (its record's visibility:
+    send time plus the send's delay; a copy's: its original's), kept only once a record of the
+    segment differs from its send time (None: every record's equals it); retention counts from
+    it (`QueueState.retention_start`)."""
 
     __slots__ = (
         "claim",
@@ -138,6 +142,7 @@ class Segment:
         "sealed",
         "sent_at",
         "size",
+        "visible_from",
     )
 
     def __init__(self, first_seq: int, created_ms: int) -> None:
@@ -157,6 +162,17 @@ class Segment:
         self.copies = BitMap()
         self.counts: dict[int, int] = {}
         self.sent_at: array[int] = array("q")
+        self.visible_from: array[int] | None = None
+
+    def add_visible(self, visible_at: int, *, force: bool = False) -> None:
+        """Record the first visibility of the record just appended (its ``sent_at`` entry
+        already is); ``force``: keep the array even if it equals the send time (a copy)."""
+        vf = self.visible_from
+        if vf is not None:
+            vf.append(visible_at)
+        elif force or visible_at != self.sent_at[-1]:
+            vf = self.visible_from = array("q", self.sent_at)
+            vf[-1] = visible_at
 
     def full(self) -> bool:
         return len(self.deleted) >= self.count
@@ -232,6 +248,7 @@ class QueueState:
         "sent_total",
         "skew",
         "skew_stamp",
+        "start_floor",
         "timers",
         "touched",
     )
@@ -297,6 +314,9 @@ class QueueState:
         # time, the oldest visible send time, the figures but the name and the age).
         self.gauges: tuple[int, int | None, tuple[int, ...]] | None = None
         self.image_version = 0
+        # A lower bound of the live messages' `retention_start` (None: not known), so
+        # `expirable` scans only when something may be due.
+        self.start_floor: int | None = None
 
     def segment_of(self, seq: int) -> Segment | None:
         i = bisect_right(self.firsts, seq) - 1
@@ -543,13 +563,47 @@ class QueueState:
         """The earliest time an invisible message (delayed, leased, nacked) becomes visible."""
         return self.timers.earliest(self.timer_valid)
 
+    def retention_start(self, seg: Segment, rel: int) -> int:
+        """When the message of record ``rel`` of ``seg`` first became visible: retention
+        counts from then (a delayed message never expires before it was deliverable). Its
+        send time plus its send's delay; for a message copied forward, its original's."""
+        vf = seg.visible_from
+        if vf is not None:
+            return vf[rel]
+        if rel in seg.copies:
+            return self.moved[seg.first_seq + rel][0]
+        return seg.sent_at[rel]
+
+    def min_start(self) -> int | None:
+        """The least `retention_start` of a live message (None: none). Scans the live
+        messages of the segments with delayed records; the others' first live record."""
+        best: int | None = None
+        for seg in self.segments:
+            if seg.full():
+                continue
+            if seg.visible_from is None:
+                live = seg.deleted.flip(0, seg.count)
+                first = live.min()
+                at = self.retention_start(seg, first)
+                for rel in seg.copies & live:
+                    at = min(at, self.retention_start(seg, rel))
+            else:
+                vf = seg.visible_from
+                at = min(vf[rel] for rel in seg.deleted.flip(0, seg.count))
+            best = at if best is None else min(best, at)
+        return best
+
     def expirable(self, now_ms: int) -> bool:
-        """Whether an `Expire` at ``now_ms`` would delete something."""
-        oldest = self.oldest_sent()
-        if oldest is None:
+        """Whether an `Expire` at ``now_ms`` would delete something: a live message whose
+        `retention_start` is at least the retention before the queue's time."""
+        cutoff = self.time_at(now_ms) - self.attributes.message_retention_seconds * 1000
+        floor = self.start_floor
+        if floor is None:
+            floor = self.start_floor = self.min_start()
+        if floor is None or floor > cutoff:
             return False
-        retention = self.attributes.message_retention_seconds * 1000
-        return oldest + retention <= self.time_at(now_ms)
+        exact = self.start_floor = self.min_start()
+        return exact is not None and exact <= cutoff
 
     def due(self, now_ms: int, dead_letter_limit: int) -> Due | None:
         """What is due at ``now_ms`` (None: nothing)."""
