@@ -93,6 +93,80 @@ LIMITS: dict[str, tuple[int, int, int]] = {
 }
 
 
+MAX_RETRY_SECONDS = 43_200
+"""A retry back-off's initial and maximum delay are at most 12 hours (SQS's longest lease)."""
+MAX_RETRY_MULTIPLIER = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """A queue's retry back-off: a message whose lease expires, or that is nacked, becomes
+    visible again only after ``delay_ms(receive count)``: ``initial_seconds`` after its first
+    receive, times ``multiplier`` after each further one, at most ``max_seconds``.
+
+    ``multiplier`` has at most two decimals (it is kept as hundredths, so every replica computes
+    the same delays with integer arithmetic)."""
+
+    initial_seconds: int
+    multiplier: float = 2.0
+    max_seconds: int = 300
+
+    @property
+    def multiplier_pct(self) -> int:
+        """The multiplier in hundredths (what the machine computes with and stores)."""
+        return round(self.multiplier * 100)
+
+    def delay_ms(self, receive_count: int) -> int:
+        """The back-off after the ``receive_count``-th receive (1: the first), in ms."""
+        cap = self.max_seconds * 1000
+        delay = self.initial_seconds * 1000
+        pct = self.multiplier_pct
+        for _ in range(max(0, receive_count - 1)):
+            if delay >= cap or pct == 100:
+                break
+            delay = delay * pct // 100
+        return min(delay, cap)
+
+    @staticmethod
+    def from_dict(data: object) -> RetryPolicy:
+        """A checked policy from its JSON object (`InvalidParameter` naming the field)."""
+        if not isinstance(data, dict):
+            raise InvalidParameter(
+                "attribute retry must be an object {initial_seconds, multiplier, max_seconds} "
+                "or null"
+            )
+        unknown = set(data) - {"initial_seconds", "multiplier", "max_seconds"}
+        if unknown:
+            raise InvalidParameter(f"unknown retry field {sorted(unknown)[0]!r}")
+        if "initial_seconds" not in data:
+            raise InvalidParameter("retry.initial_seconds is required")
+        values: dict[str, Any] = {}
+        for key in ("initial_seconds", "max_seconds"):
+            if key in data:
+                v = data[key]
+                if isinstance(v, bool) or not isinstance(v, int):
+                    raise InvalidParameter(f"retry.{key} must be an integer")
+                if not 1 <= v <= MAX_RETRY_SECONDS:
+                    raise InvalidParameter(
+                        f"retry.{key} must be in [1, {MAX_RETRY_SECONDS}]; got {v}"
+                    )
+                values[key] = v
+        if "multiplier" in data:
+            m = data["multiplier"]
+            if isinstance(m, bool) or not isinstance(m, int | float):
+                raise InvalidParameter("retry.multiplier must be a number")
+            if not 1 <= m <= MAX_RETRY_MULTIPLIER or abs(m * 100 - round(m * 100)) > 1e-6:
+                raise InvalidParameter(
+                    f"retry.multiplier must be in [1, {MAX_RETRY_MULTIPLIER:g}] with at most two "
+                    f"decimals; got {m}"
+                )
+            values["multiplier"] = round(m * 100) / 100
+        policy = RetryPolicy(**values)
+        if policy.max_seconds < policy.initial_seconds:
+            raise InvalidParameter("retry.max_seconds must be at least retry.initial_seconds")
+        return policy
+
+
 @dataclass(frozen=True, slots=True)
 class QueueAttributes:
     """A queue's settings (SQS/CMQ names in snake_case). Defaults as in SQS.
@@ -118,6 +192,10 @@ class QueueAttributes:
     send is deduplicated for 5 minutes (`DEDUP_WINDOW_MS`)."""
     content_based_deduplication: bool = False
     """FIFO only: a send without a deduplication id uses the SHA-256 of its body instead."""
+    retry: RetryPolicy | None = None
+    """Retry back-off (`RetryPolicy`): an expired or nacked lease brings its message back only
+    after the policy's delay for its receive count. None: at once (an expired lease) or after
+    the nack's own delay. Needs the ``retry_backoff`` feature flag."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -173,6 +251,12 @@ class QueueAttributes:
             if dlq is not None:
                 check_queue_name(dlq)
             values["dead_letter_queue"] = dlq
+        if "retry" in data:
+            retry = data["retry"]
+            if isinstance(retry, RetryPolicy) or retry is None:
+                values["retry"] = retry
+            else:
+                values["retry"] = RetryPolicy.from_dict(retry)
         return values
 
 

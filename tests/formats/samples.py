@@ -33,6 +33,7 @@ from cmq.model import (
     QueueAttributes,
     QueueStats,
     ReceivedMessage,
+    RetryPolicy,
     SegmentCounts,
     SegmentRecord,
     SendRefused,
@@ -154,6 +155,8 @@ def _raftlog_samples() -> dict[str, Sample]:
 
 ATTRS = QueueAttributes(visibility_timeout=30, delay_seconds=1, dead_letter_queue="dlq")
 FIFO_ATTRS = QueueAttributes(fifo=True, content_based_deduplication=True, archive=True)
+RETRY_ATTRS = QueueAttributes(retry=RetryPolicy(2, 1.5, 600))
+"""Attributes with a retry policy (flag ``retry_backoff``: attribute flag 0x08 and its fields)."""
 
 
 def _new(i: int, **kw: object) -> qc.NewMessage:
@@ -169,6 +172,7 @@ def queue_commands() -> dict[str, qc.Command]:
         "create_queue_fifo": qc.CreateQueue("f.fifo", FIFO_ATTRS, T0),
         "delete_queue": qc.DeleteQueue("q"),
         "set_attributes": qc.SetAttributes("q", ATTRS),
+        "set_attributes_retry": qc.SetAttributes("q", RETRY_ATTRS),
         "purge": qc.Purge("q", T0),
         "produce_records": qc.Produce("q", T0, (_new(1), _new(2))),
         "produce_records_options": qc.Produce("f.fifo", T0, (fifo_msg,)),
