@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 from msgspec import Struct
 
+from api.auth.whoami import WHOAMI_ROUTES
 from api.backup_routes import BACKUP_ROUTES
 from api.message_models import (
     PeekedMessage,
@@ -552,6 +553,7 @@ ROUTES: tuple[Route, ...] = (
         openapi,
         (Response(200, "OpenAPI 3.1 document", None, schema={"type": "object"}),),
     ),
+    *WHOAMI_ROUTES,
     *NODE_ROUTES,
     *CLUSTER_ROUTES,
     *BACKUP_ROUTES,

@@ -132,6 +132,15 @@ def _serve(args: argparse.Namespace) -> int:
 
     from cmq.cli.keys import serve_security
     from cmq.cli.server import run
+    from cmq.errors import InvalidParameter
+    from cmq.node.queue_metrics import QueueMetricsSettings
+
+    try:
+        queue_metrics = QueueMetricsSettings.parse(
+            _setting(args, conf, "metrics_queues"), _setting(args, conf, "metrics_top_queues")
+        )
+    except InvalidParameter as e:
+        raise SystemExit(e.message) from None
 
     workers = int(_setting(args, conf, "http_workers", 0))
     security = serve_security(args, conf)
@@ -144,7 +153,7 @@ def _serve(args: argparse.Namespace) -> int:
         fmt = log_format(_setting(args, conf, "log_format"))
     except ValueError as e:
         raise SystemExit(str(e)) from None
-    return run(cfg, http, security, workers, fmt)
+    return run(cfg, http, security, workers, fmt, queue_metrics=queue_metrics)
 
 
 # -- client commands -------------------------------------------------------------------------------
@@ -397,6 +406,17 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("text", "json"),
         help="log lines on stderr: text for people (default) or one JSON object per line "
         '(env CMQ_LOG_FORMAT; README "Logs")',
+    )
+    s.add_argument(
+        "--metrics-queues",
+        help="GLOB[,GLOB...]: queues whose names match get their own series on /metrics "
+        '(default *); the others are folded into queue="_other"',
+    )
+    s.add_argument(
+        "--metrics-top-queues",
+        type=int,
+        help="at most this many queues (the deepest) get their own series on /metrics; the "
+        'rest are folded into queue="_other" (default 1000)',
     )
     s.add_argument("--config", help="TOML file with the same settings")
     add_serve_arguments(s)

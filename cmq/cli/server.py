@@ -49,10 +49,12 @@ from api.sqs.queues import SqsSettings
 from cmq import logs
 from cmq.admin.key_admin import KeyAdmin, KeyRing, bootstrap_admin_key
 from cmq.catalog.keys import cluster_credential
+from cmq.consumers import Subscriptions
 from cmq.errors import CmqError
 from cmq.frontend.proxy import NodeMetricsCollector, ServiceProxy, ServiceServer
 from cmq.logs import LogFormat
 from cmq.node.metrics import register_node_metrics
+from cmq.node.queue_metrics import QueueMetricsSettings
 from cmq.node.queue_node import NodeConfig, QueueNode
 from cmq.service import QueueService
 from raftlog.runtime import MultiRaft, new_event_loop
@@ -111,14 +113,19 @@ async def serve(
     stop: asyncio.Event,
     security: HttpSecurity | None = None,
     http_workers: int = 0,
+    *,
+    queue_metrics: QueueMetricsSettings | None = None,
 ) -> None:
     """Start the node (recovery, groups, peers), serve HTTP on ``http`` until ``stop`` is set,
     then stop accepting requests and close the node. A start that fails closes what it started
     and raises (`QueueNode.start`). With ``cfg.join`` the node first registers through a
     running node (`join_cluster`). ``security``: see `HttpSecurity` (default: signed requests,
     plain HTTP). ``http_workers``: front-end processes serving HTTP instead of this one (see
-    the module docstring; `ValueError` unless ``security.anonymous``)."""
+    the module docstring; `ValueError` unless ``security.anonymous``). ``queue_metrics``:
+    which queues get their own ``/metrics`` series (default: `QueueMetricsSettings()`)."""
     security = HttpSecurity() if security is None else security
+    queue_metrics = QueueMetricsSettings() if queue_metrics is None else queue_metrics
+    subscriptions = Subscriptions()
     if http_workers and not security.anonymous:
         raise ValueError("HTTP front-end workers serve anonymous requests only (--anonymous)")
     log = logging.getLogger("cmq.cli.server")
@@ -138,6 +145,9 @@ async def serve(
             node.clock,
             scrubber=node.scrubber,
             disks=node.disk_watch,
+            queues=queue_metrics,
+            waiting=node.wakeups.waiting,
+            subscriptions=subscriptions.counts,
         )
         auth: AuthConfig | None = None
         keys: KeyAdmin | None = None
@@ -170,7 +180,12 @@ async def serve(
                 left = await hand_off_leadership(node.raft, cfg.node_id, _handoff_seconds())
         else:
             app = make_app(
-                node, registry=registry, sqs=SqsSettings.from_env(), auth=auth, keys=keys
+                node,
+                registry=registry,
+                sqs=SqsSettings.from_env(),
+                auth=auth,
+                keys=keys,
+                subscriptions=subscriptions,
             )
             async with _http_site(app, http, security, reuse_port=False):
                 print(f"cmq node {cfg.node_id} serving {served}", flush=True)
@@ -358,6 +373,8 @@ def run(
     security: HttpSecurity | None = None,
     http_workers: int = 0,
     log_format: LogFormat = "text",
+    *,
+    queue_metrics: QueueMetricsSettings | None = None,
 ) -> int:
     """Run one node in the foreground on a fresh event loop (uvloop when installed) until
     SIGINT or SIGTERM; returns the process exit status. Logs go to stderr as ``log_format``
@@ -371,7 +388,7 @@ def run(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await serve(cfg, http, stop, security, http_workers)
+        await serve(cfg, http, stop, security, http_workers, queue_metrics=queue_metrics)
 
     loop = new_event_loop()
     with contextlib.closing(loop):

@@ -40,6 +40,7 @@ def lease(q: QueueState, cmd: Lease) -> Leased:
     # Scheduled after the loop: with a zero visibility a message is ready again at once and
     # must not be picked twice by one Lease.
     _schedule(q, leased)
+    q.received_total += len(leased)
     return Leased(tuple(leased), tuple(dead))
 
 
@@ -70,6 +71,7 @@ def _lease_fifo(
         _mark_dead_letter(q, seq)
     leased = [_lease_one(q, seq, deadline) for seq in take]
     _schedule(q, leased)
+    q.received_total += len(leased)
     if cmd.attempt_id is not None and leased:
         fifo.remember(cmd.attempt_id, q.clock, tuple((lm.seq, lm.lease_id) for lm in leased))
     return Leased(tuple(leased), tuple(dead))

@@ -161,6 +161,8 @@ def change_visibility(q: QueueState, cmd: ChangeVisibility, fx: Effects) -> Entr
             continue
         q.touched.set(slot, VIS, q.clock + max(0, visibility_ms))
         q.schedule(seq, q.visible_at(slot))
+        if visibility_ms <= 0:
+            q.nacked_total += 1
         out.append(None)
     fx.change(q.name)
     return EntryOutcomes(tuple(out))
@@ -185,6 +187,7 @@ def nack(q: QueueState, cmd: Nack, fx: Effects) -> EntryOutcomes:
         q.touched.set(slot, LEASE, 0)
         q.touched.set(slot, VIS, at)
         q.schedule(seq, at)
+        q.nacked_total += 1
         out.append(None)
     fx.change(q.name)
     return EntryOutcomes(tuple(out))

@@ -13,6 +13,7 @@ import pytest
 from cmq.errors import InvalidParameter
 from cmq.fsm import Ack, Nack, QueueMachine
 from cmq.fsm.commands import Lease, Leased, SetAttributes
+from cmq.fsm.gauges import queue_gauges
 from cmq.model import QueueAttributes, RetryPolicy
 
 from .harness import Applier
@@ -187,3 +188,22 @@ def test_random_histories_with_back_off_replay_to_identical_images() -> None:
                     e.run(Nack("q", t, (leases.pop(r.randrange(len(leases))),), r.randint(0, 3)))
             runs.append(e.m.encode_image())
         assert runs[0] == runs[1], seed
+
+
+def test_the_metrics_gauges_follow_a_lease_into_its_back_off() -> None:
+    """The per-queue gauges (cached until the next change) count a lease in flight until its
+    deadline and delayed while it backs off, as the stats do."""
+    e = _env()
+    e.produce(1)
+    e.lease(1, T0)
+    q = e.m._queues["q"]
+    for now, (in_flight, delayed, visible) in (
+        (T0 + 500, (1, 0, 0)),
+        (T0 + 1_500, (0, 1, 0)),
+        (T0 + 3_000, (0, 0, 1)),
+    ):
+        g = queue_gauges(q, now)
+        assert (g.in_flight, g.delayed, g.visible) == (in_flight, delayed, visible), now
+        stats = e.m.stats("q", now)
+        assert stats is not None
+        assert (stats.in_flight, stats.delayed, stats.visible) == (in_flight, delayed, visible)
