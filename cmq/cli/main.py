@@ -135,7 +135,8 @@ def _serve(args: argparse.Namespace) -> int:
     if workers < 0 or (workers and not security.anonymous):
         raise SystemExit("--http-workers must be >= 0, and front ends serve --anonymous only")
 
-    return run(cfg, http, security, workers)
+    otlp = _setting(args, conf, "otlp_endpoint") or None
+    return run(cfg, http, security, workers, otlp)
 
 
 # -- client commands -------------------------------------------------------------------------------
@@ -334,6 +335,12 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         help="front-end processes that serve HTTP instead of the node process, sharing the "
         "port (default 0, or CMQ_HTTP_WORKERS; anonymous access only)",
+    )
+    s.add_argument(
+        "--otlp-endpoint",
+        help="export server spans (send, receive, ack) by OTLP/HTTP to this collector, e.g. "
+        "http://127.0.0.1:4318 (env CMQ_OTLP_ENDPOINT; default: no tracing; needs the "
+        "otel-export extra)",
     )
     s.add_argument("--secret-file")
     s.add_argument(
