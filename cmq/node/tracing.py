@@ -34,10 +34,9 @@ from cmq.model import (
     SentMessage,
 )
 from cmq.service import SERVICE_METHODS, QueueService
-from cmq.tracecontext import TRACEPARENT, TRACESTATE, traceparent_of
+from cmq.tracecontext import traceparent_of
 
 if TYPE_CHECKING:
-    from opentelemetry.context import Context
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.trace import Link, SpanContext, Tracer
 
@@ -84,12 +83,10 @@ class TracedService:
 
     def __init__(self, service: QueueService, tracer: Tracer) -> None:
         from opentelemetry import trace
-        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         self._service = service
         self._tracer = tracer
         self._trace = trace
-        self._propagator = TraceContextTextMapPropagator()
         self._receipts: OrderedDict[str, SpanContext] = OrderedDict()
 
     def __getattr__(self, name: str) -> Any:
@@ -98,22 +95,27 @@ class TracedService:
         return getattr(self._service, name)
 
     # -- the trace context of messages -----------------------------------------------------------
-    def _context(self, attributes: Iterable[tuple[str, str]]) -> Context | None:
+    def _span_context(
+        self, attributes: Iterable[tuple[str, str]], seen: dict[str, SpanContext | None]
+    ) -> SpanContext | None:
+        """The remote span context ``attributes`` carry (`traceparent_of`), or None; ``seen``
+        caches it by ``traceparent`` within one call (a batch usually shares one)."""
         found = traceparent_of(attributes)
         if found is None:
             return None
-        carrier = {TRACEPARENT: found[0]}
-        if found[1] is not None:
-            carrier[TRACESTATE] = found[1]
-        ctx: Context = self._propagator.extract(carrier)
-        return ctx
-
-    def _span_context(self, attributes: Iterable[tuple[str, str]]) -> SpanContext | None:
-        ctx = self._context(attributes)
-        if ctx is None:
-            return None
-        sc: SpanContext = self._trace.get_current_span(ctx).get_span_context()
-        return sc if sc.is_valid else None
+        parent, state = found
+        key = parent if state is None else f"{parent}/{state}"
+        if key not in seen:
+            _, trace_id, span_id, flags = parent.split("-")[:4]
+            trace = self._trace
+            seen[key] = trace.SpanContext(
+                trace_id=int(trace_id, 16),
+                span_id=int(span_id, 16),
+                is_remote=True,
+                trace_flags=trace.TraceFlags(int(flags, 16)),
+                trace_state=trace.TraceState.from_header([state]) if state else None,
+            )
+        return seen[key]
 
     def _links(self, contexts: Iterable[SpanContext | None]) -> list[Link]:
         seen: set[tuple[int, int]] = set()
@@ -138,8 +140,9 @@ class TracedService:
 
     def _remember(self, messages: Sequence[ReceivedMessage]) -> list[SpanContext | None]:
         contexts = []
+        seen: dict[str, SpanContext | None] = {}
         for m in messages:
-            sc = self._span_context(m.attributes)
+            sc = self._span_context(m.attributes, seen)
             contexts.append(sc)
             if sc is not None:
                 self._receipts[m.receipt] = sc
@@ -159,15 +162,15 @@ class TracedService:
     async def send(
         self, name: str, messages: list[OutgoingMessage], *, per_entry: bool = False
     ) -> list[SentMessage] | list[SentMessage | SendRefused]:
-        parent: Context | None = None
-        others: list[SpanContext | None] = []
-        for m in messages:
-            if not m.attributes:
-                continue
-            if parent is None:
-                parent = self._context(m.attributes)
-            else:
-                others.append(self._span_context(m.attributes))
+        seen: dict[str, SpanContext | None] = {}
+        contexts = [self._span_context(m.attributes, seen) for m in messages if m.attributes]
+        first = next((sc for sc in contexts if sc is not None), None)
+        parent = (
+            None
+            if first is None
+            else self._trace.set_span_in_context(self._trace.NonRecordingSpan(first))
+        )
+        others = [sc for sc in contexts if sc is not first]
         with self._tracer.start_as_current_span(
             f"send {name}",
             context=parent,
