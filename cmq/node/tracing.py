@@ -10,7 +10,8 @@ exporter (the ``otel-export`` extra), and `traced` wraps the service so that eve
   first message's trace context (`cmq.tracecontext.traceparent_of`: its ``traceparent``, else
   its SQS ``AWSTraceHeader``) and links to the other messages' contexts;
 * ``receive <queue>`` covers the receive (long-poll wait and lease commit) and links to the
-  context of each message leased;
+  context of each message leased; a receive that leases nothing (an empty long poll, a stream
+  subscription's idle wait) and does not fail makes no span;
 * ``ack <queue>`` (and ``nack``) covers the commit and links to the context of each message
   whose receipt this node handed out (a bounded memory, `MAX_REMEMBERED` receipts).
 
@@ -198,29 +199,41 @@ class TracedService:
         # The span's links are the leased messages' contexts, known only at the end: the span
         # is made then, with the start time taken here.
         start = time.time_ns()
-        error: BaseException | None = None
+        error: Exception | None = None
         received: list[ReceivedMessage] = []
         try:
             received = await self._service.receive(
                 name, max_messages, visibility_timeout, wait_seconds, attempt_id=attempt_id
             )
             return received
-        except BaseException as e:
+        except Exception as e:  # a cancelled wait (the client left) is no failure: no span
             error = e
             raise
         finally:
-            span = self._tracer.start_span(
-                f"receive {name}",
-                context=self._trace.set_span_in_context(self._trace.INVALID_SPAN),
-                kind=self._trace.SpanKind.SERVER,
-                links=self._links(self._remember(received)),
-                attributes=self._attributes(name, "receive", len(received)),
-                start_time=start,
-            )
-            if error is not None:
-                span.record_exception(error)
-                span.set_status(self._trace.StatusCode.ERROR, type(error).__name__)
-            span.end()
+            if received or error is not None:
+                self._receive_span(name, start, received, error)
+
+    def _receive_span(
+        self,
+        name: str,
+        start: int,
+        received: list[ReceivedMessage],
+        error: Exception | None,
+    ) -> None:
+        """The span of a receive that leased messages or failed (an empty long poll, the
+        stream's idle wait included, makes none)."""
+        span = self._tracer.start_span(
+            f"receive {name}",
+            context=self._trace.set_span_in_context(self._trace.INVALID_SPAN),
+            kind=self._trace.SpanKind.SERVER,
+            links=self._links(self._remember(received)),
+            attributes=self._attributes(name, "receive", len(received)),
+            start_time=start,
+        )
+        if error is not None:
+            span.record_exception(error)
+            span.set_status(self._trace.StatusCode.ERROR, type(error).__name__)
+        span.end()
 
     async def ack(self, name: str, receipts: list[str]) -> list[EntryResult]:
         with self._settle(name, "ack", receipts):

@@ -19,13 +19,13 @@ from aiohttp.test_utils import TestServer
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind, Tracer
+from opentelemetry.trace import SpanKind, StatusCode, Tracer
 
 from api.app import make_app
 from api.sqs.queues import SqsSettings
 from cmq.client import Client, Message
 from cmq.client.stream import StreamClient
-from cmq.errors import InvalidTraceContext
+from cmq.errors import InvalidTraceContext, QueueNotFound
 from cmq.node.tracing import TRACER_NAME, otlp_provider, traced
 from tests.cmq.helpers import Twins, configs, running
 from tests.sqs import helpers as sqs_helpers
@@ -237,3 +237,32 @@ async def test_otlp_provider_exports_to_the_collector() -> None:
     finally:
         await server.close()
     assert len(bodies) == 1 and b"send q" in bodies[0] and b"cmq" in bodies[0]
+
+
+async def test_empty_receives_make_no_span_and_a_failed_send_is_marked(cluster: Traced) -> None:
+    async with Client(cluster.urls[3]) as c:
+        await c.create_queue("quiet")
+        assert await c.receive("quiet", 1, wait_seconds=0) == []
+        with pytest.raises(QueueNotFound):
+            await c.send("missing", ["x"])
+    assert cluster.spans("receive quiet") == []
+    [failed] = cluster.spans("send missing")
+    assert failed.status.status_code == StatusCode.ERROR
+
+
+def test_serve_takes_the_otlp_endpoint_from_the_flag_or_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import cmq.cli.server
+    from cmq.cli.main import main
+
+    seen: list[object] = []
+    monkeypatch.setattr(cmq.cli.server, "run", lambda *args: seen.append(args[-1]) or 0)
+    monkeypatch.setenv("CMQ_SECRET", "tracing-cli-test-secret-0123456789")
+    base = ["serve", "--node-id", "1", "--data-dir", str(tmp_path), "--peers", "1=127.0.0.1:1"]
+    assert main([*base, "--otlp-endpoint", "http://collector:4318"]) == 0
+    monkeypatch.setenv("CMQ_OTLP_ENDPOINT", "http://env-collector:4318")
+    assert main(base) == 0
+    monkeypatch.delenv("CMQ_OTLP_ENDPOINT")
+    assert main(base) == 0
+    assert seen == ["http://collector:4318", "http://env-collector:4318", None]
