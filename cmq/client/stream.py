@@ -57,7 +57,6 @@ from cmq.stream import (
     encode,
 )
 from cmq.stream import Message as WireMessage
-from cmq.tracecontext import TRACEPARENT
 
 log = logging.getLogger(__name__)
 
@@ -68,13 +67,12 @@ _RESUME_MAX: Final = 2.0
 
 
 def _wire(m: Outgoing, trace: dict[str, str]) -> WireMessage:
-    """``m`` as a frame carries it, with the trace context attributes ``trace`` added unless
-    it names its own ``traceparent`` (`cmq.client.tracing.current`)."""
+    """``m`` as a frame carries it, with the trace context attributes ``trace``
+    (`cmq.client.tracing.current`) added as `cmq.client.tracing.with_trace` says."""
     if not isinstance(m, Message):
         m = Message(m)
-    attrs = dict(m.attributes) if m.attributes else None
-    if trace and not (attrs and TRACEPARENT in attrs):
-        attrs = {**(attrs or {}), **trace}
+    traced = tracing.with_trace(m.attributes, trace)
+    attrs = dict(traced) if traced else None
     body, binary = (m.body, True) if isinstance(m.body, bytes) else (m.body.encode(), False)
     return WireMessage(body, binary, m.delay_seconds, attrs, m.dedup_id, m.group_id)
 

@@ -4,9 +4,9 @@ client works as before.
 
 On send the client adds the current span's context to each message as the reserved
 ``traceparent`` / ``tracestate`` attributes (`cmq.tracecontext`), unless the message carries a
-``traceparent`` of its own. On receive, `extract` (or `ReceivedMessage.trace_context`) gives
-the producer's context, so the consumer can start its processing span as its child, or link
-to it (`span_context`)::
+``traceparent`` of its own or has no room left for them (`with_trace`). On receive, `extract`
+(or `ReceivedMessage.trace_context`) gives the producer's context, so the consumer can start
+its processing span as its child, or link to it (`span_context`)::
 
     with tracer.start_as_current_span("process", context=tracing.extract(message)):
         ...
@@ -22,6 +22,7 @@ import functools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from cmq.model import MAX_MESSAGE_ATTRIBUTES
 from cmq.tracecontext import TRACEPARENT, TRACESTATE, traceparent_of
 
 if TYPE_CHECKING:
@@ -58,6 +59,21 @@ def current() -> dict[str, str]:
     carrier: dict[str, str] = {}
     api.propagator.inject(carrier)
     return {k: v for k, v in carrier.items() if k in (TRACEPARENT, TRACESTATE)}
+
+
+def with_trace(
+    attributes: Mapping[str, str] | None, trace: Mapping[str, str]
+) -> Mapping[str, str] | None:
+    """A message's ``attributes`` with the trace context ``trace`` (from `current`) added,
+    unless it names its own ``traceparent`` or the context would take it past the
+    `MAX_MESSAGE_ATTRIBUTES` a message may carry (then it goes without)."""
+    if not trace or (attributes and TRACEPARENT in attributes):
+        return attributes
+    if not attributes:
+        return trace
+    if len(attributes) + len(trace) > MAX_MESSAGE_ATTRIBUTES:
+        return attributes
+    return {**attributes, **trace}
 
 
 def _carrier(attributes: Mapping[str, str]) -> dict[str, str] | None:

@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
+from cmq.client.tracing import extract, with_trace
 from cmq.model import EntryResult, QueueAttributes, QueueStats, SegmentCounts, SentMessage
-from cmq.tracecontext import TRACEPARENT
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -69,8 +69,6 @@ class ReceivedMessage:
     def trace_context(self) -> Context | None:
         """The producer's trace context (OpenTelemetry, when installed), to start the
         processing span in; None without one (`cmq.client.tracing.extract`)."""
-        from cmq.client.tracing import extract
-
         return extract(self)
 
     @property
@@ -110,7 +108,7 @@ class RawResponse:
 # -- wire forms ------------------------------------------------------------------------------------
 def message_json(m: Outgoing, trace: Mapping[str, str] | None = None) -> Json:
     """The wire form of one message to send; ``trace``: trace context attributes to add
-    (`cmq.client.tracing.current`; a message's own ``traceparent`` wins)."""
+    (`cmq.client.tracing.current`, added as `cmq.client.tracing.with_trace` says)."""
     if not isinstance(m, Message):
         m = Message(m)
     if isinstance(m.body, str):
@@ -119,9 +117,7 @@ def message_json(m: Outgoing, trace: Mapping[str, str] | None = None) -> Json:
         out = {"body_base64": base64.b64encode(m.body).decode("ascii")}
     if m.delay_seconds is not None:
         out["delay_seconds"] = m.delay_seconds
-    attributes = m.attributes
-    if trace and not (attributes and TRACEPARENT in attributes):
-        attributes = {**attributes, **trace} if attributes else trace
+    attributes = with_trace(m.attributes, trace) if trace else m.attributes
     if attributes:
         out["attributes"] = dict(attributes)
     if m.dedup_id is not None:

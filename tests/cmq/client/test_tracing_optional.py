@@ -1,7 +1,8 @@
 """The client without OpenTelemetry installed: a script whose import of ``opentelemetry`` fails
 sends and receives through `SyncClient` against the in-process server as before, no trace
 attributes added, and the tracing helpers answer None. With it installed, a send inside a span
-carries the span's context, and a message's own ``traceparent`` wins."""
+carries the span's context, a message's own ``traceparent`` wins, and one with its 10
+attributes goes without."""
 
 from __future__ import annotations
 
@@ -69,12 +70,14 @@ async def test_send_in_a_span_carries_it_and_own_traceparent_wins(url: str) -> N
             assert tracing.current()["traceparent"].split("-")[2] == (
                 f"{span.get_span_context().span_id:016x}"
             )
-            await c.send("spans", ["inside", Message("own", attributes={"traceparent": own})])
-        got = await c.receive("spans", 3, wait_seconds=5)
+            full = Message("full", attributes={f"a{i}": "v" for i in range(10)})
+            await c.send("spans", ["inside", Message("own", attributes={"traceparent": own}), full])
+        got = await c.receive("spans", 4, wait_seconds=5)
     by_body = {m.body: m for m in got}
     assert "traceparent" not in by_body["outside"].attributes
     assert by_body["outside"].trace_context() is None
     assert by_body["own"].attributes["traceparent"] == own
+    assert by_body["full"].attributes == {f"a{i}": "v" for i in range(10)}, "no room: no context"
     sc = tracing.span_context(by_body["inside"])
     assert sc is not None and sc.span_id == span.get_span_context().span_id
     assert sc.is_remote
