@@ -35,7 +35,7 @@ from cmq.model import (
     SentMessage,
 )
 from cmq.service import SERVICE_METHODS, QueueService
-from cmq.tracecontext import traceparent_of
+from cmq.tracecontext import AWS_TRACE, TRACEPARENT, TRACESTATE, traceparent_of
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -47,6 +47,7 @@ MAX_LINKS = 32
 """Most links one span carries."""
 ENV_ENDPOINT = "CMQ_OTLP_ENDPOINT"
 TRACER_NAME = "cmq.server"
+_TRACE_KEYS = frozenset((TRACEPARENT, TRACESTATE, AWS_TRACE))
 
 
 def otlp_provider(endpoint: str, node_id: int) -> TracerProvider:
@@ -97,26 +98,33 @@ class TracedService:
 
     # -- the trace context of messages -----------------------------------------------------------
     def _span_context(
-        self, attributes: Iterable[tuple[str, str]], seen: dict[str, SpanContext | None]
+        self,
+        attributes: Iterable[tuple[str, str]],
+        seen: dict[tuple[str, ...], SpanContext | None],
     ) -> SpanContext | None:
         """The remote span context ``attributes`` carry (`traceparent_of`), or None; ``seen``
-        caches it by ``traceparent`` within one call (a batch usually shares one)."""
-        found = traceparent_of(attributes)
-        if found is None:
+        caches it by the trace attributes' raw values within one call (a batch usually shares
+        one context: it is checked and built once)."""
+        key = tuple(v for k, v in attributes if k in _TRACE_KEYS)
+        if not key:
             return None
-        parent, state = found
-        key = parent if state is None else f"{parent}/{state}"
-        if key not in seen:
+        if key in seen:
+            return seen[key]
+        found = traceparent_of(attributes)
+        sc = None
+        if found is not None:
+            parent, state = found
             _, trace_id, span_id, flags = parent.split("-")[:4]
             trace = self._trace
-            seen[key] = trace.SpanContext(
+            sc = trace.SpanContext(
                 trace_id=int(trace_id, 16),
                 span_id=int(span_id, 16),
                 is_remote=True,
                 trace_flags=trace.TraceFlags(int(flags, 16)),
                 trace_state=trace.TraceState.from_header([state]) if state else None,
             )
-        return seen[key]
+        seen[key] = sc
+        return sc
 
     def _links(self, contexts: Iterable[SpanContext | None]) -> list[Link]:
         seen: set[tuple[int, int]] = set()
@@ -141,7 +149,7 @@ class TracedService:
 
     def _remember(self, messages: Sequence[ReceivedMessage]) -> list[SpanContext | None]:
         contexts = []
-        seen: dict[str, SpanContext | None] = {}
+        seen: dict[tuple[str, ...], SpanContext | None] = {}
         for m in messages:
             sc = self._span_context(m.attributes, seen)
             contexts.append(sc)
@@ -163,7 +171,7 @@ class TracedService:
     async def send(
         self, name: str, messages: list[OutgoingMessage], *, per_entry: bool = False
     ) -> list[SentMessage] | list[SentMessage | SendRefused]:
-        seen: dict[str, SpanContext | None] = {}
+        seen: dict[tuple[str, ...], SpanContext | None] = {}
         contexts = [self._span_context(m.attributes, seen) for m in messages if m.attributes]
         first = next((sc for sc in contexts if sc is not None), None)
         parent = (
