@@ -99,8 +99,16 @@ $(CHROMIUM_STAMP): $(STAMP)
 	@if [ -x /usr/bin/chromium ]; then touch $(CHROMIUM_STAMP); \
 	else echo "warning: chromium not installed; the web console browser test will be skipped"; fi
 
-unit: $(HELM) $(CHROMIUM_STAMP)
-unit-fast: $(HELM)
+# promtool for the alert-rule tests (tests/deploy/test_alert_rules.py): the binary inside Debian's
+# prometheus package, fetched with apt-get download and extracted into .venv/bin (nothing
+# installed system-wide, no service started).
+PROMTOOL := $(BIN)/promtool
+
+$(PROMTOOL): $(STAMP) tests/deploy/promtoolbin.py
+	$(BIN)/python -m tests.deploy.promtoolbin
+
+unit: $(HELM) $(PROMTOOL) $(CHROMIUM_STAMP)
+unit-fast: $(HELM) $(PROMTOOL)
 
 # Java for the Spark archive job and its tests (PySpark 4 needs Java 17+): Debian's default JRE
 # (headless) when `java -version` fails or reports an older one (as root; a no-op otherwise).

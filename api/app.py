@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry
 
 from api.auth.access import STREAM as STREAM_ACTIONS
 from api.auth.access import allowed
-from api.auth.guard import PRINCIPAL, AuthConfig, auth_middleware
+from api.auth.guard import CALLER, PRINCIPAL, AuthConfig, auth_middleware
 from api.auth.key_routes import KEY_OPERATIONS, KeyAdministration, add_key_routes
 from api.decoding import decode
 from api.errors import (
@@ -43,6 +43,7 @@ from api.routing import Context, Reply, Route, Served
 from api.sqs.http import SqsHandler
 from api.sqs.queues import SqsSettings
 from api.stream import STREAM_PATH, stream_handler
+from cmq.consumers import Subscriptions
 from cmq.errors import CmqError, InvalidParameter, RequestTooLarge
 from cmq.model import check_queue_name
 from cmq.service import QueueService
@@ -72,6 +73,7 @@ def make_app(
     sqs: SqsSettings | None = None,
     auth: AuthConfig | None = None,
     keys: KeyAdministration | None = None,
+    subscriptions: Subscriptions | None = None,
 ) -> web.Application:
     """The native API on ``service``. ``registry`` receives the HTTP metrics and is what
     ``/metrics`` renders (a fresh one when None, never the process-global default, so several
@@ -81,7 +83,8 @@ def make_app(
     The SQS routes are not in ``/openapi.json``, which describes the native API.
     ``auth``: verify every request's signature and grants (`api.auth.guard`) before its
     handler runs (None: anonymous access). ``keys``: serve the ``/v1/keys`` administration
-    routes on it (`api.auth.key_routes`)."""
+    routes on it (`api.auth.key_routes`). ``subscriptions``: counts the stream's open
+    subscriptions per queue (`cmq.consumers`; the node's metrics read it)."""
     registry = CollectorRegistry() if registry is None else registry
     middlewares: list[Middleware] = [_middleware]
     if auth is not None:
@@ -97,7 +100,7 @@ def make_app(
     app[SERVED_KEY] = Served(service, http_metrics, _encoder.encode(openapi_document(routes)))
     for route in routes:  # GET routes get no implicit HEAD: probes use GET
         app.router.add_route(route.method, route.path, _handler(route))
-    _add_stream(app.router, service, max_request_bytes, auth)
+    _add_stream(app.router, service, max_request_bytes, auth, subscriptions)
     _add_console(app.router)
     if keys is not None:
         add_key_routes(app, keys)
@@ -114,7 +117,11 @@ OpenAPI document)."""
 
 
 def _add_stream(
-    router: web.UrlDispatcher, service: QueueService, max_bytes: int, auth: AuthConfig | None
+    router: web.UrlDispatcher,
+    service: QueueService,
+    max_bytes: int,
+    auth: AuthConfig | None,
+    subscriptions: Subscriptions | None,
 ) -> None:
     """``GET /v1/stream``: the streaming protocol (`api.stream`), a WebSocket beside the JSON
     API (its frames are specified in ``docs/api.md``). With ``auth``, the upgrade request is
@@ -129,7 +136,7 @@ def _add_stream(
                 grants = auth.keys.grants_of(key_id) or ()
                 return allowed(grants, STREAM_ACTIONS[kind], queue)
 
-        return await stream_handler(request, service, max_bytes, authorize)
+        return await stream_handler(request, service, max_bytes, authorize, subscriptions)
 
     router.add_get(STREAM_PATH, stream, allow_head=False)
 
@@ -162,7 +169,9 @@ def _handler(route: Route) -> Handler:
         else:
             body = None
         params = {k: v for k, v in request.match_info.items() if k != "name"}
-        ctx = Context(request.app[SERVED_KEY], request.path, name, params, dict(request.query))
+        served = request.app[SERVED_KEY]
+        caller = request.get(CALLER)
+        ctx = Context(served, request.path, name, params, dict(request.query), caller)
         reply = await route.handler(ctx, body)
         if reply.stream is not None:
             return await _stream(request, reply)
@@ -240,7 +249,14 @@ async def _handle_errors(request: web.Request, handler: Handler) -> web.StreamRe
         return await handler(request)
     except CmqError as e:
         if is_server_fault(e):
-            log.error("%s %s failed: %s", request.method, request.path, e, exc_info=True)
+            log.error(
+                "%s %s failed: %s",
+                request.method,
+                request.path,
+                e,
+                exc_info=True,
+                extra={"event": "request_failed"},
+            )
         return _error_response(render_error(e))
     except web.HTTPRequestEntityTooLarge:
         return _error_response(render_error(_too_large(request.app[MAX_REQUEST_BYTES_KEY])))
@@ -259,7 +275,12 @@ async def _handle_errors(request: web.Request, handler: Handler) -> web.StreamRe
         code = "".join(e.reason.split()) or "HttpError"
         return _error_response(RenderedError(e.status, {}, error_body(code, e.reason)))
     except Exception:
-        log.exception("%s %s failed unexpectedly", request.method, request.path)
+        log.exception(
+            "%s %s failed unexpectedly",
+            request.method,
+            request.path,
+            extra={"event": "request_failed"},
+        )
         return _error_response(render_internal())
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 from msgspec import Struct
 
+from api.auth.whoami import WHOAMI_ROUTES
 from api.backup_routes import BACKUP_ROUTES
 from api.message_models import (
     PeekedMessage,
@@ -249,7 +250,7 @@ async def readyz(ctx: Context, _: None) -> Reply:
     try:
         ready = ctx.service.is_ready()
     except Exception:
-        log.exception("readiness check failed")
+        log.exception("readiness check failed", extra={"event": "request_failed"})
         ready = False
     return Reply(Ready(ready), status=200 if ready else 503)
 
@@ -552,6 +553,7 @@ ROUTES: tuple[Route, ...] = (
         openapi,
         (Response(200, "OpenAPI 3.1 document", None, schema={"type": "object"}),),
     ),
+    *WHOAMI_ROUTES,
     *NODE_ROUTES,
     *CLUSTER_ROUTES,
     *BACKUP_ROUTES,

@@ -11,6 +11,7 @@ from typing import Any
 
 from msgspec import Struct
 
+from api.auth.caller import Caller
 from api.errors import InvalidJson
 from api.metrics import HttpMetrics
 from cmq.errors import (
@@ -49,6 +50,8 @@ class Context:
     """The path's other parameters (``first_seq``), unchecked."""
     query: Mapping[str, str] = field(default_factory=dict)
     """The query string's parameters, unchecked."""
+    caller: Caller | None = None
+    """Who signed the request; None: requests are not authenticated (``--anonymous``)."""
 
     @property
     def service(self) -> QueueService:

@@ -30,6 +30,7 @@ from typing import Final
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from api.errors import INTERNAL_MESSAGE, http_status, is_server_fault
+from cmq.consumers import Subscriptions
 from cmq.errors import CmqError, InvalidParameter
 from cmq.model import MAX_WAIT_SECONDS
 from cmq.service import QueueService
@@ -76,7 +77,7 @@ Authorize = Callable[[str, str], bool]
 
 def _failed(fid: int, e: CmqError) -> Failed:
     if is_server_fault(e):
-        log.error("stream request %d failed: %s", fid, e)
+        log.error("stream request %d failed: %s", fid, e, extra={"event": "request_failed"})
         return Failed(fid, http_status(e), e.code, INTERNAL_MESSAGE)
     return Failed(fid, http_status(e), e.code, e.message, e.retry_after)
 
@@ -107,11 +108,16 @@ class _Connection:
     started ended."""
 
     def __init__(
-        self, service: QueueService, ws: web.WebSocketResponse, authorize: Authorize | None
+        self,
+        service: QueueService,
+        ws: web.WebSocketResponse,
+        authorize: Authorize | None,
+        subscriptions: Subscriptions,
     ) -> None:
         self.service = service
         self.ws = ws
         self.authorize = authorize
+        self.subscriptions = subscriptions
         self.out: asyncio.Queue[Answer] = asyncio.Queue(_OUT_QUEUE)
         self.slots = asyncio.Semaphore(MAX_IN_FLIGHT)
         self.subs: dict[int, _Subscription] = {}
@@ -139,6 +145,8 @@ class _Connection:
                     break
         finally:
             writer.cancel()
+            for sub in list(self.subs.values()):
+                self._end(sub)
             for task in list(self.tasks):
                 task.cancel()
             if self.tasks:
@@ -198,7 +206,9 @@ class _Connection:
             except CmqError as e:
                 answer = _failed(frame.id, e)
             except Exception:
-                log.exception("stream request %d failed", frame.id)
+                log.exception(
+                    "stream request %d failed", frame.id, extra={"event": "request_failed"}
+                )
                 answer = Failed(frame.id, 500, "InternalError", INTERNAL_MESSAGE)
             await self.out.put(answer)
         finally:
@@ -220,6 +230,7 @@ class _Connection:
             if frame.credit:
                 sub.changed.set()
             self.subs[frame.id] = sub
+            self.subscriptions.opened(frame.queue)
             sub.tasks = [self._spawn(self._receive_loop(sub)) for _ in range(RECEIVERS)]
         elif sub is None:
             # Late frames for a subscription that ended are harmless: ignored.
@@ -235,7 +246,8 @@ class _Connection:
             self._end(sub)
 
     def _end(self, sub: _Subscription) -> None:
-        self.subs.pop(sub.frame.id, None)
+        if self.subs.pop(sub.frame.id, None) is not None:
+            self.subscriptions.closed(sub.frame.queue)
         current = asyncio.current_task()
         for task in sub.tasks:
             if task is not current:
@@ -282,14 +294,17 @@ async def stream_handler(
     service: QueueService,
     max_message_bytes: int,
     authorize: Authorize | None = None,
+    subscriptions: Subscriptions | None = None,
 ) -> web.WebSocketResponse:
     """Upgrade ``request`` and serve the stream until it closes; WebSocket messages above
     ``max_message_bytes`` close the connection (status 1009). ``authorize``: the per-frame
     check (None: anonymous access, every frame allowed); a refused frame gets `Failed` 403
-    ``AccessDenied`` and changes nothing."""
+    ``AccessDenied`` and changes nothing. ``subscriptions``: told of each subscription
+    opened and ended (the node's metrics read it; None: counted nowhere)."""
     ws = web.WebSocketResponse(max_msg_size=max_message_bytes, heartbeat=30.0, compress=False)
     await ws.prepare(request)
-    await _Connection(service, ws, authorize).run()
+    counts = Subscriptions() if subscriptions is None else subscriptions
+    await _Connection(service, ws, authorize, counts).run()
     if not ws.closed:
         await ws.close()
     return ws

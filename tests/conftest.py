@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
@@ -38,3 +40,48 @@ def cmq_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CmqCluster
         yield cluster
     finally:
         cluster.stop_all()
+
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+@pytest.fixture
+def browser_page(tmp_path: Path) -> Iterator[object]:
+    """A page of Debian's chromium (headless, a fresh profile) driven by Playwright's sync API
+    (skipped when chromium is not installed). Playwright runs an event loop in the test's
+    thread: call blocking clients through `tests.cmq.cluster.blocking`."""
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("chromium is not installed (make test installs Debian's)")
+    from playwright.sync_api import sync_playwright
+
+    profile = tempfile.mkdtemp(prefix="chromium-profile-", dir=tmp_path)
+    with sync_playwright() as p:
+        context = p.chromium.launch_persistent_context(
+            profile,
+            executable_path=CHROMIUM,
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1360, "height": 900},
+        )
+        try:
+            yield context.new_page()
+        finally:
+            context.close()
+
+
+@pytest.fixture(scope="session")
+def console_artifacts() -> Path:
+    """Where browser tests keep their screenshots: ``build/artifacts/console/`` under the
+    repository (ignored by git), kept after the run."""
+    path = Path(__file__).resolve().parents[1] / "build" / "artifacts" / "console"
+    path.mkdir(parents=True, exist_ok=True)
+    return path

@@ -40,6 +40,7 @@ NATIVE: dict[str, tuple[str, bool]] = {
     "claimSegments": (ADMIN, True),
     "markSegmentsArchived": (ADMIN, True),
     "clusterStatus": (SIGNED, False),
+    "whoami": (SIGNED, False),
     "groupDigest": (ADMIN, False),
     "listNodes": (ADMIN, False),
     "joinNode": (ADMIN, False),

@@ -32,6 +32,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from api.auth.access import OPEN_OPERATIONS, allowed, native_need, sqs_need
+from api.auth.caller import Caller
 from api.auth.errors import AuthError
 from api.auth.sigv4 import SignedRequest, parse_authorization, verify
 from api.errors import error_body
@@ -45,6 +46,8 @@ log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 PRINCIPAL = web.RequestKey("cmq.access_key_id", str)
 """Where a verified request keeps its key id (``request[PRINCIPAL]``)."""
+CALLER = web.RequestKey("cmq.caller", Caller)
+"""Where a verified request keeps its key id and grants (``request[CALLER]``)."""
 _SQS_PATH = re.compile(r"^/(\d{12}/[^/]+)?$")
 
 
@@ -111,6 +114,7 @@ def auth_middleware(config: AuthConfig, operations: Mapping[tuple[str, str], str
                 body=error_body(e.code, e.message), status=status, content_type="application/json"
             )
         request[PRINCIPAL] = key_id
+        request[CALLER] = Caller(key_id, tuple(grants))
         return await handler(request)
 
     return authenticate

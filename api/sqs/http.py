@@ -91,7 +91,11 @@ class SqsHandler:
         except CmqError as e:
             return self._error(from_cmq(e), json, request_id)
         except Exception:
-            log.exception("SQS %s failed unexpectedly", operation or request.path)
+            log.exception(
+                "SQS %s failed unexpectedly",
+                operation or request.path,
+                extra={"event": "request_failed"},
+            )
             failure = InternalFailure("The request processing has failed.")
             return self._error(failure, json, request_id)
         headers = {"x-amzn-RequestId": request_id}

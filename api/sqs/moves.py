@@ -200,7 +200,9 @@ class MoveTasks:
         except SqsError as e:  # the record could not be written: the task resumes elsewhere
             log.warning("message move task of %s stopped: %s", source, e.message)
         except Exception:
-            log.exception("message move task of %s failed", source)
+            log.exception(
+                "message move task of %s failed", source, extra={"event": "request_failed"}
+            )
 
 
 def _moves(c: Caller) -> MoveTasks:

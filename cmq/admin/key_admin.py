@@ -61,7 +61,11 @@ class KeyRing:
         if cached is None:
             cached = self._vault.open(key_id, record.sealed)
             if cached is None:
-                log.error("access key %s does not open with this node's cluster secret", key_id)
+                log.error(
+                    "access key %s does not open with this node's cluster secret",
+                    key_id,
+                    extra={"event": "access_key_unsealed_failed"},
+                )
                 return None
             if len(self._opened) > 10_000:
                 self._opened.clear()
@@ -166,6 +170,11 @@ async def bootstrap_admin_key(
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    log.warning("the bootstrap admin access key %s was written to %s", key_id, path)
+    log.warning(
+        "the bootstrap admin access key %s was written to %s",
+        key_id,
+        path,
+        extra={"event": "admin_key_written"},
+    )
     print(f"admin access key written to {path}", flush=True)
     return path

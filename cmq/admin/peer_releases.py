@@ -99,7 +99,10 @@ class PeerReleases:
             except asyncio.CancelledError:
                 raise
             except Exception:  # a bug here must not stop the node's other work
-                log.exception("asking the nodes for their releases failed")
+                log.exception(
+                    "asking the nodes for their releases failed",
+                    extra={"event": "release_poll_failed"},
+                )
             pending = any(n != self._id and n not in self._seen for n in self._catalog.nodes)
             await asyncio.sleep(min(self._interval, 1.0) if pending else self._interval)
 

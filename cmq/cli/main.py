@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK
 """The ``cmq`` command: run nodes, run a local cluster, administer queues, send and receive,
 generate load.
 
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from cmq.cli.backup import add_backup_commands
 from cmq.cli.cluster import add_cluster_commands
+from cmq.cli.completion import add_completion_command, complete
 from cmq.cli.dev import add_dev_command
 from cmq.cli.keys import (
     add_key_commands,
@@ -40,6 +42,7 @@ from cmq.cli.keys import (
 )
 from cmq.cli.launch import DEFAULT_HTTP_PORT, DEFAULT_PEER_PORT
 from cmq.cli.nodes import add_node_commands, add_serve_arguments, serve_settings
+from cmq.cli.top import add_top_command
 from cmq.upgrade.release import version_line
 
 if TYPE_CHECKING:
@@ -129,14 +132,29 @@ def _serve(args: argparse.Namespace) -> int:
 
     from cmq.cli.keys import serve_security
     from cmq.cli.server import run
+    from cmq.errors import InvalidParameter
+    from cmq.node.queue_metrics import QueueMetricsSettings
+
+    try:
+        queue_metrics = QueueMetricsSettings.parse(
+            _setting(args, conf, "metrics_queues"), _setting(args, conf, "metrics_top_queues")
+        )
+    except InvalidParameter as e:
+        raise SystemExit(e.message) from None
 
     workers = int(_setting(args, conf, "http_workers", 0))
     security = serve_security(args, conf)
     if workers < 0 or (workers and not security.anonymous):
         raise SystemExit("--http-workers must be >= 0, and front ends serve --anonymous only")
 
+    from cmq.logs import log_format
+
+    try:
+        fmt = log_format(_setting(args, conf, "log_format"))
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
     otlp = _setting(args, conf, "otlp_endpoint") or None
-    return run(cfg, http, security, workers, otlp)
+    return run(cfg, http, security, workers, fmt, queue_metrics=queue_metrics, otlp_endpoint=otlp)
 
 
 # -- client commands -------------------------------------------------------------------------------
@@ -283,11 +301,33 @@ def _archive(argv: list[str]) -> int:
     return subprocess.call([sys.executable, "-m", "cmq.archive", *argv])
 
 
+DESCRIPTION = (
+    "The cmq command: run nodes or a local cluster, administer queues, keys and nodes, send "
+    "and receive messages, watch the queues, generate load."
+)
+"""The top-level help's description (plain text: ``--help`` shows it as it is)."""
+
+CLIENT_HELP = {
+    "queue": "create, list, show the stats of, or delete queues",
+    "send": "send messages to a queue (the arguments, or lines of stdin)",
+    "receive": "receive messages from a queue (and acknowledge them with --ack)",
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["archive"]:
         return _archive(argv[1:])
-    p = argparse.ArgumentParser(prog="cmq", description=__doc__.split("\n\n")[0])
+    p = build_parser()
+    complete(p)  # a shell's completion request: answered, and the process exits
+    args = p.parse_args(argv)
+    apply_security_options(args)
+    return _run(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``cmq`` command line: every subcommand (`main` runs it)."""
+    p = argparse.ArgumentParser(prog="cmq", description=DESCRIPTION)
     p.add_argument("--version", action="version", version=version_line())
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser(
@@ -368,6 +408,23 @@ def main(argv: list[str] | None = None) -> int:
         help="MB/s at most that the scrubber re-reads sealed segments and snapshots to find "
         "damage before a read does (default 2; 0: off)",
     )
+    s.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        help="log lines on stderr: text for people (default) or one JSON object per line "
+        '(env CMQ_LOG_FORMAT; README "Logs")',
+    )
+    s.add_argument(
+        "--metrics-queues",
+        help="GLOB[,GLOB...]: queues whose names match get their own series on /metrics "
+        '(default *); the others are folded into queue="_other"',
+    )
+    s.add_argument(
+        "--metrics-top-queues",
+        type=int,
+        help="at most this many queues (the deepest) get their own series on /metrics; the "
+        'rest are folded into queue="_other" (default 1000)',
+    )
     s.add_argument("--config", help="TOML file with the same settings")
     add_serve_arguments(s)
     add_serve_security(s)
@@ -376,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
     add_dev_command(sub)
 
     for name, func in (("queue", _queue), ("send", _send), ("receive", _receive)):
-        c = sub.add_parser(name)
+        c = sub.add_parser(name, help=CLIENT_HELP[name], description=CLIENT_HELP[name])
         c.add_argument("--url", default=DEFAULT_URL)
         c.add_argument("--json", action="store_true", help="machine-readable output")
         if name == "queue":
@@ -431,10 +488,10 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--json", action="store_true", help="machine-readable report")
     b.set_defaults(func=_bench)
 
+    add_top_command(sub, DEFAULT_URL)
+    add_completion_command(sub)
     add_security_options(p)
-    args = p.parse_args(argv)
-    apply_security_options(args)
-    return _run(args)
+    return p
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -47,11 +47,15 @@ from prometheus_client.exposition import generate_latest
 from api.app import make_app
 from api.auth.guard import AuthConfig
 from api.sqs.queues import SqsSettings
+from cmq import logs
 from cmq.admin.key_admin import KeyAdmin, KeyRing, bootstrap_admin_key
 from cmq.catalog.keys import cluster_credential
+from cmq.consumers import Subscriptions
 from cmq.errors import CmqError
 from cmq.frontend.proxy import NodeMetricsCollector, ServiceProxy, ServiceServer
+from cmq.logs import LogFormat
 from cmq.node.metrics import register_node_metrics
+from cmq.node.queue_metrics import QueueMetricsSettings
 from cmq.node.queue_node import NodeConfig, QueueNode
 from cmq.node.tracing import TRACER_NAME, otlp_provider, traced
 from cmq.service import QueueService
@@ -99,7 +103,9 @@ async def join_cluster(cfg: NodeConfig) -> NodeConfig:
                     )
                     break
                 except CmqError as e:
-                    logging.getLogger("cmq.cli.server").warning("join deferred: %s", e)
+                    logging.getLogger("cmq.cli.server").warning(
+                        "join deferred: %s", e, extra={"event": "join_deferred"}
+                    )
                     await asyncio.sleep(1.0)
     peers = {n: Address.parse(a) for n, a in known.items()}
     peers[cfg.node_id] = cfg.peer
@@ -113,6 +119,7 @@ async def serve(
     security: HttpSecurity | None = None,
     http_workers: int = 0,
     *,
+    queue_metrics: QueueMetricsSettings | None = None,
     otlp_endpoint: str | None = None,
 ) -> None:
     """Start the node (recovery, groups, peers), serve HTTP on ``http`` until ``stop`` is set,
@@ -120,9 +127,12 @@ async def serve(
     and raises (`QueueNode.start`). With ``cfg.join`` the node first registers through a
     running node (`join_cluster`). ``security``: see `HttpSecurity` (default: signed requests,
     plain HTTP). ``http_workers``: front-end processes serving HTTP instead of this one (see
-    the module docstring; `ValueError` unless ``security.anonymous``). ``otlp_endpoint``: export
-    server spans there (`cmq.node.tracing`; None: no tracing at all)."""
+    the module docstring; `ValueError` unless ``security.anonymous``). ``queue_metrics``:
+    which queues get their own ``/metrics`` series (default: `QueueMetricsSettings()`).
+    ``otlp_endpoint``: export server spans there (`cmq.node.tracing`; None: no tracing)."""
     security = HttpSecurity() if security is None else security
+    queue_metrics = QueueMetricsSettings() if queue_metrics is None else queue_metrics
+    subscriptions = Subscriptions()
     if http_workers and not security.anonymous:
         raise ValueError("HTTP front-end workers serve anonymous requests only (--anonymous)")
     log = logging.getLogger("cmq.cli.server")
@@ -147,6 +157,9 @@ async def serve(
             node.clock,
             scrubber=node.scrubber,
             disks=node.disk_watch,
+            queues=queue_metrics,
+            waiting=node.wakeups.waiting,
+            subscriptions=subscriptions.counts,
         )
         auth: AuthConfig | None = None
         keys: KeyAdmin | None = None
@@ -156,6 +169,7 @@ async def serve(
                 "%s:%d can do anything (never in production)",
                 http.host,
                 http.port,
+                extra={"event": "anonymous_access"},
             )
             print("cmq: anonymous access enabled (--anonymous): no signatures asked", flush=True)
         else:
@@ -178,7 +192,12 @@ async def serve(
                 left = await hand_off_leadership(node.raft, cfg.node_id, _handoff_seconds())
         else:
             app = make_app(
-                service, registry=registry, sqs=SqsSettings.from_env(), auth=auth, keys=keys
+                service,
+                registry=registry,
+                sqs=SqsSettings.from_env(),
+                auth=auth,
+                keys=keys,
+                subscriptions=subscriptions,
             )
             async with _http_site(app, http, security, reuse_port=False):
                 print(f"cmq node {cfg.node_id} serving {served}", flush=True)
@@ -277,7 +296,12 @@ class FrontEnds:
             proc = self._procs[index] = await asyncio.create_subprocess_exec(*argv)
             code = await proc.wait()
             if not self._stopping:
-                log.error("HTTP front end %d exited with %s; starting it again", index, code)
+                log.error(
+                    "HTTP front end %d exited with %s; starting it again",
+                    index,
+                    code,
+                    extra={"event": "front_end_exited"},
+                )
                 await asyncio.sleep(self.RESPAWN_SECONDS)
 
 
@@ -310,6 +334,7 @@ def front_end_main(argv: list[str]) -> int:
         return 2
     cert, key = (argv[2], argv[3]) if len(argv) == 4 else (None, None)
     security = HttpSecurity(anonymous=True, tls_cert=cert, tls_key=key)
+    logs.configure_from_env()
     loop = new_event_loop()
     with contextlib.closing(loop):
         loop.run_until_complete(front_end(argv[0], Address.parse(argv[1]), security))
@@ -320,7 +345,9 @@ def _report_bootstrap(task: asyncio.Task[object]) -> None:
     """Log a bootstrap of the admin key that failed (it is not retried: restart the node)."""
     if not task.cancelled() and task.exception() is not None:
         logging.getLogger("cmq.cli.server").error(
-            "the bootstrap admin key could not be made or written: %r", task.exception()
+            "the bootstrap admin key could not be made or written: %r",
+            task.exception(),
+            extra={"event": "admin_key_bootstrap_failed"},
         )
 
 
@@ -359,22 +386,32 @@ def run(
     http: Address,
     security: HttpSecurity | None = None,
     http_workers: int = 0,
+    log_format: LogFormat = "text",
+    *,
+    queue_metrics: QueueMetricsSettings | None = None,
     otlp_endpoint: str | None = None,
 ) -> int:
     """Run one node in the foreground on a fresh event loop (uvloop when installed) until
-    SIGINT or SIGTERM; returns the process exit status. ``CMQ_LOG_LEVEL`` sets the log level
+    SIGINT or SIGTERM; returns the process exit status. Logs go to stderr as ``log_format``
+    lines (`cmq.logs`; its front ends write the same); ``CMQ_LOG_LEVEL`` sets the log level
     (default WARNING)."""
-    logging.basicConfig(
-        level=os.environ.get("CMQ_LOG_LEVEL", "WARNING"),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    logs.configure(log_format, node=cfg.node_id)
+    os.environ.update(logs.child_env(log_format, cfg.node_id))  # read by the front ends
 
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await serve(cfg, http, stop, security, http_workers, otlp_endpoint=otlp_endpoint)
+        await serve(
+            cfg,
+            http,
+            stop,
+            security,
+            http_workers,
+            queue_metrics=queue_metrics,
+            otlp_endpoint=otlp_endpoint,
+        )
 
     loop = new_event_loop()
     with contextlib.closing(loop):

@@ -144,9 +144,15 @@ class ServiceServer:
             # The front end went away: what it still waits for has no one to answer.
             log.info("a front end closed its connection; cancelling its %d calls", len(running))
         except UnreadableFrame as e:
-            log.error("a front end's request could not be read, dropping its connection: %s", e)
+            log.error(
+                "a front end's request could not be read, dropping its connection: %s",
+                e,
+                extra={"event": "front_end_failed"},
+            )
         except Exception:  # a bug, not the peer: the connection is dropped, loudly
-            log.exception("a front end's connection failed; dropping it")
+            log.exception(
+                "a front end's connection failed; dropping it", extra={"event": "front_end_failed"}
+            )
         finally:
             for task in list(running.values()):
                 task.cancel()
@@ -159,7 +165,9 @@ class ServiceServer:
         except CmqError as e:
             answer = wire.encode_failure(rid, e)
         except Exception as e:  # reported to the caller, never swallowed silently
-            log.exception("front-end call %s failed", call.METHOD)
+            log.exception(
+                "front-end call %s failed", call.METHOD, extra={"event": "request_failed"}
+            )
             answer = wire.encode_failure(rid, CmqError(f"internal error: {type(e).__name__}"))
         if not writer.is_closing():
             writer.write(answer)
@@ -221,10 +229,16 @@ class ServiceProxy(QueueService):
         except (asyncio.IncompleteReadError, ConnectionError) as e:
             self._fail(f"the node process went away ({type(e).__name__})")
         except UnreadableFrame as e:
-            log.error("front-end connection to the node dropped: %s", e)
+            log.error(
+                "front-end connection to the node dropped: %s",
+                e,
+                extra={"event": "front_end_failed"},
+            )
             self._fail(f"the node's answer could not be read: {e}")
         except Exception as e:  # a bug, not the node: nothing after it can be trusted
-            log.exception("front-end connection to the node failed")
+            log.exception(
+                "front-end connection to the node failed", extra={"event": "front_end_failed"}
+            )
             self._fail(f"the node's answer could not be read ({type(e).__name__})")
 
     def _fail(self, why: str) -> None:

@@ -41,6 +41,7 @@ def lease(q: QueueState, cmd: Lease) -> Leased:
     # must not be picked twice by one Lease.
     for lm in leased:
         q.schedule(lm.seq, deadline)
+    q.received_total += len(leased)
     return Leased(tuple(leased), tuple(dead))
 
 
@@ -64,6 +65,7 @@ def _lease_fifo(
     leased = [_lease_one(q, seq, deadline) for seq in take]
     for lm in leased:
         q.schedule(lm.seq, deadline)
+    q.received_total += len(leased)
     if cmd.attempt_id is not None and leased:
         fifo.remember(cmd.attempt_id, q.clock, tuple((lm.seq, lm.lease_id) for lm in leased))
     return Leased(tuple(leased), tuple(dead))

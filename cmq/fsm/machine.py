@@ -263,10 +263,11 @@ class QueueMachine(MachineReads):
                 return self._set_attributes(cmd)
 
     def _mutable(self, name: str) -> QueueState | None:
-        """The queue a command is about to change (its cached image is dropped)."""
+        """The queue a command is about to change (its cached image and figures are dropped)."""
         q = self._queues.get(name)
         if q is not None:
             q.image = None
+            q.gauges = None
         return q
 
     def end_batch(self) -> None:

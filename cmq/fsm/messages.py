@@ -162,6 +162,8 @@ def change_visibility(q: QueueState, cmd: ChangeVisibility, fx: Effects) -> Entr
         at = q.clock + max(0, visibility_ms)
         q.touched.set(slot, VIS, at)
         q.schedule(seq, at)
+        if visibility_ms <= 0:
+            q.nacked_total += 1
         out.append(None)
     fx.change(q.name)
     return EntryOutcomes(tuple(out))
@@ -181,6 +183,7 @@ def nack(q: QueueState, cmd: Nack, fx: Effects) -> EntryOutcomes:
         q.touched.set(slot, LEASE, 0)
         q.touched.set(slot, VIS, at)
         q.schedule(seq, at)
+        q.nacked_total += 1
         out.append(None)
     fx.change(q.name)
     return EntryOutcomes(tuple(out))

@@ -211,6 +211,7 @@ class QueueState:
         "expired_total",
         "fifo",
         "firsts",
+        "gauges",
         "head",
         "heap",
         "image",
@@ -220,10 +221,12 @@ class QueueState:
         "lease_counter",
         "live",
         "moved",
+        "nacked_total",
         "name",
         "next_seq",
         "pending_dl",
         "ready",
+        "received_total",
         "segment_age_ms",
         "segment_bytes",
         "segments",
@@ -264,6 +267,12 @@ class QueueState:
         self.acked_total = 0
         self.dead_lettered_total = 0
         self.expired_total = 0
+        # Counted as commands apply on this replica, never in the snapshot image: they start
+        # at 0 when the state is built (creation, restore) — monitoring counters, not state.
+        # received: messages handed out by a `Lease` (a FIFO attempt's replay not counted
+        # again); nacked: leases released early (a `Nack`, or a `ChangeVisibility` to 0).
+        self.received_total = 0
+        self.nacked_total = 0
         self.segment_bytes = segment_bytes
         self.segment_age_ms = segment_age_ms
         self.segments: list[Segment] = []
@@ -284,6 +293,9 @@ class QueueState:
         self.fifo: FifoState | None = None
         # This queue's part of the snapshot image, kept until a command touches the queue.
         self.image: bytes | None = None
+        # Its monitoring figures (`cmq.fsm.gauges`), kept likewise: (valid before this queue
+        # time, the oldest visible send time, the figures but the name and the age).
+        self.gauges: tuple[int, int | None, tuple[int, ...]] | None = None
         self.image_version = 0
 
     def segment_of(self, seq: int) -> Segment | None:

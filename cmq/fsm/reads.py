@@ -13,6 +13,7 @@ from itertools import islice
 from cmq import errors
 from cmq.fsm import export, fifo, lifecycle
 from cmq.fsm.effects import Effects
+from cmq.fsm.gauges import QueueGauges, queue_gauges
 from cmq.fsm.image import decode_image, segments_digest
 from cmq.fsm.queue import Due, QueueState, Segment
 from cmq.fsm.store import SegmentStore, StoredMessage
@@ -64,6 +65,11 @@ class MachineReads:
         """Exact counts at the queue's time at ``now_ms`` (`QueueState.stats`)."""
         q = self._queues.get(name)
         return None if q is None else q.stats(now_ms, self.pending_files(q.key))
+
+    def gauges(self, now_ms: int) -> list[QueueGauges]:
+        """Every queue's monitoring figures at ``now_ms`` (`cmq.fsm.gauges.queue_gauges`), in
+        no particular order: one pass, nothing read from segment files."""
+        return [queue_gauges(q, now_ms) for q in self._queues.values()]
 
     def read(self, name: str, seqs: Iterable[int]) -> list[StoredMessage]:
         """The stored messages among ``seqs`` that are still live (others skipped), in the

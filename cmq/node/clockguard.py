@@ -170,12 +170,14 @@ class ClockGuard:
                 v.offset_ms,
                 v.peers,
                 self.bound_ms,
+                extra={"event": "clock_unsafe"},
             )
         elif before.unsafe and not v.unsafe:
             log.warning(
                 "clock back: node %d is %+.0f ms from its peers' median; it may lead again",
                 self._id,
                 v.offset_ms,
+                extra={"event": "clock_recovered"},
             )
         if not self.trusted():
             self.hand_off()
@@ -225,6 +227,7 @@ class ClockGuard:
                 "it stamps nothing and does not lead until they agree",
                 self._id,
                 len([r for r in readings if r.at > since]),
+                extra={"event": "clock_unconfirmed"},
             )
 
     def _verify_steps(
@@ -241,10 +244,15 @@ class ClockGuard:
                 "it stamps nothing and does not lead until its peers' readings agree",
                 self._id,
                 skew - self._base,
+                extra={"event": "clock_stepped"},
             )
             return
         if self._confirmed(readings, self._stepped_at, now, all_of=v.peers):
-            log.warning("node %d: the stepped clock agrees with the peers: trusted", self._id)
+            log.warning(
+                "node %d: the stepped clock agrees with the peers: trusted",
+                self._id,
+                extra={"event": "clock_recovered"},
+            )
             self._base, self._stepped_at = skew, None
 
     def hand_off(self) -> int:

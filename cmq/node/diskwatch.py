@@ -173,7 +173,7 @@ class DiskWatch:
             try:
                 await self.check()
             except Exception:  # never let the watch die: a bug here must not stop the node
-                log.exception("disk check failed")
+                log.exception("disk check failed", extra={"event": "disk_check_failed"})
             await asyncio.sleep(self.policy.interval)
 
     async def check(self) -> tuple[DiskHealth, ...]:
@@ -223,6 +223,7 @@ class DiskWatch:
                 self._id,
                 now.directory,
                 now.failed,
+                extra={"event": "disk_failed"},
             )
         elif now.state == "full":
             log.warning(
@@ -232,6 +233,7 @@ class DiskWatch:
                 now.directory,
                 now.free_bytes,
                 self.policy.reserve_bytes,
+                extra={"event": "disk_full"},
             )
         elif now.state == "slow":
             log.warning(
@@ -240,6 +242,7 @@ class DiskWatch:
                 self._id,
                 now.directory,
                 now.fsync_seconds,
+                extra={"event": "disk_slow"},
             )
         else:
             log.info("node %d: data directory %s is %s again", self._id, now.directory, now.state)

@@ -145,6 +145,7 @@ class Housekeeper:
                     ahead,
                     QUEUE_RETIME,
                     QUEUE_RETIME,
+                    extra={"event": "queue_time_ahead_blocked", "group": group, "queue": name},
                 )
             return
         res = await self._ops.propose(group, encode_command(Retime(name, now)))
@@ -155,6 +156,7 @@ class Housekeeper:
                 "clock far ahead got in); it runs on from there and slews back",
                 name,
                 res.ahead_ms,
+                extra={"event": "queue_time_ahead", "group": group, "queue": name},
             )
 
     async def _propose_due(self, group: int, machine: QueueMachine, due: Due) -> None:
@@ -198,4 +200,5 @@ class Housekeeper:
             due.dead_letter_queue,
             refused.code,
             refused.message,
+            extra={"event": "dead_letter_refused", "queue": due.queue},
         )

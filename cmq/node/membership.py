@@ -152,11 +152,15 @@ class Membership:
                         now - last_full,
                         self._id,
                         e,
+                        extra={"event": "membership_deferred"},
                     )
                 else:
                     log.info("membership step deferred: %s", e)
             except Exception:  # a bug must not end reconciliation on this node for good
-                log.exception("membership round failed; retrying next round")
+                log.exception(
+                    "membership round failed; retrying next round",
+                    extra={"event": "membership_round_failed"},
+                )
 
     async def tick_local(self) -> None:
         """What needs no other node: know the catalog's peers, open the groups placed here."""
@@ -226,7 +230,12 @@ class Membership:
                 try:
                     self._raft.add_peer(n, Address.parse(info.address))
                 except ValueError:
-                    log.warning("node %d registered a bad address %r", n, info.address)
+                    log.warning(
+                        "node %d registered a bad address %r",
+                        n,
+                        info.address,
+                        extra={"event": "peer_bad_address"},
+                    )
         if not self._catalog.initialized:
             return
         for n in self._raft.peers():

@@ -23,6 +23,7 @@ from cmq.fsm.machine import QueueMachine
 from cmq.model import SEGMENT_STATES
 from cmq.node.clockguard import ClockGuard
 from cmq.node.diskwatch import DiskWatch
+from cmq.node.queue_metrics import QueueMetricsCollector, QueueMetricsSettings, led_groups
 from cmq.node.scrubber import Scrubber
 from cmq.upgrade.release import PEER_PROTOCOL_MAX, PEER_PROTOCOL_MIN, RELEASE
 from raftlog.runtime import MultiRaft, RuntimeStats
@@ -361,11 +362,17 @@ def register_node_metrics(
     *,
     scrubber: Scrubber | None = None,
     disks: DiskWatch | None = None,
+    queues: QueueMetricsSettings | None = None,
+    waiting: Callable[[], Mapping[str, int]] = dict,
+    subscriptions: Callable[[], Mapping[str, int]] = dict,
 ) -> None:
     """Add the build information (`BuildInfoCollector`), the Raft runtime's metrics and the
     process's (CPU seconds, resident memory, open
     files: ``process_*``) to ``registry``; with ``machines`` (data group -> its queue machine)
-    and a clock ``now_ms``, the queues' segment metrics too (`SegmentCollector`)."""
+    and a clock ``now_ms``, the queues' segment metrics too (`SegmentCollector`), and with
+    ``queues`` as well the per-queue metrics of the queues led here
+    (`cmq.node.queue_metrics.QueueMetricsCollector`; ``waiting``: queue -> receives
+    long-polling here, ``subscriptions``: queue -> stream subscriptions open here)."""
     registry.register(BuildInfoCollector())
     registry.register(RaftCollector(raft))
     if clock is not None:
@@ -376,4 +383,15 @@ def register_node_metrics(
         registry.register(DiskCollector(disks))
     if machines is not None and now_ms is not None:
         registry.register(SegmentCollector(machines, now_ms))
+        if queues is not None:
+            registry.register(
+                QueueMetricsCollector(
+                    machines,
+                    led_groups(raft),
+                    now_ms,
+                    queues,
+                    waiting=waiting,
+                    subscriptions=subscriptions,
+                )
+            )
     ProcessCollector(registry=registry)

@@ -39,6 +39,7 @@ from cmq.errors import (
     Unavailable,
 )
 from cmq.fsm.machine import QueueMachine
+from cmq.logs import LOG_SCOPE
 from cmq.model import (
     DEFAULT_SEGMENT_AGE_SECONDS,
     DEFAULT_SEGMENT_BYTES,
@@ -554,11 +555,13 @@ class QueueNode:
         self, group: int, name: str, messages: list[OutgoingMessage]
     ) -> list[SentMessage]:
         await self._take_send_slot()
+        scope = LOG_SCOPE.set((group, name))  # what is logged meanwhile names the queue
         try:
             return await self.router.run_attempts(
                 group, lambda: self._produce.build(group, name, messages)
             )
         finally:
+            LOG_SCOPE.reset(scope)
             self._send_slots.release()
 
     async def _take_send_slot(self) -> None:

@@ -179,4 +179,5 @@ class Scrubber:
             if repairing
             else " (self_repair is not enabled: this replica stays damaged; enable the flag "
             "or restore the node with --rejoin)",
+            extra={"event": "replica_damaged", "group": group},
         )

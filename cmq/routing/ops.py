@@ -58,6 +58,7 @@ from cmq.fsm.commands import (
     restamp_produce,
 )
 from cmq.fsm.machine import QueueMachine
+from cmq.logs import LOG_SCOPE
 from cmq.model import (
     DEFAULT_SEGMENT_AGE_SECONDS,
     DEFAULT_SEGMENT_BYTES,
@@ -206,8 +207,13 @@ class LeaderOps:
         return ms
 
     async def execute(self, call: Call[R]) -> R:
-        """Run ``call`` here (this node should lead ``call.group``)."""
-        return cast(R, await self._dispatch(cast(AnyCall, call)))
+        """Run ``call`` here (this node should lead ``call.group``); what is logged meanwhile
+        names its group and queue (`cmq.logs.LOG_SCOPE`)."""
+        token = LOG_SCOPE.set((call.group, getattr(call, "name", None)))
+        try:
+            return cast(R, await self._dispatch(cast(AnyCall, call)))
+        finally:
+            LOG_SCOPE.reset(token)
 
     async def _dispatch(self, call: AnyCall) -> object:
         match call:

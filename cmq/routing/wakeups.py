@@ -15,12 +15,18 @@ __all__ = ["Wakeups", "WakingMachine"]
 
 
 class Wakeups:
-    """Long-poll wake-ups: one event per queue someone waits on, set when the queue changed."""
+    """Long-poll wake-ups: one event per queue someone waits on, set when the queue changed;
+    and how many receives wait on each queue now (`waiting`, for the metrics)."""
 
-    __slots__ = ("_events",)
+    __slots__ = ("_events", "_waiting")
 
     def __init__(self) -> None:
         self._events: dict[str, asyncio.Event] = {}
+        self._waiting: dict[str, int] = {}
+
+    def waiting(self) -> dict[str, int]:
+        """Queue -> receives waiting on it now (only queues with at least one; a copy)."""
+        return dict(self._waiting)
 
     def notify(self, queues: Iterable[str]) -> None:
         """Wake the receives waiting on any of ``queues``."""
@@ -34,8 +40,17 @@ class Wakeups:
         """Sleep until ``name`` changes, or ``limit`` seconds."""
         event = self._events.setdefault(name, asyncio.Event())
         event.clear()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), limit)
+        waiting = self._waiting
+        waiting[name] = waiting.get(name, 0) + 1
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), limit)
+        finally:
+            left = waiting[name] - 1
+            if left:
+                waiting[name] = left
+            else:
+                del waiting[name]
 
 
 class WakingMachine:

@@ -143,6 +143,8 @@ class Calls:
         except RemoteCallError as e:
             reply, is_error = e.payload, True
         except Exception as e:  # reported to the caller, never swallowed silently
-            log.exception("forwarded call from node %d failed", peer)
+            log.exception(
+                "forwarded call from node %d failed", peer, extra={"event": "peer_call_failed"}
+            )
             reply, is_error = f"internal error: {type(e).__name__}".encode(), True
         self._transport.send(peer, FrameKind.REPLY, encode_call(rid, is_error, reply))

@@ -133,7 +133,13 @@ class GroupDriver:
 
     def _halt(self, exc: BaseException) -> None:
         """A broken invariant or storage failure: stop this group loudly (never swallow)."""
-        log.error("group %d stopped: %s", self.group, exc, exc_info=exc)
+        log.error(
+            "group %d stopped: %s",
+            self.group,
+            exc,
+            exc_info=exc,
+            extra={"event": "group_halted", "group": self.group},
+        )
         self.stopped = exc
         self._proposals.fail_all(ProposalDropped(f"group {self.group} stopped: {exc}"))
         if self._task is not None and self._task is not asyncio.current_task():
@@ -161,6 +167,7 @@ class GroupDriver:
                 self.group,
                 m.commit,
                 self.raw.raft.log.last_index(),
+                extra={"event": "acknowledged_entries_lost", "group": self.group},
             )
         self._after_input()
         self._note_step_down()

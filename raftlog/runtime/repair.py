@@ -109,7 +109,12 @@ class ReplicaRepair:
         """Steps 1 and 3 for a group that is not running (its opening found the damage): mark
         it, then void its history on disk ``index``."""
         disk = self._disks[index]
-        log.error("group %d: stored state damaged (%s): repairing from its replicas", group, reason)
+        log.error(
+            "group %d: stored state damaged (%s): repairing from its replicas",
+            group,
+            reason,
+            extra={"event": "repair_started", "group": group},
+        )
         await self._offload(disk.repairs.mark, group, reason, self._clock.wall_ms())
         self.started += 1
         self._started_at[group] = self._clock.monotonic()
@@ -148,7 +153,11 @@ class ReplicaRepair:
             await self.reset(group, index, reason)
             await self._reopen(group, index)
         except Exception:
-            log.exception("group %d: repair failed; it stays marked (a restart resumes it)", group)
+            log.exception(
+                "group %d: repair failed; it stays marked (a restart resumes it)",
+                group,
+                extra={"event": "repair_failed", "group": group},
+            )
 
     async def _hand_over(self, driver: GroupDriver) -> None:
         """A leader transfers the group to its most caught-up voter, then waits up to
@@ -188,7 +197,12 @@ class ReplicaRepair:
                 self.completed += 1
                 began = self._started_at.pop(group, None)
                 took = "" if began is None else f" in {self._clock.monotonic() - began:.2f} s"
-                log.warning("group %d: repaired from its replicas%s", group, took)
+                log.warning(
+                    "group %d: repaired from its replicas%s",
+                    group,
+                    took,
+                    extra={"event": "repair_completed", "group": group},
+                )
 
     async def close(self) -> None:
         """Cancel the repairs under way (their marks stay: a restart resumes them)."""

@@ -89,6 +89,7 @@ class SnapshotShipping:
                 snap.meta.index,
                 m.to,
                 exc,
+                extra={"event": "snapshot_export_failed", "group": self._group},
             )
             self._report(m.to, False)
             return
@@ -102,6 +103,7 @@ class SnapshotShipping:
                 len(data),
                 limit,
                 m.to,
+                extra={"event": "snapshot_too_large", "group": self._group},
             )
             self._report(m.to, False)
             return

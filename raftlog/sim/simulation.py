@@ -48,7 +48,8 @@ from raftlog.core.types import (
 from raftlog.errors import RaftError
 from raftlog.sim.checker import Ack, Checker
 from raftlog.sim.disk import SimDisk
-from raftlog.sim.liveness import CatchUp, MemberLog, catch_up, heal_bound_ticks
+from raftlog.sim.heal import HealPhase
+from raftlog.sim.liveness import CatchUp
 from raftlog.sim.network import PERFECT, NetFaults, SendOutcome, SimNetwork
 from raftlog.sim.node import SimNode
 from raftlog.sim.outcome import SimConfig, draw_params
@@ -122,7 +123,7 @@ class Simulation:
         self.stats |= {"heal_ticks": -1, "heal_bound": -1}
         self.trace: deque[str] = deque(maxlen=config.trace_lines)
         self._trace_hash = hashlib.blake2b(digest_size=16)
-        self._heal_plan: dict[int, tuple[int, int, int, bytes] | None] = {}
+        self.heal_phase = HealPhase(self, tick=TICK, election_tick=ELECTION_TICK)
         self.catch_ups: dict[int, CatchUp] = {}
         self.heal_bound = 0
         """The liveness bound in ticks, fixed when the faults heal (`heal`)."""
@@ -165,7 +166,7 @@ class Simulation:
         self._seq += 1
         heapq.heappush(self._events, (at, self._seq, int(kind), a, b, c))
 
-    def _log(self, line: str) -> None:
+    def log_line(self, line: str) -> None:
         text = f"{self.step_no}@{self.now} {line}"
         self.trace.append(text)
         self._trace_hash.update(text.encode())
@@ -209,7 +210,7 @@ class Simulation:
                 sn.group, sn.id, rd.entries, sn.raw.raft.log.term(first - 1) if first > 1 else 0
             )
         if rd.soft_state is not None and rd.soft_state.role is Role.LEADER:
-            self._log(f"g{sn.group} n{sn.id} becomes leader term {sn.raw.raft.term}")
+            self.log_line(f"g{sn.group} n{sn.id} becomes leader term {sn.raw.raft.term}")
 
     def on_synced(self, sn: SimNode, lost: bool) -> None:
         """A sync that removed durable entries may have broken durability: re-check."""
@@ -237,7 +238,7 @@ class Simulation:
             self.checker.on_ack(Ack(g, e.index, e.term, e.data, self.checker.max_term[g]))
 
     # -- driving ----------------------------------------------------------------------------------
-    def _touch(self, sn: SimNode) -> None:
+    def touch(self, sn: SimNode) -> None:
         sn.pump()
         self.checker.observe(sn.group, sn.id, sn.raw.raft)
 
@@ -257,11 +258,11 @@ class Simulation:
         elif kind == _Ev.DISK:
             sn = self.nodes.get((a, b))
             if sn is not None and sn.generation == c and self.up[a]:
-                self._log(f"g{b} n{a} fsync done")
+                self.log_line(f"g{b} n{a} fsync done")
                 sn.complete()
                 self.checker.observe(b, a, sn.raw.raft)
             else:
-                self._log(f"g{b} n{a} fsync of a dead incarnation ignored")
+                self.log_line(f"g{b} n{a} fsync of a dead incarnation ignored")
         elif kind == _Ev.CLIENT:
             self._client()
             self._push(self.now + self.rng.randint(1, 2 * self.params.client_every), _Ev.CLIENT)
@@ -281,15 +282,15 @@ class Simulation:
             f"n{len(m.entries)} c{m.commit}{' rej' if m.reject else ''}"
         )
         if not ok or not self.up[m.to]:
-            self._log(f"{desc} LOST ({'cut' if not ok else 'down'})")
+            self.log_line(f"{desc} LOST ({'cut' if not ok else 'down'})")
             self._link_broken(m.frm, m.to)  # the connection broke with the message in flight
             if sender is not None and m.type is MsgType.SNAP:
                 sender.raw.report_snapshot(m.to, False)
             return
-        self._log(desc)
+        self.log_line(desc)
         dest = self.nodes[(m.to, g)]
         dest.raw.step(m)
-        self._touch(dest)
+        self.touch(dest)
         if sender is not None and m.type is MsgType.SNAP:
             sender.raw.report_snapshot(m.to, True)
 
@@ -297,14 +298,14 @@ class Simulation:
         self._push(self.now + TICK, _Ev.TICK, node)
         if not self.up[node]:
             return
-        self._log(f"tick n{node}")
+        self.log_line(f"tick n{node}")
         for g in self.groups:
             sn = self.nodes[(node, g)]
             sn.raw.tick()
-            self._touch(sn)
+            self.touch(sn)
 
     # -- clients ----------------------------------------------------------------------------------
-    def _leaders(self, g: int) -> list[SimNode]:
+    def leaders(self, g: int) -> list[SimNode]:
         return [
             sn
             for n in self.ids
@@ -316,32 +317,32 @@ class Simulation:
             return
         r = self.rng
         g = r.choice(self.groups)
-        leaders = self._leaders(g)
+        leaders = self.leaders(g)
         target = r.choice(leaders) if leaders else None
         roll = r.random()
         if target is None:
-            self._log(f"client g{g}: no leader")
+            self.log_line(f"client g{g}: no leader")
             return
         if roll < 0.04:
             self._transfer(target)
         elif roll < 0.12 and self.config.nodes >= 4:
             self._conf_change(target)
         else:
-            self._propose(target)
-        self._touch(target)
+            self.propose(target)
+        self.touch(target)
 
-    def _propose(self, sn: SimNode, data: bytes | None = None) -> int | None:
+    def propose(self, sn: SimNode, data: bytes | None = None) -> int | None:
         if data is None:
             self.proposals += 1
             data = b"g%d.p%d" % (sn.group, self.proposals)
         try:
             index = sn.raw.propose(data)
         except RaftError as exc:
-            self._log(f"client g{sn.group} propose {data!r} to n{sn.id}: {exc.code}")
+            self.log_line(f"client g{sn.group} propose {data!r} to n{sn.id}: {exc.code}")
             return None
         term = sn.raw.raft.term
         self.pending.setdefault((sn.group, sn.id), {})[index] = (term, data)
-        self._log(f"client g{sn.group} propose {data!r} to n{sn.id} -> {index}/{term}")
+        self.log_line(f"client g{sn.group} propose {data!r} to n{sn.id} -> {index}/{term}")
         return index
 
     def _transfer(self, sn: SimNode) -> None:
@@ -352,9 +353,9 @@ class Simulation:
         self.stats["transfers"] += 1
         try:
             sn.raw.transfer_leader(to)
-            self._log(f"client g{sn.group} transfer n{sn.id} -> n{to}")
+            self.log_line(f"client g{sn.group} transfer n{sn.id} -> n{to}")
         except RaftError as exc:
-            self._log(f"client g{sn.group} transfer n{sn.id} -> n{to}: {exc.code}")
+            self.log_line(f"client g{sn.group} transfer n{sn.id} -> n{to}: {exc.code}")
 
     def _conf_change(self, sn: SimNode) -> None:
         r = self.rng
@@ -377,10 +378,10 @@ class Simulation:
         try:
             index = sn.raw.propose_conf_change(cc)
         except RaftError as exc:
-            self._log(f"client g{g} conf {cc.kind.name} n{cc.node} via n{sn.id}: {exc.code}")
+            self.log_line(f"client g{g} conf {cc.kind.name} n{cc.node} via n{sn.id}: {exc.code}")
             return
         self.stats["conf_changes"] += 1
-        self._log(f"client g{g} conf {cc.kind.name} n{cc.node} via n{sn.id} -> {index}")
+        self.log_line(f"client g{g} conf {cc.kind.name} n{cc.node} via n{sn.id} -> {index}")
 
     def _wipe(self, node: int, g: int) -> None:
         """Give a non-member a fresh, empty disk and state (it is about to be re-added).
@@ -398,7 +399,7 @@ class Simulation:
             self.nodes[key] = self._new_node(node, g)
         else:
             self.generation[key] += 1
-        self._log(f"wipe g{g} n{node} ({reset} messages in flight dropped)")
+        self.log_line(f"wipe g{g} n{node} ({reset} messages in flight dropped)")
 
     # -- faults -----------------------------------------------------------------------------------
     def _fault(self) -> None:
@@ -418,29 +419,29 @@ class Simulation:
             k = r.randint(1, len(ids) - 1) if len(ids) > 1 else 1
             self.net.partition(ids[:k], ids[k:])
             self.stats["partitions"] += 1
-            self._log(f"partition {sorted(ids[:k])} | {sorted(ids[k:])}")
+            self.log_line(f"partition {sorted(ids[:k])} | {sorted(ids[k:])}")
         elif roll < 0.6:
             if len(self.ids) > 1:
                 a, b = r.sample(self.ids, 2)
                 self.net.cut(a, b)
                 self.stats["partitions"] += 1
-                self._log(f"cut {a}->{b}")
+                self.log_line(f"cut {a}->{b}")
         elif roll < 0.7:
             g = r.choice(self.groups)
-            leaders = self._leaders(g)
+            leaders = self.leaders(g)
             if leaders:
                 lead = r.choice(leaders).id
                 self.net.partition([lead], [n for n in self.ids if n != lead])
                 self.stats["partitions"] += 1
-                self._log(f"isolate leader n{lead} of g{g}")
+                self.log_line(f"isolate leader n{lead} of g{g}")
         elif roll < 0.9:
             self.net.heal()
-            self._log("heal partitions")
+            self.log_line("heal partitions")
         else:
             base = self.params.faults
             drop = r.choice([0.0, base.drop, 0.3])
             self.net.set_faults(NetFaults(drop, base.duplicate, 1, base.max_delay, base.slow))
-            self._log(f"network drop={drop}")
+            self.log_line(f"network drop={drop}")
 
     def _crash(self, node: int) -> None:
         self.up[node] = False
@@ -455,14 +456,14 @@ class Simulation:
         for peer in self.ids:
             if peer != node:
                 self._link_broken(node, peer)
-        self._log(f"CRASH n{node} {' '.join(parts)}")
+        self.log_line(f"CRASH n{node} {' '.join(parts)}")
         if self.config.rollbacks:
             note = self.rollbacks.on_crash(
                 self.rng, node, self.disks, self.groups, self.checker.conf
             )
             if note is not None:
                 self.stats["rollbacks"] += 1
-                self._log(note)
+                self.log_line(note)
         self._push(self.now + self.rng.randint(TICK, 80 * TICK), _Ev.RESTART, node)
 
     def _restart(self, node: int) -> None:
@@ -479,9 +480,9 @@ class Simulation:
             sn = self.nodes[(node, g)] = self._new_node(node, g)
             hs = sn.raw.raft
             parts.append(f"(t{hs.term} last{hs.log.last_index()} c{hs.log.committed})")
-        self._log(f"RESTART n{node} {' '.join(parts)}")
+        self.log_line(f"RESTART n{node} {' '.join(parts)}")
         for g in self.groups:
-            self._touch(self.nodes[(node, g)])
+            self.touch(self.nodes[(node, g)])
 
     # -- heal phase and liveness ------------------------------------------------------------------
     def heal(self) -> None:
@@ -489,102 +490,21 @@ class Simulation:
         self.healing = True
         self.net.heal()
         self.net.set_faults(PERFECT)
-        self._log("HEAL: network perfect, all nodes up")
+        self.log_line("HEAL: network perfect, all nodes up")
         for n in self.ids:
             if not self.up[n]:
                 self._restart(n)
-        self._heal_plan = dict.fromkeys(self.groups)
-        self.catch_ups = {g: self._catch_up(g) for g in self.groups}
-        self.heal_bound = heal_bound_ticks(
-            self.config.heal_timeouts, ELECTION_TICK, self.catch_ups.values()
-        )
-        for g, c in self.catch_ups.items():
-            self._log(
-                f"HEAL g{g}: backlog {c.backlog} at {c.per_round}/round of {c.round_ticks} ticks"
-            )
-
-    def _catch_up(self, g: int) -> CatchUp:
-        """The replication group ``g`` still needs when the faults heal (`liveness.catch_up`)."""
-        members = self.checker.conf(g).members()
-        logs = []
-        largest = 0
-        for n in members:
-            disk = self.disks[(n, g)]
-            largest = max([largest, *(e.size() for e in disk.entries())])
-            logs.append(
-                MemberLog(
-                    disk.last_index(),
-                    self.nodes[(n, g)].raw.raft.log.committed,
-                    disk.snapshot().meta.index,
-                )
-            )
-        p = self.params
-        return catch_up(
-            logs,
-            max_inflight_msgs=p.max_inflight_msgs,
-            max_msg_bytes=p.max_msg_bytes,
-            max_entry_bytes=largest,
-            max_delay=PERFECT.max_delay,
-            disk_max=p.disk_max,
-            tick=TICK,
-        )
+        self.heal_phase.begin()
+        self.catch_ups = self.heal_phase.catch_ups
+        self.heal_bound = self.heal_phase.bound
 
     def liveness_done(self) -> bool:
         """Advance the heal-phase plan; True once every group has converged."""
-        done = True
-        for g in self.groups:
-            if not self._group_live(g):
-                done = False
-        return done
-
-    def _group_live(self, g: int) -> bool:
-        plan = self._heal_plan.get(g)
-        if plan is None:
-            leaders = self._leaders(g)
-            if len(leaders) != 1 or leaders[0].raw.raft.lead_transferee:
-                return False
-            sn = leaders[0]
-            data = b"heal-g%d" % g
-            index = self._propose(sn, data)
-            if index is None:
-                return False
-            self._touch(sn)
-            self._heal_plan[g] = (sn.id, index, sn.raw.raft.term, data)
-            return False
-        node, index, term, _ = plan
-        if (g, index, term) not in self.acked_at:
-            pend = self.pending.get((g, node), {})
-            proposer = self.nodes[(node, g)].raw.raft.log
-            removed = node not in self.checker.conf(g).members()  # it will never apply it
-            if index not in pend or proposer.term(index) != term or removed:
-                pend.pop(index, None)  # the proposal was dropped: retry with the current leader
-                self._heal_plan[g] = None
-            return False
-        leaders = self._leaders(g)
-        if len(leaders) != 1:
-            return False
-        lead = leaders[0]
-        conf = lead.raw.raft.conf
-        target = lead.sm.applied
-        if target < index or lead.raw.raft.log.committed != target:
-            return False
-        for n in conf.members():
-            sn = self.nodes[(n, g)]
-            if sn.sm.applied != target or sn.sm.digest != lead.sm.digest:
-                return False
-        return True
+        return self.heal_phase.done()
 
     def liveness_report(self) -> str:
         """Why the heal phase has not converged: one clause per group."""
-        parts = []
-        for g in self.groups:
-            leaders = [sn.id for sn in self._leaders(g)]
-            applied = {n: self.nodes[(n, g)].sm.applied for n in self.ids}
-            parts.append(
-                f"g{g}: leaders={leaders} plan={self._heal_plan.get(g)} applied={applied} "
-                f"conf={self.checker.conf(g)}"
-            )
-        return "; ".join(parts)
+        return self.heal_phase.report()
 
     def state_digest(self) -> str:
         """A hash of every node's Raft and state machine state (for replay comparisons)."""

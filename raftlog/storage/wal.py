@@ -203,6 +203,7 @@ class Wal:
                 t.dropped_bytes,
                 t.offset,
                 t.reason,
+                extra={"event": "wal_tail_cut"},
             )
         wal._remove_orphans(rec.groups)
         if rec.segments:
@@ -235,6 +236,7 @@ class Wal:
             damage.reason,
             len(damage.dropped_segments),
             list(damage.groups),
+            extra={"event": "wal_damaged"},
         )
         now_ms = int(time.time() * 1000)
         for g in damage.groups:
@@ -450,7 +452,13 @@ class Wal:
         name = errno.errorcode.get(code, type(exc).__name__)
         failed = DiskFailed(self._dir, code, f"{name}: {exc}")
         failed.__cause__ = exc
-        log.error("WAL %s stopped for good: %s", self._dir, failed, exc_info=exc)
+        log.error(
+            "WAL %s stopped for good: %s",
+            self._dir,
+            failed,
+            exc_info=exc,
+            extra={"event": "wal_failed"},
+        )
         with self._cond:
             self._failed = failed
             rest = list(self._queue)

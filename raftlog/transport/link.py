@@ -58,7 +58,12 @@ class PeerLink:
             log.debug("handshake with node %d failed again: %s", self.id, reason)
             return
         self.failures.add(reason)
-        log.warning("handshake with node %d failed: %s", self.id, reason)
+        log.warning(
+            "handshake with node %d failed: %s",
+            self.id,
+            reason,
+            extra={"event": "peer_handshake_failed"},
+        )
 
     def note_success(self) -> None:
         if self.failures:

@@ -381,7 +381,12 @@ class Transport:
             log.debug("refused a peer connection from %s again: %s", host, reason)
             return
         seen.add(reason)
-        log.warning("refused a peer connection from %s: %s", host, reason)
+        log.warning(
+            "refused a peer connection from %s: %s",
+            host,
+            reason,
+            extra={"event": "peer_connection_refused"},
+        )
 
     def _accepted_from(self, peername: object) -> None:
         host = str(peername[0]) if isinstance(peername, tuple) and peername else str(peername)

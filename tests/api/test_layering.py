@@ -14,9 +14,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 API = ROOT / "api"
-ALLOWED_CMQ = {"cmq.errors", "cmq.model", "cmq.service", "cmq.stream"}
-"""The shared surface: the service protocol, its values and errors, and the streaming
-protocol's frames (pure, shared with `cmq.client.stream`)."""
+ALLOWED_CMQ = {"cmq.consumers", "cmq.errors", "cmq.model", "cmq.service", "cmq.stream"}
+"""The shared surface: the service protocol, its values and errors, the streaming
+protocol's frames (pure, shared with `cmq.client.stream`) and the count of stream
+subscriptions the node's metrics read (`cmq.consumers`)."""
 PURE = {
     "errors.py",
     "models.py",

@@ -227,6 +227,44 @@ async def test_open_routes(client: Client) -> None:
         assert resp.status == 200, path
 
 
+async def test_whoami_answers_the_signing_key_and_its_grants(
+    client: Client, service: RecordingService, keys: Keys
+) -> None:
+    status, payload = await call(client, SENDER, "GET", "/v1/whoami")
+    assert status == 200, payload
+    assert payload == {
+        "access_key_id": "AKSENDER",
+        "anonymous": False,
+        "grants": [{"pattern": "orders-*", "actions": ["send"]}],
+        "cluster_admin": False,
+    }
+    status, payload = await call(client, ADMIN, "GET", "/v1/whoami")
+    assert (status, payload["cluster_admin"]) == (200, True)
+    status, payload = await call(client, NOBODY, "GET", "/v1/whoami")  # any valid key
+    assert (status, payload["grants"], payload["cluster_admin"]) == (200, [], False)
+    status, payload = await call(client, None, "GET", "/v1/whoami")
+    assert (status, code(payload)) == (401, "MissingAuthenticationToken")
+    wrong = AccessKey("AKSENDER", "not-the-secret")
+    status, payload = await call(client, wrong, "GET", "/v1/whoami")
+    assert (status, code(payload)) == (401, "SignatureDoesNotMatch")
+    keys.grants["AKSENDER"] = (KeyGrant("billing", ("admin",)),)  # grants as of the request
+    status, payload = await call(client, SENDER, "GET", "/v1/whoami")
+    assert payload["grants"] == [{"pattern": "billing", "actions": ["admin"]}]
+    assert service.calls == []
+
+
+async def test_whoami_on_an_anonymous_app() -> None:
+    async with TestClient(TestServer(make_app(RecordingService()))) as anonymous:
+        resp = await anonymous.get("/v1/whoami")
+        assert resp.status == 200
+        assert await resp.json() == {
+            "access_key_id": None,
+            "anonymous": True,
+            "grants": [],
+            "cluster_admin": True,
+        }
+
+
 def _botocore_sign(
     url: str, body: bytes, headers: dict[str, str], key: AccessKey
 ) -> dict[str, str]:

@@ -257,7 +257,9 @@ def test_serve_takes_the_otlp_endpoint_from_the_flag_or_the_environment(
     from cmq.cli.main import main
 
     seen: list[object] = []
-    monkeypatch.setattr(cmq.cli.server, "run", lambda *args: seen.append(args[-1]) or 0)
+    monkeypatch.setattr(
+        cmq.cli.server, "run", lambda *_, **kw: seen.append(kw.get("otlp_endpoint")) or 0
+    )
     monkeypatch.setenv("CMQ_SECRET", "tracing-cli-test-secret-0123456789")
     base = ["serve", "--node-id", "1", "--data-dir", str(tmp_path), "--peers", "1=127.0.0.1:1"]
     assert main([*base, "--otlp-endpoint", "http://collector:4318"]) == 0

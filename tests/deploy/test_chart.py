@@ -136,7 +136,16 @@ def test_optional_parts_render_only_where_their_api_exists() -> None:
         "CmqReplicationLag",
         "CmqDiskFilling",
         "CmqSlowFsync",
-    }
+        "CmqDiskFailed",
+        "CmqDiskFull",
+        "CmqReplicaNeedsRepair",
+        "CmqStorageDamageFound",
+        "CmqClockUnsafe",
+        "CmqQueueGrowing",
+        "CmqQueueOldestMessage",
+        "CmqQueueNoConsumers",
+        "CmqDeadLetters",
+    }  # each is unit-tested on synthetic series in test_alert_rules.py
     cron = one(docs, "CronJob")
     container = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
     assert container["command"] == ["cmq"]
@@ -219,6 +228,18 @@ def test_founders_found_and_the_other_pods_join(scaling: str, tmp_path: Path) ->
             )
 
 
+def test_the_per_queue_metrics_settings_reach_cmq_serve(tmp_path: Path) -> None:
+    sts = one(
+        render({"metrics.queues": "orders-*\\,billing", "metrics.topQueues": "50"}), "StatefulSet"
+    )
+    words = _serve_argv(sts, "q-cmq-0", tmp_path)
+    assert words[words.index("--metrics-queues") + 1] == "orders-*,billing"
+    assert words[words.index("--metrics-top-queues") + 1] == "50"
+    default = _serve_argv(one(render(), "StatefulSet"), "q-cmq-0", tmp_path)
+    assert default[default.index("--metrics-queues") + 1] == "*"
+    assert default[default.index("--metrics-top-queues") + 1] == "1000"
+
+
 def test_one_claim_and_data_dir_per_disk(tmp_path: Path) -> None:
     sts = one(
         render(
@@ -269,6 +290,8 @@ def test_existing_secret_is_used_and_none_is_created() -> None:
         ({"cluster.replication": "5"}, "replication"),
         ({"cluster.replication": "4"}, "replication"),
         ({"cluster.rejoinOrdinals": "{-1}"}, "rejoinOrdinals"),
+        ({"metrics.topQueues": "-1"}, "topQueues"),
+        ({"metrics.queues": "a$(id)"}, "queues"),
     ],
 )
 def test_bad_values_are_refused(sets: dict[str, str], message: str) -> None:

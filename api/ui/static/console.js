@@ -1,14 +1,23 @@
-// cmq web console: reads the public JSON API of the node serving it (/v1/status, /v1/queues,
-// /v1/queues/{name}, /v1/queues/{name}/messages?peek=N, /readyz) every POLL_MS and renders a
-// cluster map, a queue table with rate charts, and a queue page. No framework, no build step.
+// cmq web console: reads the public JSON API of the node serving it (/v1/whoami, /v1/status,
+// /v1/queues, /v1/queues/{name}, /v1/queues/{name}/messages?peek=N, /readyz) every POLL_MS and
+// renders a cluster map, this node's clock/repair/disk state, a queue table with rate charts,
+// and a queue page with purge and redrive for keys granted admin. No framework, no build step.
+//
+// Against a node that asks for signatures it first asks for an access key, keeps it in this
+// tab's sessionStorage only, and signs every API call in the browser (sigv4.js); against an
+// --anonymous node (an unsigned /v1/whoami succeeds) it asks for nothing.
 "use strict";
 
 const POLL_MS = 2000;
 const HISTORY = 60; // samples kept per queue for the rate charts (2 minutes at POLL_MS)
 const PEEK = 10;
+const KEY_STORE = "cmq.console.key"; // sessionStorage item: {id, secret, region}
 const history = new Map(); // queue -> [{t, sent, acked}]
 let timer = null;
-let generation = 0;
+let generation = 0; // bumped by every re-render: a stale poll's answer is dropped
+let shown = 0; // bumped by every page shown: a stale page set-up is dropped
+// mode: "unknown" (probing), "anonymous", "signin" (asking for a key), "signed"
+const auth = { mode: "unknown", key: null, who: null, notice: "" };
 
 // -- helpers -----------------------------------------------------------------------------------
 function el(tag, attrs, ...children) {
@@ -27,18 +36,133 @@ function el(tag, attrs, ...children) {
   return e;
 }
 
-async function api(path) {
-  const resp = await fetch(path, { headers: { Accept: "application/json" }, cache: "no-store" });
-  let body = null;
-  try { body = await resp.json(); } catch (_) { body = null; }
-  if (!resp.ok && !(path === "/readyz" && resp.status === 503)) {
-    const err = body && body.error ? `${body.error.code}: ${body.error.message}` : `HTTP ${resp.status}`;
-    throw new Error(err);
+class ApiError extends Error {
+  constructor(status, code, message) {
+    super(code ? `${code}: ${message}` : `HTTP ${status}`);
+    this.status = status;
+    this.code = code;
   }
-  return body;
 }
 
-function fmtNum(n) { return Number(n).toLocaleString("en-US"); }
+// One call of the API, signed when signed in. `opts`: method, body (an object, sent as JSON),
+// target (an SQS JSON-protocol operation: POST / with X-Amz-Target). Resolves to the parsed
+// body; rejects with an ApiError (a 401 in a signed session goes back to the sign-in page).
+async function api(path, opts = {}) {
+  const method = opts.method || (opts.body !== undefined ? "POST" : "GET");
+  const body = opts.body === undefined ? null : JSON.stringify(opts.body);
+  const headers = { Accept: "application/json" };
+  if (body !== null) headers["Content-Type"] = opts.target ? "application/x-amz-json-1.0" : "application/json";
+  if (opts.target) headers["X-Amz-Target"] = `AmazonSQS.${opts.target}`;
+  const key = opts.key || (auth.mode === "signed" ? auth.key : null);
+  if (key && path !== "/readyz") Object.assign(headers, await cmqSigV4.sign(key, method, path, body));
+  const resp = await fetch(path, { method, headers, body, cache: "no-store", credentials: "omit" });
+  let payload = null;
+  try { payload = await resp.json(); } catch (_) { payload = null; }
+  if (!resp.ok && !(path === "/readyz" && resp.status === 503)) {
+    const err = payload && payload.error ? payload.error : payload && payload.__type ? { code: payload.__type.split("#").pop(), message: payload.message } : {};
+    const e = new ApiError(resp.status, err.code, err.message);
+    if (resp.status === 401 && auth.mode === "signed" && !opts.key) signOut(`Signed out: ${e.message}`);
+    throw e;
+  }
+  return payload;
+}
+
+// -- access keys and grants --------------------------------------------------------------------
+function storedKey() {
+  try {
+    const k = JSON.parse(sessionStorage.getItem(KEY_STORE) || "null");
+    return k && k.id && k.secret ? { id: k.id, secret: k.secret, region: k.region || "us-east-1" } : null;
+  } catch (_) { return null; }
+}
+
+// The reason sign-in was refused, in words (the node's code is kept at the end).
+function refusal(e) {
+  const why = {
+    SignatureDoesNotMatch: "the secret access key is wrong for this access key id (or the region is not the node's)",
+    InvalidClientTokenId: "this access key id is unknown to the cluster (or was deleted)",
+    RequestExpired: "this computer's clock is more than 15 minutes away from the node's",
+    IncompleteSignature: "the request could not be signed as the node expects",
+  }[e.code];
+  return `Sign-in refused: ${why || e.message}${why ? ` (${e.code})` : ""}.`;
+}
+
+async function signIn(key) {
+  if (!window.crypto || !crypto.subtle) {
+    throw new Error("Signing needs the Web Crypto API, which browsers offer only on secure pages: open the console over HTTPS (or on localhost).");
+  }
+  try {
+    auth.who = await api("/v1/whoami", { key });
+  } catch (e) {
+    sessionStorage.removeItem(KEY_STORE);
+    throw new Error(e instanceof ApiError && e.status === 401 ? refusal(e) : String(e.message || e));
+  }
+  auth.key = key;
+  auth.mode = auth.who.anonymous ? "anonymous" : "signed";
+  if (auth.mode === "signed") sessionStorage.setItem(KEY_STORE, JSON.stringify(key));
+}
+
+function signOut(notice) {
+  sessionStorage.removeItem(KEY_STORE);
+  auth.key = null;
+  auth.who = null;
+  auth.mode = "signin";
+  auth.notice = notice || "";
+  location.hash = "#/";
+  show();
+}
+
+// Python's fnmatch (the grants' glob syntax: *, ?, [...], [!...]) as a whole-string RegExp.
+function globRegExp(pattern) {
+  let re = "";
+  for (let i = 0; i < pattern.length; i++) {
+    const c = pattern[i];
+    if (c === "*") re += ".*";
+    else if (c === "?") re += ".";
+    else if (c === "[") {
+      let j = i + 1;
+      if (pattern[j] === "!") j++;
+      if (pattern[j] === "]") j++;
+      while (j < pattern.length && pattern[j] !== "]") j++;
+      if (j >= pattern.length) { re += "\\["; continue; }
+      let set = pattern.slice(i + 1, j);
+      const negated = set.startsWith("!");
+      if (negated) set = set.slice(1);
+      set = set.replace(/[\\\]^]/g, "\\$&");
+      if (negated) set = "^" + set;
+      re += `[${set}]`;
+      i = j;
+    } else re += c.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+  }
+  return new RegExp(`^${re}$`, "s");
+}
+
+// Whether the signed-in key may do `action` on `queue` (null: the cluster), as the node decides
+// (api/auth/access.py): "admin" implies every action; "any" is any grant on the queue.
+function can(action, queue) {
+  if (auth.mode === "anonymous") return true;
+  if (!auth.who) return false;
+  if (queue === null) return auth.who.cluster_admin;
+  const actions = action === "any" ? ["send", "receive", "delete", "admin"] : [action];
+  return auth.who.grants.some((g) => globRegExp(g.pattern).test(queue) && (g.actions.includes("admin") || actions.some((a) => g.actions.includes(a))));
+}
+
+function renderWho() {
+  const who = document.getElementById("who");
+  const out = document.getElementById("sign-out");
+  who.hidden = auth.mode !== "signed" && auth.mode !== "anonymous";
+  out.hidden = auth.mode !== "signed";
+  if (auth.mode === "anonymous") {
+    who.textContent = "anonymous node: no sign-in, everything allowed";
+    who.className = "who anonymous";
+  } else if (auth.mode === "signed") {
+    const grants = auth.who.grants.map((g) => `${g.pattern}: ${g.actions.join(", ")}`).join(" · ") || "no grants";
+    who.replaceChildren(el("b", { text: auth.who.access_key_id }), " ", el("span", { class: "grants", text: grants }));
+    who.className = "who";
+    who.title = auth.who.cluster_admin ? "cluster admin (admin on *)" : "";
+  }
+}
+
+function fmtNum(n) { return n === null || n === undefined ? "–" : Number(n).toLocaleString("en-US"); }
 function fmtRate(r) { return r === null ? "–" : r < 10 ? r.toFixed(1) : Math.round(r).toLocaleString("en-US"); }
 function fmtAge(ms) {
   if (!ms) return "–";
@@ -112,13 +236,20 @@ function lastRate(name, key) {
 
 // -- overview ----------------------------------------------------------------------------------
 async function renderOverview(gen) {
-  const [status, list] = await Promise.all([api("/v1/status"), api("/v1/queues")]);
+  // The key's grants are read again on every poll: a grant or revocation shows within one.
+  const [status, list, who] = await Promise.all([api("/v1/status"), api("/v1/queues"), api("/v1/whoami")]);
+  if (gen !== generation) return;
+  if (auth.mode === "signed") { auth.who = who; renderWho(); }
   const names = list.queues.map((q) => q.name);
-  const infos = await Promise.all(names.map((n) => api(`/v1/queues/${encodeURIComponent(n)}`).catch((e) => ({ name: n, error: e.message }))));
+  // Queues the key has no grant on are listed (any key may list names) but not read.
+  const infos = await Promise.all(names.map((n) => (can("any", n)
+    ? api(`/v1/queues/${encodeURIComponent(n)}`).catch((e) => ({ name: n, error: e.message }))
+    : { name: n, denied: true })));
   if (gen !== generation) return;
   for (const q of infos) if (q.stats) record(q.name, q.stats);
   document.getElementById("node-label").textContent = `node ${status.node}`;
   renderCluster(status);
+  renderNodeState(status);
   renderQueueTable(status, infos);
 }
 
@@ -182,6 +313,56 @@ function renderCluster(status) {
   }));
 }
 
+function present(...nodes) { return nodes.filter((n) => n !== null && n !== undefined); }
+
+function fmtBytes(n) {
+  if (n === null || n === undefined) return "–";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return `${i ? n.toFixed(1) : n} ${units[i]}`;
+}
+
+// This node's clock against its peers', repairs of its damaged replicas, and its disks: the
+// `clock`, `repair`, `scrub` and `disks` fields of /v1/status (absent on an older node).
+function renderNodeState(status) {
+  const clock = status.clock;
+  const clockBox = document.getElementById("clock-state");
+  if (!clock) clockBox.replaceChildren(el("span", { class: "muted", text: "clock: not reported" }));
+  else {
+    const state = clock.unsafe ? "unsafe" : clock.stepped ? "stepped" : !clock.verified ? "unverified" : "ok";
+    const pill = { ok: "ok", unverified: "warn" }[state] || "bad";
+    clockBox.replaceChildren(...present(
+      el("b", { text: "clock " }),
+      el("span", { class: `pill ${pill}`, "data-state": state, text: state }),
+      ` offset ${clock.offset_ms.toFixed(1)} ms of ±${clock.bound_ms} ms allowed, ${clock.peers_read} peer readings`,
+      clock.off_peers.length ? el("span", { class: "error", text: ` · beyond the bound: node ${clock.off_peers.join(", ")}` }) : null,
+      clock.unsafe ? el("span", { class: "error", text: " · this node does not lead while unsafe" }) : null,
+    ));
+  }
+  const repair = status.repair;
+  const repairBox = document.getElementById("repair-state");
+  if (!repair) repairBox.replaceChildren(el("span", { class: "muted", text: "repair: not reported" }));
+  else {
+    const groups = Object.entries(repair.under_repair);
+    const state = groups.length ? "repairing" : repair.enabled ? "ok" : "off";
+    repairBox.replaceChildren(...present(
+      el("b", { text: "repair " }),
+      el("span", { class: `pill ${{ ok: "ok", off: "warn" }[state] || "bad"}`, "data-state": state, text: state }),
+      ` self-repair ${repair.enabled ? "on" : "off (damage stops the node)"}, ${repair.started} started, ${repair.completed} completed`,
+      ...groups.map(([g, why]) => el("div", { class: "error small", "data-group": g, text: `group ${g}: ${why}` })),
+      status.scrub ? el("div", { class: "muted small", text: `scrub: ${status.scrub.passes} passes, ${fmtBytes(status.scrub.bytes)} re-read, ${status.scrub.findings} findings` }) : null,
+    ));
+  }
+  document.querySelector("#disks tbody").replaceChildren(...(status.disks || []).map((d) => el("tr", { "data-dir": d.directory },
+    el("td", { class: "dir", text: d.directory }),
+    el("td", {}, el("span", { class: `pill ${d.state === "ok" ? "ok" : "bad"}`, text: d.state })),
+    el("td", { class: "num", text: fmtBytes(d.free_bytes) }),
+    el("td", { class: "num", text: d.fsync_seconds.toFixed(3) }),
+    el("td", { class: "error", text: d.failed || (d.full ? "below the free-space reserve: sends refused" : d.slow ? "slow fsyncs: leadership handed off" : "") }),
+  )));
+}
+
 // "0.1.0 (node 3), 0.2.0 (nodes 1, 2)": the nodes of each release, oldest release first.
 function releasesLine(pairs) {
   const by = new Map();
@@ -199,6 +380,11 @@ function renderQueueTable(status, infos) {
   const tbody = document.querySelector("#queues tbody");
   document.getElementById("no-queues").hidden = infos.length > 0;
   tbody.replaceChildren(...infos.map((q) => {
+    if (q.denied) {
+      return el("tr", { "data-queue": q.name, class: "denied" }, el("td", { class: "muted", text: q.name }),
+        el("td", { text: status.placement[q.name] ?? "" }),
+        el("td", { class: "muted", colspan: 7, text: "no grant on this queue for this key" }));
+    }
     const link = el("a", { class: "q", href: `#/queue/${encodeURIComponent(q.name)}`, text: q.name });
     if (!q.stats) return el("tr", { "data-queue": q.name }, el("td", {}, link), el("td", { class: "error", colspan: 8, text: q.error }));
     const s = q.stats;
@@ -219,26 +405,134 @@ function renderQueueTable(status, infos) {
 // -- queue page --------------------------------------------------------------------------------
 async function renderQueue(name, gen) {
   const path = `/v1/queues/${encodeURIComponent(name)}`;
-  const [q, peek] = await Promise.all([api(path), api(`${path}/messages?peek=${PEEK}`)]);
+  const mayPeek = can("receive", name);
+  const [q, peek] = await Promise.all([api(path), mayPeek ? api(`${path}/messages?peek=${PEEK}`) : null]);
   if (gen !== generation) return;
   record(name, q.stats);
   document.getElementById("q-name").textContent = name;
   const kv = (obj, fmt) => Object.entries(obj).map(([k, v]) => el("tr", { "data-key": k }, el("td", { text: k }), el("td", { text: fmt(k, v) })));
-  document.querySelector("#q-stats tbody").replaceChildren(...kv(q.stats, (k, v) => (k === "oldest_age_ms" ? fmtAge(v) : fmtNum(v))));
+  const stat = (k, v) => (k === "oldest_age_ms" ? fmtAge(v)
+    : v !== null && typeof v === "object" ? Object.entries(v).map(([n, c]) => `${n} ${fmtNum(c)}`).join(", ")
+    : fmtNum(v));
+  document.querySelector("#q-stats tbody").replaceChildren(...kv(q.stats, stat));
   document.querySelector("#q-attributes tbody").replaceChildren(...kv(q.attributes, (k, v) => (v === null ? "–" : String(v))));
   const lines = rateLines(name);
   document.getElementById("q-chart").replaceChildren(
     chart(lines, 560, 120, true),
     el("div", { class: "legend" }, ...lines.flatMap((l) => [el("i", { style: `background:${l.color}` }), `${l.label} ${fmtRate(l.values.length ? l.values[l.values.length - 1] : null)}`])),
   );
-  document.getElementById("q-empty").hidden = peek.messages.length > 0;
-  document.querySelector("#q-peek tbody").replaceChildren(...peek.messages.map((m) => el("tr", { "data-seq": m.seq },
+  document.getElementById("q-peek-denied").hidden = mayPeek;
+  document.getElementById("q-peek").hidden = !mayPeek;
+  const messages = peek ? peek.messages : [];
+  document.getElementById("q-empty").hidden = !mayPeek || messages.length > 0;
+  document.querySelector("#q-peek tbody").replaceChildren(...messages.map((m) => el("tr", { "data-seq": m.seq },
     el("td", { class: "num", text: m.seq }),
     el("td", { text: m.id }),
     el("td", { text: fmtTime(m.sent_at) }),
     el("td", { class: "body", text: m.body !== undefined ? m.body : `(base64) ${m.body_base64}` }),
     el("td", { text: Object.entries(m.attributes || {}).map(([k, v]) => `${k}=${v}`).join(", ") }),
   )));
+  if (redriveSources(name).length) await renderMove(name, gen);
+}
+
+// Ask before doing something that cannot be undone: resolves to true when confirmed.
+function confirmAction(text, okLabel) {
+  const dialog = document.getElementById("confirm");
+  document.getElementById("confirm-text").textContent = text;
+  document.getElementById("confirm-ok").textContent = okLabel;
+  dialog.returnValue = "";
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok"), { once: true });
+    dialog.showModal();
+  });
+}
+
+function actionResult(text, isError) {
+  const out = document.getElementById("q-action-result");
+  out.textContent = text;
+  out.className = isError ? "error" : "muted";
+}
+
+// Purge (admin on the queue: POST /v1/queues/{name}/purge), after a confirmation.
+async function purge(name) {
+  if (!(await confirmAction(`Delete every message of ${name}? This cannot be undone.`, "Purge"))) return;
+  try {
+    const r = await api(`/v1/queues/${encodeURIComponent(name)}/purge`, { method: "POST", body: {} });
+    actionResult(`purged ${fmtNum(r.purged)} messages`);
+  } catch (e) {
+    actionResult(`purge failed: ${e.message}`, true);
+  }
+  refreshNow();
+}
+
+// The queues whose dead-letter queue is `name` (learnt when the page opened).
+const dlqSources = new Map(); // queue -> [source queue]
+function redriveSources(name) { return dlqSources.get(name) || []; }
+
+// One SQS call (ListDeadLetterSourceQueues: the node reads every queue's attributes).
+async function findSources(name) {
+  const { QueueUrl } = await api("/", { target: "GetQueueUrl", body: { QueueName: name } });
+  const r = await api("/", { target: "ListDeadLetterSourceQueues", body: { QueueUrl } });
+  dlqSources.set(name, (r.queueUrls || []).map((u) => decodeURIComponent(u.split("/").pop())));
+}
+
+async function arnOf(name) {
+  const { QueueUrl } = await api("/", { target: "GetQueueUrl", body: { QueueName: name } });
+  const r = await api("/", { target: "GetQueueAttributes", body: { QueueUrl, AttributeNames: ["QueueArn"] } });
+  return r.Attributes.QueueArn;
+}
+
+// Redrive: move a dead-letter queue's messages back to a queue that dead-letters into it (the
+// SQS message move task; its mover runs on the node, so closing the page does not stop it).
+async function redrive(name) {
+  const sources = redriveSources(name);
+  const to = sources.length === 1 ? sources[0] : document.getElementById("redrive-to").value;
+  if (!(await confirmAction(`Move every message of ${name} back to ${to}?`, "Redrive"))) return;
+  try {
+    const source = await arnOf(name);
+    const body = { SourceArn: source };
+    if (sources.length > 1) body.DestinationArn = source.replace(/:[^:]*$/, `:${to}`);
+    await api("/", { target: "StartMessageMoveTask", body });
+    actionResult(`redrive to ${to} started`);
+  } catch (e) {
+    actionResult(`redrive failed: ${e.message}`, true);
+  }
+  refreshNow();
+}
+
+async function renderMove(name, gen) {
+  let text = "";
+  try {
+    const r = await api("/", { target: "ListMessageMoveTasks", body: { SourceArn: await arnOf(name) } });
+    const t = r.Results[0];
+    if (t) text = `last redrive: ${t.Status}, ${fmtNum(t.ApproximateNumberOfMessagesMoved)} of ${fmtNum(t.ApproximateNumberOfMessagesToMove)} moved to ${t.DestinationArn.split(":").pop()}${t.FailureReason ? ` (${t.FailureReason})` : ""}`;
+  } catch (e) {
+    text = `redrive status unavailable: ${e.message}`;
+  }
+  if (gen === generation) document.getElementById("q-move").textContent = text;
+}
+
+// The buttons this key may use on queue `name`: purge (admin on it), redrive (admin on the
+// cluster, as the message move tasks need, and only on a dead-letter queue).
+async function setUpActions(name, page) {
+  if (can("admin", name)) {
+    const b = document.getElementById("purge");
+    b.hidden = false;
+    b.addEventListener("click", () => purge(name));
+  } else document.getElementById("purge").remove();
+  if (!can("admin", name)) {
+    document.getElementById("q-action-result").textContent = "purge and redrive need the admin grant: this key may only look";
+  }
+  if (!can("admin", null)) { document.getElementById("redrive-box").remove(); return; }
+  try { await findSources(name); } catch (_) { dlqSources.set(name, []); }
+  if (page !== shown) return;
+  const sources = redriveSources(name);
+  if (!sources.length) { document.getElementById("redrive-box").remove(); return; }
+  document.getElementById("redrive-box").hidden = false;
+  const select = document.getElementById("redrive-to");
+  select.hidden = sources.length < 2;
+  select.replaceChildren(...sources.map((n) => el("option", { value: n, text: n })));
+  document.getElementById("redrive").addEventListener("click", () => redrive(name));
 }
 
 // -- routing and polling -----------------------------------------------------------------------
@@ -257,8 +551,9 @@ async function refresh() {
     pill.className = "pill " + (ready.ready ? "ok" : "bad");
     if (r.page === "queue") await renderQueue(r.name, gen);
     else await renderOverview(gen);
-    document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
+    if (gen === generation) document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
   } catch (e) {
+    if (gen !== generation) return;
     const pill = document.getElementById("health");
     pill.textContent = "error";
     pill.className = "pill bad";
@@ -267,14 +562,73 @@ async function refresh() {
   if (gen === generation) timer = setTimeout(refresh, POLL_MS);
 }
 
-function show() {
+function refreshNow() {
   generation += 1;
   clearTimeout(timer);
-  const r = route();
-  const tpl = document.getElementById(r.page === "queue" ? "tpl-queue" : "tpl-overview");
-  document.getElementById("view").replaceChildren(tpl.content.cloneNode(true));
   refresh();
 }
 
-window.addEventListener("hashchange", show);
-show();
+function showSignIn() {
+  document.getElementById("view").replaceChildren(document.getElementById("tpl-signin").content.cloneNode(true));
+  const error = document.getElementById("signin-error");
+  error.hidden = !auth.notice;
+  error.textContent = auth.notice;
+  const form = document.getElementById("signin");
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    // The inputs have no name: nothing of them is ever part of a form submission.
+    const secret = document.getElementById("secret");
+    const key = { id: document.getElementById("key-id").value.trim(), secret: secret.value, region: document.getElementById("region").value.trim() };
+    secret.value = "";
+    document.getElementById("signin-submit").disabled = true;
+    try {
+      await signIn(key);
+      auth.notice = "";
+      show();
+    } catch (e) {
+      error.textContent = String(e.message || e);
+      error.hidden = false;
+      document.getElementById("signin-submit").disabled = false;
+      secret.focus();
+    }
+  });
+  document.getElementById("key-id").focus();
+}
+
+function show() {
+  generation += 1;
+  clearTimeout(timer);
+  renderWho();
+  if (auth.mode === "signin") {
+    document.getElementById("health").textContent = "sign in";
+    document.getElementById("health").className = "pill";
+    showSignIn();
+    return;
+  }
+  const r = route();
+  const tpl = document.getElementById(r.page === "queue" ? "tpl-queue" : "tpl-overview");
+  document.getElementById("view").replaceChildren(tpl.content.cloneNode(true));
+  shown += 1;
+  if (r.page === "queue") setUpActions(r.name, shown);
+  refresh();
+}
+
+// Anonymous node (an unsigned /v1/whoami is answered), a key of this tab, or the sign-in page.
+async function start() {
+  try {
+    auth.who = await api("/v1/whoami");
+    auth.mode = "anonymous";
+  } catch (e) {
+    const key = storedKey();
+    auth.mode = "signin";
+    if (!(e instanceof ApiError && e.status === 401)) auth.notice = `The node did not answer: ${e.message}`;
+    else if (key) {
+      try { await signIn(key); } catch (err) { auth.notice = String(err.message || err); }
+    }
+  }
+  document.getElementById("sign-out").addEventListener("click", () => signOut("Signed out."));
+  window.addEventListener("hashchange", show);
+  show();
+}
+
+start();
