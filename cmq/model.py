@@ -20,6 +20,7 @@ from cmq.errors import (
     MissingParameter,
     error_for,
 )
+from cmq.tracecontext import trace_refusal
 
 QUEUE_NAME = re.compile(r"^(?=.{1,80}$)[A-Za-z0-9_-]+(\.fifo)?$")
 """Queue names: 1-80 characters, letters, digits, ``-`` and ``_``; a FIFO queue's name (and
@@ -278,7 +279,8 @@ def check_send_rules(queue: str, messages: list[OutgoingMessage]) -> None:
     """The FIFO rules a send can be checked against before it is proposed, from the queue's
     name alone (the committed attributes decide again in apply): on a FIFO queue every
     message needs a group id (`MissingParameter`) and takes no delay of its own; a standard
-    queue takes no group id; ids are `FIFO_ID`s. Raises the first message's refusal."""
+    queue takes no group id; ids are `FIFO_ID`s; a reserved trace attribute is valid W3C
+    trace context (`cmq.tracecontext.trace_refusal`). Raises the first message's refusal."""
     for m in messages:
         refusal = _rule_refusal(queue, m)
         if refusal is not None:
@@ -287,6 +289,8 @@ def check_send_rules(queue: str, messages: list[OutgoingMessage]) -> None:
 
 def _rule_refusal(queue: str, m: OutgoingMessage) -> CmqError | None:
     """`check_send_rules` for one message."""
+    if m.attributes and (refused := trace_refusal(m.attributes)) is not None:
+        return refused
     fifo = is_fifo_name(queue)
     try:
         if m.group_id is None:

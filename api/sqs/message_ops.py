@@ -46,6 +46,7 @@ from cmq.model import (
     check_fifo_id,
     is_fifo_name,
 )
+from cmq.tracecontext import xray_of
 
 MAX_BATCH = 10
 MAX_RECEIVE = 10
@@ -247,7 +248,7 @@ def _render_message(
         "SentTimestamp": str(m.sent_at_ms),
         "ApproximateReceiveCount": str(m.receive_count),
         "ApproximateFirstReceiveTimestamp": str(now) if m.receive_count == 1 else None,
-        "AWSTraceHeader": reserved.get(msgs.TRACE_KEY),
+        "AWSTraceHeader": xray_of(m.attributes),
         "MessageGroupId": m.group_id,
         "MessageDeduplicationId": m.dedup_id,
         "SequenceNumber": None if m.group_id is None else str(m.seq),
