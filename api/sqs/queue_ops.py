@@ -213,6 +213,12 @@ async def list_dead_letter_source_queues(c: Caller, p: dict[str, Any]) -> Result
 
 
 async def permissions(c: Caller, p: dict[str, Any]) -> Result:
+    """AddPermission / RemovePermission: refused with SQS's ``UnsupportedOperation``, as SQS
+    refuses what it cannot apply. An SQS permission names AWS accounts, which cmq does not
+    have; its access control is per access key (``cmq key`` grants), and mapping accounts onto
+    keys would grant something other than what was asked. The queue must exist."""
+    await call(c.service.queue_metadata(queue_name(c, p)))
     raise UnsupportedOperation(
-        "AddPermission and RemovePermission are not supported: cmq has no queue policies."
+        "AddPermission and RemovePermission are not supported: cmq grants access per access key "
+        "(cmq key grant), not per AWS account; a queue's Policy is stored but not enforced."
     )
