@@ -365,6 +365,7 @@ def render_attributes(
     """The SQS attributes ``names`` of a queue (absent optional ones are left out)."""
     created = meta.get(META_CREATED, "0")
     values: dict[str, str | None] = {
+        **stored_attributes(meta),
         "ApproximateNumberOfMessages": str(stats.visible),
         "ApproximateNumberOfMessagesNotVisible": str(stats.in_flight),
         "ApproximateNumberOfMessagesDelayed": str(stats.delayed),
@@ -373,11 +374,6 @@ def render_attributes(
         "QueueArn": settings.arn(name),
         "RedriveAllowPolicy": meta.get(META_REDRIVE_ALLOW),
         "RedrivePolicy": None,
-        "Policy": meta.get(META_POLICY),
-        "KmsMasterKeyId": meta.get(META_KMS_KEY),
-        "KmsDataKeyReusePeriodSeconds": meta.get(META_KMS_REUSE)
-        or (KMS_REUSE_DEFAULT if meta.get(META_KMS_KEY) else None),
-        "SqsManagedSseEnabled": meta.get(META_SSE, "false"),
     }
     for sqs_name, key in _INTEGER_ATTRIBUTES.items():
         values[sqs_name] = str(getattr(attributes, key))
@@ -393,6 +389,32 @@ def render_attributes(
             }
         ).decode()
     return {k: v for k in READABLE if k in names and (v := values.get(k)) is not None}
+
+
+def stored_attributes(meta: dict[str, str]) -> dict[str, str]:
+    """The `STORED` attributes of a queue whose catalog metadata is ``meta``, as
+    GetQueueAttributes shows them (absent ones left out)."""
+    values = {
+        "Policy": meta.get(META_POLICY),
+        "KmsMasterKeyId": meta.get(META_KMS_KEY),
+        "KmsDataKeyReusePeriodSeconds": meta.get(META_KMS_REUSE)
+        or (KMS_REUSE_DEFAULT if meta.get(META_KMS_KEY) else None),
+        "SqsManagedSseEnabled": meta.get(META_SSE, "false"),
+    }
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def same_stored(name: str, asked: str, current: str | None) -> bool:
+    """Whether a CreateQueue asking for `STORED` attribute ``name`` = ``asked`` agrees with the
+    queue's ``current`` value (None: not set). Policies compare as JSON; an empty value
+    asks for none."""
+    if not asked:
+        return current is None
+    if name == "Policy" and current is not None:
+        return bool(orjson.loads(asked) == orjson.loads(current))
+    if name == "KmsDataKeyReusePeriodSeconds":
+        return current is not None and int(asked) == int(current)
+    return asked == current
 
 
 def check_attribute_names(names: object) -> set[str]:

@@ -165,6 +165,14 @@ def test_policy_and_encryption_attributes_are_stored(sqs: Any) -> None:
     assert got["Policy"] == policy
     assert got["SqsManagedSseEnabled"] == "true"
     assert "KmsMasterKeyId" not in got
+    # CreateQueue again: the same queue with the same values (a policy compares as JSON), else
+    # QueueAlreadyExists.
+    name = url.rsplit("/", 1)[1]
+    same = {"Policy": json.dumps(json.loads(policy), indent=2), "SqsManagedSseEnabled": "true"}
+    assert sqs.create_queue(QueueName=name, Attributes=same)["QueueUrl"] == url
+    with pytest.raises(ClientError) as e:
+        sqs.create_queue(QueueName=name, Attributes={"Policy": json.dumps({"Statement": [1]})})
+    assert code_of(e) == "QueueAlreadyExists"
     # SSE-KMS instead: SSE-SQS turns off; the key's reuse period defaults to 300 s.
     sqs.set_queue_attributes(QueueUrl=url, Attributes={"KmsMasterKeyId": "alias/aws/sqs"})
     got = attributes(sqs, url, "KmsMasterKeyId", "KmsDataKeyReusePeriodSeconds", "All")
