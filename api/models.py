@@ -33,9 +33,9 @@ from cmq.model import (
     QUEUE_NAME,
 )
 
-MAX_REQUEST_BYTES = 12 * 1024 * 1024
-"""Largest request body accepted (413 ``RequestTooLarge`` above): a full send batch of large
-messages, base64-inflated, fits; per-message limits are the queue's ``max_message_size``."""
+MAX_REQUEST_BYTES = 16 * 1024 * 1024
+"""Largest request body accepted (413 ``RequestTooLarge`` above): a send of ten 1 MiB messages,
+base64-inflated, fits; per-message limits are the queue's ``max_message_size``."""
 
 MAX_VISIBILITY_BATCH = MAX_ACK_BATCH
 MAX_NACK_BATCH = MAX_ACK_BATCH

@@ -88,7 +88,7 @@ LIMITS: dict[str, tuple[int, int, int]] = {
     "visibility_timeout": (0, 43_200, 30),
     "delay_seconds": (0, 900, 0),
     "message_retention_seconds": (60, 1_209_600, 345_600),
-    "max_message_size": (1024, 1_048_576, 262_144),
+    "max_message_size": (1024, 1_048_576, 1_048_576),
     "receive_wait_seconds": (0, MAX_WAIT_SECONDS, 0),
     "max_receive_count": (0, 1000, 0),
 }
@@ -180,7 +180,10 @@ class QueueAttributes:
     visibility_timeout: int = 30
     delay_seconds: int = 0
     message_retention_seconds: int = 345_600
-    max_message_size: int = 262_144
+    max_message_size: int = 1_048_576
+    """The largest body a send may carry, in bytes (1 KiB .. 1 MiB; SQS's default and limit
+    since 2025). The default applies to queues created from now on: a queue's value is stored
+    with it, so queues created with the earlier default (256 KiB) keep theirs."""
     receive_wait_seconds: int = 0
     dead_letter_queue: str | None = None
     max_receive_count: int = 0

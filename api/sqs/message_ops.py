@@ -2,8 +2,11 @@
 `cmq.service.QueueService`; see `api.sqs.operations`. Pure but for the service calls.
 
 Batches: the request is refused as a whole when it is empty, too long, or its entry ids are
-malformed or repeated; otherwise each entry is checked on its own, refused entries are reported
-in ``Failed`` (``SenderFault``), and the others are done in one service call.
+malformed or repeated, and on a FIFO queue when an entry lacks its ``MessageGroupId``
+(``MissingParameter``) or its ``MessageDeduplicationId`` without content-based deduplication
+(``InvalidParameterValue``), as SQS refuses them; otherwise each entry is checked on its own,
+refused entries are reported in ``Failed`` (``SenderFault``), and the others are done in one
+service call.
 """
 
 from __future__ import annotations
@@ -58,6 +61,10 @@ POLL_SLICE = 5
 never outlives the cluster's request deadline on a forwarded call."""
 _BATCH_ID = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 _NOT_FOR_THIS_TYPE = "The request include parameter that is not valid for this queue type."
+_NO_DEDUP_ID = (
+    "The queue should either have ContentBasedDeduplication enabled or MessageDeduplicationId "
+    "provided explicitly"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +181,8 @@ async def send_message_batch(c: Caller, p: dict[str, Any]) -> Result:
     checked: list[tuple[str, _Outgoing]] = []
     failed: list[dict[str, Any]] = []
     fifo = is_fifo_name(name)
+    if fifo:
+        await _check_fifo_batch(c, name, entries)
     for entry in entries:
         try:
             checked.append((entry["Id"], _outgoing(c, entry, fifo)))
@@ -195,6 +204,19 @@ async def send_message_batch(c: Caller, p: dict[str, Any]) -> Result:
                 sent = {"MessageId": outcome.id, **o.answer, **_sent(fifo, outcome.seq)}
                 successful.append({"Id": entry_id, **sent})
     return {"Successful": successful, "Failed": failed}
+
+
+async def _check_fifo_batch(c: Caller, name: str, entries: list[dict[str, Any]]) -> None:
+    """A FIFO batch with an entry lacking its group id, or its deduplication id on a queue
+    without content-based deduplication, is refused as a whole (as SQS refuses it): nothing is
+    sent."""
+    if any(e.get("MessageGroupId") is None for e in entries):
+        raise MissingParameter("The request must contain the parameter MessageGroupId.")
+    if all(e.get("MessageDeduplicationId") is not None for e in entries):
+        return
+    attributes, _ = await call(c.service.get_queue(name))
+    if not attributes.content_based_deduplication:
+        raise InvalidParameterValue(_NO_DEDUP_ID)
 
 
 # -- receive -----------------------------------------------------------------------------------

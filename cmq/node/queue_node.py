@@ -282,6 +282,7 @@ class QueueNode:
             clock_bound_ms=cfg.clock_bound_ms,
             clock_confirmed=self.clock.confirmed_now,
         )
+        self.ops.move_dead_letters = self.housekeeper.move_dead_letters
         self.scrubber = Scrubber(
             self.raft, self.machines, rate=cfg.scrub_rate, offload=host.offload
         )

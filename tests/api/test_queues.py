@@ -71,7 +71,7 @@ async def test_get_renders_attributes_and_stats(client: Client, service: Recordi
             "visibility_timeout": 30,
             "delay_seconds": 5,
             "message_retention_seconds": 345_600,
-            "max_message_size": 262_144,
+            "max_message_size": 1_048_576,
             "receive_wait_seconds": 0,
             "dead_letter_queue": None,
             "max_receive_count": 0,
