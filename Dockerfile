@@ -14,7 +14,8 @@ COPY pyproject.toml README.md ./
 COPY raftlog ./raftlog
 COPY cmq ./cmq
 COPY api ./api
-RUN python -m venv /opt/cmq && /opt/cmq/bin/pip install --quiet .
+# otel-export: the OpenTelemetry SDK and OTLP exporter, used only with --otlp-endpoint.
+RUN python -m venv /opt/cmq && /opt/cmq/bin/pip install --quiet '.[otel-export]'
 
 # -- run ------------------------------------------------------------------------------------------
 FROM python:3.11-slim-bookworm

@@ -31,6 +31,7 @@ from cmq.errors import (
     ImportConflict,
     InvalidParameter,
     InvalidQueueName,
+    InvalidTraceContext,
     InvariantBroken,
     MessageTooLarge,
     MissingParameter,
@@ -82,6 +83,7 @@ class MethodNotAllowed(CmqError):
 HTTP_STATUS: dict[type[CmqError], int] = {
     InvalidParameter: 400,
     InvalidQueueName: 400,
+    InvalidTraceContext: 400,
     MissingParameter: 400,
     InvalidJson: 400,
     EmptyBatch: 400,

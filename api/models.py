@@ -33,9 +33,9 @@ from cmq.model import (
     QUEUE_NAME,
 )
 
-MAX_REQUEST_BYTES = 12 * 1024 * 1024
-"""Largest request body accepted (413 ``RequestTooLarge`` above): a full send batch of large
-messages, base64-inflated, fits; per-message limits are the queue's ``max_message_size``."""
+MAX_REQUEST_BYTES = 16 * 1024 * 1024
+"""Largest request body accepted (413 ``RequestTooLarge`` above): a send of ten 1 MiB messages,
+base64-inflated, fits; per-message limits are the queue's ``max_message_size``."""
 
 MAX_VISIBILITY_BATCH = MAX_ACK_BATCH
 MAX_NACK_BATCH = MAX_ACK_BATCH
@@ -96,6 +96,27 @@ class _Response(Struct, forbid_unknown_fields=True):
 # ---------------------------------------------------------------------------------------------
 # Queue attributes and statistics (field for field the dataclasses of `cmq.model`)
 
+_RETRY = (
+    "Retry back-off: a message whose lease expires or that is nacked comes back after "
+    "initial_seconds x multiplier^(receives - 1), at most max_seconds (a nack's own longer "
+    "delay wins). null: at once. Needs the retry_backoff feature flag."
+)
+
+
+class RetryPolicy(_Request):
+    """A queue's retry back-off (see `cmq.model.RetryPolicy`)."""
+
+    initial_seconds: Annotated[int, Meta(ge=1, le=cmq.model.MAX_RETRY_SECONDS)]
+    multiplier: Annotated[
+        float,
+        Meta(
+            ge=1,
+            le=cmq.model.MAX_RETRY_MULTIPLIER,
+            description="Factor per further receive, at most two decimals.",
+        ),
+    ] = 2.0
+    max_seconds: Annotated[int, Meta(ge=1, le=cmq.model.MAX_RETRY_SECONDS)] = 300
+
 
 class QueueAttributes(_Response, kw_only=True):
     """A queue's settings, every one of them (see `cmq.model.QueueAttributes`)."""
@@ -110,6 +131,7 @@ class QueueAttributes(_Response, kw_only=True):
     archive: Annotated[bool, Meta(description=_ARCHIVE)] = False
     fifo: Annotated[bool, Meta(description=_FIFO)] = False
     content_based_deduplication: Annotated[bool, Meta(description=_CONTENT_DEDUP)] = False
+    retry: Annotated[RetryPolicy | None, Meta(description=_RETRY)] = None
 
     @classmethod
     def of(cls, attributes: cmq.model.QueueAttributes) -> QueueAttributes:
@@ -135,11 +157,13 @@ class QueueAttributesInput(_Request):
     content_based_deduplication: Annotated[bool, Meta(description=_CONTENT_DEDUP)] | UnsetType = (
         UNSET
     )
+    retry: Annotated[RetryPolicy | None, Meta(description=_RETRY)] | UnsetType = UNSET
 
     def changes(self) -> dict[str, Any]:
-        """The attributes given, by name (what `QueueAttributes.check_changes` returns)."""
+        """The attributes given, by name, as JSON values (what
+        `QueueAttributes.check_changes` takes)."""
         given = ((f, getattr(self, f)) for f in self.__struct_fields__)
-        return {f: v for f, v in given if v is not UNSET}
+        return {f: msgspec.to_builtins(v) for f, v in given if v is not UNSET}
 
 
 class SegmentCounts(_Response, kw_only=True):

@@ -37,6 +37,13 @@ class InvalidQueueName(InvalidParameter):
     code = "InvalidQueueName"
 
 
+class InvalidTraceContext(InvalidParameter):
+    """A message's reserved trace attribute (``traceparent`` / ``tracestate``,
+    `cmq.tracecontext`) is not valid W3C trace context: the send is refused, nothing stored."""
+
+    code = "InvalidTraceContext"
+
+
 class QueueNotFound(CmqError):
     code = "QueueNotFound"
 
@@ -218,6 +225,7 @@ BY_CODE: dict[str, type[CmqError]] = {
         InvalidParameter,
         MissingParameter,
         InvalidQueueName,
+        InvalidTraceContext,
         TooManyEntries,
         QueueNotFound,
         QueueAlreadyExists,

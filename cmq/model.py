@@ -20,6 +20,7 @@ from cmq.errors import (
     MissingParameter,
     error_for,
 )
+from cmq.tracecontext import trace_refusal
 
 QUEUE_NAME = re.compile(r"^(?=.{1,80}$)[A-Za-z0-9_-]+(\.fifo)?$")
 """Queue names: 1-80 characters, letters, digits, ``-`` and ``_``; a FIFO queue's name (and
@@ -87,10 +88,84 @@ LIMITS: dict[str, tuple[int, int, int]] = {
     "visibility_timeout": (0, 43_200, 30),
     "delay_seconds": (0, 900, 0),
     "message_retention_seconds": (60, 1_209_600, 345_600),
-    "max_message_size": (1024, 1_048_576, 262_144),
+    "max_message_size": (1024, 1_048_576, 1_048_576),
     "receive_wait_seconds": (0, MAX_WAIT_SECONDS, 0),
     "max_receive_count": (0, 1000, 0),
 }
+
+
+MAX_RETRY_SECONDS = 43_200
+"""A retry back-off's initial and maximum delay are at most 12 hours (SQS's longest lease)."""
+MAX_RETRY_MULTIPLIER = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """A queue's retry back-off: a message whose lease expires, or that is nacked, becomes
+    visible again only after ``delay_ms(receive count)``: ``initial_seconds`` after its first
+    receive, times ``multiplier`` after each further one, at most ``max_seconds``.
+
+    ``multiplier`` has at most two decimals (it is kept as hundredths, so every replica computes
+    the same delays with integer arithmetic)."""
+
+    initial_seconds: int
+    multiplier: float = 2.0
+    max_seconds: int = 300
+
+    @property
+    def multiplier_pct(self) -> int:
+        """The multiplier in hundredths (what the machine computes with and stores)."""
+        return round(self.multiplier * 100)
+
+    def delay_ms(self, receive_count: int) -> int:
+        """The back-off after the ``receive_count``-th receive (1: the first), in ms."""
+        cap = self.max_seconds * 1000
+        delay = self.initial_seconds * 1000
+        pct = self.multiplier_pct
+        for _ in range(max(0, receive_count - 1)):
+            if delay >= cap or pct == 100:
+                break
+            delay = delay * pct // 100
+        return min(delay, cap)
+
+    @staticmethod
+    def from_dict(data: object) -> RetryPolicy:
+        """A checked policy from its JSON object (`InvalidParameter` naming the field)."""
+        if not isinstance(data, dict):
+            raise InvalidParameter(
+                "attribute retry must be an object {initial_seconds, multiplier, max_seconds} "
+                "or null"
+            )
+        unknown = set(data) - {"initial_seconds", "multiplier", "max_seconds"}
+        if unknown:
+            raise InvalidParameter(f"unknown retry field {sorted(unknown)[0]!r}")
+        if "initial_seconds" not in data:
+            raise InvalidParameter("retry.initial_seconds is required")
+        values: dict[str, Any] = {}
+        for key in ("initial_seconds", "max_seconds"):
+            if key in data:
+                v = data[key]
+                if isinstance(v, bool) or not isinstance(v, int):
+                    raise InvalidParameter(f"retry.{key} must be an integer")
+                if not 1 <= v <= MAX_RETRY_SECONDS:
+                    raise InvalidParameter(
+                        f"retry.{key} must be in [1, {MAX_RETRY_SECONDS}]; got {v}"
+                    )
+                values[key] = v
+        if "multiplier" in data:
+            m = data["multiplier"]
+            if isinstance(m, bool) or not isinstance(m, int | float):
+                raise InvalidParameter("retry.multiplier must be a number")
+            if not 1 <= m <= MAX_RETRY_MULTIPLIER or abs(m * 100 - round(m * 100)) > 1e-6:
+                raise InvalidParameter(
+                    f"retry.multiplier must be in [1, {MAX_RETRY_MULTIPLIER:g}] with at most two "
+                    f"decimals; got {m}"
+                )
+            values["multiplier"] = round(m * 100) / 100
+        policy = RetryPolicy(**values)
+        if policy.max_seconds < policy.initial_seconds:
+            raise InvalidParameter("retry.max_seconds must be at least retry.initial_seconds")
+        return policy
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +180,10 @@ class QueueAttributes:
     visibility_timeout: int = 30
     delay_seconds: int = 0
     message_retention_seconds: int = 345_600
-    max_message_size: int = 262_144
+    max_message_size: int = 1_048_576
+    """The largest body a send may carry, in bytes (1 KiB .. 1 MiB; SQS's default and limit
+    since 2025). The default applies to queues created from now on: a queue's value is stored
+    with it, so queues created with the earlier default (256 KiB) keep theirs."""
     receive_wait_seconds: int = 0
     dead_letter_queue: str | None = None
     max_receive_count: int = 0
@@ -118,6 +196,10 @@ class QueueAttributes:
     send is deduplicated for 5 minutes (`DEDUP_WINDOW_MS`)."""
     content_based_deduplication: bool = False
     """FIFO only: a send without a deduplication id uses the SHA-256 of its body instead."""
+    retry: RetryPolicy | None = None
+    """Retry back-off (`RetryPolicy`): an expired or nacked lease brings its message back only
+    after the policy's delay for its receive count. None: at once (an expired lease) or after
+    the nack's own delay. Needs the ``retry_backoff`` feature flag."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -173,6 +255,12 @@ class QueueAttributes:
             if dlq is not None:
                 check_queue_name(dlq)
             values["dead_letter_queue"] = dlq
+        if "retry" in data:
+            retry = data["retry"]
+            if isinstance(retry, RetryPolicy) or retry is None:
+                values["retry"] = retry
+            else:
+                values["retry"] = RetryPolicy.from_dict(retry)
         return values
 
 
@@ -194,7 +282,8 @@ def check_send_rules(queue: str, messages: list[OutgoingMessage]) -> None:
     """The FIFO rules a send can be checked against before it is proposed, from the queue's
     name alone (the committed attributes decide again in apply): on a FIFO queue every
     message needs a group id (`MissingParameter`) and takes no delay of its own; a standard
-    queue takes no group id; ids are `FIFO_ID`s. Raises the first message's refusal."""
+    queue takes no group id; ids are `FIFO_ID`s; a reserved trace attribute is valid W3C
+    trace context (`cmq.tracecontext.trace_refusal`). Raises the first message's refusal."""
     for m in messages:
         refusal = _rule_refusal(queue, m)
         if refusal is not None:
@@ -203,6 +292,8 @@ def check_send_rules(queue: str, messages: list[OutgoingMessage]) -> None:
 
 def _rule_refusal(queue: str, m: OutgoingMessage) -> CmqError | None:
     """`check_send_rules` for one message."""
+    if m.attributes and (refused := trace_refusal(m.attributes)) is not None:
+        return refused
     fifo = is_fifo_name(queue)
     try:
         if m.group_id is None:

@@ -35,6 +35,8 @@ from cmq.model import (
     is_fifo_name,
 )
 from cmq.service import QueueService
+from cmq.tracecontext import RESERVED as TRACE_ATTRIBUTES
+from cmq.tracecontext import trace_refusal
 
 REDRIVE_GROUP = "redrive"
 """The message group of a copy, sent to a FIFO queue, of a message that had none."""
@@ -71,12 +73,20 @@ def copies(destination: str, messages: Sequence[Moving], origin: str) -> list[Ou
             body=m.body,
             binary=m.binary,
             delay_seconds=None if fifo else 0,
-            attributes=m.attributes,
+            attributes=_movable(m.attributes),
             dedup_id=f"{origin}:{m.id}"[:MAX_DEDUP_ID],
             group_id=(m.group_id or REDRIVE_GROUP) if fifo else None,
         )
         for m in messages
     ]
+
+
+def _movable(attributes: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """A copy's attributes: the original's, less its trace attributes when they are not valid
+    trace context (stored before sends were checked: a copy must not be refused for them)."""
+    if trace_refusal(attributes) is None:
+        return attributes
+    return tuple((k, v) for k, v in attributes if k not in TRACE_ATTRIBUTES)
 
 
 async def copy(

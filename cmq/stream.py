@@ -10,8 +10,10 @@ connection and answers come back in completion order, not request order.
 
 Client to server:
 
-* `Send` ``(id, queue, messages)``: append messages (1..100) in order. Answered by `Sent` once
-  they are committed (fsynced on a majority), exactly as ``POST .../messages``, or `Failed`.
+* `Send` ``(id, queue, messages)``: append messages (1..100) in order, as one batch: all or
+  nothing (one Raft entry; a message the queue refuses refuses the frame and nothing of it is
+  stored). Answered by `Sent` once they are committed (fsynced on a majority), exactly as
+  ``POST .../messages``, or `Failed`.
 * `Subscribe` ``(id, queue, credit, visibility_timeout, max_batch)``: start pushing leased
   messages of ``queue`` as `Deliver` frames tagged with ``id`` (the subscription's id), never
   more than ``credit`` messages beyond what `Credit` frames grant. Each delivered message is

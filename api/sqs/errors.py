@@ -11,6 +11,7 @@ from cmq.errors import (
     DiskFull,
     InvalidParameter,
     InvalidQueueName,
+    InvalidTraceContext,
     MessageTooLarge,
     Overloaded,
     QueueAlreadyExists,
@@ -90,6 +91,9 @@ def from_cmq(error: CmqError) -> SqsError:
             out = ReceiptHandleIsInvalid(f"The input receipt handle is invalid. {error.message}")
         case TooManyEntries():
             out = TooManyEntriesInBatchRequest(error.message)
+        case InvalidTraceContext():
+            # SQS has no such code: the queue's own code leads the text (machine-readable).
+            out = InvalidParameterValue(f"{error.code}: {error.message}")
         case InvalidQueueName() | InvalidParameter():
             out = InvalidParameterValue(error.message)
         case DiskFull():

@@ -2,8 +2,11 @@
 `cmq.service.QueueService`; see `api.sqs.operations`. Pure but for the service calls.
 
 Batches: the request is refused as a whole when it is empty, too long, or its entry ids are
-malformed or repeated; otherwise each entry is checked on its own, refused entries are reported
-in ``Failed`` (``SenderFault``), and the others are done in one service call.
+malformed or repeated, and on a FIFO queue when an entry lacks its ``MessageGroupId``
+(``MissingParameter``) or its ``MessageDeduplicationId`` without content-based deduplication
+(``InvalidParameterValue``), as SQS refuses them; otherwise each entry is checked on its own,
+refused entries are reported in ``Failed`` (``SenderFault``), and the others are done in one
+service call.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from cmq.model import (
     check_fifo_id,
     is_fifo_name,
 )
+from cmq.tracecontext import xray_of
 
 MAX_BATCH = 10
 MAX_RECEIVE = 10
@@ -57,6 +61,10 @@ POLL_SLICE = 5
 never outlives the cluster's request deadline on a forwarded call."""
 _BATCH_ID = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 _NOT_FOR_THIS_TYPE = "The request include parameter that is not valid for this queue type."
+_NO_DEDUP_ID = (
+    "The queue should either have ContentBasedDeduplication enabled or MessageDeduplicationId "
+    "provided explicitly"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +181,8 @@ async def send_message_batch(c: Caller, p: dict[str, Any]) -> Result:
     checked: list[tuple[str, _Outgoing]] = []
     failed: list[dict[str, Any]] = []
     fifo = is_fifo_name(name)
+    if fifo:
+        await _check_fifo_batch(c, name, entries)
     for entry in entries:
         try:
             checked.append((entry["Id"], _outgoing(c, entry, fifo)))
@@ -194,6 +204,19 @@ async def send_message_batch(c: Caller, p: dict[str, Any]) -> Result:
                 sent = {"MessageId": outcome.id, **o.answer, **_sent(fifo, outcome.seq)}
                 successful.append({"Id": entry_id, **sent})
     return {"Successful": successful, "Failed": failed}
+
+
+async def _check_fifo_batch(c: Caller, name: str, entries: list[dict[str, Any]]) -> None:
+    """A FIFO batch with an entry lacking its group id, or its deduplication id on a queue
+    without content-based deduplication, is refused as a whole (as SQS refuses it): nothing is
+    sent."""
+    if any(e.get("MessageGroupId") is None for e in entries):
+        raise MissingParameter("The request must contain the parameter MessageGroupId.")
+    if all(e.get("MessageDeduplicationId") is not None for e in entries):
+        return
+    attributes, _ = await call(c.service.get_queue(name))
+    if not attributes.content_based_deduplication:
+        raise InvalidParameterValue(_NO_DEDUP_ID)
 
 
 # -- receive -----------------------------------------------------------------------------------
@@ -247,7 +270,7 @@ def _render_message(
         "SentTimestamp": str(m.sent_at_ms),
         "ApproximateReceiveCount": str(m.receive_count),
         "ApproximateFirstReceiveTimestamp": str(now) if m.receive_count == 1 else None,
-        "AWSTraceHeader": reserved.get(msgs.TRACE_KEY),
+        "AWSTraceHeader": xray_of(m.attributes),
         "MessageGroupId": m.group_id,
         "MessageDeduplicationId": m.dedup_id,
         "SequenceNumber": None if m.group_id is None else str(m.seq),

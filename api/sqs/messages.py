@@ -38,6 +38,7 @@ MAX_ATTRIBUTES = 10
 MAX_MESSAGE_BYTES = 1_048_576
 """The largest message SQS accepts (body and attributes), whatever the queue's setting."""
 
+_ALL_ATTRIBUTES = frozenset({"All", ".*", "*"})
 _BODY_INVALID = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _ATTRIBUTE_NAME = re.compile(r"^[A-Za-z0-9_\-.]{1,256}$")
 _DATA_TYPE = re.compile(r"^(String|Number|Binary)(\.[\x20-\x7e]+)?$")
@@ -201,13 +202,15 @@ def decode_attributes(
 def select_attributes(
     attributes: Mapping[str, AttributeValue], names: object
 ) -> dict[str, AttributeValue]:
-    """The attributes ReceiveMessage's ``MessageAttributeNames`` ask for (``All``, ``.*``,
-    ``prefix.*`` or exact names)."""
+    """The attributes ReceiveMessage's ``MessageAttributeNames`` ask for, resolved as SQS
+    resolves them: ``All``, ``.*`` and ``*`` ask for every attribute; ``prefix.*`` for those
+    whose name starts with ``prefix.``; any other name for that attribute (names are
+    case-sensitive; a name the message lacks is ignored)."""
     if names is None:
         return {}
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise InvalidParameterValue("MessageAttributeNames must be a list of names")
-    if "All" in names or ".*" in names:
+    if not _ALL_ATTRIBUTES.isdisjoint(names):
         return dict(attributes)
     prefixes = tuple(n[:-1] for n in names if n.endswith(".*"))
     exact = set(names)

@@ -37,10 +37,12 @@ async def create_queue(c: Caller, p: dict[str, Any]) -> Result:
         raise from_cmq(e) from None
     if existing is not None:
         current = existing.to_dict()
-        if any(current[k] != v for k, v in changes.cmq.items()):
+        differ = sorted(k for k, v in changes.cmq.items() if current[k] != v)
+        differ += await _stored_differences(c, name, p.get("Attributes"))
+        if differ:
             raise QueueNameExists(
                 "A queue already exists with the same name and a different value for attribute"
-                f"(s) {', '.join(sorted(k for k, v in changes.cmq.items() if current[k] != v))}"
+                f"(s) {', '.join(differ)}"
             )
         return {"QueueUrl": c.url(name)}
     if changes.dead_letter_target is not None:
@@ -58,6 +60,21 @@ async def create_queue(c: Caller, p: dict[str, Any]) -> Result:
     meta.update({queues.TAG_PREFIX + k: v for k, v in tags.items()})
     await call(c.service.update_metadata(name, meta, []))
     return {"QueueUrl": c.url(name)}
+
+
+async def _stored_differences(c: Caller, name: str, requested: object) -> list[str]:
+    """The `queues.STORED` attributes of ``requested`` (checked already) whose value differs
+    from the existing queue ``name``'s."""
+    if not isinstance(requested, dict):
+        return []
+    asked = {k: v for k, v in requested.items() if k in queues.STORED}
+    if not asked:
+        return []
+    meta = await call(c.service.queue_metadata(name))
+    if queues.META_SSE not in meta:  # never set: SQS's default differs from what cmq shows
+        asked.pop("SqsManagedSseEnabled", None)
+    shown = queues.stored_attributes(meta)
+    return sorted(k for k, v in asked.items() if not queues.same_stored(k, v, shown.get(k)))
 
 
 async def _check_dead_letter_target(c: Caller, source: str, target: str) -> None:
@@ -213,6 +230,12 @@ async def list_dead_letter_source_queues(c: Caller, p: dict[str, Any]) -> Result
 
 
 async def permissions(c: Caller, p: dict[str, Any]) -> Result:
+    """AddPermission / RemovePermission: refused with SQS's ``UnsupportedOperation``, as SQS
+    refuses what it cannot apply. An SQS permission names AWS accounts, which cmq does not
+    have; its access control is per access key (``cmq key`` grants), and mapping accounts onto
+    keys would grant something other than what was asked. The queue must exist."""
+    await call(c.service.queue_metadata(queue_name(c, p)))
     raise UnsupportedOperation(
-        "AddPermission and RemovePermission are not supported: cmq has no queue policies."
+        "AddPermission and RemovePermission are not supported: cmq grants access per access key "
+        "(cmq key grant), not per AWS account; a queue's Policy is stored but not enforced."
     )

@@ -3,7 +3,12 @@
 A queue URL is ``<scheme>://<host>:<port>/<account>/<name>`` (the host and port the client
 called; the account a fixed 12-digit id, `SqsSettings.account`); an ARN is
 ``arn:aws:sqs:<region>:<account>:<name>``. cmq keeps what its queues do not model (tags,
-timestamps, ``RedriveAllowPolicy``) in the queue's catalog metadata under the keys below.
+timestamps, ``RedriveAllowPolicy``, and the access-policy and encryption attributes) in the
+queue's catalog metadata under the keys below.
+
+``Policy``, ``KmsMasterKeyId``, ``KmsDataKeyReusePeriodSeconds`` and ``SqsManagedSseEnabled``
+are checked as SQS checks them, stored and returned, and change nothing else: cmq encrypts no
+message with a KMS key, and a policy is not enforced (access keys' grants are, `cmq.grants`).
 """
 
 from __future__ import annotations
@@ -30,6 +35,14 @@ META_MODIFIED = "sqs.modified"
 """Catalog metadata: last attribute change, seconds since the epoch."""
 META_REDRIVE_ALLOW = "sqs.redrive_allow"
 """Catalog metadata: the queue's RedriveAllowPolicy (JSON text)."""
+META_POLICY = "sqs.policy"
+"""Catalog metadata: the queue's access Policy (JSON text, stored as given, not enforced)."""
+META_KMS_KEY = "sqs.kms_key"
+"""Catalog metadata: KmsMasterKeyId (stored, not used: cmq does no KMS encryption)."""
+META_KMS_REUSE = "sqs.kms_reuse"
+"""Catalog metadata: KmsDataKeyReusePeriodSeconds (seconds, 60..86400)."""
+META_SSE = "sqs.sse"
+"""Catalog metadata: SqsManagedSseEnabled (``true`` / ``false``)."""
 TAG_PREFIX = "tag."
 """Catalog metadata: one key per tag, ``tag.<key>``."""
 
@@ -37,9 +50,13 @@ MAX_TAGS = 50
 FIFO_ONLY = frozenset(
     {"FifoQueue", "ContentBasedDeduplication", "DeduplicationScope", "FifoThroughputLimit"}
 )
-NOT_SUPPORTED = frozenset(
+STORED = frozenset(
     {"Policy", "KmsMasterKeyId", "KmsDataKeyReusePeriodSeconds", "SqsManagedSseEnabled"}
 )
+"""The attributes kept in the catalog metadata only (see the module docstring)."""
+KMS_REUSE_DEFAULT = "300"
+"""KmsDataKeyReusePeriodSeconds when a key is set and no period is (SQS's default)."""
+_KMS_REUSE_RANGE = (60, 86_400)
 FIFO_DEFAULTS = {"DeduplicationScope": "queue", "FifoThroughputLimit": "perQueue"}
 """The FIFO attributes cmq accepts only with their default value: dedup covers the whole
 queue, and the throughput limit is the queue's (high-throughput mode is not offered)."""
@@ -52,7 +69,7 @@ _INTEGER_ATTRIBUTES = {
     "MaximumMessageSize": "max_message_size",
     "ReceiveMessageWaitTimeSeconds": "receive_wait_seconds",
 }
-SETTABLE = frozenset({*_INTEGER_ATTRIBUTES, "RedrivePolicy", "RedriveAllowPolicy"})
+SETTABLE = frozenset({*_INTEGER_ATTRIBUTES, "RedrivePolicy", "RedriveAllowPolicy", *STORED})
 READABLE = (
     "ApproximateNumberOfMessages",
     "ApproximateNumberOfMessagesNotVisible",
@@ -64,6 +81,7 @@ READABLE = (
     "RedrivePolicy",
     "RedriveAllowPolicy",
     *sorted(FIFO_ONLY),
+    *sorted(STORED),
 )
 _ARN = re.compile(r"^arn:[a-z-]+:sqs:[a-z0-9-]*:(\d{12}):(.+)$")
 _MAX_RECEIVE_COUNT = 1000
@@ -158,8 +176,6 @@ def parse_attributes(attributes: object, settings: SqsSettings, queue: str) -> A
         if name in FIFO_ONLY:
             _fifo_attribute(name, value, is_fifo_name(queue), cmq)
             continue
-        if name in NOT_SUPPORTED:
-            raise InvalidAttributeName(f"The attribute {name} is not supported by cmq.")
         if name not in SETTABLE:
             raise InvalidAttributeName(f"Unknown Attribute {name}.")
         if not isinstance(value, str):
@@ -174,9 +190,52 @@ def parse_attributes(attributes: object, settings: SqsSettings, queue: str) -> A
             cmq[key] = int(value)
         elif name == "RedrivePolicy":
             target = _redrive_policy(value, settings, cmq)
-        else:
+        elif name == "RedriveAllowPolicy":
             meta[META_REDRIVE_ALLOW] = _redrive_allow_policy(value, settings)
+        else:
+            _stored_attribute(name, value, meta)
+    _check_encryption(attributes, meta)
     return AttributeChanges(cmq, meta, target)
+
+
+def _stored_attribute(name: str, value: str, meta: dict[str, str | None]) -> None:
+    """One of `STORED` into ``meta``, checked as SQS checks it (an empty value removes it)."""
+    if name == "Policy":
+        if value:
+            _json_object(value, "Policy")
+        meta[META_POLICY] = value or None
+    elif name == "KmsMasterKeyId":
+        if len(value) > 2048:
+            raise InvalidAttributeValue("Invalid value for the parameter KmsMasterKeyId.")
+        meta[META_KMS_KEY] = value or None
+    elif name == "KmsDataKeyReusePeriodSeconds":
+        lo, hi = _KMS_REUSE_RANGE
+        if not value.isdigit() or not lo <= int(value) <= hi:
+            raise InvalidAttributeValue(
+                "Invalid value for the parameter KmsDataKeyReusePeriodSeconds: must be an "
+                f"integer in [{lo}, {hi}]"
+            )
+        meta[META_KMS_REUSE] = str(int(value))
+    else:  # SqsManagedSseEnabled
+        if value not in ("true", "false"):
+            raise InvalidAttributeValue("Invalid value for the parameter SqsManagedSseEnabled.")
+        meta[META_SSE] = value
+
+
+def _check_encryption(attributes: dict[str, Any], meta: dict[str, str | None]) -> None:
+    """One server-side encryption per queue, as in SQS: SSE-SQS (``SqsManagedSseEnabled``)
+    and SSE-KMS (``KmsMasterKeyId``) together are refused; setting one turns the other off."""
+    sse_on = meta.get(META_SSE) == "true"
+    if sse_on and meta.get(META_KMS_KEY):
+        raise InvalidAttributeValue(
+            "Invalid value for the parameter SqsManagedSseEnabled. Reason: You can use one type "
+            "of server-side encryption (SSE) at one time. You can either enable KMS SSE or SQS SSE."
+        )
+    if sse_on:
+        meta[META_KMS_KEY] = None
+        meta[META_KMS_REUSE] = None
+    elif meta.get(META_KMS_KEY) and "SqsManagedSseEnabled" not in attributes:
+        meta[META_SSE] = "false"
 
 
 def _fifo_attribute(name: str, value: object, fifo: bool, cmq: dict[str, Any]) -> None:
@@ -306,6 +365,7 @@ def render_attributes(
     """The SQS attributes ``names`` of a queue (absent optional ones are left out)."""
     created = meta.get(META_CREATED, "0")
     values: dict[str, str | None] = {
+        **stored_attributes(meta),
         "ApproximateNumberOfMessages": str(stats.visible),
         "ApproximateNumberOfMessagesNotVisible": str(stats.in_flight),
         "ApproximateNumberOfMessagesDelayed": str(stats.delayed),
@@ -331,6 +391,32 @@ def render_attributes(
     return {k: v for k in READABLE if k in names and (v := values.get(k)) is not None}
 
 
+def stored_attributes(meta: dict[str, str]) -> dict[str, str]:
+    """The `STORED` attributes of a queue whose catalog metadata is ``meta``, as
+    GetQueueAttributes shows them (absent ones left out)."""
+    values = {
+        "Policy": meta.get(META_POLICY),
+        "KmsMasterKeyId": meta.get(META_KMS_KEY),
+        "KmsDataKeyReusePeriodSeconds": meta.get(META_KMS_REUSE)
+        or (KMS_REUSE_DEFAULT if meta.get(META_KMS_KEY) else None),
+        "SqsManagedSseEnabled": meta.get(META_SSE, "false"),
+    }
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def same_stored(name: str, asked: str, current: str | None) -> bool:
+    """Whether a CreateQueue asking for `STORED` attribute ``name`` = ``asked`` agrees with the
+    queue's ``current`` value (None: not set). Policies compare as JSON; an empty value
+    asks for none."""
+    if not asked:
+        return current is None
+    if name == "Policy" and current is not None:
+        return bool(orjson.loads(asked) == orjson.loads(current))
+    if name == "KmsDataKeyReusePeriodSeconds":
+        return current is not None and int(asked) == int(current)
+    return asked == current
+
+
 def check_attribute_names(names: object) -> set[str]:
     """The attribute names GetQueueAttributes asks for (``All`` expands)."""
     if names is None:
@@ -343,8 +429,6 @@ def check_attribute_names(names: object) -> set[str]:
             out.update(READABLE)
         elif n in READABLE:
             out.add(n)
-        elif n in NOT_SUPPORTED or n == "SqsManagedSseEnabled":
-            continue  # not kept by cmq: never present, as on a queue that does not set them
         else:
             raise InvalidAttributeName(f"Unknown Attribute {n}.")
     return out

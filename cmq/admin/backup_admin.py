@@ -25,7 +25,7 @@ import msgspec
 
 from cmq.catalog.keys import KeyStore, Vault
 from cmq.catalog.meta import CatalogMachine
-from cmq.errors import FeatureNotEnabled, InvalidParameter, InvariantBroken, QueueNotFound
+from cmq.errors import InvalidParameter, InvariantBroken, QueueNotFound
 from cmq.fsm.commands import NewMessage, Produce, encode_command
 from cmq.grants import KEY_ID, KeyRecord, check_grant
 from cmq.model import (
@@ -39,7 +39,7 @@ from cmq.model import (
 from cmq.routing.ops import META_GROUP
 from cmq.routing.router import Router
 from cmq.routing.rpc import CatalogCall, ExportCall, ProduceCall
-from cmq.upgrade.features import MESSAGE_IMPORT
+from cmq.upgrade.features import MESSAGE_IMPORT, not_enabled
 from raftlog.runtime.host import Clock
 
 
@@ -167,11 +167,7 @@ class BackupAdmin:
         apply such a send."""
         check_queue_name(name)
         if not self._catalog.feature_enabled(MESSAGE_IMPORT):
-            raise FeatureNotEnabled(
-                f"imports need the feature flag {MESSAGE_IMPORT}: enable it with "
-                f"`cmq cluster enable-feature {MESSAGE_IMPORT}` once every node runs a release "
-                f"that has it"
-            )
+            raise not_enabled(MESSAGE_IMPORT, "imports")
         if not 1 <= len(messages) <= MAX_IMPORT_BATCH:
             raise InvalidParameter(f"an import holds 1 to {MAX_IMPORT_BATCH} messages")
         if expect_sent < 0:

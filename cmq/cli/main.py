@@ -153,7 +153,8 @@ def _serve(args: argparse.Namespace) -> int:
         fmt = log_format(_setting(args, conf, "log_format"))
     except ValueError as e:
         raise SystemExit(str(e)) from None
-    return run(cfg, http, security, workers, fmt, queue_metrics=queue_metrics)
+    otlp = _setting(args, conf, "otlp_endpoint") or None
+    return run(cfg, http, security, workers, fmt, queue_metrics=queue_metrics, otlp_endpoint=otlp)
 
 
 # -- client commands -------------------------------------------------------------------------------
@@ -374,6 +375,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help="front-end processes that serve HTTP instead of the node process, sharing the "
         "port (default 0, or CMQ_HTTP_WORKERS; anonymous access only)",
+    )
+    s.add_argument(
+        "--otlp-endpoint",
+        help="export server spans (send, receive, ack) by OTLP/HTTP to this collector, e.g. "
+        "http://127.0.0.1:4318 (env CMQ_OTLP_ENDPOINT; default: no tracing; needs the "
+        "otel-export extra)",
     )
     s.add_argument("--secret-file")
     s.add_argument(

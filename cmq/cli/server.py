@@ -38,6 +38,7 @@ import sys
 import tempfile
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -56,9 +57,13 @@ from cmq.logs import LogFormat
 from cmq.node.metrics import register_node_metrics
 from cmq.node.queue_metrics import QueueMetricsSettings
 from cmq.node.queue_node import NodeConfig, QueueNode
+from cmq.node.tracing import TRACER_NAME, otlp_provider, traced
 from cmq.service import QueueService
 from raftlog.runtime import MultiRaft, new_event_loop
 from raftlog.transport.peer import Address
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
 
 JOIN_TIMEOUT = 120.0
 """Seconds ``--join`` keeps trying the given nodes before giving up."""
@@ -115,6 +120,7 @@ async def serve(
     http_workers: int = 0,
     *,
     queue_metrics: QueueMetricsSettings | None = None,
+    otlp_endpoint: str | None = None,
 ) -> None:
     """Start the node (recovery, groups, peers), serve HTTP on ``http`` until ``stop`` is set,
     then stop accepting requests and close the node. A start that fails closes what it started
@@ -122,7 +128,8 @@ async def serve(
     running node (`join_cluster`). ``security``: see `HttpSecurity` (default: signed requests,
     plain HTTP). ``http_workers``: front-end processes serving HTTP instead of this one (see
     the module docstring; `ValueError` unless ``security.anonymous``). ``queue_metrics``:
-    which queues get their own ``/metrics`` series (default: `QueueMetricsSettings()`)."""
+    which queues get their own ``/metrics`` series (default: `QueueMetricsSettings()`).
+    ``otlp_endpoint``: export server spans there (`cmq.node.tracing`; None: no tracing)."""
     security = HttpSecurity() if security is None else security
     queue_metrics = QueueMetricsSettings() if queue_metrics is None else queue_metrics
     subscriptions = Subscriptions()
@@ -133,8 +140,13 @@ async def serve(
         cfg = await join_cluster(cfg)
     node = QueueNode(cfg)
     await node.start()
+    service: QueueService = node
     bootstrap: asyncio.Task[object] | None = None
+    tracing: TracerProvider | None = None
     try:
+        if otlp_endpoint:
+            tracing = otlp_provider(otlp_endpoint, cfg.node_id)
+            service = traced(node, tracing.get_tracer(TRACER_NAME))
         registry = CollectorRegistry()
         now_ms = node.clock_source.wall_ms
         register_node_metrics(
@@ -173,14 +185,14 @@ async def serve(
         served = f"{scheme}://{http.host}:{http.port}"
         if http_workers:
             node_metrics = functools.partial(generate_latest, registry)
-            async with FrontEnds(node, http, security, http_workers, node_metrics):
+            async with FrontEnds(service, http, security, http_workers, node_metrics):
                 fronts = f"{http_workers} front ends"
                 print(f"cmq node {cfg.node_id} serving {served} ({fronts})", flush=True)
                 await stop.wait()
                 left = await hand_off_leadership(node.raft, cfg.node_id, _handoff_seconds())
         else:
             app = make_app(
-                node,
+                service,
                 registry=registry,
                 sqs=SqsSettings.from_env(),
                 auth=auth,
@@ -198,6 +210,8 @@ async def serve(
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await bootstrap
         await node.close()
+        if tracing is not None:
+            tracing.shutdown()  # exports the spans still batched
 
 
 @contextlib.asynccontextmanager
@@ -375,6 +389,7 @@ def run(
     log_format: LogFormat = "text",
     *,
     queue_metrics: QueueMetricsSettings | None = None,
+    otlp_endpoint: str | None = None,
 ) -> int:
     """Run one node in the foreground on a fresh event loop (uvloop when installed) until
     SIGINT or SIGTERM; returns the process exit status. Logs go to stderr as ``log_format``
@@ -388,7 +403,15 @@ def run(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await serve(cfg, http, stop, security, http_workers, queue_metrics=queue_metrics)
+        await serve(
+            cfg,
+            http,
+            stop,
+            security,
+            http_workers,
+            queue_metrics=queue_metrics,
+            otlp_endpoint=otlp_endpoint,
+        )
 
     loop = new_event_loop()
     with contextlib.closing(loop):

@@ -24,6 +24,7 @@ from typing import Any, Final
 import aiohttp
 import orjson
 
+from cmq.client import tracing
 from cmq.client.errors import (
     SendManyError,
     server_error,
@@ -200,7 +201,8 @@ class Client:
         outcome. Otherwise an unknown outcome raises `OutcomeUnknown` (the server's) or
         `ResponseLost` (no answer): the messages may or may not be stored."""
         safety = Safety.IDEMPOTENT if all_deduplicated(messages) else Safety.ONCE
-        body = {"messages": [message_json(m) for m in messages]}
+        trace = tracing.current()
+        body = {"messages": [message_json(m, trace) for m in messages]}
         got = await self._http.call("POST", _m(queue), body, safety)
         return sent_from_json(got)
 

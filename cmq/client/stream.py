@@ -32,6 +32,7 @@ from typing import Final
 
 import aiohttp
 
+from cmq.client import tracing
 from cmq.client.errors import ConnectFailed, ResponseLost, server_error
 from cmq.client.http import parse_urls
 from cmq.client.signing import AccessKey, ssl_context
@@ -65,14 +66,15 @@ _RESUME_FIRST: Final = 0.05
 _RESUME_MAX: Final = 2.0
 
 
-def _wire(m: Outgoing) -> WireMessage:
-    if isinstance(m, Message):
-        attrs = dict(m.attributes) if m.attributes else None
-        body, binary = (m.body, True) if isinstance(m.body, bytes) else (m.body.encode(), False)
-        return WireMessage(body, binary, m.delay_seconds, attrs, m.dedup_id, m.group_id)
-    if isinstance(m, bytes):
-        return WireMessage(m, True)
-    return WireMessage(m.encode())
+def _wire(m: Outgoing, trace: dict[str, str]) -> WireMessage:
+    """``m`` as a frame carries it, with the trace context attributes ``trace``
+    (`cmq.client.tracing.current`) added as `cmq.client.tracing.with_trace` says."""
+    if not isinstance(m, Message):
+        m = Message(m)
+    traced = tracing.with_trace(m.attributes, trace)
+    attrs = dict(traced) if traced else None
+    body, binary = (m.body, True) if isinstance(m.body, bytes) else (m.body.encode(), False)
+    return WireMessage(body, binary, m.delay_seconds, attrs, m.dedup_id, m.group_id)
 
 
 def _body(body: bytes, binary: bool) -> str | bytes:
@@ -381,7 +383,9 @@ class StreamClient:
 
     async def send(self, queue: str, messages: Sequence[Outgoing]) -> list[SentMessage]:
         """Append ``messages`` (1..100) in order; returns once they are committed."""
-        answer = await self._call(Send(next(self._ids), queue, [_wire(m) for m in messages]))
+        trace = tracing.current()
+        frame = Send(next(self._ids), queue, [_wire(m, trace) for m in messages])
+        answer = await self._call(frame)
         assert isinstance(answer, Sent), answer
         return [SentMessage(mid, seq) for mid, seq in answer.messages]
 

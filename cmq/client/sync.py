@@ -8,6 +8,7 @@ methods, same contracts, same errors; close it (or use ``with``) to release the 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -67,7 +68,8 @@ class SyncClient:
         self._runner.close()
 
     def _run(self, call: Coroutine[Any, Any, T]) -> T:
-        return self._runner.run(call)
+        # The caller's context (its current span, for the trace context a send carries).
+        return self._runner.run(call, context=contextvars.copy_context())
 
     @property
     def urls(self) -> tuple[str, ...]:

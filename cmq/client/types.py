@@ -12,9 +12,13 @@ from __future__ import annotations
 import base64
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from cmq.client.tracing import extract, with_trace
 from cmq.model import EntryResult, QueueAttributes, QueueStats, SegmentCounts, SentMessage
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
 
 Json = dict[str, Any]
 
@@ -62,6 +66,11 @@ class ReceivedMessage:
     dedup_id: str | None = None
     sequence_number: str | None = None
 
+    def trace_context(self) -> Context | None:
+        """The producer's trace context (OpenTelemetry, when installed), to start the
+        processing span in; None without one (`cmq.client.tracing.extract`)."""
+        return extract(self)
+
     @property
     def data(self) -> bytes:
         """The body as bytes (text bodies UTF-8 encoded)."""
@@ -97,17 +106,20 @@ class RawResponse:
 
 
 # -- wire forms ------------------------------------------------------------------------------------
-def message_json(m: Outgoing) -> Json:
-    """The wire form of one message to send."""
-    if isinstance(m, str):
-        return {"body": m}
-    if isinstance(m, bytes):
-        return {"body_base64": base64.b64encode(m).decode("ascii")}
-    out = message_json(m.body)
+def message_json(m: Outgoing, trace: Mapping[str, str] | None = None) -> Json:
+    """The wire form of one message to send; ``trace``: trace context attributes to add
+    (`cmq.client.tracing.current`, added as `cmq.client.tracing.with_trace` says)."""
+    if not isinstance(m, Message):
+        m = Message(m)
+    if isinstance(m.body, str):
+        out: Json = {"body": m.body}
+    else:
+        out = {"body_base64": base64.b64encode(m.body).decode("ascii")}
     if m.delay_seconds is not None:
         out["delay_seconds"] = m.delay_seconds
-    if m.attributes:
-        out["attributes"] = dict(m.attributes)
+    attributes = with_trace(m.attributes, trace) if trace else m.attributes
+    if attributes:
+        out["attributes"] = dict(attributes)
     if m.dedup_id is not None:
         out["dedup_id"] = m.dedup_id
     if m.group_id is not None:

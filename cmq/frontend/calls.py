@@ -41,8 +41,9 @@ from cmq.service import QueueService
 
 R = TypeVar("R")
 
-WIRE_VERSION: Final = 2
-"""The version of what crosses the socket (`cmq.frontend.wire` writes it in every frame)."""
+WIRE_VERSION: Final = 3
+"""The version of what crosses the socket (`cmq.frontend.wire` writes it in every frame).
+3: queue attributes carry ``retry`` (release 0.3.0); 2: msgspec frames (0.2.0)."""
 
 _encoder = msgspec.msgpack.Encoder()
 

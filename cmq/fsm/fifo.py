@@ -24,7 +24,7 @@ from itertools import chain, islice
 from cmq import errors
 from cmq.fsm.commands import CommandFailed, NewMessage
 from cmq.fsm.fifo_state import FifoState
-from cmq.fsm.queue import COUNT, LEASE, VIS, QueueState
+from cmq.fsm.queue import COUNT, LEASE, QueueState
 from cmq.model import MAX_DEDUP_ENTRIES, MAX_RECEIVE_BATCH, QueueAttributes
 
 __all__ = ["check_produce", "dedup_key", "has_visible", "in_flight", "plan", "replay"]
@@ -100,7 +100,7 @@ def replay(q: QueueState, fifo: FifoState, attempt_id: str) -> list[tuple[int, i
         return None
     for seq, lease_id in entry[1]:
         slot = q.lease_slot(seq, lease_id)
-        if slot is None or q.touched.get(slot, VIS) <= q.clock:
+        if slot is None or not q.lease_live(slot):
             return None
     return list(entry[1])
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cmq.fsm.queue import LEASE, WIDTH, QueueState
+from cmq.fsm.queue import LEASE, VIS, WIDTH, QueueState
 
 __all__ = ["QueueGauges", "queue_gauges"]
 
@@ -26,7 +26,7 @@ class QueueGauges:
     in_flight: int
     """Leased and not yet visible again, or waiting to be moved to the dead-letter queue."""
     delayed: int
-    """Invisible without a lease (delayed sends, nacks with a delay)."""
+    """Invisible and not leased: delayed sends, nacks with a delay, expired leases backing off."""
     oldest_visible_ms: int
     """Age of the oldest visible message (from its send time); 0 when none is visible."""
     bytes: int
@@ -86,7 +86,15 @@ def queue_gauges(q: QueueState, now_ms: int) -> QueueGauges:
             next_at = min(next_at, at)
             slot = slot_of.get(seq)
             if slot is not None and cells[slot * WIDTH + LEASE] != 0:
-                in_flight += 1
+                # Leased: in flight until its deadline, then delayed while it backs off (the
+                # queue's retry policy; its timer is the deadline plus the back-off). Its FIFO
+                # group stays blocked either way.
+                deadline = cells[slot * WIDTH + VIS]
+                if deadline > clock:
+                    in_flight += 1
+                    next_at = min(next_at, deadline)
+                else:
+                    delayed += 1
                 if meta is not None and (entry := meta.get(seq)) is not None:
                     blocked.add(entry[0])
             else:

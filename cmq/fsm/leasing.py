@@ -39,10 +39,17 @@ def lease(q: QueueState, cmd: Lease) -> Leased:
         leased.append(_lease_one(q, seq, deadline))
     # Scheduled after the loop: with a zero visibility a message is ready again at once and
     # must not be picked twice by one Lease.
-    for lm in leased:
-        q.schedule(lm.seq, deadline)
+    _schedule(q, leased)
     q.received_total += len(leased)
     return Leased(tuple(leased), tuple(dead))
+
+
+def _schedule(q: QueueState, leased: list[LeasedMessage]) -> None:
+    """Each leased message becomes visible again at its deadline plus the queue's retry
+    back-off, if any (`QueueState.visible_at`)."""
+    slot_of = q.touched.slot_of
+    for lm in leased:
+        q.schedule(lm.seq, q.visible_at(slot_of[lm.seq]))
 
 
 def _lease_fifo(
@@ -63,8 +70,7 @@ def _lease_fifo(
     for seq in dead:
         _mark_dead_letter(q, seq)
     leased = [_lease_one(q, seq, deadline) for seq in take]
-    for lm in leased:
-        q.schedule(lm.seq, deadline)
+    _schedule(q, leased)
     q.received_total += len(leased)
     if cmd.attempt_id is not None and leased:
         fifo.remember(cmd.attempt_id, q.clock, tuple((lm.seq, lm.lease_id) for lm in leased))

@@ -330,8 +330,12 @@ class QueueMachine(MachineReads):
             return queue_not_found(cmd.name)
         if cmd.attributes.fifo != q.attributes.fifo:
             return CommandFailed(errors.InvalidParameter.code, "fifo is fixed at creation")
+        before = q.attributes
         q.attributes = cmd.attributes
         q.head = encode_head(q.name, q.attributes)
+        if before.retry is not None or cmd.attributes.retry is not None:
+            # Leased messages' timers follow the new back-off (what a restore would compute).
+            q.reschedule_leased()
         if not q.attributes.archive:
             # No archive any more: the segments kept for it go like any released one.
             for seg in [seg for seg in q.segments if seg.released]:

@@ -162,9 +162,8 @@ def change_visibility(q: QueueState, cmd: ChangeVisibility, fx: Effects) -> Entr
         if isinstance(slot, str):
             out.append(slot)
             continue
-        at = q.clock + max(0, visibility_ms)
-        q.touched.set(slot, VIS, at)
-        q.schedule(seq, at)
+        q.touched.set(slot, VIS, q.clock + max(0, visibility_ms))
+        q.schedule(seq, q.visible_at(slot))
         if visibility_ms <= 0:
             q.nacked_total += 1
         out.append(None)
@@ -173,9 +172,10 @@ def change_visibility(q: QueueState, cmd: ChangeVisibility, fx: Effects) -> Entr
 
 
 def nack(q: QueueState, cmd: Nack, fx: Effects) -> EntryOutcomes:
-    """Release each unexpired lease: the message is visible again after ``cmd.delay_ms``."""
+    """Release each unexpired lease: the message is visible again after ``cmd.delay_ms``, or
+    after the queue's retry back-off for its receive count when that is longer."""
     q.advance(cmd.now_ms)
-    at = q.clock + max(0, cmd.delay_ms)
+    retry = q.attributes.retry
     out: list[str | None] = []
     for old_seq, lease_id in cmd.entries:
         seq = q.resolve(old_seq)
@@ -183,6 +183,10 @@ def nack(q: QueueState, cmd: Nack, fx: Effects) -> EntryOutcomes:
         if isinstance(slot, str):
             out.append(slot)
             continue
+        delay = max(0, cmd.delay_ms)
+        if retry is not None:
+            delay = max(delay, q.retry_delay(slot, retry))
+        at = q.clock + delay
         q.touched.set(slot, LEASE, 0)
         q.touched.set(slot, VIS, at)
         q.schedule(seq, at)

@@ -19,7 +19,7 @@ from cmq.fsm.commands.codec import write_attributes
 from cmq.fsm.fifo_state import FifoState
 from cmq.fsm.timers import TimerIndex
 from cmq.fsm.wire import Writer
-from cmq.model import OUTCOMES, QueueAttributes, QueueStats, SegmentCounts
+from cmq.model import OUTCOMES, QueueAttributes, QueueStats, RetryPolicy, SegmentCounts
 
 PENDING_DEAD_LETTER = 1
 """Flag of a touched slot: the message waits for a `DeadLetter` (it is in ``pending_dl``)."""
@@ -453,10 +453,44 @@ class QueueState:
         slot = self.lease_slot(seq, lease_id)
         if slot is None:
             return errors.LEASE_STALE
-        t = self.touched
-        if t.get(slot, FLAGS) & PENDING_DEAD_LETTER or t.get(slot, VIS) <= self.clock:
+        if not self.lease_live(slot):
             return errors.MESSAGE_NOT_INFLIGHT
         return slot
+
+    def lease_live(self, slot: int) -> bool:
+        """Whether the lease of touched ``slot`` is in flight: unexpired at the queue's time
+        and not waiting for the dead-letter queue."""
+        t = self.touched
+        return not t.get(slot, FLAGS) & PENDING_DEAD_LETTER and t.get(slot, VIS) > self.clock
+
+    def visible_at(self, slot: int) -> int:
+        """When the touched message in ``slot`` becomes visible: its ``VIS``, and while it is
+        leased (a lease, expired or not, not released by a nack) plus the queue's retry
+        back-off for its receive count (`retry_delay`). Its timer is set to this; computed
+        from the slot and the attributes alone, so a restore sets the same timers."""
+        t = self.touched
+        at = t.get(slot, VIS)
+        retry = self.attributes.retry
+        if retry is None or t.get(slot, LEASE) == 0:
+            return at
+        return at + self.retry_delay(slot, retry)
+
+    def retry_delay(self, slot: int, retry: RetryPolicy) -> int:
+        """The back-off (ms) of the touched message in ``slot`` under ``retry``: 0 once it
+        reached the dead-letter limit (its next `Lease` moves it, without delay)."""
+        count = self.touched.get(slot, COUNT)
+        limit = self.attributes.max_receive_count if self.attributes.dead_letter_queue else 0
+        if limit and count >= limit:
+            return 0
+        return retry.delay_ms(count)
+
+    def reschedule_leased(self) -> None:
+        """The attributes changed: every leased message's timer becomes `visible_at` under
+        the new ones (as a restore would set it)."""
+        t = self.touched
+        for slot, seq in enumerate(t.seqs()):
+            if t.get(slot, LEASE) != 0 and not t.get(slot, FLAGS) & PENDING_DEAD_LETTER:
+                self.schedule(seq, self.visible_at(slot))
 
     def delete_prefix(self, end_seq: int, outcome: int) -> tuple[int, list[Segment]]:
         """Delete every live message with seq < ``end_seq`` (recording ``outcome`` for each);
@@ -514,9 +548,13 @@ class QueueState:
                 due += 1
                 continue
             slot = touched.slot_of.get(seq)
-            if slot is not None and touched.get(slot, LEASE) != 0:
+            if (
+                slot is not None
+                and touched.get(slot, LEASE) != 0
+                and touched.get(slot, VIS) > clock
+            ):
                 in_flight += 1
-            else:
+            else:  # delayed sends, nacks with a delay, expired leases backing off
                 delayed += 1
         oldest_sent = self.oldest_sent()
         oldest = 0 if oldest_sent is None else max(0, clock - oldest_sent)

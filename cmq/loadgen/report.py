@@ -15,7 +15,7 @@ from cmq.loadgen.measure import LatencyHistogram
 # -- configuration and results ---------------------------------------------------------------------
 MAX_SEND_BATCH: Final = 100
 MAX_RECV_BATCH: Final = 100
-MAX_REQUEST_BYTES: Final = 12 * 1024 * 1024
+MAX_REQUEST_BYTES: Final = 16 * 1024 * 1024
 DEFAULT_MAX_MESSAGE_SIZE: Final = 262_144
 MAX_MESSAGE_SIZE: Final = 1_048_576
 PERCENTILES: Final = (50.0, 90.0, 99.0, 99.9)

@@ -164,6 +164,22 @@ class Housekeeper:
             await self._ops.propose(group, encode_command(Expire(due.queue, due.now_ms)))
         if due.tidy:
             await self._ops.propose(group, encode_command(Tidy(due.queue, due.now_ms)))
+        await self._move_dead_letters(group, machine, due)
+
+    async def move_dead_letters(self, group: int, name: str) -> None:
+        """Move now the messages of ``name`` (in ``group``, led here) marked for its
+        dead-letter queue, as a tick would: a FIFO receive that marks a group's head calls it,
+        so that the group's next message is deliverable at once (as in SQS) rather than after
+        the next tick. Safe beside a tick doing the same (the copies are deduplicated, and a
+        `DeadLetter` deletes only what is still here)."""
+        machine = self._machines.get(group)
+        if machine is None or self._raft.leader_of(group) != self._id:
+            return
+        due = machine.due(name, self._ops.stamp(), DEAD_LETTER_BATCH)
+        if due is not None:
+            await self._move_dead_letters(group, machine, due)
+
+    async def _move_dead_letters(self, group: int, machine: QueueMachine, due: Due) -> None:
         if not due.dead_letters:
             return
         # At-least-once move: copy into the dead-letter queue, then delete here.

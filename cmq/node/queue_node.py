@@ -282,6 +282,7 @@ class QueueNode:
             clock_bound_ms=cfg.clock_bound_ms,
             clock_confirmed=self.clock.confirmed_now,
         )
+        self.ops.move_dead_letters = self.housekeeper.move_dead_letters
         self.scrubber = Scrubber(
             self.raft, self.machines, rate=cfg.scrub_rate, offload=host.offload
         )
@@ -456,12 +457,19 @@ class QueueNode:
         if attributes.dead_letter_queue == name:
             raise InvalidParameter("a queue cannot be its own dead-letter queue")
         attributes = QueueAttributes.from_dict(attributes.to_dict())  # ranges, cross-field rules
+        if attributes.retry is not None:
+            self._require(features.RETRY_BACKOFF, "retry policies")
         if not self.catalog.initialized:
             raise Unavailable("the cluster is not initialized yet; retry")
         group = await self.router.run(AssignQueueCall(META_GROUP, name))
         created = await self.router.run(CreateQueueCall(group, name, attributes))
         await self._catalog_shows(lambda: self.catalog.group_of(name) == group)
         return created
+
+    def _require(self, flag: str, what: str) -> None:
+        """`FeatureNotEnabled` unless feature ``flag`` is enabled (``what`` needs it)."""
+        if not self.catalog.feature_enabled(flag):
+            raise features.not_enabled(flag, what)
 
     async def list_queues(self) -> list[str]:
         return self.catalog.names()
@@ -478,7 +486,9 @@ class QueueNode:
 
     async def set_attributes(self, name: str, changes: dict[str, Any]) -> QueueAttributes:
         check_queue_name(name)
-        QueueAttributes.check_changes(changes)  # validate before anything is sent anywhere
+        checked = QueueAttributes.check_changes(changes)  # before anything is sent anywhere
+        if checked.get("retry") is not None:
+            self._require(features.RETRY_BACKOFF, "retry policies")
         if "fifo" in changes and changes["fifo"] != is_fifo_name(name):
             raise InvalidParameter("fifo is fixed at creation")
         call = SetAttributesCall(self.router.group_of(name), name, tuple(changes.items()))

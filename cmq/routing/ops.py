@@ -20,8 +20,9 @@ Receives long-poll: while the queue has no visible message they wait on
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar, cast
 
 from cmq.catalog.meta import Assignment, CatalogMachine
@@ -101,13 +102,15 @@ from cmq.routing.rpc import (
     SetAttributesCall,
 )
 from cmq.routing.wakeups import Wakeups
-from raftlog.errors import NotLeader
+from raftlog.errors import NotLeader, RaftError
 from raftlog.errors import Overloaded as RaftOverloaded
 from raftlog.runtime import MultiRaft
 from raftlog.runtime.host import Clock
 
 META_GROUP = 0
 """The catalog's group; data groups are numbered from 1."""
+
+log = logging.getLogger("cmq.routing.ops")
 
 R = TypeVar("R")
 
@@ -196,6 +199,10 @@ class LeaderOps:
         """Why a send to a group led here must be refused before it is proposed (e.g. its
         data directory is below the disk reserve: `cmq.node.diskwatch.DiskWatch.refuse_send`),
         or None; set by the node."""
+        self.move_dead_letters: Callable[[int, str], Awaitable[None]] | None = None
+        """Move a queue's messages marked for its dead-letter queue now
+        (`cmq.node.housekeeping.Housekeeper.move_dead_letters`); set by the node. A FIFO
+        receive whose lease marked some calls it, so their groups unblock at once."""
 
     def stamp(self) -> int:
         """This node's clock for a command proposed here; `NotLeader` (route it again) while
@@ -382,8 +389,15 @@ class LeaderOps:
                     call.attempt_id,
                 )
                 res = await self.command(group, lease)
+                moved = (
+                    bool(res.dead_letter)
+                    and attrs.fifo
+                    and await self._move_dead_letters(group, name)
+                )
                 if res.messages:
                     return self._render_leased(group, machine, name, res)
+                if moved:
+                    continue  # the groups whose heads moved give their next message now
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return []
@@ -392,6 +406,18 @@ class LeaderOps:
                 now = machine.queue_time(name, self._clock.wall_ms())
                 remaining = min(remaining, max(0.001, (nxt - now) / 1000))
             await self._wakeups.wait(name, remaining)
+
+    async def _move_dead_letters(self, group: int, name: str) -> bool:
+        """`move_dead_letters` of ``name``; whether it ran without failing (a failure leaves
+        the messages marked: housekeeping moves them at a later tick)."""
+        if self.move_dead_letters is None:
+            return False
+        try:
+            await self.move_dead_letters(group, name)
+        except (CmqError, RaftError) as e:
+            log.info("dead-letter move of %s at receive deferred: %s", name, e)
+            return False
+        return True
 
     def _render_leased(
         self, group: int, machine: QueueMachine, name: str, res: Leased

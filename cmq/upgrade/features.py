@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from cmq.errors import FeatureNotEnabled
+
 
 @dataclass(frozen=True, slots=True)
 class Feature:
@@ -38,6 +40,7 @@ QUEUE_RETIME = "queue_retime"
 MESSAGE_IMPORT = "message_import"
 SELF_REPAIR = "self_repair"
 SEGMENT_INDEX = "segment_index"
+RETRY_BACKOFF = "retry_backoff"
 
 FEATURES: tuple[Feature, ...] = (
     Feature(
@@ -64,6 +67,12 @@ FEATURES: tuple[Feature, ...] = (
         "a sealed segment gets an index file beside it (<first_seq>.idx, version 1), so a "
         "restart reads it instead of every record",
     ),
+    Feature(
+        RETRY_BACKOFF,
+        "0.3.0",
+        "queues may have a retry back-off policy (the queue attribute retry): the attribute "
+        "encoding's flag 0x08 and its fields, and touched-message slots flagged backing-off",
+    ),
 )
 """Every flag this release supports, oldest first."""
 
@@ -85,3 +94,12 @@ def unknown(enabled: Iterable[str]) -> list[str]:
 def required_protocol(enabled: Iterable[str]) -> int:
     """The peer protocol every connection needs once the flags ``enabled`` are (1: any)."""
     return max([1, *(f.peer_protocol for f in FEATURES if f.name in set(enabled))])
+
+
+def not_enabled(name: str, what: str) -> FeatureNotEnabled:
+    """The refusal of ``what`` (a sentence's subject: "imports", "a retry policy") while flag
+    ``name`` is not enabled, saying how to enable it."""
+    return FeatureNotEnabled(
+        f"{what} need the feature flag {name}: enable it with "
+        f"`cmq cluster enable-feature {name}` once every node runs a release that has it"
+    )

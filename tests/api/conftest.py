@@ -13,7 +13,7 @@ from tests.api.recording import RecordingService
 Client = TestClient[web.Request, web.Application]
 
 SMALL_REQUEST_CAP = 64 * 1024
-"""The request cap of the `client` fixture (the default, 12 MiB, is tested separately)."""
+"""The request cap of the `client` fixture (the default, 16 MiB, is tested separately)."""
 
 
 @pytest.fixture

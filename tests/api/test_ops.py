@@ -101,7 +101,7 @@ async def test_app_keys_expose_the_service_and_registry(
     assert app[SERVICE_KEY] is service
     assert app[REGISTRY_KEY] is registry
     assert app[HTTP_METRICS_KEY].registry is registry
-    assert app[MAX_REQUEST_BYTES_KEY] == MAX_REQUEST_BYTES == 12 * 1024 * 1024
+    assert app[MAX_REQUEST_BYTES_KEY] == MAX_REQUEST_BYTES == 16 * 1024 * 1024
 
 
 async def test_apps_without_a_registry_do_not_collide() -> None:
@@ -117,7 +117,7 @@ async def test_openapi_is_served(client: Client) -> None:
 
 
 async def test_default_cap_refuses_by_content_length_without_reading() -> None:
-    """A 12 MiB + 1 byte Content-Length is refused from the headers alone."""
+    """A 16 MiB + 1 byte Content-Length is refused from the headers alone."""
     service = RecordingService()
     async with TestClient(TestServer(make_app(service))) as client:
         assert client.port is not None

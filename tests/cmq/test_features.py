@@ -17,7 +17,7 @@ import pytest
 from cmq.catalog.meta import CatalogMachine
 from cmq.cli.main import main
 from cmq.errors import FeatureNotEnabled, FeatureUnsupported, InvalidParameter, InvariantBroken
-from cmq.model import ImportedMessage, QueueAttributes
+from cmq.model import ImportedMessage, OutgoingMessage, QueueAttributes, RetryPolicy
 from cmq.node.queue_node import QueueNode
 from cmq.routing import rpc
 from cmq.routing.rpc import ReleaseCall
@@ -119,6 +119,14 @@ async def test_flags_are_enabled_only_when_every_node_supports_them(
         one = [ImportedMessage("m1", b"x", False, ())]
         with pytest.raises(FeatureNotEnabled, match="message_import"):
             await node.import_messages("imports", one, 0)
+        policy = QueueAttributes(visibility_timeout=1, retry=RetryPolicy(1, 2.0, 4))
+        with pytest.raises(FeatureNotEnabled, match="retry_backoff"):
+            await node.create_queue("retried", policy)
+        with pytest.raises(FeatureNotEnabled, match="retry_backoff"):
+            await node.set_attributes("imports", {"retry": {"initial_seconds": 1}})
+        assert "retried" not in await node.list_queues()
+        attrs, _ = await node.get_queue("imports")
+        assert attrs.retry is None
 
         rows = {r["name"]: r for r in await node.list_features()}
         assert set(rows) == features.KNOWN
@@ -161,6 +169,28 @@ async def test_flags_are_enabled_only_when_every_node_supports_them(
             assert set(n.catalog.features) == features.KNOWN
         sent = await node.import_messages("imports", one, 0)
         assert [m.id for m in sent] == ["m1"]
+        await _retry_backs_off(node, policy)
+
+
+async def _retry_backs_off(node: QueueNode, attrs: QueueAttributes) -> None:
+    """With ``retry_backoff`` enabled: a queue with a policy of 1 s, x2 holds a message whose
+    1 s lease expired for 1 s more, then for 2 s after its second receive."""
+    assert await node.create_queue("retried", attrs)
+    got, _ = await node.get_queue("retried")
+    assert got.retry == attrs.retry
+    await node.send("retried", [OutgoingMessage(b"job")])
+    loop = asyncio.get_running_loop()
+    for count, back_off in ((1, 1.0), (2, 2.0)):
+        first = await node.receive("retried", 1, None, 5)
+        assert [m.receive_count for m in first] == [count]
+        leased = loop.time()
+        assert await node.receive("retried", 1, None, 1) == []  # leased, then backing off
+        stats = (await node.get_queue("retried"))[1]
+        assert (stats.in_flight, stats.delayed) == (0, 1)
+        await asyncio.sleep(max(0.0, leased + 1.0 + back_off - 0.4 - loop.time()))
+        assert await node.receive("retried", 1, None, 0) == []  # back-off not over
+    again = await node.receive("retried", 1, None, 5)
+    assert [m.receive_count for m in again] == [3]
 
 
 def test_the_data_directory_records_its_flags_and_a_release_without_one_refuses_it(

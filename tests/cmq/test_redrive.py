@@ -109,3 +109,31 @@ async def test_the_dead_letter_move_keeps_what_the_dead_letter_queue_refuses(
         assert (stats.dead_lettered_total, stats.visible, stats.acked_total) == (1, 0, 0)
         assert await node.receive("work", 10, None, 0) == []  # still marked, not delivered
         assert await node.receive("dlq", 10, 30, 0) == []
+
+
+async def test_a_receive_that_dead_letters_a_fifo_head_delivers_the_next_of_its_group(
+    tmp_path: Path,
+) -> None:
+    # Housekeeping is slow here: only the receive's own move can unblock the group at once.
+    async with one_node(tmp_path, housekeeping_interval=60) as node:
+        await node.create_queue("dlq.fifo", QueueAttributes(fifo=True))
+        attrs = QueueAttributes(
+            fifo=True,
+            content_based_deduplication=True,
+            visibility_timeout=0,
+            dead_letter_queue="dlq.fifo",
+            max_receive_count=1,
+        )
+        await node.create_queue("work.fifo", attrs)
+        sends = [OutgoingMessage(b, group_id="g") for b in (b"poison", b"next", b"last")]
+        await node.send("work.fifo", sends)
+        [first] = await node.receive("work.fifo", 1, None, 0)
+        assert first.body == b"poison"
+        # This receive finds the head at its receive limit: it moves it to the dead-letter
+        # queue and answers with the group's next messages, in order, at once.
+        got = await node.receive("work.fifo", 10, 30, 0)
+        assert [m.body for m in got] == [b"next", b"last"]
+        [moved] = await node.receive("dlq.fifo", 10, 30, 0)
+        assert (moved.body, moved.group_id) == (b"poison", "g")
+        _, stats = await node.get_queue("work.fifo")
+        assert stats.dead_lettered_total == 1

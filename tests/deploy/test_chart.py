@@ -240,6 +240,18 @@ def test_the_per_queue_metrics_settings_reach_cmq_serve(tmp_path: Path) -> None:
     assert default[default.index("--metrics-top-queues") + 1] == "1000"
 
 
+def test_log_format_and_tracing_reach_the_node_environment() -> None:
+    def env(sets: dict[str, str]) -> dict[str, str]:
+        c = one(render(sets), "StatefulSet")["spec"]["template"]["spec"]["containers"][0]
+        return {e["name"]: e.get("value") for e in c["env"]}
+
+    default = env({})
+    assert default["CMQ_LOG_FORMAT"] == "text" and "CMQ_OTLP_ENDPOINT" not in default
+    on = env({"cluster.logFormat": "json", "tracing.otlpEndpoint": "http://otel:4318"})
+    assert on["CMQ_LOG_FORMAT"] == "json"
+    assert on["CMQ_OTLP_ENDPOINT"] == "http://otel:4318"
+
+
 def test_one_claim_and_data_dir_per_disk(tmp_path: Path) -> None:
     sts = one(
         render(
@@ -292,6 +304,8 @@ def test_existing_secret_is_used_and_none_is_created() -> None:
         ({"cluster.rejoinOrdinals": "{-1}"}, "rejoinOrdinals"),
         ({"metrics.topQueues": "-1"}, "topQueues"),
         ({"metrics.queues": "a$(id)"}, "queues"),
+        ({"cluster.logFormat": "yaml"}, "logFormat"),
+        ({"tracing.otlpEndpoint": "otel:4318"}, "otlpEndpoint"),
     ],
 )
 def test_bad_values_are_refused(sets: dict[str, str], message: str) -> None:

@@ -33,6 +33,7 @@ from cmq.model import (
     QueueAttributes,
     QueueStats,
     ReceivedMessage,
+    RetryPolicy,
     SegmentCounts,
     SegmentRecord,
     SendRefused,
@@ -152,8 +153,15 @@ def _raftlog_samples() -> dict[str, Sample]:
 
 # -- cmq ------------------------------------------------------------------------------------------
 
-ATTRS = QueueAttributes(visibility_timeout=30, delay_seconds=1, dead_letter_queue="dlq")
-FIFO_ATTRS = QueueAttributes(fifo=True, content_based_deduplication=True, archive=True)
+# max_message_size pinned: the samples keep their bytes whatever the default is.
+ATTRS = QueueAttributes(
+    visibility_timeout=30, delay_seconds=1, dead_letter_queue="dlq", max_message_size=262_144
+)
+FIFO_ATTRS = QueueAttributes(
+    fifo=True, content_based_deduplication=True, archive=True, max_message_size=262_144
+)
+RETRY_ATTRS = QueueAttributes(retry=RetryPolicy(2, 1.5, 600), max_message_size=262_144)
+"""Attributes with a retry policy (flag ``retry_backoff``: attribute flag 0x08 and its fields)."""
 
 
 def _new(i: int, **kw: object) -> qc.NewMessage:
@@ -169,6 +177,7 @@ def queue_commands() -> dict[str, qc.Command]:
         "create_queue_fifo": qc.CreateQueue("f.fifo", FIFO_ATTRS, T0),
         "delete_queue": qc.DeleteQueue("q"),
         "set_attributes": qc.SetAttributes("q", ATTRS),
+        "set_attributes_retry": qc.SetAttributes("q", RETRY_ATTRS),
         "purge": qc.Purge("q", T0),
         "produce_records": qc.Produce("q", T0, (_new(1), _new(2))),
         "produce_records_options": qc.Produce("f.fifo", T0, (fifo_msg,)),
@@ -291,7 +300,7 @@ def stream_answers() -> list[stream.Answer]:
 
 def front_end_calls() -> list[calls.Call[Any]]:
     """One call of each kind the front-end socket carries (`cmq.frontend.calls`), tag order."""
-    attrs = QueueAttributes(visibility_timeout=10)
+    attrs = QueueAttributes(visibility_timeout=10, max_message_size=262_144)
     message = OutgoingMessage(b"body", False, None, (("k", "v"),), "dedup", "group")
     imported = ImportedMessage("msg-0001", b"body", True, (("k", "v"),), 5, "g", "d")
     every: list[calls.Call[Any]] = [
@@ -347,7 +356,7 @@ def front_end_answers() -> list[tuple[int, calls.Call[Any], Any]]:
     refused = SendRefused("MessageTooLarge", "a message body has 9 bytes; the queue allows 8")
     stale = EntryResult("r2", False, "LeaseStale")
     return [
-        (1, calls.GetQueue("q"), (QueueAttributes(), stats)),
+        (1, calls.GetQueue("q"), (QueueAttributes(max_message_size=262_144), stats)),
         (2, calls.Send("q", [], True), [SentMessage("msg-0001", 5), refused]),
         (3, calls.Receive("q", 1, None, None), [received]),
         (4, calls.Ack("q", ["r1", "r2"]), [EntryResult("r1", True), stale]),

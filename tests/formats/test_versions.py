@@ -318,17 +318,21 @@ def _body(frame: bytes) -> bytes:
 
 
 def test_a_front_end_frame_of_another_version_is_refused_by_name() -> None:
+    v = wire.WIRE_VERSION
     request = _body(wire.encode_request(7, calls.Purge("q")))
-    assert request[0] == wire.WIRE_VERSION == 2
+    assert request[0] == v == 3
     assert wire.decode_request(request) == (7, calls.Purge("q"))
-    newer = bytes([3]) + request[1:]
+    newer = bytes([v + 1]) + request[1:]
     with pytest.raises(
-        UnreadableFrame, match=r"wire version 3 \(a newer release's\).*reads version 2"
+        UnreadableFrame, match=rf"wire version {v + 1} \(a newer release's\).*reads version {v}"
     ):
         wire.decode_request(newer)
     answer = _body(wire.encode_answer(7, calls.Purge("q"), 3))
-    with pytest.raises(UnreadableFrame, match=r"wire version 3 \(a newer release's\)"):
-        wire.decode_answer(bytes([3]) + answer[1:])
+    with pytest.raises(UnreadableFrame, match=rf"wire version {v + 1} \(a newer release's\)"):
+        wire.decode_answer(bytes([v + 1]) + answer[1:])
+    # The previous version (queue attributes without retry) is refused by name too.
+    with pytest.raises(UnreadableFrame, match=rf"wire version {v - 1};.*reads version {v}"):
+        wire.decode_request(bytes([v - 1]) + request[1:])
     # Version 1 was pickled tuples: refused as such, never unpickled.
     with pytest.raises(UnreadableFrame, match=r"is a pickle \(wire version 1.*unpickles nothing"):
         wire.decode_request(pickle.dumps((1, "purge", ("q",), {})))
@@ -336,15 +340,17 @@ def test_a_front_end_frame_of_another_version_is_refused_by_name() -> None:
 
 def test_a_front_end_call_of_a_newer_release_names_its_tag() -> None:
     assert {c.__struct_config__.tag for c in typing.get_args(calls.AnyCall)} == calls.CALL_TAGS
-    unknown = bytes([2]) + msgspec.msgpack.encode([1, [max(calls.CALL_TAGS) + 1, "q"]])
+    head = bytes([wire.WIRE_VERSION])
+    unknown = head + msgspec.msgpack.encode([1, [max(calls.CALL_TAGS) + 1, "q"]])
     with pytest.raises(UnreadableFrame, match=r"call tag 34 is unknown.*newer release.*1-33"):
         wire.decode_request(unknown)
 
 
 def test_a_front_end_frame_that_does_not_decode_is_a_named_error() -> None:
-    with pytest.raises(UnreadableFrame, match=r"frame of 3 bytes does not decode.*version 2"):
-        wire.decode_request(b"\x02\xc1x")
-    wrong = bytes([2]) + msgspec.msgpack.encode([1, [9, 5]])  # Purge of a number
+    v = wire.WIRE_VERSION
+    with pytest.raises(UnreadableFrame, match=rf"frame of 3 bytes does not decode.*version {v}"):
+        wire.decode_request(bytes([v]) + b"\xc1x")
+    wrong = bytes([v]) + msgspec.msgpack.encode([1, [9, 5]])  # Purge of a number
     with pytest.raises(UnreadableFrame, match=r"does not decode.*Expected `str`"):
         wire.decode_request(wrong)
     with pytest.raises(UnreadableFrame, match="answer to purge does not decode"):

@@ -134,7 +134,7 @@ class FifoQueueSim(QueueSim):
                 self.last_first[key] = max(last, lm.seq)
             if lm.id in self.acked_ids:
                 self.violation(f"{lm.id} delivered again after its ack was committed")
-            self.leases[lm.id] = (lm.lease_id, now + visibility_ms)
+            self.leases[lm.id] = (lm.lease_id, now + visibility_ms, lm.receive_count)
             if lm.id not in self.sent:
                 self.violation(f"{lm.id} delivered but never sent")
             self.delivered.add(lm.id)

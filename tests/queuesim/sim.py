@@ -7,7 +7,9 @@ Producers append uniquely named messages; consumers lease and acknowledge them. 
 - no confirmed message is lost: after healing, draining every queue delivers each of them;
 - nothing is delivered that was never sent;
 - no redelivery after a committed ack;
-- at most one unexpired lease per message;
+- at most one unexpired lease per message, and none before the retry back-off after an
+  expired one ended (`QueueSim.redelivery_at`; `tests.queuesim.retry` runs queues with a
+  policy);
 - replicas identical: at equal applied index every replica encodes the same state image;
 - no proposal hangs (inherited), one leader per term (inherited);
 - the segment lifecycle: the queues keep released segments for the archive; producers also
@@ -94,7 +96,8 @@ class QueueSim(RuntimeSim):
         self.sent: set[str] = set()
         self.delivered: set[str] = set()
         self.acked_ids: set[str] = set()
-        self.leases: dict[str, tuple[int, int]] = {}  # id -> (lease id, deadline ms)
+        # id -> (lease id, deadline ms, receive count) of its last lease seen
+        self.leases: dict[str, tuple[int, int, int]] = {}
         self.deliveries = 0
         self.archived: set[str] = set()
         self.archive_batches = 0
@@ -149,9 +152,19 @@ class QueueSim(RuntimeSim):
             )
         )
 
+    def attributes(self) -> QueueAttributes:
+        """The attributes every queue of the run is created with."""
+        return QueueAttributes(archive=True)
+
+    def redelivery_at(self, deadline: int, receive_count: int) -> int:
+        """The earliest time a message whose lease (its ``receive_count``-th) expired at
+        ``deadline`` may be leased again."""
+        del receive_count
+        return deadline
+
     async def ensure_queue(self, group: int) -> None:
         while group not in self.created:
-            attrs = QueueAttributes(archive=True)
+            attrs = self.attributes()
             cmd = CreateQueue(f"q{group}", attrs, self.now_ms(), 2048, 3_000)
             res = await self.run(group, cmd)
             if res is not None:
@@ -247,7 +260,12 @@ class QueueSim(RuntimeSim):
             prev = self.leases.get(lm.id)
             if prev is not None and prev[1] > now:
                 self.violation(f"{lm.id} leased again while lease {prev[0]} was unexpired")
-            self.leases[lm.id] = (lm.lease_id, now + visibility_ms)
+            elif prev is not None and self.redelivery_at(prev[1], prev[2]) > now:
+                self.violation(
+                    f"{lm.id} leased again at {now} before its back-off after receive "
+                    f"{prev[2]} ended ({self.redelivery_at(prev[1], prev[2])})"
+                )
+            self.leases[lm.id] = (lm.lease_id, now + visibility_ms, lm.receive_count)
             if lm.id not in self.sent:
                 self.violation(f"{lm.id} delivered but never sent")
             self.delivered.add(lm.id)
@@ -345,6 +363,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nodes", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--fifo", action="store_true", help="FIFO queues (tests.queuesim.fifo)")
+    ap.add_argument(
+        "--retry", action="store_true", help="queues with a retry back-off (tests.queuesim.retry)"
+    )
     args = ap.parse_args(argv)
     logging.disable(logging.CRITICAL)
     cfg = RuntimeSimConfig(nodes=args.nodes, seconds=args.seconds)
@@ -353,6 +374,10 @@ def main(argv: list[str] | None = None) -> int:
         from tests.queuesim.fifo import FifoQueueSim
 
         return report_seeds("fifo", seeds, cfg, FifoQueueSim)
+    if args.retry:
+        from tests.queuesim.retry import RetryQueueSim
+
+        return report_seeds("retry", seeds, cfg, RetryQueueSim)
     return report_seeds("queue", seeds, cfg, QueueSim)
 
 

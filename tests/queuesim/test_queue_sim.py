@@ -7,11 +7,12 @@ from dataclasses import replace
 
 import pytest
 
-from cmq.fsm.commands import Ack, EntryOutcomes, Produce
+from cmq.fsm.commands import Ack, CreateQueue, EntryOutcomes, Produce
 from cmq.fsm.machine import QueueMachine
 from raftlog.runtime.statemachine import StateMachine
 from raftlog.sim.runtime_sim import RuntimeSimConfig, run_runtime_seed
 from tests.queuesim.clock import ClockStepSim, FrozenClockSim
+from tests.queuesim.retry import RetryQueueSim
 from tests.queuesim.sim import QueueSim, run_queue_seed
 
 SEEDS = int(os.environ.get("QUEUE_SIM_SEEDS", "8"))
@@ -98,3 +99,32 @@ def test_one_clock_two_hours_ahead_does_not_freeze_the_queue() -> None:
     assert all(
         any("confirmed messages never delivered" in v for v in r.violations) for r in frozen
     ), [r.violations[:2] for r in frozen]
+
+
+@pytest.mark.slow
+def test_retry_back_off_holds_under_faults() -> None:
+    cfg = RuntimeSimConfig(nodes=3, seconds=12.0)
+    for seed in (11, 12):
+        r = run_runtime_seed(seed, cfg, RetryQueueSim)
+        assert not r.violations, (r.seed, r.violations[:3], r.trace[-15:])
+        assert r.acked > 100
+
+
+class _IgnoresRetryPolicies(QueueMachine):
+    """Planted bug: queues are created without their retry policy (expired leases come back
+    at once)."""
+
+    def execute(self, cmd):  # type: ignore[no-untyped-def]
+        if isinstance(cmd, CreateQueue):
+            cmd = replace(cmd, attributes=replace(cmd.attributes, retry=None))
+        return super().execute(cmd)
+
+
+class _NoBackOffSim(RetryQueueSim):
+    def new_state_machine(self, nid: int, group: int) -> StateMachine:
+        return _IgnoresRetryPolicies(self.stores[(nid, group)], segment_bytes=2048)
+
+
+def test_checker_catches_redelivery_before_the_back_off() -> None:
+    r = run_runtime_seed(11, RuntimeSimConfig(nodes=3, seconds=8.0), _NoBackOffSim)
+    assert any("before its back-off" in v for v in r.violations), r.violations[:3]

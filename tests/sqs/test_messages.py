@@ -101,7 +101,7 @@ def test_refused_sends_store_nothing(sqs: Any, queue: str) -> None:
         ({"MessageBody": ""}, "InvalidParameterValue"),
         ({"MessageBody": "bad \u0001 char"}, "InvalidMessageContents"),
         ({"MessageBody": "x", "DelaySeconds": 901}, "InvalidParameterValue"),
-        ({"MessageBody": "x" * 262_145}, "InvalidParameterValue"),
+        ({"MessageBody": "x" * 1_048_577}, "InvalidParameterValue"),
         (
             {"MessageBody": "x", "MessageAttributes": {"AWS.x": TYPED["text"]}},
             "InvalidParameterValue",
@@ -144,7 +144,7 @@ def test_send_batch_partial_failure(sqs: Any, queue: str) -> None:
         {"Id": "empty", "MessageBody": ""},
         {"Id": "ok_2", "MessageBody": "two", "DelaySeconds": 0},
         {"Id": "bad-attr", "MessageBody": "x", "MessageAttributes": {"Amazon.k": TYPED["text"]}},
-        {"Id": "big", "MessageBody": "y" * 262_145},
+        {"Id": "big", "MessageBody": "y" * 1_048_577},
     ]
     out = sqs.send_message_batch(QueueUrl=queue, Entries=entries)
     assert sorted(s["Id"] for s in out["Successful"]) == ["ok-1", "ok_2"]

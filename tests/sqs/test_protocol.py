@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import xml.etree.ElementTree as ET
+from types import SimpleNamespace
 from typing import Any
 
 import orjson
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 
 from api.sqs import errors, messages, protocol, queues
 from api.sqs.md5 import AttributeValue, md5_of_attributes, md5_of_body
+from cmq.model import QueueAttributes
 from tests.sqs.helpers import ChecksumMismatch, attributes_md5, verify_checksums
 
 NS = "{http://queue.amazonaws.com/doc/2012-11-05/}"
@@ -245,7 +247,9 @@ def test_queue_attribute_parsing() -> None:
         ({"VisibilityTimeout": 5}, errors.InvalidAttributeValue),
         ({"MaximumMessageSize": "1048577"}, errors.InvalidAttributeValue),
         ({"Nope": "1"}, errors.InvalidAttributeName),
-        ({"KmsMasterKeyId": "k"}, errors.InvalidAttributeName),
+        ({"KmsDataKeyReusePeriodSeconds": "86401"}, errors.InvalidAttributeValue),
+        ({"KmsMasterKeyId": "k", "SqsManagedSseEnabled": "true"}, errors.InvalidAttributeValue),
+        ({"Policy": "not json"}, errors.InvalidAttributeValue),
         ({"ContentBasedDeduplication": "true"}, errors.InvalidAttributeName),
         ({"FifoQueue": "true"}, errors.InvalidParameterValue),
         ({"RedrivePolicy": '{"maxReceiveCount":1}'}, errors.InvalidAttributeValue),
@@ -274,6 +278,47 @@ def test_queue_attribute_parsing() -> None:
     ]:
         with pytest.raises(error):
             queues.parse_attributes(bad, SETTINGS, "q.fifo")
+
+
+def test_policy_and_encryption_attributes_go_to_the_metadata() -> None:
+    parsed = queues.parse_attributes(
+        {"Policy": '{"Statement": []}', "KmsMasterKeyId": "alias/k"}, SETTINGS, "q"
+    )
+    assert parsed.cmq == {}
+    assert parsed.meta == {
+        queues.META_POLICY: '{"Statement": []}',
+        queues.META_KMS_KEY: "alias/k",
+        queues.META_SSE: "false",  # a key turns SSE-SQS off
+    }
+    sse = queues.parse_attributes({"SqsManagedSseEnabled": "true", "Policy": ""}, SETTINGS, "q")
+    assert sse.meta == {
+        queues.META_SSE: "true",
+        queues.META_POLICY: None,  # removed
+        queues.META_KMS_KEY: None,  # SSE-SQS removes a key
+        queues.META_KMS_REUSE: None,
+    }
+    shown = queues.render_attributes(
+        {"KmsMasterKeyId", "KmsDataKeyReusePeriodSeconds", "SqsManagedSseEnabled", "Policy"},
+        attributes=QueueAttributes(),
+        stats=SimpleNamespace(visible=0, in_flight=0, delayed=0),
+        meta={queues.META_KMS_KEY: "alias/k"},
+        name="q",
+        settings=SETTINGS,
+    )
+    assert shown == {
+        "KmsMasterKeyId": "alias/k",
+        "KmsDataKeyReusePeriodSeconds": "300",
+        "SqsManagedSseEnabled": "false",
+    }
+
+
+def test_message_attribute_names_resolve_as_in_sqs() -> None:
+    stored = {n: AttributeValue("String", string_value="v") for n in ("a.b", "ab", "A.c", "z")}
+    for everything in (["All"], [".*"], ["*"]):
+        assert messages.select_attributes(stored, everything) == stored
+    assert set(messages.select_attributes(stored, ["a.*", "z"])) == {"a.b", "z"}
+    assert messages.select_attributes(stored, ["a"]) == {}
+    assert messages.select_attributes(stored, None) == {}
 
 
 @pytest.mark.parametrize("name", ["AWS.x", "amazon.y", ".a", "a.", "a..b", "a b", "x" * 257, ""])

@@ -111,7 +111,9 @@ def test_set_attributes_and_tags(sqs: Any) -> None:
         ({"VisibilityTimeout": "43201"}, "InvalidAttributeValue"),
         ({"VisibilityTimeout": "soon"}, "InvalidAttributeValue"),
         ({"Colour": "blue"}, "InvalidAttributeName"),
-        ({"Policy": "{}"}, "InvalidAttributeName"),
+        ({"Policy": "[1]"}, "InvalidAttributeValue"),
+        ({"KmsDataKeyReusePeriodSeconds": "59"}, "InvalidAttributeValue"),
+        ({"SqsManagedSseEnabled": "yes"}, "InvalidAttributeValue"),
         ({"FifoQueue": "true"}, "InvalidParameterValue"),  # a standard queue stays one
         ({"ContentBasedDeduplication": "true"}, "InvalidAttributeName"),
         ({"RedrivePolicy": "not json"}, "InvalidAttributeValue"),
@@ -162,9 +164,12 @@ def test_refused_queue_requests(sqs: Any) -> None:
     assert code_of(e) == "AWS.SimpleQueueService.NonExistentQueue"
     with pytest.raises(ClientError) as e:
         sqs.add_permission(
-            QueueUrl=f"http://h/{ACCOUNT}/q", Label="l", AWSAccountIds=["1"], Actions=["*"]
+            QueueUrl=f"http://h/{ACCOUNT}/no-such-queue-anywhere",
+            Label="l",
+            AWSAccountIds=["111111111111"],
+            Actions=["*"],
         )
-    assert code_of(e) == "AWS.SimpleQueueService.UnsupportedOperation"
+    assert code_of(e) == "AWS.SimpleQueueService.NonExistentQueue"
 
 
 def test_redrive_policy_and_dead_letter_sources(sqs: Any) -> None:

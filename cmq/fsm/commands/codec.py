@@ -45,7 +45,7 @@ from cmq.fsm.commands.definitions import (
 )
 from cmq.fsm.store import decode_tail, record_tail
 from cmq.fsm.wire import Reader, Writer
-from cmq.model import QueueAttributes
+from cmq.model import QueueAttributes, RetryPolicy
 
 __all__ = [
     "CommandType",
@@ -82,7 +82,8 @@ class CommandType(IntEnum):
 
 _COMMAND_TYPES = {t.value: t for t in CommandType}
 
-_ARCHIVE, _FIFO, _CONTENT_DEDUP = 1, 2, 4
+_ARCHIVE, _FIFO, _CONTENT_DEDUP, _RETRY = 1, 2, 4, 8
+_KNOWN_FLAGS = _ARCHIVE | _FIFO | _CONTENT_DEDUP | _RETRY
 """Bits of the attributes' flags byte."""
 
 
@@ -99,17 +100,26 @@ def _write_attributes(w: Writer, a: QueueAttributes) -> None:
         (_ARCHIVE if a.archive else 0)
         | (_FIFO if a.fifo else 0)
         | (_CONTENT_DEDUP if a.content_based_deduplication else 0)
+        | (_RETRY if a.retry is not None else 0)
     )
+    if a.retry is not None:  # flag retry_backoff: a queue without a policy encodes as before
+        w.u32(a.retry.initial_seconds)
+        w.u16(a.retry.multiplier_pct)
+        w.u32(a.retry.max_seconds)
 
 
 def _read_attributes(r: Reader) -> QueueAttributes:
     values = (r.i64(), r.i64(), r.i64(), r.i64(), r.i64(), r.opt_text(), r.i64())
     flags = r.u8()
-    if flags & ~(_ARCHIVE | _FIFO | _CONTENT_DEDUP):
+    if flags & ~_KNOWN_FLAGS:
         raise NewerLayout(
             f"unknown queue attribute flags {flags:#x}: from a newer release than this one, "
-            f"which reads the flags {_ARCHIVE | _FIFO | _CONTENT_DEDUP:#x}"
+            f"which reads the flags {_KNOWN_FLAGS:#x}"
         )
+    retry = None
+    if flags & _RETRY:
+        initial, pct, most = r.u32(), r.u16(), r.u32()
+        retry = RetryPolicy(initial, pct / 100, most)
     return QueueAttributes(
         visibility_timeout=values[0],
         delay_seconds=values[1],
@@ -121,6 +131,7 @@ def _read_attributes(r: Reader) -> QueueAttributes:
         archive=bool(flags & _ARCHIVE),
         fifo=bool(flags & _FIFO),
         content_based_deduplication=bool(flags & _CONTENT_DEDUP),
+        retry=retry,
     )
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from cmq.client import Client, Message
 from cmq.client.stream import StreamClient
-from cmq.errors import InvalidParameter, QueueNotFound
+from cmq.errors import InvalidParameter, MessageTooLarge, QueueNotFound
 from cmq.stream import STREAM_PATH, Failed, Send, decode_answers, encode
 from cmq.stream import Message as WireMessage
 from tests.cmq.client.conftest import FaultyService
@@ -204,3 +204,27 @@ async def test_fifo_groups_over_the_stream(url: str) -> None:
             order += [str(m.body) for m in batch]
             await sub.ack(batch)
         assert order == ["a0", "a1", "a2"]
+
+
+async def test_a_stream_send_is_one_atomic_batch_up_to_one_mebibyte_each(url: str) -> None:
+    mib = 1_048_576
+    async with Client(url) as c:
+        await c.create_queue("atomic")  # the default max_message_size: 1 MiB
+        async with StreamClient(url) as s:
+            # One refused message refuses the whole Send frame: nothing of it is stored.
+            with pytest.raises(MessageTooLarge):
+                await s.send("atomic", ["first", b"\x01" * (mib + 1), "third"])
+            assert (await c.get_queue("atomic")).stats.visible == 0
+            sent = await s.send("atomic", [b"\x02" * mib, "x" * mib, "small"])
+            assert [m.seq for m in sent] == sorted(m.seq for m in sent)
+        got = await c.receive("atomic", 10)
+        assert [(len(m.body), m.body[:1]) for m in got] == [
+            (mib, b"\x02"),
+            (mib, "x"),
+            (5, "s"),
+        ]
+        # The HTTP API takes ten 1 MiB messages in one send, binary (base64) or text.
+        await c.send("atomic", [b"\x03" * mib] * 9 + ["y" * mib])
+        with pytest.raises(MessageTooLarge):
+            await c.send("atomic", ["ok", "z" * (mib + 1)])
+        assert (await c.get_queue("atomic")).stats.visible == 10

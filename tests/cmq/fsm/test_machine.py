@@ -127,6 +127,18 @@ def test_produce_over_the_committed_size_limit_fails_whole_and_changes_nothing()
     assert e.produce(1) == [1]
 
 
+def test_a_new_queue_takes_one_mebibyte_bodies_by_default() -> None:
+    assert QueueAttributes().max_message_size == 1_048_576
+    e = Env()
+    full = NewMessage("full", b"\xff" * 1_048_576, True, (), None, None)
+    over = NewMessage("over", b"\xff" * 1_048_577, True, (), None, None)
+    res = e.run(Produce("q", T0, (msg(0), over)))
+    assert isinstance(res, CommandFailed) and res.code == errors.MessageTooLarge.code
+    assert e.run(Produce("q", T0, (msg(1), full))) == Produced((("id1", 1), ("full", 2)))
+    (got,) = e.m.read("q", [2])
+    assert got.body == full.body and got.binary
+
+
 def test_dedup_window() -> None:
     e = Env()
     r1 = e.run(Produce("q", T0, (msg(1, dedup="d"), msg(2, dedup="d"))))
