@@ -402,10 +402,6 @@ class QueueState:
             return self.visible_at(slot) == at
         return self.is_live(seq)
 
-    def visible_at(self, slot: int) -> int:
-        """When the touched message in ``slot`` becomes visible: its ``VIS`` cell."""
-        return self.touched.get(slot, VIS)
-
     def timer_at(self, seq: int) -> int | None:
         """When the live message ``seq`` becomes visible, if it has a timer (None: ready,
         waiting for the dead-letter queue, or gone). For an untouched message: a scan."""
