@@ -32,6 +32,7 @@ from cmq.model import (
     MAX_WAIT_SECONDS,
     QUEUE_NAME,
 )
+from cmq.stream import RFC3339, deliver_at_ms
 
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 """Largest request body accepted (413 ``RequestTooLarge`` above): a send of ten 1 MiB messages,
@@ -118,6 +119,12 @@ class RetryPolicy(_Request):
     max_seconds: Annotated[int, Meta(ge=1, le=cmq.model.MAX_RETRY_SECONDS)] = 300
 
 
+_MAX_DELAY = (
+    "The longest delay a message may take (delay_seconds or deliver_at), up to 7 days; at "
+    "least delay_seconds. Other than 900 needs the long_delays feature flag."
+)
+
+
 class QueueAttributes(_Response, kw_only=True):
     """A queue's settings, every one of them (see `cmq.model.QueueAttributes`)."""
 
@@ -131,6 +138,9 @@ class QueueAttributes(_Response, kw_only=True):
     archive: Annotated[bool, Meta(description=_ARCHIVE)] = False
     fifo: Annotated[bool, Meta(description=_FIFO)] = False
     content_based_deduplication: Annotated[bool, Meta(description=_CONTENT_DEDUP)] = False
+    max_delay_seconds: Annotated[int, _attribute("max_delay_seconds", _MAX_DELAY)] = (
+        cmq.model.DEFAULT_MAX_DELAY_SECONDS
+    )
     retry: Annotated[RetryPolicy | None, Meta(description=_RETRY)] = None
 
     @classmethod
@@ -155,6 +165,9 @@ class QueueAttributesInput(_Request):
     archive: Annotated[bool, Meta(description=_ARCHIVE)] | UnsetType = UNSET
     fifo: Annotated[bool, Meta(description=_FIFO)] | UnsetType = UNSET
     content_based_deduplication: Annotated[bool, Meta(description=_CONTENT_DEDUP)] | UnsetType = (
+        UNSET
+    )
+    max_delay_seconds: Annotated[int, _attribute("max_delay_seconds", _MAX_DELAY)] | UnsetType = (
         UNSET
     )
     retry: Annotated[RetryPolicy | None, Meta(description=_RETRY)] | UnsetType = UNSET
@@ -255,7 +268,28 @@ class OutgoingMessage(_Request):
         | None
     ) = None
     delay_seconds: (
-        Annotated[DelaySeconds, Meta(description="null: the queue's delay_seconds.")] | None
+        Annotated[
+            int,
+            Meta(
+                ge=0,
+                le=cmq.model.MAX_DELAY_SECONDS,
+                description="null: the queue's delay_seconds. At most the queue's "
+                "max_delay_seconds.",
+            ),
+        ]
+        | None
+    ) = None
+    deliver_at: (
+        Annotated[
+            str,
+            Meta(
+                pattern=RFC3339,
+                description="Deliver no earlier than this time (RFC 3339, with a zone; "
+                "instead of delay_seconds): at most the queue's max_delay_seconds ahead, in "
+                "the past: at once.",
+            ),
+        ]
+        | None
     ) = None
     attributes: MessageAttributes | None = None
     dedup_id: (
@@ -292,6 +326,7 @@ class OutgoingMessage(_Request):
             attributes=() if self.attributes is None else tuple(self.attributes.items()),
             dedup_id=self.dedup_id,
             group_id=self.group_id,
+            deliver_at_ms=None if self.deliver_at is None else deliver_at_ms(self.deliver_at),
         )
 
 

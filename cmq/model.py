@@ -91,7 +91,13 @@ LIMITS: dict[str, tuple[int, int, int]] = {
     "max_message_size": (1024, 1_048_576, 1_048_576),
     "receive_wait_seconds": (0, MAX_WAIT_SECONDS, 0),
     "max_receive_count": (0, 1000, 0),
+    "max_delay_seconds": (0, 604_800, 900),
 }
+
+MAX_DELAY_SECONDS = LIMITS["max_delay_seconds"][1]
+"""A message's delay (``delay_seconds``, ``deliver_at``) is at most its queue's
+``max_delay_seconds``, itself at most 7 days (the SQS surface keeps SQS's 15 minutes)."""
+DEFAULT_MAX_DELAY_SECONDS = LIMITS["max_delay_seconds"][2]
 
 
 MAX_RETRY_SECONDS = 43_200
@@ -196,6 +202,10 @@ class QueueAttributes:
     send is deduplicated for 5 minutes (`DEDUP_WINDOW_MS`)."""
     content_based_deduplication: bool = False
     """FIFO only: a send without a deduplication id uses the SHA-256 of its body instead."""
+    max_delay_seconds: int = 900
+    """The longest delay a message sent to the queue may take (``delay_seconds`` or
+    ``deliver_at``), 0 .. 7 days; at least ``delay_seconds``. Above 900 needs the
+    ``long_delays`` feature flag."""
     retry: RetryPolicy | None = None
     """Retry back-off (`RetryPolicy`): an expired or nacked lease brings its message back only
     after the policy's delay for its receive count. None: at once (an expired lease) or after
@@ -217,6 +227,11 @@ class QueueAttributes:
         attrs = replace(QueueAttributes(), **QueueAttributes.check_changes(data))
         if attrs.max_receive_count and not attrs.dead_letter_queue:
             raise InvalidParameter("max_receive_count needs dead_letter_queue")
+        if attrs.delay_seconds > attrs.max_delay_seconds:
+            raise InvalidParameter(
+                f"delay_seconds ({attrs.delay_seconds}) exceeds max_delay_seconds "
+                f"({attrs.max_delay_seconds})"
+            )
         if attrs.content_based_deduplication and not attrs.fifo:
             raise InvalidParameter("content_based_deduplication is for FIFO queues only")
         dlq = attrs.dead_letter_queue
@@ -276,6 +291,9 @@ class OutgoingMessage:
     dedup_id: str | None = None
     group_id: str | None = None
     """The message group (FIFO queues: required; standard queues: refused)."""
+    deliver_at_ms: int | None = None
+    """Deliver no earlier than this (Unix ms; instead of ``delay_seconds``): the node that takes
+    the send turns it into a delay from its clock (in the past: none)."""
 
 
 def check_send_rules(queue: str, messages: list[OutgoingMessage]) -> None:
@@ -307,9 +325,33 @@ def _rule_refusal(queue: str, m: OutgoingMessage) -> CmqError | None:
             check_fifo_id(m.dedup_id, "dedup_id (MessageDeduplicationId)")
     except InvalidParameter as e:
         return e
-    if fifo and m.delay_seconds is not None:
+    if fifo and (m.delay_seconds is not None or m.deliver_at_ms is not None):
         return InvalidParameter(
             "a FIFO queue takes no per-message delay (DelaySeconds); set the queue's"
+        )
+    if m.delay_seconds is not None and m.deliver_at_ms is not None:
+        return InvalidParameter("give delay_seconds or deliver_at, not both")
+    if m.delay_seconds is not None and not 0 <= m.delay_seconds <= MAX_DELAY_SECONDS:
+        return InvalidParameter(
+            f"delay_seconds must be in [0, {MAX_DELAY_SECONDS}]; got {m.delay_seconds}"
+        )
+    return None
+
+
+def delay_refusal(
+    m: OutgoingMessage, attributes: QueueAttributes, now_ms: int
+) -> InvalidParameter | None:
+    """`InvalidParameter` if ``m``'s delay (``delay_seconds``, or ``deliver_at_ms`` from
+    ``now_ms``) is longer than the queue's ``max_delay_seconds``."""
+    limit = attributes.max_delay_seconds
+    if m.delay_seconds is not None and m.delay_seconds > limit:
+        return InvalidParameter(
+            f"delay_seconds {m.delay_seconds} exceeds the queue's max_delay_seconds ({limit})"
+        )
+    if m.deliver_at_ms is not None and m.deliver_at_ms - now_ms > limit * 1000:
+        return InvalidParameter(
+            f"deliver_at is {(m.deliver_at_ms - now_ms) / 1000:.0f} s away; the queue's "
+            f"max_delay_seconds is {limit}"
         )
     return None
 

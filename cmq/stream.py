@@ -46,6 +46,7 @@ answer the client cannot read ends the connection with that reason given to the 
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Final
 
 import msgspec
@@ -58,12 +59,14 @@ from cmq.model import (
     MAX_ACK_BATCH,
     MAX_ATTRIBUTE_NAME,
     MAX_DEDUP_ID,
+    MAX_DELAY_SECONDS,
     MAX_MESSAGE_ATTRIBUTES,
     MAX_RECEIVE_BATCH,
     MAX_SEND_BATCH,
     OutgoingMessage,
     ReceivedMessage,
 )
+from cmq.rfc3339 import epoch_ms
 
 STREAM_PATH: Final = "/v1/stream"
 """Where a node accepts stream connections (a WebSocket upgrade of a GET)."""
@@ -92,11 +95,15 @@ class Message(Struct, array_like=True, forbid_unknown_fields=True):
 
     body: bytes
     binary: bool = False
-    delay_seconds: Annotated[int, _bounded("delay_seconds")] | None = None
+    delay_seconds: Annotated[int, Meta(ge=0, le=MAX_DELAY_SECONDS)] | None = None
     attributes: _Attributes | None = None
     dedup_id: Annotated[str, Meta(min_length=1, max_length=MAX_DEDUP_ID)] | None = None
     group_id: Annotated[str, Meta(pattern=FIFO_ID.pattern)] | None = None
     """FIFO queues: the message group (required there; refused on standard queues)."""
+    deliver_at: Annotated[str, Meta(max_length=64)] | None = None
+    """Deliver no earlier than this RFC 3339 time (with a zone), instead of a delay: at most
+    the queue's ``max_delay_seconds`` ahead; in the past: at once. Trailing and optional, so
+    frames of clients that predate it decode as before."""
 
     def to_model(self) -> OutgoingMessage:
         return OutgoingMessage(
@@ -106,7 +113,38 @@ class Message(Struct, array_like=True, forbid_unknown_fields=True):
             attributes=() if not self.attributes else tuple(self.attributes.items()),
             dedup_id=self.dedup_id,
             group_id=self.group_id,
+            deliver_at_ms=None if self.deliver_at is None else deliver_at_ms(self.deliver_at),
         )
+
+
+_ZONED = Annotated[datetime, Meta(tz=True)]
+
+
+RFC3339 = r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$"
+"""An RFC 3339 date-time with its zone (what ``deliver_at`` takes on every surface)."""
+
+
+def deliver_at_ms(text: str) -> int:
+    """The ``deliver_at`` of a send (RFC 3339 with a zone) as Unix ms, rounded up;
+    `InvalidParameter` otherwise. Shared by the stream and the HTTP API."""
+    try:
+        return epoch_ms(msgspec.convert(text, _ZONED))
+    except msgspec.ValidationError:
+        raise InvalidParameter(
+            f"deliver_at must be an RFC 3339 time with a zone; got {text!r}"
+        ) from None
+
+
+class PlainMessage(Struct, array_like=True, forbid_unknown_fields=True):
+    """A `Message` without ``deliver_at``, as clients send it: the six fields every server
+    reads (a server that predates ``deliver_at`` refuses a seven-element message)."""
+
+    body: bytes
+    binary: bool = False
+    delay_seconds: int | None = None
+    attributes: dict[str, str] | None = None
+    dedup_id: str | None = None
+    group_id: str | None = None
 
 
 class Send(Struct, tag=1, array_like=True, forbid_unknown_fields=True):

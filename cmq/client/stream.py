@@ -28,7 +28,7 @@ import asyncio
 import itertools
 import logging
 from collections.abc import AsyncIterator, Sequence
-from typing import Final
+from typing import Final, cast
 
 import aiohttp
 
@@ -47,6 +47,7 @@ from cmq.stream import (
     Deliver,
     Failed,
     Nack,
+    PlainMessage,
     Request,
     Results,
     Send,
@@ -74,7 +75,12 @@ def _wire(m: Outgoing, trace: dict[str, str]) -> WireMessage:
     traced = tracing.with_trace(m.attributes, trace)
     attrs = dict(traced) if traced else None
     body, binary = (m.body, True) if isinstance(m.body, bytes) else (m.body.encode(), False)
-    return WireMessage(body, binary, m.delay_seconds, attrs, m.dedup_id, m.group_id)
+    if m.deliver_at is None:
+        # msgspec frames by the runtime type: the six fields every server release reads.
+        plain = PlainMessage(body, binary, m.delay_seconds, attrs, m.dedup_id, m.group_id)
+        return cast("WireMessage", plain)
+    at = m.deliver_at.isoformat()
+    return WireMessage(body, binary, m.delay_seconds, attrs, m.dedup_id, m.group_id, at)
 
 
 def _body(body: bytes, binary: bool) -> str | bytes:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from cmq.client.tracing import extract, with_trace
@@ -41,6 +42,9 @@ class Message:
     attributes: Mapping[str, str] | None = None
     dedup_id: str | None = None
     group_id: str | None = None
+    deliver_at: datetime | None = None
+    """Deliver no earlier than this (timezone-aware; instead of ``delay_seconds``), at most the
+    queue's ``max_delay_seconds`` ahead."""
 
 
 Outgoing = str | bytes | Message
@@ -117,6 +121,8 @@ def message_json(m: Outgoing, trace: Mapping[str, str] | None = None) -> Json:
         out = {"body_base64": base64.b64encode(m.body).decode("ascii")}
     if m.delay_seconds is not None:
         out["delay_seconds"] = m.delay_seconds
+    if m.deliver_at is not None:
+        out["deliver_at"] = m.deliver_at.isoformat()
     attributes = with_trace(m.attributes, trace) if trace else m.attributes
     if attributes:
         out["attributes"] = dict(attributes)

@@ -54,9 +54,16 @@ def produce(q: QueueState, cmd: Produce, w: SegmentWriter, fx: Effects) -> Produ
     """Append ``cmd``'s messages in order (a deduplicated one answers with the original's id
     and seq), sealing the active segment at the queue's limits."""
     limit = q.attributes.max_message_size
+    max_delay = q.attributes.max_delay_seconds * 1000
     for m in cmd.messages:
         # Any node builds produce commands from its own replica's view of the attributes;
         # the committed attributes decide.
+        if m.delay_ms is not None and m.delay_ms > max_delay and cmd.expect_sent is None:
+            return CommandFailed(
+                errors.InvalidParameter.code,
+                f"a message's delay is {m.delay_ms // 1000} s; the queue's max_delay_seconds "
+                f"is {q.attributes.max_delay_seconds}",
+            )
         if len(m.body) > limit:
             return CommandFailed(
                 errors.MessageTooLarge.code,

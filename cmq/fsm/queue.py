@@ -17,7 +17,7 @@ from pyroaring import BitMap, BitMap64
 from cmq import errors
 from cmq.fsm.commands.codec import write_attributes
 from cmq.fsm.fifo_state import FifoState
-from cmq.fsm.timers import TimerIndex
+from cmq.fsm.timers import COMPACT_SLACK, TimerIndex
 from cmq.fsm.wire import Writer
 from cmq.model import OUTCOMES, QueueAttributes, QueueStats, RetryPolicy, SegmentCounts
 
@@ -387,8 +387,11 @@ class QueueState:
             self.ready.add(seq)
             return
         self.ready.discard(seq)
-        self.timers.add(seq, at)
-        self.timers.maybe_compact(self.timer_valid)
+        timers = self.timers
+        timers.add(seq, at)
+        # A live message has at most one standing entry: past twice that, most are superseded.
+        if timers.size > 2 * self.live + COMPACT_SLACK:
+            timers.compact(self.timer_valid)
 
     def timer_valid(self, seq: int, at: int) -> bool:
         """Whether the timer entry (``at``, ``seq``) stands. A live message that is neither
@@ -690,8 +693,14 @@ class QueueState:
             rel = BitMap64(array("Q", live.to_array()))
             self.ready |= rel.shift(lo) if lo else rel
             return
+        # Straight into the index: nothing is superseded yet, so no compaction.
+        clock, add, ready = self.clock, self.timers.add, self.ready
         for r in live:
-            self.schedule(lo + r, visible_at[r])
+            at = visible_at[r]
+            if at > clock:
+                add(lo + r, at)
+            else:
+                ready.add(lo + r)
 
     def rebuild_touched(self) -> None:
         t = self.touched

@@ -25,12 +25,12 @@ from collections.abc import Callable, Iterator
 BUCKET_SHIFT = 16
 """A bucket holds the entries whose time >> BUCKET_SHIFT is its key (2**16 ms = 65.536 s)."""
 COMPACT_SLACK = 1024
-"""Entries allowed beyond twice the count left by the last compaction before the next one."""
+"""Entries allowed beyond twice the bound on standing ones before a compaction (`compact`)."""
 
 Valid = Callable[[int, int], bool]
 """``valid(seq, at)``: whether the entry (at, seq) still stands."""
 
-__all__ = ["BUCKET_SHIFT", "TimerIndex", "Valid"]
+__all__ = ["BUCKET_SHIFT", "COMPACT_SLACK", "TimerIndex", "Valid"]
 
 
 class TimerIndex:
@@ -41,7 +41,7 @@ class TimerIndex:
     the least standing time. Both depend only on the entries added and ``valid``, never on how
     they are bucketed, so the index changes nothing observable."""
 
-    __slots__ = ("buckets", "compact_at", "keys", "near", "opened", "size")
+    __slots__ = ("buckets", "keys", "near", "opened", "size")
 
     def __init__(self) -> None:
         self.buckets: dict[int, array[int]] = {}
@@ -53,7 +53,6 @@ class TimerIndex:
         """Every bucket with a key up to this one is opened (its entries are in ``near``)."""
         self.size = 0
         """Entries held, standing or superseded."""
-        self.compact_at = COMPACT_SLACK
 
     def __len__(self) -> int:
         return self.size
@@ -76,7 +75,6 @@ class TimerIndex:
         self.keys.clear()
         self.near.clear()
         self.size = 0
-        self.compact_at = COMPACT_SLACK
 
     def _open_first(self) -> None:
         key = heapq.heappop(self.keys)
@@ -137,15 +135,14 @@ class TimerIndex:
                     out[seq] = bucket[i - 1]
         return out
 
-    def maybe_compact(self, valid: Valid) -> None:
-        """Drop the superseded entries once they may outnumber the standing ones (amortised
-        O(1) per `add`)."""
-        if self.size <= self.compact_at:
-            return
-        keep = [(seq, at) for seq, at in self.entries() if valid(seq, at)]
+    def compact(self, valid: Valid) -> None:
+        """Drop the superseded entries and repeats: one entry per seq is left (a seq's
+        standing time is unique). The caller calls it once more than half the entries must be
+        superseded (more entries than twice a bound on the seqs with one, plus
+        `COMPACT_SLACK`): amortised O(1) per `add`."""
+        keep = {seq: at for seq, at in self.entries() if valid(seq, at)}
         opened = self.opened
         self.clear()
         self.opened = opened
-        for seq, at in keep:
+        for seq, at in keep.items():
             self.add(seq, at)
-        self.compact_at = 2 * self.size + COMPACT_SLACK

@@ -41,6 +41,7 @@ from cmq.errors import (
 from cmq.fsm.machine import QueueMachine
 from cmq.logs import LOG_SCOPE
 from cmq.model import (
+    DEFAULT_MAX_DELAY_SECONDS,
     DEFAULT_SEGMENT_AGE_SECONDS,
     DEFAULT_SEGMENT_BYTES,
     MAX_PEEK,
@@ -62,6 +63,7 @@ from cmq.model import (
     check_fifo_id,
     check_queue_name,
     check_send_rules,
+    delay_refusal,
     is_fifo_name,
     send_refusal,
     size_refusal,
@@ -459,6 +461,8 @@ class QueueNode:
         attributes = QueueAttributes.from_dict(attributes.to_dict())  # ranges, cross-field rules
         if attributes.retry is not None:
             self._require(features.RETRY_BACKOFF, "retry policies")
+        if attributes.max_delay_seconds != DEFAULT_MAX_DELAY_SECONDS:
+            self._require(features.LONG_DELAYS, "a max_delay_seconds other than 900")
         if not self.catalog.initialized:
             raise Unavailable("the cluster is not initialized yet; retry")
         group = await self.router.run(AssignQueueCall(META_GROUP, name))
@@ -489,6 +493,8 @@ class QueueNode:
         checked = QueueAttributes.check_changes(changes)  # before anything is sent anywhere
         if checked.get("retry") is not None:
             self._require(features.RETRY_BACKOFF, "retry policies")
+        if checked.get("max_delay_seconds", DEFAULT_MAX_DELAY_SECONDS) != DEFAULT_MAX_DELAY_SECONDS:
+            self._require(features.LONG_DELAYS, "a max_delay_seconds other than 900")
         if "fifo" in changes and changes["fifo"] != is_fifo_name(name):
             raise InvalidParameter("fifo is fixed at creation")
         call = SetAttributesCall(self.router.group_of(name), name, tuple(changes.items()))
@@ -550,15 +556,19 @@ class QueueNode:
         if per_entry:
             if attrs is None:  # no replica here (or not applied yet): the leader's
                 attrs, _ = await self.get_queue(name)
-            refusals = [send_refusal(name, m, attrs) for m in messages]
+            now = self.clock_source.wall_ms()
+            refusals = [
+                send_refusal(name, m, attrs) or delay_refusal(m, attrs, now) for m in messages
+            ]
             fits = [m for m, refusal in zip(messages, refusals, strict=True) if refusal is None]
             sent = iter(await self._send(group, name, fits) if fits else [])
             return [next(sent) if r is None else SendRefused.of(r) for r in refusals]
         check_send_rules(name, messages)
         if attrs is not None:  # fail early; apply decides with the committed attributes
+            now = self.clock_source.wall_ms()
             for m in messages:
-                if (too_large := size_refusal(m, attrs)) is not None:
-                    raise too_large
+                if (refused := size_refusal(m, attrs) or delay_refusal(m, attrs, now)) is not None:
+                    raise refused
         return await self._send(group, name, messages)
 
     async def _send(

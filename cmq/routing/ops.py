@@ -134,22 +134,31 @@ class ProduceBuilder:
 
     def build(self, group: int, name: str, messages: list[OutgoingMessage]) -> ProduceCall:
         """A `ProduceCall` for one attempt of a send (a retried attempt gets fresh ids)."""
+        now = self._clock.wall_ms()
         new = tuple(
             NewMessage(
                 id=self.next_id(),
                 body=m.body,
                 binary=m.binary,
                 attributes=m.attributes,
-                delay_ms=None if m.delay_seconds is None else m.delay_seconds * 1000,
+                delay_ms=_delay_ms(m, now),
                 dedup_id=m.dedup_id,
                 group_id=m.group_id,
             )
             for m in messages
         )
-        command = encode_command(Produce(name, self._clock.wall_ms(), new))
+        command = encode_command(Produce(name, now, new))
         # A FIFO queue deduplicates every send (by id or content): a resend is always safe.
         dedup_only = is_fifo_name(name) or all(m.dedup_id is not None for m in messages)
         return ProduceCall(group, command, dedup_only)
+
+
+def _delay_ms(m: OutgoingMessage, now_ms: int) -> int | None:
+    """A message's delay in ms (None: the queue's): a ``deliver_at_ms`` counts from
+    ``now_ms`` (the proposing node's clock; in the past: no delay)."""
+    if m.deliver_at_ms is not None:
+        return max(0, m.deliver_at_ms - now_ms)
+    return None if m.delay_seconds is None else m.delay_seconds * 1000
 
 
 def _refused(refused: tuple[tuple[int, str, str], ...]) -> tuple[Refused, ...]:

@@ -41,6 +41,7 @@ MESSAGE_IMPORT = "message_import"
 SELF_REPAIR = "self_repair"
 SEGMENT_INDEX = "segment_index"
 RETRY_BACKOFF = "retry_backoff"
+LONG_DELAYS = "long_delays"
 
 FEATURES: tuple[Feature, ...] = (
     Feature(
@@ -72,6 +73,12 @@ FEATURES: tuple[Feature, ...] = (
         "0.3.0",
         "queues may have a retry back-off policy (the queue attribute retry): the attribute "
         "encoding's flag 0x08 and its fields, and touched-message slots flagged backing-off",
+    ),
+    Feature(
+        LONG_DELAYS,
+        "0.3.0",
+        "queues may set max_delay_seconds above 900 (up to 7 days): the attribute encoding's "
+        "flag 0x10 and its u32 field",
     ),
 )
 """Every flag this release supports, oldest first."""

@@ -74,7 +74,7 @@ async def test_body_just_under_the_cap_is_read(client: Client, service: Recordin
 
 
 async def test_error_messages_name_the_field(client: Client) -> None:
-    body = {"messages": [{"body": "a"}, {"body": "b", "delay_seconds": 901}]}
+    body = {"messages": [{"body": "a"}, {"body": "b", "delay_seconds": 604_801}]}
     resp = await client.post(M, json=body)
     assert "messages[1].delay_seconds" in (await resp.json())["error"]["message"]
     resp = await client.post(f"{M}/receive", json={"visbility_timeout": 5})

@@ -130,8 +130,8 @@ def test_empty_and_whitespace_bodies_mean_absent() -> None:
         ),
         (
             models.SendRequest,
-            {"messages": [{"body": "a", "delay_seconds": 901}]},
-            "messages[0].delay_seconds must be in [0, 900]; got 901",
+            {"messages": [{"body": "a", "delay_seconds": 604_801}]},
+            "messages[0].delay_seconds must be in [0, 604800]; got 604801",
         ),
         (
             models.SendRequest,

@@ -78,6 +78,7 @@ async def test_get_renders_attributes_and_stats(client: Client, service: Recordi
             "archive": False,
             "fifo": False,
             "content_based_deduplication": False,
+            "max_delay_seconds": 900,
             "retry": None,
         },
         "stats": {

@@ -124,9 +124,15 @@ async def test_flags_are_enabled_only_when_every_node_supports_them(
             await node.create_queue("retried", policy)
         with pytest.raises(FeatureNotEnabled, match="retry_backoff"):
             await node.set_attributes("imports", {"retry": {"initial_seconds": 1}})
+        long = QueueAttributes(max_delay_seconds=7 * 86_400)
+        with pytest.raises(FeatureNotEnabled, match="long_delays"):
+            await node.create_queue("later", long)
+        with pytest.raises(FeatureNotEnabled, match="long_delays"):
+            await node.set_attributes("imports", {"max_delay_seconds": 3600})
         assert "retried" not in await node.list_queues()
+        assert "later" not in await node.list_queues()
         attrs, _ = await node.get_queue("imports")
-        assert attrs.retry is None
+        assert attrs.retry is None and attrs.max_delay_seconds == 900
 
         rows = {r["name"]: r for r in await node.list_features()}
         assert set(rows) == features.KNOWN
@@ -170,6 +176,27 @@ async def test_flags_are_enabled_only_when_every_node_supports_them(
         sent = await node.import_messages("imports", one, 0)
         assert [m.id for m in sent] == ["m1"]
         await _retry_backs_off(node, policy)
+        await _long_delays(node, long)
+
+
+async def _long_delays(node: QueueNode, attrs: QueueAttributes) -> None:
+    """With ``long_delays`` enabled: a queue takes delays up to its max_delay_seconds (one
+    beyond is refused by name), and deliver_at (a past one: at once)."""
+    assert await node.create_queue("later", attrs)
+    got, _ = await node.get_queue("later")
+    assert got.max_delay_seconds == 7 * 86_400
+    now = node.clock_source.wall_ms()
+    await node.send("later", [OutgoingMessage(b"week", delay_seconds=6 * 86_400)])
+    await node.send("later", [OutgoingMessage(b"past", deliver_at_ms=now - 60_000)])
+    await node.send("later", [OutgoingMessage(b"day", deliver_at_ms=now + 86_400_000)])
+    with pytest.raises(InvalidParameter, match="max_delay_seconds"):
+        await node.send("later", [OutgoingMessage(b"x", deliver_at_ms=now + 8 * 86_400_000)])
+    with pytest.raises(InvalidParameter, match="max_delay_seconds"):
+        await node.send("imports", [OutgoingMessage(b"x", delay_seconds=901)])
+    got_now = await node.receive("later", 10, None, 0)
+    assert [m.body for m in got_now] == [b"past"]
+    stats = (await node.get_queue("later"))[1]
+    assert stats.delayed == 2
 
 
 async def _retry_backs_off(node: QueueNode, attrs: QueueAttributes) -> None:

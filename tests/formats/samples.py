@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -160,6 +160,8 @@ ATTRS = QueueAttributes(
 FIFO_ATTRS = QueueAttributes(
     fifo=True, content_based_deduplication=True, archive=True, max_message_size=262_144
 )
+LONG_DELAY_ATTRS = QueueAttributes(delay_seconds=60, max_delay_seconds=604_800)
+"""Attributes with a long max delay (flag ``long_delays``: attribute flag 0x10 and its u32)."""
 RETRY_ATTRS = QueueAttributes(retry=RetryPolicy(2, 1.5, 600), max_message_size=262_144)
 """Attributes with a retry policy (flag ``retry_backoff``: attribute flag 0x08 and its fields)."""
 
@@ -178,6 +180,7 @@ def queue_commands() -> dict[str, qc.Command]:
         "delete_queue": qc.DeleteQueue("q"),
         "set_attributes": qc.SetAttributes("q", ATTRS),
         "set_attributes_retry": qc.SetAttributes("q", RETRY_ATTRS),
+        "set_attributes_long_delays": qc.SetAttributes("q", LONG_DELAY_ATTRS),
         "purge": qc.Purge("q", T0),
         "produce_records": qc.Produce("q", T0, (_new(1), _new(2))),
         "produce_records_options": qc.Produce("f.fifo", T0, (fifo_msg,)),
@@ -276,9 +279,13 @@ def _catalog_image(formed: bool) -> bytes:
 
 
 def stream_requests() -> list[stream.Request]:
-    msg = stream.Message(b"body", False, 2, {"k": "v"}, "dedup", "group")
+    msg = stream.PlainMessage(b"body", False, 2, {"k": "v"}, "dedup", "group")
+    plain = stream.PlainMessage(b"\x00", True)
+    at = stream.Message(b"later", deliver_at="2026-11-26T10:00:00Z")
     return [
-        stream.Send(1, "q", [msg, stream.Message(b"\x00", True)]),
+        # As clients frame them: six fields without deliver_at, seven with it.
+        stream.Send(1, "q", cast("list[stream.Message]", [msg, plain])),
+        stream.Send(7, "q", [at]),
         stream.Subscribe(2, "q", 10, 30, 8),
         stream.Credit(2, 5),
         stream.Unsubscribe(2),

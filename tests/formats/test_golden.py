@@ -146,8 +146,22 @@ def test_golden_catalog_image_segments_and_images_restore() -> None:
 
 def test_golden_receipt_and_stream_frames_decode() -> None:
     assert ReceiptSigner(RECEIPT_KEY).verify("q", _golden("receipt").decode()) == (5, 9)
-    assert stream.decode_requests(_golden("stream.requests")) == stream_requests()
+    assert stream.decode_requests(_golden("stream.requests")) == [
+        _as_read(r) for r in stream_requests()
+    ]
     assert stream.decode_answers(_golden("stream.answers")) == stream_answers()
+
+
+def _as_read(request: stream.Request) -> stream.Request:
+    """``request`` as the server decodes it: a client's `stream.PlainMessage` is read as a
+    `stream.Message` without ``deliver_at``."""
+    if not isinstance(request, stream.Send):
+        return request
+    messages = [
+        stream.Message(*msgspec.structs.astuple(m)) if isinstance(m, stream.PlainMessage) else m
+        for m in request.messages
+    ]
+    return stream.Send(request.id, request.queue, messages)
 
 
 def _frames(data: bytes) -> list[bytes]:

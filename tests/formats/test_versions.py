@@ -320,7 +320,7 @@ def _body(frame: bytes) -> bytes:
 def test_a_front_end_frame_of_another_version_is_refused_by_name() -> None:
     v = wire.WIRE_VERSION
     request = _body(wire.encode_request(7, calls.Purge("q")))
-    assert request[0] == v == 3
+    assert request[0] == v == 4
     assert wire.decode_request(request) == (7, calls.Purge("q"))
     newer = bytes([v + 1]) + request[1:]
     with pytest.raises(

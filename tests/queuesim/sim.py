@@ -366,6 +366,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--retry", action="store_true", help="queues with a retry back-off (tests.queuesim.retry)"
     )
+    ap.add_argument(
+        "--schedule",
+        action="store_true",
+        help="delayed messages, none delivered early (tests.queuesim.schedule)",
+    )
     args = ap.parse_args(argv)
     logging.disable(logging.CRITICAL)
     cfg = RuntimeSimConfig(nodes=args.nodes, seconds=args.seconds)
@@ -374,6 +379,10 @@ def main(argv: list[str] | None = None) -> int:
         from tests.queuesim.fifo import FifoQueueSim
 
         return report_seeds("fifo", seeds, cfg, FifoQueueSim)
+    if args.schedule:
+        from tests.queuesim.schedule import ScheduleQueueSim
+
+        return report_seeds("schedule", seeds, cfg, ScheduleQueueSim)
     if args.retry:
         from tests.queuesim.retry import RetryQueueSim
 

@@ -13,6 +13,7 @@ from raftlog.runtime.statemachine import StateMachine
 from raftlog.sim.runtime_sim import RuntimeSimConfig, run_runtime_seed
 from tests.queuesim.clock import ClockStepSim, FrozenClockSim
 from tests.queuesim.retry import RetryQueueSim
+from tests.queuesim.schedule import ScheduleQueueSim
 from tests.queuesim.sim import QueueSim, run_queue_seed
 
 SEEDS = int(os.environ.get("QUEUE_SIM_SEEDS", "8"))
@@ -128,3 +129,29 @@ class _NoBackOffSim(RetryQueueSim):
 def test_checker_catches_redelivery_before_the_back_off() -> None:
     r = run_runtime_seed(11, RuntimeSimConfig(nodes=3, seconds=8.0), _NoBackOffSim)
     assert any("before its back-off" in v for v in r.violations), r.violations[:3]
+
+
+def test_scheduled_messages_are_never_delivered_early_under_faults() -> None:
+    r = run_runtime_seed(21, RuntimeSimConfig(nodes=3, seconds=8.0), ScheduleQueueSim)
+    assert not r.violations, (r.seed, r.violations[:3], r.trace[-15:])
+    assert r.acked > 100
+
+
+class _IgnoresDelays(QueueMachine):
+    """Planted bug: a send's messages are stored without their delays (visible at once)."""
+
+    def execute(self, cmd):  # type: ignore[no-untyped-def]
+        if isinstance(cmd, Produce):
+            messages = tuple(replace(m, delay_ms=None) for m in cmd.messages)
+            cmd = replace(cmd, messages=messages, tails=None)
+        return super().execute(cmd)
+
+
+class _EarlySim(ScheduleQueueSim):
+    def new_state_machine(self, nid: int, group: int) -> StateMachine:
+        return _IgnoresDelays(self.stores[(nid, group)], segment_bytes=2048)
+
+
+def test_checker_catches_a_delivery_before_the_delay() -> None:
+    r = run_runtime_seed(21, RuntimeSimConfig(nodes=3, seconds=6.0), _EarlySim)
+    assert any("before its delay ran out" in v for v in r.violations), r.violations[:3]

@@ -45,7 +45,7 @@ from cmq.fsm.commands.definitions import (
 )
 from cmq.fsm.store import decode_tail, record_tail
 from cmq.fsm.wire import Reader, Writer
-from cmq.model import QueueAttributes, RetryPolicy
+from cmq.model import DEFAULT_MAX_DELAY_SECONDS, QueueAttributes, RetryPolicy
 
 __all__ = [
     "CommandType",
@@ -82,8 +82,8 @@ class CommandType(IntEnum):
 
 _COMMAND_TYPES = {t.value: t for t in CommandType}
 
-_ARCHIVE, _FIFO, _CONTENT_DEDUP, _RETRY = 1, 2, 4, 8
-_KNOWN_FLAGS = _ARCHIVE | _FIFO | _CONTENT_DEDUP | _RETRY
+_ARCHIVE, _FIFO, _CONTENT_DEDUP, _RETRY, _MAX_DELAY = 1, 2, 4, 8, 16
+_KNOWN_FLAGS = _ARCHIVE | _FIFO | _CONTENT_DEDUP | _RETRY | _MAX_DELAY
 """Bits of the attributes' flags byte."""
 
 
@@ -101,11 +101,14 @@ def _write_attributes(w: Writer, a: QueueAttributes) -> None:
         | (_FIFO if a.fifo else 0)
         | (_CONTENT_DEDUP if a.content_based_deduplication else 0)
         | (_RETRY if a.retry is not None else 0)
+        | (_MAX_DELAY if a.max_delay_seconds != DEFAULT_MAX_DELAY_SECONDS else 0)
     )
     if a.retry is not None:  # flag retry_backoff: a queue without a policy encodes as before
         w.u32(a.retry.initial_seconds)
         w.u16(a.retry.multiplier_pct)
         w.u32(a.retry.max_seconds)
+    if a.max_delay_seconds != DEFAULT_MAX_DELAY_SECONDS:  # flag long_delays
+        w.u32(a.max_delay_seconds)
 
 
 def _read_attributes(r: Reader) -> QueueAttributes:
@@ -120,6 +123,7 @@ def _read_attributes(r: Reader) -> QueueAttributes:
     if flags & _RETRY:
         initial, pct, most = r.u32(), r.u16(), r.u32()
         retry = RetryPolicy(initial, pct / 100, most)
+    max_delay = r.u32() if flags & _MAX_DELAY else DEFAULT_MAX_DELAY_SECONDS
     return QueueAttributes(
         visibility_timeout=values[0],
         delay_seconds=values[1],
@@ -132,6 +136,7 @@ def _read_attributes(r: Reader) -> QueueAttributes:
         fifo=bool(flags & _FIFO),
         content_based_deduplication=bool(flags & _CONTENT_DEDUP),
         retry=retry,
+        max_delay_seconds=max_delay,
     )
 
 

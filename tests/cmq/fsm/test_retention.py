@@ -20,11 +20,14 @@ from cmq.model import QueueAttributes
 T0 = 1_700_000_000_000
 HOUR = 3_600_000
 RETENTION_S = 3600
+WEEK_S = 604_800
 
 
 def machine() -> QueueMachine:
     m = QueueMachine(MemorySegmentStore(indexes=True))
-    attrs = QueueAttributes(message_retention_seconds=RETENTION_S, visibility_timeout=30)
+    attrs = QueueAttributes(
+        message_retention_seconds=RETENTION_S, visibility_timeout=30, max_delay_seconds=WEEK_S
+    )
     m.execute(CreateQueue("q", attrs, T0))
     return m
 
@@ -70,7 +73,9 @@ def test_a_delayed_message_copied_forward_keeps_its_retention_start() -> None:
     """`Tidy` copies the last live message of a sparse segment forward: the copy keeps the
     original's first visibility, through a restore too."""
     m = QueueMachine(MemorySegmentStore(indexes=True), segment_bytes=1_000_000, segment_age_ms=1000)
-    attrs = QueueAttributes(message_retention_seconds=RETENTION_S, visibility_timeout=30)
+    attrs = QueueAttributes(
+        message_retention_seconds=RETENTION_S, visibility_timeout=30, max_delay_seconds=WEEK_S
+    )
     m.execute(CreateQueue("q", attrs, T0))
     send(m, T0, 3 * HOUR, *([0] * 99))  # seq 1 delayed 3 h
     got = m.execute(Lease("q", T0 + 1, 99, 30))

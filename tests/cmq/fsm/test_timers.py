@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cmq.fsm import CreateQueue, Lease, MemorySegmentStore, NewMessage, Produce, QueueMachine
-from cmq.fsm.commands import Leased, Nack
+from cmq.fsm.commands import CommandFailed, Leased, Nack
 from cmq.fsm.timers import BUCKET_SHIFT, TimerIndex
 from cmq.model import QueueAttributes
 
@@ -48,7 +48,8 @@ def test_the_index_fires_as_a_dict_of_current_times(history: list[tuple[str, int
                 continue
             current[seq] = at
             index.add(seq, at)
-            index.maybe_compact(valid)
+            if len(index) > 2 * len(current) + 8:
+                index.compact(valid)
         elif op == "drop":
             current.pop(seq, None)
         elif op == "tick":
@@ -75,8 +76,9 @@ def test_superseded_entries_are_compacted() -> None:
     for i in range(100_000):
         current[i % 10] = 10_000_000 + i
         index.add(i % 10, 10_000_000 + i)
-        index.maybe_compact(valid)
-    assert len(index) < 3000
+        if len(index) > 2 * len(current) + 1024:
+            index.compact(valid)
+    assert len(index) <= 1044
     assert index.earliest(valid) == min(current.values())
 
 
@@ -94,7 +96,9 @@ def test_long_delays_are_delivered_exactly_on_time() -> None:
     after a restore."""
     rng = random.Random(7)
     m = QueueMachine(MemorySegmentStore(indexes=True))
-    m.execute(CreateQueue("q", QueueAttributes(visibility_timeout=30), T0))
+    m.execute(
+        CreateQueue("q", QueueAttributes(visibility_timeout=30, max_delay_seconds=604_800), T0)
+    )
     due_at: dict[int, int] = {}
     now = T0
     for b in range(20):
@@ -124,3 +128,15 @@ def test_long_delays_are_delivered_exactly_on_time() -> None:
                 due_at[lm.seq] = now + delay
             else:
                 due_at[lm.seq] = now + 30_000  # its lease runs out
+
+
+def test_a_delay_beyond_the_queues_max_delay_is_refused_whole() -> None:
+    m = QueueMachine(MemorySegmentStore())
+    m.execute(CreateQueue("q", QueueAttributes(max_delay_seconds=3600), T0))
+    ok = NewMessage("a", b"x", False, (), 3_600_000, None)
+    late = NewMessage("b", b"x", False, (), 3_600_001, None)
+    refused = m.execute(Produce("q", T0, (ok, late)))
+    assert isinstance(refused, CommandFailed) and "max_delay_seconds" in refused.message
+    stats = m.stats("q", T0)
+    assert stats is not None and stats.sent_total == 0
+    assert not isinstance(m.execute(Produce("q", T0, (ok,))), CommandFailed)
