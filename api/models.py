@@ -291,6 +291,19 @@ class OutgoingMessage(_Request):
         ]
         | None
     ) = None
+    ttl_seconds: (
+        Annotated[
+            int,
+            Meta(
+                ge=1,
+                le=LIMITS["message_retention_seconds"][1],
+                description="Time to live: never delivered once this long has passed since the "
+                "send (it then counts as expired); at most the queue's "
+                "message_retention_seconds. Needs the message_ttl feature flag.",
+            ),
+        ]
+        | None
+    ) = None
     attributes: MessageAttributes | None = None
     dedup_id: (
         Annotated[
@@ -327,6 +340,7 @@ class OutgoingMessage(_Request):
             dedup_id=self.dedup_id,
             group_id=self.group_id,
             deliver_at_ms=None if self.deliver_at is None else deliver_at_ms(self.deliver_at),
+            ttl_seconds=self.ttl_seconds,
         )
 
 

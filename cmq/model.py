@@ -294,6 +294,9 @@ class OutgoingMessage:
     deliver_at_ms: int | None = None
     """Deliver no earlier than this (Unix ms; instead of ``delay_seconds``): the node that takes
     the send turns it into a delay from its clock (in the past: none)."""
+    ttl_seconds: int | None = None
+    """Time to live (1 .. the queue's retention): never delivered once this long has passed
+    since the send (decided by the queue's state machine); it then counts as expired."""
 
 
 def check_send_rules(queue: str, messages: list[OutgoingMessage]) -> None:
@@ -342,7 +345,14 @@ def delay_refusal(
     m: OutgoingMessage, attributes: QueueAttributes, now_ms: int
 ) -> InvalidParameter | None:
     """`InvalidParameter` if ``m``'s delay (``delay_seconds``, or ``deliver_at_ms`` from
-    ``now_ms``) is longer than the queue's ``max_delay_seconds``."""
+    ``now_ms``) is longer than the queue's ``max_delay_seconds``, or its ``ttl_seconds`` is
+    outside 1 .. the queue's retention."""
+    retention = attributes.message_retention_seconds
+    if m.ttl_seconds is not None and not 1 <= m.ttl_seconds <= retention:
+        return InvalidParameter(
+            f"ttl_seconds must be in [1, the queue's message_retention_seconds ({retention})]; "
+            f"got {m.ttl_seconds}"
+        )
     limit = attributes.max_delay_seconds
     if m.delay_seconds is not None and m.delay_seconds > limit:
         return InvalidParameter(

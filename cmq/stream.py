@@ -104,6 +104,9 @@ class Message(Struct, array_like=True, forbid_unknown_fields=True):
     """Deliver no earlier than this RFC 3339 time (with a zone), instead of a delay: at most
     the queue's ``max_delay_seconds`` ahead; in the past: at once. Trailing and optional, so
     frames of clients that predate it decode as before."""
+    ttl_seconds: Annotated[int, Meta(ge=1)] | None = None
+    """Time to live (at most the queue's retention): never delivered once this long has passed
+    since the send. Trailing and optional, like ``deliver_at``."""
 
     def to_model(self) -> OutgoingMessage:
         return OutgoingMessage(
@@ -114,6 +117,7 @@ class Message(Struct, array_like=True, forbid_unknown_fields=True):
             dedup_id=self.dedup_id,
             group_id=self.group_id,
             deliver_at_ms=None if self.deliver_at is None else deliver_at_ms(self.deliver_at),
+            ttl_seconds=self.ttl_seconds,
         )
 
 
@@ -136,8 +140,8 @@ def deliver_at_ms(text: str) -> int:
 
 
 class PlainMessage(Struct, array_like=True, forbid_unknown_fields=True):
-    """A `Message` without ``deliver_at``, as clients send it: the six fields every server
-    reads (a server that predates ``deliver_at`` refuses a seven-element message)."""
+    """A `Message` without ``deliver_at`` and ``ttl_seconds``, as clients send it: the six
+    fields every server reads (a server that predates them refuses a longer message)."""
 
     body: bytes
     binary: bool = False

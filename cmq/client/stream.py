@@ -75,12 +75,14 @@ def _wire(m: Outgoing, trace: dict[str, str]) -> WireMessage:
     traced = tracing.with_trace(m.attributes, trace)
     attrs = dict(traced) if traced else None
     body, binary = (m.body, True) if isinstance(m.body, bytes) else (m.body.encode(), False)
-    if m.deliver_at is None:
+    if m.deliver_at is None and m.ttl_seconds is None:
         # msgspec frames by the runtime type: the six fields every server release reads.
         plain = PlainMessage(body, binary, m.delay_seconds, attrs, m.dedup_id, m.group_id)
         return cast("WireMessage", plain)
-    at = m.deliver_at.isoformat()
-    return WireMessage(body, binary, m.delay_seconds, attrs, m.dedup_id, m.group_id, at)
+    at = None if m.deliver_at is None else m.deliver_at.isoformat()
+    return WireMessage(
+        body, binary, m.delay_seconds, attrs, m.dedup_id, m.group_id, at, m.ttl_seconds
+    )
 
 
 def _body(body: bytes, binary: bool) -> str | bytes:

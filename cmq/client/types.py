@@ -45,6 +45,9 @@ class Message:
     deliver_at: datetime | None = None
     """Deliver no earlier than this (timezone-aware; instead of ``delay_seconds``), at most the
     queue's ``max_delay_seconds`` ahead."""
+    ttl_seconds: int | None = None
+    """Time to live: never delivered once this long has passed since the send (at most the
+    queue's retention); it then counts as expired."""
 
 
 Outgoing = str | bytes | Message
@@ -123,6 +126,8 @@ def message_json(m: Outgoing, trace: Mapping[str, str] | None = None) -> Json:
         out["delay_seconds"] = m.delay_seconds
     if m.deliver_at is not None:
         out["deliver_at"] = m.deliver_at.isoformat()
+    if m.ttl_seconds is not None:
+        out["ttl_seconds"] = m.ttl_seconds
     attributes = with_trace(m.attributes, trace) if trace else m.attributes
     if attributes:
         out["attributes"] = dict(attributes)

@@ -43,8 +43,9 @@ R = TypeVar("R")
 
 WIRE_VERSION: Final = 4
 """The version of what crosses the socket (`cmq.frontend.wire` writes it in every frame).
-4: queue attributes carry ``max_delay_seconds``, a message to send ``deliver_at_ms``; 3: queue
-attributes carry ``retry`` (release 0.3.0); 2: msgspec frames (0.2.0)."""
+4: queue attributes carry ``max_delay_seconds``, a message to send ``deliver_at_ms`` and
+``ttl_seconds``; 3: queue attributes carry ``retry`` (release 0.3.0); 2: msgspec frames
+(0.2.0)."""
 
 _encoder = msgspec.msgpack.Encoder()
 

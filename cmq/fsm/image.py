@@ -6,7 +6,8 @@ stamp (version 3 only: version 2 has no skew); segments (first seq, count, size,
 deleted bitmap, released, CRC-32; the outcome bitmaps expired, dead-lettered, purged and moved, the
 copies bitmap, receive-count exceptions, the archive claim); the touched cells; the messages copied
 forward (seq, send time, earlier seqs); the dedup window; for a FIFO queue, each live message's
-group and deduplication id and the remembered receive attempts. Equal states give equal bytes
+group and deduplication id and the remembered receive attempts; (version 4) the time-to-live
+deadlines as (seq, deadline) pairs by seq. Equal states give equal bytes
 (replicas compare images at equal applied index).
 
 Shipped form (for a follower that lacks the segment files): ``CMQSHIP1``, image length, segment
@@ -36,10 +37,12 @@ from cmq.fsm.store import SegmentStore
 from cmq.fsm.wire import Reader, Writer
 
 IMAGE_MAGIC = b"CMQF"
-IMAGE_VERSION = 3
-"""The newest layout. An image is written as version 2 while no queue has a clock skew (so a
-release that reads only version 2 still reads it), as version 3 once one has."""
-READABLE_IMAGE_VERSIONS = (2, 3)
+IMAGE_VERSION = 4
+"""The newest layout. An image is written as version 2 while no queue has a clock skew or a
+message with a time to live (so a release that reads only version 2 still reads it), as version
+3 once one has a skew, as version 4 (version 3 plus, per queue, the live messages' time-to-live
+deadlines; flag ``message_ttl``) once one has such a message."""
+READABLE_IMAGE_VERSIONS = (2, 3, 4)
 
 _IMAGE_HEAD = struct.Struct("<BqI")
 _QUEUE_HEAD = struct.Struct("<14qI")
@@ -58,7 +61,10 @@ _SHIPPED_SEGMENT = struct.Struct("<HqQI")  # key length, first seq, size, crc32
 
 def image_version(queues: Iterable[QueueState]) -> int:
     """The version an image of ``queues`` is written in (see `IMAGE_VERSION`)."""
-    return IMAGE_VERSION if any(q.skew for q in queues) else 2
+    queues = list(queues)
+    if any(q.ttl for q in queues):
+        return 4
+    return 3 if any(q.skew for q in queues) else 2
 
 
 def image_head(incarnations: int, queues: int, version: int = IMAGE_VERSION) -> bytes:
@@ -211,6 +217,10 @@ def encode_queue(q: QueueState, version: int = IMAGE_VERSION) -> bytes:
         w.raw(_DEDUP_TAIL.pack(seq, at))
     if q.fifo is not None:
         _encode_fifo(w, q.fifo)
+    if version >= 4:
+        w.int_array(array("q", [x for seq in sorted(q.ttl) for x in (seq, q.ttl[seq])]))
+    elif q.ttl:
+        raise InvariantBroken(f"queue {q.name!r} has time-to-live deadlines: version 4 or later")
     return w.getvalue()
 
 
@@ -325,6 +335,12 @@ def decode_queues(r: Reader) -> tuple[int, dict[str, QueueState]]:
             q.dedup[dedup_id] = (mid, seq, at)
         if attributes.fifo:
             q.fifo = _decode_fifo(r)
+        if version >= 4:
+            pairs = r.int_array("q")
+            if len(pairs) % 2:
+                raise InvalidParameter(f"queue {name!r}: odd time-to-live pairs array")
+            q.ttl = dict(zip(pairs[0::2], pairs[1::2], strict=True))
+            q.rebuild_ttl()
         queues[name] = q
     r.end()
     return incarnations, queues

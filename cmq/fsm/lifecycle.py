@@ -207,6 +207,8 @@ def copy_forward(q: QueueState, seg: Segment, w: SegmentWriter) -> int:
             del touched.slot_of[old]
             touched.set(slot, SEQ, new)
             touched.slot_of[new] = slot
+        if (deadline := q.ttl.pop(old, None)) is not None:
+            q.set_ttl(new, deadline)
         if old in q.pending_dl:
             q.pending_dl.remove(old)
             q.pending_dl.add(new)

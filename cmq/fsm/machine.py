@@ -214,6 +214,8 @@ class QueueMachine(MachineReads):
             case Lease():
                 if (q := self._mutable(cmd.queue)) is None:
                     return queue_not_found(cmd.queue)
+                if q.ttl:  # nothing is delivered past its time to live
+                    messages.expire_ttl(q, cmd.now_ms, w, fx)
                 return leasing.lease(q, cmd)
             case Ack():
                 if (q := self._mutable(cmd.queue)) is None:

@@ -43,6 +43,7 @@ __all__ = [
     "change_visibility",
     "dead_letter",
     "expire",
+    "expire_ttl",
     "nack",
     "produce",
     "purge",
@@ -55,9 +56,16 @@ def produce(q: QueueState, cmd: Produce, w: SegmentWriter, fx: Effects) -> Produ
     and seq), sealing the active segment at the queue's limits."""
     limit = q.attributes.max_message_size
     max_delay = q.attributes.max_delay_seconds * 1000
+    retention = q.attributes.message_retention_seconds * 1000
     for m in cmd.messages:
         # Any node builds produce commands from its own replica's view of the attributes;
         # the committed attributes decide.
+        if m.ttl_ms is not None and not 0 < m.ttl_ms <= retention:
+            return CommandFailed(
+                errors.InvalidParameter.code,
+                f"a message's ttl_seconds is {m.ttl_ms // 1000}; it must be in [1, the queue's "
+                f"message_retention_seconds ({q.attributes.message_retention_seconds})]",
+            )
         if m.delay_ms is not None and m.delay_ms > max_delay and cmd.expect_sent is None:
             return CommandFailed(
                 errors.InvalidParameter.code,
@@ -130,6 +138,8 @@ def produce(q: QueueState, cmd: Produce, w: SegmentWriter, fx: Effects) -> Produ
         q.live += 1
         q.sent_total += 1
         q.schedule(seq, visible_at)
+        if m.ttl_ms is not None:
+            q.set_ttl(seq, clock + m.ttl_ms)
         if key is not None and not importing:
             if len(dedup) >= MAX_DEDUP_ENTRIES:  # standard queues only (check_produce)
                 del dedup[next(iter(dedup))]
@@ -247,8 +257,24 @@ def expire(q: QueueState, cmd: Expire, w: SegmentWriter, fx: Effects) -> Expired
             count += 1
     q.expired_total += count
     q.start_floor = None
+    count += expire_ttl(q, cmd.now_ms, w, fx)
     fx.change(q.name)
     return Expired(count)
+
+
+def expire_ttl(q: QueueState, now_ms: int, w: SegmentWriter, fx: Effects) -> int:
+    """Delete the messages whose time to live ran out at the queue's time (counted expired,
+    archived as ``expired``); how many. A `Lease` runs it first, so none is ever delivered
+    after its deadline."""
+    q.advance(now_ms)
+    count = 0
+    for seq in q.ttl_due():
+        if w.delete_one(q, seq, EXPIRED):
+            count += 1
+    if count:
+        q.expired_total += count
+        fx.change(q.name)
+    return count
 
 
 def _spared(q: QueueState, end_seq: int, cutoff: int) -> list[int]:

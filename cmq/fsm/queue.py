@@ -7,6 +7,7 @@ See `cmq.fsm.machine` for the invariants; the snapshot image of a queue is `cmq.
 
 from __future__ import annotations
 
+import heapq
 from array import array
 from bisect import bisect_right
 from collections.abc import Iterator
@@ -251,6 +252,8 @@ class QueueState:
         "start_floor",
         "timers",
         "touched",
+        "ttl",
+        "ttl_heap",
     )
 
     def __init__(
@@ -317,6 +320,10 @@ class QueueState:
         # A lower bound of the live messages' `retention_start` (None: not known), so
         # `expirable` scans only when something may be due.
         self.start_floor: int | None = None
+        # Live messages sent with a time to live: seq -> deadline (queue time; in the image,
+        # version 4), and a heap of (deadline, seq) over it (derived; superseded entries skipped).
+        self.ttl: dict[int, int] = {}
+        self.ttl_heap: list[tuple[int, int]] = []
 
     def segment_of(self, seq: int) -> Segment | None:
         i = bisect_right(self.firsts, seq) - 1
@@ -430,6 +437,36 @@ class QueueState:
             if not t.get(slot, FLAGS) & PENDING_DEAD_LETTER and seq not in ready:
                 yield seq, self.visible_at(slot)
 
+    # -- time to live ------------------------------------------------------------------------
+    def set_ttl(self, seq: int, deadline: int) -> None:
+        """The live message ``seq`` is never delivered once the queue's time reaches
+        ``deadline``."""
+        self.ttl[seq] = deadline
+        heapq.heappush(self.ttl_heap, (deadline, seq))
+        if len(self.ttl_heap) > 2 * len(self.ttl) + 1024:
+            self.rebuild_ttl()
+
+    def rebuild_ttl(self) -> None:
+        self.ttl_heap = [(d, s) for s, d in self.ttl.items()]
+        heapq.heapify(self.ttl_heap)
+
+    def next_ttl(self) -> int | None:
+        """The earliest deadline of a live message with a time to live (None: none)."""
+        heap, ttl = self.ttl_heap, self.ttl
+        while heap and ttl.get(heap[0][1]) != heap[0][0]:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    def ttl_due(self) -> list[int]:
+        """The seqs whose deadline the queue's time has reached (ascending); their heap
+        entries are dropped (the caller deletes them)."""
+        heap, ttl, out = self.ttl_heap, self.ttl, []
+        while heap and heap[0][0] <= self.clock:
+            deadline, seq = heapq.heappop(heap)
+            if ttl.get(seq) == deadline:
+                out.append(seq)
+        return sorted(out)
+
     def first_live(self) -> tuple[Segment, int] | None:
         for seg in self.segments:
             if not seg.full():
@@ -527,7 +564,11 @@ class QueueState:
         if end_seq >= self.next_seq:
             self.timers.clear()
             self.touched.clear()
+            self.ttl.clear()
+            self.ttl_heap.clear()
         else:
+            for seq in [s for s in self.ttl if s < end_seq]:
+                del self.ttl[seq]
             # The deleted messages' timer entries no longer stand (`timer_valid`).
             for seq in [s for s in self.touched.seqs() if s < end_seq]:
                 self.touched.remove(seq)
@@ -638,9 +679,13 @@ class QueueState:
         if floor is None:
             floor = self.start_floor = self.min_start()
         if floor is None or floor > cutoff:
-            return False
+            deadline = self.next_ttl()
+            return deadline is not None and deadline <= self.time_at(now_ms)
         exact = self.start_floor = self.min_start()
-        return exact is not None and exact <= cutoff
+        if exact is not None and exact <= cutoff:
+            return True
+        deadline = self.next_ttl()
+        return deadline is not None and deadline <= self.time_at(now_ms)
 
     def due(self, now_ms: int, dead_letter_limit: int) -> Due | None:
         """What is due at ``now_ms`` (None: nothing)."""

@@ -98,6 +98,7 @@ class SegmentWriter:
         q.live -= 1
         q.ready.discard(seq)
         q.pending_dl.discard(seq)
+        q.ttl.pop(seq, None)
         q.touched.remove(seq)
         if q.fifo is not None:
             q.fifo.drop(seq)

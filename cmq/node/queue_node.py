@@ -550,6 +550,8 @@ class QueueNode:
         self, name: str, messages: list[OutgoingMessage], *, per_entry: bool = False
     ) -> list[SentMessage] | list[SentMessage | SendRefused]:
         check_queue_name(name)
+        if any(m.ttl_seconds is not None for m in messages):
+            self._require(features.MESSAGE_TTL, "messages with a ttl_seconds")
         group = self.router.group_of(name)
         machine = self.machines.get(group)  # None: the group has no replica here
         attrs = machine.attributes(name) if machine is not None else None

@@ -144,6 +144,7 @@ class ProduceBuilder:
                 delay_ms=_delay_ms(m, now),
                 dedup_id=m.dedup_id,
                 group_id=m.group_id,
+                ttl_ms=None if m.ttl_seconds is None else m.ttl_seconds * 1000,
             )
             for m in messages
         )

@@ -42,6 +42,7 @@ SELF_REPAIR = "self_repair"
 SEGMENT_INDEX = "segment_index"
 RETRY_BACKOFF = "retry_backoff"
 LONG_DELAYS = "long_delays"
+MESSAGE_TTL = "message_ttl"
 
 FEATURES: tuple[Feature, ...] = (
     Feature(
@@ -79,6 +80,12 @@ FEATURES: tuple[Feature, ...] = (
         "0.3.0",
         "queues may set max_delay_seconds above 900 (up to 7 days): the attribute encoding's "
         "flag 0x10 and its u32 field",
+    ),
+    Feature(
+        MESSAGE_TTL,
+        "0.3.0",
+        "messages may have a time to live (ttl_seconds): the send's message option 0x08 and "
+        "its i64, and data group images of version 4 (the live messages' deadlines)",
     ),
 )
 """Every flag this release supports, oldest first."""

@@ -183,6 +183,8 @@ def bad_input_cases() -> list[Any]:
         {"body": "x", "deliver_at": "2026-11-26T10:00:00"},
         {"body": "x", "deliver_at": "tomorrow"},
         {"body": "x", "deliver_at": 1764151200},
+        {"body": "x", "ttl_seconds": 0},
+        {"body": "x", "ttl_seconds": "60"},
         {"body": "x", "delay_seconds": 1.5},
         {"body": "x", "delay_seconds": 1.0},
         {"body": "x", "delay_seconds": True},

@@ -129,6 +129,8 @@ async def test_flags_are_enabled_only_when_every_node_supports_them(
             await node.create_queue("later", long)
         with pytest.raises(FeatureNotEnabled, match="long_delays"):
             await node.set_attributes("imports", {"max_delay_seconds": 3600})
+        with pytest.raises(FeatureNotEnabled, match="message_ttl"):
+            await node.send("imports", [OutgoingMessage(b"x", ttl_seconds=60)])
         assert "retried" not in await node.list_queues()
         assert "later" not in await node.list_queues()
         attrs, _ = await node.get_queue("imports")
@@ -177,6 +179,21 @@ async def test_flags_are_enabled_only_when_every_node_supports_them(
         assert [m.id for m in sent] == ["m1"]
         await _retry_backs_off(node, policy)
         await _long_delays(node, long)
+        await _ttl(node)
+
+
+async def _ttl(node: QueueNode) -> None:
+    """With ``message_ttl`` enabled: a message with a 1 s time to live is not delivered after
+    it and counts as expired; one beyond the queue's retention is refused by name."""
+    await node.create_queue("short", QueueAttributes(message_retention_seconds=60))
+    await node.send("short", [OutgoingMessage(b"soon", ttl_seconds=1), OutgoingMessage(b"keep")])
+    with pytest.raises(InvalidParameter, match="ttl_seconds"):
+        await node.send("short", [OutgoingMessage(b"x", ttl_seconds=61)])
+    await asyncio.sleep(1.2)
+    got = await node.receive("short", 10, None, 0)
+    assert [m.body for m in got] == [b"keep"]
+    stats = (await node.get_queue("short"))[1]
+    assert stats.expired_total == 1
 
 
 async def _long_delays(node: QueueNode, attrs: QueueAttributes) -> None:

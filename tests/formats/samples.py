@@ -166,8 +166,9 @@ RETRY_ATTRS = QueueAttributes(retry=RetryPolicy(2, 1.5, 600), max_message_size=2
 """Attributes with a retry policy (flag ``retry_backoff``: attribute flag 0x08 and its fields)."""
 
 
-def _new(i: int, **kw: object) -> qc.NewMessage:
-    return qc.NewMessage(f"msg-{i:04d}", f"body {i}".encode(), False, (("k", str(i)),), None, None)
+def _new(i: int, ttl_ms: int | None = None) -> qc.NewMessage:
+    body = f"body {i}".encode()
+    return qc.NewMessage(f"msg-{i:04d}", body, False, (("k", str(i)),), None, None, None, ttl_ms)
 
 
 def queue_commands() -> dict[str, qc.Command]:
@@ -185,6 +186,7 @@ def queue_commands() -> dict[str, qc.Command]:
         "produce_records": qc.Produce("q", T0, (_new(1), _new(2))),
         "produce_records_options": qc.Produce("f.fifo", T0, (fifo_msg,)),
         "produce_records_import": qc.Produce("q", T0, (_new(3),), expect_sent=12),
+        "produce_records_ttl": qc.Produce("q", T0, (_new(5, ttl_ms=3_600_000),)),
         "lease": qc.Lease("q", T0, 10, 30_000),
         "lease_attempt": qc.Lease("f.fifo", T0, 1, None, "attempt-1"),
         "ack": qc.Ack("q", T0, ((1, 100), (2, 101))),
@@ -218,9 +220,10 @@ def segment_index() -> bytes:
     return store.indexes[("q", 5)]
 
 
-def queue_machine(skew: bool) -> tuple[QueueMachine, MemorySegmentStore]:
+def queue_machine(skew: bool, ttl: bool = False) -> tuple[QueueMachine, MemorySegmentStore]:
     """A data group's machine after a fixed run of commands (``skew``: and a `Retime` of a
-    queue whose time got ahead, so its image is written as version 3)."""
+    queue whose time got ahead, so its image is written as version 3; ``ttl``: and a message
+    with a time to live, so version 4)."""
     store = MemorySegmentStore()
     m = QueueMachine(store)
     cmds: list[qc.Command] = [
@@ -232,14 +235,16 @@ def queue_machine(skew: bool) -> tuple[QueueMachine, MemorySegmentStore]:
     ]
     if skew:
         cmds += [qc.Lease("q", T0 + 7_200_000, 1, 2_000), qc.Retime("q", T0 + 1_000)]
+    if ttl:
+        cmds += [qc.Produce("q", T0 + 20, (_new(4, ttl_ms=60_000),))]
     for index, cmd in enumerate(cmds, start=1):
         m.apply(index, qc.encode_command(cmd))
     store.write_out()
     return m, store
 
 
-def _image(skew: bool) -> bytes:
-    return queue_machine(skew)[0].encode_image(reuse=False)
+def _image(skew: bool, ttl: bool = False) -> bytes:
+    return queue_machine(skew, ttl)[0].encode_image(reuse=False)
 
 
 def _shipped() -> bytes:
@@ -430,6 +435,7 @@ def _cmq_samples() -> dict[str, Sample]:
         "segment_index": ("1 (magic CMQX, behind segment_index)", segment_index),
         "data_group_image.v2": ("2", lambda: _image(False)),
         "data_group_image.v3": ("3 (behind queue_retime)", lambda: _image(True)),
+        "data_group_image.v4": ("4 (behind message_ttl)", lambda: _image(True, True)),
         "data_group_image.shipped": ("1 (magic CMQSHIP1)", _shipped),
         "catalog_image": ("1", lambda: _catalog_image(True)),
         "catalog_image.no_flags": ("1", lambda: _catalog_image(False)),

@@ -183,6 +183,7 @@ def encode_command(cmd: Command) -> bytes:
                     (_HAS_DELAY if m.delay_ms is not None else 0)
                     | (_HAS_DEDUP if m.dedup_id is not None else 0)
                     | (_HAS_GROUP if m.group_id is not None else 0)
+                    | (_HAS_TTL if m.ttl_ms is not None else 0)
                 )
                 w.u8(opts)
                 if m.delay_ms is not None:
@@ -191,6 +192,8 @@ def encode_command(cmd: Command) -> bytes:
                     w.text(m.dedup_id)
                 if m.group_id is not None:
                     w.text(m.group_id)
+                if m.ttl_ms is not None:  # flag message_ttl
+                    w.i64(m.ttl_ms)
             if expect_sent is not None:  # trailing and optional: plain sends encode as before
                 w.i64(expect_sent)
         case Lease(queue, now_ms, max_messages, visibility_ms, attempt_id):
@@ -361,8 +364,10 @@ def decode_command(data: bytes) -> Command:
 
 
 _U32 = struct.Struct("<I")
-_HAS_DELAY, _HAS_DEDUP, _HAS_GROUP = 1, 2, 4
-"""Per message of a `PRODUCE_RECORDS`: which optional fields follow its tail."""
+_HAS_DELAY, _HAS_DEDUP, _HAS_GROUP, _HAS_TTL = 1, 2, 4, 8
+"""Per message of a `PRODUCE_RECORDS`: which optional fields follow its tail (``_HAS_TTL``:
+flag ``message_ttl``)."""
+_KNOWN_OPTIONS = _HAS_DELAY | _HAS_DEDUP | _HAS_GROUP | _HAS_TTL
 
 
 def _read_produce(r: Reader) -> Produce:
@@ -384,20 +389,21 @@ def _read_produce(r: Reader) -> Produce:
         tail = bytes(data[start:end])
         opts = data[end]
         pos = end + 1
-        delay = dedup = group = None
+        delay = dedup = group = ttl = None
         if opts:
-            if opts & ~(_HAS_DELAY | _HAS_DEDUP | _HAS_GROUP):
+            if opts & ~_KNOWN_OPTIONS:
                 raise NewerLayout(
                     f"unknown message options {opts:#x}: from a newer release than this one, which "
-                    f"reads the options {_HAS_DELAY | _HAS_DEDUP | _HAS_GROUP:#x}"
+                    f"reads the options {_KNOWN_OPTIONS:#x}"
                 )
             r.seek(pos)
             delay = r.i64() if opts & _HAS_DELAY else None
             dedup = r.text() if opts & _HAS_DEDUP else None
             group = r.text() if opts & _HAS_GROUP else None
+            ttl = r.i64() if opts & _HAS_TTL else None
             pos = r.pos
         body = tail[body_at - start :]
-        messages.append(NewMessage(mid, body, binary, attrs, delay, dedup, group))
+        messages.append(NewMessage(mid, body, binary, attrs, delay, dedup, group, ttl))
         tails.append(tail)
     r.seek(pos)
     expect = r.i64() if r.remaining() else None

@@ -104,6 +104,10 @@ class NewMessage:
     dedup_id: str | None
     group_id: str | None = None
     """FIFO queues: the message group (required there, refused on a standard queue)."""
+    ttl_ms: int | None = None
+    """Time to live (flag ``message_ttl``): the message is never delivered once the queue's
+    time reaches its send time plus this; it then counts as expired. At most the queue's
+    retention."""
 
 
 @dataclass(frozen=True, slots=True)
