@@ -155,3 +155,23 @@ class _EarlySim(ScheduleQueueSim):
 def test_checker_catches_a_delivery_before_the_delay() -> None:
     r = run_runtime_seed(21, RuntimeSimConfig(nodes=3, seconds=6.0), _EarlySim)
     assert any("before its delay ran out" in v for v in r.violations), r.violations[:3]
+
+
+class _IgnoresTtl(QueueMachine):
+    """Planted bug: a send's messages are stored without their times to live."""
+
+    def execute(self, cmd):  # type: ignore[no-untyped-def]
+        if isinstance(cmd, Produce):
+            messages = tuple(replace(m, ttl_ms=None) for m in cmd.messages)
+            cmd = replace(cmd, messages=messages)
+        return super().execute(cmd)
+
+
+class _ImmortalSim(ScheduleQueueSim):
+    def new_state_machine(self, nid: int, group: int) -> StateMachine:
+        return _IgnoresTtl(self.stores[(nid, group)], segment_bytes=2048)
+
+
+def test_checker_catches_a_delivery_after_the_ttl() -> None:
+    r = run_runtime_seed(21, RuntimeSimConfig(nodes=3, seconds=6.0), _ImmortalSim)
+    assert any("after its ttl" in v for v in r.violations), r.violations[:3]
