@@ -39,7 +39,7 @@ from cmq.errors import (
     Unavailable,
 )
 from cmq.fsm.machine import QueueMachine
-from cmq.logs import LOG_SCOPE
+from cmq.logs import log_scope
 from cmq.model import (
     DEFAULT_SEGMENT_AGE_SECONDS,
     DEFAULT_SEGMENT_BYTES,
@@ -565,13 +565,12 @@ class QueueNode:
         self, group: int, name: str, messages: list[OutgoingMessage]
     ) -> list[SentMessage]:
         await self._take_send_slot()
-        scope = LOG_SCOPE.set((group, name))  # what is logged meanwhile names the queue
         try:
-            return await self.router.run_attempts(
-                group, lambda: self._produce.build(group, name, messages)
-            )
+            with log_scope(group, name):  # what is logged meanwhile names the queue
+                return await self.router.run_attempts(
+                    group, lambda: self._produce.build(group, name, messages)
+                )
         finally:
-            LOG_SCOPE.reset(scope)
             self._send_slots.release()
 
     async def _take_send_slot(self) -> None:
