@@ -675,6 +675,8 @@ class QueueNode:
 
     async def remove_node(self, node: int) -> None:
         await self.admin.remove(node)
+        # Read your writes: this node's catalog (what `list_nodes` answers from) shows it gone.
+        await self._catalog_shows(lambda: node not in self.catalog.nodes)
 
     async def set_groups(self, groups: int) -> tuple[int, ...]:
         return await self.admin.set_groups(groups)
