@@ -1,17 +1,26 @@
-"""Prometheus metrics of the HTTP layer, kept in the application's registry.
+"""Prometheus metrics of the HTTP layer, kept in the application's registry, and the rendering
+of a registry for ``GET /metrics`` off the event loop.
 
 The registry is shared: other components of the node register their own collectors in it, and
-``GET /metrics`` renders everything it holds. Labels are bounded: ``route`` is the route's
+``GET /metrics`` renders everything it holds: the collectors run on the event loop (they read
+live state that only the loop changes), the text is formatted in a worker thread
+(`render_registry`), so a large scrape (thousands of queue series) holds the loop, which also
+runs Raft, only for the collection. Labels are bounded: ``route`` is the route's
 template (``/v1/queues/{name}``), never the concrete path, and requests that match no route are
 counted under ``route="unmatched"``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 UNMATCHED_ROUTE = "unmatched"
 
@@ -75,5 +84,52 @@ class HttpMetrics:
         children[1].observe(seconds)
 
     def render(self) -> tuple[bytes, str]:
-        """The registry in Prometheus text format, and its content type."""
+        """The registry in Prometheus text format, and its content type (all on this thread)."""
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+    async def render_async(self) -> tuple[bytes, str]:
+        """As `render`, formatted off the event loop (`render_registry`)."""
+        return await render_registry(self.registry), CONTENT_TYPE_LATEST
+
+
+class _Collected(Collector):
+    """Families already collected, yielded again (formatted on another thread: a `Metric`
+    is not changed once its collector returned it)."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self.families)
+
+
+def _format(families: list[Metric]) -> bytes:
+    frozen = CollectorRegistry()
+    frozen.register(_Collected(families))
+    return generate_latest(frozen)
+
+
+async def render_registry(registry: CollectorRegistry) -> bytes:
+    """``registry`` in Prometheus text format: collected here (on the event loop), formatted
+    in a worker thread."""
+    families = list(registry.collect())
+    return await asyncio.to_thread(_format, families)
+
+
+class SharedRender:
+    """One rendering of ``registry`` shared by every caller within ``max_age`` seconds (the
+    HTTP front ends each ask for the node's metrics; the node renders once for all of them)."""
+
+    def __init__(self, registry: CollectorRegistry, max_age: float = 1.0) -> None:
+        self.registry = registry
+        self.max_age = max_age
+        self._text = b""
+        self._at = -float("inf")
+        self._lock = asyncio.Lock()
+
+    async def __call__(self) -> bytes:
+        async with self._lock:  # callers arriving during a rendering get its result
+            if time.monotonic() - self._at >= self.max_age:
+                self._text = await render_registry(self.registry)
+                self._at = time.monotonic()
+            return self._text

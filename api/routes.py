@@ -256,7 +256,7 @@ async def readyz(ctx: Context, _: None) -> Reply:
 
 
 async def metrics(ctx: Context, _: None) -> Reply:
-    body, content_type = ctx.served.metrics.render()
+    body, content_type = await ctx.served.metrics.render_async()
     return Reply(body, headers={"Content-Type": content_type}, content_type=None)
 
 

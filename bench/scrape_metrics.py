@@ -9,8 +9,8 @@ collector's pass over the machines alone (cached).
 The node's machines are built in-process: ``--groups`` `QueueMachine`s over in-memory segment
 stores, all led by this node (the worst case: one node leading every queue), each queue with
 ``--messages`` messages of which a fifth are leased (in flight) and one is delayed. With
-``--segments`` the (uncapped) segment metrics of the same queues (`SegmentCollector`) are
-rendered in the same registry, as ``cmq serve`` does.
+``--segments`` the segment metrics of the same queues (`SegmentCollector`, capped by the same
+settings, the largest on disk) are rendered in the same registry, as ``cmq serve`` does.
 
     .venv/bin/python bench/scrape_metrics.py [--queues 10000] [--groups 4] [--rounds 7]
 """
@@ -78,7 +78,9 @@ def main() -> None:
         )
         registry.register(collector)
         if args.segments:
-            registry.register(SegmentCollector(machines, lambda: NOW))
+            registry.register(
+                SegmentCollector(machines, lambda: NOW, QueueMetricsSettings(top=top))
+            )
         t1 = time.perf_counter()
         size = len(generate_latest(registry))  # the first scrape: every queue's figures computed
         cold = time.perf_counter() - t1

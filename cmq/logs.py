@@ -12,7 +12,7 @@ Where ``group`` and ``queue`` come from: a record's own ``extra={"group": g, "qu
 first, then the `LOG_SCOPE` context variable, which the code working on one queue sets for the
 duration of that work (`cmq.routing.ops.LeaderOps.execute` at the group's leader,
 `cmq.node.queue_node.QueueNode` while it sends to a queue): a record logged inside it carries the
-queue without naming it. Setting it is one `contextvars.ContextVar.set` (and a reset).
+queue without naming it. Entering and leaving a scope is two `contextvars.ContextVar.set` calls.
 
 An event is attached as ``extra={"event": "disk_full"}``; every name used must be a key of
 `EVENTS` (with its meaning) and be listed in the README's "Logs" section
@@ -26,7 +26,8 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Final, Literal, TextIO
 
@@ -42,7 +43,21 @@ LOG_SCOPE: ContextVar[tuple[int | None, str | None]] = ContextVar(
     "cmq_log_scope", default=(None, None)
 )
 """``(group, queue)`` the current task works on (None: not known), read by both formatters'
-records: set it with ``token = LOG_SCOPE.set((group, queue))`` and reset it with the token."""
+records: set it for a piece of work with `log_scope`."""
+
+
+@contextmanager
+def log_scope(group: int | None, queue: str | None) -> Iterator[None]:
+    """Within the block, what is logged names ``group`` and ``queue``; the previous scope is
+    put back after it. Restores by value, not with `ContextVar.reset`: a coroutine stepped
+    from another context (a simulator's scheduler, a callback) must not fail on the way out."""
+    prev = LOG_SCOPE.get()
+    LOG_SCOPE.set((group, queue))
+    try:
+        yield
+    finally:
+        LOG_SCOPE.set(prev)
+
 
 EVENTS: Final[Mapping[str, str]] = {
     # data directories (cmq.node.diskwatch, raftlog.storage.wal)

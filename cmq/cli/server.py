@@ -29,23 +29,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import logging
 import os
 import signal
 import ssl
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import generate_latest
 
 from api.app import make_app
 from api.auth.guard import AuthConfig
+from api.metrics import SharedRender
 from api.sqs.queues import SqsSettings
 from cmq import logs
 from cmq.admin.key_admin import KeyAdmin, KeyRing, bootstrap_admin_key
@@ -184,7 +183,7 @@ async def serve(
         scheme = "https" if security.tls_cert is not None else "http"
         served = f"{scheme}://{http.host}:{http.port}"
         if http_workers:
-            node_metrics = functools.partial(generate_latest, registry)
+            node_metrics = SharedRender(registry)  # one rendering a second for every front end
             async with FrontEnds(service, http, security, http_workers, node_metrics):
                 fronts = f"{http_workers} front ends"
                 print(f"cmq node {cfg.node_id} serving {served} ({fronts})", flush=True)
@@ -251,7 +250,7 @@ class FrontEnds:
         http: Address,
         security: HttpSecurity,
         count: int,
-        metrics: Callable[[], bytes] | None = None,
+        metrics: Callable[[], Awaitable[bytes]] | None = None,
     ) -> None:
         """``metrics``: the node's metrics text, shown by every front end's ``/metrics``."""
         self.http = http

@@ -9,7 +9,10 @@ cancels the call in the node process too, so an abandoned receive leases nothing
 whose node process goes away before it answers ends `OutcomeUnknown`. ``is_ready`` and
 ``status`` (synchronous in the protocol) answer from a copy refreshed every `STATE_SECONDS`;
 `ServiceProxy.node_metrics`, the node's Prometheus text, from a copy refreshed every
-`METRICS_SECONDS` (`NodeMetricsCollector` adds it to a front end's own registry).
+`METRICS_SECONDS` while the front end's ``/metrics`` is scraped (within `METRICS_IDLE_AFTER`
+of the last scrape, and once at the start; the node renders once a second for all its front
+ends), so an unscraped cluster does not pay for rendering thousands of queue series
+(`NodeMetricsCollector` adds the copy to a front end's own registry).
 `read_segment` is carried whole: the node reads the segment to its end (or to its damage,
 raised after the records before it) before the proxy streams it.
 
@@ -27,7 +30,8 @@ import contextlib
 import itertools
 import logging
 import os
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Literal, TypeVar, overload
 
 from prometheus_client.metrics_core import Metric
@@ -64,6 +68,8 @@ STATE_SECONDS = 0.2
 """How often a proxy refreshes its copy of ``is_ready`` and ``status``."""
 METRICS_SECONDS = 1.0
 """How often a proxy refreshes its copy of the node's metrics (when the node exports them)."""
+METRICS_IDLE_AFTER = 120.0
+"""A proxy stops refreshing that copy this long after its ``/metrics`` was last scraped."""
 
 
 async def _read_frame(reader: asyncio.StreamReader) -> bytes:
@@ -78,7 +84,10 @@ class ServiceServer:
     """Serves ``service`` on the Unix socket ``path`` until `close`."""
 
     def __init__(
-        self, service: QueueService, path: str, metrics: Callable[[], bytes] | None = None
+        self,
+        service: QueueService,
+        path: str,
+        metrics: Callable[[], Awaitable[bytes]] | None = None,
     ) -> None:
         """``metrics``: the node's metrics in Prometheus text format (None: none exported)."""
         self.service = service
@@ -174,7 +183,8 @@ class ServiceServer:
 
     async def _answer(self, rid: int, call: calls.Call[Any]) -> bytes:
         if isinstance(call, calls.Metrics):
-            return wire.encode_answer(rid, call, b"" if self.metrics is None else self.metrics())
+            text = b"" if self.metrics is None else await self.metrics()
+            return wire.encode_answer(rid, call, text)
         return wire.encode_answer(rid, call, await call.run(self.service))
 
 
@@ -193,6 +203,8 @@ class ServiceProxy(QueueService):
         self._lost: str | None = None
         self.node_metrics = b""
         """The node's metrics text as last fetched (empty until then, or when it has none)."""
+        self.metrics_scraped = time.monotonic()
+        """When this front end's ``/metrics`` last read `node_metrics` (`NodeMetricsCollector`)."""
 
     async def connect(self) -> None:
         reader, self._writer = await asyncio.open_unix_connection(self.path)
@@ -259,7 +271,8 @@ class ServiceProxy(QueueService):
             if self._lost is not None:
                 return
             with contextlib.suppress(CmqError):
-                if turn % every == 0:
+                scraped = time.monotonic() - self.metrics_scraped < METRICS_IDLE_AFTER
+                if turn % every == 0 and (scraped or turn == 0):
                     self.node_metrics = await self._call(calls.Metrics())
                 await asyncio.sleep(STATE_SECONDS)
                 await self._refresh_state()
@@ -422,4 +435,5 @@ class NodeMetricsCollector(Collector):
         self.proxy = proxy
 
     def collect(self) -> Iterator[Metric]:
+        self.proxy.metrics_scraped = time.monotonic()
         yield from text_string_to_metric_families(self.proxy.node_metrics.decode())

@@ -598,13 +598,7 @@ class QueueState:
                 delayed += 1
         oldest_sent = self.oldest_sent()
         oldest = 0 if oldest_sent is None else max(0, clock - oldest_sent)
-        by_state = {"active": 0, "sealed": 0, "released": 0}
-        disk = pending[1]
-        for seg in self.segments:
-            by_state[seg.state()] += 1
-            disk += seg.size
-        # The archive's backlog: the oldest released segment (first send time) not archived.
-        held = min((seg.sent_at[0] for seg in self.segments if seg.released), default=None)
+        segments, disk, unarchived = self.segment_figures(now_ms, pending)
         return QueueStats(
             visible=len(self.ready) + due,
             in_flight=in_flight + len(self.pending_dl),
@@ -614,12 +608,28 @@ class QueueState:
             dead_lettered_total=self.dead_lettered_total,
             expired_total=self.expired_total,
             oldest_age_ms=oldest,
-            segments=SegmentCounts(
-                by_state["active"], by_state["sealed"], by_state["released"], pending[0]
-            ),
+            segments=segments,
             disk_bytes=disk,
-            oldest_unarchived_ms=0 if held is None else max(0, clock - held),
+            oldest_unarchived_ms=unarchived,
         )
+
+    def segment_figures(
+        self, now_ms: int, pending: tuple[int, int] = (0, 0)
+    ) -> tuple[SegmentCounts, int, int]:
+        """This replica's segments of the queue by state, their file bytes and the archive's
+        backlog (ms; see `QueueStats`) at ``now_ms``; ``pending``: (count, bytes) of its
+        segments whose files await removal. O(segments)."""
+        by_state = {"active": 0, "sealed": 0, "released": 0}
+        disk = pending[1]
+        for seg in self.segments:
+            by_state[seg.state()] += 1
+            disk += seg.size
+        # The archive's backlog: the oldest released segment (first send time) not archived.
+        held = min((seg.sent_at[0] for seg in self.segments if seg.released), default=None)
+        counts = SegmentCounts(
+            by_state["active"], by_state["sealed"], by_state["released"], pending[0]
+        )
+        return counts, disk, 0 if held is None else max(0, self.time_at(now_ms) - held)
 
     def oldest_sent(self) -> int | None:
         """The send time of the oldest live message (copies forward included)."""

@@ -20,10 +20,15 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from cmq.fsm.machine import QueueMachine
-from cmq.model import SEGMENT_STATES
+from cmq.model import SEGMENT_STATES, SegmentCounts
 from cmq.node.clockguard import ClockGuard
 from cmq.node.diskwatch import DiskWatch
-from cmq.node.queue_metrics import QueueMetricsCollector, QueueMetricsSettings, led_groups
+from cmq.node.queue_metrics import (
+    OTHER,
+    QueueMetricsCollector,
+    QueueMetricsSettings,
+    led_groups,
+)
 from cmq.node.scrubber import Scrubber
 from cmq.upgrade.release import PEER_PROTOCOL_MAX, PEER_PROTOCOL_MIN, RELEASE
 from raftlog.runtime import MultiRaft, RuntimeStats
@@ -201,11 +206,38 @@ class RaftCollector(Collector):
 class SegmentCollector(Collector):
     """Per queue of this node's replicas, read at scrape time from the queue machines: segments
     by state, segment-file bytes, and the age of the oldest segment not yet archived (the
-    archive's backlog). ``queue`` labels are bounded by the queues of the cluster."""
+    archive's backlog). ``queue`` labels are bounded like the per-queue series'
+    (`cmq.node.queue_metrics.QueueMetricsSettings`: names matching the globs, at most ``top``
+    of them, here the largest on disk); the others are folded into ``queue="_other"`` (counts
+    and bytes summed, the backlog the oldest)."""
 
-    def __init__(self, machines: Mapping[int, QueueMachine], now_ms: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        machines: Mapping[int, QueueMachine],
+        now_ms: Callable[[], int],
+        settings: QueueMetricsSettings | None = None,
+    ) -> None:
         self.machines = machines
         self.now_ms = now_ms
+        self.settings = settings or QueueMetricsSettings()
+
+    def rows(self) -> list[tuple[str, SegmentCounts, int, int]]:
+        """(queue, segments by state, bytes, backlog ms): the labelled queues', then
+        `OTHER`'s when any was folded."""
+        now = self.now_ms()
+        rows = [r for m in self.machines.values() for r in m.segment_figures(now)]
+        matches = self.settings.matcher()
+        labelled = [r for r in rows if r[0] != OTHER and matches(r[0])]
+        if len(labelled) > self.settings.top:
+            labelled.sort(key=lambda r: (-r[2], r[0]))
+            del labelled[self.settings.top :]
+        if len(labelled) == len(rows):
+            return labelled
+        keep = {r[0] for r in labelled}
+        folded = [r for r in rows if r[0] not in keep]
+        counts = SegmentCounts(*(sum(getattr(r[1], s) for r in folded) for s in SEGMENT_STATES))
+        other = (OTHER, counts, sum(r[2] for r in folded), max(r[3] for r in folded))
+        return [*labelled, other]
 
     def collect(self) -> Iterator[Metric]:
         segments = GaugeMetricFamily(
@@ -225,16 +257,11 @@ class SegmentCollector(Collector):
             "archived (0 without archive).",
             labels=["queue"],
         )
-        now = self.now_ms()
-        for machine in self.machines.values():
-            for name in machine.queue_names():
-                stats = machine.stats(name, now)
-                if stats is None:
-                    continue
-                for state in SEGMENT_STATES:
-                    segments.add_metric([name, state], getattr(stats.segments, state))
-                disk.add_metric([name], stats.disk_bytes)
-                oldest.add_metric([name], stats.oldest_unarchived_ms / 1000)
+        for name, counts, size, backlog_ms in self.rows():
+            for state in SEGMENT_STATES:
+                segments.add_metric([name, state], getattr(counts, state))
+            disk.add_metric([name], size)
+            oldest.add_metric([name], backlog_ms / 1000)
         yield from (segments, disk, oldest)
 
 
@@ -382,7 +409,7 @@ def register_node_metrics(
     if disks is not None:
         registry.register(DiskCollector(disks))
     if machines is not None and now_ms is not None:
-        registry.register(SegmentCollector(machines, now_ms))
+        registry.register(SegmentCollector(machines, now_ms, queues))
         if queues is not None:
             registry.register(
                 QueueMetricsCollector(

@@ -39,7 +39,7 @@ from cmq.errors import (
     Unavailable,
 )
 from cmq.fsm.machine import QueueMachine
-from cmq.logs import LOG_SCOPE
+from cmq.logs import log_scope
 from cmq.model import (
     DEFAULT_MAX_DELAY_SECONDS,
     DEFAULT_SEGMENT_AGE_SECONDS,
@@ -577,13 +577,12 @@ class QueueNode:
         self, group: int, name: str, messages: list[OutgoingMessage]
     ) -> list[SentMessage]:
         await self._take_send_slot()
-        scope = LOG_SCOPE.set((group, name))  # what is logged meanwhile names the queue
         try:
-            return await self.router.run_attempts(
-                group, lambda: self._produce.build(group, name, messages)
-            )
+            with log_scope(group, name):  # what is logged meanwhile names the queue
+                return await self.router.run_attempts(
+                    group, lambda: self._produce.build(group, name, messages)
+                )
         finally:
-            LOG_SCOPE.reset(scope)
             self._send_slots.release()
 
     async def _take_send_slot(self) -> None:
@@ -688,6 +687,8 @@ class QueueNode:
 
     async def remove_node(self, node: int) -> None:
         await self.admin.remove(node)
+        # Read your writes: this node's catalog (what `list_nodes` answers from) shows it gone.
+        await self._catalog_shows(lambda: node not in self.catalog.nodes)
 
     async def set_groups(self, groups: int) -> tuple[int, ...]:
         return await self.admin.set_groups(groups)

@@ -59,7 +59,7 @@ from cmq.fsm.commands import (
     restamp_produce,
 )
 from cmq.fsm.machine import QueueMachine
-from cmq.logs import LOG_SCOPE
+from cmq.logs import log_scope
 from cmq.model import (
     DEFAULT_SEGMENT_AGE_SECONDS,
     DEFAULT_SEGMENT_BYTES,
@@ -226,11 +226,8 @@ class LeaderOps:
     async def execute(self, call: Call[R]) -> R:
         """Run ``call`` here (this node should lead ``call.group``); what is logged meanwhile
         names its group and queue (`cmq.logs.LOG_SCOPE`)."""
-        token = LOG_SCOPE.set((call.group, getattr(call, "name", None)))
-        try:
+        with log_scope(call.group, getattr(call, "name", None)):
             return cast(R, await self._dispatch(cast(AnyCall, call)))
-        finally:
-            LOG_SCOPE.reset(token)
 
     async def _dispatch(self, call: AnyCall) -> object:
         match call:

@@ -193,7 +193,7 @@ def test_cmq_serve_reads_the_settings_from_flags_env_and_config_file(
 
     seen: list[QueueMetricsSettings | None] = []
 
-    def run(*args: object, queue_metrics: QueueMetricsSettings | None = None) -> int:
+    def run(*args: object, queue_metrics: QueueMetricsSettings | None = None, **_: object) -> int:
         seen.append(queue_metrics)
         return 0
 

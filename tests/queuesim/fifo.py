@@ -111,7 +111,7 @@ class FifoQueueSim(QueueSim):
         leased_now = {lm.id for lm in res.messages}
         busy = {
             self.group_of[mid]
-            for mid, (_, deadline, _) in self.leases.items()
+            for mid, (_, deadline, _count) in self.leases.items()
             if deadline > now
             and mid not in leased_now
             and mid not in self.acked_ids
