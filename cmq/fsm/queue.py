@@ -675,6 +675,8 @@ class QueueState:
                 at = self.retention_start(seg, first)
                 for rel in seg.copies & live:
                     at = min(at, self.retention_start(seg, rel))
+            elif not seg.deleted:
+                at = min(seg.visible_from)  # in C: nothing of the segment is deleted yet
             else:
                 vf = seg.visible_from
                 at = min(vf[rel] for rel in seg.deleted.flip(0, seg.count))

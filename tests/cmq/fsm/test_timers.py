@@ -91,34 +91,47 @@ def test_buckets_are_coarse() -> None:
 
 
 def test_long_delays_are_delivered_exactly_on_time() -> None:
-    """Messages delayed up to 7 days, nacked with long delays, through the machine: a lease at
-    any time gets exactly the messages whose time has come (the reference model), and the same
-    after a restore."""
+    """Messages delayed up to 7 days, some with a time to live, nacked with long delays,
+    through the machine: a lease at any time gets exactly the messages the reference rules
+    give (visible once their time has come, never once their time to live ran out), and the
+    same after a restore."""
     rng = random.Random(7)
     m = QueueMachine(MemorySegmentStore(indexes=True))
-    m.execute(
-        CreateQueue("q", QueueAttributes(visibility_timeout=30, max_delay_seconds=604_800), T0)
-    )
+    attrs = QueueAttributes(visibility_timeout=30, max_delay_seconds=604_800)
+    m.execute(CreateQueue("q", attrs, T0))
     due_at: dict[int, int] = {}
+    gone_at: dict[int, int] = {}
     now = T0
     for b in range(20):
         msgs = tuple(
-            NewMessage(f"m{b}-{i}", b"x", False, (), rng.randint(0, 7 * DAY), None)
+            NewMessage(
+                f"m{b}-{i}",
+                b"x",
+                False,
+                (),
+                rng.randint(0, 7 * DAY),
+                None,
+                None,
+                rng.choice([None, None, rng.randint(1, 3 * DAY)]),
+            )
             for i in range(50)
         )
         out = m.execute(Produce("q", now, msgs))
         for (_, seq), msg in zip(out.messages, msgs, strict=True):  # type: ignore[union-attr]
             assert msg.delay_ms is not None
             due_at[seq] = now + msg.delay_ms
+            if msg.ttl_ms is not None:
+                gone_at[seq] = now + msg.ttl_ms
         now += rng.randint(0, 3_600_000)
     for step in range(300):
         now += rng.randint(0, 3 * 3_600_000)
         if step == 150:
             m.restore(2, m.snapshot())
+        for seq in [s for s, at in gone_at.items() if at <= now]:  # expired: never delivered
+            del gone_at[seq]
+            due_at.pop(seq, None)
         got = m.execute(Lease("q", now, 10, 30))
         assert isinstance(got, Leased)
-        for lm in got.messages:
-            assert due_at[lm.seq] <= now, (lm.seq, due_at[lm.seq], now)
         expected = sorted(s for s, at in due_at.items() if at <= now)[:10]
         assert sorted(lm.seq for lm in got.messages) == expected
         for lm in got.messages:
@@ -128,6 +141,10 @@ def test_long_delays_are_delivered_exactly_on_time() -> None:
                 due_at[lm.seq] = now + delay
             else:
                 due_at[lm.seq] = now + 30_000  # its lease runs out
+    stats = m.stats("q", now)
+    assert stats is not None and stats.expired_total == sum(
+        1 for i in range(1, 1001) if i not in due_at
+    )
 
 
 def test_a_delay_beyond_the_queues_max_delay_is_refused_whole() -> None:
