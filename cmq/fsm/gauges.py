@@ -76,10 +76,14 @@ def queue_gauges(q: QueueState, now_ms: int) -> QueueGauges:
     due: list[int] = []
     fifo = q.fifo
     blocked: set[str] = set()
-    if q.timers or q.touched:
+    if q.timers:
+        due, delayed, first = q.untouched_timers(clock)
+        if first is not None:
+            next_at = first
+    if q.touched:
         cells, slot_of = q.touched.cells, q.touched.slot_of
         meta = None if fifo is None else fifo.meta
-        for seq, at in q.pending_timers():
+        for seq, at in q.touched_timers():
             if at <= clock:
                 due.append(seq)
                 continue

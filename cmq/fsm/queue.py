@@ -18,7 +18,7 @@ from pyroaring import BitMap, BitMap64
 from cmq import errors
 from cmq.fsm.commands.codec import write_attributes
 from cmq.fsm.fifo_state import FifoState
-from cmq.fsm.timers import COMPACT_SLACK, TimerIndex
+from cmq.fsm.timers import BUCKET_SHIFT, COMPACT_SLACK, TimerIndex
 from cmq.fsm.wire import Writer
 from cmq.model import OUTCOMES, QueueAttributes, QueueStats, RetryPolicy, SegmentCounts
 
@@ -432,10 +432,58 @@ class QueueState:
         for seq, at in self.timers.entries():
             if seq not in slot_of and valid(seq, at):
                 yield seq, at
+        yield from self.touched_timers()
+
+    def touched_timers(self) -> Iterator[tuple[int, int]]:
+        """(seq, at) of every touched message with a timer (its slot's `visible_at`)."""
         t, ready = self.touched, self.ready
         for slot, seq in enumerate(t.seqs()):
             if not t.get(slot, FLAGS) & PENDING_DEAD_LETTER and seq not in ready:
                 yield seq, self.visible_at(slot)
+
+    def untouched_timers(self, clock: int) -> tuple[list[int], int, int | None]:
+        """The untouched messages' timers at queue time ``clock``: the seqs due by then, how
+        many are later, and the earliest later time (None: none). Whole buckets are counted
+        in C (their seqs intersected with the live untouched ones: an untouched message's
+        entry stands exactly while it is live and untouched); only the opened entries, the
+        buckets due by ``clock`` and the first later one are walked."""
+        live = BitMap64()
+        for seg in self.segments:
+            if not seg.full():
+                rels = BitMap64(array("Q", seg.deleted.flip(0, seg.count).to_array()))
+                live |= rels.shift(seg.first_seq) if seg.first_seq else rels
+        if self.touched:
+            live.difference_update(BitMap64(array("Q", self.touched.seqs())))
+        due: list[int] = []
+        later = 0
+        next_at: int | None = None
+        index = self.timers
+        for at, seq in index.near:
+            if seq in live:
+                if at <= clock:
+                    due.append(seq)
+                else:
+                    later += 1
+                    next_at = at if next_at is None else min(next_at, at)
+        limit = clock >> BUCKET_SHIFT
+        rest: array[int] = array("q")
+        for key in sorted(index.buckets):
+            bucket = index.buckets[key]
+            if key > limit and next_at is not None and key << BUCKET_SHIFT > next_at:
+                rest.extend(bucket[1::2])  # counted below, in one intersection
+                continue
+            for i in range(1, len(bucket), 2):
+                seq = bucket[i]
+                if seq in live:
+                    at = bucket[i - 1]
+                    if at <= clock:
+                        due.append(seq)
+                    else:
+                        later += 1
+                        next_at = at if next_at is None else min(next_at, at)
+        if rest:
+            later += len(BitMap64(array("Q", rest)) & live)
+        return due, later, next_at
 
     # -- time to live ------------------------------------------------------------------------
     def set_ttl(self, seq: int, deadline: int) -> None:
@@ -581,9 +629,10 @@ class QueueState:
         lease (delayed sends, nacks with a delay). O(invisible messages + segments). ``pending``:
         (count, bytes) of this replica's segments of the queue whose files await removal."""
         clock = self.time_at(now_ms)
-        due = in_flight = delayed = 0
+        due_untouched, delayed, _ = self.untouched_timers(clock)
+        due, in_flight = len(due_untouched), 0
         touched = self.touched
-        for seq, at in self.pending_timers():
+        for seq, at in self.touched_timers():
             if at <= clock:
                 due += 1
                 continue

@@ -130,6 +130,7 @@ def test_long_delays_are_delivered_exactly_on_time() -> None:
         for seq in [s for s, at in gone_at.items() if at <= now]:  # expired: never delivered
             del gone_at[seq]
             due_at.pop(seq, None)
+        _check_untouched_counts(m, now + rng.randint(0, DAY))
         got = m.execute(Lease("q", now, 10, 30))
         assert isinstance(got, Leased)
         expected = sorted(s for s, at in due_at.items() if at <= now)[:10]
@@ -157,3 +158,15 @@ def test_a_delay_beyond_the_queues_max_delay_is_refused_whole() -> None:
     stats = m.stats("q", T0)
     assert stats is not None and stats.sent_total == 0
     assert not isinstance(m.execute(Produce("q", T0, (ok,))), CommandFailed)
+
+
+def _check_untouched_counts(m: QueueMachine, probe: int) -> None:
+    """`QueueState.untouched_timers` (bucket counts in C) agrees with the entry-by-entry
+    reference (`pending_timers`, each entry checked by `timer_valid`)."""
+    q = m._queues["q"]
+    slot_of = q.touched.slot_of
+    ref = [(s, at) for s, at in q.pending_timers() if s not in slot_of]
+    due, later, first = q.untouched_timers(probe)
+    assert sorted(due) == sorted(s for s, at in ref if at <= probe)
+    assert later == sum(1 for _, at in ref if at > probe)
+    assert first == min((at for _, at in ref if at > probe), default=None)
