@@ -229,7 +229,6 @@ async def _retry_backs_off(node: QueueNode, attrs: QueueAttributes) -> None:
     started = loop.time()
     first = await node.receive("retried", 1, None, 5)
     assert [m.receive_count for m in first] == [1]
-    assert (await node.get_queue("retried"))[1].in_flight == 1
     for count, back_off in ((1, 1.0), (2, 2.0)):
         leased_after, started = started, loop.time()
         again = await node.receive("retried", 1, None, 15)
