@@ -1,8 +1,8 @@
 """The archive against a real 3-node cluster (``cmq serve`` processes on loopback): a queue with
 ``archive=true`` and small segments gets 20,000 messages; most are received and acked, some are
-dead-lettered (nacked until ``max_receive_count``), some expire (sent delayed beyond the
-retention, so never delivered). Then ``cmq archive`` runs (a real ``local[2]`` Spark job), and
-the Parquet is read back with pyarrow: every deleted message exactly once, its body
+dead-lettered (nacked until ``max_receive_count``), some expire (sent with a time to live
+shorter than their delay, so never delivered). Then ``cmq archive`` runs (a real ``local[2]``
+Spark job), and the Parquet is read back with pyarrow: every deleted message exactly once, its body
 byte-identical, its outcome right, the manifest's counts matching; no replica holds a file of an
 archived segment any more; a second run archives nothing.
 """
@@ -30,11 +30,12 @@ from tests.cmq.cluster import CmqCluster, request, unique_queue
 pytestmark = [pytest.mark.slow, NEEDS_JAVA]
 
 TOTAL = 20_000
-EXPIRE = 300  # sent with a delay beyond the retention: expire unseen
+EXPIRE = 300  # sent with a time to live shorter than their delay: expire unseen
 DEAD = 200  # nacked until max_receive_count: dead-lettered
 SEGMENT_BYTES = 65_536
 SEGMENT_AGE_S = 2
-RETENTION_S = 60  # the smallest retention a queue accepts
+RETENTION_S = 3600  # every acked message is acked well within it, however slow the machine
+EXPIRE_DELAY_S, EXPIRE_TTL_S = 5, 2
 
 
 @pytest.fixture
@@ -53,15 +54,17 @@ async def produce(client: Client, queue: str) -> dict[str, dict[str, Any]]:
     """Send every message; body -> {id, seq, outcome expected}."""
     expect: dict[str, dict[str, Any]] = {}
 
-    async def send(bodies: list[str], delay: int | None) -> None:
-        msgs = [Message(b, delay_seconds=delay, attributes={"n": b}) for b in bodies]
+    async def send(bodies: list[str], delay: int | None, ttl: int | None = None) -> None:
+        msgs = [
+            Message(b, delay_seconds=delay, ttl_seconds=ttl, attributes={"n": b}) for b in bodies
+        ]
         for b, sent in zip(bodies, await client.send(queue, msgs), strict=True):
             kind = {"x": "expired", "d": "dead_lettered"}.get(b[0], "acked")
             expect[b] = {"id": sent.id, "seq": sent.seq, "outcome": kind}
 
-    # The delayed ones first: expiry deletes a prefix of the queue (by seq).
+    # Delayed past their time to live: never visible, deleted as expired.
     for i in range(0, EXPIRE, 100):
-        await send([f"x-{k}" for k in range(i, min(i + 100, EXPIRE))], 900)
+        await send([f"x-{k}" for k in range(i, min(i + 100, EXPIRE))], EXPIRE_DELAY_S, EXPIRE_TTL_S)
     rest = [f"d-{k}" for k in range(DEAD)] + [f"a-{k}" for k in range(TOTAL - EXPIRE - DEAD)]
     batches = [rest[i : i + 100] for i in range(0, len(rest), 100)]
     sem = asyncio.Semaphore(8)

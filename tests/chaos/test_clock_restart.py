@@ -101,7 +101,12 @@ async def _drain(
                 QUEUE, max_messages=10, visibility_timeout=30, wait_seconds=1
             )
             if got:
-                res = await cluster.node(nid, timeout=5).ack(QUEUE, [m.receipt for m in got])
+                try:
+                    res = await cluster.node(nid, timeout=5).ack(QUEUE, [m.receipt for m in got])
+                except (TimeoutError, CmqError, OSError):
+                    # The reply was lost, the ack may have committed: as in the load.
+                    unsure.update(m.id for m in got)
+                    raise
                 acked.update(m.id for m, r in zip(got, res, strict=True) if r.ok)
     return time.monotonic() - start, confirmed - acked
 
