@@ -189,7 +189,9 @@ class QueueMachine(MachineReads):
             q.rebuild_alias()
             for seg, rec in zip(q.segments, recovered[q.key], strict=True):
                 seg.sent_at = rec.sent_at
-                if rec.visible_at != rec.sent_at:
+                # As `Segment.add_visible` keeps it live: once a record's first visibility
+                # differs from its send time, or the segment holds a copy (forced there).
+                if seg.copies or rec.visible_at != rec.sent_at:
                     seg.visible_from = array("q", rec.visible_at)
                 lifecycle.restore_sent_keys(q, seg)
                 q.rebuild_derived(seg, rec.visible_at)

@@ -175,3 +175,13 @@ class _ImmortalSim(ScheduleQueueSim):
 def test_checker_catches_a_delivery_after_the_ttl() -> None:
     r = run_runtime_seed(21, RuntimeSimConfig(nodes=3, seconds=6.0), _ImmortalSim)
     assert any("after its ttl" in v for v in r.violations), r.violations[:3]
+
+
+@pytest.mark.slow
+def test_a_restored_segment_of_copies_keeps_their_first_visibility() -> None:
+    """Seed 827151 (5 nodes, retry back-off): a replica that restored a snapshot holding a
+    segment of messages copied forward forgot those copies' first visibility (kept live for a
+    segment with copies, dropped on restore when every record's equaled its send time), so a
+    later copy forward wrote other bytes there and the replicas' images differed."""
+    r = run_runtime_seed(827151, RuntimeSimConfig(nodes=5, seconds=20.0), RetryQueueSim)
+    assert not r.violations, (r.violations[:3], r.trace[-15:])
