@@ -84,7 +84,8 @@ HELM := $(BIN)/helm
 $(HELM): $(STAMP) tests/deploy/helmbin.py
 	$(BIN)/python -m tests.deploy.helmbin
 
-# Debian's chromium for the web console test (tests/deploy/test_console.py), driven headless by
+# Debian's chromium for the web console tests (tests/deploy/test_console.py, anonymous, and
+# tests/auth/test_console_signed.py, signed in), driven headless by
 # Playwright; installed like fuse3 (as root, a no-op when /usr/bin/chromium exists).
 CHROMIUM_STAMP := $(VENV)/.apt-chromium
 
