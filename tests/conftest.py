@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +21,44 @@ from tests.cmq.cluster import CmqCluster
 settings.register_profile("ci", derandomize=True, deadline=None)
 settings.register_profile("dev", deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+@pytest.fixture(autouse=True)
+def _asyncio_tasks_dumped_before_the_timeout(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test about to hit pytest-timeout prints the stack of every pending asyncio task first:
+    the timeout's own dump shows threads only, where an awaited-forever coroutine looks like an
+    idle event loop."""
+    timeout = float(request.config.getini("timeout") or 0)
+    if timeout <= 30:
+        yield
+        return
+    timer = threading.Timer(timeout - 20, _dump_pending_tasks, args=(request.node.nodeid,))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+def _dump_pending_tasks(nodeid: str) -> None:
+    """Print every pending task's stack (read from a watchdog thread while the loop idles in
+    its selector; a set that changes under us is retried)."""
+    for _ in range(5):
+        try:
+            tasks = [t for t in list(vars(asyncio.tasks)["_all_tasks"]) if not t.done()]
+            break
+        except RuntimeError:
+            continue
+    else:
+        return
+    out = sys.stderr
+    print(f"\n==== {len(tasks)} pending asyncio tasks of {nodeid} ====", file=out)
+    for task in tasks:
+        try:
+            task.print_stack(limit=12, file=out)
+        except Exception as e:  # a frame that moved under us: say so and go on
+            print(f"{task!r}: {e!r}", file=out)
 
 
 @pytest.fixture
