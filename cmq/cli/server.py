@@ -274,7 +274,8 @@ class FrontEnds:
                 proc.terminate()
         for proc in self._procs.values():
             try:
-                await asyncio.wait_for(proc.wait(), self.STOP_SECONDS)
+                async with asyncio.timeout(self.STOP_SECONDS):
+                    await proc.wait()
             except TimeoutError:
                 proc.kill()
                 await proc.wait()
@@ -320,7 +321,8 @@ async def front_end(socket_path: str, http: Address, security: HttpSecurity) -> 
         async with _http_site(app, http, security, reuse_port=True):
             while not stop.is_set() and proxy.lost is None:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), 0.5)
+                    async with asyncio.timeout(0.5):
+                        await stop.wait()
     finally:
         await proxy.close()
 

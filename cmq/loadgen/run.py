@@ -167,7 +167,8 @@ class _Run:
                 due = self.schedule.claim(n)
                 if due > start:
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self.stop_producing.wait(), due - start)
+                        async with asyncio.timeout(due - start):
+                            await self.stop_producing.wait()
                     if self.stop_producing.is_set():
                         return
                 self.schedule.started(due, time.monotonic())
@@ -269,7 +270,8 @@ class _Run:
         async with asyncio.TaskGroup() as tg:
             while not self.stop_consuming.is_set():
                 try:
-                    got = await asyncio.wait_for(sub.next(), _RECV_WAIT_SECONDS)
+                    async with asyncio.timeout(_RECV_WAIT_SECONDS):
+                        got = await sub.next()
                 except TimeoutError:
                     self.empty_since_delivery += 1
                     continue
@@ -379,7 +381,8 @@ class _Run:
                     self.queue_left = stats
                     return "empty"
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.settled_event.wait(), 0.1)
+                async with asyncio.timeout(0.1):
+                    await self.settled_event.wait()
         return "interrupted" if self.interrupted else "complete"
 
     async def run(self) -> tuple[float, float, float, str]:

@@ -205,7 +205,8 @@ class DiskWatch:
                 self._free[i] = None if probe.exception() is not None else probe.result()
             probe = self._probes[i] = asyncio.ensure_future(self._offload(self._probe, d))
         try:
-            self._free[i] = await asyncio.wait_for(asyncio.shield(probe), 0.5)
+            async with asyncio.timeout(0.5):
+                self._free[i] = await asyncio.shield(probe)
         except TimeoutError:
             pass
         except OSError:

@@ -314,7 +314,8 @@ class Membership:
     async def _change(self, g: int, kind: ConfChangeKind, node: int) -> None:
         log.info("group %d: %s node %d", g, kind.name.lower(), node)
         try:
-            await asyncio.wait_for(self._raft.change_membership(g, kind, node), STEP_TIMEOUT)
+            async with asyncio.timeout(STEP_TIMEOUT):
+                await self._raft.change_membership(g, kind, node)
         except RaftError as e:  # not caught up yet, a change pending, leadership moved
             log.info("group %d: %s of node %d deferred: %s", g, kind.name.lower(), node, e)
 

@@ -44,7 +44,8 @@ class Wakeups:
         waiting[name] = waiting.get(name, 0) + 1
         try:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), limit)
+                async with asyncio.timeout(limit):
+                    await event.wait()
         finally:
             left = waiting[name] - 1
             if left:

@@ -180,7 +180,8 @@ class QuiescentSim(RuntimeSim):
                 relay.cancel()
                 await asyncio.gather(relay, return_exceptions=True)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), IDLE)
+                async with asyncio.timeout(IDLE):
+                    await stop.wait()
 
 
 async def _relay(src: asyncio.Event, dst: asyncio.Event) -> None:

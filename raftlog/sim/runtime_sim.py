@@ -276,7 +276,8 @@ class RuntimeSim:
                 await asyncio.sleep(0.02)
                 continue
             try:
-                await asyncio.wait_for(asyncio.shield(fut), 30.0)
+                async with asyncio.timeout(30.0):
+                    await asyncio.shield(fut)
             except TimeoutError:
                 self.violation(f"proposal {cmd!r} neither applied nor failed within 30 s")
                 continue
@@ -376,7 +377,8 @@ class RuntimeSim:
                     await asyncio.sleep(0.05)
                     continue
                 try:
-                    await asyncio.wait_for(d.propose(cmd), 5.0)
+                    async with asyncio.timeout(5.0):
+                        await d.propose(cmd)
                     self.acked[g].append(cmd)
                     done = True
                 except (RaftError, TimeoutError):
