@@ -126,7 +126,10 @@ class CatalogMachine:
     """Nodes, data groups and queue placement. Implements raftlog's `StateMachine`."""
 
     __slots__ = (
+        "_hosted",
         "_load",
+        "_moving",
+        "_preferred",
         "features",
         "founders",
         "keys",
@@ -151,6 +154,12 @@ class CatalogMachine:
         """The access keys (`cmq.catalog.keys`: their ``key.*`` commands are applied there)."""
         self.features: dict[str, int] = {}
         """Enabled feature flags -> the catalog index that enabled them (`cmq.upgrade.features`)."""
+        self._hosted: dict[int, tuple[int, ...]] = {}
+        self._preferred: dict[int, int] | None = None
+        self._moving: tuple[int, ...] | None = None
+        """Memos of `hosted_by`, `preferred_leaders` and `moving` (asked every membership
+        round on every node): dropped by every `apply` and `restore`, the only ways
+        placements and nodes change."""
 
     # -- commands ---------------------------------------------------------------------------------
     @staticmethod
@@ -251,6 +260,8 @@ class CatalogMachine:
         return orjson.dumps({"op": "meta", "name": name, "set": changes, "unset": unset})
 
     def apply(self, index: int, command: bytes) -> object:
+        self._hosted.clear()
+        self._preferred = self._moving = None
         try:
             cmd = orjson.loads(command)
             op, name = cmd["op"], cmd["name"]
@@ -483,10 +494,24 @@ class CatalogMachine:
 
     def hosted_by(self, node: int) -> tuple[int, ...]:
         """The data groups ``node`` should run a replica of now."""
-        return tuple(g for g, p in sorted(self.placements.items()) if node in p.hosts())
+        hosted = self._hosted.get(node)
+        if hosted is None:
+            hosted = tuple(g for g, p in sorted(self.placements.items()) if node in p.hosts())
+            self._hosted[node] = hosted
+        return hosted
+
+    def moving(self) -> tuple[int, ...]:
+        """The data groups with a replica move in flight, in id order."""
+        if self._moving is None:
+            moving = sorted(g for g, p in self.placements.items() if p.move is not None)
+            self._moving = tuple(moving)
+        return self._moving
 
     def preferred_leaders(self) -> dict[int, int]:
-        return preferred_leaders(self.placements, self.nodes)
+        """`cmq.catalog.placement.preferred_leaders` of this catalog (a copy)."""
+        if self._preferred is None:
+            self._preferred = preferred_leaders(self.placements, self.nodes)
+        return dict(self._preferred)
 
     def groups(self) -> dict[int, dict[str, Any]]:
         """Every data group: replicas, the move in flight, founders and queue count."""
@@ -520,6 +545,8 @@ class CatalogMachine:
         return msgspec.json.encode(image)
 
     def restore(self, index: int, data: bytes) -> None:
+        self._hosted.clear()
+        self._preferred = self._moving = None
         if not data:
             self.__init__()  # type: ignore[misc]
             return

@@ -250,9 +250,9 @@ class DiskWatch:
 
     def _file_error(self, i: int) -> OSError | None:
         """The I/O error a group on directory ``i`` stopped on, if one did (its own files)."""
-        for g in self._groups_on(i):
-            exc = self._raft.groups[g].stopped
-            if isinstance(exc, OSError):
+        stopped = [(g, d.stopped) for g, d in self._raft.groups.items() if d.stopped is not None]
+        for g, exc in sorted(stopped, key=lambda s: s[0]):  # the stopped ones only: few
+            if isinstance(exc, OSError) and self._raft.dir_for(g) == i:
                 return exc
         return None
 

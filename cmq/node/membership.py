@@ -184,9 +184,8 @@ class Membership:
         full = self._rounds % FULL_ROUND_EVERY == 0
         self._preferred = self._catalog.preferred_leaders() if full and self._balance else {}
         self._transfer_budget = TRANSFERS_PER_ROUND
-        for g, p in list(self._catalog.placements.items()):
-            hosted = g in self._raft.groups
-            if (full or p.move is not None) and hosted and self._raft.leader_of(g) == self._id:
+        for g in list(self._catalog.placements) if full else self._catalog.moving():
+            if g in self._raft.groups and self._raft.leader_of(g) == self._id:
                 await self._reconcile_group(g)
 
     # -- 1. registration --------------------------------------------------------------------------

@@ -66,6 +66,11 @@ class RuntimeConfig:
     liveness_ticks: int = 10
     """A peer silent for this many ticks is suspect: quiesced groups wake (their followers
     first catch up the missed ticks, so a limit up to ``election_tick`` delays no election)."""
+    beat_every_ticks: int = 2
+    """Send every peer a liveness frame each this many ticks (at most a quarter of
+    ``liveness_ticks``, so a late frame or two never makes a live peer suspect): every other
+    tick halves a resting node's frames without slowing the detection of a silent peer by
+    more than a tick."""
     seed: int | None = None
     """Seed for election-timeout randomization (None: from the OS)."""
     rejoin: bool = False

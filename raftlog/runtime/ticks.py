@@ -2,7 +2,8 @@
 
 Every ``tick_interval`` seconds of the event loop's clock (one task, owned here) a tick:
 
-1. sends every peer an empty ``BEATS`` frame (node liveness) and advances `PeerLiveness`; a
+1. every ``beat_every_ticks`` ticks sends every peer an empty ``BEATS`` frame (node
+   liveness); every tick advances `PeerLiveness`; a
    peer that just turned suspect wakes every quiesced group (`wake_all`: followers first catch
    up the ticks they missed, so an election starts one election timeout after the leader was
    last heard);
@@ -60,6 +61,11 @@ class Ticker:
         self._outbox = outbox
         self._watch = watch
         self._disks = disks
+        if not 1 <= cfg.beat_every_ticks <= cfg.liveness_ticks // 4:
+            raise ValueError(
+                f"beat_every_ticks ({cfg.beat_every_ticks}) must be 1..liveness_ticks/4 "
+                f"({cfg.liveness_ticks // 4})"
+            )
         self.liveness = PeerLiveness(cfg.liveness_ticks)
         self.task: asyncio.Task[None] | None = None
         """The tick loop (None: not started, or stopped)."""
@@ -124,9 +130,11 @@ class Ticker:
                 g.report_unreachable(peer)
 
     def _check_liveness(self) -> None:
-        """Send every peer this tick's liveness frame; peers newly silent wake every group."""
-        for peer in self._transport.peers:
-            self._transport.send(peer, FrameKind.BEATS, _NO_BEATS)
+        """Send every peer its liveness frame when one is due; peers newly silent wake every
+        group."""
+        if self.ticks % self.cfg.beat_every_ticks == 0:
+            for peer in self._transport.peers:
+                self._transport.send(peer, FrameKind.BEATS, _NO_BEATS)
         catch_up = self.liveness.tick(self._transport.peers)
         if catch_up:
             self.wake_all(catch_up)
