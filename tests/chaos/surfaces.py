@@ -15,8 +15,8 @@ decision's number, as the native clients do (workload.py's docstring).
   message of a batch is sent with ``delay_seconds`` of 1-3 s, with a ``deliver_at`` 1-3 s
   ahead of the runner's wall clock (the same time on every resend), or at once, and a seeded
   share of them with a ``ttl_seconds`` of 1-6 s (some expire unseen, some while leased).
-  Delays stay seconds long to keep runs short: what a raised ``max_delay_seconds`` changes is
-  the accepted range, not how a delay is held.
+  Delays stay seconds long to keep runs short; a few messages (`FAR_SHARE`) are scheduled
+  beyond 900 s with a time to live of seconds, so they expire unseen before their time.
 * ``dlq``: ``chaos-r`` with dead-letter queue ``chaos-r-dlq`` after 2 receives; a seeded third
   of the keys is *poison* (its consumer never acks them: nack or let expire), so they move.
   When the run drains, `DeadLetters.finish` waits until the source is empty (nothing more can
@@ -61,6 +61,11 @@ DELAY_ATTRIBUTES: dict[str, Any] = {
 """`DELAY_QUEUE`'s attributes: delays beyond 900 s allowed, retry back-off 1, 2, 4, 4... s."""
 TTL_SHARE = 0.3
 """Share of the `DELAY_QUEUE` messages sent with a time to live."""
+FAR_SHARE = 0.05
+"""Share of the `DELAY_QUEUE` messages scheduled beyond 900 s (up to 50 minutes, inside the
+queue's hour) with a time to live of 1-3 s: accepted because of the raised
+``max_delay_seconds``, and expired long before their time, so they must never be delivered
+(nor hold up the drain)."""
 POISON_SHARE = 0.33
 
 
@@ -204,9 +209,13 @@ def schedule(workload: Workload, process: str, batch: int, n: int) -> Schedule:
     for _ in range(n):
         mode = rng.choice(("delay", "delay", "deliver_at", "deliver_at", "now"))
         seconds = rng.uniform(1.0, 3.0)
+        ttl = rng.randint(1, 6) if rng.random() < TTL_SHARE else 0
+        if rng.random() < FAR_SHARE:  # beyond 900 s, expiring first
+            mode = rng.choice(("delay", "deliver_at"))
+            seconds, ttl = rng.uniform(901.0, 3000.0), rng.randint(1, 3)
         delays.append(round(seconds) if mode == "delay" else 0)
         at.append(now + timedelta(seconds=seconds) if mode == "deliver_at" else None)
-        ttls.append(rng.randint(1, 6) if rng.random() < TTL_SHARE else 0)
+        ttls.append(ttl)
     return Schedule(delays, at, ttls)
 
 

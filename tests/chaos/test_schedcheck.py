@@ -12,7 +12,7 @@ import pytest
 from tests.chaos.apicheck import CLOCK_JUDGED, backoff
 from tests.chaos.checker import check
 from tests.chaos.history import Delivery, History, Outcome
-from tests.chaos.surfaces import DELAY_ATTRIBUTES, TTL_SHARE, schedule
+from tests.chaos.surfaces import DELAY_ATTRIBUTES, FAR_SHARE, TTL_SHARE, schedule
 
 Q = "d"
 WALL = 1_000_000.0
@@ -184,14 +184,15 @@ class _Choices:
 
 
 def test_the_workload_schedule_is_seeded_and_mixes_every_kind() -> None:
-    plans = [schedule(_Choices(7), "delay-producer-0", b, 5) for b in range(1, 41)]  # type: ignore[arg-type]
+    plans = [schedule(_Choices(7), "delay-producer-0", b, 5) for b in range(1, 201)]  # type: ignore[arg-type]
     again = schedule(_Choices(7), "delay-producer-0", 1, 5)  # type: ignore[arg-type]
     assert again.delays == plans[0].delays and again.ttls == plans[0].ttls
     delays = [d for p in plans for d in p.delays]
     at = [t for p in plans for t in p.deliver_at]
     ttls = [t for p in plans for t in p.ttls]
-    assert all(0 <= d <= 3 for d in delays) and any(delays)
+    assert all(0 <= d <= 3 or (901 <= d <= 3000 and t) for d, t in zip(delays, ttls, strict=True))
+    assert any(d > 900 for d in delays) and any(delays)
     assert any(t is not None for t in at) and any(t is None for t in at)
     assert all(not (d and t) for d, t in zip(delays, at, strict=True))
     share = sum(t > 0 for t in ttls) / len(ttls)
-    assert abs(share - TTL_SHARE) < 0.12 and all(0 <= t <= 6 for t in ttls)
+    assert abs(share - TTL_SHARE - FAR_SHARE) < 0.12 and all(0 <= t <= 6 for t in ttls)
