@@ -11,9 +11,11 @@ Two moves use it:
   deleted by an ack (`move_batch`).
 
 A copy keeps the body, its binary flag, the attributes and its time-to-live deadline (the
-absolute time: a moved message expires when it would have where it was; within the
-destination's retention). It carries a deduplication id made of the move's ``origin`` and the
-message's id, so a step repeated after a failure (the copy was
+absolute time: a moved message expires when it would have where it was, within the
+destination's retention; the node that takes the copy turns the deadline into a time to live
+from its clock, so the copy's deadline can be later by how far the destination queue's time
+runs ahead of that clock, milliseconds as a rule). It carries a deduplication id made of the
+move's ``origin`` and the message's id, so a step repeated after a failure (the copy was
 stored, the delete was not) stores nothing twice within the dedup window (5 minutes; a copy is
 a new message with an id of its own, so a message moved back and forth is never taken for its
 earlier copy). To a FIFO queue a copy keeps its message group (`REDRIVE_GROUP` for a message
