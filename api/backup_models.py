@@ -57,6 +57,17 @@ class LiveMessage(_Response, kw_only=True, omit_defaults=True):
     dedup_id: Annotated[str, Meta(description="FIFO queues: its deduplication id.")] | UnsetType = (
         UNSET
     )
+    ttl_deadline: (
+        Annotated[
+            int,
+            Meta(
+                ge=0,
+                description="Sent with a time to live: when it runs out (ms since the "
+                "Unix epoch, the queue's clock).",
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
 
     @classmethod
     def of(cls, m: cmq.model.LiveMessage) -> LiveMessage:
@@ -73,6 +84,7 @@ class LiveMessage(_Response, kw_only=True, omit_defaults=True):
             receive_count=m.receive_count,
             group_id=UNSET if m.group_id is None else m.group_id,
             dedup_id=UNSET if m.dedup_id is None else m.dedup_id,
+            ttl_deadline=UNSET if m.ttl_deadline_ms is None else m.ttl_deadline_ms,
         )
 
 
@@ -102,14 +114,43 @@ class ImportMessage(_Request):
     attributes: MessageAttributes | None = None
     delay_ms: Annotated[
         int,
-        Meta(ge=0, le=900_000, description="Invisible this long after the import (ms)."),
+        Meta(
+            ge=0,
+            le=cmq.model.MAX_DELAY_SECONDS * 1000,
+            description="Invisible this long after the import (ms); or give deliver_at.",
+        ),
     ] = 0
+    deliver_at: (
+        Annotated[
+            int,
+            Meta(
+                ge=0,
+                description="Invisible until this time (ms since the Unix epoch, the importing "
+                "node's clock; past: visible at once); instead of delay_ms.",
+            ),
+        ]
+        | None
+    ) = None
+    ttl_deadline: (
+        Annotated[
+            int,
+            Meta(
+                ge=0,
+                description="Its time to live runs out at this time (ms since the Unix epoch, "
+                "the importing node's clock; past: it expires at once, unseen). Needs the "
+                "message_ttl feature flag.",
+            ),
+        ]
+        | None
+    ) = None
     group_id: FifoId | None = None
     dedup_id: Annotated[str, Meta(min_length=1, max_length=MAX_DEDUP_ID)] | None = None
 
     def __post_init__(self) -> None:
         if (self.body is None) == (self.body_base64 is None):
             raise ValueError("needs exactly one of body and body_base64")
+        if self.delay_ms and self.deliver_at is not None:
+            raise ValueError("give delay_ms or deliver_at, not both")
 
     def to_model(self) -> cmq.model.ImportedMessage:
         binary = self.body_base64 is not None
@@ -122,6 +163,8 @@ class ImportMessage(_Request):
             delay_ms=self.delay_ms,
             group_id=self.group_id,
             dedup_id=self.dedup_id,
+            deliver_at_ms=self.deliver_at,
+            ttl_deadline_ms=self.ttl_deadline,
         )
 
 

@@ -297,6 +297,11 @@ class OutgoingMessage:
     ttl_seconds: int | None = None
     """Time to live (1 .. the queue's retention): never delivered once this long has passed
     since the send (decided by the queue's state machine); it then counts as expired."""
+    ttl_deadline_ms: int | None = None
+    """A time to live given as its deadline (Unix ms; instead of ``ttl_seconds``): what a
+    moved message keeps (`cmq.redrive`). The node that takes the send turns it into a time to
+    live from its clock, as it does ``deliver_at_ms``; a deadline already passed leaves 1 ms
+    (the message expires at once, unseen)."""
 
 
 def check_send_rules(queue: str, messages: list[OutgoingMessage]) -> None:
@@ -334,6 +339,8 @@ def _rule_refusal(queue: str, m: OutgoingMessage) -> CmqError | None:
         )
     if m.delay_seconds is not None and m.deliver_at_ms is not None:
         return InvalidParameter("give delay_seconds or deliver_at, not both")
+    if m.ttl_seconds is not None and m.ttl_deadline_ms is not None:
+        return InvalidParameter("give ttl_seconds or a ttl deadline, not both")
     if m.delay_seconds is not None and not 0 <= m.delay_seconds <= MAX_DELAY_SECONDS:
         return InvalidParameter(
             f"delay_seconds must be in [0, {MAX_DELAY_SECONDS}]; got {m.delay_seconds}"
@@ -364,6 +371,19 @@ def delay_refusal(
             f"max_delay_seconds is {limit}"
         )
     return None
+
+
+def within_retention(
+    m: OutgoingMessage, attributes: QueueAttributes, now_ms: int
+) -> OutgoingMessage:
+    """``m`` with a ``ttl_deadline_ms`` farther than the queue's retention from ``now_ms``
+    brought within it (a moved message whose deadline its new queue's retention would outlast:
+    the retention would expire it by then all the same, and the state machine takes no longer
+    time to live); ``m`` itself otherwise."""
+    limit = now_ms + attributes.message_retention_seconds * 1000
+    if m.ttl_deadline_ms is None or m.ttl_deadline_ms <= limit:
+        return m
+    return replace(m, ttl_deadline_ms=limit)
 
 
 def size_refusal(m: OutgoingMessage, attributes: QueueAttributes) -> MessageTooLarge | None:
@@ -432,6 +452,9 @@ class ReceivedMessage:
     group_id: str | None = None
     """FIFO queues: the message's group; its deduplication id in ``dedup_id``."""
     dedup_id: str | None = None
+    ttl_deadline_ms: int | None = None
+    """When its time to live runs out (the queue's time, Unix ms); None: it has none. What
+    a move to another queue keeps (`cmq.redrive`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -477,6 +500,8 @@ class LiveMessage:
     receive_count: int
     group_id: str | None = None
     dedup_id: str | None = None
+    ttl_deadline_ms: int | None = None
+    """When its time to live runs out (the queue's time, Unix ms); None: it has none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -495,7 +520,10 @@ class ExportPage:
 @dataclass(frozen=True, slots=True)
 class ImportedMessage:
     """A message to store with its id kept (a restore): ``delay_ms`` is how long it stays
-    invisible after the import (0: at once)."""
+    invisible after the import (0: at once), or ``deliver_at_ms`` when it becomes visible (Unix
+    ms; past: at once); ``ttl_deadline_ms`` when its time to live runs out (Unix ms; None: it
+    has none; past: it expires at once). The node turns the absolute times into a delay and a
+    time to live from its clock, so a restore keeps them whatever the restoring client's."""
 
     id: str
     body: bytes
@@ -504,6 +532,16 @@ class ImportedMessage:
     delay_ms: int = 0
     group_id: str | None = None
     dedup_id: str | None = None
+    deliver_at_ms: int | None = None
+    ttl_deadline_ms: int | None = None
+
+
+def imported_delay_ms(m: ImportedMessage, now_ms: int) -> int:
+    """How long an imported message stays invisible from ``now_ms`` (the importing node's
+    clock): until its ``deliver_at_ms`` (past: 0), else its ``delay_ms``."""
+    if m.deliver_at_ms is not None:
+        return max(0, m.deliver_at_ms - now_ms)
+    return m.delay_ms
 
 
 @dataclass(frozen=True, slots=True)

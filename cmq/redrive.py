@@ -10,8 +10,12 @@ Two moves use it:
 * the SQS message move tasks (`api.sqs.moves`): messages leased from a dead-letter queue,
   deleted by an ack (`move_batch`).
 
-A copy keeps the body, its binary flag and the attributes. It carries a deduplication id made
-of the move's ``origin`` and the message's id, so a step repeated after a failure (the copy was
+A copy keeps the body, its binary flag, the attributes and its time-to-live deadline (the
+absolute time: a moved message expires when it would have where it was, within the
+destination's retention; the node that takes the copy turns the deadline into a time to live
+from its clock, so the copy's deadline can be later by how far the destination queue's time
+runs ahead of that clock, milliseconds as a rule). It carries a deduplication id made of the
+move's ``origin`` and the message's id, so a step repeated after a failure (the copy was
 stored, the delete was not) stores nothing twice within the dedup window (5 minutes; a copy is
 a new message with an id of its own, so a message moved back and forth is never taken for its
 earlier copy). To a FIFO queue a copy keeps its message group (`REDRIVE_GROUP` for a message
@@ -59,10 +63,12 @@ class Moving:
     binary: bool
     attributes: tuple[tuple[str, str], ...]
     group_id: str | None = None
+    ttl_deadline_ms: int | None = None
+    """When its time to live runs out (Unix ms; None: it has none): the copy keeps it."""
 
     @staticmethod
     def received(m: ReceivedMessage) -> Moving:
-        return Moving(m.id, m.body, m.binary, m.attributes, m.group_id)
+        return Moving(m.id, m.body, m.binary, m.attributes, m.group_id, m.ttl_deadline_ms)
 
 
 def copies(destination: str, messages: Sequence[Moving], origin: str) -> list[OutgoingMessage]:
@@ -76,6 +82,7 @@ def copies(destination: str, messages: Sequence[Moving], origin: str) -> list[Ou
             attributes=_movable(m.attributes),
             dedup_id=f"{origin}:{m.id}"[:MAX_DEDUP_ID],
             group_id=(m.group_id or REDRIVE_GROUP) if fifo else None,
+            ttl_deadline_ms=m.ttl_deadline_ms,
         )
         for m in messages
     ]

@@ -35,11 +35,12 @@ from cmq.model import (
     ImportedMessage,
     SentMessage,
     check_queue_name,
+    imported_delay_ms,
 )
 from cmq.routing.ops import META_GROUP
 from cmq.routing.router import Router
 from cmq.routing.rpc import CatalogCall, ExportCall, ProduceCall
-from cmq.upgrade.features import MESSAGE_IMPORT, not_enabled
+from cmq.upgrade.features import MESSAGE_IMPORT, MESSAGE_TTL, not_enabled
 from raftlog.runtime.host import Clock
 
 
@@ -177,11 +178,27 @@ class BackupAdmin:
             raise InvalidParameter("the messages of an import need distinct, non-empty ids")
         if any(m.delay_ms < 0 for m in messages):
             raise InvalidParameter("delay_ms must not be negative")
+        if any(m.delay_ms and m.deliver_at_ms is not None for m in messages):
+            raise InvalidParameter("give delay_ms or deliver_at, not both")
+        if any(m.ttl_deadline_ms is not None for m in messages) and not (
+            self._catalog.feature_enabled(MESSAGE_TTL)
+        ):
+            raise not_enabled(MESSAGE_TTL, "imports of messages with a time to live")
+        now = self._clock.wall_ms()
         new = tuple(
-            NewMessage(m.id, m.body, m.binary, m.attributes, m.delay_ms, m.dedup_id, m.group_id)
+            NewMessage(
+                m.id,
+                m.body,
+                m.binary,
+                m.attributes,
+                imported_delay_ms(m, now),
+                m.dedup_id,
+                m.group_id,
+                ttl_ms=None if m.ttl_deadline_ms is None else max(1, m.ttl_deadline_ms - now),
+            )
             for m in messages
         )
-        command = encode_command(Produce(name, self._clock.wall_ms(), new, expect_sent=expect_sent))
+        command = encode_command(Produce(name, now, new, expect_sent=expect_sent))
         sent = await self._router.run(ProduceCall(self._router.group_of(name), command))
         if len(sent) != len(messages):
             raise InvariantBroken(f"an import of {len(messages)} stored {len(sent)}")

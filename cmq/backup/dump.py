@@ -95,6 +95,8 @@ def backup_message(raw: dict[str, Any], read_at: int) -> BackupMessage:
         receive_count=int(raw.get("receive_count", 0)),
         group_id=raw.get("group_id"),
         dedup_id=raw.get("dedup_id"),
+        visible_at=int(raw.get("visible_at", 0)) if state == "delayed" else 0,
+        ttl_deadline=int(raw.get("ttl_deadline", 0)),
     )
 
 

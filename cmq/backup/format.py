@@ -28,8 +28,12 @@ import msgspec
 
 from cmq.backup.errors import InvalidBackup, NewerBackupFormat
 
-FORMAT_VERSION = 1
-"""The format this release writes and the newest it reads."""
+FORMAT_VERSION = 2
+"""The format this release writes and the newest it reads. Version 2: a queue file line also
+holds ``visible_at`` and ``ttl_deadline`` (absolute times, so a restore keeps when a delayed
+message becomes visible and when a message's time to live runs out); version 1 lines (a
+delay left, no time to live) are still read. A release that reads only version 1 refuses a
+version 2 backup rather than restore its messages without their times to live."""
 MANIFEST = "manifest.json"
 CATALOG_DIR = "catalog"
 QUEUES_DIR = "queues"
@@ -41,7 +45,10 @@ target cluster places queues by its own rules). Others (``feature_flags``) are r
 class BackupMessage(msgspec.Struct, frozen=True, omit_defaults=True):
     """One line of a queue file: a live message as the export read it. ``state`` is
     ``visible``, ``in_flight`` or ``delayed``; ``delay_ms`` is how long a delayed message had
-    left when read (0 otherwise); ``receive_count`` is informative (a restore resets it)."""
+    left when read (0 otherwise); ``receive_count`` is informative (a restore resets it).
+    Version 2: ``visible_at`` is when a delayed message becomes visible and ``ttl_deadline``
+    when a message's time to live runs out (ms since the Unix epoch, the source queue's clock;
+    0: none)."""
 
     id: str
     body: bytes
@@ -53,6 +60,8 @@ class BackupMessage(msgspec.Struct, frozen=True, omit_defaults=True):
     receive_count: int = 0
     group_id: str | None = None
     dedup_id: str | None = None
+    visible_at: int = 0
+    ttl_deadline: int = 0
 
 
 class QueueEntry(msgspec.Struct, frozen=True):

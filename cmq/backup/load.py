@@ -7,10 +7,14 @@ attributes; then the catalog sections this release knows (access keys, sealed, a
 metadata; placement and groups are informative); then each queue's messages, imported in
 their backup order with their ids, bodies, attributes and FIFO group and deduplication ids.
 
-What a restored message does not keep: its receive count (0 again), its lease (an in-flight
-message is visible at once), its send time (the import's time: retention starts again), and
-the queue's deduplication window. A delayed message stays invisible for the delay it had left
-when it was backed up.
+What a restored message keeps of its times: a delayed message becomes visible when it would
+have (its ``visible_at``; at once if that has passed), and a message with a time to live
+expires at its deadline (at once, unseen, if that has passed); the restoring node turns both
+into a delay and a time to live from its own clock. From a version 1 backup (no absolute
+times) a delayed message stays invisible for the delay it had left when it was backed up.
+What it does not keep: its receive count (0 again), its lease (an in-flight message is visible
+at once), its send time (the import's time: retention starts again), and the queue's
+deduplication window.
 
 A restore can be run again: each import states how many messages the queue has had sent
 (``expect_sent``), so after a cut a rerun resumes after the messages already stored, a queue
@@ -41,7 +45,7 @@ from cmq.client import Client
 from cmq.client.backup import export_page, import_catalog, import_messages
 from cmq.client.types import Json
 from cmq.errors import ImportConflict, OutcomeUnknown
-from cmq.model import MAX_IMPORT_BATCH, QueueAttributes
+from cmq.model import MAX_DELAY_SECONDS, MAX_IMPORT_BATCH, QueueAttributes
 
 PARALLEL = 4
 """Queues imported at once."""
@@ -108,8 +112,12 @@ def import_json(m: BackupMessage) -> Json:
         out["body"] = m.body.decode()
     if m.attributes:
         out["attributes"] = m.attributes
-    if m.state == "delayed" and m.delay_ms > 0:
-        out["delay_ms"] = min(m.delay_ms, 900_000)
+    if m.state == "delayed" and m.visible_at > 0:
+        out["deliver_at"] = m.visible_at
+    elif m.state == "delayed" and m.delay_ms > 0:
+        out["delay_ms"] = min(m.delay_ms, MAX_DELAY_SECONDS * 1000)
+    if m.ttl_deadline > 0:
+        out["ttl_deadline"] = m.ttl_deadline
     if m.group_id is not None:
         out["group_id"] = m.group_id
     if m.dedup_id is not None:

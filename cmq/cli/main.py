@@ -5,7 +5,8 @@ generate load.
     cmq serve --node-id 1 --http 127.0.0.1:8080 --peer 127.0.0.1:9080 \\
               --peers 1=127.0.0.1:9080,2=127.0.0.1:9081,3=127.0.0.1:9082 --data-dir ./d1
     cmq dev [--nodes 3] [--data-dir ./data/dev] [--http-port 8080]
-    cmq queue create|list|stats|delete ...     cmq send ...     cmq receive [--ack] ...
+    cmq queue create|set|list|stats|delete ... [--max-delay S] [--retry INITIAL,MULT,MAX]
+    cmq send [--delay S | --deliver-at RFC3339] [--ttl S] ...     cmq receive [--ack] ...
     cmq status                                  (nodes, their releases, groups, leaders, lag)
     cmq --version                               (cmq 0.2.0 (peer protocol 1-1))
     cmq bench [--producers 4] [--consumers 2] [--size 1024] [--batch 1] [--rate 0] ...
@@ -231,11 +232,11 @@ def _queue(args: argparse.Namespace) -> int:
     if not args.name:
         raise SystemExit("a queue name is required")
     name = args.name
+    if args.action in ("create", "set"):
+        from cmq.cli.schedule import queue_attributes
+
+        attrs = queue_attributes(args.attribute or [], args.max_delay, args.retry)
     if args.action == "create":
-        attrs = {}
-        for kv in args.attribute or []:
-            k, _, v = kv.partition("=")
-            attrs[k] = v if k == "dead_letter_queue" else int(v)
 
         def create(c: SyncClient) -> dict[str, Any]:
             got = c.create_queue(name, attrs)
@@ -246,6 +247,15 @@ def _queue(args: argparse.Namespace) -> int:
             }
 
         return _client_command(args, create, "queue create")
+    if args.action == "set":
+        if not attrs:
+            raise SystemExit("queue set needs --attribute, --max-delay or --retry")
+
+        def update(c: SyncClient) -> dict[str, Any]:
+            got = c.set_attributes(name, attrs)
+            return {"name": name, "attributes": _attributes(got)}
+
+        return _client_command(args, update, "queue set")
     if args.action == "stats":
 
         def stats(c: SyncClient) -> dict[str, Any]:
@@ -266,10 +276,13 @@ def _queue(args: argparse.Namespace) -> int:
 
 
 def _send(args: argparse.Namespace) -> int:
+    from cmq.cli.schedule import outgoing
+
     bodies = args.body or [line.rstrip("\n") for line in sys.stdin]
+    messages = outgoing(bodies, delay=args.delay, deliver_at=args.deliver_at, ttl=args.ttl)
     return _client_command(
         args,
-        lambda c: {"messages": [{"id": m.id, "seq": m.seq} for m in c.send(args.queue, bodies)]},
+        lambda c: {"messages": [{"id": m.id, "seq": m.seq} for m in c.send(args.queue, messages)]},
         "send",
     )
 
@@ -308,7 +321,7 @@ DESCRIPTION = (
 """The top-level help's description (plain text: ``--help`` shows it as it is)."""
 
 CLIENT_HELP = {
-    "queue": "create, list, show the stats of, or delete queues",
+    "queue": "create, change (set), list, show the stats of, or delete queues",
     "send": "send messages to a queue (the arguments, or lines of stdin)",
     "receive": "receive messages from a queue (and acknowledge them with --ack)",
 }
@@ -437,12 +450,23 @@ def build_parser() -> argparse.ArgumentParser:
         c.add_argument("--url", default=DEFAULT_URL)
         c.add_argument("--json", action="store_true", help="machine-readable output")
         if name == "queue":
-            c.add_argument("action", choices=("create", "list", "stats", "delete"))
+            from cmq.cli.schedule import add_queue_schedule_arguments
+
+            c.add_argument("action", choices=("create", "set", "list", "stats", "delete"))
             c.add_argument("name", nargs="?")
-            c.add_argument("--attribute", "-a", action="append", help="NAME=VALUE")
+            c.add_argument(
+                "--attribute",
+                "-a",
+                action="append",
+                help="NAME=VALUE (integers, true/false, null, or text)",
+            )
+            add_queue_schedule_arguments(c)
         elif name == "send":
+            from cmq.cli.schedule import add_send_schedule_arguments
+
             c.add_argument("queue")
             c.add_argument("body", nargs="*", help="message bodies (default: lines of stdin)")
+            add_send_schedule_arguments(c)
         else:
             c.add_argument("queue")
             c.add_argument("--max", type=int, default=1)

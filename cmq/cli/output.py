@@ -241,6 +241,11 @@ def _queue_create(p: Mapping[str, Any]) -> None:
     _out.print(_kv("Attributes", p["attributes"]))
 
 
+def _queue_set(p: Mapping[str, Any]) -> None:
+    _out.print(f"queue {p['name']} updated", markup=False)
+    _out.print(_kv("Attributes", p["attributes"]))
+
+
 def _queue_stats(p: Mapping[str, Any]) -> None:
     _out.print(_kv(f"{p['name']}: stats", p["stats"]))
     _out.print(_kv("Attributes", p["attributes"]))
@@ -328,6 +333,7 @@ RENDERERS: Mapping[str, Callable[[Mapping[str, Any]], None]] = {
     "status": _status,
     "queue list": _queue_list,
     "queue create": _queue_create,
+    "queue set": _queue_set,
     "queue stats": _queue_stats,
     "queue delete": _queue_delete,
     "send": _send,

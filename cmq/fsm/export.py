@@ -76,6 +76,7 @@ def live_message(q: QueueState, store: SegmentStore, seq: int, clock: int) -> Li
         receive_count=count,
         group_id=group or None,
         dedup_id=dedup or None,
+        ttl_deadline_ms=q.ttl.get(seq),
     )
 
 

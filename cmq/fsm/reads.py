@@ -170,6 +170,15 @@ class MachineReads:
         meta = q.fifo.meta
         return {seq: meta[seq] for seq in seqs if seq in meta}
 
+    def ttl_deadlines(self, name: str, seqs: Iterable[int]) -> dict[int, int]:
+        """The time-to-live deadline (queue time, ms) of each live message among ``seqs`` that
+        has one."""
+        q = self._queues.get(name)
+        if q is None or not q.ttl:
+            return {}
+        ttl = q.ttl
+        return {seq: ttl[seq] for seq in seqs if seq in ttl}
+
     def next_visible_at(self, name: str) -> int | None:
         """The earliest time an invisible message (delayed, leased, nacked) becomes visible."""
         q = self._queues.get(name)

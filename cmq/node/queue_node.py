@@ -67,6 +67,7 @@ from cmq.model import (
     is_fifo_name,
     send_refusal,
     size_refusal,
+    within_retention,
 )
 from cmq.node import feature_marker
 from cmq.node.archive_side import ArchiveSide
@@ -550,7 +551,7 @@ class QueueNode:
         self, name: str, messages: list[OutgoingMessage], *, per_entry: bool = False
     ) -> list[SentMessage] | list[SentMessage | SendRefused]:
         check_queue_name(name)
-        if any(m.ttl_seconds is not None for m in messages):
+        if any(m.ttl_seconds is not None or m.ttl_deadline_ms is not None for m in messages):
             self._require(features.MESSAGE_TTL, "messages with a ttl_seconds")
         group = self.router.group_of(name)
         machine = self.machines.get(group)  # None: the group has no replica here
@@ -559,6 +560,7 @@ class QueueNode:
             if attrs is None:  # no replica here (or not applied yet): the leader's
                 attrs, _ = await self.get_queue(name)
             now = self.clock_source.wall_ms()
+            messages = [within_retention(m, attrs, now) for m in messages]
             refusals = [
                 send_refusal(name, m, attrs) or delay_refusal(m, attrs, now) for m in messages
             ]

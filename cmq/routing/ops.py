@@ -144,7 +144,7 @@ class ProduceBuilder:
                 delay_ms=_delay_ms(m, now),
                 dedup_id=m.dedup_id,
                 group_id=m.group_id,
-                ttl_ms=None if m.ttl_seconds is None else m.ttl_seconds * 1000,
+                ttl_ms=_ttl_ms(m, now),
             )
             for m in messages
         )
@@ -160,6 +160,14 @@ def _delay_ms(m: OutgoingMessage, now_ms: int) -> int | None:
     if m.deliver_at_ms is not None:
         return max(0, m.deliver_at_ms - now_ms)
     return None if m.delay_seconds is None else m.delay_seconds * 1000
+
+
+def _ttl_ms(m: OutgoingMessage, now_ms: int) -> int | None:
+    """A message's time to live in ms (None: none): a ``ttl_deadline_ms`` counts from
+    ``now_ms`` (the proposing node's clock; passed: 1 ms, so it expires at once)."""
+    if m.ttl_deadline_ms is not None:
+        return max(1, m.ttl_deadline_ms - now_ms)
+    return None if m.ttl_seconds is None else m.ttl_seconds * 1000
 
 
 def _refused(refused: tuple[tuple[int, str, str], ...]) -> tuple[Refused, ...]:
@@ -441,6 +449,7 @@ class LeaderOps:
                 + ("; it is being repaired from the other replicas, retry" if repairing else "")
             ) from e
         fifo = machine.fifo_ids(name, seqs)
+        ttl = machine.ttl_deadlines(name, seqs)
         out = []
         for lm in res.messages:
             sm = stored.get(lm.seq)
@@ -458,6 +467,7 @@ class LeaderOps:
                     attributes=sm.attributes,
                     group_id=fifo[lm.seq][0] if lm.seq in fifo else None,
                     dedup_id=fifo[lm.seq][1] if lm.seq in fifo else None,
+                    ttl_deadline_ms=ttl.get(lm.seq),
                 )
             )
         return out

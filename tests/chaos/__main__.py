@@ -111,6 +111,9 @@ def table(results: list[RunResult], failover: dict[str, list[float]] | None = No
         lines.append(
             f"surfaces: fifo deliveries={tot['fifo_deliveries']} "
             f"delayed deliveries={tot['delayed_deliveries']} "
+            f"(deliver_at {tot['scheduled_deliveries']}) "
+            f"ttl deliveries={tot['ttl_deliveries']} expired unseen={tot['expired_unseen']} "
+            f"retries judged={tot['retried']} "
             f"dead-lettered={tot['dead_lettered']} redriven={tot['redriven']} "
             f"surface check failures={tot['surface_failures']}"
         )

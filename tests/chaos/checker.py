@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
-from tests.chaos.apicheck import SurfaceReport, check_surfaces, moved_keys
+from tests.chaos.apicheck import SurfaceReport, check_surfaces, moved_keys, ttl_keys
 from tests.chaos.history import Op
 
 MessageId = tuple[str, int]
@@ -209,9 +209,17 @@ def delivery_events(ops: Sequence[Op]) -> list[DeliveryEvent]:
     return events
 
 
-def check(ops: Sequence[Op], *, tolerance: float = 0.01, delay_tolerance: float = 0.5) -> Report:
+def check(
+    ops: Sequence[Op],
+    *,
+    tolerance: float = 0.01,
+    delay_tolerance: float = 0.5,
+    ttl_slack: float = 1.0,
+) -> Report:
     """Check a complete history (every operation finished; the queues drained at the end).
-    ``delay_tolerance``: how early a delayed message may come (`tests.chaos.apicheck`)."""
+    ``delay_tolerance``: how early a delayed message or a retry may come, ``ttl_slack``: how
+    late after its time to live a message may be leased (`tests.chaos.apicheck`). A confirmed
+    message sent with a time to live that nothing delivered expired: not lost."""
     rep = Report(ops=len(ops))
     by_kind: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for op in ops:
@@ -236,7 +244,7 @@ def check(ops: Sequence[Op], *, tolerance: float = 0.01, delay_tolerance: float 
         by_msg[(e.queue, e.seq)].append(e)
     rep.delivered = len(by_key)
 
-    rep.lost = sorted(confirmed - by_key.keys())
+    rep.lost = sorted(confirmed - by_key.keys() - ttl_keys(ops))
     moved = moved_keys(ops)  # dead-letter and redrive copies: `check_surfaces` counts them
     for k in sorted(by_key):
         outs = send_outcomes.get(k)
@@ -305,7 +313,9 @@ def check(ops: Sequence[Op], *, tolerance: float = 0.01, delay_tolerance: float 
                     )
     rep.duplicated = sorted(duplicated)
     rep.pinned = check_pinned(ops)
-    rep.surfaces = check_surfaces(ops, tolerance=tolerance, delay_tolerance=delay_tolerance)
+    rep.surfaces = check_surfaces(
+        ops, tolerance=tolerance, delay_tolerance=delay_tolerance, ttl_slack=ttl_slack
+    )
     return rep
 
 
@@ -384,6 +394,10 @@ def summarize(reports: Iterable[Report]) -> dict[str, int]:
         total["deliveries"] += r.deliveries
         total["fifo_deliveries"] += r.surfaces.fifo_deliveries
         total["delayed_deliveries"] += r.surfaces.delayed_deliveries
+        total["scheduled_deliveries"] += r.surfaces.scheduled_deliveries
+        total["ttl_deliveries"] += r.surfaces.ttl_deliveries
+        total["expired_unseen"] += r.surfaces.expired_unseen
+        total["retried"] += r.surfaces.retried
         total["dead_lettered"] += r.surfaces.dead_lettered
         total["redriven"] += r.surfaces.redriven
         total["surface_failures"] += len(r.surfaces.failures())

@@ -42,7 +42,10 @@ class Op:
     * ack / nack: ``receipts`` and the ``keys`` they belong to (same order), ``entry_ok`` the
       per-receipt results when the request itself was ok; nack ``delay`` in seconds;
     * send to a FIFO queue: ``groups`` the message group of each key (same order); a send with
-      per-message delays: ``delays`` (seconds, same order);
+      per-message delays: ``delays`` (seconds, same order); a send with scheduled times:
+      ``deliver_at`` (the runner's wall clock, epoch seconds; 0 = none; same order) and
+      ``wall`` (the runner's wall clock when the op began, to map them onto ``start``'s
+      monotonic clock); a send with times to live: ``ttls`` (seconds; 0 = none; same order);
     * create: a queue the workload created, ``detail`` its attributes as JSON (the checker
       learns FIFO queues and dead-letter queues from these records);
     * move: a message move task from the dead-letter queue ``queue`` (``detail``: its end).
@@ -65,6 +68,9 @@ class Op:
     delay: float = 0.0
     groups: list[str] = field(default_factory=list)
     delays: list[float] = field(default_factory=list)
+    deliver_at: list[float] = field(default_factory=list)
+    wall: float = 0.0
+    ttls: list[float] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -10,7 +10,13 @@ decision's number, as the native clients do (workload.py's docstring).
 * ``fifo``: ``chaos-f.fifo``; one producer sends batches of 1-5 messages of one group (3
   groups), one batch at a time, dedup id = key, resending an unknown outcome with the same ids
   half of the time; its consumer acks, nacks or ignores like the native ones.
-* ``delay``: ``chaos-d``; batches whose messages carry ``delay_seconds`` of 1-3 s.
+* ``delay``: ``chaos-d``, the scheduling features: ``max_delay_seconds`` raised above 900
+  (`DELAY_ATTRIBUTES`) and a ``retry`` back-off policy (1 s, doubling, at most 4 s); each
+  message of a batch is sent with ``delay_seconds`` of 1-3 s, with a ``deliver_at`` 1-3 s
+  ahead of the runner's wall clock (the same time on every resend), or at once, and a seeded
+  share of them with a ``ttl_seconds`` of 1-6 s (some expire unseen, some while leased).
+  Delays stay seconds long to keep runs short; a few messages (`FAR_SHARE`) are scheduled
+  beyond 900 s with a time to live of seconds, so they expire unseen before their time.
 * ``dlq``: ``chaos-r`` with dead-letter queue ``chaos-r-dlq`` after 2 receives; a seeded third
   of the keys is *poison* (its consumer never acks them: nack or let expire), so they move.
   When the run drains, `DeadLetters.finish` waits until the source is empty (nothing more can
@@ -27,6 +33,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from cmq.client import Message
@@ -46,6 +53,19 @@ STREAM_QUEUE = "chaos-s"
 SQS_QUEUE = "chaos-q"
 MAX_RECEIVES = 2
 """``max_receive_count`` of `DLQ_SOURCE`."""
+DELAY_ATTRIBUTES: dict[str, Any] = {
+    "visibility_timeout": 2,
+    "max_delay_seconds": 3600,
+    "retry": {"initial_seconds": 1, "multiplier": 2, "max_seconds": 4},
+}
+"""`DELAY_QUEUE`'s attributes: delays beyond 900 s allowed, retry back-off 1, 2, 4, 4... s."""
+TTL_SHARE = 0.3
+"""Share of the `DELAY_QUEUE` messages sent with a time to live."""
+FAR_SHARE = 0.05
+"""Share of the `DELAY_QUEUE` messages scheduled beyond 900 s (up to 50 minutes, inside the
+queue's hour) with a time to live of 1-3 s: accepted because of the raised
+``max_delay_seconds``, and expired long before their time, so they must never be delivered
+(nor hold up the drain)."""
 POISON_SHARE = 0.33
 
 
@@ -63,7 +83,7 @@ def surface_queues(surfaces: tuple[str, ...]) -> list[SurfaceQueue]:
     if "fifo" in surfaces:
         out.append(SurfaceQueue(FIFO_QUEUE, {"visibility_timeout": 2, "fifo": True}))
     if "delay" in surfaces:
-        out.append(SurfaceQueue(DELAY_QUEUE, {"visibility_timeout": 2}))
+        out.append(SurfaceQueue(DELAY_QUEUE, dict(DELAY_ATTRIBUTES)))
     if "dlq" in surfaces:
         out.append(SurfaceQueue(DLQ_QUEUE, {"visibility_timeout": 2}))
         out.append(
@@ -131,13 +151,16 @@ async def produce(workload: Workload, process: str, queue: str) -> None:
         rng = workload.choices(process, batch)
         keys = [f"{workload.tag}-{process}-{batch}-{k}" for k in range(rng.randint(1, 5))]
         group = f"g{rng.randrange(3)}" if queue == FIFO_QUEUE else None
-        delays = [rng.randint(1, 3) for _ in keys] if queue == DELAY_QUEUE else []
+        plan = schedule(workload, process, batch, len(keys)) if queue == DELAY_QUEUE else None
+        delays = plan.delays if plan else []
         messages = [
             Message(
                 workload.body(k),
                 dedup_id=k,
                 group_id=group,
-                delay_seconds=delays[i] if delays else None,
+                delay_seconds=delays[i] or None if delays else None,
+                deliver_at=plan.deliver_at[i] if plan else None,
+                ttl_seconds=plan.ttls[i] or None if plan else None,
             )
             for i, k in enumerate(keys)
         ]
@@ -148,6 +171,10 @@ async def produce(workload: Workload, process: str, queue: str) -> None:
             op.keys = list(keys)
             op.groups = [group] * len(keys) if group else []
             op.delays = [float(d) for d in delays]
+            if plan is not None:
+                op.wall = time.time()
+                op.deliver_at = [0.0 if t is None else t.timestamp() for t in plan.deliver_at]
+                op.ttls = [float(t) for t in plan.ttls]
             outcome, _, detail = await client.call(client.node(node).send(queue, messages))
             client.end(op, outcome, detail)
             if outcome == "ok":
@@ -159,6 +186,37 @@ async def produce(workload: Workload, process: str, queue: str) -> None:
                 continue
             break
         await asyncio.sleep(rng.uniform(0.05, 0.15))
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """The scheduling of one `DELAY_QUEUE` batch, per message: ``delays`` in seconds (0:
+    none), ``deliver_at`` (None: none; never both), ``ttls`` in seconds (0: none)."""
+
+    delays: list[int]
+    deliver_at: list[datetime | None]
+    ttls: list[int]
+
+
+def schedule(workload: Workload, process: str, batch: int, n: int) -> Schedule:
+    """Batch ``batch``'s `Schedule` (its own seeded stream; ``deliver_at`` counts from the
+    runner's wall clock now, once per batch, so a resend names the same time)."""
+    rng = workload.choices(process, batch, "schedule")
+    now = datetime.now(UTC)
+    delays: list[int] = []
+    at: list[datetime | None] = []
+    ttls: list[int] = []
+    for _ in range(n):
+        mode = rng.choice(("delay", "delay", "deliver_at", "deliver_at", "now"))
+        seconds = rng.uniform(1.0, 3.0)
+        ttl = rng.randint(1, 6) if rng.random() < TTL_SHARE else 0
+        if rng.random() < FAR_SHARE:  # beyond 900 s, expiring first
+            mode = rng.choice(("delay", "deliver_at"))
+            seconds, ttl = rng.uniform(901.0, 3000.0), rng.randint(1, 3)
+        delays.append(round(seconds) if mode == "delay" else 0)
+        at.append(now + timedelta(seconds=seconds) if mode == "deliver_at" else None)
+        ttls.append(ttl)
+    return Schedule(delays, at, ttls)
 
 
 class DeadLetters:

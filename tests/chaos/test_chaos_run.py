@@ -75,6 +75,7 @@ async def test_chaos_run(
     if duration >= 20:  # every API surface took part (docs/chaos.md, "API surfaces")
         s = result.report.surfaces
         assert s.fifo_deliveries and s.delayed_deliveries and s.dead_lettered, s
+        assert s.scheduled_deliveries and s.ttl_deliveries and s.retried, s
         assert s.moves.get("ok") == 1, s.moves
         assert s.delivered_by.get("sqs-consumer"), s
 

@@ -17,7 +17,7 @@ from typing import TypeVar
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from cmq.client import SyncClient
+from cmq.client import Message, SyncClient
 from cmq.errors import QueueNotFound
 from cmq.upgrade.release import RELEASE
 from tests.cmq.cluster import CmqCluster, blocking, request, unique_queue
@@ -46,7 +46,9 @@ def test_console_shows_nodes_and_queue_depth_changes(
 
         return blocking(run)
 
-    call(lambda c: c.create_queue(queue, {"visibility_timeout": 60}))
+    retry = {"initial_seconds": 5, "multiplier": 2, "max_seconds": 600}
+    attrs = {"visibility_timeout": 60, "max_delay_seconds": 7200, "retry": retry}
+    call(lambda c: c.create_queue(queue, attrs))
     try:
         page.goto(url + "/ui")
         assert page.url.endswith("/ui/")
@@ -74,6 +76,12 @@ def test_console_shows_nodes_and_queue_depth_changes(
         call(lambda c: c.send(queue, [f"console message {i}" for i in range(7)]))
         expect(row.locator("td.depth")).to_have_text("7", timeout=15_000)
         expect(row.locator("td.spark svg polyline").first).to_be_attached()
+        # Scheduling: the delayed count, the queue's max delay, retention and retry policy.
+        call(lambda c: c.send(queue, [Message("console later", delay_seconds=3600)]))
+        expect(row.locator("td.delayed")).to_have_text("1", timeout=15_000)
+        expect(row.locator("td.max-delay")).to_have_text("2 h")
+        expect(row.locator("td.retention")).to_have_text("4 d")
+        expect(row.locator("td.retry")).to_have_text("5 s \u00d72, at most 10 min")
         page.screenshot(path=str(tmp_path / "console-overview.png"), full_page=True)
 
         # The queue page: stats, attributes, and the head of the queue, peeked.
@@ -84,6 +92,11 @@ def test_console_shows_nodes_and_queue_depth_changes(
         expect(peeked.first.locator("td.body")).to_have_text("console message 0")
         attr = page.locator('#q-attributes tr[data-key="visibility_timeout"] td').nth(1)
         expect(attr).to_have_text("60")
+        cell = page.locator('#q-attributes tr[data-key="retry"] td').nth(1)
+        expect(cell).to_have_text("5 s \u00d72, at most 10 min")
+        cell = page.locator('#q-attributes tr[data-key="max_delay_seconds"] td').nth(1)
+        expect(cell).to_have_text("7200 (2 h)")
+        expect(page.locator('#q-stats tr[data-key="delayed"] td').nth(1)).to_have_text("1")
         expect(page.locator("#purge")).to_be_visible()
         expect(page.locator('#q-stats tr[data-key="visible"] td').nth(1)).to_have_text("7")
         page.screenshot(path=str(tmp_path / "console-queue.png"), full_page=True)

@@ -314,7 +314,9 @@ def front_end_calls() -> list[calls.Call[Any]]:
     """One call of each kind the front-end socket carries (`cmq.frontend.calls`), tag order."""
     attrs = QueueAttributes(visibility_timeout=10, max_message_size=262_144)
     message = OutgoingMessage(b"body", False, None, (("k", "v"),), "dedup", "group")
-    imported = ImportedMessage("msg-0001", b"body", True, (("k", "v"),), 5, "g", "d")
+    imported = ImportedMessage(
+        "msg-0001", b"body", True, (("k", "v"),), 0, "g", "d", T0 + 5_000, T0 + 60_000
+    )
     every: list[calls.Call[Any]] = [
         calls.CreateQueue("q", attrs),
         calls.ListQueues(),
@@ -325,7 +327,11 @@ def front_end_calls() -> list[calls.Call[Any]]:
         calls.QueueMetadata("q"),
         calls.UpdateMetadata("q", {"a": "1"}, ["b"]),
         calls.Purge("q"),
-        calls.Send("q", [message, OutgoingMessage(b"\x00", True, 3)], True),
+        calls.Send(
+            "q",
+            [message, OutgoingMessage(b"\x00", True, 3), OutgoingMessage(b"t", ttl_deadline_ms=T0)],
+            True,
+        ),
         calls.Receive("q", 10, 30, 20, "attempt"),
         calls.Ack("q", ["r1", "r2"]),
         calls.ChangeVisibility("q", [("r1", 5)]),
@@ -362,7 +368,9 @@ def front_end_requests() -> bytes:
 def front_end_answers() -> list[tuple[int, calls.Call[Any], Any]]:
     """Answers of several kinds: (request id, the call, its result or the error raised)."""
     record = SegmentRecord(5, "msg-0001", T0, 2, (("k", "v"),), b"hi", "acked")
-    received = ReceivedMessage("msg-0001", 5, b"hi", False, "rcpt", 1, T0, (("k", "v"),), "g", "d")
+    received = ReceivedMessage(
+        "msg-0001", 5, b"hi", False, "rcpt", 1, T0, (("k", "v"),), "g", "d", T0 + 60_000
+    )
     stats = QueueStats(1, 2, 3, 4, 5, 6, 7, 8, SegmentCounts(1, 2, 3, 4), 9, 10)
     damage = calls.Failure("corrupt_segment", "record 3 fails its checksum", None)
     refused = SendRefused("MessageTooLarge", "a message body has 9 bytes; the queue allows 8")
@@ -416,7 +424,16 @@ def _backup_manifest() -> bytes:
 
 def _backup_message() -> bytes:
     return backup_format.encode_message(
-        backup_format.BackupMessage("msg-0001", b"body", T0, "visible", attributes={"k": "v"})
+        backup_format.BackupMessage(
+            "msg-0001",
+            b"body",
+            T0,
+            "delayed",
+            attributes={"k": "v"},
+            delay_ms=5_000,
+            visible_at=T0 + 5_000,
+            ttl_deadline=T0 + 60_000,
+        )
     )
 
 

@@ -320,7 +320,7 @@ def _body(frame: bytes) -> bytes:
 def test_a_front_end_frame_of_another_version_is_refused_by_name() -> None:
     v = wire.WIRE_VERSION
     request = _body(wire.encode_request(7, calls.Purge("q")))
-    assert request[0] == v == 4
+    assert request[0] == v == 5
     assert wire.decode_request(request) == (7, calls.Purge("q"))
     newer = bytes([v + 1]) + request[1:]
     with pytest.raises(
@@ -330,7 +330,7 @@ def test_a_front_end_frame_of_another_version_is_refused_by_name() -> None:
     answer = _body(wire.encode_answer(7, calls.Purge("q"), 3))
     with pytest.raises(UnreadableFrame, match=rf"wire version {v + 1} \(a newer release's\)"):
         wire.decode_answer(bytes([v + 1]) + answer[1:])
-    # The previous version (queue attributes without retry) is refused by name too.
+    # The previous version (messages without time-to-live deadlines) is refused by name too.
     with pytest.raises(UnreadableFrame, match=rf"wire version {v - 1};.*reads version {v}"):
         wire.decode_request(bytes([v - 1]) + request[1:])
     # Version 1 was pickled tuples: refused as such, never unpickled.
@@ -374,11 +374,11 @@ def test_a_newer_archive_manifest_names_the_file_and_both_versions() -> None:
 
 def test_a_newer_backup_names_the_manifest_and_both_versions(tmp_path: Path) -> None:
     path = tmp_path / backup_format.MANIFEST
-    path.write_text(json.dumps({"format_version": 2}))
+    path.write_text(json.dumps({"format_version": 3}))
     with pytest.raises(NewerBackupFormat) as err:
         backup_format.read_manifest(tmp_path)
     msg = str(err.value)
-    assert "version 2" in msg and "format version 1" in msg and str(tmp_path) in msg
+    assert "version 3" in msg and "format version 2" in msg and str(tmp_path) in msg
     path.write_text("{")
     with pytest.raises(InvalidBackup):
         backup_format.read_manifest(tmp_path)
@@ -454,3 +454,39 @@ def test_a_newer_catalog_image_is_refused_by_its_version_not_its_new_fields() ->
     with pytest.raises(InvariantBroken, match="undecodable catalog snapshot") as bad:
         CatalogMachine().restore(31, orjson.dumps(image | {"a_later_field": [1]}))
     assert not isinstance(bad.value, NewerFormat)
+
+
+# -- 13. time-to-live deadlines on forwarded replies -----------------------------------------------
+
+
+def test_forwarded_replies_with_ttl_deadlines_read_both_ways() -> None:
+    """A received and an exported message gained ``ttl_deadline_ms``: in a forwarded reply
+    (msgpack maps by field name) a node of the previous release ignores the new key, and this
+    release reads a previous node's reply (no key) as no deadline."""
+    from dataclasses import dataclass
+
+    from cmq.model import LiveMessage, ReceivedMessage
+
+    @dataclass(frozen=True)
+    class OldReceived:  # ReceivedMessage as release 0.3.0 declares it
+        id: str
+        seq: int
+        body: bytes
+        binary: bool
+        receipt: str
+        receive_count: int
+        sent_at_ms: int
+        attributes: tuple[tuple[str, str], ...]
+        group_id: str | None = None
+        dedup_id: str | None = None
+
+    new = ReceivedMessage("m", 1, b"x", False, "r", 1, 5, (), None, None, 9_000)
+    old = msgspec.msgpack.decode(msgspec.msgpack.encode([new]), type=list[OldReceived])
+    assert old == [OldReceived("m", 1, b"x", False, "r", 1, 5, ())]
+    back = msgspec.msgpack.decode(msgspec.msgpack.encode(old), type=list[ReceivedMessage])
+    assert back == [ReceivedMessage("m", 1, b"x", False, "r", 1, 5, ())]
+    live = LiveMessage("m", 1, b"x", False, 5, (), "visible", 0, 0, ttl_deadline_ms=9_000)
+    raw = msgspec.to_builtins(live)
+    assert raw["ttl_deadline_ms"] == 9_000
+    del raw["ttl_deadline_ms"]
+    assert msgspec.convert(raw, LiveMessage).ttl_deadline_ms is None

@@ -173,6 +173,27 @@ function fmtAge(ms) {
   return `${(s / 86400).toFixed(1)} d`;
 }
 function fmtTime(ms) { return new Date(ms).toISOString().replace("T", " ").replace("Z", ""); }
+// A duration in whole seconds in its largest exact unit: 900 -> "15 min", 345600 -> "4 d".
+function fmtSeconds(s) {
+  if (s === null || s === undefined) return "–";
+  for (const [unit, n] of [["d", 86400], ["h", 3600], ["min", 60]]) {
+    if (s >= n && s % n === 0) return `${s / n} ${unit}`;
+  }
+  return `${s} s`;
+}
+// A queue's retry back-off policy (null: none), e.g. "5 s ×2, at most 10 min".
+function fmtRetry(r) {
+  if (!r) return "off";
+  return `${fmtSeconds(r.initial_seconds)} ×${r.multiplier}, at most ${fmtSeconds(r.max_seconds)}`;
+}
+// A queue attribute's value on the queue page: durations with their unit, the retry policy
+// in words, other objects as JSON.
+function fmtAttribute(k, v) {
+  if (k === "retry") return fmtRetry(v);
+  if (v === null) return "–";
+  if (k === "max_delay_seconds" || k === "message_retention_seconds") return `${v} (${fmtSeconds(v)})`;
+  return typeof v === "object" ? JSON.stringify(v) : String(v);
+}
 
 function record(name, stats) {
   const h = history.get(name) || [];
@@ -383,10 +404,10 @@ function renderQueueTable(status, infos) {
     if (q.denied) {
       return el("tr", { "data-queue": q.name, class: "denied" }, el("td", { class: "muted", text: q.name }),
         el("td", { text: status.placement[q.name] ?? "" }),
-        el("td", { class: "muted", colspan: 7, text: "no grant on this queue for this key" }));
+        el("td", { class: "muted", colspan: 10, text: "no grant on this queue for this key" }));
     }
     const link = el("a", { class: "q", href: `#/queue/${encodeURIComponent(q.name)}`, text: q.name });
-    if (!q.stats) return el("tr", { "data-queue": q.name }, el("td", {}, link), el("td", { class: "error", colspan: 8, text: q.error }));
+    if (!q.stats) return el("tr", { "data-queue": q.name }, el("td", {}, link), el("td", { class: "error", colspan: 11, text: q.error }));
     const s = q.stats;
     return el("tr", { "data-queue": q.name },
       el("td", {}, link),
@@ -397,6 +418,9 @@ function renderQueueTable(status, infos) {
       el("td", { class: "num sent-rate", text: fmtRate(lastRate(q.name, "sent")) }),
       el("td", { class: "num acked-rate", text: fmtRate(lastRate(q.name, "acked")) }),
       el("td", { class: "num oldest", text: fmtAge(s.oldest_age_ms) }),
+      el("td", { class: "num max-delay", text: fmtSeconds(q.attributes.max_delay_seconds) }),
+      el("td", { class: "num retention", text: fmtSeconds(q.attributes.message_retention_seconds) }),
+      el("td", { class: "retry", text: fmtRetry(q.attributes.retry) }),
       el("td", { class: "spark" }, chart(rateLines(q.name), 220, 28, false)),
     );
   }));
@@ -415,7 +439,7 @@ async function renderQueue(name, gen) {
     : v !== null && typeof v === "object" ? Object.entries(v).map(([n, c]) => `${n} ${fmtNum(c)}`).join(", ")
     : fmtNum(v));
   document.querySelector("#q-stats tbody").replaceChildren(...kv(q.stats, stat));
-  document.querySelector("#q-attributes tbody").replaceChildren(...kv(q.attributes, (k, v) => (v === null ? "–" : String(v))));
+  document.querySelector("#q-attributes tbody").replaceChildren(...kv(q.attributes, fmtAttribute));
   const lines = rateLines(name);
   document.getElementById("q-chart").replaceChildren(
     chart(lines, 560, 120, true),
