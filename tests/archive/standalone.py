@@ -40,11 +40,13 @@ def spark_home() -> Path:
 
 def spark_env(root: Path) -> dict[str, str]:
     """The environment of every Spark process of the test (the master, the workers, and the
-    drivers: ``cmq archive`` and ``spark-submit``): loopback only, its own directories."""
+    drivers: ``cmq archive`` and ``spark-submit``): loopback only, its own directories, and no
+    ``CMQ_*`` variable of the test's (a driver is given its credentials explicitly; executors
+    get theirs from it)."""
     conf = root / "conf"
     conf.mkdir(parents=True, exist_ok=True)
     return {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if not k.startswith("CMQ_")},
         "SPARK_HOME": str(spark_home()),
         "SPARK_CONF_DIR": str(conf),
         "SPARK_LOG_DIR": str(root / "logs"),

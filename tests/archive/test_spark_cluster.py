@@ -1,6 +1,8 @@
 """The archive on a Spark standalone cluster: a master and two workers started from the pyspark
 installation's own ``spark-class`` on loopback (`tests.archive.standalone`), against a real
-3-node cmq cluster with a queue of ``archive=true`` and small segments.
+3-node cmq cluster that serves signed requests only, with a queue of ``archive=true`` and small
+segments. ``cmq archive`` is given the cluster secret (``CMQ_SECRET``, as the chart's CronJob
+is) and ``spark-submit`` an access key: the executors sign with the key the driver hands them.
 
 1. Messages are sent and acked; once their segments are released, ``cmq archive --master
    spark://...`` runs (the driver in the command, the executors on the workers), and a worker
@@ -32,30 +34,40 @@ from typing import Any
 
 import pytest
 
+from cmq.catalog.keys import cluster_credential
 from cmq.client import Client, Message
 from tests.archive.conftest import NEEDS_JAVA
 from tests.archive.output import check_exactly_once, manifests
 from tests.archive.standalone import Standalone, spark_env, spark_home
-from tests.cmq.cluster import CmqCluster, request, unique_queue
+from tests.cmq.cluster import SECRET, CmqCluster, request, unique_queue
 
 pytestmark = [pytest.mark.slow, NEEDS_JAVA]
 
-PER_RUN = 4_000  # messages archived by each of the two runs that write
-SEGMENT_BYTES = 65_536  # about 200 messages a segment: ~20 segments (Spark tasks) a run
+PER_RUN = 2_000  # messages archived by each of the two runs that write
+SEGMENT_BYTES = 65_536  # about 200 messages a segment: ~10 segments (Spark tasks) a run
 SEGMENT_AGE_S = 2
 ENTRY = Path(__file__).resolve().parents[2] / "cmq" / "archive" / "__main__.py"
+KEY = cluster_credential(SECRET.encode())
 
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[CmqCluster]:
     (tmp_path / "cluster").mkdir()
-    c = CmqCluster(tmp_path / "cluster", n=3, groups=1)
+    c = CmqCluster(tmp_path / "cluster", n=3, groups=1, anonymous=False)
     c.configure(segment_max_bytes=SEGMENT_BYTES, segment_max_age=SEGMENT_AGE_S)
     try:
         c.start_all()
         yield c
     finally:
         c.stop_all()
+
+
+@pytest.fixture(autouse=True)
+def signed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This test's own clients sign with the cluster secret's credential (from the
+    environment, as `cmq.client.signing` reads it)."""
+    monkeypatch.setenv("CMQ_ACCESS_KEY_ID", KEY[0])
+    monkeypatch.setenv("CMQ_SECRET_ACCESS_KEY", KEY[1])
 
 
 @pytest.fixture
@@ -152,10 +164,17 @@ class Run:
         return summary
 
 
-def start(argv: list[str], root: Path) -> Run:
+def start(argv: list[str], root: Path, *, secret: bool) -> Run:
+    """``argv`` with the Spark environment and either the cluster secret alone (``secret``: as
+    the chart's CronJob runs ``cmq archive``) or the access key alone."""
+    env = spark_env(root)
+    if secret:
+        env["CMQ_SECRET"] = SECRET
+    else:
+        env |= {"CMQ_ACCESS_KEY_ID": KEY[0], "CMQ_SECRET_ACCESS_KEY": KEY[1]}
     proc = subprocess.Popen(
         argv,
-        env=spark_env(root),
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -191,9 +210,8 @@ def test_archive_on_a_standalone_cluster_with_a_worker_killed(
     first_segments = wait_released(urls[0], queue, PER_RUN)
 
     # 1. cmq archive --master spark://...; a worker dies while it runs the batch's tasks.
-    run = start(
-        [sys.executable, "-m", "cmq", "archive", "--master", spark_cluster.url, *args], spark_root
-    )
+    archive = [sys.executable, "-m", "cmq", "archive", "--master", spark_cluster.url, *args]
+    run = start(archive, spark_root, secret=True)
     deadline = time.monotonic() + 300
     while not run.saw("writing "):
         assert run.proc.poll() is None and time.monotonic() < deadline, "".join(run.lines)
@@ -226,13 +244,12 @@ def test_archive_on_a_standalone_cluster_with_a_worker_killed(
     second_segments = wait_released(urls[0], queue, PER_RUN)
     submit = [str(spark_home() / "bin" / "spark-submit"), "--master", spark_cluster.url]
     submit += ["--executor-memory", "512m", "--conf", "spark.ui.enabled=false"]
-    second = start([*submit, str(ENTRY), *args], spark_root).finish()
+    second = start([*submit, str(ENTRY), *args], spark_root, secret=False).finish()
     assert second["segments"] == len(second_segments) and second["rows"] == PER_RUN, second
     print(rate("spark-submit", second))
 
     # 3. Nothing is left to archive (and no Spark is started for that).
-    again = [sys.executable, "-m", "cmq", "archive", "--master", spark_cluster.url, *args]
-    third = start(again, spark_root).finish()
+    third = start(archive, spark_root, secret=True).finish()
     assert (third["segments"], third["rows"], third["recovered"]) == (0, 0, 0), third
 
     # Every message exactly once, byte-identical, in its batch, with what the cluster stored.
