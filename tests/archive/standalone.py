@@ -176,15 +176,6 @@ class Standalone:
                 ids.add(argv[argv.index(b"--executor-id") + 1].decode())
         return ids
 
-    def python_workers(self, i: int) -> list[int]:
-        """Pids of the Python processes (PySpark's daemon and workers) under worker ``i``: they
-        exist once its executor ran a Python task of the application."""
-        return [
-            pid
-            for pid, argv in self._group(i)
-            if argv and b"java" not in argv[0] and any(b"pyspark" in a for a in argv)
-        ]
-
     def kill_worker(self, i: int) -> None:
         """SIGKILL worker ``i``, its executor and their Python workers (the process group)."""
         p = self.procs.pop(f"worker-{i}")

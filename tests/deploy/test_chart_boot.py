@@ -43,6 +43,7 @@ import pytest
 from dockerfile_parse import DockerfileParser
 
 from cmq.catalog.keys import cluster_credential
+from tests.archive.conftest import JAVA
 from tests.archive.output import manifests, rows
 from tests.deploy.chart import one, render
 from tests.deploy.netns import PodNetwork
@@ -229,6 +230,7 @@ def test_rendered_statefulset_boots_scales_3_5_3_and_passes_the_helm_test_hook(
     urls = [f"http://{pod}.{headless}.{domain}:{http_port}" for pod in pods]
 
     load: subprocess.Popen[str] | None = None
+    archived = JAVA is not None and JAVA >= 17
     try:
         for ordinal in range(REPLICAS):
             cluster.start(sts, ordinal)
@@ -254,7 +256,9 @@ def test_rendered_statefulset_boots_scales_3_5_3_and_passes_the_helm_test_hook(
         assert "round trip ok" in out.stdout
 
         # -- the archive CronJob, as rendered, against the client Service ------------------
-        _run_archive_cronjob(client_ns, secrets, tmp_path, key_env, urls)
+        # (its image brings a JRE; here the machine's Java runs Spark, if it has Java 17+)
+        if archived:
+            _run_archive_cronjob(client_ns, secrets, tmp_path, key_env, urls)
 
         # -- scale 3 -> 5 -> 3 under load ------------------------------------------------------
         load = subprocess.Popen(
@@ -330,6 +334,8 @@ def test_rendered_statefulset_boots_scales_3_5_3_and_passes_the_helm_test_hook(
     for pod in added:
         log = (tmp_path / f"{pod}.log").read_text()
         assert "groups still led here: 0" in log, log[-2000:]
+    if not archived:
+        pytest.skip(f"the archive CronJob step needs Java 17+ (found: {JAVA}); the rest passed")
 
 
 def _archive_image_env() -> dict[str, str]:
