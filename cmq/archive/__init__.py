@@ -4,6 +4,7 @@ A client of the cluster's HTTP API only (it imports nothing of the state machine
 Raft), and imported by nothing the server runs (pyproject.toml, import-linter contracts
 ``archive-outside-server`` and ``archive-http-client``).
 
+    cmq/archive/auth.py      signing its requests (the key of the environment; to executors)
     cmq/archive/remote.py    the HTTP contract: listing, claim, MarkArchived, node ids
     cmq/archive/records.py   one segment's records stream, checked end to end -> Arrow batches
     cmq/archive/source.py    the PySpark Python data source ``cmq``

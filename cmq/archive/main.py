@@ -8,8 +8,12 @@ error's code and message on stderr), 2 on bad arguments.
 
 The Spark session: ``--master`` (default ``local[2]``; under ``spark-submit`` the master it was
 given). On a local master the session stays quiet and offline: no UI, driver bound to
-127.0.0.1, small shuffles. Always: log level WARN, executors' Python = this interpreter unless
-``PYSPARK_PYTHON`` says otherwise.
+127.0.0.1, small shuffles. On any other master the executors get the driver's access key as
+``spark.executorEnv.*`` (`cmq.archive.auth`). Always: log level WARN, executors' Python = this
+interpreter unless ``PYSPARK_PYTHON`` says otherwise.
+
+Under ``spark-submit`` the application file is this package's ``__main__.py`` (the README's
+"On a Spark cluster" shows the command): the same arguments, the master spark-submit's.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from cmq.archive.auth import executor_conf
 from cmq.archive.errors import ArchiveError
 from cmq.archive.job import DEFAULT_CLAIM_TTL_MS, ArchiveJob, JobConfig
 from cmq.archive.remote import split_urls
@@ -56,7 +61,8 @@ def spark_session(master: str | None, app_name: str = "cmq-archive") -> SparkSes
     builder = SparkSession.builder.appName(app_name)
     if master is not None:
         builder = builder.master(master)
-    for k, v in {**COMMON_CONF, **(LOCAL_CONF if local else {})}.items():
+    # Off a local master, the executors get the driver's access key (cmq.archive.auth).
+    for k, v in {**COMMON_CONF, **(LOCAL_CONF if local else executor_conf())}.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

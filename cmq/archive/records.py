@@ -16,7 +16,6 @@ import base64
 import binascii
 import http.client
 import urllib.error
-import urllib.request
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ import msgspec
 import orjson
 import pyarrow as pa
 
+from cmq.archive.auth import open_url
 from cmq.archive.errors import ReplicaFailed, SegmentUnreadable
 from cmq.archive.remote import ClusterClient, Segment, queue_path
 
@@ -159,7 +159,7 @@ def read_replica(url: str, task: SegmentTask, timeout: float) -> VerifiedSegment
     crc = 0
     trailer: Any = None
     try:
-        with urllib.request.urlopen(url + path, timeout=timeout) as resp:
+        with open_url(url + path, timeout) as resp:
             for line in resp:
                 if trailer is not None:
                     raise _fail(url, task, "data after the trailer")

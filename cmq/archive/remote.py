@@ -8,7 +8,8 @@ by `cmq.archive.records` (one replica at a time, checked end to end).
 Each call tries the URLs in order and moves to the next on a connection error or a 5xx answer,
 for up to ``timeout`` seconds in all; a 4xx answer is the cluster's word and raises `ApiError`
 at once. Every call here is idempotent (listing, status; a claim by the same batch renews it;
-MarkArchived of an archived segment answers "already"), so retrying one is safe.
+MarkArchived of an archived segment answers "already"), so retrying one is safe. Requests are
+signed with the process's access key when it has one (`cmq.archive.auth`).
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ import http.client
 import time
 import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 
+from cmq.archive.auth import open_url
 from cmq.archive.errors import ApiError, ClusterUnavailable
 
 DEFAULT_TIMEOUT = 30.0
@@ -106,10 +107,7 @@ class ClusterClient:
         self.timeout = timeout
 
     def _once(self, url: str, method: str, path: str, body: bytes | None) -> bytes:
-        req = urllib.request.Request(url + path, data=body, method=method)
-        if body is not None:
-            req.add_header("Content-Type", "application/json")
-        with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+        with open_url(url + path, self.timeout, method, body) as resp:
             data: bytes = resp.read()
             return data
 

@@ -27,7 +27,7 @@ import os
 import subprocess
 import sys
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -308,10 +308,28 @@ def _bench(args: argparse.Namespace) -> int:
     return main_from_args(args)
 
 
+def archive_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment of ``cmq archive``'s child: ``environ`` without ``CMQ_SECRET``; when it
+    has the cluster secret but no access key (``CMQ_ACCESS_KEY_ID`` and
+    ``CMQ_SECRET_ACCESS_KEY``, or ``CMQ_KEY_FILE``), the credential derived from the secret
+    instead (the one the chart's hooks sign with), so the secret itself never reaches Spark."""
+    from cmq.catalog.keys import cluster_credential
+
+    env = dict(environ)
+    secret = env.pop("CMQ_SECRET", "")
+    has_key = env.get("CMQ_ACCESS_KEY_ID") and env.get("CMQ_SECRET_ACCESS_KEY")
+    if secret and not (has_key or env.get("CMQ_KEY_FILE")):
+        key_id, key_secret = cluster_credential(secret.encode())
+        env |= {"CMQ_ACCESS_KEY_ID": key_id, "CMQ_SECRET_ACCESS_KEY": key_secret}
+    return env
+
+
 def _archive(argv: list[str]) -> int:
-    """``cmq archive ...`` = ``python -m cmq.archive ...`` in a child process: the archive job
-    (and Spark) is never imported by the ``cmq`` command (contract archive-outside-server)."""
-    return subprocess.call([sys.executable, "-m", "cmq.archive", *argv])
+    """``cmq archive ...`` = ``python -m cmq.archive ...`` in a child process (its environment:
+    `archive_env`): the archive job (and Spark) is never imported by the ``cmq`` command
+    (contract archive-outside-server)."""
+    cmd = [sys.executable, "-m", "cmq.archive", *argv]
+    return subprocess.call(cmd, env=archive_env(os.environ))
 
 
 DESCRIPTION = (

@@ -8,6 +8,9 @@ Faults per replica: ``down`` (connection refused: the application is not served)
 checksum differs from the listing: the replica read other bytes), ``bad_crc`` (a body altered
 in flight: ``stream_crc`` no longer matches), ``short`` (one record missing, trailer consistent
 with what was sent: the count differs from the listing).
+
+`require_signed` makes every replica verify each request's signature as a node does
+(`api.auth.sigv4`): 401 for an unsigned or badly signed one; `signed` counts the good ones.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -103,6 +107,8 @@ class FakeCluster:
         self.ports = dict(zip(range(1, nodes + 1), free_ports(nodes), strict=True))
         self.served: list[tuple[int, str, int]] = []  # (node, queue, first_seq) streamed OK
         self.mark_calls: list[tuple[str, str, list[int]]] = []
+        self.keys: dict[str, str] = {}  # access key id -> secret; empty: unsigned is fine
+        self.signed: list[tuple[str, str]] = []  # (key id, path) of verified requests
         self.loop = asyncio.new_event_loop()
         self.runners: dict[int, web.AppRunner] = {}
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
@@ -152,6 +158,32 @@ class FakeCluster:
                     if s.claim is not None:
                         s.claim = (s.claim[0], 0)
 
+    def require_signed(self, keys: dict[str, str]) -> None:
+        """From now on, only requests signed with one of ``keys`` (id -> secret) are served."""
+        with self.lock:
+            self.keys = dict(keys)
+
+    @web.middleware
+    async def _verify(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        from api.auth.errors import AuthError
+        from api.auth.sigv4 import SignedRequest, verify
+
+        with self.lock:
+            keys = dict(self.keys)
+        if keys:
+            path, _, query = request.raw_path.partition("?")
+            headers = tuple((k.decode(), v.decode()) for k, v in request.raw_headers)
+            signed = SignedRequest(request.method, path, query, headers, await request.read())
+            try:
+                who = verify(
+                    signed, keys.get, now=datetime.now(UTC), region="us-east-1", service="sqs"
+                )
+            except AuthError as e:
+                return self._error(401, type(e).__name__, str(e))
+            with self.lock:
+                self.signed.append((who.access_key_id, path))
+        return await handler(request)
+
     # -- serving ---------------------------------------------------------------------------
     @property
     def urls(self) -> list[str]:
@@ -186,7 +218,7 @@ class FakeCluster:
         self.stop()
 
     async def _serve(self, nid: int) -> None:
-        app = web.Application()
+        app = web.Application(middlewares=[self._verify])
         app[NID] = nid
         app.router.add_get("/v1/status", self._status)
         app.router.add_get("/v1/queues", self._queues)

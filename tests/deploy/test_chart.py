@@ -154,8 +154,40 @@ def test_optional_parts_render_only_where_their_api_exists() -> None:
         "--url",
         f"http://q-cmq.default.svc.cluster.local:{cli.DEFAULT_HTTP_PORT}",
         "--out",
-        "/archive",
+        "/var/lib/cmq-archive",
     ]
+
+
+def test_the_archive_cronjob_runs_the_archive_image_in_local_mode_or_on_a_spark_cluster() -> None:
+    def archive(sets: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
+        cron = one(render({"archive.enabled": "true", **sets}), "CronJob")
+        (c,) = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+        return c, {e["name"]: e for e in c.get("env", [])}
+
+    app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    # Local mode by default: Spark inside the pod; signed with the cluster secret's credential.
+    c, env = archive({})
+    assert c["image"] == f"cmq-archive:{app_version}", "the Dockerfile's archive target"
+    assert "--master" not in c["args"]
+    assert env["CMQ_SECRET"]["valueFrom"]["secretKeyRef"]["name"] == "q-cmq-secret"
+    assert not {"POD_IP", "SPARK_LOCAL_IP"} & set(env)
+    # On a Spark cluster: the driver stays in the pod and advertises the pod's IP.
+    sets = {
+        "archive.sparkMaster": "spark://spark-master:7077",
+        "archive.image.repository": "registry.example/cmq-archive",
+        "archive.image.tag": "1.2.3",
+        "archive.extraArgs": "{--max-segments=500}",
+    }
+    c, env = archive(sets)
+    assert c["image"] == "registry.example/cmq-archive:1.2.3"
+    assert c["args"][5:] == ["--master", "spark://spark-master:7077", "--max-segments=500"]
+    assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    values = {"POD_IP": "10.1.2.3"}
+    for name in ("SPARK_LOCAL_IP", "SPARK_LOCAL_HOSTNAME"):
+        assert expand(env[name]["value"], values) == "10.1.2.3"
+    # A cluster serving unsigned requests needs no credential.
+    _, env = archive({"auth.anonymous": "true"})
+    assert "CMQ_SECRET" not in env
 
 
 def test_pod_spec_is_restricted_probed_and_spread() -> None:
@@ -306,6 +338,8 @@ def test_existing_secret_is_used_and_none_is_created() -> None:
         ({"metrics.queues": "a$(id)"}, "queues"),
         ({"cluster.logFormat": "yaml"}, "logFormat"),
         ({"tracing.otlpEndpoint": "otel:4318"}, "otlpEndpoint"),
+        ({"archive.sparkMaster": "spark master"}, "sparkMaster"),
+        ({"archive.image.repository": ""}, "repository"),
     ],
 )
 def test_bad_values_are_refused(sets: dict[str, str], message: str) -> None:

@@ -4,6 +4,12 @@ the pods' DNS names resolving to their addresses and each pod labelled with its 
 (three zones, reaching the node as CMQ_ZONE); then the `helm test` hook's command is run, from
 a client namespace, against the client Service's name and port.
 
+Then the archive CronJob's container (rendered with ``archive.enabled``) is run once, from the
+client namespace, exactly as rendered (command, args, environment, the image's ENV from the
+Dockerfile's ``archive`` target, its volume at its mount path): it archives a released segment
+of 64 MiB (the nodes' default segment size) of a queue with ``archive=true``, every message once
+and byte-identical, signed with the credential derived from the cluster secret.
+
 Then the cluster is scaled 3 -> 5 -> 3 the way `helm upgrade --set replicaCount=...` does it:
 the chart rendered for 5 replicas (the same pod template: no running pod restarts) adds pods 3
 and 4, started with exactly their rendered configuration (they join through the founders);
@@ -22,10 +28,12 @@ throwaway CA, as cert-manager would: one certificate for every pod, with ``tls.c
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import signal
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +43,8 @@ import pytest
 from dockerfile_parse import DockerfileParser
 
 from cmq.catalog.keys import cluster_credential
+from tests.archive.conftest import JAVA
+from tests.archive.output import manifests, rows
 from tests.deploy.chart import one, render
 from tests.deploy.netns import PodNetwork
 from tests.deploy.pods import (
@@ -52,6 +62,7 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 RELEASE, NAMESPACE, REPLICAS = "boot", "cmq-boot", 3
 SCALE_LOAD = "tests.deploy.scale_load"
+ARCHIVE_LOAD = "tests.deploy.archive_load"
 ZONES = ("zone-a", "zone-b", "zone-c")
 
 READY_SCRIPT = """
@@ -219,6 +230,7 @@ def test_rendered_statefulset_boots_scales_3_5_3_and_passes_the_helm_test_hook(
     urls = [f"http://{pod}.{headless}.{domain}:{http_port}" for pod in pods]
 
     load: subprocess.Popen[str] | None = None
+    archived = JAVA is not None and JAVA >= 17
     try:
         for ordinal in range(REPLICAS):
             cluster.start(sts, ordinal)
@@ -242,6 +254,11 @@ def test_rendered_statefulset_boots_scales_3_5_3_and_passes_the_helm_test_hook(
         print(out.stdout, out.stderr)
         assert out.returncode == 0, out.stdout + out.stderr + _logs(tmp_path, pods)
         assert "round trip ok" in out.stdout
+
+        # -- the archive CronJob, as rendered, against the client Service ------------------
+        # (its image brings a JRE; here the machine's Java runs Spark, if it has Java 17+)
+        if archived:
+            _run_archive_cronjob(client_ns, secrets, tmp_path, key_env, urls)
 
         # -- scale 3 -> 5 -> 3 under load ------------------------------------------------------
         load = subprocess.Popen(
@@ -317,6 +334,102 @@ def test_rendered_statefulset_boots_scales_3_5_3_and_passes_the_helm_test_hook(
     for pod in added:
         log = (tmp_path / f"{pod}.log").read_text()
         assert "groups still led here: 0" in log, log[-2000:]
+    if not archived:
+        pytest.skip(f"the archive CronJob step needs Java 17+ (found: {JAVA}); the rest passed")
+
+
+def _archive_image_env() -> dict[str, str]:
+    """The ENV of the Dockerfile's ``archive`` stage (PATH left out: mapped to this checkout's
+    virtualenv, as for the node image)."""
+    env: dict[str, str] = {}
+    stage = ""
+    for ins in DockerfileParser(path=str(ROOT / "Dockerfile")).structure:
+        if ins["instruction"] == "FROM":
+            stage = ins["value"].split()[-1]
+        elif ins["instruction"] == "ENV" and stage == "archive":
+            env |= dict(kv.split("=", 1) for kv in ins["value"].split())
+    env.pop("PATH", None)
+    return env
+
+
+def _run_archive_cronjob(
+    client_ns: str,
+    secrets: dict[str, dict[str, str]],
+    tmp_path: Path,
+    key_env: dict[str, str],
+    urls: list[str],
+) -> None:
+    """Fill a segment of an ``archive=true`` queue until it is released, run the CronJob's
+    container once (local Spark, as by default), and check what it archived."""
+    docs = render(
+        {"replicaCount": str(REPLICAS), "archive.enabled": "true"},
+        release=RELEASE,
+        namespace=NAMESPACE,
+    )
+    cron = one(docs, "CronJob")
+    spec = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    queue = f"archived-{uuid.uuid4().hex[:8]}"
+    filled = _in_client(client_ns, ARCHIVE_LOAD, ["fill", queue, *urls], tmp_path, key_env)
+    assert filled.returncode == 0, filled.stdout + filled.stderr
+    load = json.loads(filled.stdout.splitlines()[-1])
+    released = {s["first_seq"]: s["count"] for s in load["released"]}
+
+    env = _archive_image_env() | resolve_env(
+        container, PodIdentity(f"{cron['metadata']['name']}-job", NAMESPACE, "", {}), secrets
+    )
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    mounts: dict[str, Path] = {}
+    for m in container["volumeMounts"]:
+        if "emptyDir" in volumes[m["name"]] and _hides_this_python(m["mountPath"]):
+            continue
+        assert {"emptyDir", "persistentVolumeClaim"} & set(volumes[m["name"]]), m
+        mounts[m["mountPath"]] = tmp_path / "archive-job" / m["name"]
+        mounts[m["mountPath"]].mkdir(parents=True)
+    argv = container_argv(container, env)
+    print(f"archive job: {' '.join(argv)}")
+    # The image's cmq is this checkout (the virtualenv may hold another one in development).
+    job_env = {**env, "PYTHONPATH": str(ROOT)}
+    with open(tmp_path / "archive-job.log", "wb") as log:
+        job = start_in_netns(client_ns, argv, job_env, mounts, log)
+        try:
+            job.wait(600)
+        finally:
+            if job.poll() is None:
+                job.kill()
+                job.wait()
+    out = (tmp_path / "archive-job.log").read_text(errors="replace")
+    print(out[-2000:])
+    assert job.returncode == 0, out[-6000:]
+
+    # What the volume holds: every message of the released segments once, byte-identical.
+    (claim,) = [m for m in container["volumeMounts"] if m["name"] == "archive"]
+    volume = mounts[claim["mountPath"]]
+    got = rows(volume)
+    assert len(got) == sum(released.values()) and len({r["seq"] for r in got}) == len(got)
+    for r in got:
+        assert hashlib.sha256(r["body"]).hexdigest() == load["digests"][r["id"]], r["seq"]
+    (manifest,) = manifests(volume)
+    assert {s["first_seq"] for s in manifest["segments"]} == set(released)
+    after = _in_client(client_ns, ARCHIVE_LOAD, ["released", queue, *urls], tmp_path, key_env)
+    assert after.returncode == 0, after.stdout + after.stderr
+    left = {s["first_seq"] for s in json.loads(after.stdout.splitlines()[-1])["released"]}
+    assert not left & set(released), "archived segments are no longer released"
+
+
+def _in_client(
+    ns: str, module: str, args: list[str], tmp_path: Path, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """``python -m MODULE ARGS`` of this checkout in namespace ``ns`` with ``env`` added."""
+    return subprocess.run(
+        ["ip", "netns", "exec", ns, "python", "-m", module, *args],
+        cwd=ROOT,
+        env={"PATH": image_path(), "HOME": str(tmp_path), "PYTHONPATH": str(ROOT), **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 def _hides_this_python(mount_path: str) -> bool:

@@ -36,13 +36,30 @@ def _final_stage(df: DockerfileParser) -> list[dict[str, str]]:
     return stages[-1]
 
 
+def _stage(df: DockerfileParser, name: str) -> list[dict[str, str]]:
+    """The instructions of the stage ``FROM ... AS name``."""
+    stages: dict[str, list[dict[str, str]]] = {}
+    current: list[dict[str, str]] = []
+    for ins in df.structure:
+        if ins["instruction"] == "FROM":
+            current = []
+            words = ins["value"].split()
+            if len(words) == 3 and words[1].lower() == "as":
+                stages[words[2]] = current
+        current.append(ins)
+    return stages[name]
+
+
 def _values(stage: list[dict[str, str]], instruction: str) -> list[str]:
     return [i["value"] for i in stage if i["instruction"] == instruction]
 
 
 def test_multi_stage_slim_python_base(dockerfile: DockerfileParser) -> None:
     froms = [i["value"] for i in dockerfile.structure if i["instruction"] == "FROM"]
-    assert all(re.match(r"python:3\.1[1-9]-slim", f.split()[0]) for f in froms), froms
+    stages = {f.split()[2] for f in froms if len(f.split()) == 3}
+    # Every base is the slim Python image, or an earlier stage built on it.
+    bases = [f.split()[0] for f in froms]
+    assert all(b in stages or re.match(r"python:3\.1[1-9]-slim", b) for b in bases), froms
     final = _final_stage(dockerfile)
     copies = _values(final, "COPY")
     assert any(c.startswith("--from=build") for c in copies), "the final stage copies the build"
@@ -60,6 +77,29 @@ def test_entry_point_is_the_cmq_script(dockerfile: DockerfileParser) -> None:
     with pytest.raises(SystemExit) as e:
         cli.main(["serve", "--help"])
     assert e.value.code == 0
+
+
+def test_the_archive_target_has_the_archive_extra_and_a_java_runtime(
+    dockerfile: DockerfileParser,
+) -> None:
+    """``docker build --target archive``: the image the chart's archive CronJob runs."""
+    archive = _stage(dockerfile, "archive")
+    assert re.match(r"python:3\.1[1-9]-slim", archive[0]["value"].split()[0])
+    build = " ".join(_values(_stage(dockerfile, "build-archive"), "RUN"))
+    assert "'.[otel-export,archive]'" in build
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    assert {d.split(">")[0] for d in extras["archive"]} >= {"pyspark", "pyarrow"}
+    assert any(c.startswith("--from=build-archive /opt/cmq") for c in _values(archive, "COPY"))
+    runs = " ".join(_values(archive, "RUN"))
+    jre = re.search(r"openjdk-(\d+)-jre-headless", runs)
+    assert jre and int(jre.group(1)) >= 17, "PySpark 4 needs Java 17+"
+    assert "--uid 10001" in runs and _values(archive, "USER")[-1] == "10001:10001"
+    assert json.loads(_values(archive, "ENTRYPOINT")[-1]) == ["cmq"]
+    # The node image stays the default target (the last stage) and carries no Spark.
+    froms = [i["value"] for i in dockerfile.structure if i["instruction"] == "FROM"]
+    assert " AS " not in froms[-1].upper()
+    assert "--from=build " in " ".join(_values(_final_stage(dockerfile), "COPY")) + " "
 
 
 def test_runs_as_a_non_root_user_created_in_the_image(dockerfile: DockerfileParser) -> None:
