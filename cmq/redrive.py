@@ -16,6 +16,7 @@ stored, the delete was not) stores nothing twice within the dedup window (5 minu
 a new message with an id of its own, so a message moved back and forth is never taken for its
 earlier copy). To a FIFO queue a copy keeps its message group (`REDRIVE_GROUP` for a message
 that had none); to a standard queue it is visible at once, whatever the destination's delay.
+A copy keeps its priority level (a destination with fewer ``priorities`` refuses it, below).
 A message the destination refuses (too large for it, say: `cmq.model.send_refusal`) is not
 deleted: it stays in the source, and the refusal is reported.
 """
@@ -59,10 +60,11 @@ class Moving:
     binary: bool
     attributes: tuple[tuple[str, str], ...]
     group_id: str | None = None
+    priority: int = 0
 
     @staticmethod
     def received(m: ReceivedMessage) -> Moving:
-        return Moving(m.id, m.body, m.binary, m.attributes, m.group_id)
+        return Moving(m.id, m.body, m.binary, m.attributes, m.group_id, m.priority)
 
 
 def copies(destination: str, messages: Sequence[Moving], origin: str) -> list[OutgoingMessage]:
@@ -76,6 +78,7 @@ def copies(destination: str, messages: Sequence[Moving], origin: str) -> list[Ou
             attributes=_movable(m.attributes),
             dedup_id=f"{origin}:{m.id}"[:MAX_DEDUP_ID],
             group_id=(m.group_id or REDRIVE_GROUP) if fifo else None,
+            priority=m.priority,
         )
         for m in messages
     ]

@@ -41,11 +41,12 @@ from cmq.service import QueueService
 
 R = TypeVar("R")
 
-WIRE_VERSION: Final = 4
+WIRE_VERSION: Final = 5
 """The version of what crosses the socket (`cmq.frontend.wire` writes it in every frame).
-4: queue attributes carry ``max_delay_seconds``, a message to send ``deliver_at_ms`` and
-``ttl_seconds``; 3: queue attributes carry ``retry`` (release 0.3.0); 2: msgspec frames
-(0.2.0)."""
+5: queue attributes carry ``priorities``, a message to send and a received message
+``priority``, queue statistics ``visible_by_priority``; 4: queue attributes carry
+``max_delay_seconds``, a message to send ``deliver_at_ms`` and ``ttl_seconds``; 3: queue
+attributes carry ``retry`` (release 0.3.0); 2: msgspec frames (0.2.0)."""
 
 _encoder = msgspec.msgpack.Encoder()
 

@@ -18,6 +18,7 @@ from pyroaring import BitMap, BitMap64
 from cmq import errors
 from cmq.fsm.commands.codec import write_attributes
 from cmq.fsm.fifo_state import FifoState
+from cmq.fsm.ready import ReadyIndex
 from cmq.fsm.timers import BUCKET_SHIFT, COMPACT_SLACK, TimerIndex
 from cmq.fsm.wire import Writer
 from cmq.model import OUTCOMES, QueueAttributes, QueueStats, RetryPolicy, SegmentCounts
@@ -304,7 +305,8 @@ class QueueState:
         self.touched = Touched()
         # dedup id -> (message id, seq, produced at); insertion order is time order.
         self.dedup: dict[str, tuple[str, int, int]] = {}
-        self.ready = BitMap64()
+        # The ready messages, by priority level (`cmq.fsm.ready`; the levels are replicated).
+        self.ready = ReadyIndex()
         # When each invisible message becomes visible (`cmq.fsm.timers`; entries checked
         # against `timer_valid`).
         self.timers = TimerIndex()
@@ -607,7 +609,7 @@ class QueueState:
         for seq in [s for s in self.moved if s < end_seq]:
             self.forget_moved(seq)
         self.live -= count
-        self.ready.remove_range(0, end_seq)
+        self.ready.forget_below(end_seq)
         self.pending_dl.remove_range(0, end_seq)
         if end_seq >= self.next_seq:
             self.timers.clear()
@@ -631,10 +633,12 @@ class QueueState:
         clock = self.time_at(now_ms)
         due_untouched, delayed, _ = self.untouched_timers(clock)
         due, in_flight = len(due_untouched), 0
+        due_touched: list[int] = []
         touched = self.touched
         for seq, at in self.touched_timers():
             if at <= clock:
                 due += 1
+                due_touched.append(seq)
                 continue
             slot = touched.slot_of.get(seq)
             if (
@@ -648,6 +652,8 @@ class QueueState:
         oldest_sent = self.oldest_sent()
         oldest = 0 if oldest_sent is None else max(0, clock - oldest_sent)
         segments, disk, unarchived = self.segment_figures(now_ms, pending)
+        levels = self.attributes.priorities
+        by_level = self.ready.by_level(levels, (*due_untouched, *due_touched)) if levels > 1 else ()
         return QueueStats(
             visible=len(self.ready) + due,
             in_flight=in_flight + len(self.pending_dl),
@@ -660,6 +666,7 @@ class QueueState:
             segments=segments,
             disk_bytes=disk,
             oldest_unarchived_ms=unarchived,
+            visible_by_priority=by_level,
         )
 
     def segment_figures(
@@ -797,7 +804,7 @@ class QueueState:
                 self.ready.add_range(lo, hi)
                 return
             rel = BitMap64(array("Q", live.to_array()))
-            self.ready |= rel.shift(lo) if lo else rel
+            self.ready.update(rel.shift(lo) if lo else rel)
             return
         # Straight into the index: nothing is superseded yet, so no compaction.
         clock, add, ready = self.clock, self.timers.add, self.ready

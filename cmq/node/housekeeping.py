@@ -186,9 +186,18 @@ class Housekeeper:
         stored = machine.read(due.queue, due.dead_letters)
         if not stored:
             return
-        fifo = machine.fifo_ids(due.queue, [m.seq for m in stored])  # FIFO: keep the group
+        seqs = [m.seq for m in stored]
+        fifo = machine.fifo_ids(due.queue, seqs)  # FIFO: keep the group
+        levels = machine.priorities(due.queue, seqs)  # and the priority
         moving = [
-            Moving(m.id, m.body, m.binary, m.attributes, fifo[m.seq][0] if m.seq in fifo else None)
+            Moving(
+                m.id,
+                m.body,
+                m.binary,
+                m.attributes,
+                fifo[m.seq][0] if m.seq in fifo else None,
+                levels.get(m.seq, 0),
+            )
             for m in stored
         ]
         outcomes = await copy(self._send, due.dead_letter_queue, moving, f"dlq:{due.queue}")

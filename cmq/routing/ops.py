@@ -145,6 +145,7 @@ class ProduceBuilder:
                 dedup_id=m.dedup_id,
                 group_id=m.group_id,
                 ttl_ms=None if m.ttl_seconds is None else m.ttl_seconds * 1000,
+                priority=m.priority,
             )
             for m in messages
         )
@@ -441,6 +442,7 @@ class LeaderOps:
                 + ("; it is being repaired from the other replicas, retry" if repairing else "")
             ) from e
         fifo = machine.fifo_ids(name, seqs)
+        levels = machine.priorities(name, seqs)
         out = []
         for lm in res.messages:
             sm = stored.get(lm.seq)
@@ -458,6 +460,7 @@ class LeaderOps:
                     attributes=sm.attributes,
                     group_id=fifo[lm.seq][0] if lm.seq in fifo else None,
                     dedup_id=fifo[lm.seq][1] if lm.seq in fifo else None,
+                    priority=levels.get(lm.seq, 0),
                 )
             )
         return out
