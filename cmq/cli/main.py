@@ -195,6 +195,8 @@ def _received(m: ReceivedMessage) -> dict[str, Any]:
         sent_at=m.sent_at_ms,
         attributes=dict(m.attributes),
     )
+    if m.priority:
+        out["priority"] = m.priority
     return out
 
 
@@ -236,6 +238,8 @@ def _queue(args: argparse.Namespace) -> int:
         for kv in args.attribute or []:
             k, _, v = kv.partition("=")
             attrs[k] = v if k == "dead_letter_queue" else int(v)
+        if args.priorities is not None:
+            attrs["priorities"] = args.priorities
 
         def create(c: SyncClient) -> dict[str, Any]:
             got = c.create_queue(name, attrs)
@@ -266,10 +270,15 @@ def _queue(args: argparse.Namespace) -> int:
 
 
 def _send(args: argparse.Namespace) -> int:
+    from cmq.client import Message
+
     bodies = args.body or [line.rstrip("\n") for line in sys.stdin]
+    messages: list[str | Message] = list(bodies)
+    if args.priority:
+        messages = [Message(b, priority=args.priority) for b in bodies]
     return _client_command(
         args,
-        lambda c: {"messages": [{"id": m.id, "seq": m.seq} for m in c.send(args.queue, bodies)]},
+        lambda c: {"messages": [{"id": m.id, "seq": m.seq} for m in c.send(args.queue, messages)]},
         "send",
     )
 
@@ -440,9 +449,21 @@ def build_parser() -> argparse.ArgumentParser:
             c.add_argument("action", choices=("create", "list", "stats", "delete"))
             c.add_argument("name", nargs="?")
             c.add_argument("--attribute", "-a", action="append", help="NAME=VALUE")
+            c.add_argument(
+                "--priorities",
+                type=int,
+                help="create: priority levels its messages may take (1-32; default 1: none)",
+            )
         elif name == "send":
             c.add_argument("queue")
             c.add_argument("body", nargs="*", help="message bodies (default: lines of stdin)")
+            c.add_argument(
+                "--priority",
+                type=int,
+                default=0,
+                help="priority level of every message sent (0, the lowest, .. the queue's "
+                "priorities - 1)",
+            )
         else:
             c.add_argument("queue")
             c.add_argument("--max", type=int, default=1)
