@@ -40,7 +40,7 @@ def in_flight(q: QueueState, fifo: FifoState, group: str, now_ms: int | None = N
     queue: then the group gives nothing (see the module docstring for the bounded scan).
     ``now_ms``: as a `Lease` at that time would see it, without changing anything (a read);
     None: at the queue's clock."""
-    touched, ready = q.touched, q.ready
+    touched, ready = q.touched, q.ready.all
     for seq in islice(fifo.groups[group], MAX_RECEIVE_BATCH):
         slot = touched.slot_of.get(seq)
         if slot is None or seq in ready or _due(q, seq, now_ms):
@@ -86,7 +86,7 @@ def plan(
         if in_flight(q, fifo, group):
             continue
         for seq in islice(fifo.groups[group], want - len(take)):
-            if seq not in ready:
+            if seq not in ready.all:
                 break
             slot = touched.slot_of.get(seq)
             if limit > 0 and slot is not None and touched.get(slot, COUNT) >= limit:

@@ -28,8 +28,11 @@ def lease(q: QueueState, cmd: Lease) -> Leased:
     touched = q.touched
     leased: list[LeasedMessage] = []
     dead: list[int] = []
-    while len(leased) < cmd.max_messages and q.ready:
-        seq = q.ready.first()
+    ready = q.ready
+    ready_all = ready.all
+    plain = not ready.members  # no level above 0: the lowest seq, straight from the bitmap
+    while len(leased) < cmd.max_messages and ready_all:
+        seq = ready_all.min() if plain else ready.first()
         slot = touched.slot_of.get(seq)
         if limit > 0 and slot is not None and touched.get(slot, COUNT) >= limit:
             if len(dead) >= MAX_DEAD_LETTER_PER_LEASE:

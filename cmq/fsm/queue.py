@@ -407,7 +407,7 @@ class QueueState:
         ready nor waiting for the dead-letter queue has one timer: a touched message's at
         `visible_at` of its slot, an untouched one's at its record's visibility (the entry made
         when it was sent, or copied forward; nothing changes it while untouched)."""
-        if seq in self.ready or seq in self.pending_dl:
+        if seq in self.ready.all or seq in self.pending_dl:
             return False
         slot = self.touched.slot_of.get(seq)
         if slot is not None:
@@ -417,7 +417,7 @@ class QueueState:
     def timer_at(self, seq: int) -> int | None:
         """When the live message ``seq`` becomes visible, if it has a timer (None: ready,
         waiting for the dead-letter queue, or gone). For an untouched message: a scan."""
-        if seq in self.ready or seq in self.pending_dl or not self.is_live(seq):
+        if seq in self.ready.all or seq in self.pending_dl or not self.is_live(seq):
             return None
         slot = self.touched.slot_of.get(seq)
         if slot is not None:
@@ -438,7 +438,7 @@ class QueueState:
 
     def touched_timers(self) -> Iterator[tuple[int, int]]:
         """(seq, at) of every touched message with a timer (its slot's `visible_at`)."""
-        t, ready = self.touched, self.ready
+        t, ready = self.touched, self.ready.all
         for slot, seq in enumerate(t.seqs()):
             if not t.get(slot, FLAGS) & PENDING_DEAD_LETTER and seq not in ready:
                 yield seq, self.visible_at(slot)
@@ -698,7 +698,7 @@ class QueueState:
 
     def has_visible(self, now_ms: int) -> bool:
         """Whether a `Lease` at ``now_ms`` would find a message."""
-        if self.ready:
+        if self.ready.all:
             return True
         at = self.timers.earliest(self.timer_valid)
         return at is not None and at <= self.time_at(now_ms)

@@ -11,16 +11,17 @@ priorities). The index holds
   none of them is at level 0;
 * ``hi[l]`` (derived): ``all`` & ``members[l]``, the ready messages of level l >= 1.
 
-While no live message has a level above 0 (every queue with ``priorities`` 1), ``members`` and
-``hi`` are empty lists: each operation is the `BitMap64` one plus a test of an empty list, and
-`first` is ``all.min()``. The levels exist lazily, from the first message sent above level 0, so
+While no message has had a level above 0 (every queue with ``priorities`` 1), ``members`` and
+``hi`` are empty lists and `add`, `discard` and `remove` *are* ``all``'s bound methods (no
+wrapper on the apply path); hot paths test ``all`` directly (membership, emptiness) and take
+``all.min()`` for `first`. The levels exist lazily, from the first message sent above level 0, so
 a queue's ``priorities`` attribute may change at any time: it bounds the levels new messages may
 take; messages keep the level they were sent with.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from pyroaring import BitMap64
 
@@ -34,12 +35,22 @@ class ReadyIndex:
     """See the module docstring. ``members[0]`` and ``hi[0]`` are unused (always empty), so a
     level indexes both lists."""
 
-    __slots__ = ("all", "hi", "members")
+    __slots__ = ("add", "all", "discard", "hi", "members", "remove")
 
     def __init__(self) -> None:
         self.all = BitMap64()
         self.members: list[BitMap64] = []
         self.hi: list[BitMap64] = []
+        self.add: Callable[[int], None] = self.all.add
+        """``seq`` is ready."""
+        self.discard: Callable[[int], None] = self.all.discard
+        """``seq`` is not ready (whether it was or not)."""
+        self.remove: Callable[[int], None] = self.all.remove
+        """Like `discard`, but ``seq`` must be ready (KeyError otherwise)."""
+
+    def _leveled(self) -> None:
+        """From now on `add`, `discard` and `remove` keep ``hi`` too."""
+        self.add, self.discard, self.remove = self._add, self._discard, self._remove
 
     # -- levels (replicated) ---------------------------------------------------------------------
     def leveled(self) -> bool:
@@ -57,6 +68,8 @@ class ReadyIndex:
         """The live message ``seq`` (not yet ready) was sent at ``level`` (1 .. `MAX_PRIORITY`;
         0 needs no call)."""
         members = self.members
+        if not members:
+            self._leveled()
         while len(members) <= level:
             members.append(BitMap64())
             self.hi.append(BitMap64())
@@ -105,28 +118,26 @@ class ReadyIndex:
         """Set the levels 1 .. len(``members``) from an image (before anything is ready)."""
         self.members = [BitMap64(), *members] if members else []
         self.hi = [BitMap64() for _ in self.members]
+        if self.members:
+            self._leveled()
 
     # -- readiness (derived) ---------------------------------------------------------------------
-    def add(self, seq: int) -> None:
+    def _add(self, seq: int) -> None:
         self.all.add(seq)
-        if self.members:
-            for level in range(len(self.members) - 1, 0, -1):
-                if seq in self.members[level]:
-                    self.hi[level].add(seq)
-                    return
+        for level in range(len(self.members) - 1, 0, -1):
+            if seq in self.members[level]:
+                self.hi[level].add(seq)
+                return
 
-    def discard(self, seq: int) -> None:
+    def _discard(self, seq: int) -> None:
         self.all.discard(seq)
-        if self.members:
-            for bits in self.hi:
-                bits.discard(seq)
+        for bits in self.hi:
+            bits.discard(seq)
 
-    def remove(self, seq: int) -> None:
-        """Like `discard`, but ``seq`` must be ready (KeyError otherwise)."""
+    def _remove(self, seq: int) -> None:
         self.all.remove(seq)
-        if self.members:
-            for bits in self.hi:
-                bits.discard(seq)
+        for bits in self.hi:
+            bits.discard(seq)
 
     def add_range(self, lo: int, hi: int) -> None:
         """Every seq in [``lo``, ``hi``) is ready."""
