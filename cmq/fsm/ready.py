@@ -149,7 +149,7 @@ class ReadyIndex:
 
     def update(self, seqs: BitMap64) -> None:
         """Every seq of ``seqs`` is ready."""
-        self.all |= seqs
+        self.all.update(seqs)  # in place: add/discard/remove may be its bound methods
         for level in range(1, len(self.members)):
             self.hi[level] |= self.members[level] & seqs
 
