@@ -67,6 +67,9 @@ class ReceivedMessage(_Response, kw_only=True, omit_defaults=True):
         | UnsetType
     ) = UNSET
     sequence_number: Annotated[str, Meta(description=_SEQUENCE_NUMBER)] | UnsetType = UNSET
+    priority: Annotated[
+        int, Meta(ge=0, description="Its priority level (omitted when 0, the lowest).")
+    ] = 0
 
     @classmethod
     def of(cls, m: cmq.model.ReceivedMessage) -> ReceivedMessage:
@@ -85,6 +88,7 @@ class ReceivedMessage(_Response, kw_only=True, omit_defaults=True):
             group_id=UNSET if m.group_id is None else m.group_id,
             dedup_id=UNSET if m.dedup_id is None else m.dedup_id,
             sequence_number=UNSET if m.group_id is None else str(m.seq),
+            priority=m.priority,
         )
 
 

@@ -125,6 +125,14 @@ _MAX_DELAY = (
 )
 
 
+_PRIORITIES = (
+    "How many priority levels a message may take (1: none): a message's priority is 0 (the "
+    "lowest) .. priorities - 1, and a receive takes the highest level with a visible message "
+    "first (strict: a sustained higher-level backlog starves the lower levels). Changeable; "
+    "messages keep their level. Other than 1 needs the message_priorities feature flag."
+)
+
+
 class QueueAttributes(_Response, kw_only=True):
     """A queue's settings, every one of them (see `cmq.model.QueueAttributes`)."""
 
@@ -142,6 +150,7 @@ class QueueAttributes(_Response, kw_only=True):
         cmq.model.DEFAULT_MAX_DELAY_SECONDS
     )
     retry: Annotated[RetryPolicy | None, Meta(description=_RETRY)] = None
+    priorities: Annotated[int, _attribute("priorities", _PRIORITIES)] = 1
 
     @classmethod
     def of(cls, attributes: cmq.model.QueueAttributes) -> QueueAttributes:
@@ -171,6 +180,7 @@ class QueueAttributesInput(_Request):
         UNSET
     )
     retry: Annotated[RetryPolicy | None, Meta(description=_RETRY)] | UnsetType = UNSET
+    priorities: Annotated[int, _attribute("priorities", _PRIORITIES)] | UnsetType = UNSET
 
     def changes(self) -> dict[str, Any]:
         """The attributes given, by name, as JSON values (what
@@ -212,6 +222,13 @@ class QueueStats(_Response, kw_only=True):
             "segment not yet archived; 0: none (always 0 without archive).",
         ),
     ]
+    visible_by_priority: Annotated[
+        list[NonNegative],
+        Meta(
+            description="Queues with priorities > 1: the visible messages at each level, "
+            "level 0 (the lowest) first; they add up to visible. Empty otherwise.",
+        ),
+    ] = []
 
     @classmethod
     def of(cls, stats: cmq.model.QueueStats) -> QueueStats:
@@ -304,6 +321,16 @@ class OutgoingMessage(_Request):
         ]
         | None
     ) = None
+    priority: Annotated[
+        int,
+        Meta(
+            ge=0,
+            le=cmq.model.MAX_PRIORITY,
+            description="Priority level: 0 (the lowest, the default) .. the queue's "
+            "priorities - 1; a receive takes the highest level first. Above 0 needs the "
+            "message_priorities feature flag.",
+        ),
+    ] = 0
     attributes: MessageAttributes | None = None
     dedup_id: (
         Annotated[
@@ -341,6 +368,7 @@ class OutgoingMessage(_Request):
             group_id=self.group_id,
             deliver_at_ms=None if self.deliver_at is None else deliver_at_ms(self.deliver_at),
             ttl_seconds=self.ttl_seconds,
+            priority=self.priority,
         )
 
 

@@ -92,12 +92,15 @@ LIMITS: dict[str, tuple[int, int, int]] = {
     "receive_wait_seconds": (0, MAX_WAIT_SECONDS, 0),
     "max_receive_count": (0, 1000, 0),
     "max_delay_seconds": (0, 604_800, 900),
+    "priorities": (1, 32, 1),
 }
 
 MAX_DELAY_SECONDS = LIMITS["max_delay_seconds"][1]
 """A message's delay (``delay_seconds``, ``deliver_at``) is at most its queue's
 ``max_delay_seconds``, itself at most 7 days (the SQS surface keeps SQS's 15 minutes)."""
 DEFAULT_MAX_DELAY_SECONDS = LIMITS["max_delay_seconds"][2]
+MAX_PRIORITY = LIMITS["priorities"][1] - 1
+"""A message's ``priority`` is at most its queue's ``priorities`` - 1, itself at most 31."""
 
 
 MAX_RETRY_SECONDS = 43_200
@@ -210,6 +213,12 @@ class QueueAttributes:
     """Retry back-off (`RetryPolicy`): an expired or nacked lease brings its message back only
     after the policy's delay for its receive count. None: at once (an expired lease) or after
     the nack's own delay. Needs the ``retry_backoff`` feature flag."""
+    priorities: int = 1
+    """How many priority levels a message sent to the queue may take (1 .. 32; 1: none): a
+    message's ``priority`` is 0 (the lowest) .. ``priorities`` - 1, and a receive takes the
+    highest level with a visible message first (strict: a sustained backlog at a higher level
+    starves the lower ones). May change at any time (messages keep their level). Other than 1
+    needs the ``message_priorities`` feature flag."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -302,6 +311,8 @@ class OutgoingMessage:
     moved message keeps (`cmq.redrive`). The node that takes the send turns it into a time to
     live from its clock, as it does ``deliver_at_ms``; a deadline already passed leaves 1 ms
     (the message expires at once, unseen)."""
+    priority: int = 0
+    """Priority level: 0 (the lowest, the default) .. the queue's ``priorities`` - 1."""
 
 
 def check_send_rules(queue: str, messages: list[OutgoingMessage]) -> None:
@@ -318,6 +329,8 @@ def check_send_rules(queue: str, messages: list[OutgoingMessage]) -> None:
 
 def _rule_refusal(queue: str, m: OutgoingMessage) -> CmqError | None:
     """`check_send_rules` for one message."""
+    if not 0 <= m.priority <= MAX_PRIORITY:
+        return InvalidParameter(f"priority must be in [0, {MAX_PRIORITY}]; got {m.priority}")
     if m.attributes and (refused := trace_refusal(m.attributes)) is not None:
         return refused
     fifo = is_fifo_name(queue)
@@ -352,8 +365,15 @@ def delay_refusal(
     m: OutgoingMessage, attributes: QueueAttributes, now_ms: int
 ) -> InvalidParameter | None:
     """`InvalidParameter` if ``m``'s delay (``delay_seconds``, or ``deliver_at_ms`` from
-    ``now_ms``) is longer than the queue's ``max_delay_seconds``, or its ``ttl_seconds`` is
-    outside 1 .. the queue's retention."""
+    ``now_ms``) is longer than the queue's ``max_delay_seconds``, its ``ttl_seconds`` is
+    outside 1 .. the queue's retention, or its ``priority`` is not below the queue's
+    ``priorities``."""
+    levels = attributes.priorities
+    if not 0 <= m.priority < levels:
+        return InvalidParameter(
+            f"priority must be in [0, {levels - 1}] (the queue's priorities is {levels}); "
+            f"got {m.priority}"
+        )
     retention = attributes.message_retention_seconds
     if m.ttl_seconds is not None and not 1 <= m.ttl_seconds <= retention:
         return InvalidParameter(
@@ -455,6 +475,8 @@ class ReceivedMessage:
     ttl_deadline_ms: int | None = None
     """When its time to live runs out (the queue's time, Unix ms); None: it has none. What
     a move to another queue keeps (`cmq.redrive`)."""
+    priority: int = 0
+    """Its priority level (0 on a queue without priorities)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -581,6 +603,9 @@ class QueueStats:
     oldest_unarchived_ms: int = 0
     """The archive's backlog: age of the oldest message of a released segment not yet
     archived (from its send time); 0 when none (always 0 on a queue without ``archive``)."""
+    visible_by_priority: tuple[int, ...] = ()
+    """Queues with ``priorities`` > 1: the visible messages at each level, 0 (lowest) first
+    (they add up to ``visible``); empty otherwise."""
 
 
 @dataclass(frozen=True, slots=True)

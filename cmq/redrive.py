@@ -20,6 +20,7 @@ stored, the delete was not) stores nothing twice within the dedup window (5 minu
 a new message with an id of its own, so a message moved back and forth is never taken for its
 earlier copy). To a FIFO queue a copy keeps its message group (`REDRIVE_GROUP` for a message
 that had none); to a standard queue it is visible at once, whatever the destination's delay.
+A copy keeps its priority level (a destination with fewer ``priorities`` refuses it, below).
 A message the destination refuses (too large for it, say: `cmq.model.send_refusal`) is not
 deleted: it stays in the source, and the refusal is reported.
 """
@@ -65,10 +66,13 @@ class Moving:
     group_id: str | None = None
     ttl_deadline_ms: int | None = None
     """When its time to live runs out (Unix ms; None: it has none): the copy keeps it."""
+    priority: int = 0
 
     @staticmethod
     def received(m: ReceivedMessage) -> Moving:
-        return Moving(m.id, m.body, m.binary, m.attributes, m.group_id, m.ttl_deadline_ms)
+        return Moving(
+            m.id, m.body, m.binary, m.attributes, m.group_id, m.ttl_deadline_ms, m.priority
+        )
 
 
 def copies(destination: str, messages: Sequence[Moving], origin: str) -> list[OutgoingMessage]:
@@ -83,6 +87,7 @@ def copies(destination: str, messages: Sequence[Moving], origin: str) -> list[Ou
             dedup_id=f"{origin}:{m.id}"[:MAX_DEDUP_ID],
             group_id=(m.group_id or REDRIVE_GROUP) if fifo else None,
             ttl_deadline_ms=m.ttl_deadline_ms,
+            priority=m.priority,
         )
         for m in messages
     ]

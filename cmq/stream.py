@@ -61,6 +61,7 @@ from cmq.model import (
     MAX_DEDUP_ID,
     MAX_DELAY_SECONDS,
     MAX_MESSAGE_ATTRIBUTES,
+    MAX_PRIORITY,
     MAX_RECEIVE_BATCH,
     MAX_SEND_BATCH,
     OutgoingMessage,
@@ -107,6 +108,9 @@ class Message(Struct, array_like=True, forbid_unknown_fields=True):
     ttl_seconds: Annotated[int, Meta(ge=1)] | None = None
     """Time to live (at most the queue's retention): never delivered once this long has passed
     since the send. Trailing and optional, like ``deliver_at``."""
+    priority: Annotated[int, Meta(ge=0, le=MAX_PRIORITY)] = 0
+    """Priority level, 0 (the lowest) .. the queue's ``priorities`` - 1. Trailing and optional,
+    like ``deliver_at``."""
 
     def to_model(self) -> OutgoingMessage:
         return OutgoingMessage(
@@ -118,6 +122,7 @@ class Message(Struct, array_like=True, forbid_unknown_fields=True):
             group_id=self.group_id,
             deliver_at_ms=None if self.deliver_at is None else deliver_at_ms(self.deliver_at),
             ttl_seconds=self.ttl_seconds,
+            priority=self.priority,
         )
 
 
@@ -206,6 +211,8 @@ class Delivered(Struct, array_like=True):
     group_id: str | None = None
     """FIFO queues: the message's group and deduplication id (its seq is its sequence number)."""
     dedup_id: str | None = None
+    priority: int = 0
+    """Its priority level (trailing: clients that predate it ignore it)."""
 
     @classmethod
     def of(cls, m: ReceivedMessage) -> Delivered:
@@ -220,6 +227,7 @@ class Delivered(Struct, array_like=True):
             dict(m.attributes),
             m.group_id,
             m.dedup_id,
+            m.priority,
         )
 
     def to_model(self) -> ReceivedMessage:
@@ -234,6 +242,7 @@ class Delivered(Struct, array_like=True):
             attributes=tuple(self.attributes.items()),
             group_id=self.group_id,
             dedup_id=self.dedup_id,
+            priority=self.priority,
         )
 
 

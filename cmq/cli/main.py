@@ -196,6 +196,8 @@ def _received(m: ReceivedMessage) -> dict[str, Any]:
         sent_at=m.sent_at_ms,
         attributes=dict(m.attributes),
     )
+    if m.priority:
+        out["priority"] = m.priority
     return out
 
 
@@ -236,6 +238,8 @@ def _queue(args: argparse.Namespace) -> int:
         from cmq.cli.schedule import queue_attributes
 
         attrs = queue_attributes(args.attribute or [], args.max_delay, args.retry)
+        if args.priorities is not None:
+            attrs["priorities"] = args.priorities
     if args.action == "create":
 
         def create(c: SyncClient) -> dict[str, Any]:
@@ -249,7 +253,7 @@ def _queue(args: argparse.Namespace) -> int:
         return _client_command(args, create, "queue create")
     if args.action == "set":
         if not attrs:
-            raise SystemExit("queue set needs --attribute, --max-delay or --retry")
+            raise SystemExit("queue set needs --attribute, --max-delay, --retry or --priorities")
 
         def update(c: SyncClient) -> dict[str, Any]:
             got = c.set_attributes(name, attrs)
@@ -279,7 +283,13 @@ def _send(args: argparse.Namespace) -> int:
     from cmq.cli.schedule import outgoing
 
     bodies = args.body or [line.rstrip("\n") for line in sys.stdin]
-    messages = outgoing(bodies, delay=args.delay, deliver_at=args.deliver_at, ttl=args.ttl)
+    messages = outgoing(
+        bodies,
+        delay=args.delay,
+        deliver_at=args.deliver_at,
+        ttl=args.ttl,
+        priority=args.priority,
+    )
     return _client_command(
         args,
         lambda c: {"messages": [{"id": m.id, "seq": m.seq} for m in c.send(args.queue, messages)]},
@@ -479,12 +489,24 @@ def build_parser() -> argparse.ArgumentParser:
                 help="NAME=VALUE (integers, true/false, null, or text)",
             )
             add_queue_schedule_arguments(c)
+            c.add_argument(
+                "--priorities",
+                type=int,
+                help="priority levels its messages may take (1-32; default 1: none)",
+            )
         elif name == "send":
             from cmq.cli.schedule import add_send_schedule_arguments
 
             c.add_argument("queue")
             c.add_argument("body", nargs="*", help="message bodies (default: lines of stdin)")
             add_send_schedule_arguments(c)
+            c.add_argument(
+                "--priority",
+                type=int,
+                default=0,
+                help="priority level of every message sent (0, the lowest, .. the queue's "
+                "priorities - 1)",
+            )
         else:
             c.add_argument("queue")
             c.add_argument("--max", type=int, default=1)

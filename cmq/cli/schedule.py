@@ -134,11 +134,12 @@ def outgoing(
     delay: int | None = None,
     deliver_at: str | None = None,
     ttl: int | None = None,
+    priority: int = 0,
 ) -> list[str | Message]:
     """The messages of ``cmq send``: plain bodies, or `Message`\\ s with the options."""
     from cmq.client import Message
 
-    if delay is None and deliver_at is None and ttl is None:
+    if delay is None and deliver_at is None and ttl is None and not priority:
         return list(bodies)
     if delay is not None and deliver_at is not None:
         raise InvalidParameter("give --delay or --deliver-at, not both")
@@ -147,4 +148,7 @@ def outgoing(
     if ttl is not None and ttl < 1:
         raise InvalidParameter(f"--ttl must be at least 1 second; got {ttl}")
     at = None if deliver_at is None else parse_deliver_at(deliver_at)
-    return [Message(b, delay_seconds=delay, deliver_at=at, ttl_seconds=ttl) for b in bodies]
+    return [
+        Message(b, delay_seconds=delay, deliver_at=at, ttl_seconds=ttl, priority=priority)
+        for b in bodies
+    ]

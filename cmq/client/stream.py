@@ -75,13 +75,13 @@ def _wire(m: Outgoing, trace: dict[str, str]) -> WireMessage:
     traced = tracing.with_trace(m.attributes, trace)
     attrs = dict(traced) if traced else None
     body, binary = (m.body, True) if isinstance(m.body, bytes) else (m.body.encode(), False)
-    if m.deliver_at is None and m.ttl_seconds is None:
+    if m.deliver_at is None and m.ttl_seconds is None and not m.priority:
         # msgspec frames by the runtime type: the six fields every server release reads.
         plain = PlainMessage(body, binary, m.delay_seconds, attrs, m.dedup_id, m.group_id)
         return cast("WireMessage", plain)
     at = None if m.deliver_at is None else m.deliver_at.isoformat()
     return WireMessage(
-        body, binary, m.delay_seconds, attrs, m.dedup_id, m.group_id, at, m.ttl_seconds
+        body, binary, m.delay_seconds, attrs, m.dedup_id, m.group_id, at, m.ttl_seconds, m.priority
     )
 
 
@@ -109,6 +109,7 @@ def _received(d: Deliver) -> list[ReceivedMessage]:
             m.group_id,
             m.dedup_id,
             None if m.group_id is None else str(m.seq),
+            m.priority,
         )
         for m in d.messages
     ]

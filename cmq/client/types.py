@@ -48,6 +48,9 @@ class Message:
     ttl_seconds: int | None = None
     """Time to live: never delivered once this long has passed since the send (at most the
     queue's retention); it then counts as expired."""
+    priority: int = 0
+    """Priority level: 0 (the lowest) .. the queue's ``priorities`` - 1; a receive takes the
+    highest level with a visible message first."""
 
 
 Outgoing = str | bytes | Message
@@ -72,6 +75,8 @@ class ReceivedMessage:
     """FIFO queues: the message's group, deduplication id and sequence number (decimal)."""
     dedup_id: str | None = None
     sequence_number: str | None = None
+    priority: int = 0
+    """Its priority level (0 on a queue without priorities)."""
 
     def trace_context(self) -> Context | None:
         """The producer's trace context (OpenTelemetry, when installed), to start the
@@ -128,6 +133,8 @@ def message_json(m: Outgoing, trace: Mapping[str, str] | None = None) -> Json:
         out["deliver_at"] = m.deliver_at.isoformat()
     if m.ttl_seconds is not None:
         out["ttl_seconds"] = m.ttl_seconds
+    if m.priority:
+        out["priority"] = m.priority
     attributes = with_trace(m.attributes, trace) if trace else m.attributes
     if attributes:
         out["attributes"] = dict(attributes)
@@ -158,6 +165,8 @@ def stats_from_json(data: Mapping[str, Any]) -> QueueStats:
         values["segments"] = SegmentCounts(
             **{k: v for k, v in counts.items() if k in _SEGMENT_COUNT_NAMES}
         )
+    if isinstance(values.get("visible_by_priority"), list):
+        values["visible_by_priority"] = tuple(values["visible_by_priority"])
     return QueueStats(**values)
 
 
@@ -183,6 +192,7 @@ def received_from_json(payload: Json) -> list[ReceivedMessage]:
                 m.get("group_id"),
                 m.get("dedup_id"),
                 m.get("sequence_number"),
+                m.get("priority", 0),
             )
         )
     return out

@@ -10,6 +10,11 @@ order, as many as are visible in a row and still fit, before the next group is v
 groups as possible per receive). A message at the queue's receive limit stops its group and is
 marked for the dead-letter queue; the group unblocks once `DeadLetter` deletes it.
 
+Priorities (a queue with levels above 0: `cmq.fsm.ready`): the groups are visited by the level
+of their head, highest first, then by the seq of their head; inside a group the order stays seq
+order whatever the levels of the later messages (a group is never reordered: a high-level
+message behind a low-level head waits for it).
+
 Why the in-flight check looks at a bounded prefix: a lease takes a prefix of an unblocked
 group, at most `MAX_RECEIVE_BATCH` messages; until none of them is in flight the group gives
 nothing more, and deletions only shorten the prefix. So every in-flight message of a group is
@@ -35,7 +40,7 @@ def in_flight(q: QueueState, fifo: FifoState, group: str, now_ms: int | None = N
     queue: then the group gives nothing (see the module docstring for the bounded scan).
     ``now_ms``: as a `Lease` at that time would see it, without changing anything (a read);
     None: at the queue's clock."""
-    touched, ready = q.touched, q.ready
+    touched, ready = q.touched, q.ready.all
     for seq in islice(fifo.groups[group], MAX_RECEIVE_BATCH):
         slot = touched.slot_of.get(seq)
         if slot is None or seq in ready or _due(q, seq, now_ms):
@@ -58,7 +63,7 @@ def has_visible(q: QueueState, fifo: FifoState, now_ms: int) -> bool:
     now = q.time_at(now_ms)
     heads = fifo.heads
     due = [seq for seq, at in q.pending_timers() if at <= now and seq in heads]
-    for head in chain(fifo.heads & q.ready, due):
+    for head in chain(fifo.heads & q.ready.all, due):
         if not in_flight(q, fifo, fifo.meta[head][0], now):
             return True
     return False
@@ -74,14 +79,14 @@ def plan(
     dead: list[int] = []
     touched, ready = q.touched, q.ready
     want = min(max_messages, MAX_RECEIVE_BATCH)
-    for head in fifo.heads & ready:
+    for head in ready.ordered(fifo.heads & ready.all):
         if len(take) >= want:
             break
         group = fifo.meta[head][0]
         if in_flight(q, fifo, group):
             continue
         for seq in islice(fifo.groups[group], want - len(take)):
-            if seq not in ready:
+            if seq not in ready.all:
                 break
             slot = touched.slot_of.get(seq)
             if limit > 0 and slot is not None and touched.get(slot, COUNT) >= limit:

@@ -7,7 +7,9 @@ deleted bitmap, released, CRC-32; the outcome bitmaps expired, dead-lettered, pu
 copies bitmap, receive-count exceptions, the archive claim); the touched cells; the messages copied
 forward (seq, send time, earlier seqs); the dedup window; for a FIFO queue, each live message's
 group and deduplication id and the remembered receive attempts; (version 4) the time-to-live
-deadlines as (seq, deadline) pairs by seq. Equal states give equal bytes
+deadlines as (seq, deadline) pairs by seq; (version 5) the priority levels: a count n, then
+for each level 1 .. n the portable roaring bitmap (64-bit) of its live messages' seqs (level 0:
+the others). Equal states give equal bytes
 (replicas compare images at equal applied index).
 
 Shipped form (for a follower that lacks the segment files): ``CMQSHIP1``, image length, segment
@@ -27,7 +29,7 @@ import zlib
 from array import array
 from collections.abc import Iterable
 
-from pyroaring import BitMap
+from pyroaring import BitMap, BitMap64
 
 from cmq.errors import InvalidParameter, InvariantBroken, NewerFormat, NewerLayout
 from cmq.fsm.commands.codec import read_attributes
@@ -37,12 +39,14 @@ from cmq.fsm.store import SegmentStore
 from cmq.fsm.wire import Reader, Writer
 
 IMAGE_MAGIC = b"CMQF"
-IMAGE_VERSION = 4
+IMAGE_VERSION = 5
 """The newest layout. An image is written as version 2 while no queue has a clock skew or a
 message with a time to live (so a release that reads only version 2 still reads it), as version
 3 once one has a skew, as version 4 (version 3 plus, per queue, the live messages' time-to-live
-deadlines; flag ``message_ttl``) once one has such a message."""
-READABLE_IMAGE_VERSIONS = (2, 3, 4)
+deadlines; flag ``message_ttl``) once one has such a message, as version 5 (version 4 plus, per
+queue, the live messages' priority levels; flag ``message_priorities``) once a live message has
+a priority above 0."""
+READABLE_IMAGE_VERSIONS = (2, 3, 4, 5)
 
 _IMAGE_HEAD = struct.Struct("<BqI")
 _QUEUE_HEAD = struct.Struct("<14qI")
@@ -62,6 +66,8 @@ _SHIPPED_SEGMENT = struct.Struct("<HqQI")  # key length, first seq, size, crc32
 def image_version(queues: Iterable[QueueState]) -> int:
     """The version an image of ``queues`` is written in (see `IMAGE_VERSION`)."""
     queues = list(queues)
+    if any(q.ready.leveled() for q in queues):
+        return 5
     if any(q.ttl for q in queues):
         return 4
     return 3 if any(q.skew for q in queues) else 2
@@ -158,6 +164,13 @@ def canonical_bits(bm: BitMap) -> bytes:
     return bytes(fresh.serialize())
 
 
+def canonical_bits64(bm: BitMap64) -> bytes:
+    """`canonical_bits` of a 64-bit bitmap."""
+    fresh = BitMap64(array("Q", bm.to_array()))
+    fresh.run_optimize()
+    return bytes(fresh.serialize())
+
+
 def encode_queue(q: QueueState, version: int = IMAGE_VERSION) -> bytes:
     """The part of an image of version ``version`` that holds ``q``."""
     w = Writer()
@@ -221,6 +234,13 @@ def encode_queue(q: QueueState, version: int = IMAGE_VERSION) -> bytes:
         w.int_array(array("q", [x for seq in sorted(q.ttl) for x in (seq, q.ttl[seq])]))
     elif q.ttl:
         raise InvariantBroken(f"queue {q.name!r} has time-to-live deadlines: version 4 or later")
+    levels = q.ready.level_bitmaps()
+    if version >= 5:
+        w.u8(len(levels))
+        for members in levels:
+            w.blob(canonical_bits64(members))
+    elif levels:
+        raise InvariantBroken(f"queue {q.name!r} has messages with priorities: version 5 or later")
     return w.getvalue()
 
 
@@ -253,6 +273,13 @@ def _decode_fifo(r: Reader) -> FifoState:
             raise InvalidParameter("a receive attempt's leases are not pairs")
         fifo.attempts[attempt_id] = (at, tuple(zip(flat[0::2], flat[1::2], strict=True)))
     return fifo
+
+
+def _bits64(data: bytes) -> BitMap64:
+    try:
+        return BitMap64.deserialize(data)
+    except (ValueError, OverflowError, IndexError) as e:
+        raise InvalidParameter(f"bad priority level bitmap: {e}") from None
 
 
 def _bits(data: bytes) -> BitMap:
@@ -341,6 +368,8 @@ def decode_queues(r: Reader) -> tuple[int, dict[str, QueueState]]:
                 raise InvalidParameter(f"queue {name!r}: odd time-to-live pairs array")
             q.ttl = dict(zip(pairs[0::2], pairs[1::2], strict=True))
             q.rebuild_ttl()
+        if version >= 5:
+            q.ready.restore_levels([_bits64(r.blob()) for _ in range(r.u8())])
         queues[name] = q
     r.end()
     return incarnations, queues

@@ -1,6 +1,7 @@
-"""`Lease` in the queue machine (pure): standard queues lease visible messages in seq order;
-FIFO queues follow `cmq.fsm.fifo` (group order, blocked groups, receive-attempt replay). Both
-mark a message that reached the queue's receive limit for the dead-letter queue instead.
+"""`Lease` in the queue machine (pure): standard queues lease visible messages by priority
+level, highest first, in seq order within a level (`cmq.fsm.ready.ReadyIndex.first`); FIFO queues
+follow `cmq.fsm.fifo` (group order, blocked groups, receive-attempt replay). Both mark a
+message that reached the queue's receive limit for the dead-letter queue instead.
 """
 
 from __future__ import annotations
@@ -27,8 +28,11 @@ def lease(q: QueueState, cmd: Lease) -> Leased:
     touched = q.touched
     leased: list[LeasedMessage] = []
     dead: list[int] = []
-    while len(leased) < cmd.max_messages and q.ready:
-        seq = q.ready.min()
+    ready = q.ready
+    ready_all = ready.all
+    plain = not ready.members  # no level above 0: the lowest seq, straight from the bitmap
+    while len(leased) < cmd.max_messages and ready_all:
+        seq = ready_all.min() if plain else ready.first()
         slot = touched.slot_of.get(seq)
         if limit > 0 and slot is not None and touched.get(slot, COUNT) >= limit:
             if len(dead) >= MAX_DEAD_LETTER_PER_LEASE:

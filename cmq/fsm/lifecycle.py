@@ -209,12 +209,12 @@ def copy_forward(q: QueueState, seg: Segment, w: SegmentWriter) -> int:
             touched.slot_of[new] = slot
         if (deadline := q.ttl.pop(old, None)) is not None:
             q.set_ttl(new, deadline)
+        q.ready.move(old, new)  # its priority level, and whether it is ready
         if old in q.pending_dl:
             q.pending_dl.remove(old)
             q.pending_dl.add(new)
-        elif old in q.ready:
-            q.ready.remove(old)
-            q.ready.add(new)
+        elif new in q.ready:
+            pass
         elif at is not None:
             q.schedule(new, at)
         seg.deleted.add(rel)

@@ -7,9 +7,12 @@ everything else is in memory, shaped so that a snapshot copies compact structure
   *not* in the snapshot: it is read back from the segment files on restore);
 * per queue, the messages received at least once ("touched") as parallel `array`s (seq,
   visibility deadline, lease id, receive count, flags) — the snapshot copies them with memcpy;
+* per queue, the priority level of each live message above level 0 (one roaring `BitMap64`
+  per level, in the snapshot: `cmq.fsm.ready.ReadyIndex`);
 * derived indexes rebuilt on restore and never snapshotted: ``ready`` (a `BitMap64` of seqs
-  visible at the queue's clock), ``timers`` (a bucketed `cmq.fsm.timers.TimerIndex`: when each
-  invisible message becomes visible) and ``pending_dl`` (seqs waiting for a `DeadLetter`).
+  visible at the queue's clock, and its part at each level above 0), ``timers`` (a bucketed
+  `cmq.fsm.timers.TimerIndex`: when each invisible message becomes visible) and ``pending_dl``
+  (seqs waiting for a `DeadLetter`).
 
 Every live message is in exactly one of ready / timers (a standing entry) / pending_dl.
 

@@ -57,6 +57,7 @@ def produce(q: QueueState, cmd: Produce, w: SegmentWriter, fx: Effects) -> Produ
     limit = q.attributes.max_message_size
     max_delay = q.attributes.max_delay_seconds * 1000
     retention = q.attributes.message_retention_seconds * 1000
+    levels = q.attributes.priorities
     for m in cmd.messages:
         # Any node builds produce commands from its own replica's view of the attributes;
         # the committed attributes decide.
@@ -65,6 +66,12 @@ def produce(q: QueueState, cmd: Produce, w: SegmentWriter, fx: Effects) -> Produ
                 errors.InvalidParameter.code,
                 f"a message's ttl_seconds is {m.ttl_ms // 1000}; it must be in [1, the queue's "
                 f"message_retention_seconds ({q.attributes.message_retention_seconds})]",
+            )
+        if not 0 <= m.priority < levels:
+            return CommandFailed(
+                errors.InvalidParameter.code,
+                f"a message's priority is {m.priority}; the queue has priorities {levels}, so "
+                f"it must be in [0, {levels - 1}]",
             )
         if m.delay_ms is not None and m.delay_ms > max_delay and cmd.expect_sent is None:
             return CommandFailed(
@@ -137,6 +144,8 @@ def produce(q: QueueState, cmd: Produce, w: SegmentWriter, fx: Effects) -> Produ
         seg.add_visible(visible_at)
         q.live += 1
         q.sent_total += 1
+        if m.priority:  # before it can be ready: its level decides where
+            q.ready.set_level(seq, m.priority)
         q.schedule(seq, visible_at)
         if m.ttl_ms is not None:
             q.set_ttl(seq, clock + m.ttl_ms)

@@ -18,6 +18,7 @@ from pyroaring import BitMap, BitMap64
 from cmq import errors
 from cmq.fsm.commands.codec import write_attributes
 from cmq.fsm.fifo_state import FifoState
+from cmq.fsm.ready import ReadyIndex
 from cmq.fsm.timers import BUCKET_SHIFT, COMPACT_SLACK, TimerIndex
 from cmq.fsm.wire import Writer
 from cmq.model import OUTCOMES, QueueAttributes, QueueStats, RetryPolicy, SegmentCounts
@@ -304,7 +305,8 @@ class QueueState:
         self.touched = Touched()
         # dedup id -> (message id, seq, produced at); insertion order is time order.
         self.dedup: dict[str, tuple[str, int, int]] = {}
-        self.ready = BitMap64()
+        # The ready messages, by priority level (`cmq.fsm.ready`; the levels are replicated).
+        self.ready = ReadyIndex()
         # When each invisible message becomes visible (`cmq.fsm.timers`; entries checked
         # against `timer_valid`).
         self.timers = TimerIndex()
@@ -405,7 +407,7 @@ class QueueState:
         ready nor waiting for the dead-letter queue has one timer: a touched message's at
         `visible_at` of its slot, an untouched one's at its record's visibility (the entry made
         when it was sent, or copied forward; nothing changes it while untouched)."""
-        if seq in self.ready or seq in self.pending_dl:
+        if seq in self.ready.all or seq in self.pending_dl:
             return False
         slot = self.touched.slot_of.get(seq)
         if slot is not None:
@@ -415,7 +417,7 @@ class QueueState:
     def timer_at(self, seq: int) -> int | None:
         """When the live message ``seq`` becomes visible, if it has a timer (None: ready,
         waiting for the dead-letter queue, or gone). For an untouched message: a scan."""
-        if seq in self.ready or seq in self.pending_dl or not self.is_live(seq):
+        if seq in self.ready.all or seq in self.pending_dl or not self.is_live(seq):
             return None
         slot = self.touched.slot_of.get(seq)
         if slot is not None:
@@ -436,7 +438,7 @@ class QueueState:
 
     def touched_timers(self) -> Iterator[tuple[int, int]]:
         """(seq, at) of every touched message with a timer (its slot's `visible_at`)."""
-        t, ready = self.touched, self.ready
+        t, ready = self.touched, self.ready.all
         for slot, seq in enumerate(t.seqs()):
             if not t.get(slot, FLAGS) & PENDING_DEAD_LETTER and seq not in ready:
                 yield seq, self.visible_at(slot)
@@ -607,7 +609,7 @@ class QueueState:
         for seq in [s for s in self.moved if s < end_seq]:
             self.forget_moved(seq)
         self.live -= count
-        self.ready.remove_range(0, end_seq)
+        self.ready.forget_below(end_seq)
         self.pending_dl.remove_range(0, end_seq)
         if end_seq >= self.next_seq:
             self.timers.clear()
@@ -631,10 +633,12 @@ class QueueState:
         clock = self.time_at(now_ms)
         due_untouched, delayed, _ = self.untouched_timers(clock)
         due, in_flight = len(due_untouched), 0
+        due_touched: list[int] = []
         touched = self.touched
         for seq, at in self.touched_timers():
             if at <= clock:
                 due += 1
+                due_touched.append(seq)
                 continue
             slot = touched.slot_of.get(seq)
             if (
@@ -648,6 +652,8 @@ class QueueState:
         oldest_sent = self.oldest_sent()
         oldest = 0 if oldest_sent is None else max(0, clock - oldest_sent)
         segments, disk, unarchived = self.segment_figures(now_ms, pending)
+        levels = self.attributes.priorities
+        by_level = self.ready.by_level(levels, (*due_untouched, *due_touched)) if levels > 1 else ()
         return QueueStats(
             visible=len(self.ready) + due,
             in_flight=in_flight + len(self.pending_dl),
@@ -660,6 +666,7 @@ class QueueState:
             segments=segments,
             disk_bytes=disk,
             oldest_unarchived_ms=unarchived,
+            visible_by_priority=by_level,
         )
 
     def segment_figures(
@@ -691,7 +698,7 @@ class QueueState:
 
     def has_visible(self, now_ms: int) -> bool:
         """Whether a `Lease` at ``now_ms`` would find a message."""
-        if self.ready:
+        if self.ready.all:
             return True
         at = self.timers.earliest(self.timer_valid)
         return at is not None and at <= self.time_at(now_ms)
@@ -797,7 +804,7 @@ class QueueState:
                 self.ready.add_range(lo, hi)
                 return
             rel = BitMap64(array("Q", live.to_array()))
-            self.ready |= rel.shift(lo) if lo else rel
+            self.ready.update(rel.shift(lo) if lo else rel)
             return
         # Straight into the index: nothing is superseded yet, so no compaction.
         clock, add, ready = self.clock, self.timers.add, self.ready

@@ -179,6 +179,14 @@ class MachineReads:
         ttl = q.ttl
         return {seq: ttl[seq] for seq in seqs if seq in ttl}
 
+    def priorities(self, name: str, seqs: Iterable[int]) -> dict[int, int]:
+        """The priority level of each live message among ``seqs`` that has one above 0."""
+        q = self._queues.get(name)
+        if q is None or not q.ready.members:
+            return {}
+        levels = {seq: q.ready.level_of(seq) for seq in seqs}
+        return {seq: level for seq, level in levels.items() if level}
+
     def next_visible_at(self, name: str) -> int | None:
         """The earliest time an invisible message (delayed, leased, nacked) becomes visible."""
         q = self._queues.get(name)

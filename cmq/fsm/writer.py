@@ -96,7 +96,7 @@ class SegmentWriter:
         seg.deleted.add(rel)
         q.forget_moved(seq)
         q.live -= 1
-        q.ready.discard(seq)
+        q.ready.forget(seq)
         q.pending_dl.discard(seq)
         q.ttl.pop(seq, None)
         q.touched.remove(seq)

@@ -189,6 +189,7 @@ class Housekeeper:
         seqs = [m.seq for m in stored]
         fifo = machine.fifo_ids(due.queue, seqs)  # FIFO: keep the group
         ttl = machine.ttl_deadlines(due.queue, seqs)  # the copy expires when this would
+        levels = machine.priorities(due.queue, seqs)  # and the priority
         moving = [
             Moving(
                 m.id,
@@ -197,6 +198,7 @@ class Housekeeper:
                 m.attributes,
                 fifo[m.seq][0] if m.seq in fifo else None,
                 ttl.get(m.seq),
+                levels.get(m.seq, 0),
             )
             for m in stored
         ]

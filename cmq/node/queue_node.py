@@ -464,6 +464,8 @@ class QueueNode:
             self._require(features.RETRY_BACKOFF, "retry policies")
         if attributes.max_delay_seconds != DEFAULT_MAX_DELAY_SECONDS:
             self._require(features.LONG_DELAYS, "a max_delay_seconds other than 900")
+        if attributes.priorities != 1:
+            self._require(features.MESSAGE_PRIORITIES, "priorities other than 1")
         if not self.catalog.initialized:
             raise Unavailable("the cluster is not initialized yet; retry")
         group = await self.router.run(AssignQueueCall(META_GROUP, name))
@@ -496,6 +498,8 @@ class QueueNode:
             self._require(features.RETRY_BACKOFF, "retry policies")
         if checked.get("max_delay_seconds", DEFAULT_MAX_DELAY_SECONDS) != DEFAULT_MAX_DELAY_SECONDS:
             self._require(features.LONG_DELAYS, "a max_delay_seconds other than 900")
+        if checked.get("priorities", 1) != 1:
+            self._require(features.MESSAGE_PRIORITIES, "priorities other than 1")
         if "fifo" in changes and changes["fifo"] != is_fifo_name(name):
             raise InvalidParameter("fifo is fixed at creation")
         call = SetAttributesCall(self.router.group_of(name), name, tuple(changes.items()))
@@ -553,6 +557,8 @@ class QueueNode:
         check_queue_name(name)
         if any(m.ttl_seconds is not None or m.ttl_deadline_ms is not None for m in messages):
             self._require(features.MESSAGE_TTL, "messages with a ttl_seconds")
+        if any(m.priority for m in messages):
+            self._require(features.MESSAGE_PRIORITIES, "messages with a priority")
         group = self.router.group_of(name)
         machine = self.machines.get(group)  # None: the group has no replica here
         attrs = machine.attributes(name) if machine is not None else None

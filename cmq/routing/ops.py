@@ -145,6 +145,7 @@ class ProduceBuilder:
                 dedup_id=m.dedup_id,
                 group_id=m.group_id,
                 ttl_ms=_ttl_ms(m, now),
+                priority=m.priority,
             )
             for m in messages
         )
@@ -450,6 +451,7 @@ class LeaderOps:
             ) from e
         fifo = machine.fifo_ids(name, seqs)
         ttl = machine.ttl_deadlines(name, seqs)
+        levels = machine.priorities(name, seqs)
         out = []
         for lm in res.messages:
             sm = stored.get(lm.seq)
@@ -468,6 +470,7 @@ class LeaderOps:
                     group_id=fifo[lm.seq][0] if lm.seq in fifo else None,
                     dedup_id=fifo[lm.seq][1] if lm.seq in fifo else None,
                     ttl_deadline_ms=ttl.get(lm.seq),
+                    priority=levels.get(lm.seq, 0),
                 )
             )
         return out

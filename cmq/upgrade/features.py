@@ -43,6 +43,7 @@ SEGMENT_INDEX = "segment_index"
 RETRY_BACKOFF = "retry_backoff"
 LONG_DELAYS = "long_delays"
 MESSAGE_TTL = "message_ttl"
+MESSAGE_PRIORITIES = "message_priorities"
 
 FEATURES: tuple[Feature, ...] = (
     Feature(
@@ -86,6 +87,13 @@ FEATURES: tuple[Feature, ...] = (
         "0.3.0",
         "messages may have a time to live (ttl_seconds): the send's message option 0x08 and "
         "its i64, and data group images of version 4 (the live messages' deadlines)",
+    ),
+    Feature(
+        MESSAGE_PRIORITIES,
+        "0.3.0",
+        "queues may have priorities (the attribute encoding's flag 0x20 and its u8) and "
+        "messages a priority above 0 (the send's message option 0x10 and its u8), and data "
+        "group images of version 5 (the live messages' priority levels)",
     ),
 )
 """Every flag this release supports, oldest first."""

@@ -110,6 +110,9 @@ def bad_input_cases() -> list[Any]:
         {"visibility_timeout": None},
         {"fifo": "true"},
         {"content_based_deduplication": 1},
+        {"priorities": 0},
+        {"priorities": 33},
+        {"priorities": "4"},
     ):
         case(f"PUT attributes={attrs!r}"[:60], "PUT", Q, {"attributes": attrs}, 400, bad)
     case(
@@ -205,7 +208,11 @@ def bad_input_cases() -> list[Any]:
         {"body": "x", "group_id": "gr\u00fcn"},
         {"body": "x", "group_id": "a b"},
         {"body": "x", "group_id": 7},
-        {"body": "x", "priority": 1},
+        {"body": "x", "priority": -1},
+        {"body": "x", "priority": 32},
+        {"body": "x", "priority": "1"},
+        {"body": "x", "priority": 1.5},
+        {"body": "x", "priority": None},
     ):
         # the bad message is not the first one: the whole batch is refused
         body = {"messages": [{"body": "fine"}, message]}

@@ -80,6 +80,7 @@ async def test_get_renders_attributes_and_stats(client: Client, service: Recordi
             "content_based_deduplication": False,
             "max_delay_seconds": 900,
             "retry": None,
+            "priorities": 1,
         },
         "stats": {
             "visible": CANNED_STATS.visible,
@@ -93,6 +94,7 @@ async def test_get_renders_attributes_and_stats(client: Client, service: Recordi
             "segments": {"active": 1, "sealed": 2, "released": 3, "archived_pending": 4},
             "disk_bytes": 12345,
             "oldest_unarchived_ms": 60_000,
+            "visible_by_priority": [],
         },
     }
     assert service.calls == [Call("get_queue", ("orders",))]

@@ -131,6 +131,12 @@ async def test_flags_are_enabled_only_when_every_node_supports_them(
             await node.set_attributes("imports", {"max_delay_seconds": 3600})
         with pytest.raises(FeatureNotEnabled, match="message_ttl"):
             await node.send("imports", [OutgoingMessage(b"x", ttl_seconds=60)])
+        with pytest.raises(FeatureNotEnabled, match="message_priorities"):
+            await node.create_queue("ranked", QueueAttributes(priorities=4))
+        with pytest.raises(FeatureNotEnabled, match="message_priorities"):
+            await node.set_attributes("imports", {"priorities": 2})
+        with pytest.raises(FeatureNotEnabled, match="message_priorities"):
+            await node.send("imports", [OutgoingMessage(b"x", priority=1)])
         assert "retried" not in await node.list_queues()
         assert "later" not in await node.list_queues()
         attrs, _ = await node.get_queue("imports")
@@ -180,6 +186,40 @@ async def test_flags_are_enabled_only_when_every_node_supports_them(
         await _retry_backs_off(node, policy)
         await _long_delays(node, long)
         await _ttl(node)
+        await _priorities(node)
+
+
+async def _priorities(node: QueueNode) -> None:
+    """With ``message_priorities`` enabled: a receive takes the highest level first; a
+    priority the queue lacks is refused by name, storing nothing; the stats count each level;
+    a dead-lettered message keeps its priority."""
+    await node.create_queue("ranked-dlq", QueueAttributes(priorities=4))
+    ranked = QueueAttributes(priorities=4, dead_letter_queue="ranked-dlq", max_receive_count=1)
+    await node.create_queue("ranked", ranked)
+    await node.send(
+        "ranked",
+        [
+            OutgoingMessage(b"low"),
+            OutgoingMessage(b"top", priority=3),
+            OutgoingMessage(b"mid", priority=1),
+        ],
+    )
+    with pytest.raises(InvalidParameter, match="priority"):
+        await node.send("ranked", [OutgoingMessage(b"x", priority=4)])
+    stats = (await node.get_queue("ranked"))[1]
+    assert stats.sent_total == 3 and stats.visible_by_priority == (1, 1, 0, 1)
+    got = await node.receive("ranked", 2, 30, 0)
+    assert [(m.body, m.priority) for m in got] == [(b"top", 3), (b"mid", 1)]
+    # Released, received again at its limit: moved to the dead-letter queue, level kept.
+    await node.nack("ranked", [got[0].receipt], 0)
+    again = await node.receive("ranked", 10, 30, 0)  # marks it for the dead-letter queue
+    assert b"top" not in [m.body for m in again]
+    for _ in range(200):
+        moved = await node.receive("ranked-dlq", 1, 30, 0)
+        if moved:
+            break
+        await asyncio.sleep(0.05)
+    assert [(m.body, m.priority) for m in moved] == [(b"top", 3)]
 
 
 async def _ttl(node: QueueNode) -> None:

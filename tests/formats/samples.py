@@ -8,6 +8,7 @@ bytes. `tests.formats.test_golden` compares them with ``golden/formats.json``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
@@ -164,11 +165,14 @@ LONG_DELAY_ATTRS = QueueAttributes(delay_seconds=60, max_delay_seconds=604_800)
 """Attributes with a long max delay (flag ``long_delays``: attribute flag 0x10 and its u32)."""
 RETRY_ATTRS = QueueAttributes(retry=RetryPolicy(2, 1.5, 600), max_message_size=262_144)
 """Attributes with a retry policy (flag ``retry_backoff``: attribute flag 0x08 and its fields)."""
+PRIORITY_ATTRS = QueueAttributes(priorities=8, max_message_size=262_144)
+"""Attributes with priorities (flag ``message_priorities``: attribute flag 0x20 and its u8)."""
 
 
-def _new(i: int, ttl_ms: int | None = None) -> qc.NewMessage:
+def _new(i: int, ttl_ms: int | None = None, priority: int = 0) -> qc.NewMessage:
     body = f"body {i}".encode()
-    return qc.NewMessage(f"msg-{i:04d}", body, False, (("k", str(i)),), None, None, None, ttl_ms)
+    attrs = (("k", str(i)),)
+    return qc.NewMessage(f"msg-{i:04d}", body, False, attrs, None, None, None, ttl_ms, priority)
 
 
 def queue_commands() -> dict[str, qc.Command]:
@@ -182,11 +186,13 @@ def queue_commands() -> dict[str, qc.Command]:
         "set_attributes": qc.SetAttributes("q", ATTRS),
         "set_attributes_retry": qc.SetAttributes("q", RETRY_ATTRS),
         "set_attributes_long_delays": qc.SetAttributes("q", LONG_DELAY_ATTRS),
+        "set_attributes_priorities": qc.SetAttributes("q", PRIORITY_ATTRS),
         "purge": qc.Purge("q", T0),
         "produce_records": qc.Produce("q", T0, (_new(1), _new(2))),
         "produce_records_options": qc.Produce("f.fifo", T0, (fifo_msg,)),
         "produce_records_import": qc.Produce("q", T0, (_new(3),), expect_sent=12),
         "produce_records_ttl": qc.Produce("q", T0, (_new(5, ttl_ms=3_600_000),)),
+        "produce_records_priority": qc.Produce("q", T0, (_new(6, priority=7), _new(7))),
         "lease": qc.Lease("q", T0, 10, 30_000),
         "lease_attempt": qc.Lease("f.fifo", T0, 1, None, "attempt-1"),
         "ack": qc.Ack("q", T0, ((1, 100), (2, 101))),
@@ -220,10 +226,13 @@ def segment_index() -> bytes:
     return store.indexes[("q", 5)]
 
 
-def queue_machine(skew: bool, ttl: bool = False) -> tuple[QueueMachine, MemorySegmentStore]:
+def queue_machine(
+    skew: bool, ttl: bool = False, priority: bool = False
+) -> tuple[QueueMachine, MemorySegmentStore]:
     """A data group's machine after a fixed run of commands (``skew``: and a `Retime` of a
     queue whose time got ahead, so its image is written as version 3; ``ttl``: and a message
-    with a time to live, so version 4)."""
+    with a time to live, so version 4; ``priority``: and messages with priorities, so
+    version 5)."""
     store = MemorySegmentStore()
     m = QueueMachine(store)
     cmds: list[qc.Command] = [
@@ -237,14 +246,20 @@ def queue_machine(skew: bool, ttl: bool = False) -> tuple[QueueMachine, MemorySe
         cmds += [qc.Lease("q", T0 + 7_200_000, 1, 2_000), qc.Retime("q", T0 + 1_000)]
     if ttl:
         cmds += [qc.Produce("q", T0 + 20, (_new(4, ttl_ms=60_000),))]
+    if priority:
+        with_levels = dataclasses.replace(ATTRS, priorities=4)
+        cmds += [
+            qc.SetAttributes("q", with_levels),
+            qc.Produce("q", T0 + 30, (_new(5, priority=3), _new(6, priority=1), _new(7))),
+        ]
     for index, cmd in enumerate(cmds, start=1):
         m.apply(index, qc.encode_command(cmd))
     store.write_out()
     return m, store
 
 
-def _image(skew: bool, ttl: bool = False) -> bytes:
-    return queue_machine(skew, ttl)[0].encode_image(reuse=False)
+def _image(skew: bool, ttl: bool = False, priority: bool = False) -> bytes:
+    return queue_machine(skew, ttl, priority)[0].encode_image(reuse=False)
 
 
 def _shipped() -> bytes:
@@ -291,6 +306,7 @@ def stream_requests() -> list[stream.Request]:
         # As clients frame them: six fields without deliver_at, seven with it.
         stream.Send(1, "q", cast("list[stream.Message]", [msg, plain])),
         stream.Send(7, "q", [at]),
+        stream.Send(8, "q", [stream.Message(b"urgent", priority=3)]),
         stream.Subscribe(2, "q", 10, 30, 8),
         stream.Credit(2, 5),
         stream.Unsubscribe(2),
@@ -301,9 +317,10 @@ def stream_requests() -> list[stream.Request]:
 
 def stream_answers() -> list[stream.Answer]:
     delivered = stream.Delivered("msg-0001", 5, b"hi", False, "rcpt", 1, T0, {"k": "v"}, None, None)
+    urgent = stream.Delivered("msg-0002", 6, b"!", False, "rcpt2", 1, T0, {}, None, None, 3)
     return [
         stream.Sent(1, [("msg-0001", 5)]),
-        stream.Deliver(2, [delivered]),
+        stream.Deliver(2, [delivered, urgent]),
         stream.Results(3, [("r1", True, None), ("r2", False, "ReceiptHandleIsInvalid")]),
         stream.Failed(4, 400, "InvalidParameter", "bad", None),
         stream.Failed(5, 503, "Overloaded", "busy", 0.5),
@@ -453,6 +470,10 @@ def _cmq_samples() -> dict[str, Sample]:
         "data_group_image.v2": ("2", lambda: _image(False)),
         "data_group_image.v3": ("3 (behind queue_retime)", lambda: _image(True)),
         "data_group_image.v4": ("4 (behind message_ttl)", lambda: _image(True, True)),
+        "data_group_image.v5": (
+            "5 (behind message_priorities)",
+            lambda: _image(True, True, priority=True),
+        ),
         "data_group_image.shipped": ("1 (magic CMQSHIP1)", _shipped),
         "catalog_image": ("1", lambda: _catalog_image(True)),
         "catalog_image.no_flags": ("1", lambda: _catalog_image(False)),

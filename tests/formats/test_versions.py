@@ -330,7 +330,7 @@ def test_a_front_end_frame_of_another_version_is_refused_by_name() -> None:
     answer = _body(wire.encode_answer(7, calls.Purge("q"), 3))
     with pytest.raises(UnreadableFrame, match=rf"wire version {v + 1} \(a newer release's\)"):
         wire.decode_answer(bytes([v + 1]) + answer[1:])
-    # The previous version (messages without time-to-live deadlines) is refused by name too.
+    # The previous version (no time-to-live deadlines, no priorities) is refused by name too.
     with pytest.raises(UnreadableFrame, match=rf"wire version {v - 1};.*reads version {v}"):
         wire.decode_request(bytes([v - 1]) + request[1:])
     # Version 1 was pickled tuples: refused as such, never unpickled.
@@ -389,8 +389,8 @@ def test_a_newer_backup_names_the_manifest_and_both_versions(tmp_path: Path) -> 
 
 def test_a_newer_data_group_image_names_both_versions() -> None:
     image = bytearray(queue_machine(False)[0].encode_image(reuse=False))
-    image[4] = 5
-    with pytest.raises(NewerFormat, match=r"image version 5 is from a newer release.*2, 3, 4"):
+    image[4] = 6
+    with pytest.raises(NewerFormat, match=r"image version 6 is from a newer release.*2, 3, 4, 5"):
         decode_image(bytes(image))
     image[4] = 1
     with pytest.raises(InvariantBroken, match="image version 1") as bad:

@@ -371,6 +371,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="delayed messages, none delivered early (tests.queuesim.schedule)",
     )
+    ap.add_argument(
+        "--priority",
+        action="store_true",
+        help="queues with priorities, strict order (tests.queuesim.priority)",
+    )
     args = ap.parse_args(argv)
     logging.disable(logging.CRITICAL)
     cfg = RuntimeSimConfig(nodes=args.nodes, seconds=args.seconds)
@@ -383,6 +388,10 @@ def main(argv: list[str] | None = None) -> int:
         from tests.queuesim.schedule import ScheduleQueueSim
 
         return report_seeds("schedule", seeds, cfg, ScheduleQueueSim)
+    if args.priority:
+        from tests.queuesim.priority import PriorityQueueSim
+
+        return report_seeds("priority", seeds, cfg, PriorityQueueSim)
     if args.retry:
         from tests.queuesim.retry import RetryQueueSim
 

@@ -12,6 +12,7 @@ from cmq.fsm.machine import QueueMachine
 from raftlog.runtime.statemachine import StateMachine
 from raftlog.sim.runtime_sim import RuntimeSimConfig, run_runtime_seed
 from tests.queuesim.clock import ClockStepSim, FrozenClockSim
+from tests.queuesim.priority import ObservedMachine, PriorityQueueSim
 from tests.queuesim.retry import RetryQueueSim
 from tests.queuesim.schedule import ScheduleQueueSim
 from tests.queuesim.sim import QueueSim, run_queue_seed
@@ -185,3 +186,37 @@ def test_a_restored_segment_of_copies_keeps_their_first_visibility() -> None:
     later copy forward wrote other bytes there and the replicas' images differed."""
     r = run_runtime_seed(827151, RuntimeSimConfig(nodes=5, seconds=20.0), RetryQueueSim)
     assert not r.violations, (r.violations[:3], r.trace[-15:])
+
+
+def test_priority_order_holds_under_faults() -> None:
+    r = run_runtime_seed(31, RuntimeSimConfig(nodes=3, seconds=8.0), PriorityQueueSim)
+    assert not r.violations, (r.seed, r.violations[:3], r.trace[-15:])
+    assert r.acked > 100
+
+
+class _IgnoresPriorities(ObservedMachine):
+    """Planted bug: a send's messages are stored without their priorities (the observer sees
+    the command as proposed)."""
+
+    def execute(self, cmd):  # type: ignore[no-untyped-def]
+        observer = self.observer
+        if observer is None or not isinstance(cmd, Produce):
+            return super().execute(cmd)
+        plain = replace(cmd, messages=tuple(replace(m, priority=0) for m in cmd.messages))
+        self.observer = None
+        try:
+            res = super().execute(plain)
+        finally:
+            self.observer = observer
+        observer.after(self, cmd, res, {})
+        return res
+
+
+class _UnorderedSim(PriorityQueueSim):
+    def new_state_machine(self, nid: int, group: int) -> StateMachine:
+        return _IgnoresPriorities(self.stores[(nid, group)], self.out_of_order, segment_bytes=2048)
+
+
+def test_checker_catches_a_lease_out_of_priority_order() -> None:
+    r = run_runtime_seed(31, RuntimeSimConfig(nodes=3, seconds=6.0), _UnorderedSim)
+    assert any("priority order" in v for v in r.violations), r.violations[:3]

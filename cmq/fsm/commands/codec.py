@@ -82,8 +82,8 @@ class CommandType(IntEnum):
 
 _COMMAND_TYPES = {t.value: t for t in CommandType}
 
-_ARCHIVE, _FIFO, _CONTENT_DEDUP, _RETRY, _MAX_DELAY = 1, 2, 4, 8, 16
-_KNOWN_FLAGS = _ARCHIVE | _FIFO | _CONTENT_DEDUP | _RETRY | _MAX_DELAY
+_ARCHIVE, _FIFO, _CONTENT_DEDUP, _RETRY, _MAX_DELAY, _PRIORITIES = 1, 2, 4, 8, 16, 32
+_KNOWN_FLAGS = _ARCHIVE | _FIFO | _CONTENT_DEDUP | _RETRY | _MAX_DELAY | _PRIORITIES
 """Bits of the attributes' flags byte."""
 
 
@@ -102,6 +102,7 @@ def _write_attributes(w: Writer, a: QueueAttributes) -> None:
         | (_CONTENT_DEDUP if a.content_based_deduplication else 0)
         | (_RETRY if a.retry is not None else 0)
         | (_MAX_DELAY if a.max_delay_seconds != DEFAULT_MAX_DELAY_SECONDS else 0)
+        | (_PRIORITIES if a.priorities != 1 else 0)
     )
     if a.retry is not None:  # flag retry_backoff: a queue without a policy encodes as before
         w.u32(a.retry.initial_seconds)
@@ -109,6 +110,8 @@ def _write_attributes(w: Writer, a: QueueAttributes) -> None:
         w.u32(a.retry.max_seconds)
     if a.max_delay_seconds != DEFAULT_MAX_DELAY_SECONDS:  # flag long_delays
         w.u32(a.max_delay_seconds)
+    if a.priorities != 1:  # flag message_priorities
+        w.u8(a.priorities)
 
 
 def _read_attributes(r: Reader) -> QueueAttributes:
@@ -124,6 +127,7 @@ def _read_attributes(r: Reader) -> QueueAttributes:
         initial, pct, most = r.u32(), r.u16(), r.u32()
         retry = RetryPolicy(initial, pct / 100, most)
     max_delay = r.u32() if flags & _MAX_DELAY else DEFAULT_MAX_DELAY_SECONDS
+    priorities = r.u8() if flags & _PRIORITIES else 1
     return QueueAttributes(
         visibility_timeout=values[0],
         delay_seconds=values[1],
@@ -137,6 +141,7 @@ def _read_attributes(r: Reader) -> QueueAttributes:
         content_based_deduplication=bool(flags & _CONTENT_DEDUP),
         retry=retry,
         max_delay_seconds=max_delay,
+        priorities=priorities,
     )
 
 
@@ -184,6 +189,7 @@ def encode_command(cmd: Command) -> bytes:
                     | (_HAS_DEDUP if m.dedup_id is not None else 0)
                     | (_HAS_GROUP if m.group_id is not None else 0)
                     | (_HAS_TTL if m.ttl_ms is not None else 0)
+                    | (_HAS_PRIORITY if m.priority else 0)
                 )
                 w.u8(opts)
                 if m.delay_ms is not None:
@@ -194,6 +200,8 @@ def encode_command(cmd: Command) -> bytes:
                     w.text(m.group_id)
                 if m.ttl_ms is not None:  # flag message_ttl
                     w.i64(m.ttl_ms)
+                if m.priority:  # flag message_priorities
+                    w.u8(m.priority)
             if expect_sent is not None:  # trailing and optional: plain sends encode as before
                 w.i64(expect_sent)
         case Lease(queue, now_ms, max_messages, visibility_ms, attempt_id):
@@ -364,10 +372,11 @@ def decode_command(data: bytes) -> Command:
 
 
 _U32 = struct.Struct("<I")
-_HAS_DELAY, _HAS_DEDUP, _HAS_GROUP, _HAS_TTL = 1, 2, 4, 8
-"""Per message of a `PRODUCE_RECORDS`: which optional fields follow its tail (``_HAS_TTL``:
+_HAS_DELAY, _HAS_DEDUP, _HAS_GROUP, _HAS_TTL, _HAS_PRIORITY = 1, 2, 4, 8, 16
+"""Per message of a `PRODUCE_RECORDS`: which optional fields follow its tail (``_HAS_PRIORITY``,
+a u8 level above 0: flag ``message_priorities``; ``_HAS_TTL``:
 flag ``message_ttl``)."""
-_KNOWN_OPTIONS = _HAS_DELAY | _HAS_DEDUP | _HAS_GROUP | _HAS_TTL
+_KNOWN_OPTIONS = _HAS_DELAY | _HAS_DEDUP | _HAS_GROUP | _HAS_TTL | _HAS_PRIORITY
 
 
 def _read_produce(r: Reader) -> Produce:
@@ -390,6 +399,7 @@ def _read_produce(r: Reader) -> Produce:
         opts = data[end]
         pos = end + 1
         delay = dedup = group = ttl = None
+        priority = 0
         if opts:
             if opts & ~_KNOWN_OPTIONS:
                 raise NewerLayout(
@@ -401,9 +411,10 @@ def _read_produce(r: Reader) -> Produce:
             dedup = r.text() if opts & _HAS_DEDUP else None
             group = r.text() if opts & _HAS_GROUP else None
             ttl = r.i64() if opts & _HAS_TTL else None
+            priority = r.u8() if opts & _HAS_PRIORITY else 0
             pos = r.pos
         body = tail[body_at - start :]
-        messages.append(NewMessage(mid, body, binary, attrs, delay, dedup, group, ttl))
+        messages.append(NewMessage(mid, body, binary, attrs, delay, dedup, group, ttl, priority))
         tails.append(tail)
     r.seek(pos)
     expect = r.i64() if r.remaining() else None

@@ -108,6 +108,9 @@ class NewMessage:
     """Time to live (flag ``message_ttl``): the message is never delivered once the queue's
     time reaches its send time plus this; it then counts as expired. At most the queue's
     retention."""
+    priority: int = 0
+    """Priority level (flag ``message_priorities``): 0 (the lowest) .. the queue's
+    ``priorities`` - 1; a `Lease` takes the highest level with a visible message first."""
 
 
 @dataclass(frozen=True, slots=True)

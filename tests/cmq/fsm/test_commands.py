@@ -141,7 +141,7 @@ def test_a_malformed_record_tail_is_refused() -> None:
     assert decode_command(good) is not None
     cases = {
         "unknown record flags": good[:tail_at] + b"\x02" + good[tail_at + 1 :],
-        "unknown message options": good[:-1] + b"\x10",
+        "unknown message options": good[:-1] + b"\x20",
         "overruns": good[: tail_at + 1] + b"\xff\0\0\0" + good[tail_at + 5 :],
         "truncated": good[:-1],
     }
