@@ -42,6 +42,9 @@ class MMsg:
     id: str
     sent_at: int
     visible_at: int
+    first_visible: int = 0
+    """Send time plus the send's delay: retention counts from here
+    (`QueueState.retention_start`)."""
     lease_id: int = 0
     receive_count: int = 0
     pending_dl: bool = False
@@ -117,7 +120,8 @@ class Model:
                     seq = q.next_seq
                     q.next_seq += 1
                     delay = q.attributes.delay_seconds * 1000 if m.delay_ms is None else m.delay_ms
-                    q.msgs[seq] = MMsg(m.id, q.clock, q.clock + max(0, delay))
+                    at = q.clock + max(0, delay)
+                    q.msgs[seq] = MMsg(m.id, q.clock, at, first_visible=at)
                     q.sent += 1
                     if m.dedup_id is not None:
                         q.dedup[m.dedup_id] = (m.id, seq, q.clock)
@@ -188,7 +192,7 @@ class Model:
             case Expire():
                 q.tick(cmd.now_ms)
                 cutoff = q.clock - q.attributes.message_retention_seconds * 1000
-                gone = [s for s, m in q.msgs.items() if m.sent_at <= cutoff]
+                gone = [s for s, m in q.msgs.items() if m.first_visible <= cutoff]
                 for s in gone:
                     del q.msgs[s]
                 q.expired += len(gone)

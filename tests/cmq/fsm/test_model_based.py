@@ -297,7 +297,7 @@ class QueueMachineTest(RuleBasedStateMachine):
             assert nxt == (min(future) if future else None)
             retention = q.attributes.message_retention_seconds * 1000
             assert self.machine.expirable(name, self.now) == any(
-                m.sent_at + retention <= clock for m in q.msgs.values()
+                m.first_visible + retention <= clock for m in q.msgs.values()
             )
 
 
