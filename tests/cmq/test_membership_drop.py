@@ -25,12 +25,26 @@ class _Status:
 
 
 @dataclass
+class _Driver:
+    quiesced: bool = False
+    wakes: int = 0
+
+    def wake(self) -> None:
+        self.quiesced = False
+        self.wakes += 1
+
+
+@dataclass
 class _Raft:
     conf: ConfState
     leader: int = 0
+    driver: _Driver = field(default_factory=_Driver)
 
     def status(self, group: int) -> _Status:
         return _Status(self.conf)
+
+    def group(self, group: int) -> _Driver:
+        return self.driver
 
     def leader_of(self, group: int) -> int:
         return self.leader
@@ -97,6 +111,19 @@ def test_a_led_replica_keeps_its_data_whatever_the_catalog_says() -> None:
         return out
 
     assert not any(asyncio.run(looks()))
+
+
+def test_a_led_replica_of_a_quiesced_group_ticks_again_to_check_its_leader() -> None:
+    """Removed while its group was quiesced, a replica hears nothing more and keeps its last
+    leader: woken, its election timer runs (it hears that leader again, or loses it)."""
+    raft, router, clock = _Raft(ConfState((1, 2, 3, 5)), leader=2), _Router(), _Clock()
+    raft.driver.quiesced = True
+    m = _membership(raft, router, clock)
+    assert not asyncio.run(m._confirmed_gone(1))
+    assert raft.driver.wakes == 1 and not raft.driver.quiesced
+    assert not asyncio.run(m._confirmed_gone(1))
+    assert raft.driver.wakes == 1  # awake: nothing to do
+    assert router.reads == 0
 
 
 def test_a_replica_removed_while_cut_off_goes_once_leaderless_for_a_while() -> None:

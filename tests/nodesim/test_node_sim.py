@@ -68,7 +68,7 @@ BOUND = {
     "ack_deletes_nothing": 3,
     "produce_forgets_one": 3,
     "retry_unknown_sends": 10,
-    "unguarded_clock": 15,
+    "unguarded_clock": 25,
 }
 """Seeds (from 0) within which each planted bug must be caught."""
 
