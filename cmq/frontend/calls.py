@@ -41,9 +41,10 @@ from cmq.service import QueueService
 
 R = TypeVar("R")
 
-WIRE_VERSION: Final = 4
+WIRE_VERSION: Final = 5
 """The version of what crosses the socket (`cmq.frontend.wire` writes it in every frame).
-4: queue attributes carry ``max_delay_seconds``, a message to send ``deliver_at_ms`` and
+5: queue attributes carry ``retain_acked_seconds``, and the ``rewind`` call (tag 34); 4: queue
+attributes carry ``max_delay_seconds``, a message to send ``deliver_at_ms`` and
 ``ttl_seconds``; 3: queue attributes carry ``retry`` (release 0.3.0); 2: msgspec frames
 (0.2.0)."""
 
@@ -177,6 +178,15 @@ class Purge(Call[int], frozen=True, tag=9):
 
     async def run(self, service: QueueService) -> int:
         return await service.purge(self.name)
+
+
+class Rewind(Call[int], frozen=True, tag=34):
+    result_type = int
+    name: str
+    since_ms: int
+
+    async def run(self, service: QueueService) -> int:
+        return await service.rewind(self.name, self.since_ms)
 
 
 # -- messages --------------------------------------------------------------------------------------
@@ -479,6 +489,7 @@ AnyCall = (
     | QueueMetadata
     | UpdateMetadata
     | Purge
+    | Rewind
     | Send
     | Receive
     | Ack
@@ -509,5 +520,5 @@ CALLS: Final[dict[str, type[Call[Any]]]] = {
 }
 """The `QueueService` coroutine methods by name, each with its call (``is_ready`` and
 ``status`` are `State`; a test checks this against the protocol)."""
-CALL_TAGS: Final = frozenset(range(1, 34))
+CALL_TAGS: Final = frozenset(range(1, 35))
 """The call tags this release reads (a test checks them against the structs)."""

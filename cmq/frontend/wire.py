@@ -9,7 +9,8 @@ and the body). The body is MessagePack:
 * an answer, node to front end: ``[id, true, result]`` (the call's `Call.result_type`), or
   ``[id, false, failure]`` (`calls.Failure`: the `CmqError` the call raised).
 
-Versions: the wire is version `WIRE_VERSION` (4: queue attributes gained
+Versions: the wire is version `WIRE_VERSION` (5: queue attributes gained
+``retain_acked_seconds`` and the rewind call came; 4: queue attributes gained
 ``max_delay_seconds`` and a message to send ``deliver_at_ms``; 3: queue attributes gained
 ``retry``; version 2 lacked it; version 1 was pickled tuples, release 0.1.0, and is not read:
 nothing is unpickled).

@@ -43,6 +43,7 @@ SEGMENT_INDEX = "segment_index"
 RETRY_BACKOFF = "retry_backoff"
 LONG_DELAYS = "long_delays"
 MESSAGE_TTL = "message_ttl"
+REWIND = "rewind"
 
 FEATURES: tuple[Feature, ...] = (
     Feature(
@@ -86,6 +87,13 @@ FEATURES: tuple[Feature, ...] = (
         "0.3.0",
         "messages may have a time to live (ttl_seconds): the send's message option 0x08 and "
         "its i64, and data group images of version 4 (the live messages' deadlines)",
+    ),
+    Feature(
+        REWIND,
+        "0.3.0",
+        "queues may keep acknowledged messages (the queue attribute retain_acked_seconds: the "
+        "attribute encoding's flag 0x20 and its u32) and be rewound (command REWIND, type 17); "
+        "data group images of version 5 (per segment: archived-but-retained, rewound copies)",
     ),
 )
 """Every flag this release supports, oldest first."""

@@ -164,6 +164,14 @@ LONG_DELAY_ATTRS = QueueAttributes(delay_seconds=60, max_delay_seconds=604_800)
 """Attributes with a long max delay (flag ``long_delays``: attribute flag 0x10 and its u32)."""
 RETRY_ATTRS = QueueAttributes(retry=RetryPolicy(2, 1.5, 600), max_message_size=262_144)
 """Attributes with a retry policy (flag ``retry_backoff``: attribute flag 0x08 and its fields)."""
+RETAIN_ATTRS = QueueAttributes(
+    visibility_timeout=30,
+    delay_seconds=1,
+    dead_letter_queue="dlq",
+    max_message_size=262_144,
+    retain_acked_seconds=86_400,
+)
+"""`ATTRS` keeping acknowledged messages (flag ``rewind``: attribute flag 0x20 and its u32)."""
 
 
 def _new(i: int, ttl_ms: int | None = None) -> qc.NewMessage:
@@ -198,6 +206,8 @@ def queue_commands() -> dict[str, qc.Command]:
         "mark_archived": qc.MarkArchived("q", T0, "batch-1", (1,)),
         "tidy": qc.Tidy("q", T0),
         "retime": qc.Retime("q", T0),
+        "set_attributes_retain": qc.SetAttributes("q", RETAIN_ATTRS),
+        "rewind": qc.Rewind("q", T0, T0 - 3_600_000, 5, 1024),
     }
 
 
@@ -220,10 +230,13 @@ def segment_index() -> bytes:
     return store.indexes[("q", 5)]
 
 
-def queue_machine(skew: bool, ttl: bool = False) -> tuple[QueueMachine, MemorySegmentStore]:
+def queue_machine(
+    skew: bool, ttl: bool = False, rewind: bool = False
+) -> tuple[QueueMachine, MemorySegmentStore]:
     """A data group's machine after a fixed run of commands (``skew``: and a `Retime` of a
     queue whose time got ahead, so its image is written as version 3; ``ttl``: and a message
-    with a time to live, so version 4)."""
+    with a time to live, so version 4; ``rewind``: and a rewound acknowledged message, so
+    version 5)."""
     store = MemorySegmentStore()
     m = QueueMachine(store)
     cmds: list[qc.Command] = [
@@ -237,14 +250,20 @@ def queue_machine(skew: bool, ttl: bool = False) -> tuple[QueueMachine, MemorySe
         cmds += [qc.Lease("q", T0 + 7_200_000, 1, 2_000), qc.Retime("q", T0 + 1_000)]
     if ttl:
         cmds += [qc.Produce("q", T0 + 20, (_new(4, ttl_ms=60_000),))]
+    if rewind:
+        cmds += [
+            qc.SetAttributes("q", RETAIN_ATTRS),
+            qc.Ack("q", T0 + 30, ((1, 1),)),
+            qc.Rewind("q", T0 + 40, T0),
+        ]
     for index, cmd in enumerate(cmds, start=1):
         m.apply(index, qc.encode_command(cmd))
     store.write_out()
     return m, store
 
 
-def _image(skew: bool, ttl: bool = False) -> bytes:
-    return queue_machine(skew, ttl)[0].encode_image(reuse=False)
+def _image(skew: bool, ttl: bool = False, rewind: bool = False) -> bytes:
+    return queue_machine(skew, ttl, rewind)[0].encode_image(reuse=False)
 
 
 def _shipped() -> bytes:
@@ -349,6 +368,7 @@ def front_end_calls() -> list[calls.Call[Any]]:
         calls.EnableFeatures(["queue_retime"]),
         calls.State(),
         calls.Metrics(),
+        calls.Rewind("q", T0),
     ]
     return every
 
@@ -436,6 +456,7 @@ def _cmq_samples() -> dict[str, Sample]:
         "data_group_image.v2": ("2", lambda: _image(False)),
         "data_group_image.v3": ("3 (behind queue_retime)", lambda: _image(True)),
         "data_group_image.v4": ("4 (behind message_ttl)", lambda: _image(True, True)),
+        "data_group_image.v5": ("5 (behind rewind)", lambda: _image(True, True, True)),
         "data_group_image.shipped": ("1 (magic CMQSHIP1)", _shipped),
         "catalog_image": ("1", lambda: _catalog_image(True)),
         "catalog_image.no_flags": ("1", lambda: _catalog_image(False)),
