@@ -258,6 +258,15 @@ def _queue(args: argparse.Namespace) -> int:
 
         return _client_command(args, stats, "queue stats")
 
+    if args.action == "rewind":
+        if not args.since:
+            raise SystemExit("queue rewind needs --since TIME (e.g. 2026-11-26T10:00Z)")
+        return _client_command(
+            args,
+            lambda c: {"name": name, "rewound": c.rewind(name, args.since)},
+            "queue rewind",
+        )
+
     def delete(c: SyncClient) -> dict[str, Any]:
         c.delete_queue(name)
         return {"name": name, "deleted": True}
@@ -308,7 +317,7 @@ DESCRIPTION = (
 """The top-level help's description (plain text: ``--help`` shows it as it is)."""
 
 CLIENT_HELP = {
-    "queue": "create, list, show the stats of, or delete queues",
+    "queue": "create, list, show the stats of, delete or rewind queues",
     "send": "send messages to a queue (the arguments, or lines of stdin)",
     "receive": "receive messages from a queue (and acknowledge them with --ack)",
 }
@@ -437,9 +446,14 @@ def build_parser() -> argparse.ArgumentParser:
         c.add_argument("--url", default=DEFAULT_URL)
         c.add_argument("--json", action="store_true", help="machine-readable output")
         if name == "queue":
-            c.add_argument("action", choices=("create", "list", "stats", "delete"))
+            c.add_argument("action", choices=("create", "list", "stats", "delete", "rewind"))
             c.add_argument("name", nargs="?")
             c.add_argument("--attribute", "-a", action="append", help="NAME=VALUE")
+            c.add_argument(
+                "--since",
+                help="rewind: deliver again the acknowledged messages sent at or after this "
+                "time (ISO 8601 with a zone, e.g. 2026-11-26T10:00Z) that the queue retains",
+            )
         elif name == "send":
             c.add_argument("queue")
             c.add_argument("body", nargs="*", help="message bodies (default: lines of stdin)")

@@ -80,6 +80,7 @@ async def test_get_renders_attributes_and_stats(client: Client, service: Recordi
             "content_based_deduplication": False,
             "max_delay_seconds": 900,
             "retry": None,
+            "retain_acked_seconds": 0,
         },
         "stats": {
             "visible": CANNED_STATS.visible,
