@@ -190,6 +190,15 @@ def test_a_restored_segment_of_copies_keeps_their_first_visibility() -> None:
     assert not r.violations, (r.violations[:3], r.trace[-15:])
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("nodes", [3, 5])
+def test_rewinds_hold_under_faults(nodes: int) -> None:
+    cfg = RuntimeSimConfig(nodes=nodes, seconds=15.0)
+    for seed in range(SEEDS // 4):
+        r = run_runtime_seed(seed + 700 + 10 * nodes, cfg, RewindQueueSim)
+        assert not r.violations, (r.seed, r.violations[:3], r.trace[-15:])
+
+
 def test_rewinds_deliver_each_retained_message_once_more() -> None:
     r = run_runtime_seed(3, RuntimeSimConfig(nodes=3, seconds=20.0), _CountingRewindSim)
     assert not r.violations, (r.seed, r.violations[:3], r.trace[-15:])
