@@ -32,7 +32,7 @@ from cmq.model import (
     MAX_WAIT_SECONDS,
     QUEUE_NAME,
 )
-from cmq.stream import RFC3339, deliver_at_ms
+from cmq.stream import RFC3339, deliver_at_ms, rfc3339_ms
 
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 """Largest request body accepted (413 ``RequestTooLarge`` above): a send of ten 1 MiB messages,
@@ -131,6 +131,11 @@ _PRIORITIES = (
     "first (strict: a sustained higher-level backlog starves the lower levels). Changeable; "
     "messages keep their level. Other than 1 needs the message_priorities feature flag."
 )
+_RETAIN_ACKED = (
+    "Keep acknowledged messages for a rewind until this long after their send (0 .. 14 days); "
+    "their segments stay until both this retention and the archive are done. 0: not kept. "
+    "Above 0 needs the rewind feature flag."
+)
 
 
 class QueueAttributes(_Response, kw_only=True):
@@ -151,6 +156,7 @@ class QueueAttributes(_Response, kw_only=True):
     )
     retry: Annotated[RetryPolicy | None, Meta(description=_RETRY)] = None
     priorities: Annotated[int, _attribute("priorities", _PRIORITIES)] = 1
+    retain_acked_seconds: Annotated[int, _attribute("retain_acked_seconds", _RETAIN_ACKED)] = 0
 
     @classmethod
     def of(cls, attributes: cmq.model.QueueAttributes) -> QueueAttributes:
@@ -181,6 +187,9 @@ class QueueAttributesInput(_Request):
     )
     retry: Annotated[RetryPolicy | None, Meta(description=_RETRY)] | UnsetType = UNSET
     priorities: Annotated[int, _attribute("priorities", _PRIORITIES)] | UnsetType = UNSET
+    retain_acked_seconds: (
+        Annotated[int, _attribute("retain_acked_seconds", _RETAIN_ACKED)] | UnsetType
+    ) = UNSET
 
     def changes(self) -> dict[str, Any]:
         """The attributes given, by name, as JSON values (what
@@ -481,6 +490,27 @@ class DeleteQueueResponse(_Response):
 
 class PurgeResponse(_Response):
     purged: NonNegative
+
+
+class RewindRequest(_Request):
+    since: Annotated[
+        str,
+        Meta(
+            pattern=RFC3339,
+            description="Every acknowledged message sent at or after this time (RFC 3339, with "
+            "a zone) that the queue still retains (retain_acked_seconds) is delivered once "
+            "more.",
+        ),
+    ]
+
+    def since_ms(self) -> int:
+        return rfc3339_ms(self.since, "since")
+
+
+class RewindResponse(_Response):
+    rewound: Annotated[
+        int, Meta(ge=0, description="How many acknowledged messages are deliverable again.")
+    ]
 
 
 class Result(_Response, omit_defaults=True):

@@ -49,6 +49,8 @@ from api.models import (
     Ready,
     ReceiveRequest,
     ResultsResponse,
+    RewindRequest,
+    RewindResponse,
     SendRequest,
     SetAttributesRequest,
     VisibilityRequest,
@@ -68,6 +70,7 @@ from api.status_models import ClusterStatus, GroupDigestResponse
 from cmq.errors import (
     CorruptSegment,
     DiskFull,
+    FeatureNotEnabled,
     GroupNotFound,
     InvalidParameter,
     MessageTooLarge,
@@ -121,6 +124,10 @@ async def delete_queue(ctx: Context, _: EmptyRequest) -> Reply:
 
 async def purge(ctx: Context, _: EmptyRequest) -> Reply:
     return Reply(PurgeResponse(await ctx.service.purge(ctx.name)))
+
+
+async def rewind(ctx: Context, req: RewindRequest) -> Reply:
+    return Reply(RewindResponse(await ctx.service.rewind(ctx.name, req.since_ms())))
 
 
 async def send(ctx: Context, req: SendRequest) -> Reply:
@@ -364,6 +371,21 @@ ROUTES: tuple[Route, ...] = (
         request=EmptyRequest,
         request_required=False,
         raises=QUEUE_ERRORS,
+    ),
+    Route(
+        "POST",
+        f"{_Q}/rewind",
+        "rewindQueue",
+        "Deliver acknowledged messages sent since a time once more",
+        rewind,
+        _ok("How many acknowledged messages are deliverable again", RewindResponse),
+        request=RewindRequest,
+        raises=(*QUEUE_ERRORS, FeatureNotEnabled),
+        description="Every acknowledged message sent at or after `since` that the queue still "
+        "retains (its `retain_acked_seconds`) becomes visible again, once, as a replicated "
+        "command: its receive count restarts, and the archive never writes it twice. Live "
+        "messages keep their state; expired, dead-lettered and purged ones are not rewound. "
+        "FIFO queues refuse it (InvalidParameter). Needs the admin grant on the queue.",
     ),
     Route(
         "POST",

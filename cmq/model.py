@@ -56,7 +56,8 @@ SEGMENT_STATES = ("active", "sealed", "released", "archived_pending")
 """What a queue's segment can be: ``active`` (takes appends), ``sealed`` (full or old, some
 message still live), ``released`` (every message deleted, kept for the archive: the queue has
 ``archive=true``), ``archived_pending`` (archived, or released without archive: its files go
-at this replica's next snapshot but one)."""
+at this replica's next snapshot but one, or once the queue's ``retain_acked_seconds`` has passed
+since its newest message's send, while a rewind may still want its records)."""
 OUTCOMES = ("acked", "expired", "dead_lettered", "purged")
 """How a message left its queue (recorded per message, streamed with a released segment)."""
 
@@ -93,6 +94,7 @@ LIMITS: dict[str, tuple[int, int, int]] = {
     "max_receive_count": (0, 1000, 0),
     "max_delay_seconds": (0, 604_800, 900),
     "priorities": (1, 32, 1),
+    "retain_acked_seconds": (0, 1_209_600, 0),
 }
 
 MAX_DELAY_SECONDS = LIMITS["max_delay_seconds"][1]
@@ -101,6 +103,8 @@ MAX_DELAY_SECONDS = LIMITS["max_delay_seconds"][1]
 DEFAULT_MAX_DELAY_SECONDS = LIMITS["max_delay_seconds"][2]
 MAX_PRIORITY = LIMITS["priorities"][1] - 1
 """A message's ``priority`` is at most its queue's ``priorities`` - 1, itself at most 31."""
+MAX_RETAIN_ACKED_SECONDS = LIMITS["retain_acked_seconds"][1]
+"""Acknowledged messages are kept for a rewind at most 14 days after their send."""
 
 
 MAX_RETRY_SECONDS = 43_200
@@ -219,6 +223,11 @@ class QueueAttributes:
     highest level with a visible message first (strict: a sustained backlog at a higher level
     starves the lower ones). May change at any time (messages keep their level). Other than 1
     needs the ``message_priorities`` feature flag."""
+    retain_acked_seconds: int = 0
+    """Keep acknowledged messages for a rewind (`QueueService.rewind`) until this long after
+    their send (0 .. 14 days): their segments stay until both this retention and the archive
+    (with ``archive``) are done with them. 0: acknowledged messages go as they always did (a
+    rewind then finds nothing). Above 0 needs the ``rewind`` feature flag."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

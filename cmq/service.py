@@ -79,6 +79,14 @@ class QueueService(Protocol):
         """Delete every message; returns how many were deleted."""
         ...
 
+    async def rewind(self, name: str, since_ms: int) -> int:
+        """Make every acknowledged message sent at or after ``since_ms`` (Unix ms) that the
+        queue still retains (``retain_acked_seconds``) deliverable once more, as a replicated
+        command (`cmq.fsm.rewind`): receive counts restart, live messages keep their state, the
+        archive writes none of them twice. Returns how many came back. A FIFO queue refuses
+        (`InvalidParameter`); `FeatureNotEnabled` before the ``rewind`` flag."""
+        ...
+
     @overload
     async def send(self, name: str, messages: list[OutgoingMessage]) -> list[SentMessage]: ...
 

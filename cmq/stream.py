@@ -136,11 +136,17 @@ RFC3339 = r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:
 def deliver_at_ms(text: str) -> int:
     """The ``deliver_at`` of a send (RFC 3339 with a zone) as Unix ms, rounded up;
     `InvalidParameter` otherwise. Shared by the stream and the HTTP API."""
+    return rfc3339_ms(text, "deliver_at")
+
+
+def rfc3339_ms(text: str, what: str) -> int:
+    """``text`` (RFC 3339 with a zone; the field ``what``) as Unix ms, rounded up;
+    `InvalidParameter` naming ``what`` otherwise."""
     try:
         return epoch_ms(msgspec.convert(text, _ZONED))
     except msgspec.ValidationError:
         raise InvalidParameter(
-            f"deliver_at must be an RFC 3339 time with a zone; got {text!r}"
+            f"{what} must be an RFC 3339 time with a zone; got {text!r}"
         ) from None
 
 

@@ -29,6 +29,7 @@ NATIVE: dict[str, tuple[str, bool]] = {
     "setQueueAttributes": (ADMIN, True),
     "deleteQueue": (ADMIN, True),
     "purgeQueue": (ADMIN, True),
+    "rewindQueue": (ADMIN, True),
     "sendMessages": (SEND, True),
     "peekMessages": (RECEIVE, True),
     "receiveMessages": (RECEIVE, True),

@@ -272,6 +272,15 @@ def _queue(args: argparse.Namespace) -> int:
 
         return _client_command(args, stats, "queue stats")
 
+    if args.action == "rewind":
+        if not args.since:
+            raise SystemExit("queue rewind needs --since TIME (e.g. 2026-11-26T10:00Z)")
+        return _client_command(
+            args,
+            lambda c: {"name": name, "rewound": c.rewind(name, args.since)},
+            "queue rewind",
+        )
+
     def delete(c: SyncClient) -> dict[str, Any]:
         c.delete_queue(name)
         return {"name": name, "deleted": True}
@@ -349,7 +358,7 @@ DESCRIPTION = (
 """The top-level help's description (plain text: ``--help`` shows it as it is)."""
 
 CLIENT_HELP = {
-    "queue": "create, change (set), list, show the stats of, or delete queues",
+    "queue": "create, change (set), list, show the stats of, delete or rewind queues",
     "send": "send messages to a queue (the arguments, or lines of stdin)",
     "receive": "receive messages from a queue (and acknowledge them with --ack)",
 }
@@ -480,7 +489,7 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "queue":
             from cmq.cli.schedule import add_queue_schedule_arguments
 
-            c.add_argument("action", choices=("create", "set", "list", "stats", "delete"))
+            c.add_argument("action", choices=("create", "set", "list", "stats", "delete", "rewind"))
             c.add_argument("name", nargs="?")
             c.add_argument(
                 "--attribute",
@@ -493,6 +502,11 @@ def build_parser() -> argparse.ArgumentParser:
                 "--priorities",
                 type=int,
                 help="priority levels its messages may take (1-32; default 1: none)",
+            )
+            c.add_argument(
+                "--since",
+                help="rewind: deliver again the acknowledged messages sent at or after this "
+                "time (ISO 8601 with a zone, e.g. 2026-11-26T10:00Z) that the queue retains",
             )
         elif name == "send":
             from cmq.cli.schedule import add_send_schedule_arguments

@@ -255,6 +255,12 @@ def _queue_delete(p: Mapping[str, Any]) -> None:
     _out.print(f"queue {p['name']} deleted", markup=False)
 
 
+def _queue_rewind(p: Mapping[str, Any]) -> None:
+    _out.print(
+        f"queue {p['name']}: {p['rewound']} acknowledged message(s) delivered again", markup=False
+    )
+
+
 def _send(p: Mapping[str, Any]) -> None:
     messages = p["messages"]
     t = _table("seq", "id")
@@ -336,6 +342,7 @@ RENDERERS: Mapping[str, Callable[[Mapping[str, Any]], None]] = {
     "queue set": _queue_set,
     "queue stats": _queue_stats,
     "queue delete": _queue_delete,
+    "queue rewind": _queue_rewind,
     "send": _send,
     "receive": _receive,
 }

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import AsyncGenerator, Sequence
+from datetime import datetime
 from typing import Any, Final
 
 import aiohttp
@@ -53,7 +54,7 @@ from cmq.client.types import (
     sent_from_json,
     stats_from_json,
 )
-from cmq.errors import CmqError
+from cmq.errors import CmqError, InvalidParameter
 from cmq.model import (
     MAX_ACK_BATCH,
     MAX_SEND_BATCH,
@@ -190,6 +191,16 @@ class Client:
         processed (a retry could delete messages sent since)."""
         got = await self._http.call("POST", _q(name) + "/purge", None, Safety.ONCE)
         return int(got["purged"])
+
+    async def rewind(self, name: str, since: datetime | str) -> int:
+        """Deliver once more every acknowledged message of ``name`` sent at or after
+        ``since`` that the queue still retains (its ``retain_acked_seconds``); how many came
+        back. ``since``: a timezone-aware datetime, or an ISO 8601 / RFC 3339 time with a zone
+        (``2026-11-26T10:00Z``; `InvalidParameter` without one). Needs the admin grant. Not
+        retried once it may have been processed."""
+        body = {"since": rfc3339(since)}
+        got = await self._http.call("POST", _q(name) + "/rewind", body, Safety.ONCE)
+        return int(got["rewound"])
 
     # -- messages ----------------------------------------------------------------------------------
     async def send(self, queue: str, messages: Sequence[Outgoing]) -> list[SentMessage]:
@@ -471,3 +482,16 @@ def _q(name: str) -> str:
 
 def _m(name: str) -> str:
     return f"/v1/queues/{name}/messages"
+
+
+def rfc3339(when: datetime | str) -> str:
+    """``when`` as the RFC 3339 text the API takes: a timezone-aware datetime, or ISO 8601
+    text with a zone (seconds optional: ``2026-11-26T10:00Z``); `InvalidParameter` else."""
+    if isinstance(when, str):
+        try:
+            when = datetime.fromisoformat(when.strip())
+        except ValueError:
+            raise InvalidParameter(f"not an ISO 8601 time: {when!r}") from None
+    if when.tzinfo is None:
+        raise InvalidParameter(f"a time needs its zone (Z or +hh:mm): {when.isoformat()!r}")
+    return when.isoformat()

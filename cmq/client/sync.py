@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
+from datetime import datetime
 from typing import Any, TypeVar
 
 from cmq.client.aio import DEFAULT_URL, Client
@@ -126,6 +127,9 @@ class SyncClient:
 
     def purge(self, name: str) -> int:
         return self._run(self._client.purge(name))
+
+    def rewind(self, name: str, since: datetime | str) -> int:
+        return self._run(self._client.rewind(name, since))
 
     def send(self, queue: str, messages: Sequence[Outgoing]) -> list[SentMessage]:
         return self._run(self._client.send(queue, messages))

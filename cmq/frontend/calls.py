@@ -45,10 +45,11 @@ WIRE_VERSION: Final = 5
 """The version of what crosses the socket (`cmq.frontend.wire` writes it in every frame).
 5: messages to send, received, exported and imported carry their time-to-live deadline
 (``ttl_deadline_ms``), an imported one its ``deliver_at_ms``; queue attributes carry
-``priorities``, a message to send and a received message ``priority``, queue statistics
-``visible_by_priority``; 4: queue attributes carry
-``max_delay_seconds``, a message to send ``deliver_at_ms`` and ``ttl_seconds``; 3: queue
-attributes carry ``retry`` (release 0.3.0); 2: msgspec frames (0.2.0)."""
+``priorities`` and ``retain_acked_seconds``, a message to send and a received message
+``priority``, queue statistics ``visible_by_priority``; the ``rewind`` call (tag 34); 4: queue
+attributes carry ``max_delay_seconds``, a message to send ``deliver_at_ms`` and
+``ttl_seconds``; 3: queue attributes carry ``retry`` (release 0.3.0); 2: msgspec frames
+(0.2.0)."""
 
 _encoder = msgspec.msgpack.Encoder()
 
@@ -180,6 +181,15 @@ class Purge(Call[int], frozen=True, tag=9):
 
     async def run(self, service: QueueService) -> int:
         return await service.purge(self.name)
+
+
+class Rewind(Call[int], frozen=True, tag=34):
+    result_type = int
+    name: str
+    since_ms: int
+
+    async def run(self, service: QueueService) -> int:
+        return await service.rewind(self.name, self.since_ms)
 
 
 # -- messages --------------------------------------------------------------------------------------
@@ -482,6 +492,7 @@ AnyCall = (
     | QueueMetadata
     | UpdateMetadata
     | Purge
+    | Rewind
     | Send
     | Receive
     | Ack
@@ -512,5 +523,5 @@ CALLS: Final[dict[str, type[Call[Any]]]] = {
 }
 """The `QueueService` coroutine methods by name, each with its call (``is_ready`` and
 ``status`` are `State`; a test checks this against the protocol)."""
-CALL_TAGS: Final = frozenset(range(1, 34))
+CALL_TAGS: Final = frozenset(range(1, 35))
 """The call tags this release reads (a test checks them against the structs)."""

@@ -328,6 +328,9 @@ class ServiceProxy(QueueService):
     async def purge(self, name: str) -> int:
         return await self._call(calls.Purge(name))
 
+    async def rewind(self, name: str, since_ms: int) -> int:
+        return await self._call(calls.Rewind(name, since_ms))
+
     @overload
     async def send(self, name: str, messages: list[OutgoingMessage]) -> list[SentMessage]: ...
 

@@ -2,7 +2,7 @@
 
 `cmq.fsm.machine` (command dispatch, queue commands, snapshot and restore), `cmq.fsm.queue`
 (per-queue state and its queries), `cmq.fsm.messages` and `cmq.fsm.leasing` (the message
-commands), `cmq.fsm.lifecycle` (archive claims, copy-forward, the records stream),
+commands), `cmq.fsm.lifecycle` (archive claims, copy-forward, the records stream), `cmq.fsm.rewind`,
 `cmq.fsm.writer` (segment appends, seals, deletions, releases), `cmq.fsm.effects`,
 `cmq.fsm.image` (snapshot image), `cmq.fsm.commands` (commands and their codec) and the rest are
 pure: no clock, randomness, threads, sockets or files, and nothing of the node, the routing or
@@ -36,6 +36,8 @@ from cmq.fsm.commands import (
     Purge,
     Purged,
     Result,
+    Rewind,
+    Rewound,
     SegmentsArchived,
     SegmentsClaimed,
     SetAttributes,
@@ -78,6 +80,8 @@ __all__ = [
     "Purged",
     "QueueMachine",
     "Result",
+    "Rewind",
+    "Rewound",
     "SegmentStore",
     "SegmentsArchived",
     "SegmentsClaimed",

@@ -9,7 +9,8 @@ forward (seq, send time, earlier seqs); the dedup window; for a FIFO queue, each
 group and deduplication id and the remembered receive attempts; (version 4) the time-to-live
 deadlines as (seq, deadline) pairs by seq; (version 5) the priority levels: a count n, then
 for each level 1 .. n the portable roaring bitmap (64-bit) of its live messages' seqs (level 0:
-the others). Equal states give equal bytes
+the others); (version 6) per segment, after its claim, a byte of flags (1: archived, kept for
+rewinds) and the bitmap of rewound copies. Equal states give equal bytes
 (replicas compare images at equal applied index).
 
 Shipped form (for a follower that lacks the segment files): ``CMQSHIP1``, image length, segment
@@ -39,14 +40,17 @@ from cmq.fsm.store import SegmentStore
 from cmq.fsm.wire import Reader, Writer
 
 IMAGE_MAGIC = b"CMQF"
-IMAGE_VERSION = 5
+IMAGE_VERSION = 6
 """The newest layout. An image is written as version 2 while no queue has a clock skew or a
 message with a time to live (so a release that reads only version 2 still reads it), as version
 3 once one has a skew, as version 4 (version 3 plus, per queue, the live messages' time-to-live
 deadlines; flag ``message_ttl``) once one has such a message, as version 5 (version 4 plus, per
 queue, the live messages' priority levels; flag ``message_priorities``) once a live message has
-a priority above 0."""
-READABLE_IMAGE_VERSIONS = (2, 3, 4, 5)
+a priority above 0, as version 6 (version 5 plus, per segment, the archived-but-retained flag
+and the rewound copies; flag ``rewind``) once a segment has either."""
+READABLE_IMAGE_VERSIONS = (2, 3, 4, 5, 6)
+_SEG_ARCHIVED = 1
+"""Version 6 segment flag: archived (or not to be archived), kept for rewinds."""
 
 _IMAGE_HEAD = struct.Struct("<BqI")
 _QUEUE_HEAD = struct.Struct("<14qI")
@@ -66,6 +70,8 @@ _SHIPPED_SEGMENT = struct.Struct("<HqQI")  # key length, first seq, size, crc32
 def image_version(queues: Iterable[QueueState]) -> int:
     """The version an image of ``queues`` is written in (see `IMAGE_VERSION`)."""
     queues = list(queues)
+    if any(seg.archived or seg.replays for q in queues for seg in q.segments):
+        return 6
     if any(q.ready.leveled() for q in queues):
         return 5
     if any(q.ttl for q in queues):
@@ -217,6 +223,11 @@ def encode_queue(q: QueueState, version: int = IMAGE_VERSION) -> bytes:
         w.opt_text(None if seg.claim is None else seg.claim[0])
         if seg.claim is not None:
             w.raw(_CLAIM_TAIL.pack(seg.claim[1]))
+        if version >= 6:
+            w.u8(_SEG_ARCHIVED if seg.archived else 0)
+            w.blob(canonical_bits(seg.replays))
+        elif seg.archived or seg.replays:
+            raise InvariantBroken(f"queue {q.name!r} has rewind state: version 6 or later")
     w.int_array(q.touched.cells)
     w.u32(len(q.moved))
     for seq in sorted(q.moved):
@@ -344,6 +355,12 @@ def decode_queues(r: Reader) -> tuple[int, dict[str, QueueState]]:
             batch = r.opt_text()
             if batch is not None:
                 seg.claim = (batch, _CLAIM_TAIL.unpack(r.raw(_CLAIM_TAIL.size))[0])
+            if version >= 6:
+                flags = r.u8()
+                if flags & ~_SEG_ARCHIVED:
+                    raise InvalidParameter(f"unknown segment flags {flags:#x}")
+                seg.archived = bool(flags & _SEG_ARCHIVED)
+                seg.replays = _bits(r.blob())
             q.segments.append(seg)
             q.firsts.append(first)
         t = q.touched

@@ -13,8 +13,10 @@ the store):
 * `ClaimSegments`: an archive batch claims released segments until a deadline (by the queue
   clock), so two archive runs never archive one segment twice;
 * `MarkArchived`: forget released segments (idempotent; refused for another batch's unexpired
-  claim);
-* `Tidy`: seal the active segment once it is older than the queue's segment age, and copy the
+  claim), or keep them as ``archived`` while the queue's ``retain_acked_seconds`` keeps them
+  for rewinds (`SegmentWriter.settle`);
+* `Tidy`: seal the active segment once it is older than the queue's segment age, forget the
+  released segments whose archive and retention are both done, and copy the
   live messages of *sparse* sealed segments (`QueueState.sparse`) forward into the active one, so
   a message leased for days pins only itself. A copy keeps the message's id, body, attributes,
   send time, receive count and lease; it gets a new seq, and the old seq stays an alias
@@ -94,7 +96,7 @@ def claim(q: QueueState, cmd: ClaimSegments) -> SegmentsClaimed:
     refused: list[tuple[int, str, str]] = []
     for first in dict.fromkeys(cmd.segments):
         seg = _segment_at(q, first)
-        if seg is None:
+        if seg is None or seg.archived:  # archived: kept only for rewinds
             refused.append((first, "not_found", ""))
         elif not seg.released:
             refused.append((first, "not_released", ""))
@@ -119,14 +121,15 @@ def mark_archived(
     refused: list[tuple[int, str, str]] = []
     for first in dict.fromkeys(cmd.segments):
         seg = _segment_at(q, first)
-        if seg is None:
+        if seg is None or seg.archived:
             already.append(first)
         elif not seg.released:
             refused.append((first, "not_released", ""))
         elif (holder := _claim_holder(seg, cmd.batch_id, q.clock)) is not None:
             refused.append((first, "claimed", holder))
         else:
-            w.forget(q, seg)
+            seg.archived = True
+            w.settle(q, seg)
             archived.append(first)
     if archived:
         fx.change(q.name)
@@ -134,10 +137,12 @@ def mark_archived(
 
 
 def tidy(q: QueueState, cmd: Tidy, w: SegmentWriter, fx: Effects) -> Tidied:
-    """`Tidied`: the active segment sealed if it reached the queue's segment age; the sparse
-    sealed segments' live messages copied forward, oldest segment first, while the copies stay
-    within `TIDY_MAX_COPIES` (a segment is copied whole or not at all)."""
+    """`Tidied`: the active segment sealed if it reached the queue's segment age; the released
+    segments whose archive and retention are both done forgotten; the sparse sealed segments'
+    live messages copied forward, oldest segment first, while the copies stay within
+    `TIDY_MAX_COPIES` (a segment is copied whole or not at all)."""
     q.advance(cmd.now_ms)
+    settled = sum(w.settle(q, seg) for seg in [s for s in q.segments if s.released])
     sealed = 0
     if q.segments and not q.segments[-1].sealed:
         last = q.segments[-1]
@@ -150,7 +155,7 @@ def tidy(q: QueueState, cmd: Tidy, w: SegmentWriter, fx: Effects) -> Tidied:
         if copied and copied + live > TIDY_MAX_COPIES:
             break
         copied += copy_forward(q, seg, w)
-    if sealed or copied:
+    if sealed or copied or settled:
         fx.change(q.name)
     return Tidied(sealed, copied)
 
@@ -192,6 +197,8 @@ def copy_forward(q: QueueState, seg: Segment, w: SegmentWriter) -> int:
         messages.append(stored)
         frames.append(frame)
         target.copies.add(target.count)
+        if rel in seg.replays:  # a rewound copy stays one: never archived
+            target.replays.add(target.count)
         target.sent_at.append(target.sent_at[-1] if target.sent_at else target.created_ms)
         target.add_visible(visible_at, force=True)
         target.count += 1

@@ -34,9 +34,9 @@ The machine is the hub: it decodes a command, looks its queue up and hands the q
 (`cmq.fsm.queue.QueueState`), the `cmq.fsm.writer.SegmentWriter` (segment appends, seals,
 deletions, releases through the store) and the `cmq.fsm.effects.Effects` sink to the command's
 handler: `cmq.fsm.messages` (produce, acks, visibility, expiry, purge), `cmq.fsm.leasing`
-(Lease) or `cmq.fsm.lifecycle` (archive claims, copy-forward); the queue commands (create,
-delete, attributes) are its own. The read-only queries are `cmq.fsm.reads`, the snapshot image
-`cmq.fsm.image`.
+(Lease), `cmq.fsm.lifecycle` (archive claims, copy-forward) or `cmq.fsm.rewind` (Rewind); the
+queue commands (create, delete, attributes) are its own. The read-only queries are
+`cmq.fsm.reads`, the snapshot image `cmq.fsm.image`.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from array import array
 
 from cmq import errors
 from cmq.errors import InvalidParameter, InvariantBroken, NewerFormat, NewerLayout
-from cmq.fsm import leasing, lifecycle, messages
+from cmq.fsm import leasing, lifecycle, messages, rewind
 from cmq.fsm.commands import (
     Ack,
     ChangeVisibility,
@@ -65,6 +65,7 @@ from cmq.fsm.commands import (
     Purge,
     Result,
     Retime,
+    Rewind,
     SetAttributes,
     Tidy,
     decode_command,
@@ -250,6 +251,10 @@ class QueueMachine(MachineReads):
                 if (q := self._mutable(cmd.queue)) is None:
                     return queue_not_found(cmd.queue)
                 return messages.retime(q, cmd, fx)
+            case Rewind():
+                if (q := self._mutable(cmd.queue)) is None:
+                    return queue_not_found(cmd.queue)
+                return rewind.rewind(q, cmd, w, fx)
             case Tidy():
                 if (q := self._mutable(cmd.queue)) is None:
                     return queue_not_found(cmd.queue)
@@ -343,10 +348,10 @@ class QueueMachine(MachineReads):
         if before.retry is not None or cmd.attributes.retry is not None:
             # Leased messages' timers follow the new back-off (what a restore would compute).
             q.reschedule_leased()
-        if not q.attributes.archive:
-            # No archive any more: the segments kept for it go like any released one.
-            for seg in [seg for seg in q.segments if seg.released]:
-                self._writer.forget(q, seg)
+        # The segments kept for the archive or the rewind retention go once neither keeps
+        # them any more (no archive now, a shorter retention).
+        for seg in [seg for seg in q.segments if seg.released]:
+            self._writer.settle(q, seg)
         self._effects.change(cmd.name)
         return Done()
 

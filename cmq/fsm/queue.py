@@ -125,9 +125,15 @@ class Segment:
     ``visible_from``: per record, the time it first became visible (its record's visibility:
     send time plus the send's delay; a copy's: its original's), kept only once a record of the
     segment differs from its send time (None: every record's equals it); retention counts from
-    it (`QueueState.retention_start`)."""
+    it (`QueueState.retention_start`).
+
+    Rewind (`cmq.fsm.rewind`): ``replays`` are the records that are rewound copies of
+    acknowledged messages (never archived: their originals are, from their own segments);
+    ``archived``: a released segment the archive is done with (or that it never needed) but
+    that the queue's ``retain_acked_seconds`` still keeps (`QueueState.retaining`)."""
 
     __slots__ = (
+        "archived",
         "claim",
         "copies",
         "count",
@@ -141,6 +147,7 @@ class Segment:
         "moved",
         "purged",
         "released",
+        "replays",
         "sealed",
         "sent_at",
         "size",
@@ -155,6 +162,7 @@ class Segment:
         self.crc = 0
         self.sealed = False
         self.released = False
+        self.archived = False
         self.claim: tuple[str, int] | None = None
         self.deleted = BitMap()
         self.expired = BitMap()
@@ -162,6 +170,7 @@ class Segment:
         self.purged = BitMap()
         self.moved = BitMap()
         self.copies = BitMap()
+        self.replays = BitMap()
         self.counts: dict[int, int] = {}
         self.sent_at: array[int] = array("q")
         self.visible_from: array[int] | None = None
@@ -195,8 +204,9 @@ class Segment:
             self.counts[rel] = receive_count
 
     def outcome_of(self, rel: int) -> tuple[str, int] | None:
-        """(outcome name, receive count) of deleted record ``rel``; None if copied forward."""
-        if rel in self.moved:
+        """(outcome name, receive count) of deleted record ``rel``; None if copied forward or
+        a rewound copy (neither is archived from here)."""
+        if rel in self.moved or rel in self.replays:
             return None
         outcome = ACKED
         for o, bits in ((EXPIRED, self.expired), (DEAD_LETTERED, self.dead), (PURGED, self.purged)):
@@ -206,10 +216,15 @@ class Segment:
         return OUTCOMES[outcome], self.counts.get(rel, 1 if outcome == ACKED else 0)
 
     def archivable(self) -> int:
-        """Records the archive stream of this segment carries (copied ones excluded)."""
-        return self.count - len(self.moved)
+        """Records the archive stream of this segment carries (copied forward ones and
+        rewound copies excluded)."""
+        if not self.replays:
+            return self.count - len(self.moved)
+        return self.count - len(self.moved | self.replays)
 
     def state(self) -> str:
+        if self.archived:
+            return "archived_pending"  # kept for rewinds until `QueueState.retaining` ends
         if self.released:
             return "released"
         return "sealed" if self.sealed else "active"
@@ -675,15 +690,21 @@ class QueueState:
         """This replica's segments of the queue by state, their file bytes and the archive's
         backlog (ms; see `QueueStats`) at ``now_ms``; ``pending``: (count, bytes) of its
         segments whose files await removal. O(segments)."""
-        by_state = {"active": 0, "sealed": 0, "released": 0}
+        by_state = {"active": 0, "sealed": 0, "released": 0, "archived_pending": 0}
         disk = pending[1]
         for seg in self.segments:
             by_state[seg.state()] += 1
             disk += seg.size
         # The archive's backlog: the oldest released segment (first send time) not archived.
-        held = min((seg.sent_at[0] for seg in self.segments if seg.released), default=None)
+        held = min(
+            (seg.sent_at[0] for seg in self.segments if seg.released and not seg.archived),
+            default=None,
+        )
         counts = SegmentCounts(
-            by_state["active"], by_state["sealed"], by_state["released"], pending[0]
+            by_state["active"],
+            by_state["sealed"],
+            by_state["released"],
+            pending[0] + by_state["archived_pending"],
         )
         return counts, disk, 0 if held is None else max(0, self.time_at(now_ms) - held)
 
@@ -755,6 +776,28 @@ class QueueState:
         deadline = self.next_ttl()
         return deadline is not None and deadline <= self.time_at(now_ms)
 
+    def retaining(self, seg: Segment, clock: int | None = None) -> bool:
+        """Whether the queue's ``retain_acked_seconds`` still keeps ``seg`` at queue time
+        ``clock`` (default: now): a rewind may want its records while its newest record's
+        send-time entry is within that retention of the time."""
+        keep = self.attributes.retain_acked_seconds * 1000
+        at = self.clock if clock is None else clock
+        return bool(keep and seg.count and seg.sent_at[-1] + keep > at)
+
+    def archive_done(self, seg: Segment) -> bool:
+        """Whether the archive is done with the released ``seg``: archived, or nothing of it
+        to archive (no ``archive``, or only copies)."""
+        return seg.archived or not self.attributes.archive or seg.archivable() == 0
+
+    def settle_due(self, now_ms: int) -> bool:
+        """Whether a `Tidy` at ``now_ms`` would forget a released segment whose archive and
+        retention are both done (`cmq.fsm.writer.SegmentWriter.settle`)."""
+        clock = self.time_at(now_ms)
+        return any(
+            seg.released and self.archive_done(seg) and not self.retaining(seg, clock)
+            for seg in self.segments
+        )
+
     def due(self, now_ms: int, dead_letter_limit: int) -> Due | None:
         """What is due at ``now_ms`` (None: nothing)."""
         expire = self.expirable(now_ms)
@@ -762,7 +805,7 @@ class QueueState:
         dead: tuple[int, ...] = ()
         if dlq and self.pending_dl:
             dead = tuple(self.pending_dl_seqs()[:dead_letter_limit])
-        tidy = self.seal_due(now_ms) or any(True for _ in self.sparse())
+        tidy = self.seal_due(now_ms) or any(True for _ in self.sparse()) or self.settle_due(now_ms)
         if not expire and not dead and not tidy:
             return None
         return Due(self.name, now_ms, expire, dead, dlq or "", tidy)

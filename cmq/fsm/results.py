@@ -124,6 +124,15 @@ class Retimed:
     ahead_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class Rewound:
+    """Messages made deliverable again by a `cmq.fsm.commands.Rewind`, and the seq the next
+    part of the rewind starts at (0: the rewind is complete)."""
+
+    count: int
+    next_seq: int
+
+
 Result = (
     CommandFailed
     | Done
@@ -137,4 +146,5 @@ Result = (
     | SegmentsArchived
     | Tidied
     | Retimed
+    | Rewound
 )

@@ -6,8 +6,10 @@ bytes go through the `SegmentStore`, releases are recorded as `Effects`).
 * deletions: a deleted message's outcome and final receive count are recorded in its segment
   (part of the snapshot image, so a released segment's records stream with them);
 * releases: a sealed segment whose every message is deleted is *released*: kept on a queue with
-  ``archive`` until `MarkArchived` (`cmq.fsm.lifecycle`), else forgotten at once, its files
-  removed once no durable snapshot lists them (`Effects.release`).
+  ``archive`` until `MarkArchived` (`cmq.fsm.lifecycle`) and on a queue with
+  ``retain_acked_seconds`` until that retention has passed (`settle`; whichever ends last),
+  else forgotten at once, its files removed once no durable snapshot lists them
+  (`Effects.release`).
 """
 
 from __future__ import annotations
@@ -116,13 +118,23 @@ class SegmentWriter:
 
     def maybe_release(self, q: QueueState, seg: Segment) -> None:
         """Release ``seg`` if it is sealed and every message is deleted: kept for the archive
-        (``archive`` queues), else forgotten (its files go after the next snapshot)."""
+        (``archive`` queues) or the rewind retention, else forgotten (`settle`)."""
         if seg.released or not (seg.sealed and seg.full()):
             return
-        if q.attributes.archive and seg.archivable() > 0:
-            seg.released = True
-            return
+        seg.released = True
+        self.settle(q, seg)
+
+    def settle(self, q: QueueState, seg: Segment) -> bool:
+        """The released ``seg``: forgotten once the archive is done with it and the queue's
+        ``retain_acked_seconds`` no longer keeps it (True); kept for the archive (still
+        ``released``) or, archive done, for rewinds (``archived``) otherwise."""
+        if not q.archive_done(seg):
+            return False
+        if q.retaining(seg):
+            seg.archived = True
+            return False
         self.forget(q, seg)
+        return True
 
     def forget(self, q: QueueState, seg: Segment) -> None:
         """Drop ``seg`` from the state; its files are removed once no durable snapshot lists

@@ -102,6 +102,7 @@ from cmq.routing.rpc import (
     QueueMetaCall,
     ReceiveCall,
     RemoveQueueCall,
+    RewindCall,
     SetAttributesCall,
 )
 from cmq.routing.wakeups import Wakeups, WakingMachine
@@ -466,6 +467,8 @@ class QueueNode:
             self._require(features.LONG_DELAYS, "a max_delay_seconds other than 900")
         if attributes.priorities != 1:
             self._require(features.MESSAGE_PRIORITIES, "priorities other than 1")
+        if attributes.retain_acked_seconds:
+            self._require(features.REWIND, "a retain_acked_seconds above 0")
         if not self.catalog.initialized:
             raise Unavailable("the cluster is not initialized yet; retry")
         group = await self.router.run(AssignQueueCall(META_GROUP, name))
@@ -500,6 +503,8 @@ class QueueNode:
             self._require(features.LONG_DELAYS, "a max_delay_seconds other than 900")
         if checked.get("priorities", 1) != 1:
             self._require(features.MESSAGE_PRIORITIES, "priorities other than 1")
+        if checked.get("retain_acked_seconds"):
+            self._require(features.REWIND, "a retain_acked_seconds above 0")
         if "fifo" in changes and changes["fifo"] != is_fifo_name(name):
             raise InvalidParameter("fifo is fixed at creation")
         call = SetAttributesCall(self.router.group_of(name), name, tuple(changes.items()))
@@ -542,6 +547,11 @@ class QueueNode:
     async def purge(self, name: str) -> int:
         check_queue_name(name)
         return await self.router.run(PurgeCall(self.router.group_of(name), name))
+
+    async def rewind(self, name: str, since_ms: int) -> int:
+        check_queue_name(name)
+        self._require(features.REWIND, "rewinds")
+        return await self.router.run(RewindCall(self.router.group_of(name), name, since_ms))
 
     @overload
     async def send(self, name: str, messages: list[OutgoingMessage]) -> list[SentMessage]: ...

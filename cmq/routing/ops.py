@@ -54,11 +54,13 @@ from cmq.fsm.commands import (
     Produce,
     Purge,
     Returns,
+    Rewind,
     SetAttributes,
     encode_command,
     restamp_produce,
 )
 from cmq.fsm.machine import QueueMachine
+from cmq.fsm.rewind import REWIND_MAX
 from cmq.logs import log_scope
 from cmq.model import (
     DEFAULT_SEGMENT_AGE_SECONDS,
@@ -99,6 +101,7 @@ from cmq.routing.rpc import (
     RegisterNodeCall,
     ReleaseCall,
     RemoveQueueCall,
+    RewindCall,
     SetAttributesCall,
 )
 from cmq.routing.wakeups import Wakeups
@@ -280,6 +283,8 @@ class LeaderOps:
                 return await self._set_attributes(call)
             case PurgeCall():
                 return (await self.command(call.group, Purge(call.name, self.stamp()))).count
+            case RewindCall():
+                return await self._rewind(call)
             case AssignQueueCall():
                 command = CatalogMachine.assign(call.name)
                 return (await self.propose_as(META_GROUP, command, Assignment, "assign")).group
@@ -303,6 +308,18 @@ class LeaderOps:
                 raise InvariantBroken("catalog calls are run by cmq.routing.router.Router")
             case ReleaseCall():
                 raise InvariantBroken("release calls are answered by cmq.routing.router.Router")
+
+    async def _rewind(self, call: RewindCall) -> int:
+        """Propose the rewind in parts of at most `REWIND_MAX` messages, each stamped anew,
+        until the machine says it is complete; how many messages came back."""
+        total, start = 0, 0
+        while True:
+            cmd = Rewind(call.name, self.stamp(), call.since_ms, start, REWIND_MAX)
+            done = await self.command(call.group, cmd)
+            total += done.count
+            if not done.next_seq:
+                return total
+            start = done.next_seq
 
     async def propose(self, group: int, data: bytes) -> object:
         """Propose ``data`` to ``group`` and await its applied result, whatever its machine

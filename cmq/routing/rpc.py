@@ -208,6 +208,16 @@ class PurgeCall(Call[int], frozen=True, tag=10):
     _REPLY = _decoder(int)
 
 
+class RewindCall(Call[int], frozen=True, tag=18):
+    """Rewind the queue to ``since_ms`` (proposed in parts, `cmq.fsm.rewind`); the reply is
+    how many messages came back. A repeat after an unknown outcome finds the copies made
+    still live and skips them."""
+
+    name: str
+    since_ms: int
+    _REPLY = _decoder(int)
+
+
 class ClaimSegmentsCall(Call[ClaimResult], frozen=True, tag=16):
     """Claim released segments for archive batch ``batch_id`` for ``ttl_ms`` (a repeat renews
     the same claim: safe to retry)."""
@@ -306,6 +316,7 @@ AnyCall = (
     | ExportCall
     | SetAttributesCall
     | PurgeCall
+    | RewindCall
     | AssignQueueCall
     | RemoveQueueCall
     | RegisterNodeCall

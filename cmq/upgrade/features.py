@@ -44,6 +44,7 @@ RETRY_BACKOFF = "retry_backoff"
 LONG_DELAYS = "long_delays"
 MESSAGE_TTL = "message_ttl"
 MESSAGE_PRIORITIES = "message_priorities"
+REWIND = "rewind"
 
 FEATURES: tuple[Feature, ...] = (
     Feature(
@@ -94,6 +95,13 @@ FEATURES: tuple[Feature, ...] = (
         "queues may have priorities (the attribute encoding's flag 0x20 and its u8) and "
         "messages a priority above 0 (the send's message option 0x10 and its u8), and data "
         "group images of version 5 (the live messages' priority levels)",
+    ),
+    Feature(
+        REWIND,
+        "0.3.0",
+        "queues may keep acknowledged messages (the queue attribute retain_acked_seconds: the "
+        "attribute encoding's flag 0x40 and its u32) and be rewound (command REWIND, type 17); "
+        "data group images of version 6 (per segment: archived-but-retained, rewound copies)",
     ),
 )
 """Every flag this release supports, oldest first."""

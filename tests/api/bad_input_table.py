@@ -24,6 +24,7 @@ QUEUE_ENDPOINTS: list[tuple[str, str, Any]] = [
     ("PATCH", "/v1/queues/{}", {"attributes": {"delay_seconds": 1}}),
     ("DELETE", "/v1/queues/{}", None),
     ("POST", "/v1/queues/{}/purge", None),
+    ("POST", "/v1/queues/{}/rewind", {"since": "2026-11-26T10:00:00Z"}),
     ("POST", "/v1/queues/{}/messages", {"messages": [{"body": "x"}]}),
     ("POST", "/v1/queues/{}/messages/receive", {}),
     ("POST", "/v1/queues/{}/messages/ack", {"receipts": ["r"]}),
@@ -149,6 +150,19 @@ def bad_input_cases() -> list[Any]:
     # --- DELETE and purge take no fields
     case("DELETE with a field", "DELETE", Q, {"force": True}, 400, bad)
     case("purge with a field", "POST", f"{Q}/purge", {"all": True}, 400, bad)
+
+    # --- POST .../rewind: since is an RFC 3339 time with a zone
+    for body in (
+        None,
+        {},
+        {"since": None},
+        {"since": "2026-11-26T10:00:00"},
+        {"since": "2026-11-26T10:00Z"},
+        {"since": "yesterday"},
+        {"since": 1764151200},
+        {"since": "2026-11-26T10:00:00Z", "until": "2026-11-27T10:00:00Z"},
+    ):
+        case(f"rewind body={body!r}"[:60], "POST", f"{Q}/rewind", body, 400, bad)
 
     # --- POST .../messages
     too_many = {"messages": [{"body": "x"}] * (MAX_SEND_BATCH + 1)}

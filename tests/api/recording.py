@@ -151,6 +151,9 @@ class RecordingService(Recorder):
     async def purge(self, name: str) -> int:
         return self.purged
 
+    async def rewind(self, name: str, since_ms: int) -> int:
+        return 0 if since_ms < 0 else 2
+
     async def send(
         self, name: str, messages: list[OutgoingMessage], *, per_entry: bool = False
     ) -> list[SentMessage | SendRefused]:

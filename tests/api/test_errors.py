@@ -31,6 +31,7 @@ SERVICE_METHOD = {
     ("PATCH", "/v1/queues/{}"): "set_attributes",
     ("DELETE", "/v1/queues/{}"): "delete_queue",
     ("POST", "/v1/queues/{}/purge"): "purge",
+    ("POST", "/v1/queues/{}/rewind"): "rewind",
     ("POST", "/v1/queues/{}/messages"): "send",
     ("POST", "/v1/queues/{}/messages/receive"): "receive",
     ("POST", "/v1/queues/{}/messages/ack"): "ack",

@@ -81,6 +81,7 @@ async def test_get_renders_attributes_and_stats(client: Client, service: Recordi
             "max_delay_seconds": 900,
             "retry": None,
             "priorities": 1,
+            "retain_acked_seconds": 0,
         },
         "stats": {
             "visible": CANNED_STATS.visible,

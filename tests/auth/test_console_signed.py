@@ -208,6 +208,7 @@ def test_a_read_only_key_sees_its_queue_but_no_purge_button(
     expect(page.locator("#q-peek tbody tr")).to_have_count(2, timeout=15_000)
     expect(page.locator("#q-peek tbody tr").first.locator("td.body")).to_have_text("read me 1")
     expect(page.locator("#purge")).to_have_count(0)
+    expect(page.locator("#rewind")).to_have_count(0)
     expect(page.locator("#redrive")).to_have_count(0)
     expect(page.locator("#q-action-result")).to_contain_text("need the admin grant")
     page.screenshot(path=str(console_artifacts / "signed-read-only-queue.png"), full_page=True)

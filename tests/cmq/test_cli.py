@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +109,17 @@ def test_dev_cluster_and_client_commands(tmp_path: Path) -> None:
         assert code == 0 and set(out["groups"]) == {"0", "1", "2"}
         code, out = cmq("queue", "stats", "nope", url)
         assert code == 1 and out["error"]["code"] == "QueueNotFound"
+        # Rewind: acknowledged messages come back, once (the admin key: dev is anonymous).
+        since = (datetime.now(UTC) - timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%MZ")
+        cmq("queue", "create", "kept", "-a", "retain_acked_seconds=3600", url)
+        cmq("send", "kept", "again", url)
+        cmq("receive", "kept", "--ack", url)
+        code, out = cmq("queue", "rewind", "kept", "--since", since, url)
+        assert code == 0 and out == {"name": "kept", "rewound": 1}, out
+        code, out = cmq("receive", "kept", url)
+        assert [m["body"] for m in out["messages"]] == ["again"]
+        code, out = cmq("queue", "rewind", "kept", "--since", "yesterday", url)
+        assert code == 1 and out["error"]["code"] == "InvalidParameter"
 
         # For people: aligned tables, and errors as one line with the code and a hint.
         table = run("queue", "list", url)

@@ -78,12 +78,13 @@ def completions(line: str, monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def test_completion_of_a_subcommand_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
     assert completions("cmq s", monkeypatch) == ["serve", "send", "status"]
     assert completions("cmq re", monkeypatch) == ["receive", "restore"]
-    assert completions("cmq queue ", monkeypatch)[-5:] == [
+    assert completions("cmq queue ", monkeypatch)[-6:] == [
         "create",
         "set",
         "list",
         "stats",
         "delete",
+        "rewind",
     ]
     assert completions("cmq serve --log", monkeypatch) == ["--log-format "]  # the only one
     assert completions("cmq completion ", monkeypatch)[-2:] == ["bash", "zsh"]

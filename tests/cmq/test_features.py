@@ -137,10 +137,18 @@ async def test_flags_are_enabled_only_when_every_node_supports_them(
             await node.set_attributes("imports", {"priorities": 2})
         with pytest.raises(FeatureNotEnabled, match="message_priorities"):
             await node.send("imports", [OutgoingMessage(b"x", priority=1)])
+        with pytest.raises(FeatureNotEnabled, match="rewind"):
+            await node.create_queue("kept", QueueAttributes(retain_acked_seconds=60))
+        with pytest.raises(FeatureNotEnabled, match="rewind"):
+            await node.set_attributes("imports", {"retain_acked_seconds": 60})
+        with pytest.raises(FeatureNotEnabled, match="rewind"):
+            await node.rewind("imports", 0)
+        assert "kept" not in await node.list_queues()
         assert "retried" not in await node.list_queues()
         assert "later" not in await node.list_queues()
         attrs, _ = await node.get_queue("imports")
         assert attrs.retry is None and attrs.max_delay_seconds == 900
+        assert attrs.retain_acked_seconds == 0
 
         rows = {r["name"]: r for r in await node.list_features()}
         assert set(rows) == features.KNOWN
@@ -187,6 +195,7 @@ async def test_flags_are_enabled_only_when_every_node_supports_them(
         await _long_delays(node, long)
         await _ttl(node)
         await _priorities(node)
+        await _rewind(node)
 
 
 async def _priorities(node: QueueNode) -> None:
@@ -220,6 +229,19 @@ async def _priorities(node: QueueNode) -> None:
             break
         await asyncio.sleep(0.05)
     assert [(m.body, m.priority) for m in moved] == [(b"top", 3)]
+
+
+async def _rewind(node: QueueNode) -> None:
+    """With ``rewind`` enabled: an acknowledged message of a queue that keeps them comes back
+    once after a rewind, through the node (the leader proposes it in parts)."""
+    await node.create_queue("kept", QueueAttributes(retain_acked_seconds=60))
+    await node.send("kept", [OutgoingMessage(b"once")])
+    got = await node.receive("kept", 10, None, 0)
+    await node.ack("kept", [m.receipt for m in got])
+    assert await node.rewind("kept", 0) == 1
+    assert await node.rewind("kept", 0) == 0  # its copy is live
+    again = await node.receive("kept", 10, None, 0)
+    assert [(m.body, m.receive_count) for m in again] == [(b"once", 1)]
 
 
 async def _ttl(node: QueueNode) -> None:

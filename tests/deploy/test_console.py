@@ -47,7 +47,12 @@ def test_console_shows_nodes_and_queue_depth_changes(
         return blocking(run)
 
     retry = {"initial_seconds": 5, "multiplier": 2, "max_seconds": 600}
-    attrs = {"visibility_timeout": 60, "max_delay_seconds": 7200, "retry": retry}
+    attrs = {
+        "visibility_timeout": 60,
+        "max_delay_seconds": 7200,
+        "retry": retry,
+        "retain_acked_seconds": 3600,
+    }
     call(lambda c: c.create_queue(queue, attrs))
     try:
         page.goto(url + "/ui")
@@ -105,6 +110,24 @@ def test_console_shows_nodes_and_queue_depth_changes(
         got = call(lambda c: c.receive(queue, 7, wait_seconds=5))
         assert [m.receive_count for m in got] == [1] * 7
         call(lambda c: c.ack(queue, [m.receipt for m in got]))
+        expect(page.locator("#q-empty")).to_be_visible(timeout=15_000)
+
+        # Rewind to an hour ago (the browser's local time): the seven acked messages come back.
+        page.eval_on_selector(
+            "#rewind-since",
+            "e => { const d = new Date(Date.now() - 3600e3);"
+            " d.setMinutes(d.getMinutes() - d.getTimezoneOffset());"
+            " e.value = d.toISOString().slice(0, 19); }",
+        )
+        page.click("#rewind")
+        expect(page.locator("#confirm-text")).to_contain_text(queue)
+        page.click("#confirm-ok")
+        expect(page.locator("#q-action-result")).to_have_text(
+            "rewound: 7 messages delivered again", timeout=15_000
+        )
+        again = call(lambda c: c.receive(queue, 7, wait_seconds=5))
+        assert sorted(m.body for m in again) == sorted(m.body for m in got)
+        call(lambda c: c.ack(queue, [m.receipt for m in again]))
         expect(page.locator("#q-empty")).to_be_visible(timeout=15_000)
         page.goto(url + "/ui/#/")
         row = page.locator(f'#queues tr[data-queue="{queue}"]')

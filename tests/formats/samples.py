@@ -167,6 +167,14 @@ RETRY_ATTRS = QueueAttributes(retry=RetryPolicy(2, 1.5, 600), max_message_size=2
 """Attributes with a retry policy (flag ``retry_backoff``: attribute flag 0x08 and its fields)."""
 PRIORITY_ATTRS = QueueAttributes(priorities=8, max_message_size=262_144)
 """Attributes with priorities (flag ``message_priorities``: attribute flag 0x20 and its u8)."""
+RETAIN_ATTRS = QueueAttributes(
+    visibility_timeout=30,
+    delay_seconds=1,
+    dead_letter_queue="dlq",
+    max_message_size=262_144,
+    retain_acked_seconds=86_400,
+)
+"""`ATTRS` keeping acknowledged messages (flag ``rewind``: attribute flag 0x40 and its u32)."""
 
 
 def _new(i: int, ttl_ms: int | None = None, priority: int = 0) -> qc.NewMessage:
@@ -204,6 +212,8 @@ def queue_commands() -> dict[str, qc.Command]:
         "mark_archived": qc.MarkArchived("q", T0, "batch-1", (1,)),
         "tidy": qc.Tidy("q", T0),
         "retime": qc.Retime("q", T0),
+        "set_attributes_retain": qc.SetAttributes("q", RETAIN_ATTRS),
+        "rewind": qc.Rewind("q", T0, T0 - 3_600_000, 5, 1024),
     }
 
 
@@ -227,12 +237,12 @@ def segment_index() -> bytes:
 
 
 def queue_machine(
-    skew: bool, ttl: bool = False, priority: bool = False
+    skew: bool, ttl: bool = False, priority: bool = False, rewind: bool = False
 ) -> tuple[QueueMachine, MemorySegmentStore]:
     """A data group's machine after a fixed run of commands (``skew``: and a `Retime` of a
     queue whose time got ahead, so its image is written as version 3; ``ttl``: and a message
-    with a time to live, so version 4; ``priority``: and messages with priorities, so
-    version 5)."""
+    with a time to live, so version 4; ``priority``: and messages with priorities, so version
+    5; ``rewind``: and a rewound acknowledged message, so version 6)."""
     store = MemorySegmentStore()
     m = QueueMachine(store)
     cmds: list[qc.Command] = [
@@ -252,14 +262,20 @@ def queue_machine(
             qc.SetAttributes("q", with_levels),
             qc.Produce("q", T0 + 30, (_new(5, priority=3), _new(6, priority=1), _new(7))),
         ]
+    if rewind:
+        cmds += [
+            qc.SetAttributes("q", RETAIN_ATTRS),
+            qc.Ack("q", T0 + 30, ((1, 1),)),
+            qc.Rewind("q", T0 + 40, T0),
+        ]
     for index, cmd in enumerate(cmds, start=1):
         m.apply(index, qc.encode_command(cmd))
     store.write_out()
     return m, store
 
 
-def _image(skew: bool, ttl: bool = False, priority: bool = False) -> bytes:
-    return queue_machine(skew, ttl, priority)[0].encode_image(reuse=False)
+def _image(skew: bool, ttl: bool = False, priority: bool = False, rewind: bool = False) -> bytes:
+    return queue_machine(skew, ttl, priority, rewind)[0].encode_image(reuse=False)
 
 
 def _shipped() -> bytes:
@@ -372,6 +388,7 @@ def front_end_calls() -> list[calls.Call[Any]]:
         calls.EnableFeatures(["queue_retime"]),
         calls.State(),
         calls.Metrics(),
+        calls.Rewind("q", T0),
     ]
     return every
 
@@ -473,6 +490,10 @@ def _cmq_samples() -> dict[str, Sample]:
         "data_group_image.v5": (
             "5 (behind message_priorities)",
             lambda: _image(True, True, priority=True),
+        ),
+        "data_group_image.v6": (
+            "6 (behind rewind)",
+            lambda: _image(True, True, priority=True, rewind=True),
         ),
         "data_group_image.shipped": ("1 (magic CMQSHIP1)", _shipped),
         "catalog_image": ("1", lambda: _catalog_image(True)),

@@ -18,7 +18,8 @@ Producers append uniquely named messages; consumers lease and acknowledge them. 
   leader's replica, `MarkArchived`); no message is archived twice or without being sent.
 
 ``python -m tests.queuesim --seeds N`` runs seeds and prints ``queue seeds=… violations=…``
-(``acked`` there counts confirmed messages); ``--fifo`` runs `tests.queuesim.fifo` instead.
+(``acked`` there counts confirmed messages); ``--fifo`` runs `tests.queuesim.fifo` instead,
+``--rewind`` `tests.queuesim.rewind`.
 """
 
 from __future__ import annotations
@@ -156,6 +157,12 @@ class QueueSim(RuntimeSim):
         """The attributes every queue of the run is created with."""
         return QueueAttributes(archive=True)
 
+    def redelivery_allowed(self, group: int, lm: DeliveredMessage, now: int) -> bool:
+        """Whether a delivery of an acknowledged message (by a lease at ``now``) is expected
+        (`tests.queuesim.rewind`: a rewind made it deliverable again); never here."""
+        del group, lm, now
+        return False
+
     def redelivery_at(self, deadline: int, receive_count: int) -> int:
         """The earliest time a message whose lease (its ``receive_count``-th) expired at
         ``deadline`` may be leased again."""
@@ -255,7 +262,7 @@ class QueueSim(RuntimeSim):
         if not isinstance(res, Delivered):
             return 0
         for lm in res.messages:
-            if lm.id in self.acked_ids:
+            if lm.id in self.acked_ids and not self.redelivery_allowed(group, lm, now):
                 self.violation(f"{lm.id} delivered again after its ack was committed")
             prev = self.leases.get(lm.id)
             if prev is not None and prev[1] > now:
@@ -376,6 +383,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="queues with priorities, strict order (tests.queuesim.priority)",
     )
+    ap.add_argument(
+        "--rewind",
+        action="store_true",
+        help="queues keeping acked messages, rewound now and then (tests.queuesim.rewind)",
+    )
     args = ap.parse_args(argv)
     logging.disable(logging.CRITICAL)
     cfg = RuntimeSimConfig(nodes=args.nodes, seconds=args.seconds)
@@ -392,6 +404,10 @@ def main(argv: list[str] | None = None) -> int:
         from tests.queuesim.priority import PriorityQueueSim
 
         return report_seeds("priority", seeds, cfg, PriorityQueueSim)
+    if args.rewind:
+        from tests.queuesim.rewind import RewindQueueSim
+
+        return report_seeds("rewind", seeds, cfg, RewindQueueSim)
     if args.retry:
         from tests.queuesim.retry import RetryQueueSim
 

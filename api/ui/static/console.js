@@ -1,7 +1,7 @@
 // cmq web console: reads the public JSON API of the node serving it (/v1/whoami, /v1/status,
 // /v1/queues, /v1/queues/{name}, /v1/queues/{name}/messages?peek=N, /readyz) every POLL_MS and
 // renders a cluster map, this node's clock/repair/disk state, a queue table with rate charts,
-// and a queue page with purge and redrive for keys granted admin. No framework, no build step.
+// and a queue page with purge, rewind and redrive for keys granted admin. No framework, no build step.
 //
 // Against a node that asks for signatures it first asks for an access key, keeps it in this
 // tab's sessionStorage only, and signs every API call in the browser (sigv4.js); against an
@@ -489,6 +489,24 @@ async function purge(name) {
   refreshNow();
 }
 
+// Rewind (admin on the queue: POST /v1/queues/{name}/rewind): the acknowledged messages sent
+// since the chosen time (this browser's time zone) that the queue keeps are delivered again.
+async function rewind(name) {
+  const value = document.getElementById("rewind-since").value;
+  const since = value ? new Date(value) : null;
+  if (!since || Number.isNaN(since.getTime())) { actionResult("rewind: choose a time first", true); return; }
+  const text = `Deliver again every acknowledged message of ${name} sent since ${since.toLocaleString()} that it still keeps?`;
+  if (!(await confirmAction(text, "Rewind"))) return;
+  try {
+    const body = { since: since.toISOString() };
+    const r = await api(`/v1/queues/${encodeURIComponent(name)}/rewind`, { method: "POST", body });
+    actionResult(`rewound: ${fmtNum(r.rewound)} messages delivered again`);
+  } catch (e) {
+    actionResult(`rewind failed: ${e.message}`, true);
+  }
+  refreshNow();
+}
+
 // The queues whose dead-letter queue is `name` (learnt when the page opened).
 const dlqSources = new Map(); // queue -> [source queue]
 function redriveSources(name) { return dlqSources.get(name) || []; }
@@ -536,16 +554,21 @@ async function renderMove(name, gen) {
   if (gen === generation) document.getElementById("q-move").textContent = text;
 }
 
-// The buttons this key may use on queue `name`: purge (admin on it), redrive (admin on the
-// cluster, as the message move tasks need, and only on a dead-letter queue).
+// The buttons this key may use on queue `name`: purge and rewind (admin on it), redrive (admin
+// on the cluster, as the message move tasks need, and only on a dead-letter queue).
 async function setUpActions(name, page) {
   if (can("admin", name)) {
     const b = document.getElementById("purge");
     b.hidden = false;
     b.addEventListener("click", () => purge(name));
-  } else document.getElementById("purge").remove();
+    document.getElementById("rewind-box").hidden = false;
+    document.getElementById("rewind").addEventListener("click", () => rewind(name));
+  } else {
+    document.getElementById("purge").remove();
+    document.getElementById("rewind-box").remove();
+  }
   if (!can("admin", name)) {
-    document.getElementById("q-action-result").textContent = "purge and redrive need the admin grant: this key may only look";
+    document.getElementById("q-action-result").textContent = "purge, rewind and redrive need the admin grant: this key may only look";
   }
   if (!can("admin", null)) { document.getElementById("redrive-box").remove(); return; }
   try { await findSources(name); } catch (_) { dlqSources.set(name, []); }

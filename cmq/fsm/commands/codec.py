@@ -11,7 +11,7 @@ import's expected sent count), so earlier logs still decode. A `Produce` is enco
 byte of options, so apply frames records by copying; the older `PRODUCE` is decoded only.
 
 Versions: the command type byte is the version marker (no other byte carries one). This release
-reads the types of `CommandType` (1-16); a later release's command has a type beyond them, or a
+reads the types of `CommandType` (1-17); a later release's command has a type beyond them, or a
 message option bit this release does not know (a `PRODUCE_RECORDS` message), or a record flag
 (`cmq.fsm.store`): `decode_command` raises `NewerLayout` naming it, and the state machine stops
 the group with `cmq.errors.NewerFormat` naming the entry, never skipping it.
@@ -40,6 +40,7 @@ from cmq.fsm.commands.definitions import (
     Produce,
     Purge,
     Retime,
+    Rewind,
     SetAttributes,
     Tidy,
 )
@@ -78,12 +79,14 @@ class CommandType(IntEnum):
     """A `Produce` whose messages are carried as segment record tails (`PRODUCE` is only
     decoded: logs written before it)."""
     RETIME = 16
+    REWIND = 17
+    """Flag ``rewind``."""
 
 
 _COMMAND_TYPES = {t.value: t for t in CommandType}
 
-_ARCHIVE, _FIFO, _CONTENT_DEDUP, _RETRY, _MAX_DELAY, _PRIORITIES = 1, 2, 4, 8, 16, 32
-_KNOWN_FLAGS = _ARCHIVE | _FIFO | _CONTENT_DEDUP | _RETRY | _MAX_DELAY | _PRIORITIES
+_ARCHIVE, _FIFO, _CONTENT_DEDUP, _RETRY, _MAX_DELAY, _PRIORITIES, _RETAIN = 1, 2, 4, 8, 16, 32, 64
+_KNOWN_FLAGS = _ARCHIVE | _FIFO | _CONTENT_DEDUP | _RETRY | _MAX_DELAY | _PRIORITIES | _RETAIN
 """Bits of the attributes' flags byte."""
 
 
@@ -103,6 +106,7 @@ def _write_attributes(w: Writer, a: QueueAttributes) -> None:
         | (_RETRY if a.retry is not None else 0)
         | (_MAX_DELAY if a.max_delay_seconds != DEFAULT_MAX_DELAY_SECONDS else 0)
         | (_PRIORITIES if a.priorities != 1 else 0)
+        | (_RETAIN if a.retain_acked_seconds else 0)
     )
     if a.retry is not None:  # flag retry_backoff: a queue without a policy encodes as before
         w.u32(a.retry.initial_seconds)
@@ -112,6 +116,8 @@ def _write_attributes(w: Writer, a: QueueAttributes) -> None:
         w.u32(a.max_delay_seconds)
     if a.priorities != 1:  # flag message_priorities
         w.u8(a.priorities)
+    if a.retain_acked_seconds:  # flag rewind
+        w.u32(a.retain_acked_seconds)
 
 
 def _read_attributes(r: Reader) -> QueueAttributes:
@@ -128,6 +134,7 @@ def _read_attributes(r: Reader) -> QueueAttributes:
         retry = RetryPolicy(initial, pct / 100, most)
     max_delay = r.u32() if flags & _MAX_DELAY else DEFAULT_MAX_DELAY_SECONDS
     priorities = r.u8() if flags & _PRIORITIES else 1
+    retain = r.u32() if flags & _RETAIN else 0
     return QueueAttributes(
         visibility_timeout=values[0],
         delay_seconds=values[1],
@@ -142,6 +149,7 @@ def _read_attributes(r: Reader) -> QueueAttributes:
         retry=retry,
         max_delay_seconds=max_delay,
         priorities=priorities,
+        retain_acked_seconds=retain,
     )
 
 
@@ -269,6 +277,13 @@ def encode_command(cmd: Command) -> bytes:
             w.u8(CommandType.RETIME)
             w.text(queue)
             w.i64(now_ms)
+        case Rewind(queue, now_ms, since_ms, from_seq, limit):
+            w.u8(CommandType.REWIND)
+            w.text(queue)
+            w.i64(now_ms)
+            w.i64(since_ms)
+            w.i64(from_seq)
+            w.u32(limit)
     return w.getvalue()
 
 
@@ -367,6 +382,8 @@ def decode_command(data: bytes) -> Command:
             cmd = Tidy(r.text(), r.i64())
         case CommandType.RETIME:
             cmd = Retime(r.text(), r.i64())
+        case CommandType.REWIND:
+            cmd = Rewind(r.text(), r.i64(), r.i64(), r.i64(), r.u32())
     r.end()
     return cmd
 

@@ -21,6 +21,7 @@ from cmq.fsm.results import (
     Produced,
     Purged,
     Retimed,
+    Rewound,
     SegmentsArchived,
     SegmentsClaimed,
     Tidied,
@@ -43,6 +44,7 @@ __all__ = [
     "Produce",
     "Purge",
     "Retime",
+    "Rewind",
     "SetAttributes",
     "Tidy",
 ]
@@ -253,6 +255,23 @@ class Retime:
     now_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class Rewind:
+    """Make every acknowledged message of ``queue`` sent at or after ``since_ms`` that is
+    still retained (its send at most the queue's ``retain_acked_seconds`` before the queue's
+    time, its record still stored) deliverable once more, as a new message (receive count 0)
+    that the archive never writes (`cmq.fsm.rewind`). Resumable: only messages whose seq is at
+    least ``from_seq``, at most ``limit`` of them; the result says where the next one starts."""
+
+    result_type: ClassVar[type[Rewound]] = Rewound
+
+    queue: str
+    now_ms: int
+    since_ms: int
+    from_seq: int = 0
+    limit: int = 1024
+
+
 Command = (
     CreateQueue
     | DeleteQueue
@@ -269,4 +288,5 @@ Command = (
     | MarkArchived
     | Tidy
     | Retime
+    | Rewind
 )

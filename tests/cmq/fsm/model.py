@@ -31,6 +31,8 @@ from cmq.fsm.commands import (
     Purge,
     Purged,
     Result,
+    Rewind,
+    Rewound,
     SetAttributes,
 )
 from cmq.fsm.machine import MAX_DEAD_LETTER_PER_LEASE
@@ -42,12 +44,17 @@ class MMsg:
     id: str
     sent_at: int
     visible_at: int
-    first_visible: int = 0
-    """Send time plus the send's delay: retention counts from here
-    (`QueueState.retention_start`)."""
     lease_id: int = 0
     receive_count: int = 0
     pending_dl: bool = False
+    start: int | None = None
+    """When its retention starts (None: its send): a rewound copy's is the rewind."""
+    orig: int | None = None
+    """A rewound copy: the seq of the acknowledged message it copies."""
+
+    @property
+    def retention_start(self) -> int:
+        return self.sent_at if self.start is None else self.start
 
 
 @dataclass
@@ -62,6 +69,8 @@ class MQueue:
     acked: int = 0
     dead: int = 0
     expired: int = 0
+    retained: dict[int, tuple[str, int]] = field(default_factory=dict)
+    """Acknowledged messages (not rewound copies): seq -> (id, send time)."""
 
     def tick(self, now: int) -> None:
         self.clock = max(self.clock, now)
@@ -120,8 +129,9 @@ class Model:
                     seq = q.next_seq
                     q.next_seq += 1
                     delay = q.attributes.delay_seconds * 1000 if m.delay_ms is None else m.delay_ms
-                    at = q.clock + max(0, delay)
-                    q.msgs[seq] = MMsg(m.id, q.clock, at, first_visible=at)
+                    # Retention counts from first visibility (the send plus its delay).
+                    visible = q.clock + max(0, delay)
+                    q.msgs[seq] = MMsg(m.id, q.clock, visible, start=visible)
                     q.sent += 1
                     if m.dedup_id is not None:
                         q.dedup[m.dedup_id] = (m.id, seq, q.clock)
@@ -161,6 +171,8 @@ class Model:
                     if found is None or lid == 0 or found.lease_id != lid:
                         outs.append(errors.LEASE_STALE)
                         continue
+                    if found.orig is None:
+                        q.retained[seq] = (found.id, found.sent_at)
                     del q.msgs[seq]
                     q.acked += 1
                     outs.append(None)
@@ -192,12 +204,36 @@ class Model:
             case Expire():
                 q.tick(cmd.now_ms)
                 cutoff = q.clock - q.attributes.message_retention_seconds * 1000
-                gone = [s for s, m in q.msgs.items() if m.first_visible <= cutoff]
+                gone = [s for s, m in q.msgs.items() if m.retention_start <= cutoff]
                 for s in gone:
                     del q.msgs[s]
                 q.expired += len(gone)
                 return Expired(len(gone))
+            case Rewind():
+                return self._rewind(q, cmd)
         raise AssertionError(cmd)
+
+    @staticmethod
+    def _rewind(q: MQueue, cmd: Rewind) -> Rewound:
+        """Acknowledged originals sent at or after ``since_ms`` and within the retention,
+        without a live copy, from ``from_seq`` on, at most ``limit``: copied as new messages."""
+        q.tick(cmd.now_ms)
+        keep = q.attributes.retain_acked_seconds * 1000
+        if not keep:
+            return Rewound(0, 0)
+        floor = max(cmd.since_ms, q.clock - keep + 1)
+        copied = {m.orig for m in q.msgs.values() if m.orig is not None}
+        todo = sorted(
+            s
+            for s, (_, sent) in q.retained.items()
+            if s >= cmd.from_seq and sent >= floor and s not in copied
+        )
+        limit = max(1, min(cmd.limit, 1024))
+        for orig in todo[:limit]:
+            mid, sent = q.retained[orig]
+            q.msgs[q.next_seq] = MMsg(mid, sent, q.clock, start=q.clock, orig=orig)
+            q.next_seq += 1
+        return Rewound(min(limit, len(todo)), todo[limit] if len(todo) > limit else 0)
 
     @staticmethod
     def _inflight(q: MQueue, seq: int, lid: int) -> str | None:

@@ -5,7 +5,9 @@ Also checked: no acked message is ever leased again, at most one unexpired lease
 FIFO order of first deliveries (for messages sent without a delay). A rule takes a snapshot;
 another simulates a crash: a fresh machine restores the last snapshot over the same segment
 bytes (truncating what was appended after it) and replays the commands since, which must
-reproduce the same results and the same image.
+reproduce the same results and the same image. With a rewind retention
+(`RewindQueueMachineTest`), rewinds too: acknowledged messages come back once, as the model
+says, and the retained segments and rewound copies survive the crash (image version 6).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from cmq.fsm.commands import (
     Produced,
     Purge,
     Result,
+    Rewind,
     SetAttributes,
 )
 from cmq.fsm.machine import QueueMachine
@@ -84,6 +87,8 @@ def _outcomes(res: Result, entries: list[tuple[int, int]]) -> tuple[str | None, 
 
 class QueueMachineTest(RuleBasedStateMachine):
     store_kind = "memory"
+    retain = 0
+    """Every queue's ``retain_acked_seconds`` (rewinds are drawn only when above 0)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -140,7 +145,7 @@ class QueueMachineTest(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def step(self, data: st.DataObject) -> None:
-        action = data.draw(st.sampled_from(ACTIONS))
+        action = data.draw(st.sampled_from(ACTIONS + (("rewind",) * 3 if self.retain else ())))
         name = data.draw(st.sampled_from(NAMES))
         getattr(self, action)(name, data)
 
@@ -151,7 +156,7 @@ class QueueMachineTest(RuleBasedStateMachine):
         if name not in self.model.queues:
             self.generation[name] = self.generation.get(name, 0) + 1
             self.first_delivered[name] = 0
-        self.run(CreateQueue(name, attrs, self.now))
+        self.run(CreateQueue(name, replace(attrs, retain_acked_seconds=self.retain), self.now))
 
     def create_rule(self, name: str, data: st.DataObject) -> None:
         self.create(
@@ -162,7 +167,13 @@ class QueueMachineTest(RuleBasedStateMachine):
         self.run(DeleteQueue(name))
 
     def set_attributes(self, name: str, data: st.DataObject) -> None:
-        self.run(SetAttributes(name, data.draw(st.sampled_from(ATTRS))))
+        attrs = data.draw(st.sampled_from(ATTRS))
+        self.run(SetAttributes(name, replace(attrs, retain_acked_seconds=self.retain)))
+
+    def rewind(self, name: str, data: st.DataObject) -> None:
+        since = self.now - data.draw(st.integers(0, 60_000))
+        start = data.draw(st.one_of(st.just(0), st.integers(0, 30)))
+        self.run(Rewind(name, self.now, since, start, data.draw(st.integers(1, 5))))
 
     def purge(self, name: str, data: st.DataObject) -> None:
         self.run(Purge(name, self.now))
@@ -297,12 +308,21 @@ class QueueMachineTest(RuleBasedStateMachine):
             assert nxt == (min(future) if future else None)
             retention = q.attributes.message_retention_seconds * 1000
             assert self.machine.expirable(name, self.now) == any(
-                m.first_visible + retention <= clock for m in q.msgs.values()
+                m.retention_start + retention <= clock for m in q.msgs.values()
             )
 
 
 class FileQueueMachineTest(QueueMachineTest):
     store_kind = "file"
+
+
+class RewindQueueMachineTest(QueueMachineTest):
+    retain = 40
+
+
+class FileRewindQueueMachineTest(QueueMachineTest):
+    store_kind = "file"
+    retain = 40
 
 
 _settings = settings(
@@ -316,3 +336,7 @@ TestMemoryStore = QueueMachineTest.TestCase
 TestMemoryStore.settings = _settings
 TestFileStore = FileQueueMachineTest.TestCase
 TestFileStore.settings = settings(_settings, max_examples=60)
+TestRewind = RewindQueueMachineTest.TestCase
+TestRewind.settings = settings(_settings, max_examples=60)
+TestFileRewind = FileRewindQueueMachineTest.TestCase
+TestFileRewind.settings = settings(_settings, max_examples=25)

@@ -25,6 +25,7 @@ from cmq.fsm.commands import (
     Purge,
     Result,
     Retime,
+    Rewind,
     SetAttributes,
     Tidy,
 )
@@ -72,6 +73,7 @@ def test_the_machine_answers_each_command_with_its_declared_result() -> None:
     check(ClaimSegments("q", T0 + 60_000, "batch-1", (1,), 1_000))
     check(MarkArchived("q", T0 + 60_000, "batch-1", (1,)))
     check(Retime("q", T0))
+    check(Rewind("q", T0 + 60_000, T0))
     check(SetAttributes("q", QueueAttributes()))
     check(Purge("q", T0 + 60_000))
     check(DeleteQueue("q"))
