@@ -19,7 +19,9 @@ One run is one batch (``batch_id``, new per run). Its steps, each re-entrant:
    directories are then moved under the root.
 5. **Verify and commit.** The claims are renewed (refused -> abort: another batch took a segment
    after ours expired); the written files are read back (rows, distinct seqs and seq range per
-   file, each file inside one segment, each segment's rows = its listed count); the manifest is
+   file and segment: every row inside a segment of the batch, no seq twice, each segment's rows
+   = its listed count; a file holds the rows of the segments one Spark task read, of one queue
+   and day); the manifest is
    written to a temporary name and renamed to ``_manifests/<batch>.json``: the commit point.
 6. **Mark archived** exactly the manifest's segments (contract §4). Refused -> error; the next
    run's recovery retries.
@@ -96,6 +98,8 @@ class JobConfig:
     claim_ttl_ms: int = DEFAULT_CLAIM_TTL_MS
     timeout: float = 60.0
     """Seconds per HTTP call (and per records stream)."""
+    binary: bool = True
+    """Ask nodes for the binary segment read (False: the JSON lines, the older form)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,9 +143,13 @@ class Summary:
 
 @dataclass(slots=True)
 class _FileStats:
+    """The rows of one written file that lie in one segment of the batch (``segment``: its
+    first seq; None for rows in no segment of the batch: a failed verification)."""
+
     rel: str
     queue: str
     date: str
+    segment: int | None
     rows: int
     distinct: int
     min_seq: int
@@ -377,6 +385,7 @@ class ArchiveJob:
             .option("segments", encode_tasks(tasks))
             .option("batch_id", self.batch_id)
             .option("timeout", str(self.config.timeout))
+            .option("binary", "true" if self.config.binary else "false")
             .load()
         )
         # The UTC day, whatever the session's time zone: whole days since the epoch.
@@ -418,7 +427,10 @@ class ArchiveJob:
             if res.refused:
                 raise ConflictingClaim(f"renewing the claims of {self.batch_id}: {res.refused}")
 
-    def file_stats(self) -> list[_FileStats]:
+    def file_stats(self, tasks: Sequence[SegmentTask]) -> list[_FileStats]:
+        """Per written file and segment of ``tasks``: its rows, distinct seqs and seq range
+        (read back with Spark; a file holds the rows of one or more segments of one queue and
+        day, one Spark task's)."""
         from pyspark.sql import functions as F
 
         files: dict[str, int] = {}
@@ -432,9 +444,20 @@ class ArchiveJob:
         df = self.spark.read.option("basePath", self.storage.root).parquet(
             *[self.storage.uri(d) for d in dirs]
         )
+        ranges = self.spark.createDataFrame(
+            [(t.queue, t.first_seq, t.last_seq) for t in tasks],
+            "segment_queue string, segment long, segment_last long",
+        )
+        # The queue from the file's path (queue names never need escaping there).
+        rows_of = df.select(F.input_file_name().alias("f"), "seq").withColumn(
+            "file_queue", F.regexp_extract("f", r"/queue=([^/]+)/date=", 1)
+        )
+        in_segment = (F.col("file_queue") == F.col("segment_queue")) & F.col("seq").between(
+            F.col("segment"), F.col("segment_last")
+        )
         rows = (
-            df.select(F.input_file_name().alias("f"), "seq")
-            .groupBy("f")
+            rows_of.join(F.broadcast(ranges), in_segment, "left")
+            .groupBy("f", "segment")
             .agg(
                 F.count("*").alias("n"),
                 F.countDistinct("seq").alias("d"),
@@ -449,11 +472,13 @@ class ArchiveJob:
             if rel not in files:
                 raise VerificationFailed(f"read back a file not in the batch: {r['f']}")
             q, d = rel.split("/")[:2]
+            segment = None if r["segment"] is None else int(r["segment"])
             out.append(
                 _FileStats(
                     rel,
                     q.removeprefix("queue="),
                     d.removeprefix("date="),
+                    segment,
                     int(r["n"]),
                     int(r["d"]),
                     int(r["lo"]),
@@ -467,21 +492,18 @@ class ArchiveJob:
         return out
 
     def build_manifest(self, tasks: Sequence[SegmentTask]) -> mf.Manifest:
-        """Check the written files against ``tasks`` and describe them (step 5)."""
-        stats = self.file_stats()
+        """Check the written files against ``tasks`` and describe them (step 5): every row
+        lies in a segment of the batch, no seq twice, each segment's rows = its listed count."""
+        stats = self.file_stats(tasks)
         by_task: dict[tuple[str, int], list[_FileStats]] = defaultdict(list)
         for f in stats:
-            owner = [
-                t
-                for t in tasks
-                if t.queue == f.queue and t.first_seq <= f.min_seq and f.max_seq <= t.last_seq
-            ]
-            if len(owner) != 1 or f.rows != f.distinct:
+            if f.segment is None or f.rows != f.distinct:
                 raise VerificationFailed(
                     f"{f.rel}: {f.rows} rows, {f.distinct} distinct seqs in "
-                    f"[{f.min_seq}, {f.max_seq}]: not within exactly one segment of the batch"
+                    f"[{f.min_seq}, {f.max_seq}]: "
+                    + ("outside every segment of the batch" if f.segment is None else "repeated")
                 )
-            by_task[(owner[0].queue, owner[0].first_seq)].append(f)
+            by_task[(f.queue, f.segment)].append(f)
         segments = []
         for t in tasks:
             fs = by_task.get((t.queue, t.first_seq), [])
@@ -503,9 +525,20 @@ class ArchiveJob:
                     sorted(f.rel for f in fs),
                 )
             )
+        per_file: dict[str, list[_FileStats]] = defaultdict(list)
+        for f in stats:
+            per_file[f.rel].append(f)
         files = [
-            mf.ManifestFile(f.rel, f.queue, f.date, f.rows, f.size, f.min_seq, f.max_seq)
-            for f in sorted(stats, key=lambda f: f.rel)
+            mf.ManifestFile(
+                rel,
+                fs[0].queue,
+                fs[0].date,
+                sum(f.rows for f in fs),
+                fs[0].size,
+                min(f.min_seq for f in fs),
+                max(f.max_seq for f in fs),
+            )
+            for rel, fs in sorted(per_file.items())
         ]
         return mf.Manifest(
             mf.VERSION,

@@ -43,6 +43,7 @@ SEGMENT_INDEX = "segment_index"
 RETRY_BACKOFF = "retry_backoff"
 LONG_DELAYS = "long_delays"
 MESSAGE_TTL = "message_ttl"
+SEGMENT_READ_BINARY = "segment_read_binary"
 
 FEATURES: tuple[Feature, ...] = (
     Feature(
@@ -86,6 +87,13 @@ FEATURES: tuple[Feature, ...] = (
         "0.3.0",
         "messages may have a time to live (ttl_seconds): the send's message option 0x08 and "
         "its i64, and data group images of version 4 (the live messages' deadlines)",
+    ),
+    Feature(
+        SEGMENT_READ_BINARY,
+        "0.3.0",
+        "a released segment's read may be answered in binary (application/x-cmq-segment "
+        "version 1: the stored bytes with their outcome tables) to a reader that asks for it; "
+        "before, and on a node without it, the reader gets the JSON lines",
     ),
 )
 """Every flag this release supports, oldest first."""
