@@ -2,12 +2,13 @@
 
 A three-node cluster of real ``cmq serve`` processes on loopback (one data group) gets
 ``--queues`` queues with ``archive=true``, each ``--messages`` messages of ``--size`` bytes
-sent and acked, so every segment is released. Segments seal at ``--segment-bytes`` (and after
-2 s). Then one warm Spark session (``local[2]``, started once, a warm-up batch first) runs
-the archive job once per queue (`cmq.archive.job.ArchiveJob`, what ``cmq archive --queue Q``
-runs), alternating the segment read's two forms: ``json`` (the JSON lines, ``--json-read``)
-and ``binary`` (the default). Each run is timed as the job reports it (listing, claims, the
-Spark read-and-write, the read-back verification, manifest, MarkArchived; no JVM start).
+(random hex text) sent and acked, so every segment is released. Segments seal at
+``--segment-bytes`` (and after 2 s). Then one warm Spark session (``local[2]``, started once,
+a warm-up batch first) runs the archive job once per queue (`cmq.archive.job.ArchiveJob`, what
+``cmq archive --queue Q`` runs), alternating the segment read's two forms: ``json`` (the JSON
+lines, ``--json-read``) and ``binary`` (the default). Each run is timed as the job reports it
+(listing, claims, the Spark read-and-write, the read-back verification, manifest,
+MarkArchived; no JVM start).
 
 The reference is the raw read bandwidth of the same segment files: every ``.seg`` file of the
 queues on node 1 read with plain ``read`` calls in the same run (page cache warm, as the
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import secrets
 import statistics
 import tempfile
 import time
@@ -45,15 +47,19 @@ from cmq.client.types import Message
 async def load(urls: list[str], queues: list[str], messages: int, size: int) -> float:
     """Send and ack ``messages`` per queue; seconds taken."""
     start = time.monotonic()
-    body = "x" * size
     async with Client(urls, timeout=60) as client:
         for q in queues:
             await client.create_queue(q, {"archive": True})
         gate = asyncio.Semaphore(16)
 
-        async def send(q: str, n: int) -> None:
+        async def send(q: str, first: int, n: int) -> None:
+            # Random text (Parquet does not compress it away); a dedup id each, so the client
+            # retries a send whose outcome a leadership change left unknown.
+            batch = [
+                Message(secrets.token_hex(size // 2), dedup_id=f"{q}-{first + i}") for i in range(n)
+            ]
             async with gate:
-                await client.send(q, [Message(body) for _ in range(n)])
+                await client.send(q, batch)
 
         async def drain(q: str, acked: list[int]) -> None:
             while acked[0] < messages:
@@ -64,7 +70,7 @@ async def load(urls: list[str], queues: list[str], messages: int, size: int) -> 
 
         for q in queues:
             acked = [0]
-            sends = [send(q, min(100, messages - i)) for i in range(0, messages, 100)]
+            sends = [send(q, i, min(100, messages - i)) for i in range(0, messages, 100)]
             await asyncio.gather(*sends, *(drain(q, acked) for _ in range(4)))
     return time.monotonic() - start
 
@@ -133,14 +139,18 @@ def main() -> None:
             asyncio.run(load(cluster.urls, [warm], 2000, args.size))
             wait_released(client, [warm], 2000)
             with tempfile.TemporaryDirectory() as tmp:
-                cfg = JobConfig(urls=tuple(cluster.urls), out=tmp, queues=(warm,))
+                cfg = JobConfig(urls=tuple(cluster.urls), out=tmp, queues=(warm,), timeout=120)
                 ArchiveJob(lambda: spark, cfg).run()
             runs: dict[str, list[dict[str, float]]] = {"json": [], "binary": []}
             for i, q in enumerate(queues):
                 form = "json" if i % 2 == 0 else "binary"
                 with tempfile.TemporaryDirectory() as tmp:
                     cfg = JobConfig(
-                        urls=tuple(cluster.urls), out=tmp, queues=(q,), binary=form == "binary"
+                        urls=tuple(cluster.urls),
+                        out=tmp,
+                        queues=(q,),
+                        timeout=120,
+                        binary=form == "binary",
                     )
                     s = ArchiveJob(lambda: spark, cfg).run()
                 runs[form].append(

@@ -21,7 +21,7 @@ One run is one batch (``batch_id``, new per run). Its steps, each re-entrant:
    after ours expired); the written files are read back (rows, distinct seqs and seq range per
    file and segment: every row inside a segment of the batch, no seq twice, each segment's rows
    = its listed count; a file holds the rows of the segments one Spark task read, of one queue
-   and day); the manifest is
+   and day; `cmq.archive.readback`); the manifest is
    written to a temporary name and renamed to ``_manifests/<batch>.json``: the commit point.
 6. **Mark archived** exactly the manifest's segments (contract §4). Refused -> error; the next
    run's recovery retries.
@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from cmq.archive import manifest as mf
+from cmq.archive import readback
 from cmq.archive.errors import (
     ApiError,
     ArchiveError,
@@ -61,9 +62,10 @@ from cmq.archive.errors import (
     VerificationFailed,
     WriteFailed,
 )
+from cmq.archive.readback import FileRows
 from cmq.archive.records import SegmentTask, plan_tasks
 from cmq.archive.remote import ClusterClient, Listing, Segment
-from cmq.archive.storage import Storage, open_storage
+from cmq.archive.storage import LocalStorage, Storage, open_storage
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -139,22 +141,6 @@ class Summary:
         if self.spark_seconds:
             lines.append(f"of which {self.spark_seconds:.1f} s starting Spark")
         return "\n".join(lines)
-
-
-@dataclass(slots=True)
-class _FileStats:
-    """The rows of one written file that lie in one segment of the batch (``segment``: its
-    first seq; None for rows in no segment of the batch: a failed verification)."""
-
-    rel: str
-    queue: str
-    date: str
-    segment: int | None
-    rows: int
-    distinct: int
-    min_seq: int
-    max_seq: int
-    size: int = 0
 
 
 @dataclass(slots=True)
@@ -427,12 +413,9 @@ class ArchiveJob:
             if res.refused:
                 raise ConflictingClaim(f"renewing the claims of {self.batch_id}: {res.refused}")
 
-    def file_stats(self, tasks: Sequence[SegmentTask]) -> list[_FileStats]:
-        """Per written file and segment of ``tasks``: its rows, distinct seqs and seq range
-        (read back with Spark; a file holds the rows of one or more segments of one queue and
-        day, one Spark task's)."""
-        from pyspark.sql import functions as F
-
+    def file_stats(self, tasks: Sequence[SegmentTask]) -> list[FileRows]:
+        """What each file of the batch holds per segment of ``tasks`` (`cmq.archive.readback`:
+        pyarrow on a local root, Spark elsewhere)."""
         files: dict[str, int] = {}
         dirs = [d for d in self._dirs if not d.startswith(STAGING)]
         for d in dirs:
@@ -441,51 +424,14 @@ class ArchiveJob:
                     files[f"{d}/{e.name}"] = e.size
         if not files:
             return []
-        df = self.spark.read.option("basePath", self.storage.root).parquet(
-            *[self.storage.uri(d) for d in dirs]
-        )
-        ranges = self.spark.createDataFrame(
-            [(t.queue, t.first_seq, t.last_seq) for t in tasks],
-            "segment_queue string, segment long, segment_last long",
-        )
-        # The queue from the file's path (queue names never need escaping there).
-        rows_of = df.select(F.input_file_name().alias("f"), "seq").withColumn(
-            "file_queue", F.regexp_extract("f", r"/queue=([^/]+)/date=", 1)
-        )
-        in_segment = (F.col("file_queue") == F.col("segment_queue")) & F.col("seq").between(
-            F.col("segment"), F.col("segment_last")
-        )
-        rows = (
-            rows_of.join(F.broadcast(ranges), in_segment, "left")
-            .groupBy("f", "segment")
-            .agg(
-                F.count("*").alias("n"),
-                F.countDistinct("seq").alias("d"),
-                F.min("seq").alias("lo"),
-                F.max("seq").alias("hi"),
-            )
-            .collect()
-        )
-        out = []
-        for r in rows:
-            rel = "/".join(str(r["f"]).split("/")[-4:])
-            if rel not in files:
-                raise VerificationFailed(f"read back a file not in the batch: {r['f']}")
-            q, d = rel.split("/")[:2]
-            segment = None if r["segment"] is None else int(r["segment"])
-            out.append(
-                _FileStats(
-                    rel,
-                    q.removeprefix("queue="),
-                    d.removeprefix("date="),
-                    segment,
-                    int(r["n"]),
-                    int(r["d"]),
-                    int(r["lo"]),
-                    int(r["hi"]),
-                    files[rel],
-                )
-            )
+        if isinstance(self.storage, LocalStorage):
+            paths = {rel: self.storage.local_path(rel) for rel in files}
+            out = readback.local_rows(paths, files, tasks)
+        else:
+            out = readback.spark_rows(self.spark, self.storage, dirs, files, tasks)
+        for f in out:
+            if f.rel not in files:
+                raise VerificationFailed(f"read back a file not in the batch: {f.rel}")
         missing = set(files) - {f.rel for f in out}
         if missing:
             raise VerificationFailed(f"files with no rows: {sorted(missing)}")
@@ -495,7 +441,7 @@ class ArchiveJob:
         """Check the written files against ``tasks`` and describe them (step 5): every row
         lies in a segment of the batch, no seq twice, each segment's rows = its listed count."""
         stats = self.file_stats(tasks)
-        by_task: dict[tuple[str, int], list[_FileStats]] = defaultdict(list)
+        by_task: dict[tuple[str, int], list[FileRows]] = defaultdict(list)
         for f in stats:
             if f.segment is None or f.rows != f.distinct:
                 raise VerificationFailed(
@@ -525,7 +471,7 @@ class ArchiveJob:
                     sorted(f.rel for f in fs),
                 )
             )
-        per_file: dict[str, list[_FileStats]] = defaultdict(list)
+        per_file: dict[str, list[FileRows]] = defaultdict(list)
         for f in stats:
             per_file[f.rel].append(f)
         files = [
