@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import secrets
 import statistics
@@ -141,7 +142,7 @@ def main() -> None:
             with tempfile.TemporaryDirectory() as tmp:
                 cfg = JobConfig(urls=tuple(cluster.urls), out=tmp, queues=(warm,), timeout=120)
                 ArchiveJob(lambda: spark, cfg).run()
-            runs: dict[str, list[dict[str, float]]] = {"json": [], "binary": []}
+            runs: dict[str, list[dict[str, Any]]] = {"json": [], "binary": []}
             for i, q in enumerate(queues):
                 form = "json" if i % 2 == 0 else "binary"
                 with tempfile.TemporaryDirectory() as tmp:
@@ -152,7 +153,14 @@ def main() -> None:
                         timeout=120,
                         binary=form == "binary",
                     )
-                    s = ArchiveJob(lambda: spark, cfg).run()
+                    steps: list[tuple[str, float]] = []
+
+                    def step(what: str, steps: list[tuple[str, float]] = steps) -> None:
+                        steps.append((what.split(" ", maxsplit=1)[0], time.monotonic()))
+
+                    s = ArchiveJob(lambda: spark, cfg, progress=step).run()
+                    steps.append(("end", time.monotonic()))
+                phases = {a: round(t2 - t1, 2) for (a, t1), (_, t2) in itertools.pairwise(steps)}
                 runs[form].append(
                     {
                         "rows": s.rows,
@@ -160,6 +168,7 @@ def main() -> None:
                         "seconds": round(s.seconds, 2),
                         "rows_s": round(s.rows / s.seconds),
                         "MB_s": round(s.source_bytes / 1e6 / s.seconds, 2),
+                        "phases_s": phases,
                     }
                 )
                 print(form, runs[form][-1], flush=True)
@@ -171,6 +180,7 @@ def main() -> None:
     for form, rs in runs.items():
         out[f"{form}_median_rows_s"] = statistics.median(r["rows_s"] for r in rs)
         out[f"{form}_median_MB_s"] = statistics.median(r["MB_s"] for r in rs)
+        out[f"{form}_median_write_s"] = statistics.median(r["phases_s"]["writing"] for r in rs)
     out["ratio_binary_json"] = round(out["binary_median_rows_s"] / out["json_median_rows_s"], 2)
     out["binary_vs_raw_read"] = round(out["binary_median_MB_s"] / out["raw_read_MB_s"], 4)
     print(json.dumps(out, indent=2))
