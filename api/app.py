@@ -171,7 +171,8 @@ def _handler(route: Route) -> Handler:
         params = {k: v for k, v in request.match_info.items() if k != "name"}
         served = request.app[SERVED_KEY]
         caller = request.get(CALLER)
-        ctx = Context(served, request.path, name, params, dict(request.query), caller)
+        accept = request.headers.get("Accept", "")
+        ctx = Context(served, request.path, name, params, dict(request.query), caller, accept)
         reply = await route.handler(ctx, body)
         if reply.stream is not None:
             return await _stream(request, reply)

@@ -79,7 +79,13 @@ from cmq.errors import (
     SegmentNotReleased,
     Unavailable,
 )
-from cmq.model import SEGMENT_STATES, SegmentRecord, is_fifo_name
+from cmq.model import (
+    SEGMENT_DATA_MEDIA_TYPE,
+    SEGMENT_STATES,
+    SegmentData,
+    SegmentRecord,
+    is_fifo_name,
+)
 
 log = logging.getLogger(__name__)
 
@@ -196,11 +202,35 @@ def _record_line(r: SegmentRecord) -> bytes:
     return _line_encoder.encode(line) + b"\n"
 
 
+def _data_chunks(ctx: Context, data: SegmentData) -> AsyncIterator[bytes]:
+    """``data``'s bytes; damage ends them early, without the stream CRC (a reader sees a cut
+    stream)."""
+
+    async def chunks() -> AsyncIterator[bytes]:
+        try:
+            async for chunk in data.chunks:
+                yield chunk
+        except CorruptSegment as e:
+            log.error("%s: binary stream cut without its CRC: %s", ctx.path, e)
+
+    return chunks()
+
+
 async def segment_records(ctx: Context, _: None) -> Reply:
-    """The records stream of a released segment (see `SegmentStreamTrailer`)."""
+    """The records stream of a released segment (see `SegmentStreamTrailer`), or its binary
+    read (`cmq.fsm.segdata`) when ``Accept`` names `SEGMENT_DATA_MEDIA_TYPE` and the
+    ``segment_read_binary`` flag is enabled."""
     if ctx.query:
         raise InvalidParameter(f"unknown query parameter {sorted(ctx.query)[0]!r}")
     first_seq = _int_param(ctx, "first_seq")
+    if SEGMENT_DATA_MEDIA_TYPE in ctx.accept:
+        try:
+            data = await ctx.service.read_segment_data(ctx.name, first_seq)
+        except FeatureNotEnabled:
+            pass  # answer the JSON lines, as a node without the binary form does
+        else:
+            body = _data_chunks(ctx, data)
+            return Reply(b"", content_type=SEGMENT_DATA_MEDIA_TYPE, stream=body)
     stream = await ctx.service.read_segment(ctx.name, first_seq)
 
     async def chunks() -> AsyncIterator[bytes]:
@@ -492,7 +522,11 @@ ROUTES: tuple[Route, ...] = (
         description="Read from this node's replica. Each record is checked against its stored "
         "CRC; damage found before the answer starts is 500 corrupt_segment, later it ends the "
         "stream without its trailer. A reader checks the trailer: present, count and stream_crc "
-        "match the lines received, checksum matches the listing.",
+        "match the lines received, checksum matches the listing. With `Accept: "
+        "application/x-cmq-segment` (and the segment_read_binary flag enabled) the answer is "
+        "the binary read instead: the segment's stored bytes with their offsets and outcome "
+        "tables, ending with a CRC-32 of the stream (docs/architecture.md, 'Binary segment "
+        "read'); otherwise the JSON lines, so a reader checks the answer's Content-Type.",
     ),
     Route(
         "POST",

@@ -52,6 +52,8 @@ class Context:
     """The query string's parameters, unchecked."""
     caller: Caller | None = None
     """Who signed the request; None: requests are not authenticated (``--anonymous``)."""
+    accept: str = ""
+    """The request's ``Accept`` header (empty when absent)."""
 
     @property
     def service(self) -> QueueService:

@@ -697,6 +697,22 @@ class SegmentStream:
     batches: AsyncIterator[list[SegmentRecord]]
 
 
+SEGMENT_DATA_MEDIA_TYPE = "application/x-cmq-segment"
+"""The media type of a released segment's binary read (`SegmentData`), asked for with
+``Accept``."""
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentData:
+    """The binary read of one released segment from this replica (`cmq.fsm.segdata`, media
+    type ``application/x-cmq-segment``): ``chunks`` are the stream's bytes in order; it raises
+    `CorruptSegment` on damage, before the stream's end (the caller then ends the answer
+    there, so the reader sees it cut). ``checksum``: the listing's CRC-32 (8 hex digits)."""
+
+    checksum: str
+    chunks: AsyncIterator[bytes]
+
+
 def check_batch_id(batch_id: object) -> str:
     """``batch_id`` if it matches `BATCH_ID`, else `InvalidParameter`."""
     if not isinstance(batch_id, str) or not BATCH_ID.match(batch_id):

@@ -24,6 +24,7 @@ from cmq.model import (
     QueueAttributes,
     QueueStats,
     ReceivedMessage,
+    SegmentData,
     SegmentListing,
     SegmentStream,
     SendRefused,
@@ -147,6 +148,13 @@ class QueueService(Protocol):
         """The records of a released segment from this node's replica, with their outcomes;
         `SegmentNotFound` (unknown or archived), `SegmentNotReleased`, or `CorruptSegment`
         (this replica's copy is damaged: read another) before anything is streamed."""
+        ...
+
+    async def read_segment_data(self, name: str, first_seq: int) -> SegmentData:
+        """The binary read of a released segment from this node's replica (its stored bytes
+        and outcome tables: `cmq.fsm.segdata`); the same errors as `read_segment` before
+        anything is streamed, and `FeatureNotEnabled` until the ``segment_read_binary`` flag
+        is (the caller then serves `read_segment`)."""
         ...
 
     async def claim_segments(

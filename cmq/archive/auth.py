@@ -30,11 +30,16 @@ def access_key() -> AccessKey | None:
 
 
 def open_url(
-    url: str, timeout: float, method: str = "GET", body: bytes | None = None
+    url: str,
+    timeout: float,
+    method: str = "GET",
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
 ) -> http.client.HTTPResponse:
     """``urllib.request.urlopen`` of ``url``, signed with `access_key` when there is one (a
-    JSON ``body`` when given). Raises as ``urlopen`` does (``HTTPError`` on a 4xx or 5xx)."""
-    req = urllib.request.Request(url, data=body, method=method)
+    JSON ``body`` when given; ``headers`` added unsigned, e.g. ``Accept``). Raises as
+    ``urlopen`` does (``HTTPError`` on a 4xx or 5xx)."""
+    req = urllib.request.Request(url, data=body, method=method, headers=headers or {})
     if body is not None:
         req.add_header("Content-Type", "application/json")
     key = access_key()

@@ -19,7 +19,9 @@ One run is one batch (``batch_id``, new per run). Its steps, each re-entrant:
    directories are then moved under the root.
 5. **Verify and commit.** The claims are renewed (refused -> abort: another batch took a segment
    after ours expired); the written files are read back (rows, distinct seqs and seq range per
-   file, each file inside one segment, each segment's rows = its listed count); the manifest is
+   file and segment: every row inside a segment of the batch, no seq twice, each segment's rows
+   = its listed count; a file holds the rows of the segments one Spark task read, of one queue
+   and day; `cmq.archive.readback`); the manifest is
    written to a temporary name and renamed to ``_manifests/<batch>.json``: the commit point.
 6. **Mark archived** exactly the manifest's segments (contract §4). Refused -> error; the next
    run's recovery retries.
@@ -49,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from cmq.archive import manifest as mf
+from cmq.archive import readback
 from cmq.archive.errors import (
     ApiError,
     ArchiveError,
@@ -59,9 +62,10 @@ from cmq.archive.errors import (
     VerificationFailed,
     WriteFailed,
 )
+from cmq.archive.readback import FileRows
 from cmq.archive.records import SegmentTask, plan_tasks
 from cmq.archive.remote import ClusterClient, Listing, Segment
-from cmq.archive.storage import Storage, open_storage
+from cmq.archive.storage import LocalStorage, Storage, open_storage
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -96,6 +100,8 @@ class JobConfig:
     claim_ttl_ms: int = DEFAULT_CLAIM_TTL_MS
     timeout: float = 60.0
     """Seconds per HTTP call (and per records stream)."""
+    binary: bool = True
+    """Ask nodes for the binary segment read (False: the JSON lines, the older form)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,18 +141,6 @@ class Summary:
         if self.spark_seconds:
             lines.append(f"of which {self.spark_seconds:.1f} s starting Spark")
         return "\n".join(lines)
-
-
-@dataclass(slots=True)
-class _FileStats:
-    rel: str
-    queue: str
-    date: str
-    rows: int
-    distinct: int
-    min_seq: int
-    max_seq: int
-    size: int = 0
 
 
 @dataclass(slots=True)
@@ -377,6 +371,7 @@ class ArchiveJob:
             .option("segments", encode_tasks(tasks))
             .option("batch_id", self.batch_id)
             .option("timeout", str(self.config.timeout))
+            .option("binary", "true" if self.config.binary else "false")
             .load()
         )
         # The UTC day, whatever the session's time zone: whole days since the epoch.
@@ -418,9 +413,9 @@ class ArchiveJob:
             if res.refused:
                 raise ConflictingClaim(f"renewing the claims of {self.batch_id}: {res.refused}")
 
-    def file_stats(self) -> list[_FileStats]:
-        from pyspark.sql import functions as F
-
+    def file_stats(self, tasks: Sequence[SegmentTask]) -> list[FileRows]:
+        """What each file of the batch holds per segment of ``tasks`` (`cmq.archive.readback`:
+        pyarrow on a local root, Spark elsewhere)."""
         files: dict[str, int] = {}
         dirs = [d for d in self._dirs if not d.startswith(STAGING)]
         for d in dirs:
@@ -429,59 +424,32 @@ class ArchiveJob:
                     files[f"{d}/{e.name}"] = e.size
         if not files:
             return []
-        df = self.spark.read.option("basePath", self.storage.root).parquet(
-            *[self.storage.uri(d) for d in dirs]
-        )
-        rows = (
-            df.select(F.input_file_name().alias("f"), "seq")
-            .groupBy("f")
-            .agg(
-                F.count("*").alias("n"),
-                F.countDistinct("seq").alias("d"),
-                F.min("seq").alias("lo"),
-                F.max("seq").alias("hi"),
-            )
-            .collect()
-        )
-        out = []
-        for r in rows:
-            rel = "/".join(str(r["f"]).split("/")[-4:])
-            if rel not in files:
-                raise VerificationFailed(f"read back a file not in the batch: {r['f']}")
-            q, d = rel.split("/")[:2]
-            out.append(
-                _FileStats(
-                    rel,
-                    q.removeprefix("queue="),
-                    d.removeprefix("date="),
-                    int(r["n"]),
-                    int(r["d"]),
-                    int(r["lo"]),
-                    int(r["hi"]),
-                    files[rel],
-                )
-            )
+        if isinstance(self.storage, LocalStorage):
+            paths = {rel: self.storage.local_path(rel) for rel in files}
+            out = readback.local_rows(paths, files, tasks)
+        else:
+            out = readback.spark_rows(self.spark, self.storage, dirs, files, tasks)
+        for f in out:
+            if f.rel not in files:
+                raise VerificationFailed(f"read back a file not in the batch: {f.rel}")
         missing = set(files) - {f.rel for f in out}
         if missing:
             raise VerificationFailed(f"files with no rows: {sorted(missing)}")
         return out
 
     def build_manifest(self, tasks: Sequence[SegmentTask]) -> mf.Manifest:
-        """Check the written files against ``tasks`` and describe them (step 5)."""
-        stats = self.file_stats()
-        by_task: dict[tuple[str, int], list[_FileStats]] = defaultdict(list)
+        """Check the written files against ``tasks`` and describe them (step 5): every row
+        lies in a segment of the batch, no seq twice, each segment's rows = its listed count."""
+        stats = self.file_stats(tasks)
+        by_task: dict[tuple[str, int], list[FileRows]] = defaultdict(list)
         for f in stats:
-            owner = [
-                t
-                for t in tasks
-                if t.queue == f.queue and t.first_seq <= f.min_seq and f.max_seq <= t.last_seq
-            ]
-            if len(owner) != 1 or f.rows != f.distinct:
+            if f.segment is None or f.rows != f.distinct:
                 raise VerificationFailed(
                     f"{f.rel}: {f.rows} rows, {f.distinct} distinct seqs in "
-                    f"[{f.min_seq}, {f.max_seq}]: not within exactly one segment of the batch"
+                    f"[{f.min_seq}, {f.max_seq}]: "
+                    + ("outside every segment of the batch" if f.segment is None else "repeated")
                 )
-            by_task[(owner[0].queue, owner[0].first_seq)].append(f)
+            by_task[(f.queue, f.segment)].append(f)
         segments = []
         for t in tasks:
             fs = by_task.get((t.queue, t.first_seq), [])
@@ -503,9 +471,20 @@ class ArchiveJob:
                     sorted(f.rel for f in fs),
                 )
             )
+        per_file: dict[str, list[FileRows]] = defaultdict(list)
+        for f in stats:
+            per_file[f.rel].append(f)
         files = [
-            mf.ManifestFile(f.rel, f.queue, f.date, f.rows, f.size, f.min_seq, f.max_seq)
-            for f in sorted(stats, key=lambda f: f.rel)
+            mf.ManifestFile(
+                rel,
+                fs[0].queue,
+                fs[0].date,
+                sum(f.rows for f in fs),
+                fs[0].size,
+                min(f.min_seq for f in fs),
+                max(f.max_seq for f in fs),
+            )
+            for rel, fs in sorted(per_file.items())
         ]
         return mf.Manifest(
             mf.VERSION,

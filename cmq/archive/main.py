@@ -1,7 +1,8 @@
 """``cmq archive`` (and ``python -m cmq.archive``, which ``spark-submit`` can run):
 
     cmq archive --url URL[,URL...] --out DIR [--queue NAME ...] [--master local[2]]
-                [--max-segments N] [--claim-ttl SECONDS] [--timeout SECONDS] [--json]
+                [--max-segments N] [--claim-ttl SECONDS] [--timeout SECONDS] [--json-read]
+                [--json]
 
 Prints a summary (segments, rows, bytes, seconds); exits 0 on success, 1 on any failure (the
 error's code and message on stderr), 2 on bad arguments.
@@ -91,6 +92,11 @@ def parser() -> argparse.ArgumentParser:
         help="seconds a claim on a segment lasts (default 600)",
     )
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per HTTP call")
+    p.add_argument(
+        "--json-read",
+        action="store_true",
+        help="read segments as JSON lines (the older, slower form) instead of binary",
+    )
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     return p
 
@@ -108,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         max_segments=args.max_segments,
         claim_ttl_ms=max(1, int(args.claim_ttl * 1000)),
         timeout=args.timeout,
+        binary=not args.json_read,
     )
     sessions: list[SparkSession] = []
 

@@ -33,7 +33,8 @@ class ManifestFile(msgspec.Struct, frozen=True):
 
 class ManifestSegment(msgspec.Struct, frozen=True):
     """One archived segment: the listing's identity (seq range, count, checksum of its stored
-    bytes), the rows found in the output and the files holding them."""
+    bytes), the rows found in the output and the files holding them (a file may also hold rows
+    of other segments of its batch: the ones one Spark task read, of one queue and day)."""
 
     queue: str
     first_seq: int

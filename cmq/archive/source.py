@@ -1,6 +1,8 @@
 """The ``cmq`` PySpark data source: the released segments of a cmq cluster's queues, one
-`InputPartition` per segment, each read from one replica (a follower when possible) and checked
-end to end before any of its rows is handed to Spark (`cmq.archive.records`).
+`InputPartition` per run of up to ``segments_per_partition`` segments of one queue, each
+segment read from one replica (a follower when possible; a partition's reads run
+``read_concurrency`` at once, spread over the replicas) and checked end to end before any of
+its rows is handed to Spark (`cmq.archive.records`).
 
     from cmq.archive.source import register
     register(spark)
@@ -13,7 +15,12 @@ Options: ``url`` (required; comma-separated), ``queues`` (comma-separated), ``ma
 (at most that many segments, lowest seqs first, per read), ``timeout`` (seconds per HTTP call,
 default 60), ``batch_id`` (the value of the ``batch_id`` column; null when absent), and
 ``segments`` (JSON list of `SegmentTask`: read exactly these; the archive job uses it for the
-segments it claimed). Reading only lists and streams; it never claims or archives anything.
+segments it claimed), ``binary`` (``true``, the default: ask for the binary segment read, which
+a node without it answers with JSON lines; ``false``: JSON lines only),
+``segments_per_partition`` (default 8: consecutive segments of one queue read by one Spark task,
+so written to one file per day) and ``read_concurrency`` (default 4: segments a task fetches
+and decodes at once, on threads, spread over the replicas). Reading only lists and streams; it
+never claims or archives anything.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ from pyspark.sql.types import (
 )
 
 from cmq.archive.errors import InvalidArgument
-from cmq.archive.records import SegmentTask, plan_tasks, read_segment
+from cmq.archive.records import READ_CONCURRENCY, SegmentTask, plan_tasks, read_segments
 from cmq.archive.remote import ClusterClient, split_urls
 
 if TYPE_CHECKING:
@@ -65,11 +72,36 @@ def encode_tasks(tasks: Sequence[SegmentTask]) -> str:
     return msgspec.json.encode(list(tasks)).decode()
 
 
-class SegmentPartition(InputPartition):
-    """One segment to read (its `SegmentTask`, JSON-encoded so it pickles small)."""
+DEFAULT_GROUP = 8
+"""Segments per partition (``segments_per_partition``)."""
 
-    def __init__(self, task: SegmentTask) -> None:
-        super().__init__(msgspec.json.encode(task))
+
+class SegmentPartition(InputPartition):
+    """Segments of one queue read by one Spark task (their `SegmentTask`s, JSON-encoded so
+    they pickle small), at most ``read_concurrency`` at once."""
+
+    def __init__(self, tasks: Sequence[SegmentTask]) -> None:
+        super().__init__(msgspec.json.encode(list(tasks)))
+
+
+def group_tasks(tasks: Sequence[SegmentTask], size: int) -> list[list[SegmentTask]]:
+    """``tasks`` in order, cut into runs of at most ``size`` segments of one queue."""
+    groups: list[list[SegmentTask]] = []
+    for t in tasks:
+        if groups and len(groups[-1]) < size and groups[-1][-1].queue == t.queue:
+            groups[-1].append(t)
+        else:
+            groups.append([t])
+    return groups
+
+
+def _positive(options: dict[str, str], name: str, default: int) -> int:
+    raw = options.get(name)
+    if raw is None:
+        return default
+    if not raw.isdigit() or int(raw) < 1:
+        raise InvalidArgument(f"option {name} must be a positive integer; got {raw!r}")
+    return int(raw)
 
 
 class CmqReader(DataSourceReader):
@@ -88,12 +120,17 @@ class CmqReader(DataSourceReader):
             queues = [q.strip() for q in opts.get("queues", "").split(",") if q.strip()]
             max_segments = int(opts["max_segments"]) if opts.get("max_segments") else None
             tasks = plan_tasks(client, queues or None, max_segments)
-        return [SegmentPartition(t) for t in tasks]
+        size = _positive(opts, "segments_per_partition", DEFAULT_GROUP)
+        return [SegmentPartition(g) for g in group_tasks(tasks, size)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        task = msgspec.json.decode(partition.value, type=SegmentTask)
-        segment = read_segment(task, float(self.options.get("timeout", "60")))
-        yield from segment.batches(self.options.get("batch_id") or None)
+        tasks = _TASKS.decode(partition.value)
+        binary = self.options.get("binary", "true").lower() != "false"
+        timeout = float(self.options.get("timeout", "60"))
+        concurrency = _positive(self.options, "read_concurrency", READ_CONCURRENCY)
+        batch_id = self.options.get("batch_id") or None
+        for segment in read_segments(tasks, timeout, binary, concurrency):
+            yield from segment.batches(batch_id)
 
 
 class CmqDataSource(DataSource):

@@ -108,6 +108,10 @@ class LocalStorage:
     def _p(self, rel: str) -> str:
         return os.path.join(self.base, rel) if rel else self.base
 
+    def local_path(self, rel: str) -> str:
+        """The file system path of ``rel``."""
+        return self._p(rel)
+
     def exists(self, rel: str) -> bool:
         return os.path.exists(self._p(rel))
 

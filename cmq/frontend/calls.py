@@ -31,6 +31,7 @@ from cmq.model import (
     QueueAttributes,
     QueueStats,
     ReceivedMessage,
+    SegmentData,
     SegmentListing,
     SegmentRecord,
     SegmentStream,
@@ -46,10 +47,10 @@ WIRE_VERSION: Final = 5
 5: messages to send, received, exported and imported carry their time-to-live deadline
 (``ttl_deadline_ms``), an imported one its ``deliver_at_ms``; queue attributes carry
 ``priorities`` and ``retain_acked_seconds``, a message to send and a received message
-``priority``, queue statistics ``visible_by_priority``; the ``rewind`` call (tag 34); 4: queue
-attributes carry ``max_delay_seconds``, a message to send ``deliver_at_ms`` and
-``ttl_seconds``; 3: queue attributes carry ``retry`` (release 0.3.0); 2: msgspec frames
-(0.2.0)."""
+``priority``, queue statistics ``visible_by_priority``; the ``rewind`` call (tag 34) and
+`ReadSegmentData` (tag 35, the binary segment read); 4: queue attributes carry
+``max_delay_seconds``, a message to send ``deliver_at_ms`` and ``ttl_seconds``; 3: queue
+attributes carry ``retry`` (release 0.3.0); 2: msgspec frames (0.2.0)."""
 
 _encoder = msgspec.msgpack.Encoder()
 
@@ -325,6 +326,43 @@ class ReadSegment(Call[SegmentRead], frozen=True, tag=16):
         return SegmentRead(stream.checksum, batches, damage)
 
 
+class SegmentDataRead(msgspec.Struct, frozen=True, array_like=True):
+    """A released segment's binary read (`cmq.fsm.segdata`) whole, read in the node process up
+    to its end or to its damage (``damage``: the error raised after ``data``)."""
+
+    checksum: str
+    data: bytes
+    damage: Failure | None = None
+
+    def stream(self) -> SegmentData:
+        """The bytes again as one chunk (the damage raised after it)."""
+
+        async def replay() -> AsyncIterator[bytes]:
+            if self.data:
+                yield self.data
+            if self.damage is not None:
+                raise self.damage.error()
+
+        return SegmentData(self.checksum, replay())
+
+
+class ReadSegmentData(Call[SegmentDataRead], frozen=True, tag=35):
+    result_type = SegmentDataRead
+    name: str
+    first_seq: int
+
+    async def run(self, service: QueueService) -> SegmentDataRead:
+        got = await service.read_segment_data(self.name, self.first_seq)
+        pieces: list[bytes] = []
+        damage = None
+        try:
+            async for piece in got.chunks:
+                pieces.append(piece)
+        except CmqError as e:
+            damage = Failure.of(e)
+        return SegmentDataRead(got.checksum, b"".join(pieces), damage)
+
+
 class ClaimSegments(Call[ClaimResult], frozen=True, tag=17):
     result_type = ClaimResult
     name: str
@@ -517,11 +555,12 @@ AnyCall = (
     | EnableFeatures
     | State
     | Metrics
+    | ReadSegmentData
 )
 CALLS: Final[dict[str, type[Call[Any]]]] = {
     c.METHOD: c for c in typing.get_args(AnyCall) if c not in (State, Metrics)
 }
 """The `QueueService` coroutine methods by name, each with its call (``is_ready`` and
 ``status`` are `State`; a test checks this against the protocol)."""
-CALL_TAGS: Final = frozenset(range(1, 35))
+CALL_TAGS: Final = frozenset(range(1, 36))
 """The call tags this release reads (a test checks them against the structs)."""

@@ -13,8 +13,8 @@ whose node process goes away before it answers ends `OutcomeUnknown`. ``is_ready
 of the last scrape, and once at the start; the node renders once a second for all its front
 ends), so an unscraped cluster does not pay for rendering thousands of queue series
 (`NodeMetricsCollector` adds the copy to a front end's own registry).
-`read_segment` is carried whole: the node reads the segment to its end (or to its damage,
-raised after the records before it) before the proxy streams it.
+`read_segment` and `read_segment_data` are carried whole: the node reads the segment to its end
+(or to its damage, raised after the records or bytes before it) before the proxy streams it.
 
 Wire: typed MessagePack frames, one `cmq.frontend.calls.Call` per service method (see there,
 with its version). Nothing is unpickled. The socket file is readable by its owner alone (mode
@@ -52,6 +52,7 @@ from cmq.model import (
     QueueAttributes,
     QueueStats,
     ReceivedMessage,
+    SegmentData,
     SegmentListing,
     SegmentStream,
     SendRefused,
@@ -375,6 +376,9 @@ class ServiceProxy(QueueService):
 
     async def read_segment(self, name: str, first_seq: int) -> SegmentStream:
         return (await self._call(calls.ReadSegment(name, first_seq))).stream()
+
+    async def read_segment_data(self, name: str, first_seq: int) -> SegmentData:
+        return (await self._call(calls.ReadSegmentData(name, first_seq))).stream()
 
     async def claim_segments(
         self, name: str, batch_id: str, segments: list[int], ttl_ms: int

@@ -11,7 +11,7 @@ from dataclasses import replace
 from itertools import islice
 
 from cmq import errors
-from cmq.fsm import export, fifo, lifecycle
+from cmq.fsm import export, fifo, lifecycle, segdata
 from cmq.fsm.effects import Effects
 from cmq.fsm.gauges import QueueGauges, queue_gauges
 from cmq.fsm.image import decode_image, segments_digest
@@ -151,6 +151,18 @@ class MachineReads:
             raise errors.QueueNotFound(f"queue {name!r} does not exist")
         seg = lifecycle.released_segment(q, first_seq)
         return f"{seg.crc:08x}", lifecycle.read_records(self._store, q.key, seg, chunk)
+
+    def segment_data(
+        self, name: str, first_seq: int, chunk: int = lifecycle.READ_CHUNK
+    ) -> tuple[str, Iterator[bytes]]:
+        """(checksum, pieces) of the binary read of the released segment ``first_seq`` of
+        ``name`` (`cmq.fsm.segdata`: lazily, one chunk of the file at a time).
+        `QueueNotFound`, `SegmentNotFound` or `SegmentNotReleased` at once."""
+        q = self._queues.get(name)
+        if q is None:
+            raise errors.QueueNotFound(f"queue {name!r} does not exist")
+        seg = lifecycle.released_segment(q, first_seq)
+        return f"{seg.crc:08x}", segdata.stream(self._store, q.key, seg, chunk)
 
     def has_visible(self, name: str, now_ms: int) -> bool:
         """Whether a `Lease` at ``now_ms`` would find a message (a hint for long polls)."""

@@ -19,6 +19,7 @@ from cmq.model import (
     MAX_CLAIM_TTL_MS,
     ArchiveResult,
     ClaimResult,
+    SegmentData,
     SegmentListing,
     SegmentRecord,
     SegmentStream,
@@ -78,6 +79,14 @@ class ArchiveSide:
         first = next(records, None)  # damage in the first chunk fails before any answer
         return SegmentStream(checksum, _batches(first, records))
 
+    async def read_segment_data(self, name: str, first_seq: int) -> SegmentData:
+        """The binary read (`cmq.fsm.segdata`) of a released segment from this replica; the
+        caller checks the ``segment_read_binary`` flag."""
+        _, machine = self._local_machine(name)
+        checksum, pieces = machine.segment_data(name, first_seq)
+        head = next(pieces)  # the tables: an unknown segment fails before any answer
+        return SegmentData(checksum, _chunks(head, pieces))
+
     async def claim_segments(
         self, name: str, batch_id: str, segments: list[int], ttl_ms: int
     ) -> ClaimResult:
@@ -110,3 +119,12 @@ async def _batches(
     for batch in rest:
         await asyncio.sleep(0)
         yield batch
+
+
+async def _chunks(head: bytes, rest: Iterator[bytes]) -> AsyncIterator[bytes]:
+    """``head`` then ``rest``, yielding to the event loop between chunks (each one bounded
+    ``pread`` of the local file)."""
+    yield head
+    for piece in rest:
+        await asyncio.sleep(0)
+        yield piece

@@ -56,6 +56,7 @@ from cmq.model import (
     QueueAttributes,
     QueueStats,
     ReceivedMessage,
+    SegmentData,
     SegmentListing,
     SegmentStream,
     SendRefused,
@@ -744,6 +745,10 @@ class QueueNode:
 
     async def read_segment(self, name: str, first_seq: int) -> SegmentStream:
         return await self.archive.read_segment(name, first_seq)
+
+    async def read_segment_data(self, name: str, first_seq: int) -> SegmentData:
+        self._require(features.SEGMENT_READ_BINARY, "binary segment reads")
+        return await self.archive.read_segment_data(name, first_seq)
 
     async def claim_segments(
         self, name: str, batch_id: str, segments: list[int], ttl_ms: int

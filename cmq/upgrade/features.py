@@ -45,6 +45,7 @@ LONG_DELAYS = "long_delays"
 MESSAGE_TTL = "message_ttl"
 MESSAGE_PRIORITIES = "message_priorities"
 REWIND = "rewind"
+SEGMENT_READ_BINARY = "segment_read_binary"
 
 FEATURES: tuple[Feature, ...] = (
     Feature(
@@ -102,6 +103,13 @@ FEATURES: tuple[Feature, ...] = (
         "queues may keep acknowledged messages (the queue attribute retain_acked_seconds: the "
         "attribute encoding's flag 0x40 and its u32) and be rewound (command REWIND, type 17); "
         "data group images of version 6 (per segment: archived-but-retained, rewound copies)",
+    ),
+    Feature(
+        SEGMENT_READ_BINARY,
+        "0.3.0",
+        "a released segment's read may be answered in binary (application/x-cmq-segment "
+        "version 1: the stored bytes with their outcome tables) to a reader that asks for it; "
+        "before, and on a node without it, the reader gets the JSON lines",
     ),
 )
 """Every flag this release supports, oldest first."""

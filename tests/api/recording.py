@@ -31,6 +31,7 @@ from cmq.model import (
     ReceivedMessage,
     SegmentClaim,
     SegmentCounts,
+    SegmentData,
     SegmentInfo,
     SegmentListing,
     SegmentRecord,
@@ -228,6 +229,16 @@ class RecordingService(Recorder):
             yield records[2:]
 
         return SegmentStream("0a1b2c3d", batches())
+
+    async def read_segment_data(self, name: str, first_seq: int) -> SegmentData:
+        async def chunks() -> AsyncIterator[bytes]:
+            yield b"head"
+            yield b"frame"
+            if self.corrupt_mid_stream:
+                raise CorruptSegment("crc differs from the recorded one")
+            yield b"end"
+
+        return SegmentData("0a1b2c3d", chunks())
 
     async def claim_segments(
         self, name: str, batch_id: str, segments: list[int], ttl_ms: int

@@ -13,6 +13,7 @@ from cmq.client.segments import RecordsReader
 from cmq.errors import (
     CmqError,
     CorruptSegment,
+    FeatureNotEnabled,
     QueueNotFound,
     SegmentNotFound,
     SegmentNotReleased,
@@ -95,6 +96,45 @@ async def test_damage_found_mid_stream_cuts_the_stream_without_a_trailer(
     assert len(list(reader.feed(raw))) == 2
     with pytest.raises(CorruptSegment, match="cut"):
         reader.finish()
+
+
+BINARY = "application/x-cmq-segment"
+
+
+async def test_the_binary_read_is_served_to_a_reader_asking_for_it(
+    client: Client, service: RecordingService
+) -> None:
+    resp = await client.get(
+        "/v1/queues/q/segments/7/records", headers={"Accept": f"{BINARY}, application/x-ndjson"}
+    )
+    assert resp.status == 200
+    assert resp.headers["Content-Type"].startswith(BINARY)
+    assert await resp.read() == b"headframeend"
+    assert service.calls == [Call("read_segment_data", ("q", 7))]
+
+
+async def test_the_json_lines_without_the_accept_or_the_flag(
+    client: Client, service: RecordingService
+) -> None:
+    resp = await client.get("/v1/queues/q/segments/7/records")
+    assert resp.headers["Content-Type"].startswith("application/x-ndjson")
+    assert service.calls == [Call("read_segment", ("q", 7))]
+    service.calls.clear()
+    service.fail["read_segment_data"] = FeatureNotEnabled("segment_read_binary is not enabled")
+    resp = await client.get("/v1/queues/q/segments/7/records", headers={"Accept": BINARY})
+    assert resp.status == 200
+    assert resp.headers["Content-Type"].startswith("application/x-ndjson")
+    assert len((await resp.read()).splitlines()) == 4
+    assert [c.method for c in service.calls] == ["read_segment_data", "read_segment"]
+
+
+async def test_damage_mid_binary_stream_cuts_it_before_its_end(
+    client: Client, service: RecordingService
+) -> None:
+    service.corrupt_mid_stream = True
+    resp = await client.get("/v1/queues/q/segments/7/records", headers={"Accept": BINARY})
+    assert resp.status == 200
+    assert await resp.read() == b"headframe"  # no end, no stream CRC: the reader sees it cut
 
 
 @pytest.mark.parametrize(

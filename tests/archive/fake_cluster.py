@@ -3,11 +3,18 @@
 sharing one set of synthetic queues and segments. For the reader's and the job's unit tests
 only; the end-to-end test runs real nodes.
 
+Each segment is also real stored bytes (`cmq.fsm.store` records) served in the binary form
+(`cmq.fsm.segdata`, what a node writes) to a reader asking for it with ``Accept``; ``binary =
+False`` makes every replica answer the JSON lines instead, as a node of an older release does
+(``json_only`` per replica).
+
 Faults per replica: ``down`` (connection refused: the application is not served),
 ``torn`` (the records stream stops halfway, without a trailer), ``bad_checksum`` (the trailer's
 checksum differs from the listing: the replica read other bytes), ``bad_crc`` (a body altered
 in flight: ``stream_crc`` no longer matches), ``short`` (one record missing, trailer consistent
-with what was sent: the count differs from the listing).
+with what was sent: the count differs from the listing), ``flipped`` (binary form: one stored
+byte of a body corrupted on the replica's disk, sent by a node that does not notice: the
+stream's own CRC matches, only the stored checksum catches it).
 
 `require_signed` makes every replica verify each request's signature as a node does
 (`api.auth.sigv4`): 401 for an unsigned or badly signed one; `signed` counts the good ones.
@@ -17,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import re
 import threading
 import time
@@ -29,6 +37,9 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from cmq.fsm import segdata
+from cmq.fsm.queue import Segment
+from cmq.fsm.store import StoredMessage, encode_record
 from tests.ports import free_ports
 
 NID = web.AppKey("nid", int)
@@ -46,12 +57,32 @@ class FakeSegment:
     def lines(self) -> list[bytes]:
         return [orjson.dumps(r) + b"\n" for r in self.records]
 
+    def stored(self) -> bytes:
+        """The segment file: its records as a node stores them (every seq from the first)."""
+        out = []
+        for r in self.records:
+            attrs = tuple(sorted(r["attributes"].items()))
+            body = base64.b64decode(r["body_b64"])
+            m = StoredMessage(r["id"], r["seq"], body, True, attrs, r["sent_at_ms"])
+            out.append(encode_record(m, r["sent_at_ms"]))
+        return b"".join(out)
+
+    def machine_segment(self, data: bytes) -> Segment:
+        """The state machine's view of the segment whose file is ``data``."""
+        seg = Segment(self.first_seq, 0)
+        seg.count, seg.size, seg.crc = len(self.records), len(data), zlib.crc32(data)
+        seg.sealed = seg.released = True
+        bits = {"expired": seg.expired, "dead_lettered": seg.dead, "purged": seg.purged}
+        for rel, r in enumerate(self.records):
+            if r["outcome"] in bits:
+                bits[r["outcome"]].add(rel)
+            if r["receive_count"] != (1 if r["outcome"] == "acked" else 0):
+                seg.counts[rel] = r["receive_count"]
+        return seg
+
     @property
     def checksum(self) -> str:
-        crc = 0
-        for line in self.lines():
-            crc = zlib.crc32(line, crc)
-        return f"{zlib.crc32(b'stored', crc):08x}"
+        return f"{zlib.crc32(self.stored()):08x}"
 
 
 @dataclass
@@ -68,6 +99,8 @@ class Faults:
     bad_checksum: set[tuple[str, int]] = field(default_factory=set)
     bad_crc: set[tuple[str, int]] = field(default_factory=set)
     short: set[tuple[str, int]] = field(default_factory=set)
+    flipped: set[tuple[str, int]] = field(default_factory=set)
+    json_only: bool = False
 
 
 OUTCOMES = ("acked", "acked", "acked", "expired", "dead_lettered", "purged")
@@ -104,6 +137,15 @@ class FakeCluster:
         self.queues: dict[str, FakeQueue] = {}
         self.faults = {nid: Faults() for nid in range(1, nodes + 1)}
         self.leader = leader
+        self.binary = True
+        """Serve the binary form to a reader asking for it (False: JSON lines only)."""
+        self.delay = 0.0
+        """Seconds each records read waits before answering (to see reads overlap)."""
+        self.inflight = 0
+        self.max_inflight = 0
+        """Records reads being answered at once, and the most seen."""
+        self.forms: list[str] = []
+        """The form of each records read answered (``binary`` or ``json``)."""
         self.ports = dict(zip(range(1, nodes + 1), free_ports(nodes), strict=True))
         self.served: list[tuple[int, str, int]] = []  # (node, queue, first_seq) streamed OK
         self.mark_calls: list[tuple[str, str, list[int]]] = []
@@ -268,7 +310,7 @@ class FakeCluster:
                     "first_seq": s.first_seq,
                     "last_seq": s.last_seq,
                     "count": len(s.records),
-                    "bytes": sum(len(x) for x in s.lines()),
+                    "bytes": len(s.stored()),
                     "state": s.state,
                     "checksum": s.checksum,
                     "claim": None
@@ -294,6 +336,15 @@ class FakeCluster:
         return seg
 
     async def _records(self, request: web.Request) -> web.StreamResponse:
+        self.inflight += 1
+        self.max_inflight = max(self.max_inflight, self.inflight)
+        try:
+            await asyncio.sleep(self.delay)
+            return await self._answer_records(request)
+        finally:
+            self.inflight -= 1
+
+    async def _answer_records(self, request: web.Request) -> web.StreamResponse:
         nid = request.app[NID]
         key = (request.match_info["name"], int(request.match_info["first"]))
         faults = self.faults[nid]
@@ -301,6 +352,15 @@ class FakeCluster:
             seg = self._segment(request)
             if isinstance(seg, web.Response):
                 return seg
+            if (
+                self.binary
+                and not faults.json_only
+                and segdata.MEDIA_TYPE in request.headers.get("Accept", "")
+            ):
+                data = seg.stored()
+                self.forms.append("binary")
+                return await self._binary(request, nid, key, seg, data)
+            self.forms.append("json")
             lines = seg.lines()
             checksum = seg.checksum
         crc = 0
@@ -334,6 +394,53 @@ class FakeCluster:
         await resp.write(orjson.dumps(trailer) + b"\n")
         await resp.write_eof()
         self.served.append((nid, key[0], key[1]))
+        return resp
+
+    async def _binary(
+        self,
+        request: web.Request,
+        nid: int,
+        key: tuple[str, int],
+        seg: FakeSegment,
+        data: bytes,
+    ) -> web.StreamResponse:
+        faults = self.faults[nid]
+        machine = seg.machine_segment(data)
+        records = seg.records
+        if key in faults.short:  # the last record missing, consistently
+            records = records[:-1]
+            data = FakeSegment(seg.first_seq, seg.last_seq - 1, records).stored()
+            machine = FakeSegment(seg.first_seq, seg.last_seq - 1, records).machine_segment(data)
+        if key in faults.flipped:  # a stored byte damaged; this node does not notice
+            at = len(data) - 1  # the last record's body (or its id/attributes if empty)
+            data = data[:at] + bytes([data[at] ^ 0x40]) + data[at + 1 :]
+            machine.crc = zlib.crc32(data)  # what the stream then computes
+        chunks = list(segdata.stream(_Bytes(data), "fake", machine, 4096))
+        if key in faults.flipped:  # the header still names the listing's checksum
+            chunks[0] = _with_checksum(chunks[0], int(seg.checksum, 16))
+            chunks[-1] = _recrc(chunks)
+        if key in faults.bad_checksum:  # the replica read other bytes than the listing's
+            chunks[0] = _with_checksum(chunks[0], int(seg.checksum, 16) ^ 1)
+            chunks[-1] = _recrc(chunks)
+        if key in faults.bad_crc:  # a byte of the first frame altered in flight
+            first = bytearray(chunks[1])
+            first[40] ^= 0x01
+            chunks[1] = bytes(first)
+        resp = web.StreamResponse(headers={"Content-Type": segdata.MEDIA_TYPE})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        for i, chunk in enumerate(chunks):
+            if key in faults.torn and i == len(chunks) // 2:
+                assert request.transport is not None
+                request.transport.abort()
+                return resp
+            try:
+                await resp.write(chunk)
+            except ConnectionError:  # the reader refused the stream early and left
+                return resp
+        self.served.append((nid, key[0], key[1]))  # before the end: the reader may be done
+        with contextlib.suppress(ConnectionError):  # a reader that refused the stream left
+            await resp.write_eof()
         return resp
 
     async def _claim(self, request: web.Request) -> web.Response:
@@ -398,3 +505,31 @@ def _refused(first: int, batch: str | None, reason: str) -> dict[str, Any]:
 def iter_expected(records: list[dict[str, Any]]) -> Iterator[tuple[str, int, bytes, str]]:
     for r in records:
         yield r["queue"], r["seq"], base64.b64decode(r["body_b64"]), r["outcome"]
+
+
+class _Bytes:
+    """A `SegmentStore` holding one segment's bytes (all `segdata.stream` reads)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def scan(self, queue: str, segment: int, size: int, chunk: int) -> Iterator[bytes]:
+        for at in range(0, min(size, len(self.data)), chunk):
+            yield self.data[at : min(at + chunk, size)]
+
+
+def _with_checksum(head: bytes, checksum: int) -> bytes:
+    """The stream's first piece with its header's checksum replaced."""
+    magic, version, first, count, size, _ = segdata.HEAD.unpack_from(head)
+    fixed = segdata.HEAD.pack(magic, version, first, count, size, checksum)
+    return fixed + head[segdata.HEAD.size :]
+
+
+def _recrc(chunks: list[bytes]) -> bytes:
+    """The last piece with the stream CRC recomputed (the header and tables, each frame's
+    length, the end and the offsets: `segdata.stream`'s pieces)."""
+    crc = zlib.crc32(chunks[0])
+    for frame in chunks[1:-1]:
+        crc = zlib.crc32(frame[:4], crc)
+    crc = zlib.crc32(chunks[-1][:-4], crc)
+    return chunks[-1][:-4] + crc.to_bytes(4, "little")

@@ -46,7 +46,15 @@ def test_the_data_source_reads_released_segments_alone(
     fake.add_segments("q", [9], state="sealed")
     fake.faults[2].bad_crc.add(("q", 0))
     df = spark.read.format("cmq").option("url", ",".join(fake.urls)).option("queues", "q").load()
-    assert df.rdd.getNumPartitions() == 2  # one per released segment
+    assert df.rdd.getNumPartitions() == 1  # up to 8 segments of a queue per partition
+    one_each = (
+        spark.read.format("cmq")
+        .option("url", ",".join(fake.urls))
+        .option("queues", "q")
+        .option("segments_per_partition", "1")
+        .load()
+    )
+    assert one_each.rdd.getNumPartitions() == 2
     got = sorted(
         (r.seq, bytes(r.body), r.outcome) for r in df.select("seq", "body", "outcome").collect()
     )
@@ -95,6 +103,42 @@ def test_a_run_archives_everything_once_and_a_second_run_nothing(
     assert (third.segments, third.rows) == (1, 25)
     check_exactly_once(tmp_path, expected)
     assert len(manifests(tmp_path)) == 2
+
+
+@pytest.mark.parametrize("form", ["json_lines", "mixed"])
+def test_a_run_reads_the_json_lines_of_nodes_without_the_binary_form(
+    spark: SparkSession, fake: FakeCluster, tmp_path: Path, form: str
+) -> None:
+    """``--json-read`` (every node asked for JSON lines), or a cluster mixing nodes with and
+    without the binary form: the same rows, once each."""
+    fake.add_segments("q", [60, 45, 80, 10])
+    expected = fake.records("q")
+    if form == "mixed":
+        fake.faults[2].json_only = True  # an older node among newer ones
+        s = run_job(spark, fake, tmp_path)
+    else:
+        s = run_job(spark, fake, tmp_path, binary=False)
+    assert (s.segments, s.rows) == (4, 195)
+    assert fake.remaining("q") == []
+    check_exactly_once(tmp_path, expected)
+    if form == "mixed":  # node 2 answered its share as JSON lines, node 3 in binary
+        assert set(fake.forms) == {"json", "binary"}
+    else:
+        assert set(fake.forms) == {"json"}
+
+
+def test_a_corrupted_byte_on_every_replica_fails_the_run_loudly(
+    spark: SparkSession, fake: FakeCluster, tmp_path: Path
+) -> None:
+    fake.add_segments("q", [20, 20])
+    for nid in (1, 2, 3):
+        fake.faults[nid].flipped.add(("q", 20))
+    with pytest.raises(WriteFailed) as err:
+        run_job(spark, fake, tmp_path)
+    assert "segment q/20: every replica failed" in err.value.message
+    assert "the listing's checksum is" in err.value.message
+    assert fake.remaining("q") == [0, 20] and not manifests(tmp_path)
+    assert not rows(tmp_path)
 
 
 def test_segments_claimed_by_another_live_batch_are_left_to_it(

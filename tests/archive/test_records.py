@@ -8,8 +8,16 @@ import base64
 import pytest
 
 from cmq.archive.errors import ApiError, SegmentUnreadable
-from cmq.archive.records import ARROW_SCHEMA, SegmentTask, order_replicas, plan_tasks, read_segment
+from cmq.archive.records import (
+    ARROW_SCHEMA,
+    SegmentTask,
+    order_replicas,
+    plan_tasks,
+    read_segment,
+    read_segments,
+)
 from cmq.archive.remote import ClusterClient
+from cmq.archive.source import group_tasks
 from tests.archive.fake_cluster import FakeCluster
 
 
@@ -59,14 +67,48 @@ def test_a_segment_is_read_whole_from_a_follower(fake: FakeCluster) -> None:
     assert [b.num_rows for b in seg.batches(None, rows=50)] == [50, 50, 20]
 
 
-@pytest.mark.parametrize("fault", ["torn", "bad_checksum", "bad_crc", "short"])
-def test_a_bad_replica_is_skipped_for_the_next(fake: FakeCluster, fault: str) -> None:
+@pytest.mark.parametrize("binary", [True, False])
+@pytest.mark.parametrize("fault", ["torn", "bad_checksum", "bad_crc", "short", "flipped"])
+def test_a_bad_replica_is_skipped_for_the_next(fake: FakeCluster, fault: str, binary: bool) -> None:
+    if fault == "flipped" and not binary:
+        pytest.skip("a stored byte flipped: the binary form's fault (a node finds it in JSON)")
     fake.add_segments("q", [300])
     getattr(fake.faults[2], fault).add(("q", 0))
-    seg = read_segment(one_task(fake), timeout=5)
-    assert seg.replica == fake.urls[2] and seg.rows == 300
+    seg = read_segment(one_task(fake), timeout=5, binary=binary)
+    assert seg.replica == fake.urls[2] and seg.rows == 300 and seg.binary is binary
     assert fake.served[-1] == (3, "q", 0)
-    assert seg.columns.seq == list(range(300))
+    assert seg.table.column("seq").to_pylist() == list(range(300))
+
+
+def test_the_binary_read_equals_the_json_lines(fake: FakeCluster) -> None:
+    fake.add_segments("q", [257])
+    task = one_task(fake)
+    binary = read_segment(task, timeout=5)
+    lines = read_segment(task, timeout=5, binary=False)
+    assert binary.binary and not lines.binary
+    assert binary.table.equals(lines.table)
+    assert list(binary.batches("b-1", rows=100)) == list(lines.batches("b-1", rows=100))
+
+
+def test_a_node_answering_json_lines_is_read_in_that_form(fake: FakeCluster) -> None:
+    """A node of an older release (or before the flag is enabled) ignores the Accept."""
+    fake.add_segments("q", [50])
+    fake.faults[2].json_only = True
+    task = one_task(fake)
+    seg = read_segment(task, timeout=5)
+    assert seg.replica == fake.urls[1] and not seg.binary and seg.rows == 50
+    fake.faults[2].torn.add(("q", 0))  # the fallback's checks still hold: next replica
+    seg = read_segment(task, timeout=5)
+    assert seg.replica == fake.urls[2] and seg.binary and seg.rows == 50
+
+
+def test_a_corrupted_byte_on_every_replica_is_reported_never_archived(fake: FakeCluster) -> None:
+    fake.add_segments("q", [80])
+    for nid in (1, 2, 3):
+        fake.faults[nid].flipped.add(("q", 0))
+    with pytest.raises(SegmentUnreadable) as err:
+        read_segment(one_task(fake), timeout=5)
+    assert err.value.message.count("the listing's checksum is") == 3
 
 
 def test_a_replica_that_is_down_is_skipped(fake: FakeCluster) -> None:
@@ -76,16 +118,21 @@ def test_a_replica_that_is_down_is_skipped(fake: FakeCluster) -> None:
     assert read_segment(task, timeout=5).replica == fake.urls[2]
 
 
-def test_every_replica_bad_is_an_error_naming_each(fake: FakeCluster) -> None:
+@pytest.mark.parametrize("binary", [True, False])
+def test_every_replica_bad_is_an_error_naming_each(fake: FakeCluster, binary: bool) -> None:
     fake.add_segments("q", [40])
     task = one_task(fake)
     fake.faults[1].bad_checksum.add(("q", 0))
     fake.faults[2].torn.add(("q", 0))
     fake.set_down(3)
     with pytest.raises(SegmentUnreadable) as err:
-        read_segment(task, timeout=5)
+        read_segment(task, timeout=5, binary=binary)
     msg = err.value.message
-    assert "trailer checksum does not match" in msg and "no trailer" in msg
+    if binary:
+        assert "header checksum" in msg and "does not match the listing's" in msg
+        assert msg.count("stream failed") == 2  # the torn stream and the node that is down
+    else:
+        assert "trailer checksum does not match" in msg and "no trailer" in msg
     assert "stream failed" in msg and err.value.code == "segment_unreadable"
 
 
@@ -114,3 +161,37 @@ def test_planning_honours_queues_max_segments_and_the_archive_attribute(fake: Fa
     with pytest.raises(ApiError) as err:
         plan_tasks(client, ["missing"])
     assert err.value.status == 404 and err.value.api_code == "queue_not_found"
+
+
+def test_segments_are_read_in_parallel_in_order_spread_over_the_followers(
+    fake: FakeCluster,
+) -> None:
+    fake.add_segments("q", [30] * 9)
+    tasks = plan_tasks(ClusterClient(fake.urls, timeout=5), ["q"])
+    fake.delay = 0.2
+    got = list(read_segments(tasks, timeout=5, concurrency=3))
+    assert [s.task.first_seq for s in got] == [t.first_seq for t in tasks]
+    assert all(s.binary and s.rows == 30 for s in got)
+    assert 2 <= fake.max_inflight <= 3  # overlapping, and bounded
+    assert {node for node, _, _ in fake.served} == {2, 3}  # the followers, in turn
+
+
+def test_a_segment_unreadable_among_parallel_reads_fails_the_reads(fake: FakeCluster) -> None:
+    fake.add_segments("q", [10] * 5)
+    tasks = plan_tasks(ClusterClient(fake.urls, timeout=5), ["q"])
+    for nid in (1, 2, 3):
+        fake.faults[nid].flipped.add(("q", 20))
+    got = []
+    with pytest.raises(SegmentUnreadable, match="segment q/20"):
+        got.extend(s.task.first_seq for s in read_segments(tasks, timeout=5, concurrency=4))
+    assert got == [0, 10]  # the segments before it, in order; nothing from it
+
+
+def test_partitions_group_consecutive_segments_of_one_queue() -> None:
+    tasks = [SegmentTask(q, f, f, 1, "0", ()) for q, f in [("a", 1), ("a", 2), ("a", 3), ("b", 1)]]
+    groups = group_tasks(tasks, 2)
+    assert [[(t.queue, t.first_seq) for t in g] for g in groups] == [
+        [("a", 1), ("a", 2)],
+        [("a", 3)],
+        [("b", 1)],
+    ]

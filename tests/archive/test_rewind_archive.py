@@ -50,8 +50,9 @@ def archive_round(url: str, queue: str, batch: str) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     for s in listing.segments:
         task = SegmentTask(queue, s.first_seq, s.last_seq, s.count, s.checksum, (url,))
-        cols = read_segment(task).columns
-        out += list(zip(cols.id, cols.outcome, strict=True))
+        table = read_segment(task).table
+        ids, outcomes = table.column("id").to_pylist(), table.column("outcome").to_pylist()
+        out += list(zip(ids, outcomes, strict=True))
     marked = cluster.mark_archived(queue, batch, firsts)
     assert sorted(marked.archived) == sorted(firsts), marked
     return out

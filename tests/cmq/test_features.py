@@ -16,7 +16,13 @@ import pytest
 
 from cmq.catalog.meta import CatalogMachine
 from cmq.cli.main import main
-from cmq.errors import FeatureNotEnabled, FeatureUnsupported, InvalidParameter, InvariantBroken
+from cmq.errors import (
+    FeatureNotEnabled,
+    FeatureUnsupported,
+    InvalidParameter,
+    InvariantBroken,
+    SegmentNotReleased,
+)
 from cmq.model import ImportedMessage, OutgoingMessage, QueueAttributes, RetryPolicy
 from cmq.node.queue_node import QueueNode
 from cmq.routing import rpc
@@ -144,6 +150,8 @@ async def test_flags_are_enabled_only_when_every_node_supports_them(
         with pytest.raises(FeatureNotEnabled, match="rewind"):
             await node.rewind("imports", 0)
         assert "kept" not in await node.list_queues()
+        with pytest.raises(FeatureNotEnabled, match="segment_read_binary"):
+            await node.read_segment_data("imports", 1)  # the route then answers JSON lines
         assert "retried" not in await node.list_queues()
         assert "later" not in await node.list_queues()
         attrs, _ = await node.get_queue("imports")
@@ -191,6 +199,8 @@ async def test_flags_are_enabled_only_when_every_node_supports_them(
             assert set(n.catalog.features) == features.KNOWN
         sent = await node.import_messages("imports", one, 0)
         assert [m.id for m in sent] == ["m1"]
+        with pytest.raises(SegmentNotReleased):  # past the gate: the segment's own state
+            await node.read_segment_data("imports", 1)
         await _retry_backs_off(node, policy)
         await _long_delays(node, long)
         await _ttl(node)

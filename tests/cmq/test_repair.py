@@ -115,6 +115,33 @@ async def test_the_scrubber_finds_a_rotten_segment_and_the_replica_is_repaired(
         await _assert_replicas_identical(nodes, group)
 
 
+async def test_a_segment_gone_since_the_pass_listed_it_is_not_damage(tmp_path: Path) -> None:
+    """A pass lists the sealed segments once; one archived (or released) meanwhile has its file
+    removed after the next snapshot. Reading it then finds no file: that is not damage, and no
+    replica may be reset for it (all three were, once, in an archive benchmark)."""
+    twins = Twins((1, 2, 3))
+    async with running(_configs(tmp_path), twins) as nodes:  # type: ignore[arg-type]
+        group = await _load(nodes)
+        await wait_until(lambda: all(n.raft.repairs.enabled for n in nodes.values()))
+        node = nodes[2]
+        await wait_until(lambda: bool(node.machines[group].sealed_segments(QUEUE)))
+        key, _, size = node.machines[group].sealed_segments(QUEUE)[0]
+        gone = (key, 10**9, size)  # listed when the pass began, its file removed since
+        listed = node.scrubber._sealed
+        calls = [0]
+
+        def stale_once(machine: object) -> list[tuple[str, int, int]]:
+            calls[0] += 1
+            now = listed(machine)  # type: ignore[arg-type]
+            return [gone, *now] if calls[0] == 1 else now
+
+        node.scrubber._sealed = stale_once  # type: ignore[method-assign]
+        await node.scrubber.scrub_pass()
+        assert node.scrubber.stats().findings == 0
+        assert calls[0] >= 2  # the missing file was checked against the current listing
+        assert node.raft.repairs.completed == 0 and not node.raft.repairs.stats().under_repair
+
+
 def _skip_checksums(
     self: FramedStore, key: Key, offset: int, data: memoryview, seq: int
 ) -> tuple[memoryview, tuple[int, int, int]]:

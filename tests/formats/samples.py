@@ -389,6 +389,7 @@ def front_end_calls() -> list[calls.Call[Any]]:
         calls.State(),
         calls.Metrics(),
         calls.Rewind("q", T0),
+        calls.ReadSegmentData("q", 1),
     ]
     return every
 
@@ -417,6 +418,7 @@ def front_end_answers() -> list[tuple[int, calls.Call[Any], Any]]:
         (5, calls.ReadSegment("q", 5), calls.SegmentRead("0a1b2c3d", [[record]], damage)),
         (6, calls.State(), calls.NodeState(True, {"node": 1, "groups": {"0": {"role": "leader"}}})),
         (7, calls.Purge("q"), Overloaded("busy")),
+        (8, calls.ReadSegmentData("q", 5), calls.SegmentDataRead("0a1b2c3d", b"CMQD", damage)),
     ]
 
 

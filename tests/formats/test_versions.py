@@ -342,7 +342,7 @@ def test_a_front_end_call_of_a_newer_release_names_its_tag() -> None:
     assert {c.__struct_config__.tag for c in typing.get_args(calls.AnyCall)} == calls.CALL_TAGS
     head = bytes([wire.WIRE_VERSION])
     unknown = head + msgspec.msgpack.encode([1, [max(calls.CALL_TAGS) + 1, "q"]])
-    with pytest.raises(UnreadableFrame, match=r"call tag 35 is unknown.*newer release.*1-34"):
+    with pytest.raises(UnreadableFrame, match=r"call tag 36 is unknown.*newer release.*1-35"):
         wire.decode_request(unknown)
 
 
@@ -390,7 +390,9 @@ def test_a_newer_backup_names_the_manifest_and_both_versions(tmp_path: Path) -> 
 def test_a_newer_data_group_image_names_both_versions() -> None:
     image = bytearray(queue_machine(False)[0].encode_image(reuse=False))
     image[4] = 7
-    with pytest.raises(NewerFormat, match=r"image version 7 is from a newer release.*2, 3, 4, 5, 6"):
+    with pytest.raises(
+        NewerFormat, match=r"image version 7 is from a newer release.*2, 3, 4, 5, 6"
+    ):
         decode_image(bytes(image))
     image[4] = 1
     with pytest.raises(InvariantBroken, match="image version 1") as bad:
