@@ -9,7 +9,9 @@ forward (seq, send time, earlier seqs); the dedup window; for a FIFO queue, each
 group and deduplication id and the remembered receive attempts; (version 4) the time-to-live
 deadlines as (seq, deadline) pairs by seq; (version 5) the priority levels: a count n, then
 for each level 1 .. n the portable roaring bitmap (64-bit) of its live messages' seqs (level 0:
-the others). Equal states give equal bytes
+the others); (version 6) the fair queues' tenants: a u32 count n, then for each named tenant by
+name its name and the portable roaring bitmap (64-bit) of its live messages' seqs, then the
+cursor (an optional text). Equal states give equal bytes
 (replicas compare images at equal applied index).
 
 Shipped form (for a follower that lacks the segment files): ``CMQSHIP1``, image length, segment
@@ -39,14 +41,16 @@ from cmq.fsm.store import SegmentStore
 from cmq.fsm.wire import Reader, Writer
 
 IMAGE_MAGIC = b"CMQF"
-IMAGE_VERSION = 5
+IMAGE_VERSION = 6
 """The newest layout. An image is written as version 2 while no queue has a clock skew or a
 message with a time to live (so a release that reads only version 2 still reads it), as version
 3 once one has a skew, as version 4 (version 3 plus, per queue, the live messages' time-to-live
 deadlines; flag ``message_ttl``) once one has such a message, as version 5 (version 4 plus, per
 queue, the live messages' priority levels; flag ``message_priorities``) once a live message has
-a priority above 0."""
-READABLE_IMAGE_VERSIONS = (2, 3, 4, 5)
+a priority above 0, as version 6 (version 5 plus, per queue, the tenants of a standard queue's
+live messages with a group id, and the fair cursor; flag ``fair_queues``) once one has such a
+message."""
+READABLE_IMAGE_VERSIONS = (2, 3, 4, 5, 6)
 
 _IMAGE_HEAD = struct.Struct("<BqI")
 _QUEUE_HEAD = struct.Struct("<14qI")
@@ -66,6 +70,8 @@ _SHIPPED_SEGMENT = struct.Struct("<HqQI")  # key length, first seq, size, crc32
 def image_version(queues: Iterable[QueueState]) -> int:
     """The version an image of ``queues`` is written in (see `IMAGE_VERSION`)."""
     queues = list(queues)
+    if any(q.ready.tenants is not None and q.ready.tenants.named() for q in queues):
+        return 6
     if any(q.ready.leveled() for q in queues):
         return 5
     if any(q.ttl for q in queues):
@@ -241,6 +247,20 @@ def encode_queue(q: QueueState, version: int = IMAGE_VERSION) -> bytes:
             w.blob(canonical_bits64(members))
     elif levels:
         raise InvariantBroken(f"queue {q.name!r} has messages with priorities: version 5 or later")
+    tenants = q.ready.tenants
+    named = tenants is not None and tenants.named()
+    if version >= 6:
+        if tenants is None or not named:
+            w.u32(0)
+            w.opt_text(None)
+        else:
+            w.u32(len(tenants.members))
+            for name in sorted(tenants.members):
+                w.text(name)
+                w.blob(canonical_bits64(tenants.members[name]))
+            w.opt_text(tenants.cursor)
+    elif named:
+        raise InvariantBroken(f"queue {q.name!r} has messages with tenants: version 6 or later")
     return w.getvalue()
 
 
@@ -370,6 +390,12 @@ def decode_queues(r: Reader) -> tuple[int, dict[str, QueueState]]:
             q.rebuild_ttl()
         if version >= 5:
             q.ready.restore_levels([_bits64(r.blob()) for _ in range(r.u8())])
+        if version >= 6:
+            members = {}
+            for _ in range(r.u32()):
+                tenant = r.text()
+                members[tenant] = _bits64(r.blob())
+            q.ready.restore_tenants(members, r.opt_text())
         queues[name] = q
     r.end()
     return incarnations, queues

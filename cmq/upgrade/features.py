@@ -44,6 +44,7 @@ RETRY_BACKOFF = "retry_backoff"
 LONG_DELAYS = "long_delays"
 MESSAGE_TTL = "message_ttl"
 MESSAGE_PRIORITIES = "message_priorities"
+FAIR_QUEUES = "fair_queues"
 
 FEATURES: tuple[Feature, ...] = (
     Feature(
@@ -94,6 +95,13 @@ FEATURES: tuple[Feature, ...] = (
         "queues may have priorities (the attribute encoding's flag 0x20 and its u8) and "
         "messages a priority above 0 (the send's message option 0x10 and its u8), and data "
         "group images of version 5 (the live messages' priority levels)",
+    ),
+    Feature(
+        FAIR_QUEUES,
+        "0.3.0",
+        "a standard queue's messages may have a group id naming their tenant (the send's "
+        "message option 0x04, until then FIFO queues' only), leased round-robin over tenants, "
+        "and data group images of version 6 (the tenants' live messages and the fair cursor)",
     ),
 )
 """Every flag this release supports, oldest first."""
