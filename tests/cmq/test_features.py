@@ -137,6 +137,8 @@ async def test_flags_are_enabled_only_when_every_node_supports_them(
             await node.set_attributes("imports", {"priorities": 2})
         with pytest.raises(FeatureNotEnabled, match="message_priorities"):
             await node.send("imports", [OutgoingMessage(b"x", priority=1)])
+        with pytest.raises(FeatureNotEnabled, match="fair_queues"):
+            await node.send("imports", [OutgoingMessage(b"x", group_id="tenant")])
         assert "retried" not in await node.list_queues()
         assert "later" not in await node.list_queues()
         attrs, _ = await node.get_queue("imports")
@@ -187,6 +189,8 @@ async def test_flags_are_enabled_only_when_every_node_supports_them(
         await _long_delays(node, long)
         await _ttl(node)
         await _priorities(node)
+        sent = await node.send("imports", [OutgoingMessage(b"t", group_id="tenant")])
+        assert len(sent) == 1  # fair_queues enabled: a standard queue's group id is a tenant
 
 
 async def _priorities(node: QueueNode) -> None:
