@@ -8,6 +8,7 @@ from __future__ import annotations
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from pyroaring import BitMap64
 
 from cmq import errors
 from cmq.fsm import (
@@ -22,6 +23,7 @@ from cmq.fsm import (
     Tidy,
 )
 from cmq.fsm.commands import CommandFailed, Leased, Tidied
+from cmq.fsm.ready import ReadyIndex
 from cmq.model import QueueAttributes
 
 T0 = 1_700_000_000_000
@@ -129,17 +131,19 @@ def test_a_message_copied_forward_keeps_its_tenant() -> None:
 
 
 class FairQueueModel(RuleBasedStateMachine):
-    """A standard queue with tenants against a model: which messages a receive gets (round-robin
-    over the tenants with a ready message, name order after the cursor, seq order within),
-    acks, nacks, leases running out, delays; a replica that restores from snapshots and one that
-    applies every command agree byte for byte and lease alike."""
+    """A standard queue with tenants (and 2 priority levels) against a model: which messages a
+    receive gets (level 1 first in seq order; then round-robin over the tenants with a ready
+    level-0 message, name order after the cursor, seq order within), acks, nacks, leases running
+    out, delays; a replica that restores from snapshots and one that applies every command agree
+    byte for byte and lease alike."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.m = machine()
-        self.twin = machine()
+        self.m = machine(priorities=2)
+        self.twin = machine(priorities=2)
         self.now = T0
         self.tenant: dict[int, str] = {}  # live seq -> tenant ("" for none)
+        self.high: set[int] = set()  # live seqs at level 1 (no tenant)
         self.visible_at: dict[int, int] = {}
         self.leases: dict[int, int] = {}
         self.cursor: str | None = None
@@ -150,25 +154,33 @@ class FairQueueModel(RuleBasedStateMachine):
         return got
 
     @rule(
-        tenants=st.lists(st.sampled_from([None, "a", "b", "c"]), min_size=1, max_size=5),
+        tenants=st.lists(st.sampled_from([None, "a", "b", "c", "!high"]), min_size=1, max_size=5),
         delay=st.sampled_from([None, 0, 5_000]),
     )
     def send(self, tenants: list[str | None], delay: int | None) -> None:
-        msgs = tuple(msg(self.now * 100 + i, t, 0, delay) for i, t in enumerate(tenants))
+        msgs = tuple(
+            msg(self.now * 100 + i, None, 1, delay)
+            if t == "!high"
+            else msg(self.now * 100 + i, t, 0, delay)
+            for i, t in enumerate(tenants)
+        )
         self.now += 1
         out = self.run(Produce("q", self.now, msgs))
         assert not isinstance(out, CommandFailed)
         for (_, seq), t in zip(out.messages, tenants, strict=True):  # type: ignore[attr-defined]
-            if t is not None and not any(self.tenant.values()):
+            if t == "!high":
+                self.high.add(seq)
+            elif t is not None and not any(self.tenant.values()):
                 self.cursor = None  # a named tenant appears while none is live
-            self.tenant[seq] = t or ""
+            self.tenant[seq] = "" if t in {None, "!high"} else str(t)
             self.visible_at[seq] = self.now + (delay or 0)
 
     @rule(n=st.integers(1, 6))
     def receive(self, n: int) -> None:
         ready = {s for s in self.tenant if self.visible_at[s] <= self.now}
-        want = []
-        for _ in range(n):
+        want = sorted(s for s in ready if s in self.high)[:n]
+        ready -= set(want)
+        for _ in range(n - len(want)):
             active = sorted({self.tenant[s] for s in ready})
             if not active:
                 break
@@ -200,6 +212,7 @@ class FairQueueModel(RuleBasedStateMachine):
             self.run(Ack("q", self.now, entries))
             for s in seqs:
                 del self.tenant[s], self.visible_at[s]
+                self.high.discard(s)
         for s in seqs:
             del self.leases[s]
 
@@ -220,3 +233,118 @@ class FairQueueModel(RuleBasedStateMachine):
 
 TestFairQueueModel = FairQueueModel.TestCase
 TestFairQueueModel.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+
+
+class TenantReadyIndexModel(RuleBasedStateMachine):
+    """`ReadyIndex` with tenants (and levels) against dicts: each live seq's tenant and level,
+    readiness; the per-tenant ready sets, the active tenants and `pick` (the cursor) agree
+    through deletes, deletes below a seq, moves (copy-forward) and bulk readiness."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.index = ReadyIndex()
+        self.tenant: dict[int, str] = {}
+        self.level: dict[int, int] = {}
+        self.ready: set[int] = set()
+        self.cursor: str | None = None
+        self.next = 1
+
+    @rule(tenant=st.sampled_from(["", "", "a", "b", "c"]), level=st.sampled_from([0, 0, 0, 2]))
+    def add_message(self, tenant: str, level: int) -> None:
+        seq = self.next
+        self.next += 1
+        if level:
+            tenant = ""
+            self.index.set_level(seq, level)
+        elif tenant:
+            if not any(self.tenant.values()):
+                self.cursor = None
+            self.index.set_tenant(seq, tenant)
+        self.tenant[seq], self.level[seq] = tenant, level
+
+    @rule(data=st.data())
+    def toggle(self, data: st.DataObject) -> None:
+        if not self.tenant:
+            return
+        seq = data.draw(st.sampled_from(sorted(self.tenant)))
+        if seq in self.ready:
+            self.index.discard(seq)
+            self.ready.discard(seq)
+        else:
+            self.index.add(seq)
+            self.ready.add(seq)
+
+    @rule()
+    def all_ready(self) -> None:
+        self.index.update(BitMap64(sorted(self.tenant)))
+        self.ready = set(self.tenant)
+
+    @rule(data=st.data())
+    def delete(self, data: st.DataObject) -> None:
+        if not self.tenant:
+            return
+        seq = data.draw(st.sampled_from(sorted(self.tenant)))
+        self.index.forget(seq)
+        del self.tenant[seq], self.level[seq]
+        self.ready.discard(seq)
+
+    @rule(data=st.data())
+    def delete_below(self, data: st.DataObject) -> None:
+        end = data.draw(st.integers(0, self.next))
+        self.index.forget_below(end)
+        for seq in [s for s in self.tenant if s < end]:
+            del self.tenant[seq], self.level[seq]
+            self.ready.discard(seq)
+
+    @rule(data=st.data())
+    def move(self, data: st.DataObject) -> None:
+        if not self.tenant:
+            return
+        old = data.draw(st.sampled_from(sorted(self.tenant)))
+        new = self.next
+        self.next += 1
+        self.index.move(old, new)
+        self.tenant[new], self.level[new] = self.tenant.pop(old), self.level.pop(old)
+        if old in self.ready:
+            self.ready.discard(old)
+            self.ready.add(new)
+
+    @rule()
+    def pick(self) -> None:
+        if not self.ready:
+            return
+        high = [s for s in self.ready if self.level[s]]
+        if high:
+            want = min(high)
+        else:
+            active = sorted({self.tenant[s] for s in self.ready})
+            after = [t for t in active if self.cursor is None or t > self.cursor]
+            self.cursor = (after or active)[0]
+            want = min(s for s in self.ready if self.tenant[s] == self.cursor)
+        assert self.index.first() == want
+        assert self.index.pick() == want
+        self.index.remove(want)
+        self.ready.discard(want)
+
+    @invariant()
+    def agrees(self) -> None:
+        assert set(self.index.all) == self.ready
+        tenants = self.index.tenants
+        if tenants is None:
+            assert not any(self.tenant.values())
+            return
+        by: dict[str, set[int]] = {}
+        for seq in self.ready:
+            by.setdefault(self.tenant[seq], set()).add(seq)
+        assert {t: set(b) for t, b in tenants.ready_by.items()} == by
+        assert tenants.active == sorted(by)
+        assert tenants.of == {s: t for s, t in self.tenant.items() if t}
+        assert {t: set(b) for t, b in tenants.members.items()} == {
+            t: {s for s, x in self.tenant.items() if x == t} for t in set(tenants.of.values())
+        }
+
+
+TestTenantReadyIndexModel = TenantReadyIndexModel.TestCase
+TestTenantReadyIndexModel.settings = settings(
+    max_examples=80, stateful_step_count=40, deadline=None
+)
