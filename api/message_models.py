@@ -56,9 +56,13 @@ class ReceivedMessage(_Response, kw_only=True, omit_defaults=True):
     receive_count: Annotated[int, Meta(ge=1)]
     sent_at: Annotated[int, Meta(ge=0, description="Milliseconds since the Unix epoch.")]
     attributes: MessageAttributes
-    group_id: Annotated[str, Meta(description="FIFO queues: the message group.")] | UnsetType = (
-        UNSET
-    )
+    group_id: (
+        Annotated[
+            str,
+            Meta(description="FIFO queues: the message group; standard queues: the tenant."),
+        ]
+        | UnsetType
+    ) = UNSET
     dedup_id: (
         Annotated[
             str,

@@ -356,7 +356,10 @@ class OutgoingMessage(_Request):
     group_id: (
         Annotated[
             FifoId,
-            Meta(description="FIFO queues: the message group (required there; refused elsewhere)."),
+            Meta(
+                description="FIFO queues: the message group (required there). Standard queues: "
+                "the message's tenant (fair queues: receives go round-robin over tenants)."
+            ),
         ]
         | None
     ) = None

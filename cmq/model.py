@@ -328,8 +328,9 @@ def check_send_rules(queue: str, messages: list[OutgoingMessage]) -> None:
     """The FIFO rules a send can be checked against before it is proposed, from the queue's
     name alone (the committed attributes decide again in apply): on a FIFO queue every
     message needs a group id (`MissingParameter`) and takes no delay of its own; a standard
-    queue takes no group id; ids are `FIFO_ID`s; a reserved trace attribute is valid W3C
-    trace context (`cmq.tracecontext.trace_refusal`). Raises the first message's refusal."""
+    queue's group id names the message's tenant (fair queues) and needs priority 0; ids are
+    `FIFO_ID`s; a reserved trace attribute is valid W3C trace context
+    (`cmq.tracecontext.trace_refusal`). Raises the first message's refusal."""
     for m in messages:
         refusal = _rule_refusal(queue, m)
         if refusal is not None:
@@ -347,10 +348,13 @@ def _rule_refusal(queue: str, m: OutgoingMessage) -> CmqError | None:
         if m.group_id is None:
             if fifo:
                 return MissingParameter("a FIFO queue's messages need a group_id (MessageGroupId)")
-        elif not fifo:
-            return InvalidParameter("group_id (MessageGroupId) is only for FIFO queues")
-        else:
+        else:  # a standard queue's: its tenant (fair queues)
             check_fifo_id(m.group_id, "group_id (MessageGroupId)")
+            if not fifo and m.priority:
+                return InvalidParameter(
+                    "a standard queue's message with a group_id (a fair-queue tenant) takes "
+                    "priority 0: priorities and tenants do not combine"
+                )
         if fifo and m.dedup_id is not None:
             check_fifo_id(m.dedup_id, "dedup_id (MessageDeduplicationId)")
     except InvalidParameter as e:

@@ -96,9 +96,10 @@ def _outgoing(c: Caller, p: dict[str, Any], fifo: bool) -> _Outgoing:
     delay = integer(p, "DelaySeconds", 0, MAX_DELAY, None)
     if fifo and group is None:
         raise MissingParameter("The request must contain the parameter MessageGroupId.")
-    if not fifo and (group is not None or dedup is not None):
-        key = "MessageGroupId" if group is not None else "MessageDeduplicationId"
-        raise InvalidParameterValue(f"Value for parameter {key} is invalid. {_NOT_FOR_THIS_TYPE}")
+    if not fifo and dedup is not None:  # a group id names a standard queue's tenant (fair queues)
+        raise InvalidParameterValue(
+            f"Value for parameter MessageDeduplicationId is invalid. {_NOT_FOR_THIS_TYPE}"
+        )
     if fifo and delay is not None:
         raise InvalidParameterValue(
             f"Value {delay} for parameter DelaySeconds is invalid. Reason: {_NOT_FOR_THIS_TYPE}"
@@ -273,7 +274,7 @@ def _render_message(
         "AWSTraceHeader": xray_of(m.attributes),
         "MessageGroupId": m.group_id,
         "MessageDeduplicationId": m.dedup_id,
-        "SequenceNumber": None if m.group_id is None else str(m.seq),
+        "SequenceNumber": None if m.dedup_id is None else str(m.seq),  # FIFO queues only
     }
     found = {k: v for k, v in values.items() if k in system and v is not None}
     if found:

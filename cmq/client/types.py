@@ -35,7 +35,8 @@ class Message:
     ``dedup_id``: a resend with the same id within 5 minutes is not stored twice; a send whose
     messages all carry one may be retried after an unknown outcome. ``group_id``: FIFO queues
     (required there, where every send is deduplicated: by ``dedup_id``, or by the body's SHA-256
-    on a queue with ``content_based_deduplication``)."""
+    on a queue with ``content_based_deduplication``); on a standard queue optional, the
+    message's tenant (fair queues: receives go round-robin over tenants; priority 0 only)."""
 
     body: str | bytes
     delay_seconds: int | None = None
@@ -72,7 +73,8 @@ class ReceivedMessage:
     """When the message was sent, in ms since the Unix epoch (the leader's clock)."""
     attributes: Mapping[str, str]
     group_id: str | None = None
-    """FIFO queues: the message's group, deduplication id and sequence number (decimal)."""
+    """FIFO queues: the message's group, deduplication id and sequence number (decimal);
+    standard queues: its tenant (``group_id``) when it was sent with one."""
     dedup_id: str | None = None
     sequence_number: str | None = None
     priority: int = 0

@@ -123,16 +123,18 @@ def dedup_key(attributes: QueueAttributes, m: NewMessage) -> str | None:
 def check_produce(
     q: QueueState, messages: tuple[NewMessage, ...], *, importing: bool = False
 ) -> CommandFailed | None:
-    """The rules a send must follow on ``q`` (group ids only on FIFO queues; there, each
+    """The rules a send must follow on ``q`` (on a standard queue a group id names the
+    message's tenant, `cmq.fsm.tenants`: not empty and only at priority 0; on a FIFO queue each
     message needs a group, a deduplication id unless content-based, and no delay of its own;
     the dedup table must have room), checked before anything changes. ``importing`` (a
     restore, `cmq.fsm.commands.Produce.expect_sent`): delays are allowed and the dedup table
     is not used."""
     if not q.attributes.fifo:
-        if any(m.group_id is not None for m in messages):
+        if any(m.group_id is not None and (m.priority or not m.group_id) for m in messages):
             return CommandFailed(
                 errors.InvalidParameter.code,
-                "MessageGroupId (group_id) is only for FIFO queues",
+                "a standard queue's message with a MessageGroupId (group_id, its tenant) must "
+                "have priority 0 and a group id that is not empty",
             )
         return None
     fresh: set[str] = set()

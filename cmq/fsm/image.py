@@ -10,7 +10,9 @@ group and deduplication id and the remembered receive attempts; (version 4) the 
 deadlines as (seq, deadline) pairs by seq; (version 5) the priority levels: a count n, then
 for each level 1 .. n the portable roaring bitmap (64-bit) of its live messages' seqs (level 0:
 the others); (version 6) per segment, after its claim, a byte of flags (1: archived, kept for
-rewinds) and the bitmap of rewound copies. Equal states give equal bytes
+rewinds) and the bitmap of rewound copies; (version 7) the fair queues' tenants: a u32 count n,
+then for each named tenant by name its name and the portable roaring bitmap (64-bit) of its live
+messages' seqs, then the cursor (an optional text). Equal states give equal bytes
 (replicas compare images at equal applied index).
 
 Shipped form (for a follower that lacks the segment files): ``CMQSHIP1``, image length, segment
@@ -40,15 +42,17 @@ from cmq.fsm.store import SegmentStore
 from cmq.fsm.wire import Reader, Writer
 
 IMAGE_MAGIC = b"CMQF"
-IMAGE_VERSION = 6
+IMAGE_VERSION = 7
 """The newest layout. An image is written as version 2 while no queue has a clock skew or a
 message with a time to live (so a release that reads only version 2 still reads it), as version
 3 once one has a skew, as version 4 (version 3 plus, per queue, the live messages' time-to-live
 deadlines; flag ``message_ttl``) once one has such a message, as version 5 (version 4 plus, per
 queue, the live messages' priority levels; flag ``message_priorities``) once a live message has
 a priority above 0, as version 6 (version 5 plus, per segment, the archived-but-retained flag
-and the rewound copies; flag ``rewind``) once a segment has either."""
-READABLE_IMAGE_VERSIONS = (2, 3, 4, 5, 6)
+and the rewound copies; flag ``rewind``) once a segment has either, as version 7 (version 6 plus,
+per queue, the tenants of a standard queue's live messages with a group id, and the fair cursor;
+flag ``fair_queues``) once one has such a message."""
+READABLE_IMAGE_VERSIONS = (2, 3, 4, 5, 6, 7)
 _SEG_ARCHIVED = 1
 """Version 6 segment flag: archived (or not to be archived), kept for rewinds."""
 
@@ -70,6 +74,8 @@ _SHIPPED_SEGMENT = struct.Struct("<HqQI")  # key length, first seq, size, crc32
 def image_version(queues: Iterable[QueueState]) -> int:
     """The version an image of ``queues`` is written in (see `IMAGE_VERSION`)."""
     queues = list(queues)
+    if any(q.ready.tenants is not None and q.ready.tenants.named() for q in queues):
+        return 7
     if any(seg.archived or seg.replays for q in queues for seg in q.segments):
         return 6
     if any(q.ready.leveled() for q in queues):
@@ -252,6 +258,20 @@ def encode_queue(q: QueueState, version: int = IMAGE_VERSION) -> bytes:
             w.blob(canonical_bits64(members))
     elif levels:
         raise InvariantBroken(f"queue {q.name!r} has messages with priorities: version 5 or later")
+    tenants = q.ready.tenants
+    named = tenants is not None and tenants.named()
+    if version >= 7:
+        if tenants is None or not named:
+            w.u32(0)
+            w.opt_text(None)
+        else:
+            w.u32(len(tenants.members))
+            for name in sorted(tenants.members):
+                w.text(name)
+                w.blob(canonical_bits64(tenants.members[name]))
+            w.opt_text(tenants.cursor)
+    elif named:
+        raise InvariantBroken(f"queue {q.name!r} has messages with tenants: version 7 or later")
     return w.getvalue()
 
 
@@ -387,6 +407,12 @@ def decode_queues(r: Reader) -> tuple[int, dict[str, QueueState]]:
             q.rebuild_ttl()
         if version >= 5:
             q.ready.restore_levels([_bits64(r.blob()) for _ in range(r.u8())])
+        if version >= 7:
+            members = {}
+            for _ in range(r.u32()):
+                tenant = r.text()
+                members[tenant] = _bits64(r.blob())
+            q.ready.restore_tenants(members, r.opt_text())
         queues[name] = q
     r.end()
     return incarnations, queues

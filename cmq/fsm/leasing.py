@@ -1,5 +1,6 @@
 """`Lease` in the queue machine (pure): standard queues lease visible messages by priority
-level, highest first, in seq order within a level (`cmq.fsm.ready.ReadyIndex.first`); FIFO queues
+level, highest first, in seq order within a level (`cmq.fsm.ready.ReadyIndex.pick`), and at level
+0 round-robin over tenants once messages have group ids (`cmq.fsm.tenants`); FIFO queues
 follow `cmq.fsm.fifo` (group order, blocked groups, receive-attempt replay). Both mark a
 message that reached the queue's receive limit for the dead-letter queue instead.
 """
@@ -30,9 +31,10 @@ def lease(q: QueueState, cmd: Lease) -> Leased:
     dead: list[int] = []
     ready = q.ready
     ready_all = ready.all
-    plain = not ready.members  # no level above 0: the lowest seq, straight from the bitmap
+    # No level above 0 and no tenant: the lowest seq, straight from the bitmap.
+    plain = not ready.members and ready.tenants is None
     while len(leased) < cmd.max_messages and ready_all:
-        seq = ready_all.min() if plain else ready.first()
+        seq = ready_all.min() if plain else ready.pick()
         slot = touched.slot_of.get(seq)
         if limit > 0 and slot is not None and touched.get(slot, COUNT) >= limit:
             if len(dead) >= MAX_DEAD_LETTER_PER_LEASE:

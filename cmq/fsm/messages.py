@@ -146,6 +146,8 @@ def produce(q: QueueState, cmd: Produce, w: SegmentWriter, fx: Effects) -> Produ
         q.sent_total += 1
         if m.priority:  # before it can be ready: its level decides where
             q.ready.set_level(seq, m.priority)
+        elif m.group_id is not None and fifo is None:  # its tenant (fair queues)
+            q.ready.set_tenant(seq, m.group_id)
         q.schedule(seq, visible_at)
         if m.ttl_ms is not None:
             q.set_ttl(seq, clock + m.ttl_ms)

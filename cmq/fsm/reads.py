@@ -174,11 +174,16 @@ class MachineReads:
         return fifo.has_visible(q, q.fifo, now_ms)
 
     def fifo_ids(self, name: str, seqs: Iterable[int]) -> dict[int, tuple[str, str]]:
-        """FIFO queues: (group id, deduplication id) of each live message among ``seqs``
-        (empty for a standard queue)."""
+        """FIFO queues: (group id, deduplication id) of each live message among ``seqs``;
+        standard queues: (group id, "") of each one with a group id (its tenant)."""
         q = self._queues.get(name)
-        if q is None or q.fifo is None:
+        if q is None:
             return {}
+        if q.fifo is None:
+            tenants = q.ready.tenants
+            if tenants is None:
+                return {}
+            return {seq: (tenants.of[seq], "") for seq in seqs if seq in tenants.of}
         meta = q.fifo.meta
         return {seq: meta[seq] for seq in seqs if seq in meta}
 

@@ -17,6 +17,11 @@ wrapper on the apply path); hot paths test ``all`` directly (membership, emptine
 ``all.min()`` for `first`. The levels exist lazily, from the first message sent above level 0, so
 a queue's ``priorities`` attribute may change at any time: it bounds the levels new messages may
 take; messages keep the level they were sent with.
+
+Fair queues (`cmq.fsm.tenants`): ``tenants`` is None until a message of a standard queue has a
+group id; from then on `add`, `discard` and `remove` keep the tenants' ready sets too, and
+`first` (for a `Lease`: `pick`) serves level 0 round-robin over the tenants. Levels above 0 come
+first, strictly, as before (their messages have no tenant).
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 
 from pyroaring import BitMap64
+
+from cmq.fsm.tenants import TenantIndex
 
 __all__ = ["MAX_PRIORITY", "ReadyIndex"]
 
@@ -35,12 +42,14 @@ class ReadyIndex:
     """See the module docstring. ``members[0]`` and ``hi[0]`` are unused (always empty), so a
     level indexes both lists."""
 
-    __slots__ = ("add", "all", "discard", "hi", "members", "remove")
+    __slots__ = ("add", "all", "discard", "hi", "members", "remove", "tenants")
 
     def __init__(self) -> None:
         self.all = BitMap64()
         self.members: list[BitMap64] = []
         self.hi: list[BitMap64] = []
+        self.tenants: TenantIndex | None = None
+        """The ready messages by tenant (`cmq.fsm.tenants`), from the first group id on."""
         self.add: Callable[[int], None] = self.all.add
         """``seq`` is ready."""
         self.discard: Callable[[int], None] = self.all.discard
@@ -86,8 +95,10 @@ class ReadyIndex:
         return 0
 
     def forget(self, seq: int) -> None:
-        """``seq`` is deleted: neither ready nor a member of any level."""
+        """``seq`` is deleted: neither ready nor a member of any level or tenant."""
         self.all.discard(seq)
+        if self.tenants is not None:
+            self.tenants.leave(seq)
         if self.members:
             for level in range(1, len(self.members)):
                 self.members[level].discard(seq)
@@ -96,6 +107,8 @@ class ReadyIndex:
     def forget_below(self, end_seq: int) -> None:
         """Every message below ``end_seq`` is deleted."""
         self.all.remove_range(0, end_seq)
+        if self.tenants is not None:
+            self.tenants.leave_below(end_seq)
         for bits in (*self.members, *self.hi):
             bits.remove_range(0, end_seq)
 
@@ -104,6 +117,8 @@ class ReadyIndex:
         readiness."""
         level = self.level_of(old)
         ready = old in self.all
+        if self.tenants is not None and (tenant := self.tenants.of.get(old)) is not None:
+            self.tenants.join(new, tenant)  # before old leaves: the cursor stays
         self.forget(old)
         if level:
             self.set_level(new, level)
@@ -121,9 +136,30 @@ class ReadyIndex:
         if self.members:
             self._leveled()
 
+    # -- tenants (replicated) --------------------------------------------------------------------
+    def set_tenant(self, seq: int, tenant: str) -> None:
+        """The live message ``seq`` (not yet ready, level 0) of a standard queue has the group
+        id ``tenant`` (not empty)."""
+        if self.tenants is None:
+            self.tenants = TenantIndex()
+            if self.all:
+                self.tenants.ready_many(self.all)
+            self._leveled()
+        self.tenants.join(seq, tenant)
+
+    def restore_tenants(self, members: dict[str, BitMap64], cursor: str | None) -> None:
+        """Set the tenants from an image (before anything is ready; nothing when ``members`` is
+        empty)."""
+        if members:
+            self.tenants = TenantIndex()
+            self.tenants.restore(members, cursor)
+            self._leveled()
+
     # -- readiness (derived) ---------------------------------------------------------------------
     def _add(self, seq: int) -> None:
         self.all.add(seq)
+        if self.tenants is not None:
+            self.tenants.ready(seq)
         for level in range(len(self.members) - 1, 0, -1):
             if seq in self.members[level]:
                 self.hi[level].add(seq)
@@ -131,25 +167,34 @@ class ReadyIndex:
 
     def _discard(self, seq: int) -> None:
         self.all.discard(seq)
+        if self.tenants is not None:
+            self.tenants.unready(seq)
         for bits in self.hi:
             bits.discard(seq)
 
     def _remove(self, seq: int) -> None:
         self.all.remove(seq)
+        if self.tenants is not None:
+            self.tenants.unready(seq)
         for bits in self.hi:
             bits.discard(seq)
 
     def add_range(self, lo: int, hi: int) -> None:
         """Every seq in [``lo``, ``hi``) is ready."""
         self.all.add_range(lo, hi)
-        for level in range(1, len(self.members)):
+        if self.members or self.tenants is not None:
             span = BitMap64()
             span.add_range(lo, hi)
-            self.hi[level] |= self.members[level] & span
+            if self.tenants is not None:
+                self.tenants.ready_many(span)
+            for level in range(1, len(self.members)):
+                self.hi[level] |= self.members[level] & span
 
     def update(self, seqs: BitMap64) -> None:
         """Every seq of ``seqs`` is ready."""
         self.all.update(seqs)  # in place: add/discard/remove may be its bound methods
+        if self.tenants is not None:
+            self.tenants.ready_many(seqs)
         for level in range(1, len(self.members)):
             self.hi[level] |= self.members[level] & seqs
 
@@ -178,6 +223,18 @@ class ReadyIndex:
         for level in range(len(self.hi) - 1, 0, -1):
             if self.hi[level]:
                 return self.hi[level].min()
+        if self.tenants is not None:
+            return self.tenants.ready_by[self.tenants.next_tenant()].min()
+        return self.all.min()
+
+    def pick(self) -> int:
+        """`first`, for a `Lease` that takes it: a pick at level 0 of a queue with tenants moves
+        the tenants' cursor (replicated state) to its tenant."""
+        for level in range(len(self.hi) - 1, 0, -1):
+            if self.hi[level]:
+                return self.hi[level].min()
+        if self.tenants is not None:
+            return self.tenants.pick()
         return self.all.min()
 
     def ordered(self, seqs: BitMap64) -> Iterator[int]:

@@ -570,6 +570,8 @@ class QueueNode:
             self._require(features.MESSAGE_TTL, "messages with a ttl_seconds")
         if any(m.priority for m in messages):
             self._require(features.MESSAGE_PRIORITIES, "messages with a priority")
+        if any(m.group_id is not None for m in messages) and not is_fifo_name(name):
+            self._require(features.FAIR_QUEUES, "a standard queue's messages with a group_id")
         group = self.router.group_of(name)
         machine = self.machines.get(group)  # None: the group has no replica here
         attrs = machine.attributes(name) if machine is not None else None

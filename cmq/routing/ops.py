@@ -485,7 +485,7 @@ class LeaderOps:
                     sent_at_ms=sm.sent_at_ms,
                     attributes=sm.attributes,
                     group_id=fifo[lm.seq][0] if lm.seq in fifo else None,
-                    dedup_id=fifo[lm.seq][1] if lm.seq in fifo else None,
+                    dedup_id=(fifo[lm.seq][1] or None) if lm.seq in fifo else None,
                     ttl_deadline_ms=ttl.get(lm.seq),
                     priority=levels.get(lm.seq, 0),
                 )

@@ -46,6 +46,7 @@ MESSAGE_TTL = "message_ttl"
 MESSAGE_PRIORITIES = "message_priorities"
 REWIND = "rewind"
 SEGMENT_READ_BINARY = "segment_read_binary"
+FAIR_QUEUES = "fair_queues"
 
 FEATURES: tuple[Feature, ...] = (
     Feature(
@@ -110,6 +111,13 @@ FEATURES: tuple[Feature, ...] = (
         "a released segment's read may be answered in binary (application/x-cmq-segment "
         "version 1: the stored bytes with their outcome tables) to a reader that asks for it; "
         "before, and on a node without it, the reader gets the JSON lines",
+    ),
+    Feature(
+        FAIR_QUEUES,
+        "0.3.0",
+        "a standard queue's messages may have a group id naming their tenant (the send's "
+        "message option 0x04, until then FIFO queues' only), leased round-robin over tenants, "
+        "and data group images of version 7 (the tenants' live messages and the fair cursor)",
     ),
 )
 """Every flag this release supports, oldest first."""

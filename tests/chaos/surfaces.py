@@ -16,7 +16,9 @@ decision's number, as the native clients do (workload.py's docstring).
   ahead of the runner's wall clock (the same time on every resend), or at once, and a seeded
   share of them with a ``ttl_seconds`` of 1-6 s (some expire unseen, some while leased).
   Delays stay seconds long to keep runs short; a few messages (`FAR_SHARE`) are scheduled
-  beyond 900 s with a time to live of seconds, so they expire unseen before their time.
+  beyond 900 s with a time to live of seconds, so they expire unseen before their time. Each
+  batch names a fair-queue tenant (group id ``t0``..``t2`` by batch number, no draw), so
+  its receives go round-robin over tenants beside the delays, time to live and back-off.
 * ``dlq``: ``chaos-r`` with dead-letter queue ``chaos-r-dlq`` after 2 receives; a seeded third
   of the keys is *poison* (its consumer never acks them: nack or let expire), so they move.
   When the run drains, `DeadLetters.finish` waits until the source is empty (nothing more can
@@ -151,13 +153,14 @@ async def produce(workload: Workload, process: str, queue: str) -> None:
         rng = workload.choices(process, batch)
         keys = [f"{workload.tag}-{process}-{batch}-{k}" for k in range(rng.randint(1, 5))]
         group = f"g{rng.randrange(3)}" if queue == FIFO_QUEUE else None
+        tenant = f"t{batch % 3}" if queue == DELAY_QUEUE else None  # fair queues: no draw
         plan = schedule(workload, process, batch, len(keys)) if queue == DELAY_QUEUE else None
         delays = plan.delays if plan else []
         messages = [
             Message(
                 workload.body(k),
                 dedup_id=k,
-                group_id=group,
+                group_id=group or tenant,
                 delay_seconds=delays[i] or None if delays else None,
                 deliver_at=plan.deliver_at[i] if plan else None,
                 ttl_seconds=plan.ttls[i] or None if plan else None,

@@ -152,6 +152,8 @@ async def test_flags_are_enabled_only_when_every_node_supports_them(
         assert "kept" not in await node.list_queues()
         with pytest.raises(FeatureNotEnabled, match="segment_read_binary"):
             await node.read_segment_data("imports", 1)  # the route then answers JSON lines
+        with pytest.raises(FeatureNotEnabled, match="fair_queues"):
+            await node.send("imports", [OutgoingMessage(b"x", group_id="tenant")])
         assert "retried" not in await node.list_queues()
         assert "later" not in await node.list_queues()
         attrs, _ = await node.get_queue("imports")
@@ -206,6 +208,8 @@ async def test_flags_are_enabled_only_when_every_node_supports_them(
         await _ttl(node)
         await _priorities(node)
         await _rewind(node)
+        sent = await node.send("imports", [OutgoingMessage(b"t", group_id="tenant")])
+        assert len(sent) == 1  # fair_queues enabled: a standard queue's group id is a tenant
 
 
 async def _priorities(node: QueueNode) -> None:

@@ -21,8 +21,10 @@ def test_send_refusals_follow_the_queue_and_its_attributes() -> None:
     small = QueueAttributes(max_message_size=1024)
     assert send_refusal("q", OutgoingMessage(b"x" * 1024), small) is None
     assert isinstance(send_refusal("q", OutgoingMessage(b"x" * 1025), small), MessageTooLarge)
+    assert send_refusal("q", OutgoingMessage(b"x", group_id="g"), small) is None  # a tenant
+    ranked = QueueAttributes(priorities=2)
     assert isinstance(
-        send_refusal("q", OutgoingMessage(b"x", group_id="g"), small), InvalidParameter
+        send_refusal("q", OutgoingMessage(b"x", group_id="g", priority=1), ranked), InvalidParameter
     )
     no_group = send_refusal("q.fifo", OutgoingMessage(b"x", dedup_id="d"), FIFO)
     assert isinstance(no_group, MissingParameter)

@@ -177,10 +177,12 @@ RETAIN_ATTRS = QueueAttributes(
 """`ATTRS` keeping acknowledged messages (flag ``rewind``: attribute flag 0x40 and its u32)."""
 
 
-def _new(i: int, ttl_ms: int | None = None, priority: int = 0) -> qc.NewMessage:
+def _new(
+    i: int, ttl_ms: int | None = None, priority: int = 0, group: str | None = None
+) -> qc.NewMessage:
     body = f"body {i}".encode()
     attrs = (("k", str(i)),)
-    return qc.NewMessage(f"msg-{i:04d}", body, False, attrs, None, None, None, ttl_ms, priority)
+    return qc.NewMessage(f"msg-{i:04d}", body, False, attrs, None, None, group, ttl_ms, priority)
 
 
 def queue_commands() -> dict[str, qc.Command]:
@@ -201,6 +203,7 @@ def queue_commands() -> dict[str, qc.Command]:
         "produce_records_import": qc.Produce("q", T0, (_new(3),), expect_sent=12),
         "produce_records_ttl": qc.Produce("q", T0, (_new(5, ttl_ms=3_600_000),)),
         "produce_records_priority": qc.Produce("q", T0, (_new(6, priority=7), _new(7))),
+        "produce_records_tenant": qc.Produce("q", T0, (_new(8, group="tenant-a"), _new(9))),
         "lease": qc.Lease("q", T0, 10, 30_000),
         "lease_attempt": qc.Lease("f.fifo", T0, 1, None, "attempt-1"),
         "ack": qc.Ack("q", T0, ((1, 100), (2, 101))),
@@ -237,12 +240,17 @@ def segment_index() -> bytes:
 
 
 def queue_machine(
-    skew: bool, ttl: bool = False, priority: bool = False, rewind: bool = False
+    skew: bool,
+    ttl: bool = False,
+    priority: bool = False,
+    rewind: bool = False,
+    tenants: bool = False,
 ) -> tuple[QueueMachine, MemorySegmentStore]:
     """A data group's machine after a fixed run of commands (``skew``: and a `Retime` of a
     queue whose time got ahead, so its image is written as version 3; ``ttl``: and a message
     with a time to live, so version 4; ``priority``: and messages with priorities, so version
-    5; ``rewind``: and a rewound acknowledged message, so version 6)."""
+    5; ``rewind``: and a rewound acknowledged message, so version 6; ``tenants``: and a
+    standard queue's messages with group ids, leased, so version 7)."""
     store = MemorySegmentStore()
     m = QueueMachine(store)
     cmds: list[qc.Command] = [
@@ -268,14 +276,25 @@ def queue_machine(
             qc.Ack("q", T0 + 30, ((1, 1),)),
             qc.Rewind("q", T0 + 40, T0),
         ]
+    if tenants:
+        cmds += [
+            qc.Produce("q", T0 + 40, (_new(8, group="t-b"), _new(9, group="t-a"), _new(10))),
+            qc.Lease("q", T0 + 50, 2, 30_000),
+        ]
     for index, cmd in enumerate(cmds, start=1):
         m.apply(index, qc.encode_command(cmd))
     store.write_out()
     return m, store
 
 
-def _image(skew: bool, ttl: bool = False, priority: bool = False, rewind: bool = False) -> bytes:
-    return queue_machine(skew, ttl, priority, rewind)[0].encode_image(reuse=False)
+def _image(
+    skew: bool,
+    ttl: bool = False,
+    priority: bool = False,
+    rewind: bool = False,
+    tenants: bool = False,
+) -> bytes:
+    return queue_machine(skew, ttl, priority, rewind, tenants)[0].encode_image(reuse=False)
 
 
 def _shipped() -> bytes:
@@ -496,6 +515,10 @@ def _cmq_samples() -> dict[str, Sample]:
         "data_group_image.v6": (
             "6 (behind rewind)",
             lambda: _image(True, True, priority=True, rewind=True),
+        ),
+        "data_group_image.v7": (
+            "7 (behind fair_queues)",
+            lambda: _image(True, True, priority=True, rewind=True, tenants=True),
         ),
         "data_group_image.shipped": ("1 (magic CMQSHIP1)", _shipped),
         "catalog_image": ("1", lambda: _catalog_image(True)),

@@ -379,6 +379,11 @@ def main(argv: list[str] | None = None) -> int:
         help="delayed messages, none delivered early (tests.queuesim.schedule)",
     )
     ap.add_argument(
+        "--fair",
+        action="store_true",
+        help="standard queues with tenants, the fairness bound (tests.queuesim.fair)",
+    )
+    ap.add_argument(
         "--priority",
         action="store_true",
         help="queues with priorities, strict order (tests.queuesim.priority)",
@@ -400,6 +405,10 @@ def main(argv: list[str] | None = None) -> int:
         from tests.queuesim.schedule import ScheduleQueueSim
 
         return report_seeds("schedule", seeds, cfg, ScheduleQueueSim)
+    if args.fair:
+        from tests.queuesim.fair import FairQueueSim
+
+        return report_seeds("fair", seeds, cfg, FairQueueSim)
     if args.priority:
         from tests.queuesim.priority import PriorityQueueSim
 

@@ -14,6 +14,7 @@ from cmq.fsm.machine import QueueMachine
 from raftlog.runtime.statemachine import StateMachine
 from raftlog.sim.runtime_sim import RuntimeSimConfig, run_runtime_seed
 from tests.queuesim.clock import ClockStepSim, FrozenClockSim
+from tests.queuesim.fair import FairMachine, FairQueueSim
 from tests.queuesim.priority import ObservedMachine, PriorityQueueSim
 from tests.queuesim.retry import RetryQueueSim
 from tests.queuesim.rewind import RewindQueueSim
@@ -293,3 +294,37 @@ class _ArchivedTwiceSim(RewindQueueSim):
 def test_checker_catches_a_rewound_message_archived_twice() -> None:
     r = run_runtime_seed(3, RuntimeSimConfig(nodes=3, seconds=20.0), _ArchivedTwiceSim)
     assert any("archived twice" in v for v in r.violations), r.violations[:3]
+
+
+def test_the_fairness_bound_holds_under_faults() -> None:
+    r = run_runtime_seed(31, RuntimeSimConfig(nodes=3, seconds=8.0), FairQueueSim)
+    assert not r.violations, (r.seed, r.violations[:3], r.trace[-15:])
+    assert r.acked > 100
+
+
+class _IgnoresTenants(FairMachine):
+    """Planted bug: a send's messages are stored without their group ids (the observer sees
+    the command as proposed), so the heavy tenant's backlog is served in seq order."""
+
+    def execute(self, cmd):  # type: ignore[no-untyped-def]
+        observer = self.observer
+        if observer is None or not isinstance(cmd, Produce):
+            return super().execute(cmd)
+        plain = replace(cmd, messages=tuple(replace(m, group_id=None) for m in cmd.messages))
+        self.observer = None
+        try:
+            res = super().execute(plain)
+        finally:
+            self.observer = observer
+        observer.after(self, cmd, res, {})
+        return res
+
+
+class _UnfairSim(FairQueueSim):
+    def new_state_machine(self, nid: int, group: int) -> StateMachine:
+        return _IgnoresTenants(self.stores[(nid, group)], self.unfair, segment_bytes=2048)
+
+
+def test_checker_catches_a_lease_over_the_fairness_bound() -> None:
+    r = run_runtime_seed(31, RuntimeSimConfig(nodes=3, seconds=6.0), _UnfairSim)
+    assert any("fairness" in v for v in r.violations), r.violations[:3]

@@ -2,8 +2,8 @@
 of 2025 that cmq follows. The 1 MiB message size (default and limit; a batch's total too), a
 FIFO SendMessageBatch refused as a whole for an entry without its group or deduplication id,
 the ``MessageAttributeNames`` wildcards, a FIFO group unblocked by the receive that moves its
-head to the dead-letter queue, the stored access-policy and encryption attributes, and
-AddPermission refused."""
+head to the dead-letter queue, the stored access-policy and encryption attributes,
+AddPermission refused, and fair queues (a MessageGroupId on a standard queue names a tenant)."""
 
 from __future__ import annotations
 
@@ -210,3 +210,24 @@ def test_policy_and_encryption_attributes_are_stored(sqs: Any) -> None:
     assert code_of(e) == "AWS.SimpleQueueService.UnsupportedOperation"
     assert "Policy" not in attributes(sqs, url)
     sqs.delete_queue(QueueUrl=url)
+
+
+def test_a_standard_queues_group_ids_are_tenants_served_fairly(sqs: Any, queue: str) -> None:
+    heavy = [{"Id": str(i), "MessageBody": f"h{i}", "MessageGroupId": "heavy"} for i in range(10)]
+    for _ in range(3):  # a backlog of 30 from one tenant, sent first
+        assert not sqs.send_message_batch(QueueUrl=queue, Entries=heavy).get("Failed")
+    sqs.send_message(QueueUrl=queue, MessageBody="light", MessageGroupId="light")
+    sqs.send_message(QueueUrl=queue, MessageBody="plain")  # no group id: a tenant of its own
+    got = sqs.receive_message(
+        QueueUrl=queue,
+        MaxNumberOfMessages=3,
+        MessageSystemAttributeNames=["MessageGroupId", "SequenceNumber"],
+    )["Messages"]
+    # Round-robin over the tenants: the later light and plain messages are not behind the 30.
+    assert sorted(m["Body"] for m in got) == ["h0", "light", "plain"]
+    groups = {m["Body"]: m.get("Attributes", {}).get("MessageGroupId") for m in got}
+    assert groups == {"h0": "heavy", "light": "light", "plain": None}
+    assert all("SequenceNumber" not in m.get("Attributes", {}) for m in got)
+    with pytest.raises(ClientError) as e:
+        sqs.send_message(QueueUrl=queue, MessageBody="x", MessageGroupId="bad id")
+    assert code_of(e) == "InvalidParameterValue"

@@ -125,7 +125,7 @@ def test_refused_sends_store_nothing(sqs: Any, queue: str) -> None:
             "InvalidParameterValue",
         ),
         (
-            {"MessageBody": "x", "MessageGroupId": "g"},
+            {"MessageBody": "x", "MessageDeduplicationId": "d"},
             "InvalidParameterValue",  # a FIFO parameter on a standard queue
         ),
     ]

@@ -65,8 +65,8 @@ async def test_content_dedup_and_refused_sends(url: str) -> None:
         with pytest.raises(InvalidParameter):
             await c.send("content.fifo", [Message("x", group_id="g", delay_seconds=5)])
         await c.create_queue("plain")
-        with pytest.raises(InvalidParameter):
-            await c.send("plain", [Message("x", group_id="g")])
+        with pytest.raises(InvalidParameter):  # a group id on a standard queue names a tenant
+            await c.send("plain", [Message("x", group_id="g", priority=1)])
         with pytest.raises(InvalidParameter):
             await c.create_queue("plain2.fifo")  # a .fifo name needs fifo=true
         with pytest.raises(InvalidParameter):

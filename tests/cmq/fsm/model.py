@@ -197,8 +197,11 @@ class Model:
                     outs.append(code)
                 return EntryOutcomes(tuple(outs))
             case DeadLetter():
-                for seq in cmd.seqs:
-                    if q.msgs.pop(seq, None) is not None:
+                for named in cmd.seqs:
+                    # As the machine resolves it: the seq of an original names its live
+                    # rewound copy.
+                    copy = next((s for s, m in q.msgs.items() if m.orig == named), named)
+                    if q.msgs.pop(named if named in q.msgs else copy, None) is not None:
                         q.dead += 1
                 return Done()
             case Expire():

@@ -94,9 +94,9 @@ def test_send_rules_refuse_and_change_nothing() -> None:
         res = env.run(Produce(Q, T0, (fm(1), message)))
         assert isinstance(res, CommandFailed) and res.code == code
     assert env.lease(10).messages == ()
-    # A group id on a standard queue is refused too.
+    # A group id on a standard queue names a tenant (fair queues): an empty one is refused.
     env.run(CreateQueue("std", QueueAttributes(), T0))
-    res = env.run(Produce("std", T0, (fm(1),)))
+    res = env.run(Produce("std", T0, (fm(1, ""),)))
     assert isinstance(res, CommandFailed) and res.code == errors.InvalidParameter.code
 
 

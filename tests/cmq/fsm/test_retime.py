@@ -105,8 +105,8 @@ def test_the_skew_survives_a_snapshot_and_version_2_images_still_load() -> None:
     older.restore(3, v2)  # a version 2 image restores (no skew) and re-encodes as version 2
     assert older.encode_image(reuse=False)[4] == 2
     bad = bytearray(image)
-    bad[4] = 6  # a newer version than this release reads: refused, naming both
-    with pytest.raises(InvariantBroken, match="image version 6"):
+    bad[4] = 8  # a newer version than this release reads: refused, naming both
+    with pytest.raises(InvariantBroken, match="image version 8"):
         decode_image(bytes(bad))
 
 
