@@ -33,9 +33,9 @@ from cmq.fsm.commands import (
     Result,
 )
 from cmq.fsm.machine import QueueMachine
-from cmq.fsm.segments import MemorySegmentStore
 from raftlog.runtime.statemachine import StateMachine
 from raftlog.sim.runtime_sim import RuntimeSimConfig
+from tests.queuesim.observed import ObservingMachine
 from tests.queuesim.sim import QueueSim
 
 MAX_IN_A_ROW = 1
@@ -119,29 +119,11 @@ class FairObserver:
                 visible[mid] = clock + max(0, visibility)
 
 
-class FairMachine(QueueMachine):
+class FairMachine(ObservingMachine):
     """A `QueueMachine` with a `FairObserver` on every command it executes (until it is
     restored from a snapshot)."""
 
-    def __init__(
-        self, store: MemorySegmentStore, violation: Callable[[str], None], **kw: int
-    ) -> None:
-        super().__init__(store, **kw)  # type: ignore[arg-type]
-        self.observer: FairObserver | None = FairObserver(violation)
-
-    def restore(self, index: int, data: bytes) -> None:
-        if data:
-            self.observer = None  # it has not seen the commands the image folds in
-        super().restore(index, data)
-
-    def execute(self, cmd: Command) -> Result:
-        observer = self.observer
-        if observer is None:
-            return super().execute(cmd)
-        ids = observer.before(self, cmd)
-        res = super().execute(cmd)
-        observer.after(self, cmd, res, ids)
-        return res
+    observer_class = FairObserver
 
 
 class FairQueueSim(QueueSim):

@@ -31,10 +31,10 @@ from cmq.fsm.commands import (
     Result,
 )
 from cmq.fsm.machine import QueueMachine
-from cmq.fsm.segments import MemorySegmentStore
 from cmq.model import QueueAttributes
 from raftlog.runtime.statemachine import StateMachine
 from raftlog.sim.runtime_sim import RuntimeSimConfig
+from tests.queuesim.observed import ObservingMachine
 from tests.queuesim.sim import QueueSim
 
 LEVELS = 4
@@ -110,29 +110,11 @@ class PriorityObserver:
                 visible[mid] = clock + max(0, visibility)
 
 
-class ObservedMachine(QueueMachine):
+class ObservedMachine(ObservingMachine):
     """A `QueueMachine` with a `PriorityObserver` on every command it executes (until it is
     restored from a snapshot)."""
 
-    def __init__(
-        self, store: MemorySegmentStore, violation: Callable[[str], None], **kw: int
-    ) -> None:
-        super().__init__(store, **kw)  # type: ignore[arg-type]
-        self.observer: PriorityObserver | None = PriorityObserver(violation)
-
-    def restore(self, index: int, data: bytes) -> None:
-        if data:
-            self.observer = None  # it has not seen the commands the image folds in
-        super().restore(index, data)
-
-    def execute(self, cmd: Command) -> Result:
-        observer = self.observer
-        if observer is None:
-            return super().execute(cmd)
-        ids = observer.before(self, cmd)
-        res = super().execute(cmd)
-        observer.after(self, cmd, res, ids)
-        return res
+    observer_class = PriorityObserver
 
 
 class PriorityQueueSim(QueueSim):
