@@ -19,7 +19,8 @@ decision's number, as the native clients do (workload.py's docstring).
   beyond 900 s with a time to live of seconds, so they expire unseen before their time. Each
   batch names a fair-queue tenant (group id ``t0``..``t2`` by batch number, no draw), so
   its receives go round-robin over tenants beside the delays, time to live and back-off.
-* ``dlq``: ``chaos-r`` with dead-letter queue ``chaos-r-dlq`` after 2 receives; a seeded third
+* ``dlq``: ``chaos-r`` with dead-letter queue ``chaos-r-dlq`` after 2 receives, both with 4
+  priority levels (a batch's messages at level batch % 4, no draw); a seeded third
   of the keys is *poison* (its consumer never acks them: nack or let expire), so they move.
   When the run drains, `DeadLetters.finish` waits until the source is empty (nothing more can
   move), reads the whole dead-letter queue (recorded receives), releases it, redrives it back
@@ -55,6 +56,10 @@ STREAM_QUEUE = "chaos-s"
 SQS_QUEUE = "chaos-q"
 MAX_RECEIVES = 2
 """``max_receive_count`` of `DLQ_SOURCE`."""
+PRIORITIES = 4
+"""Priority levels of `DLQ_SOURCE` and `DLQ_QUEUE`: a batch's messages take level batch % 4
+(no draw), so leases, dead-letter moves and the redrive carry levels under the faults (the
+replicas' image digests compare the levels' state)."""
 DELAY_ATTRIBUTES: dict[str, Any] = {
     "visibility_timeout": 2,
     "max_delay_seconds": 3600,
@@ -87,7 +92,7 @@ def surface_queues(surfaces: tuple[str, ...]) -> list[SurfaceQueue]:
     if "delay" in surfaces:
         out.append(SurfaceQueue(DELAY_QUEUE, dict(DELAY_ATTRIBUTES)))
     if "dlq" in surfaces:
-        out.append(SurfaceQueue(DLQ_QUEUE, {"visibility_timeout": 2}))
+        out.append(SurfaceQueue(DLQ_QUEUE, {"visibility_timeout": 2, "priorities": PRIORITIES}))
         out.append(
             SurfaceQueue(
                 DLQ_SOURCE,
@@ -95,6 +100,7 @@ def surface_queues(surfaces: tuple[str, ...]) -> list[SurfaceQueue]:
                     "visibility_timeout": 2,
                     "dead_letter_queue": DLQ_QUEUE,
                     "max_receive_count": MAX_RECEIVES,
+                    "priorities": PRIORITIES,
                 },
             )
         )
@@ -154,6 +160,7 @@ async def produce(workload: Workload, process: str, queue: str) -> None:
         keys = [f"{workload.tag}-{process}-{batch}-{k}" for k in range(rng.randint(1, 5))]
         group = f"g{rng.randrange(3)}" if queue == FIFO_QUEUE else None
         tenant = f"t{batch % 3}" if queue == DELAY_QUEUE else None  # fair queues: no draw
+        priority = batch % PRIORITIES if queue == DLQ_SOURCE else 0  # priorities: no draw
         plan = schedule(workload, process, batch, len(keys)) if queue == DELAY_QUEUE else None
         delays = plan.delays if plan else []
         messages = [
@@ -164,6 +171,7 @@ async def produce(workload: Workload, process: str, queue: str) -> None:
                 delay_seconds=delays[i] or None if delays else None,
                 deliver_at=plan.deliver_at[i] if plan else None,
                 ttl_seconds=plan.ttls[i] or None if plan else None,
+                priority=priority,
             )
             for i, k in enumerate(keys)
         ]
