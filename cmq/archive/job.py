@@ -102,6 +102,9 @@ class JobConfig:
     """Seconds per HTTP call (and per records stream)."""
     binary: bool = True
     """Ask nodes for the binary segment read (False: the JSON lines, the older form)."""
+    segments_per_task: int | None = None
+    """Consecutive segments of one queue a Spark task reads and writes as one file a day
+    (None: the data source's default). Fewer: more tasks, more parallelism, more files."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,14 +369,16 @@ class ArchiveJob:
 
         register(self.spark)
         self.spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MILLIS")
-        df = (
+        reader = (
             self.spark.read.format("cmq")
             .option("segments", encode_tasks(tasks))
             .option("batch_id", self.batch_id)
             .option("timeout", str(self.config.timeout))
             .option("binary", "true" if self.config.binary else "false")
-            .load()
         )
+        if self.config.segments_per_task is not None:
+            reader = reader.option("segments_per_partition", str(self.config.segments_per_task))
+        df = reader.load()
         # The UTC day, whatever the session's time zone: whole days since the epoch.
         days = F.floor(F.unix_micros(F.col("sent_at")) / F.lit(86_400_000_000)).cast("int")
         df = df.withColumn("date", F.date_from_unix_date(days).cast("string"))

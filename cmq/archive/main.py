@@ -91,6 +91,11 @@ def parser() -> argparse.ArgumentParser:
         default=DEFAULT_CLAIM_TTL_MS / 1000,
         help="seconds a claim on a segment lasts (default 600)",
     )
+    p.add_argument(
+        "--segments-per-task",
+        type=int,
+        help="segments a Spark task reads and writes as one file a day (default 8)",
+    )
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per HTTP call")
     p.add_argument(
         "--json-read",
@@ -104,8 +109,16 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     urls = split_urls(args.url)
-    if not urls or (args.max_segments is not None and args.max_segments < 1):
-        print("error: invalid_argument: --url needs a URL, --max-segments N >= 1", file=sys.stderr)
+    if (
+        not urls
+        or (args.max_segments is not None and args.max_segments < 1)
+        or (args.segments_per_task is not None and args.segments_per_task < 1)
+    ):
+        print(
+            "error: invalid_argument: --url needs a URL, --max-segments and "
+            "--segments-per-task N >= 1",
+            file=sys.stderr,
+        )
         return 2
     config = JobConfig(
         urls=urls,
@@ -115,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         claim_ttl_ms=max(1, int(args.claim_ttl * 1000)),
         timeout=args.timeout,
         binary=not args.json_read,
+        segments_per_task=args.segments_per_task,
     )
     sessions: list[SparkSession] = []
 

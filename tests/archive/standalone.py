@@ -152,6 +152,23 @@ class Standalone:
         except (OSError, ValueError, KeyError):
             return {}
 
+    def tasks_left(self) -> int:
+        """Tasks of the running application's active stages not yet complete (running or
+        pending), as its driver counts them; 0 when no application or stage runs."""
+        base = f"http://127.0.0.1:{self.driver_ui_port}/api/v1/applications"
+        try:
+            with urllib.request.urlopen(base, timeout=5) as r:
+                apps = json.load(r)
+            left = 0
+            for app in apps:
+                url = f"{base}/{app['id']}/stages?status=active"
+                with urllib.request.urlopen(url, timeout=5) as r:
+                    for st in json.load(r):
+                        left += int(st["numTasks"]) - int(st["numCompleteTasks"])
+            return left
+        except (OSError, ValueError, KeyError):
+            return 0
+
     def _group(self, i: int) -> list[tuple[int, list[bytes]]]:
         """(pid, argv) of every process in worker ``i``'s process group."""
         pgid = self.procs[f"worker-{i}"].pid

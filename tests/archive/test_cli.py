@@ -26,6 +26,8 @@ def test_help_and_bad_arguments() -> None:
     bad = cmq("--url", ",", "--out", "x")
     assert bad.returncode == 2 and "invalid_argument" in bad.stderr
     assert cmq("--out", "x").returncode == 2  # --url is required
+    zero = cmq("--url", "http://127.0.0.1:1", "--out", "x", "--segments-per-task", "0")
+    assert zero.returncode == 2 and "invalid_argument" in zero.stderr
 
 
 def test_nothing_to_archive_starts_no_spark(fake: FakeCluster, tmp_path: Path) -> None:

@@ -5,10 +5,10 @@ segments. ``cmq archive`` is given the cluster secret (``CMQ_SECRET``, as the ch
 is) and ``spark-submit`` an access key: the executors sign with the key the driver hands them.
 
 1. Messages are sent and acked; once their segments are released, ``cmq archive --master
-   spark://...`` runs (the driver in the command, the executors on the workers), and a worker
-   (its executor and Python workers with it) is SIGKILLed while its executor runs a task of
-   the batch (as the driver's REST API counts them): the lost task is re-run on the other
-   executor and the batch commits.
+   spark://... --segments-per-task 1`` runs (the driver in the command, the executors on the
+   workers), and a worker (its executor and Python workers with it) is SIGKILLed while its
+   executor runs a task of the batch and at least four tasks are left (as the driver's REST
+   API counts them): the lost task is re-run on the other executor and the batch commits.
 2. A new worker joins; more messages are sent and acked; the job is submitted through
    ``spark-submit`` with the entry file the README names (``cmq/archive/__main__.py``).
 3. A third run (``cmq archive --master``) archives nothing.
@@ -211,7 +211,9 @@ def test_archive_on_a_standalone_cluster_with_a_worker_killed(
 
     # 1. cmq archive --master spark://...; a worker dies while it runs the batch's tasks.
     archive = [sys.executable, "-m", "cmq", "archive", "--master", spark_cluster.url, *args]
-    run = start(archive, spark_root, secret=True)
+    # One segment a task: ~10 tasks over the two executors, so the kill lands on a running
+    # task while others are still to run (the driver is alive to see the executor go).
+    run = start([*archive, "--segments-per-task", "1"], spark_root, secret=True)
     deadline = time.monotonic() + 300
     while not run.saw("writing "):
         assert run.proc.poll() is None and time.monotonic() < deadline, "".join(run.lines)
@@ -220,6 +222,8 @@ def test_archive_on_a_standalone_cluster_with_a_worker_killed(
     while victim is None:
         assert run.proc.poll() is None and time.monotonic() < deadline, "".join(run.lines)
         busy = {e for e, n in spark_cluster.running_tasks().items() if n > 0}
+        if spark_cluster.tasks_left() < 4:
+            busy = set()  # too close to the stage's end: the kill could miss every task
         victim = next((i for i in (1, 2) if spark_cluster.executors(i) & busy), None)
         if victim is None:
             time.sleep(0.05)
@@ -230,7 +234,7 @@ def test_archive_on_a_standalone_cluster_with_a_worker_killed(
     first = run.finish()
     driver_log = "".join(run.lines)
     # The driver saw the executor go (its running task is re-run on the other executor).
-    lost = [ln.strip() for ln in run.lines if "Lost executor" in ln]
+    lost = [ln.strip() for ln in run.lines if "Lost executor" in ln or "Lost task" in ln]
     assert lost, driver_log[-6000:]
     assert first["segments"] == len(first_segments) and first["rows"] == PER_RUN, first
     print(f"\nworker {victim} killed {killed_at:.1f} s into the run, during: {step}")
