@@ -51,9 +51,16 @@ class LiveMessage(_Response, kw_only=True, omit_defaults=True):
         int, Meta(ge=0, description="In flight or delayed: when it becomes visible (ms); else 0.")
     ] = 0
     receive_count: Annotated[int, Meta(ge=0, description="Leases so far (0: never received).")]
-    group_id: Annotated[str, Meta(description="FIFO queues: the message group.")] | UnsetType = (
-        UNSET
-    )
+    group_id: (
+        Annotated[
+            str,
+            Meta(
+                description="FIFO queues: the message group; standard queues: its tenant "
+                "(fair queues), if it has one."
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
     dedup_id: Annotated[str, Meta(description="FIFO queues: its deduplication id.")] | UnsetType = (
         UNSET
     )
@@ -68,6 +75,14 @@ class LiveMessage(_Response, kw_only=True, omit_defaults=True):
         ]
         | UnsetType
     ) = UNSET
+    priority: Annotated[
+        int,
+        Meta(
+            ge=0,
+            le=cmq.model.MAX_PRIORITY,
+            description="Its priority level (absent: 0, the lowest).",
+        ),
+    ] = 0
 
     @classmethod
     def of(cls, m: cmq.model.LiveMessage) -> LiveMessage:
@@ -85,6 +100,7 @@ class LiveMessage(_Response, kw_only=True, omit_defaults=True):
             group_id=UNSET if m.group_id is None else m.group_id,
             dedup_id=UNSET if m.dedup_id is None else m.dedup_id,
             ttl_deadline=UNSET if m.ttl_deadline_ms is None else m.ttl_deadline_ms,
+            priority=m.priority,
         )
 
 
@@ -143,8 +159,26 @@ class ImportMessage(_Request):
         ]
         | None
     ) = None
-    group_id: FifoId | None = None
+    group_id: (
+        Annotated[
+            FifoId,
+            Meta(
+                description="FIFO queues: its message group; standard queues: its tenant (fair "
+                "queues; needs the fair_queues feature flag and priority 0)."
+            ),
+        ]
+        | None
+    ) = None
     dedup_id: Annotated[str, Meta(min_length=1, max_length=MAX_DEDUP_ID)] | None = None
+    priority: Annotated[
+        int,
+        Meta(
+            ge=0,
+            le=cmq.model.MAX_PRIORITY,
+            description="Its priority level: below the queue's priorities (above 0: needs the "
+            "message_priorities feature flag).",
+        ),
+    ] = 0
 
     def __post_init__(self) -> None:
         if (self.body is None) == (self.body_base64 is None):
@@ -165,6 +199,7 @@ class ImportMessage(_Request):
             dedup_id=self.dedup_id,
             deliver_at_ms=self.deliver_at,
             ttl_deadline_ms=self.ttl_deadline,
+            priority=self.priority,
         )
 
 

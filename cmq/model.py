@@ -522,7 +522,8 @@ class LiveMessage:
     """A live message as an export reads it at its queue's leader (nothing changes):
     ``state`` is one of `LIVE_STATES`; ``visible_at_ms`` is when an in-flight or delayed
     message becomes visible (0 for a visible one); ``receive_count`` counts its leases so far
-    (0: never received). FIFO queues: ``group_id`` and ``dedup_id``."""
+    (0: never received). FIFO queues: ``group_id`` and ``dedup_id``; a standard queue's
+    message with a tenant (fair queues): ``group_id`` names it."""
 
     id: str
     seq: int
@@ -537,6 +538,8 @@ class LiveMessage:
     dedup_id: str | None = None
     ttl_deadline_ms: int | None = None
     """When its time to live runs out (the queue's time, Unix ms); None: it has none."""
+    priority: int = 0
+    """Its priority level (0: the lowest, and every message of a queue without priorities)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -558,7 +561,9 @@ class ImportedMessage:
     invisible after the import (0: at once), or ``deliver_at_ms`` when it becomes visible (Unix
     ms; past: at once); ``ttl_deadline_ms`` when its time to live runs out (Unix ms; None: it
     has none; past: it expires at once). The node turns the absolute times into a delay and a
-    time to live from its clock, so a restore keeps them whatever the restoring client's."""
+    time to live from its clock, so a restore keeps them whatever the restoring client's.
+    ``priority``: its level (below the queue's ``priorities``); ``group_id`` on a standard
+    queue: its tenant (fair queues; only at priority 0)."""
 
     id: str
     body: bytes
@@ -569,6 +574,7 @@ class ImportedMessage:
     dedup_id: str | None = None
     deliver_at_ms: int | None = None
     ttl_deadline_ms: int | None = None
+    priority: int = 0
 
 
 def imported_delay_ms(m: ImportedMessage, now_ms: int) -> int:

@@ -12,8 +12,9 @@ and ``.../import``.
   exist). Idempotent: a key already present with the same sealed secret is left as is.
 * `export_messages`: one page of a queue's live messages, read at its leader
   (`cmq.fsm.export`).
-* `import_messages`: store messages with their ids (a `Produce` with ``expect_sent``):
-  refused with `ImportConflict` unless the queue has had exactly ``expect_sent`` messages sent.
+* `import_messages`: store messages with their ids, priority levels and tenants (a `Produce`
+  with ``expect_sent``): refused with `ImportConflict` unless the queue has had exactly
+  ``expect_sent`` messages sent.
 """
 
 from __future__ import annotations
@@ -36,11 +37,18 @@ from cmq.model import (
     SentMessage,
     check_queue_name,
     imported_delay_ms,
+    is_fifo_name,
 )
 from cmq.routing.ops import META_GROUP
 from cmq.routing.router import Router
 from cmq.routing.rpc import CatalogCall, ExportCall, ProduceCall
-from cmq.upgrade.features import MESSAGE_IMPORT, MESSAGE_TTL, not_enabled
+from cmq.upgrade.features import (
+    FAIR_QUEUES,
+    MESSAGE_IMPORT,
+    MESSAGE_PRIORITIES,
+    MESSAGE_TTL,
+    not_enabled,
+)
 from raftlog.runtime.host import Clock
 
 
@@ -165,7 +173,8 @@ class BackupAdmin:
         """Store ``messages`` with their ids, in order, if ``name`` has had exactly
         ``expect_sent`` messages sent (`ImportConflict` otherwise: nothing stored). Needs the
         `cmq.upgrade.features.MESSAGE_IMPORT` flag (`FeatureNotEnabled`): older releases cannot
-        apply such a send."""
+        apply such a send; a message with a priority needs ``message_priorities``, a standard
+        queue's message with a group id (its tenant) ``fair_queues`` and priority 0."""
         check_queue_name(name)
         if not self._catalog.feature_enabled(MESSAGE_IMPORT):
             raise not_enabled(MESSAGE_IMPORT, "imports")
@@ -184,6 +193,18 @@ class BackupAdmin:
             self._catalog.feature_enabled(MESSAGE_TTL)
         ):
             raise not_enabled(MESSAGE_TTL, "imports of messages with a time to live")
+        if any(m.priority for m in messages) and not (
+            self._catalog.feature_enabled(MESSAGE_PRIORITIES)
+        ):
+            raise not_enabled(MESSAGE_PRIORITIES, "imports of messages with a priority")
+        if not is_fifo_name(name) and any(m.group_id is not None for m in messages):
+            if not self._catalog.feature_enabled(FAIR_QUEUES):
+                raise not_enabled(FAIR_QUEUES, "imports of standard-queue messages with a tenant")
+            if any(m.group_id is not None and m.priority for m in messages):
+                raise InvalidParameter(
+                    "a standard queue's message with a group_id (a fair-queue tenant) takes "
+                    "priority 0: priorities and tenants do not combine"
+                )
         now = self._clock.wall_ms()
         new = tuple(
             NewMessage(
@@ -195,6 +216,7 @@ class BackupAdmin:
                 m.dedup_id,
                 m.group_id,
                 ttl_ms=None if m.ttl_deadline_ms is None else max(1, m.ttl_deadline_ms - now),
+                priority=m.priority,
             )
             for m in messages
         )

@@ -97,6 +97,7 @@ def backup_message(raw: dict[str, Any], read_at: int) -> BackupMessage:
         dedup_id=raw.get("dedup_id"),
         visible_at=int(raw.get("visible_at", 0)) if state == "delayed" else 0,
         ttl_deadline=int(raw.get("ttl_deadline", 0)),
+        priority=int(raw.get("priority", 0)),
     )
 
 

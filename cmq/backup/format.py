@@ -28,12 +28,15 @@ import msgspec
 
 from cmq.backup.errors import InvalidBackup, NewerBackupFormat
 
-FORMAT_VERSION = 2
-"""The format this release writes and the newest it reads. Version 2: a queue file line also
-holds ``visible_at`` and ``ttl_deadline`` (absolute times, so a restore keeps when a delayed
-message becomes visible and when a message's time to live runs out); version 1 lines (a
-delay left, no time to live) are still read. A release that reads only version 1 refuses a
-version 2 backup rather than restore its messages without their times to live."""
+FORMAT_VERSION = 3
+"""The format this release writes and the newest it reads. Version 3: a queue file line also
+holds ``priority`` (its level; absent: 0) and, on a standard queue, ``group_id`` names the
+message's tenant (fair queues), so a restored queue delivers in the same priority and tenant
+order. Version 2: a line also holds ``visible_at`` and ``ttl_deadline`` (absolute times, so a
+restore keeps when a delayed message becomes visible and when a message's time to live runs
+out). Versions 1 and 2 are still read (their messages: priority 0, no tenant; version 1: a
+delay left, no time to live). A release that reads only version 2 refuses a version 3 backup
+rather than restore its messages at the lowest level and without their tenants."""
 MANIFEST = "manifest.json"
 CATALOG_DIR = "catalog"
 QUEUES_DIR = "queues"
@@ -48,7 +51,8 @@ class BackupMessage(msgspec.Struct, frozen=True, omit_defaults=True):
     left when read (0 otherwise); ``receive_count`` is informative (a restore resets it).
     Version 2: ``visible_at`` is when a delayed message becomes visible and ``ttl_deadline``
     when a message's time to live runs out (ms since the Unix epoch, the source queue's clock;
-    0: none)."""
+    0: none). Version 3: ``priority`` is its level (0, the lowest, is left out), and
+    ``group_id`` on a standard queue's message is its tenant (FIFO queues: its group)."""
 
     id: str
     body: bytes
@@ -62,6 +66,7 @@ class BackupMessage(msgspec.Struct, frozen=True, omit_defaults=True):
     dedup_id: str | None = None
     visible_at: int = 0
     ttl_deadline: int = 0
+    priority: int = 0
 
 
 class QueueEntry(msgspec.Struct, frozen=True):

@@ -5,7 +5,12 @@ Order: the manifest and every queue file are checked first (nothing changes on a
 then the queues are created (dead-letter queues before the queues naming them) with their
 attributes; then the catalog sections this release knows (access keys, sealed, and queue
 metadata; placement and groups are informative); then each queue's messages, imported in
-their backup order with their ids, bodies, attributes and FIFO group and deduplication ids.
+their backup order with their ids, bodies, attributes, priority levels, FIFO group and
+deduplication ids, and a standard queue's tenants (group ids): each level and each tenant gets
+its messages back in their order, so the restored queue delivers in the same priority order and
+each tenant's messages in the same order (the round-robin over tenants starts again from the
+first tenant by name). A version 1 or 2 backup's messages come back at priority 0, without a
+tenant.
 
 What a restored message keeps of its times: a delayed message becomes visible when it would
 have (its ``visible_at``; at once if that has passed), and a message with a time to live
@@ -122,6 +127,8 @@ def import_json(m: BackupMessage) -> Json:
         out["group_id"] = m.group_id
     if m.dedup_id is not None:
         out["dedup_id"] = m.dedup_id
+    if m.priority:
+        out["priority"] = m.priority
     return out
 
 

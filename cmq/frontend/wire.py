@@ -12,8 +12,9 @@ and the body). The body is MessagePack:
 Versions: the wire is version `WIRE_VERSION` (5: a message to send, a received message and
 an exported one gained ``ttl_deadline_ms``, an imported one ``deliver_at_ms`` and
 ``ttl_deadline_ms``, queue attributes ``priorities`` and ``retain_acked_seconds``, messages
-``priority``, statistics ``visible_by_priority``, and the rewind call came; 4: queue attributes
-gained ``max_delay_seconds`` and a message to send ``deliver_at_ms``; 3: queue attributes gained
+``priority`` (an exported and an imported one too), statistics ``visible_by_priority``, and
+the rewind call came; 4: queue attributes gained ``max_delay_seconds`` and a message to send
+``deliver_at_ms``; 3: queue attributes gained
 ``retry``; version 2 lacked it; version 1 was pickled tuples, release 0.1.0, and is not read:
 nothing is unpickled).
 A front end and its node process are always the same release, yet every frame says its

@@ -64,6 +64,8 @@ def live_message(q: QueueState, store: SegmentStore, seq: int, clock: int) -> Li
     group = dedup = None
     if q.fifo is not None and seq in q.fifo.meta:
         group, dedup = q.fifo.meta[seq]
+    elif q.fifo is None and q.ready.tenants is not None:
+        group = q.ready.tenants.of.get(seq)  # its tenant (fair queues)
     return LiveMessage(
         id=stored.id,
         seq=seq,
@@ -77,6 +79,7 @@ def live_message(q: QueueState, store: SegmentStore, seq: int, clock: int) -> Li
         group_id=group or None,
         dedup_id=dedup or None,
         ttl_deadline_ms=q.ttl.get(seq),
+        priority=q.ready.level_of(seq),
     )
 
 

@@ -488,6 +488,7 @@ def _backup_message() -> bytes:
             delay_ms=5_000,
             visible_at=T0 + 5_000,
             ttl_deadline=T0 + 60_000,
+            priority=2,
         )
     )
 

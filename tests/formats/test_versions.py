@@ -374,11 +374,11 @@ def test_a_newer_archive_manifest_names_the_file_and_both_versions() -> None:
 
 def test_a_newer_backup_names_the_manifest_and_both_versions(tmp_path: Path) -> None:
     path = tmp_path / backup_format.MANIFEST
-    path.write_text(json.dumps({"format_version": 3}))
+    path.write_text(json.dumps({"format_version": 4}))
     with pytest.raises(NewerBackupFormat) as err:
         backup_format.read_manifest(tmp_path)
     msg = str(err.value)
-    assert "version 3" in msg and "format version 2" in msg and str(tmp_path) in msg
+    assert "version 4" in msg and "format version 3" in msg and str(tmp_path) in msg
     path.write_text("{")
     with pytest.raises(InvalidBackup):
         backup_format.read_manifest(tmp_path)
