@@ -238,6 +238,15 @@ class QueueStats(_Response, kw_only=True):
             "level 0 (the lowest) first; they add up to visible. Empty otherwise.",
         ),
     ] = []
+    tenants: Annotated[
+        int,
+        Meta(
+            ge=0,
+            description="Standard queues whose messages have group ids (fair queues): the "
+            "tenants with a message ready to be received (the messages without a group id "
+            "count as one); 0 otherwise.",
+        ),
+    ] = 0
 
     @classmethod
     def of(cls, stats: cmq.model.QueueStats) -> QueueStats:

@@ -625,6 +625,9 @@ class QueueStats:
     visible_by_priority: tuple[int, ...] = ()
     """Queues with ``priorities`` > 1: the visible messages at each level, 0 (lowest) first
     (they add up to ``visible``); empty otherwise."""
+    tenants: int = 0
+    """Standard queues whose messages have group ids (fair queues): the tenants with a message
+    ready to be received (the messages without a group id count as one tenant); 0 otherwise."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,10 +47,10 @@ WIRE_VERSION: Final = 5
 5: messages to send, received, exported and imported carry their time-to-live deadline
 (``ttl_deadline_ms``), an imported one its ``deliver_at_ms``; queue attributes carry
 ``priorities`` and ``retain_acked_seconds``, a message to send, a received, an exported and an
-imported message ``priority``, queue statistics ``visible_by_priority``; the ``rewind`` call
-(tag 34) and `ReadSegmentData` (tag 35, the binary segment read); 4: queue attributes carry
-``max_delay_seconds``, a message to send ``deliver_at_ms`` and ``ttl_seconds``; 3: queue
-attributes carry ``retry`` (release 0.3.0); 2: msgspec frames (0.2.0)."""
+imported message ``priority``, queue statistics ``visible_by_priority`` and ``tenants``; the
+``rewind`` call (tag 34) and `ReadSegmentData` (tag 35, the binary segment read); 4: queue
+attributes carry ``max_delay_seconds``, a message to send ``deliver_at_ms`` and ``ttl_seconds``;
+3: queue attributes carry ``retry`` (release 0.3.0); 2: msgspec frames (0.2.0)."""
 
 _encoder = msgspec.msgpack.Encoder()
 

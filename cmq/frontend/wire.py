@@ -9,14 +9,13 @@ and the body). The body is MessagePack:
 * an answer, node to front end: ``[id, true, result]`` (the call's `Call.result_type`), or
   ``[id, false, failure]`` (`calls.Failure`: the `CmqError` the call raised).
 
-Versions: the wire is version `WIRE_VERSION` (5: a message to send, a received message and
-an exported one gained ``ttl_deadline_ms``, an imported one ``deliver_at_ms`` and
+Versions: the wire is version `WIRE_VERSION` (5: a message to send, a received message and an
+exported one gained ``ttl_deadline_ms``, an imported one ``deliver_at_ms`` and
 ``ttl_deadline_ms``, queue attributes ``priorities`` and ``retain_acked_seconds``, messages
-``priority`` (an exported and an imported one too), statistics ``visible_by_priority``, and
-the rewind call came; 4: queue attributes gained ``max_delay_seconds`` and a message to send
-``deliver_at_ms``; 3: queue attributes gained
-``retry``; version 2 lacked it; version 1 was pickled tuples, release 0.1.0, and is not read:
-nothing is unpickled).
+``priority`` (an exported and an imported one too), statistics ``visible_by_priority`` and
+``tenants``, and the rewind call came; 4: queue attributes gained ``max_delay_seconds`` and a
+message to send ``deliver_at_ms``; 3: queue attributes gained ``retry``; version 2 lacked it;
+version 1 was pickled tuples, release 0.1.0, and is not read: nothing is unpickled).
 A front end and its node process are always the same release, yet every frame says its
 version: a frame of another version, a call tag this release does not know
 (`calls.CALL_TAGS`), or a body that does not decode is `UnreadableFrame` naming what was found

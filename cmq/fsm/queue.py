@@ -682,6 +682,7 @@ class QueueState:
             disk_bytes=disk,
             oldest_unarchived_ms=unarchived,
             visible_by_priority=by_level,
+            tenants=0 if self.ready.tenants is None else len(self.ready.tenants.active),
         )
 
     def segment_figures(

@@ -96,6 +96,7 @@ async def test_get_renders_attributes_and_stats(client: Client, service: Recordi
             "disk_bytes": 12345,
             "oldest_unarchived_ms": 60_000,
             "visible_by_priority": [],
+            "tenants": 0,
         },
     }
     assert service.calls == [Call("get_queue", ("orders",))]
