@@ -33,3 +33,14 @@ def test_console_loads_nothing_from_elsewhere() -> None:
         text = f.read_text()
         assert not re.search(r"https?://(?!www\.w3\.org/2000/svg)", text), f.name
     assert "/v1/" in (UI_DIR / "console.js").read_text()  # the node's own API, by path
+
+
+def test_every_element_the_script_looks_up_is_on_the_page() -> None:
+    """console.js finds its elements by id: each one it names is in index.html (a renamed or
+    forgotten element would otherwise fail only in a browser)."""
+    script = (UI_DIR / "console.js").read_text()
+    page = (UI_DIR / "index.html").read_text()
+    wanted = set(re.findall(r'getElementById\("([\w-]+)"\)', script))
+    assert {"send-priority", "attr-priorities", "q-levels", "q-tenants"} <= wanted
+    present = set(re.findall(r'\sid="([\w-]+)"', page))
+    assert wanted - present == set()

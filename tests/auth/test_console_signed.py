@@ -211,6 +211,11 @@ def test_a_read_only_key_sees_its_queue_but_no_purge_button(
     expect(page.locator("#rewind")).to_have_count(0)
     expect(page.locator("#redrive")).to_have_count(0)
     expect(page.locator("#q-action-result")).to_contain_text("need the admin grant")
+    # No send form (no send grant) and no attributes form (no admin grant), and it says why.
+    expect(page.locator("#send-form")).to_be_hidden()
+    expect(page.locator("#attr-form")).to_be_hidden()
+    expect(page.locator("#q-forms-denied")).to_be_visible()
+    expect(page.locator("#q-levels-summary")).to_have_text(re.compile("^1 priority level"))
     page.screenshot(path=str(console_artifacts / "signed-read-only-queue.png"), full_page=True)
     # The node agrees: this key may not purge.
     raw = blocking(lambda: _purge_as(auth_cluster, reader, mine))

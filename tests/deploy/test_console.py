@@ -52,6 +52,7 @@ def test_console_shows_nodes_and_queue_depth_changes(
         "max_delay_seconds": 7200,
         "retry": retry,
         "retain_acked_seconds": 3600,
+        "priorities": 4,
     }
     call(lambda c: c.create_queue(queue, attrs))
     try:
@@ -133,6 +134,36 @@ def test_console_shows_nodes_and_queue_depth_changes(
         row = page.locator(f'#queues tr[data-queue="{queue}"]')
         expect(row.locator("td.depth")).to_have_text("0", timeout=15_000)
         expect(row.locator("td.acked-rate")).to_have_text(re.compile(r"^[0-9.,]+$"))
+
+        # Priorities and tenants: the levels shown, a send from the form at level 3, a tenant's
+        # message sent by a client, the level-3 message received first; the levels set.
+        row.locator("a.q").click()
+        expect(page.locator("#q-levels-summary")).to_have_text(
+            re.compile(r"^4 priority levels: 0 \(lowest\) to 3 \(highest\)")
+        )
+        expect(page.locator("#send-dedup-label")).to_be_hidden()  # a standard queue's form
+        page.fill("#send-body", "console urgent")
+        page.select_option("#send-priority", "3")
+        page.click("#send")
+        expect(page.locator("#send-result")).to_have_text(re.compile(r"^sent \S+ .* priority 3$"))
+        call(lambda c: c.send(queue, [Message("console tenant", group_id="tenant-a")]))
+        level = page.locator('#q-levels tr[data-level="3"] td.num')
+        expect(level).to_have_text("1", timeout=15_000)
+        expect(page.locator('#q-levels tr[data-level="0"] td.num')).to_have_text("1")
+        # tenant-a and the messages without a group id (the level-3 one), one tenant each
+        tenants = page.locator("#q-tenants")
+        expect(tenants).to_have_attribute("data-tenants", "2")
+        expect(tenants).to_have_text(re.compile("^fair queue: 2 tenants with messages ready"))
+        first = call(lambda c: c.receive(queue, 1, wait_seconds=5))
+        assert [(m.body, m.priority) for m in first] == [("console urgent", 3)]
+        expect(tenants).to_have_attribute("data-tenants", "1", timeout=15_000)
+        page.fill("#attr-priorities", "8")
+        page.click("#attr-save")
+        expect(page.locator("#attr-result")).to_have_text("saved: priorities 8", timeout=15_000)
+        cell = page.locator('#q-attributes tr[data-key="priorities"] td').nth(1)
+        expect(cell).to_have_text("8", timeout=15_000)
+        expect(page.locator("#q-levels tbody tr")).to_have_count(8)
+        page.screenshot(path=str(tmp_path / "console-levels.png"), full_page=True)
     finally:
         # Idempotent clean-up: a delete retried after a lost reply finds the queue gone.
         with contextlib.suppress(QueueNotFound):

@@ -1,7 +1,9 @@
 // cmq web console: reads the public JSON API of the node serving it (/v1/whoami, /v1/status,
 // /v1/queues, /v1/queues/{name}, /v1/queues/{name}/messages?peek=N, /readyz) every POLL_MS and
 // renders a cluster map, this node's clock/repair/disk state, a queue table with rate charts,
-// and a queue page with purge, rewind and redrive for keys granted admin. No framework, no build step.
+// and a queue page (its priority levels with the visible messages at each, its tenants, a send
+// form with a priority, an attributes form for the levels; purge, rewind and redrive for keys
+// granted admin). No framework, no build step.
 //
 // Against a node that asks for signatures it first asks for an access key, keeps it in this
 // tab's sessionStorage only, and signs every API call in the browser (sigv4.js); against an
@@ -440,6 +442,8 @@ async function renderQueue(name, gen) {
     : fmtNum(v));
   document.querySelector("#q-stats tbody").replaceChildren(...kv(q.stats, stat));
   document.querySelector("#q-attributes tbody").replaceChildren(...kv(q.attributes, fmtAttribute));
+  renderLevels(q);
+  syncForms(q);
   const lines = rateLines(name);
   document.getElementById("q-chart").replaceChildren(
     chart(lines, 560, 120, true),
@@ -457,6 +461,114 @@ async function renderQueue(name, gen) {
     el("td", { text: Object.entries(m.attributes || {}).map(([k, v]) => `${k}=${v}`).join(", ") }),
   )));
   if (redriveSources(name).length) await renderMove(name, gen);
+}
+
+// -- priorities, tenants, sending and attributes ----------------------------------------------
+// The queue's priority levels (the attribute priorities), the visible messages at each (stats
+// visible_by_priority), highest level first, and on a standard queue its tenants with a message
+// ready to be received (stats tenants: a message's group id names its tenant).
+function renderLevels(q) {
+  const levels = q.attributes.priorities || 1;
+  document.getElementById("q-levels-summary").textContent = levels > 1
+    ? `${levels} priority levels: 0 (lowest) to ${levels - 1} (highest); a receive takes the highest level first`
+    : "1 priority level: no priorities (every message is at level 0)";
+  const byLevel = q.stats.visible_by_priority || [];
+  const table = document.getElementById("q-levels");
+  table.hidden = levels < 2;
+  const rows = [];
+  for (let l = levels - 1; l >= 0; l--) {
+    rows.push(el("tr", { "data-level": l }, el("td", { text: String(l) }), el("td", { class: "num", text: fmtNum(byLevel[l] ?? 0) })));
+  }
+  table.querySelector("tbody").replaceChildren(...rows);
+  const tenants = document.getElementById("q-tenants");
+  const n = q.stats.tenants || 0;
+  tenants.hidden = Boolean(q.attributes.fifo);
+  tenants.dataset.tenants = String(n);
+  tenants.textContent = n
+    ? `fair queue: ${fmtNum(n)} tenant${n === 1 ? "" : "s"} with messages ready, served in turn`
+    : "no tenant with messages ready (a message's group id names its tenant)";
+}
+
+// The forms follow the queue's attributes: a priority choice on a queue with levels, the group
+// id required on a FIFO queue (and a deduplication id unless it deduplicates by content), the
+// levels field showing the attribute until the user edits it.
+function syncForms(q) {
+  const levels = q.attributes.priorities || 1;
+  const select = document.getElementById("send-priority");
+  if (select.options.length !== levels) {
+    const keep = Math.min(Number(select.value || 0), levels - 1);
+    const label = (l) => (l === 0 ? "0 (lowest)" : l === levels - 1 ? `${l} (highest)` : String(l));
+    select.replaceChildren(...Array.from({ length: levels }, (_, l) => el("option", { value: l, text: label(l) })));
+    select.value = String(keep);
+  }
+  document.getElementById("send-priority-label").hidden = levels < 2;
+  const fifo = Boolean(q.attributes.fifo);
+  document.getElementById("send-group-name").textContent = fifo ? "message group id (required)" : "tenant (group id, optional)";
+  document.getElementById("send-group").required = fifo;
+  document.getElementById("send-dedup-label").hidden = !fifo || Boolean(q.attributes.content_based_deduplication);
+  const input = document.getElementById("attr-priorities");
+  if (!input.dataset.edited) input.value = String(levels);
+}
+
+function formResult(id, text, isError) {
+  const out = document.getElementById(id);
+  out.textContent = text;
+  out.className = isError ? "error" : "muted";
+}
+
+// Send one message (the send grant: POST /v1/queues/{name}/messages) at the chosen priority,
+// with the group id given (a standard queue's tenant, a FIFO queue's group).
+async function sendFromForm(name) {
+  const m = { body: document.getElementById("send-body").value };
+  const priority = Number(document.getElementById("send-priority").value || 0);
+  if (priority) m.priority = priority;
+  const group = document.getElementById("send-group").value.trim();
+  if (group) m.group_id = group;
+  const dedup = document.getElementById("send-dedup").value.trim();
+  if (dedup && !document.getElementById("send-dedup-label").hidden) m.dedup_id = dedup;
+  const button = document.getElementById("send");
+  button.disabled = true;
+  try {
+    const r = await api(`/v1/queues/${encodeURIComponent(name)}/messages`, { body: { messages: [m] } });
+    const sent = r.messages[0];
+    formResult("send-result", `sent ${sent.id} (seq ${sent.seq}) at priority ${priority}${group ? `, group id ${group}` : ""}`);
+    document.getElementById("send-body").value = "";
+  } catch (e) {
+    formResult("send-result", `send failed: ${e.message}`, true);
+  }
+  button.disabled = false;
+  refreshNow();
+}
+
+// Set the queue's priority levels (the admin grant: PATCH /v1/queues/{name}); messages already
+// stored keep their level.
+async function saveAttributes(name) {
+  const input = document.getElementById("attr-priorities");
+  const levels = Number(input.value);
+  if (!Number.isInteger(levels) || levels < 1 || levels > 32) {
+    formResult("attr-result", "priority levels: a whole number from 1 to 32", true);
+    return;
+  }
+  try {
+    const r = await api(`/v1/queues/${encodeURIComponent(name)}`, { method: "PATCH", body: { attributes: { priorities: levels } } });
+    delete input.dataset.edited;
+    formResult("attr-result", `saved: priorities ${r.attributes.priorities}`);
+  } catch (e) {
+    formResult("attr-result", `not saved: ${e.message}`, true);
+  }
+  refreshNow();
+}
+
+function setUpForms(name) {
+  const sendForm = document.getElementById("send-form");
+  const attrForm = document.getElementById("attr-form");
+  sendForm.hidden = !can("send", name);
+  attrForm.hidden = !can("admin", name);
+  document.getElementById("q-forms-denied").hidden = !sendForm.hidden && !attrForm.hidden;
+  sendForm.addEventListener("submit", (ev) => { ev.preventDefault(); sendFromForm(name); });
+  attrForm.addEventListener("submit", (ev) => { ev.preventDefault(); saveAttributes(name); });
+  const input = document.getElementById("attr-priorities");
+  input.addEventListener("input", () => { input.dataset.edited = "1"; });
 }
 
 // Ask before doing something that cannot be undone: resolves to true when confirmed.
@@ -557,6 +669,7 @@ async function renderMove(name, gen) {
 // The buttons this key may use on queue `name`: purge and rewind (admin on it), redrive (admin
 // on the cluster, as the message move tasks need, and only on a dead-letter queue).
 async function setUpActions(name, page) {
+  setUpForms(name);
   if (can("admin", name)) {
     const b = document.getElementById("purge");
     b.hidden = false;
