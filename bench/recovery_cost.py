@@ -22,7 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cmq.cli.launch import free_ports
-from cmq.node.queue_node import NodeConfig, QueueNode
+from cmq.node.config import NodeConfig
+from cmq.node.queue_node import QueueNode
 from raftlog.runtime import GroupOptions
 from raftlog.transport.peer import Address, TransportConfig
 

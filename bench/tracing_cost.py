@@ -35,7 +35,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from cmq.cli.launch import free_ports
 from cmq.model import OutgoingMessage, QueueAttributes
-from cmq.node.queue_node import NodeConfig, QueueNode
+from cmq.node.config import NodeConfig
+from cmq.node.queue_node import QueueNode
 from cmq.node.tracing import TRACER_NAME, traced
 from cmq.service import QueueService
 from raftlog.transport.peer import Address

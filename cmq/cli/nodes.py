@@ -42,7 +42,7 @@ def add_serve_arguments(s: argparse.ArgumentParser) -> None:
 def serve_settings(
     args: argparse.Namespace, conf: dict[str, Any], http: str, node_id: int
 ) -> dict[str, Any]:
-    """`cmq.node.queue_node.NodeConfig` fields from the scale-out flags, then the ``CMQ_JOIN``,
+    """`cmq.node.config.NodeConfig` fields from the scale-out flags, then the ``CMQ_JOIN``,
     ``CMQ_ZONE`` and ``CMQ_REPLICATION`` environment variables, then the TOML file's ``join``,
     ``zone``, ``replication``; exits with a message on a bad value."""
 

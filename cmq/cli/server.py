@@ -53,9 +53,10 @@ from cmq.consumers import Subscriptions
 from cmq.errors import CmqError
 from cmq.frontend.proxy import NodeMetricsCollector, ServiceProxy, ServiceServer
 from cmq.logs import LogFormat
+from cmq.node.config import NodeConfig
 from cmq.node.metrics import register_node_metrics
 from cmq.node.queue_metrics import QueueMetricsSettings
-from cmq.node.queue_node import NodeConfig, QueueNode
+from cmq.node.queue_node import QueueNode
 from cmq.node.tracing import TRACER_NAME, otlp_provider, traced
 from cmq.service import QueueService
 from raftlog.runtime import MultiRaft, new_event_loop

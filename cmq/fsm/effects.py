@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from cmq.fsm.queue import Segment
+from cmq.fsm.cells import Segment
 
 __all__ = ["Effects", "Released"]
 

@@ -17,7 +17,8 @@ from collections.abc import Iterator
 
 from pyroaring import BitMap
 
-from cmq.fsm.queue import COUNT, LEASE, QueueState
+from cmq.fsm.cells import COUNT, LEASE
+from cmq.fsm.queue import QueueState
 from cmq.fsm.store import SegmentStore
 from cmq.model import ExportPage, LiveMessage
 

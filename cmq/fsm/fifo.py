@@ -27,9 +27,10 @@ import hashlib
 from itertools import chain, islice
 
 from cmq import errors
+from cmq.fsm.cells import COUNT, LEASE
 from cmq.fsm.commands import CommandFailed, NewMessage
 from cmq.fsm.fifo_state import FifoState
-from cmq.fsm.queue import COUNT, LEASE, QueueState
+from cmq.fsm.queue import QueueState
 from cmq.model import MAX_DEDUP_ENTRIES, MAX_RECEIVE_BATCH, QueueAttributes
 
 __all__ = ["check_produce", "dedup_key", "has_visible", "in_flight", "plan", "replay"]

@@ -1,17 +1,20 @@
-"""A queue's monitoring figures in one pass (pure): `QueueGauges`, what `/metrics` exports per
-queue (`cmq.node.queue_metrics`), read from a `QueueState` between applies.
+"""A queue's figures (pure), read from a `QueueState` between applies: `queue_stats`, the exact
+counts the API's queue status reports; `QueueGauges`, what `/metrics` exports per queue
+(`cmq.node.queue_metrics`), in one pass; `segment_figures`, its segments by state and bytes.
 
 `queue_gauges` costs O(invisible messages + segments + messages copied forward) like
-`QueueState.stats`, and reads no segment file: the send times it needs are in memory.
+`queue_stats`, and reads no segment file: the send times it needs are in memory.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cmq.fsm.queue import LEASE, VIS, WIDTH, QueueState
+from cmq.fsm.cells import LEASE, VIS, WIDTH
+from cmq.fsm.queue import QueueState
+from cmq.model import QueueStats, SegmentCounts
 
-__all__ = ["QueueGauges", "queue_gauges"]
+__all__ = ["QueueGauges", "queue_gauges", "queue_stats", "segment_figures"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +59,7 @@ def _sent_at(q: QueueState, seq: int) -> int | None:
 
 def queue_gauges(q: QueueState, now_ms: int) -> QueueGauges:
     """``q``'s figures at the queue's time at ``now_ms`` (`QueueState.time_at`: a read, nothing
-    moves). Visible, in flight and delayed count as `QueueState.stats` counts them.
+    moves). Visible, in flight and delayed count as `queue_stats` counts them.
 
     The oldest visible message: send times are non-decreasing in seq but for messages copied
     forward (`Tidy`), whose real send time is older than their slot's; so it is the earliest of
@@ -146,3 +149,70 @@ _FOREVER = 1 << 62
 
 def _unreleased_bytes(q: QueueState) -> int:
     return sum(seg.size for seg in q.segments if not seg.released)
+
+
+def queue_stats(q: QueueState, now_ms: int, pending: tuple[int, int] = (0, 0)) -> QueueStats:
+    """Exact counts at the queue's time at ``now_ms`` (`QueueState.time_at`). ``in_flight`` includes
+    messages waiting to be moved to the dead-letter queue; ``delayed`` = invisible without a
+    lease (delayed sends, nacks with a delay). O(invisible messages + segments). ``pending``:
+    (count, bytes) of this replica's segments of the queue whose files await removal."""
+    clock = q.time_at(now_ms)
+    due_untouched, delayed, _ = q.untouched_timers(clock)
+    due, in_flight = len(due_untouched), 0
+    due_touched: list[int] = []
+    touched = q.touched
+    for seq, at in q.touched_timers():
+        if at <= clock:
+            due += 1
+            due_touched.append(seq)
+            continue
+        slot = touched.slot_of.get(seq)
+        if slot is not None and touched.get(slot, LEASE) != 0 and touched.get(slot, VIS) > clock:
+            in_flight += 1
+        else:  # delayed sends, nacks with a delay, expired leases backing off
+            delayed += 1
+    oldest_sent = q.oldest_sent()
+    oldest = 0 if oldest_sent is None else max(0, clock - oldest_sent)
+    segments, disk, unarchived = segment_figures(q, now_ms, pending)
+    levels = q.attributes.priorities
+    by_level = q.ready.by_level(levels, (*due_untouched, *due_touched)) if levels > 1 else ()
+    return QueueStats(
+        visible=len(q.ready) + due,
+        in_flight=in_flight + len(q.pending_dl),
+        delayed=delayed,
+        sent_total=q.sent_total,
+        acked_total=q.acked_total,
+        dead_lettered_total=q.dead_lettered_total,
+        expired_total=q.expired_total,
+        oldest_age_ms=oldest,
+        segments=segments,
+        disk_bytes=disk,
+        oldest_unarchived_ms=unarchived,
+        visible_by_priority=by_level,
+        tenants=0 if q.ready.tenants is None else len(q.ready.tenants.active),
+    )
+
+
+def segment_figures(
+    q: QueueState, now_ms: int, pending: tuple[int, int] = (0, 0)
+) -> tuple[SegmentCounts, int, int]:
+    """This replica's segments of the queue by state, their file bytes and the archive's
+    backlog (ms; see `QueueStats`) at ``now_ms``; ``pending``: (count, bytes) of its
+    segments whose files await removal. O(segments)."""
+    by_state = {"active": 0, "sealed": 0, "released": 0, "archived_pending": 0}
+    disk = pending[1]
+    for seg in q.segments:
+        by_state[seg.state()] += 1
+        disk += seg.size
+    # The archive's backlog: the oldest released segment (first send time) not archived.
+    held = min(
+        (seg.sent_at[0] for seg in q.segments if seg.released and not seg.archived),
+        default=None,
+    )
+    counts = SegmentCounts(
+        by_state["active"],
+        by_state["sealed"],
+        by_state["released"],
+        pending[0] + by_state["archived_pending"],
+    )
+    return counts, disk, 0 if held is None else max(0, q.time_at(now_ms) - held)

@@ -35,9 +35,10 @@ from collections.abc import Iterable
 from pyroaring import BitMap, BitMap64
 
 from cmq.errors import InvalidParameter, InvariantBroken, NewerFormat, NewerLayout
+from cmq.fsm.cells import WIDTH, Segment
 from cmq.fsm.commands.codec import read_attributes
 from cmq.fsm.fifo_state import FifoState
-from cmq.fsm.queue import WIDTH, QueueState, Segment
+from cmq.fsm.queue import QueueState
 from cmq.fsm.store import SegmentStore
 from cmq.fsm.wire import Reader, Writer
 

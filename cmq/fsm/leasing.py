@@ -8,8 +8,9 @@ message that reached the queue's receive limit for the dead-letter queue instead
 from __future__ import annotations
 
 from cmq.fsm import fifo as fifo_rules
+from cmq.fsm.cells import COUNT, FLAGS, LEASE, PENDING_DEAD_LETTER, VIS
 from cmq.fsm.commands import Lease, Leased, LeasedMessage
-from cmq.fsm.queue import COUNT, FLAGS, LEASE, PENDING_DEAD_LETTER, VIS, QueueState
+from cmq.fsm.queue import QueueState
 
 __all__ = ["MAX_DEAD_LETTER_PER_LEASE", "lease"]
 

@@ -39,6 +39,7 @@ from cmq.errors import (
     SegmentNotFound,
     SegmentNotReleased,
 )
+from cmq.fsm.cells import SEQ, Segment
 from cmq.fsm.commands import (
     ClaimSegments,
     CommandFailed,
@@ -49,7 +50,7 @@ from cmq.fsm.commands import (
     Tidy,
 )
 from cmq.fsm.effects import Effects
-from cmq.fsm.queue import SEQ, QueueState, Segment
+from cmq.fsm.queue import QueueState
 from cmq.fsm.store import FRAME, SegmentStore, StoredMessage, decode_payload, encode_record
 from cmq.fsm.writer import SegmentWriter
 from cmq.model import (

@@ -15,6 +15,7 @@ from bisect import bisect_right
 
 from cmq import errors
 from cmq.fsm import fifo as fifo_rules
+from cmq.fsm.cells import ACKED, DEAD_LETTERED, EXPIRED, LEASE, PURGED, VIS, Segment
 from cmq.fsm.commands import (
     Ack,
     ChangeVisibility,
@@ -33,7 +34,7 @@ from cmq.fsm.commands import (
     Retimed,
 )
 from cmq.fsm.effects import Effects
-from cmq.fsm.queue import ACKED, DEAD_LETTERED, EXPIRED, LEASE, PURGED, VIS, QueueState, Segment
+from cmq.fsm.queue import QueueState
 from cmq.fsm.store import StoredMessage, encode_record, frame_record
 from cmq.fsm.writer import SegmentWriter
 from cmq.model import DEDUP_WINDOW_MS, MAX_DEDUP_ENTRIES

@@ -1,6 +1,7 @@
 """Per-queue state of the queue machine (pure: no I/O, no clocks): `QueueState` with its
-segments (`Segment`) and the messages received at least once (`Touched`), and the read-only
-queries the leader answers from it (statistics, visibility, what timed work is due).
+segments and the messages received at least once (`cmq.fsm.cells`), the queue's time, timers
+and TTL deadlines, the changes several commands share, and the read-only queries the leader
+answers from it (visibility, what timed work is due; its counts are `cmq.fsm.gauges`).
 
 See `cmq.fsm.machine` for the invariants; the snapshot image of a queue is `cmq.fsm.image`.
 """
@@ -16,17 +17,22 @@ from dataclasses import dataclass
 from pyroaring import BitMap, BitMap64
 
 from cmq import errors
+from cmq.fsm.cells import (
+    COUNT,
+    FLAGS,
+    LEASE,
+    PENDING_DEAD_LETTER,
+    VIS,
+    Segment,
+    Touched,
+)
 from cmq.fsm.commands.codec import write_attributes
 from cmq.fsm.fifo_state import FifoState
 from cmq.fsm.ready import ReadyIndex
 from cmq.fsm.timers import BUCKET_SHIFT, COMPACT_SLACK, TimerIndex
 from cmq.fsm.wire import Writer
-from cmq.model import OUTCOMES, QueueAttributes, QueueStats, RetryPolicy, SegmentCounts
+from cmq.model import QueueAttributes, RetryPolicy
 
-PENDING_DEAD_LETTER = 1
-"""Flag of a touched slot: the message waits for a `DeadLetter` (it is in ``pending_dl``)."""
-ACKED, EXPIRED, DEAD_LETTERED, PURGED = range(4)
-"""How a message left its queue (index into `cmq.model.OUTCOMES`)."""
 COMPACT_MAX_LIVE = 64
 COMPACT_RATIO = 8
 """A sealed segment is *sparse* (its live messages are copied forward by `Tidy`) when it holds
@@ -34,9 +40,6 @@ at most `COMPACT_MAX_LIVE` live messages and at most 1/`COMPACT_RATIO` of its re
 SLEW_DIVISOR = 10
 """A retimed queue's time runs 1/10 slow until its lead is gone (a 2 h lead: 20 h; leases last
 11 % longer meanwhile). Like NTP's slew: time never runs backwards nor stands still."""
-# Cells of a touched slot.
-SEQ, VIS, LEASE, COUNT, FLAGS = range(5)
-WIDTH = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,181 +56,6 @@ class Due:
     dead_letter_queue: str
     tidy: bool = False
     """A `Tidy` at ``now_ms`` would seal the active segment or copy messages forward."""
-
-
-class Touched:
-    """State of the live messages received at least once: one interleaved ``array('q')`` of
-    `WIDTH` cells per slot (seq, visibility deadline, lease id, receive count, flags), so a
-    snapshot copies it with one memcpy.
-
-    Slots are dense: removing a message moves the last slot into its place. The order is a pure
-    function of the command history, so equal histories give equal snapshot bytes.
-    ``slot_of`` is derived (rebuilt on restore).
-    """
-
-    __slots__ = ("cells", "slot_of")
-
-    def __init__(self) -> None:
-        self.cells: array[int] = array("q")
-        self.slot_of: dict[int, int] = {}
-
-    def __len__(self) -> int:
-        return len(self.slot_of)
-
-    def seqs(self) -> array[int]:
-        """The seq of every slot, in slot order (a copy)."""
-        return self.cells[SEQ::WIDTH]
-
-    def get(self, slot: int, field: int) -> int:
-        return self.cells[slot * WIDTH + field]
-
-    def set(self, slot: int, field: int, value: int) -> None:
-        self.cells[slot * WIDTH + field] = value
-
-    def add(self, seq: int) -> int:
-        slot = len(self.slot_of)
-        self.cells.extend((seq, 0, 0, 0, 0))
-        self.slot_of[seq] = slot
-        return slot
-
-    def remove(self, seq: int) -> None:
-        slot = self.slot_of.pop(seq, None)
-        if slot is None:
-            return
-        last = len(self.slot_of)
-        cells = self.cells
-        if slot != last:
-            at, src = slot * WIDTH, last * WIDTH
-            cells[at : at + WIDTH] = cells[src : src + WIDTH]
-            self.slot_of[cells[at + SEQ]] = slot
-        del cells[last * WIDTH :]
-
-    def clear(self) -> None:
-        del self.cells[:]
-        self.slot_of.clear()
-
-    def reindex(self) -> None:
-        self.slot_of = {seq: slot for slot, seq in enumerate(self.seqs())}
-
-
-class Segment:
-    """One segment of a queue: ``count`` records from ``first_seq``, ``size`` bytes, whose
-    stored bytes have CRC-32 ``crc``.
-
-    Each deleted record's outcome is kept for the archive: ``deleted`` minus the ``expired``,
-    ``dead``, ``purged`` and ``moved`` (copied forward, not archived from here) bitmaps were
-    acked; ``counts`` holds the final receive counts that differ from the default (1 for an
-    acked message, else 0). A ``released`` segment (every record deleted, queue with
-    ``archive``) stays until archived; ``claim`` is an archive batch's (batch id, expiry).
-    ``sent_at`` holds per record the send time, except for the records that are copies of
-    messages copied forward here (``copies``), whose entry repeats the previous one, or the
-    creation time for the first (so the array stays sorted; see `QueueState.moved`).
-    ``visible_from``: per record, the time it first became visible (its record's visibility:
-    send time plus the send's delay; a copy's: its original's), kept only once a record of the
-    segment differs from its send time (None: every record's equals it); retention counts from
-    it (`QueueState.retention_start`).
-
-    Rewind (`cmq.fsm.rewind`): ``replays`` are the records that are rewound copies of
-    acknowledged messages (never archived: their originals are, from their own segments);
-    ``archived``: a released segment the archive is done with (or that it never needed) but
-    that the queue's ``retain_acked_seconds`` still keeps (`QueueState.retaining`)."""
-
-    __slots__ = (
-        "archived",
-        "claim",
-        "copies",
-        "count",
-        "counts",
-        "crc",
-        "created_ms",
-        "dead",
-        "deleted",
-        "expired",
-        "first_seq",
-        "moved",
-        "purged",
-        "released",
-        "replays",
-        "sealed",
-        "sent_at",
-        "size",
-        "visible_from",
-    )
-
-    def __init__(self, first_seq: int, created_ms: int) -> None:
-        self.first_seq = first_seq
-        self.created_ms = created_ms
-        self.count = 0
-        self.size = 0
-        self.crc = 0
-        self.sealed = False
-        self.released = False
-        self.archived = False
-        self.claim: tuple[str, int] | None = None
-        self.deleted = BitMap()
-        self.expired = BitMap()
-        self.dead = BitMap()
-        self.purged = BitMap()
-        self.moved = BitMap()
-        self.copies = BitMap()
-        self.replays = BitMap()
-        self.counts: dict[int, int] = {}
-        self.sent_at: array[int] = array("q")
-        self.visible_from: array[int] | None = None
-
-    def add_visible(self, visible_at: int, *, force: bool = False) -> None:
-        """Record the first visibility of the record just appended (its ``sent_at`` entry
-        already is); ``force``: keep the array even if it equals the send time (a copy)."""
-        vf = self.visible_from
-        if vf is not None:
-            vf.append(visible_at)
-        elif force or visible_at != self.sent_at[-1]:
-            vf = self.visible_from = array("q", self.sent_at)
-            vf[-1] = visible_at
-
-    def full(self) -> bool:
-        return len(self.deleted) >= self.count
-
-    @property
-    def last_seq(self) -> int:
-        return self.first_seq + self.count - 1
-
-    def outcome_bitmap(self, outcome: int) -> BitMap | None:
-        return (None, self.expired, self.dead, self.purged)[outcome]
-
-    def record(self, rel: int, outcome: int, receive_count: int) -> None:
-        """Record how the just-deleted record ``rel`` left and its final receive count."""
-        bits = self.outcome_bitmap(outcome)
-        if bits is not None:
-            bits.add(rel)
-        if receive_count != (1 if outcome == ACKED else 0):
-            self.counts[rel] = receive_count
-
-    def outcome_of(self, rel: int) -> tuple[str, int] | None:
-        """(outcome name, receive count) of deleted record ``rel``; None if copied forward or
-        a rewound copy (neither is archived from here)."""
-        if rel in self.moved or rel in self.replays:
-            return None
-        outcome = ACKED
-        for o, bits in ((EXPIRED, self.expired), (DEAD_LETTERED, self.dead), (PURGED, self.purged)):
-            if rel in bits:
-                outcome = o
-                break
-        return OUTCOMES[outcome], self.counts.get(rel, 1 if outcome == ACKED else 0)
-
-    def archivable(self) -> int:
-        """Records the archive stream of this segment carries (copied forward ones and
-        rewound copies excluded)."""
-        if not self.replays:
-            return self.count - len(self.moved)
-        return self.count - len(self.moved | self.replays)
-
-    def state(self) -> str:
-        if self.archived:
-            return "archived_pending"  # kept for rewinds until `QueueState.retaining` ends
-        if self.released:
-            return "released"
-        return "sealed" if self.sealed else "active"
 
 
 class QueueState:
@@ -640,75 +468,6 @@ class QueueState:
         return count, hit
 
     # -- reads (the leader's queries; see `QueueMachine`) ---------------------------------------
-    def stats(self, now_ms: int, pending: tuple[int, int] = (0, 0)) -> QueueStats:
-        """Exact counts at the queue's time at ``now_ms`` (`time_at`). ``in_flight`` includes
-        messages waiting to be moved to the dead-letter queue; ``delayed`` = invisible without a
-        lease (delayed sends, nacks with a delay). O(invisible messages + segments). ``pending``:
-        (count, bytes) of this replica's segments of the queue whose files await removal."""
-        clock = self.time_at(now_ms)
-        due_untouched, delayed, _ = self.untouched_timers(clock)
-        due, in_flight = len(due_untouched), 0
-        due_touched: list[int] = []
-        touched = self.touched
-        for seq, at in self.touched_timers():
-            if at <= clock:
-                due += 1
-                due_touched.append(seq)
-                continue
-            slot = touched.slot_of.get(seq)
-            if (
-                slot is not None
-                and touched.get(slot, LEASE) != 0
-                and touched.get(slot, VIS) > clock
-            ):
-                in_flight += 1
-            else:  # delayed sends, nacks with a delay, expired leases backing off
-                delayed += 1
-        oldest_sent = self.oldest_sent()
-        oldest = 0 if oldest_sent is None else max(0, clock - oldest_sent)
-        segments, disk, unarchived = self.segment_figures(now_ms, pending)
-        levels = self.attributes.priorities
-        by_level = self.ready.by_level(levels, (*due_untouched, *due_touched)) if levels > 1 else ()
-        return QueueStats(
-            visible=len(self.ready) + due,
-            in_flight=in_flight + len(self.pending_dl),
-            delayed=delayed,
-            sent_total=self.sent_total,
-            acked_total=self.acked_total,
-            dead_lettered_total=self.dead_lettered_total,
-            expired_total=self.expired_total,
-            oldest_age_ms=oldest,
-            segments=segments,
-            disk_bytes=disk,
-            oldest_unarchived_ms=unarchived,
-            visible_by_priority=by_level,
-            tenants=0 if self.ready.tenants is None else len(self.ready.tenants.active),
-        )
-
-    def segment_figures(
-        self, now_ms: int, pending: tuple[int, int] = (0, 0)
-    ) -> tuple[SegmentCounts, int, int]:
-        """This replica's segments of the queue by state, their file bytes and the archive's
-        backlog (ms; see `QueueStats`) at ``now_ms``; ``pending``: (count, bytes) of its
-        segments whose files await removal. O(segments)."""
-        by_state = {"active": 0, "sealed": 0, "released": 0, "archived_pending": 0}
-        disk = pending[1]
-        for seg in self.segments:
-            by_state[seg.state()] += 1
-            disk += seg.size
-        # The archive's backlog: the oldest released segment (first send time) not archived.
-        held = min(
-            (seg.sent_at[0] for seg in self.segments if seg.released and not seg.archived),
-            default=None,
-        )
-        counts = SegmentCounts(
-            by_state["active"],
-            by_state["sealed"],
-            by_state["released"],
-            pending[0] + by_state["archived_pending"],
-        )
-        return counts, disk, 0 if held is None else max(0, self.time_at(now_ms) - held)
-
     def oldest_sent(self) -> int | None:
         """The send time of the oldest live message (copies forward included)."""
         first = self.first_live()

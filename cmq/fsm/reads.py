@@ -12,10 +12,11 @@ from itertools import islice
 
 from cmq import errors
 from cmq.fsm import export, fifo, lifecycle, segdata
+from cmq.fsm.cells import Segment
 from cmq.fsm.effects import Effects
-from cmq.fsm.gauges import QueueGauges, queue_gauges
+from cmq.fsm.gauges import QueueGauges, queue_gauges, queue_stats, segment_figures
 from cmq.fsm.image import decode_image, segments_digest
-from cmq.fsm.queue import Due, QueueState, Segment
+from cmq.fsm.queue import Due, QueueState
 from cmq.fsm.store import SegmentStore, StoredMessage
 from cmq.model import (
     ExportPage,
@@ -69,16 +70,16 @@ class MachineReads:
         return None if q is None else q.attributes
 
     def stats(self, name: str, now_ms: int) -> QueueStats | None:
-        """Exact counts at the queue's time at ``now_ms`` (`QueueState.stats`)."""
+        """Exact counts at the queue's time at ``now_ms`` (`cmq.fsm.gauges.queue_stats`)."""
         q = self._queues.get(name)
-        return None if q is None else q.stats(now_ms, self.pending_files(q.key))
+        return None if q is None else queue_stats(q, now_ms, self.pending_files(q.key))
 
     def segment_figures(self, now_ms: int) -> list[tuple[str, SegmentCounts, int, int]]:
         """Every queue's (name, segments by state, file bytes, archive backlog ms) on this
-        replica at ``now_ms`` (`QueueState.segment_figures`), sorted by name: O(segments),
+        replica at ``now_ms`` (`cmq.fsm.gauges.segment_figures`), sorted by name: O(segments),
         nothing read from files."""
         return [
-            (name, *q.segment_figures(now_ms, self.pending_files(q.key)))
+            (name, *segment_figures(q, now_ms, self.pending_files(q.key)))
             for name, q in sorted(self._queues.items())
         ]
 

@@ -34,9 +34,10 @@ from bisect import bisect_left
 from pyroaring import BitMap
 
 from cmq import errors
+from cmq.fsm.cells import Segment
 from cmq.fsm.commands import CommandFailed, Rewind, Rewound
 from cmq.fsm.effects import Effects
-from cmq.fsm.queue import QueueState, Segment
+from cmq.fsm.queue import QueueState
 from cmq.fsm.store import StoredMessage, encode_record
 from cmq.fsm.writer import SegmentWriter
 

@@ -35,7 +35,7 @@ from array import array
 from collections.abc import Iterator
 
 from cmq.errors import CorruptSegment
-from cmq.fsm.queue import Segment
+from cmq.fsm.cells import Segment
 from cmq.fsm.store import SegmentStore
 from cmq.model import SEGMENT_DATA_MEDIA_TYPE
 

@@ -18,8 +18,9 @@ from bisect import bisect_right
 from collections.abc import Sequence
 
 from cmq.errors import InvariantBroken
+from cmq.fsm.cells import COUNT, Segment
 from cmq.fsm.effects import Effects
-from cmq.fsm.queue import COUNT, QueueState, Segment
+from cmq.fsm.queue import QueueState
 from cmq.fsm.store import SegmentStore, StoredMessage
 
 __all__ = ["SegmentWriter"]

@@ -22,7 +22,6 @@ import math
 import os
 import random
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal, overload
 
@@ -42,8 +41,6 @@ from cmq.fsm.machine import QueueMachine
 from cmq.logs import log_scope
 from cmq.model import (
     DEFAULT_MAX_DELAY_SECONDS,
-    DEFAULT_SEGMENT_AGE_SECONDS,
-    DEFAULT_SEGMENT_BYTES,
     MAX_PEEK,
     ArchiveResult,
     ClaimResult,
@@ -72,10 +69,9 @@ from cmq.model import (
 )
 from cmq.node import feature_marker
 from cmq.node.archive_side import ArchiveSide
-from cmq.node.clockguard import DEFAULT_BOUND_MS, ClockGuard
+from cmq.node.clockguard import ClockGuard
+from cmq.node.config import NodeConfig
 from cmq.node.diskwatch import (
-    DEFAULT_RESERVE_BYTES,
-    DEFAULT_SLOW_FSYNC_SECONDS,
     DiskPolicy,
     DiskWatch,
 )
@@ -83,7 +79,6 @@ from cmq.node.feature_marker import MarkedCatalog
 from cmq.node.host import PRODUCTION, NodeHost
 from cmq.node.housekeeping import Housekeeper
 from cmq.node.membership import Identity, Membership
-from cmq.node.peer_tls import PeerTlsFiles
 from cmq.node.scrubber import Scrubber
 from cmq.node.status import describe_repairs, group_digest, render_status
 from cmq.routing.clock import node_clock
@@ -109,12 +104,12 @@ from cmq.routing.rpc import (
 from cmq.routing.wakeups import Wakeups, WakingMachine
 from cmq.upgrade import features
 from cmq.upgrade.release import PEER_PROTOCOL_MAX, PEER_PROTOCOL_MIN, RELEASE
-from raftlog.runtime import GroupOptions, MultiRaft, RuntimeConfig
+from raftlog.runtime import MultiRaft, RuntimeConfig
 from raftlog.storage import WalOptions
-from raftlog.transport.peer import Address, TransportConfig
+from raftlog.transport.peer import TransportConfig
 from raftlog.transport.protocol import ProtocolRange
 
-__all__ = ["META_GROUP", "NodeConfig", "QueueNode"]
+__all__ = ["META_GROUP", "QueueNode"]
 
 CATALOG_CATCH_UP = 2.0
 """Seconds a create or delete waits for this node's catalog to show it (`_catalog_shows`)."""
@@ -127,64 +122,6 @@ has gone (a request cancelled, a stream subscription ended) goes on at the leade
 ends there within a second, instead of leasing messages for nobody for up to 20 s (the chaos
 runner's stream consumers, subscribing for a second or two at a time through followers, saw
 their queue's messages leased again and again by such abandoned polls and never drained)."""
-
-
-@dataclass(frozen=True, slots=True)
-class NodeConfig:
-    """One node's settings (from flags, environment or a TOML file; see `cmq.cli.main`)."""
-
-    node_id: int
-    peer: Address
-    peers: dict[int, Address]
-    """The founding nodes by id (this one included), or, for a node that joined
-    (``join``), the nodes the cluster named when it joined."""
-    data_dirs: tuple[str, ...]
-    secret: bytes
-    groups: int = 4
-    """Data groups (the meta group is extra)."""
-    request_timeout: float = 10.0
-    max_inflight_sends: int = 24
-    """Sends this node carries at once (from receiving the request to its confirm); more wait
-    their turn, up to the request deadline, then fail with `Overloaded`. Receives, acks and
-    other calls never wait for these slots, so consumers are not queued behind a burst of
-    producers: on a saturated node every queued send delays every Raft turn, and with it the
-    commits consumers wait for."""
-    tick_interval: float = 0.05
-    housekeeping_interval: float = 1.0
-    group_options: GroupOptions = field(default_factory=GroupOptions)
-    rejoin: bool = False
-    """Start after losing this node's data (see `RuntimeConfig.rejoin`)."""
-    join: tuple[str, ...] = ()
-    """HTTP URLs of running nodes to join through (``--join``); `cmq.cli.server` registers the
-    node there before starting it (then ``joined``)."""
-    joined: bool = False
-    """This node joined a running cluster: it founds nothing and follows the catalog as a
-    learner until it is given replicas; ``peers`` are the nodes the cluster named."""
-    replication: int = 3
-    """Voting replicas per data group (fewer when fewer nodes are active)."""
-    meta_voters: int = 3
-    """Voters of the meta group kept among active nodes (never fewer than its founders)."""
-    zone: str = ""
-    http: str = ""
-    """This node's HTTP address (host:port), recorded in the catalog for `cmq node list`."""
-    membership_interval: float = 0.2
-    balance_leaders: bool = True
-    segment_max_bytes: int = DEFAULT_SEGMENT_BYTES
-    """Queues created through this node seal a segment at this size (recorded per queue)..."""
-    segment_max_age: float = DEFAULT_SEGMENT_AGE_SECONDS
-    scrub_rate: float = 2 << 20
-    """Bytes per second the scrubber re-reads at most (`cmq.node.scrubber`; 0: off)."""
-    clock_bound_ms: float = DEFAULT_BOUND_MS
-    """A clock further than this from the median of the peers' stops this node leading
-    (``CMQ_CLOCK_BOUND_MS``; `cmq.node.clockguard`)."""
-    """...or at this age in seconds (by the queue's clock, checked by housekeeping too)."""
-    peer_tls: PeerTlsFiles | None = None
-    """Mutual TLS for peer traffic (`cmq.node.peer_tls`); None: plain TCP (the cluster-secret
-    handshake alone authenticates peers)."""
-    disk_reserve_bytes: int = DEFAULT_RESERVE_BYTES
-    """Free space kept per data directory: below it sends are refused (`cmq.node.diskwatch`)."""
-    slow_fsync_seconds: float = DEFAULT_SLOW_FSYNC_SECONDS
-    """A WAL fsync this slow hands off the leadership of the groups on its directory."""
 
 
 class QueueNode:

@@ -38,7 +38,7 @@ import orjson
 from aiohttp import web
 
 from cmq.fsm import segdata
-from cmq.fsm.queue import Segment
+from cmq.fsm.cells import Segment
 from cmq.fsm.store import StoredMessage, encode_record
 from tests.ports import free_ports
 

@@ -18,7 +18,7 @@ from cmq.archive.records import ARROW_SCHEMA
 from cmq.errors import CorruptSegment
 from cmq.fsm import DeadLetter, Expire, Leased, MemorySegmentStore, Purge, QueueMachine
 from cmq.fsm import segdata as node
-from cmq.fsm.queue import Segment
+from cmq.fsm.cells import Segment
 from cmq.fsm.store import FLAG_BINARY, StoredMessage, encode_record
 from cmq.model import SegmentRecord
 from tests.cmq.fsm.test_lifecycle import T0, Env, machine_run

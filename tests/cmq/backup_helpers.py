@@ -21,7 +21,8 @@ from cmq.client import Client
 from cmq.client.backup import export_catalog, export_page
 from cmq.client.types import Message
 from cmq.grants import ADMIN, RECEIVE, SEND, KeyGrant
-from cmq.node.queue_node import NodeConfig, QueueNode
+from cmq.node.config import NodeConfig
+from cmq.node.queue_node import QueueNode
 from raftlog.transport.peer import Address
 from tests.ports import free_ports
 

@@ -15,8 +15,9 @@ from typing import Any
 
 from cmq.catalog.meta import CatalogMachine
 from cmq.cli.launch import free_ports
+from cmq.node.config import NodeConfig
 from cmq.node.host import MemoryFiles, NodeHost
-from cmq.node.queue_node import NodeConfig, QueueNode
+from cmq.node.queue_node import QueueNode
 from cmq.upgrade.release import PEER_PROTOCOL_MAX, PEER_PROTOCOL_MIN
 from raftlog.runtime import GroupOptions
 from raftlog.runtime.host import inline

@@ -13,7 +13,8 @@ import pytest
 
 from cmq.errors import NodeBusy, NodeNotFound
 from cmq.model import OutgoingMessage, QueueAttributes
-from cmq.node.queue_node import NodeConfig, QueueNode
+from cmq.node.config import NodeConfig
+from cmq.node.queue_node import QueueNode
 from cmq.routing.ops import META_GROUP
 from raftlog.runtime import GroupOptions
 from raftlog.transport.peer import Address

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from cmq.model import OutgoingMessage, QueueAttributes
+from cmq.node.config import NodeConfig
 from cmq.node.feature_marker import MARKER
 from cmq.node.host import OS_FILES, PRODUCTION, MemoryFiles, NodeFiles, NodeHost
-from cmq.node.queue_node import NodeConfig, QueueNode
+from cmq.node.queue_node import QueueNode
 from cmq.upgrade.release import PEER_PROTOCOL_MAX, PEER_PROTOCOL_MIN
 from raftlog.runtime.host import LoopClock, inline
 from raftlog.sim.vloop import VirtualTimeLoop

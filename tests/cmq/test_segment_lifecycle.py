@@ -29,7 +29,8 @@ from api.app import make_app
 from cmq.client import Client
 from cmq.errors import LEASE_STALE, OutcomeUnknown
 from cmq.model import OutgoingMessage, QueueAttributes
-from cmq.node.queue_node import NodeConfig, QueueNode
+from cmq.node.config import NodeConfig
+from cmq.node.queue_node import QueueNode
 from raftlog.runtime import GroupOptions
 from tests.cmq.helpers import configs, wait_until
 from tests.ports import free_ports

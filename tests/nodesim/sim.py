@@ -52,8 +52,9 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 from cmq.errors import CmqError, InvariantBroken, OutcomeUnknown
+from cmq.node.config import NodeConfig
 from cmq.node.host import MemoryFiles, NodeHost
-from cmq.node.queue_node import NodeConfig, QueueNode
+from cmq.node.queue_node import QueueNode
 from cmq.upgrade.release import PEER_PROTOCOL_MAX, PEER_PROTOCOL_MIN
 from raftlog import buggify
 from raftlog.core import Role

@@ -45,5 +45,8 @@ def test_a_seed_replays_exactly() -> None:
 @pytest.mark.slow
 def test_acknowledging_before_fsync_is_caught() -> None:
     cfg = RuntimeSimConfig(seconds=20.0, unsafe_early_ack=True)
-    caught = [s for s in range(20) if run_runtime_seed(s, cfg).violations]
-    assert caught, "a storage that acknowledges unsynced writes went unnoticed in 20 seeds"
+    # Stops at the first seed that catches it (seed 0 does today).
+    caught = next((s for s in range(20) if run_runtime_seed(s, cfg).violations), None)
+    assert caught is not None, (
+        "a storage that acknowledges unsynced writes went unnoticed in 20 seeds"
+    )
