@@ -46,19 +46,18 @@ import secrets
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence, Set
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from cmq.archive import manifest as mf
-from cmq.archive import readback
+from cmq.archive import readback, reader
 from cmq.archive.errors import (
     ApiError,
     ArchiveError,
     ConflictingClaim,
     DuplicateSegment,
     ManifestInvalid,
-    NewerManifest,
     VerificationFailed,
     WriteFailed,
 )
@@ -222,17 +221,7 @@ class ArchiveJob:
 
     # -- 1. recover ------------------------------------------------------------------------------
     def load_manifests(self) -> list[mf.Manifest]:
-        out = []
-        for e in self.storage.list(mf.MANIFESTS):
-            if e.is_dir or not e.name.endswith(".json") or e.name.startswith(("_", ".")):
-                continue
-            path = f"{mf.MANIFESTS}/{e.name}"
-            try:
-                out.append(mf.decode(self.storage.read(path), path))
-            except NewerManifest:
-                raise
-            except Exception as ex:
-                raise ManifestInvalid(f"{mf.MANIFESTS}/{e.name}: {ex}") from None
+        out = reader.read_manifests(self.storage)
         seen: dict[tuple[str, int], str] = {}
         for m in out:
             for s in m.segments:
@@ -273,14 +262,20 @@ class ArchiveJob:
                     pending[s.queue].append(s.first_seq)
             if not pending:
                 continue
-            self.check_files(m)
+            try:
+                self.check_files(m, mf.retired(manifests))
+            except ManifestInvalid:  # a compaction may have retired the file since: look again
+                self.check_files(m, mf.retired(self.load_manifests()))
             for queue, firsts in sorted(pending.items()):
                 marked += self._mark(queue, m.batch_id, firsts)
         return marked
 
-    def check_files(self, m: mf.Manifest) -> None:
-        """Every file of ``m`` exists with its recorded size, else `ManifestInvalid`."""
+    def check_files(self, m: mf.Manifest, retired: Set[str] = frozenset()) -> None:
+        """Every file of ``m`` exists with its recorded size, else `ManifestInvalid`; but a file
+        in ``retired`` (a committed compaction holds its rows) may be gone."""
         for f in m.files:
+            if f.path in retired:
+                continue
             size = self.storage.size(f.path)
             if size != f.bytes:
                 got = "missing" if size is None else f"{size} bytes"
@@ -318,9 +313,12 @@ class ArchiveJob:
         return live
 
     def collect_garbage(self, committed: set[str]) -> tuple[str, ...]:
-        """Remove the output of batches with neither a manifest nor a live claim."""
+        """Remove the output of batches with neither a manifest nor a live claim. A compaction's
+        output (``c-...``) is left to `cmq.archive.compact`, which may be running."""
         dirs = self.batch_dirs()
-        candidates = sorted(b for b in dirs if b not in committed)
+        candidates = sorted(
+            b for b in dirs if b not in committed and not b.startswith(mf.COMPACTION_PREFIX)
+        )
         if not candidates:
             return ()
         live = self.live_claims([*self.client.queues(), *self.config.queues])
@@ -492,7 +490,7 @@ class ArchiveJob:
             for rel, fs in sorted(per_file.items())
         ]
         return mf.Manifest(
-            mf.VERSION,
+            mf.ARCHIVE_VERSION,
             self.batch_id,
             int(self.clock() * 1000),
             self.storage.root,
