@@ -5,11 +5,13 @@ One run is one batch (``batch_id``, new per run). Its steps, each re-entrant:
 1. **Recover.** Every manifest under ``_manifests/`` names segments whose records are in its
    files. A segment named there that the cluster still lists as released (same seq range and
    checksum) is marked archived now, with that manifest's batch id (its files are checked to
-   exist with their recorded sizes first; its data is never rewritten). A segment named by two
-   manifests is an error (`DuplicateSegment`).
+   exist with their recorded sizes first, but for those a committed compaction manifest
+   retires: `cmq.archive.compact` moved their rows; its data is never rewritten). A segment
+   named by two manifests is an error (`DuplicateSegment`).
 2. **Collect garbage.** Output directories (``queue=Q/date=D/batch_id=B`` and ``_staging/B``) of a
    batch with no manifest and no live claim on any segment are what a crashed run left: removed.
-   A batch with a live claim may still be running: left alone.
+   A batch with a live claim may still be running: left alone. So is a compaction's (``c-...``):
+   `cmq.archive.compact` collects its own.
 3. **Plan and claim.** The released segments of the chosen queues (default: every queue with
    ``archive`` set) not claimed by another live batch, lowest seqs first, at most
    ``max_segments``, are claimed for this batch (contract §3) for ``claim_ttl_ms``. Only what the

@@ -28,7 +28,6 @@ support) given the root's URI.
 
 from __future__ import annotations
 
-import urllib.parse
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -131,7 +130,7 @@ def _dataset(storage: Storage, files: Sequence[mf.ManifestFile]) -> pads.Dataset
     import pyarrow.dataset as pads
 
     fs, base = _arrow_target(storage)
-    paths = [f"{base.rstrip('/')}/{urllib.parse.unquote(f.path)}" for f in files]
+    paths = [f"{base.rstrip('/')}/{f.path}" for f in files]  # on-disk names, as listed
     if not paths:
         raise ManifestInvalid("no live files to read")
     return pads.dataset(

@@ -5,17 +5,26 @@ it reads and refuses, and a read that a compaction's commit overtakes (read agai
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pytest
 
 from cmq.archive import compact as cp
+from cmq.archive import job as jobmod
 from cmq.archive import manifest as mf
 from cmq.archive import reader
 from cmq.archive.errors import InvalidArgument, ManifestInvalid, NewerManifest
+from cmq.archive.job import ArchiveJob, JobConfig
 from cmq.archive.storage import LocalStorage
+from tests.archive.conftest import NEEDS_JAVA
+from tests.archive.fake_cluster import FakeCluster
 from tests.archive.synthetic import add_batch, check_exact, read_exact, small_files
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 MIB = 1024 * 1024
 
@@ -100,3 +109,58 @@ def test_a_read_overtaken_by_a_compaction_reads_again_and_is_exact(
     assert snapshots == [12, 1]
     monkeypatch.undo()
     read_exact(tmp_path, keys)
+
+
+class Stop(BaseException):
+    """Stands for the archive job crashing right after its manifest's rename."""
+
+
+@NEEDS_JAVA
+@pytest.mark.slow
+def test_the_jobs_output_compacted_reads_exact_with_pyarrow_and_spark(
+    spark: SparkSession, fake: FakeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spark's own files (one per segment), a batch whose job crashed after its manifest, a
+    compaction of all of them, then: both readers exact and byte-identical, and the job's next
+    run recovers the crashed batch (its files retired, legitimately missing) and archives the
+    rest."""
+    for queue, sizes in (("orders", [40] * 8), ("invoices", [15] * 3)):
+        for n in sizes:  # every segment on one day (the double spreads them over days)
+            fake.add_queue(queue)
+            first = fake.queues[queue].next_seq
+            fake.add_segments(queue, [n], day_ms=1_790_000_000_000 - first * 20_000_000)
+    cfg = JobConfig(urls=tuple(fake.urls), out=str(tmp_path), timeout=10, segments_per_task=1)
+    ArchiveJob(lambda: spark, replace(cfg, max_segments=6)).run()
+
+    def stop_at(step: str) -> None:
+        if step == "after-manifest":
+            raise Stop
+
+    monkeypatch.setattr(jobmod, "crash_point", stop_at)
+    with pytest.raises(Stop):
+        ArchiveJob(lambda: spark, cfg).run()
+    monkeypatch.undo()
+    assert fake.remaining("orders") or fake.remaining("invoices")  # manifest, not marked
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*.parquet"))
+    storage = LocalStorage(str(tmp_path))
+    s = cp.Compaction(storage, cp.CompactConfig(str(tmp_path), target_bytes=MIB)).run()
+    assert (s.files_in, len(before), s.files_out, s.groups) == (11, 11, 2, 2)
+    expected = fake.records()
+    import base64
+
+    want = {(r["queue"], r["seq"]): base64.b64decode(r["body_b64"]) for r in expected}
+    table = reader.read_table(str(tmp_path), columns=["queue", "seq", "body", "date", "sent_at"])
+    check_exact(table, want)
+    assert {
+        (q, s_): bytes(b)
+        for q, s_, b in zip(*[table[c].to_pylist() for c in ("queue", "seq", "body")], strict=True)
+    } == want
+    paths = reader.spark_paths(str(tmp_path))
+    assert len(paths) == 2
+    df = spark.read.option("basePath", reader.base_path(str(tmp_path))).parquet(*paths)
+    rows = df.select("queue", "seq", "body", "sent_at").collect()
+    assert {(r.queue, r.seq): bytes(r.body) for r in rows} == want and len(rows) == len(want)
+    assert dict(df.dtypes)["sent_at"] == "timestamp"
+    again = ArchiveJob(lambda: spark, cfg).run()
+    assert again.recovered == 5 and again.segments == 0
+    assert fake.remaining("orders") == [] and fake.remaining("invoices") == []
