@@ -167,6 +167,27 @@ def test_a_reader_sees_every_row_once_at_every_step_of_a_compaction(tmp_path: Pa
     assert max(seen) == len(keys) and seen[-1] == 0
 
 
+def test_an_archive_batch_committed_during_a_compaction_is_left_alone(tmp_path: Path) -> None:
+    """`cmq archive` commits a batch of the same queue and day while a compaction runs: the
+    compaction never touches it (it was not in the manifests it read); the next one packs it."""
+    keys = small_files(tmp_path, 10, rows=30)
+    late: list[tuple[str, int]] = []
+
+    def commit_a_batch() -> None:
+        if not late:
+            late.extend(add_batch(tmp_path, "b-late", [("q", "2026-11-20", 5000, 100)]))
+
+    storage = Watching(str(tmp_path), commit_a_batch)
+    s = cp.Compaction(storage, cp.CompactConfig(str(tmp_path), target_bytes=MIB)).run()
+    assert (s.files_in, s.files_out) == (10, 1)
+    assert (tmp_path / "queue=q/date=2026-11-20/batch_id=b-late").is_dir()
+    read_exact(tmp_path, keys + late)
+    s = compaction(tmp_path, target_bytes=MIB).run()
+    assert (s.files_in, s.files_out) == (2, 1)  # the first compaction's file and the late one
+    assert not (tmp_path / "queue=q/date=2026-11-20/batch_id=b-late").exists()
+    read_exact(tmp_path, keys + late)
+
+
 def test_a_reader_running_beside_compactions_reads_exact_rows(tmp_path: Path) -> None:
     keys = []
     for k, d in enumerate(("2026-11-20", "2026-11-21", "2026-11-22")):
