@@ -39,6 +39,7 @@ first retired file is removed).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import secrets
 import sys
@@ -185,11 +186,16 @@ class Compaction:
         small = [f for f in live if f.bytes < self.config.target_bytes // 2]
         self.check_inputs(small)
         bins = plan(small, self.config.target_bytes, self.data_bytes(small))
-        added = [self.write(k, b) for k, b in enumerate(bins)]
         retired = [f for b in bins for f in b.files]
+        try:
+            added = [self.write(k, b) for k, b in enumerate(bins)]
+            if bins:
+                crash_point("compact-before-manifest")
+                self.commit(added, retired)
+        except BaseException:
+            self.discard(bins)
+            raise
         if bins:
-            crash_point("compact-before-manifest")
-            self.commit(added, retired)
             crash_point("compact-after-manifest")
             self.remove(retired, crash=True)
         return CompactSummary(
@@ -306,6 +312,10 @@ class Compaction:
 
         return pq.read_table(pa.BufferReader(self.storage.read(path)))
 
+    def folder(self, b: Bin) -> str:
+        """Where this compaction writes bin ``b``'s file."""
+        return f"queue={b.queue}/date={b.date}/batch_id={self.compaction_id}"
+
     def write(self, k: int, b: Bin) -> mf.ManifestFile:
         """Write bin ``b`` as this compaction's ``k``-th file; checked by reading it back."""
         import numpy as np
@@ -327,7 +337,7 @@ class Compaction:
             raise VerificationFailed(
                 f"{b.queue}/{b.date}: the compacted file's seqs differ from its inputs'"
             )
-        folder = f"queue={b.queue}/date={b.date}/batch_id={self.compaction_id}"
+        folder = self.folder(b)
         name = f"part-{k:05d}-{self.compaction_id}.parquet"
         self.storage.mkdirs(folder)
         self.storage.write(f"{folder}/_tmp-{name}", data)
@@ -342,6 +352,15 @@ class Compaction:
             int(want[0]),
             int(want[-1]),
         )
+
+    def discard(self, bins: Sequence[Bin]) -> None:
+        """Best effort, on a failure before the commit: remove this compaction's output (else
+        the next compaction's garbage collection does)."""
+        for folder in sorted({self.folder(b) for b in bins}):
+            with contextlib.suppress(Exception):
+                self.storage.delete(folder)
+        with contextlib.suppress(Exception):
+            self.storage.delete(mf.temp_path(self.compaction_id))
 
     # -- 6. commit -------------------------------------------------------------------------------
     def commit(self, added: Sequence[mf.ManifestFile], retired: Sequence[mf.ManifestFile]) -> None:

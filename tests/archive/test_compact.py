@@ -12,19 +12,21 @@ import sys
 import threading
 from pathlib import Path
 
+import msgspec
 import pyarrow.parquet as pq
 import pytest
 
 from cmq.archive import compact as cp
 from cmq.archive import manifest as mf
 from cmq.archive import reader
-from cmq.archive.errors import ManifestInvalid
+from cmq.archive.errors import ManifestInvalid, VerificationFailed
 from cmq.archive.job import CRASH_ENV, CRASH_EXIT, ArchiveJob, JobConfig
 from cmq.archive.storage import LocalStorage
 from tests.archive.fake_cluster import FakeCluster
 from tests.archive.synthetic import (
     SCHEMA,
     add_batch,
+    check_exact,
     listing_keys,
     read_exact,
     small_files,
@@ -330,3 +332,24 @@ def test_the_archive_job_accepts_retired_files_and_leaves_compactions_alone(
     # The next compaction collects it (no committed manifest names it).
     s = compaction(tmp_path, target_bytes=MIB).run()
     assert s.garbage == ("queue=q/date=2026-11-20/batch_id=c-running",)
+
+
+def test_files_of_different_schemas_fail_the_compaction_and_leave_nothing(tmp_path: Path) -> None:
+    keys = small_files(tmp_path, 3, queue="a")  # its bin is written first, then discarded
+    keys += small_files(tmp_path, 4)
+    other = next(tmp_path.glob("queue=q/date=2026-11-20/batch_id=b-q-2026-11-20-0002/*.parquet"))
+    t = pq.read_table(other)
+    pq.write_table(t.drop_columns(["attributes"]), other)  # an older layout, say
+    ms = reader.read_manifests(LocalStorage(str(tmp_path)))
+    for m in ms:  # its manifest's size updated, so only the schema differs
+        if m.batch_id == "b-q-2026-11-20-0002":
+            f0 = m.files[0]
+            fixed = msgspec.structs.replace(f0, bytes=other.stat().st_size)
+            data = mf.encode(msgspec.structs.replace(m, files=[fixed]))
+            (tmp_path / mf.manifest_path(m.batch_id)).write_bytes(data)
+    before = tree(tmp_path)
+    with pytest.raises(VerificationFailed, match="different schemas"):
+        compaction(tmp_path, target_bytes=MIB).run()
+    assert tree(tmp_path) == before
+    assert not list(tmp_path.rglob("batch_id=c-*"))
+    check_exact(reader.read_table(str(tmp_path), columns=["queue", "seq"]), keys)
