@@ -9,7 +9,9 @@ Raft), and imported by nothing the server runs (pyproject.toml, import-linter co
     cmq/archive/records.py   one segment's records stream, checked end to end -> Arrow batches
     cmq/archive/source.py    the PySpark Python data source ``cmq``
     cmq/archive/storage.py   the output location through Hadoop's FileSystem
-    cmq/archive/manifest.py  ``_manifests/<batch_id>.json``
+    cmq/archive/manifest.py  ``_manifests/<batch_id>.json`` (archive batches, compactions)
     cmq/archive/job.py       the re-entrant job (recover, garbage, claim, write, commit, mark)
+    cmq/archive/reader.py    the live files by the manifests: pyarrow Table/Dataset, Spark paths
+    cmq/archive/compact.py   ``cmq archive compact``: small files of a queue-day -> target size
     cmq/archive/main.py      ``cmq archive`` / ``python -m cmq.archive`` and the Spark session
 """

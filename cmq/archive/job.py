@@ -5,11 +5,13 @@ One run is one batch (``batch_id``, new per run). Its steps, each re-entrant:
 1. **Recover.** Every manifest under ``_manifests/`` names segments whose records are in its
    files. A segment named there that the cluster still lists as released (same seq range and
    checksum) is marked archived now, with that manifest's batch id (its files are checked to
-   exist with their recorded sizes first; its data is never rewritten). A segment named by two
-   manifests is an error (`DuplicateSegment`).
+   exist with their recorded sizes first, but for those a committed compaction manifest
+   retires: `cmq.archive.compact` moved their rows; its data is never rewritten). A segment
+   named by two manifests is an error (`DuplicateSegment`).
 2. **Collect garbage.** Output directories (``queue=Q/date=D/batch_id=B`` and ``_staging/B``) of a
    batch with no manifest and no live claim on any segment are what a crashed run left: removed.
-   A batch with a live claim may still be running: left alone.
+   A batch with a live claim may still be running: left alone. So is a compaction's (``c-...``):
+   `cmq.archive.compact` collects its own.
 3. **Plan and claim.** The released segments of the chosen queues (default: every queue with
    ``archive`` set) not claimed by another live batch, lowest seqs first, at most
    ``max_segments``, are claimed for this batch (contract §3) for ``claim_ttl_ms``. Only what the
@@ -46,19 +48,18 @@ import secrets
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence, Set
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from cmq.archive import manifest as mf
-from cmq.archive import readback
+from cmq.archive import readback, reader
 from cmq.archive.errors import (
     ApiError,
     ArchiveError,
     ConflictingClaim,
     DuplicateSegment,
     ManifestInvalid,
-    NewerManifest,
     VerificationFailed,
     WriteFailed,
 )
@@ -222,17 +223,7 @@ class ArchiveJob:
 
     # -- 1. recover ------------------------------------------------------------------------------
     def load_manifests(self) -> list[mf.Manifest]:
-        out = []
-        for e in self.storage.list(mf.MANIFESTS):
-            if e.is_dir or not e.name.endswith(".json") or e.name.startswith(("_", ".")):
-                continue
-            path = f"{mf.MANIFESTS}/{e.name}"
-            try:
-                out.append(mf.decode(self.storage.read(path), path))
-            except NewerManifest:
-                raise
-            except Exception as ex:
-                raise ManifestInvalid(f"{mf.MANIFESTS}/{e.name}: {ex}") from None
+        out = reader.read_manifests(self.storage)
         seen: dict[tuple[str, int], str] = {}
         for m in out:
             for s in m.segments:
@@ -273,14 +264,20 @@ class ArchiveJob:
                     pending[s.queue].append(s.first_seq)
             if not pending:
                 continue
-            self.check_files(m)
+            try:
+                self.check_files(m, mf.retired(manifests))
+            except ManifestInvalid:  # a compaction may have retired the file since: look again
+                self.check_files(m, mf.retired(self.load_manifests()))
             for queue, firsts in sorted(pending.items()):
                 marked += self._mark(queue, m.batch_id, firsts)
         return marked
 
-    def check_files(self, m: mf.Manifest) -> None:
-        """Every file of ``m`` exists with its recorded size, else `ManifestInvalid`."""
+    def check_files(self, m: mf.Manifest, retired: Set[str] = frozenset()) -> None:
+        """Every file of ``m`` exists with its recorded size, else `ManifestInvalid`; but a file
+        in ``retired`` (a committed compaction holds its rows) may be gone."""
         for f in m.files:
+            if f.path in retired:
+                continue
             size = self.storage.size(f.path)
             if size != f.bytes:
                 got = "missing" if size is None else f"{size} bytes"
@@ -318,9 +315,12 @@ class ArchiveJob:
         return live
 
     def collect_garbage(self, committed: set[str]) -> tuple[str, ...]:
-        """Remove the output of batches with neither a manifest nor a live claim."""
+        """Remove the output of batches with neither a manifest nor a live claim. A compaction's
+        output (``c-...``) is left to `cmq.archive.compact`, which may be running."""
         dirs = self.batch_dirs()
-        candidates = sorted(b for b in dirs if b not in committed)
+        candidates = sorted(
+            b for b in dirs if b not in committed and not b.startswith(mf.COMPACTION_PREFIX)
+        )
         if not candidates:
             return ()
         live = self.live_claims([*self.client.queues(), *self.config.queues])
@@ -492,7 +492,7 @@ class ArchiveJob:
             for rel, fs in sorted(per_file.items())
         ]
         return mf.Manifest(
-            mf.VERSION,
+            mf.ARCHIVE_VERSION,
             self.batch_id,
             int(self.clock() * 1000),
             self.storage.root,

@@ -3,6 +3,8 @@
     cmq archive --url URL[,URL...] --out DIR [--queue NAME ...] [--master local[2]]
                 [--max-segments N] [--claim-ttl SECONDS] [--timeout SECONDS] [--json-read]
                 [--json]
+    cmq archive compact --out DIR [--queue NAME ...] [--date YYYY-MM-DD ...]
+                [--target-bytes N] [--json]                  (cmq/archive/compact.py)
 
 Prints a summary (segments, rows, bytes, seconds); exits 0 on success, 1 on any failure (the
 error's code and message on stderr), 2 on bad arguments.
@@ -107,6 +109,11 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["compact"]:  # cmq archive compact ... (cmq.archive.compact)
+        from cmq.archive import compact
+
+        return compact.main(argv[1:])
     args = parser().parse_args(argv)
     urls = split_urls(args.url)
     if (

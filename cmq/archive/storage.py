@@ -120,7 +120,12 @@ class LocalStorage:
             items = list(os.scandir(self._p(rel)))
         except (FileNotFoundError, NotADirectoryError):
             return []
-        out = [Entry(e.name, e.is_dir(), 0 if e.is_dir() else e.stat().st_size) for e in items]
+        out = []
+        for e in items:
+            try:
+                out.append(Entry(e.name, e.is_dir(), 0 if e.is_dir() else e.stat().st_size))
+            except FileNotFoundError:  # renamed or removed since the scan: not a child now
+                continue
         return sorted(out, key=lambda e: e.name)
 
     def size(self, rel: str) -> int | None:

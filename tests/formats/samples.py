@@ -457,7 +457,44 @@ def _archive_manifest() -> bytes:
     )
     s = archive_manifest.ManifestSegment("q", 1, 3, 3, "crc32:0badf00d", 3, 1, 3, [f.path])
     m = archive_manifest.Manifest(
-        archive_manifest.VERSION, "batch-1", T0, "file:///archive", 3, 900, [s], [f]
+        archive_manifest.ARCHIVE_VERSION, "batch-1", T0, "file:///archive", 3, 900, [s], [f]
+    )
+    return archive_manifest.encode(m)
+
+
+def _compaction_manifest() -> bytes:
+    old = [
+        archive_manifest.ManifestFile(
+            f"queue=q/date=2023-11-14/batch_id=b-{i}/part-0.parquet",
+            "q",
+            "2023-11-14",
+            3,
+            900,
+            i,
+            i,
+        )
+        for i in (1, 2)
+    ]
+    new = archive_manifest.ManifestFile(
+        "queue=q/date=2023-11-14/batch_id=c-1/part-00000-c-1.parquet",
+        "q",
+        "2023-11-14",
+        6,
+        1200,
+        1,
+        2,
+    )
+    m = archive_manifest.Manifest(
+        archive_manifest.VERSION,
+        "c-1",
+        T0,
+        "file:///archive",
+        6,
+        1200,
+        [],
+        [new],
+        kind=archive_manifest.COMPACTION,
+        retires=old,
     )
     return archive_manifest.encode(m)
 
@@ -529,7 +566,8 @@ def _cmq_samples() -> dict[str, Sample]:
         "stream.answers": ("1 (implicit, tags)", lambda: stream.encode(stream_answers())),
         "front_end.requests": (str(wire.WIRE_VERSION), front_end_requests),
         "front_end.answers": (str(wire.WIRE_VERSION), front_end_answer_frames),
-        "archive_manifest": (str(archive_manifest.VERSION), _archive_manifest),
+        "archive_manifest": (str(archive_manifest.ARCHIVE_VERSION), _archive_manifest),
+        "archive_manifest.compaction": (str(archive_manifest.VERSION), _compaction_manifest),
         "backup_manifest": (str(backup_format.FORMAT_VERSION), _backup_manifest),
         "backup_message": (str(backup_format.FORMAT_VERSION), _backup_message),
     }

@@ -363,13 +363,31 @@ def test_a_front_end_frame_that_does_not_decode_is_a_named_error() -> None:
 
 
 def test_a_newer_archive_manifest_names_the_file_and_both_versions() -> None:
-    data = json.dumps({"version": 2, "everything": "else changed"}).encode()
+    data = json.dumps({"version": 3, "everything": "else changed"}).encode()
     with pytest.raises(NewerManifest) as err:
         archive_manifest.decode(data, "_manifests/b-1.json")
     msg = str(err.value)
-    assert "_manifests/b-1.json" in msg and "version 2" in msg and "version 1" in msg
+    assert "_manifests/b-1.json" in msg and "version 3" in msg and "versions up to 2" in msg
     with pytest.raises(msgspec.ValidationError):
         archive_manifest.decode(json.dumps({"version": 1}).encode(), "_manifests/b-1.json")
+
+
+def test_version_1_archive_manifests_are_still_read_and_have_no_compaction_fields() -> None:
+    """Version 2 added ``kind`` and ``retires`` (compaction manifests); archive batches are
+    still written as version 1, in version 1's bytes, and version 1 is read as before."""
+    from tests.formats.samples import _archive_manifest
+
+    data = _archive_manifest()
+    assert b'"version": 1' in data and b"kind" not in data and b"retires" not in data
+    m = archive_manifest.decode(data, "_manifests/batch-1.json")
+    assert (m.version, m.kind, m.retires) == (1, "archive", [])
+    one = json.loads(data)
+    one["kind"] = "compaction"  # version 1 knows no kind
+    with pytest.raises(msgspec.ValidationError):
+        archive_manifest.decode(json.dumps(one).encode(), "_manifests/batch-1.json")
+    two = dict(one, version=2, kind="merge")  # nor does version 2 know that one
+    with pytest.raises(msgspec.ValidationError):
+        archive_manifest.decode(json.dumps(two).encode(), "_manifests/batch-1.json")
 
 
 def test_a_newer_backup_names_the_manifest_and_both_versions(tmp_path: Path) -> None:
