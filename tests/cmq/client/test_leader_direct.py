@@ -82,6 +82,9 @@ def follower_first(c: Cluster) -> list[str]:
 
 async def test_sends_go_to_the_leader_once_a_follower_named_it(cluster: Cluster) -> None:
     lead = cluster.leader()
+    for nid, node in cluster.nodes.items():  # the hint: the leader's catalog address, or none
+        assert node.leader_http(QUEUE) == ("" if nid == lead else cluster.urls[lead][7:])
+        assert node.leader_http("no-such-queue") == ""
     async with Client(follower_first(cluster)) as c:
         for i in range(30):
             await c.send_one(QUEUE, f"m{i}")
