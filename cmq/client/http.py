@@ -162,8 +162,11 @@ class Http:
                     return payload
                 error = _error_of(status, content, retry_after)
             failure = failure_of(error)
-            if index < 0 and failure is not Failure.DEFINITE and leaders is not None:
-                leaders.failed(queue or "", url)  # unreachable, refused, or lost: not there
+            if index < 0:
+                if failure is not Failure.DEFINITE and leaders is not None:
+                    leaders.failed(queue or "", url)  # unreachable, refused, or lost: not there
+                if self.urls[start % n] == url:  # the rotation does not begin with it again
+                    start += 1
             if not self.retry.should_retry(failure, safety, attempt):
                 raise error
             await asyncio.sleep(
