@@ -39,7 +39,7 @@ from api.metrics import UNMATCHED_ROUTE, HttpMetrics
 from api.models import MAX_REQUEST_BYTES
 from api.openapi import openapi_document
 from api.routes import ROUTES
-from api.routing import Context, Reply, Route, Served
+from api.routing import LEADER_HEADER, Context, LeaderHint, Reply, Route, Served
 from api.sqs.http import SqsHandler
 from api.sqs.queues import SqsSettings
 from api.stream import STREAM_PATH, stream_handler
@@ -74,6 +74,7 @@ def make_app(
     auth: AuthConfig | None = None,
     keys: KeyAdministration | None = None,
     subscriptions: Subscriptions | None = None,
+    leader_hint: LeaderHint | None = None,
 ) -> web.Application:
     """The native API on ``service``. ``registry`` receives the HTTP metrics and is what
     ``/metrics`` renders (a fresh one when None, never the process-global default, so several
@@ -84,7 +85,9 @@ def make_app(
     ``auth``: verify every request's signature and grants (`api.auth.guard`) before its
     handler runs (None: anonymous access). ``keys``: serve the ``/v1/keys`` administration
     routes on it (`api.auth.key_routes`). ``subscriptions``: counts the stream's open
-    subscriptions per queue (`cmq.consumers`; the node's metrics read it)."""
+    subscriptions per queue (`cmq.consumers`; the node's metrics read it). ``leader_hint``:
+    after a successful call on a route naming a queue, the answer carries the ``Cmq-Leader``
+    header when ``leader_hint(name)`` names another node (`api.routing.LeaderHint`)."""
     registry = CollectorRegistry() if registry is None else registry
     middlewares: list[Middleware] = [_middleware]
     if auth is not None:
@@ -97,7 +100,8 @@ def make_app(
     app[REGISTRY_KEY] = registry
     app[HTTP_METRICS_KEY] = http_metrics
     app[MAX_REQUEST_BYTES_KEY] = max_request_bytes
-    app[SERVED_KEY] = Served(service, http_metrics, _encoder.encode(openapi_document(routes)))
+    openapi = _encoder.encode(openapi_document(routes))
+    app[SERVED_KEY] = Served(service, http_metrics, openapi, leader_hint)
     for route in routes:  # GET routes get no implicit HEAD: probes use GET
         app.router.add_route(route.method, route.path, _handler(route))
     _add_stream(app.router, service, max_request_bytes, auth, subscriptions)
@@ -176,7 +180,12 @@ def _handler(route: Route) -> Handler:
         reply = await route.handler(ctx, body)
         if reply.stream is not None:
             return await _stream(request, reply)
-        return _response(reply)
+        response = _response(reply)
+        if name and served.leader_hint is not None:
+            leader = served.leader_hint(name)
+            if leader:
+                response.headers[LEADER_HEADER] = leader
+        return response
 
     return handle
 

@@ -26,6 +26,14 @@ from cmq.errors import (
 )
 from cmq.service import QueueService
 
+LEADER_HEADER = "Cmq-Leader"
+"""The response header naming the HTTP address (``host:port``) of the node leading the queue a
+call named, sent when the answering node is not that leader (docs/api.md, "Leader hint")."""
+
+LeaderHint = Callable[[str], str]
+"""Queue name -> the HTTP address of its leader when that is another node, else "" (no
+header). Must be cheap: it runs after every queue call (`QueueNode.leader_http`)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Served:
@@ -35,6 +43,8 @@ class Served:
     metrics: HttpMetrics
     openapi: bytes
     """The OpenAPI document, encoded once."""
+    leader_hint: LeaderHint | None = None
+    """Where queue calls are best sent (see `LeaderHint`); None: no ``Cmq-Leader`` header."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         drain_timeout=args.drain_timeout,
         keep_queue=args.keep_queue,
         protocol=getattr(args, "protocol", "http"),
+        leader_direct=not getattr(args, "no_leader_direct", False),
     )
 
 

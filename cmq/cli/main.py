@@ -563,6 +563,11 @@ def build_parser() -> argparse.ArgumentParser:
         default="http",
         help="http: a request per call; stream: a WebSocket per client (docs/api.md)",
     )
+    b.add_argument(
+        "--no-leader-direct",
+        action="store_true",
+        help="http: send to each client's own node (forwarded), not to the queue's leader",
+    )
     b.add_argument("--json", action="store_true", help="machine-readable report")
     b.set_defaults(func=_bench)
 

@@ -198,6 +198,7 @@ async def serve(
                 auth=auth,
                 keys=keys,
                 subscriptions=subscriptions,
+                leader_hint=node.leader_http,
             )
             async with _http_site(app, http, security, reuse_port=False):
                 print(f"cmq node {cfg.node_id} serving {served}", flush=True)

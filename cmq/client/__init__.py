@@ -10,7 +10,9 @@
 `Client` is asynchronous (aiohttp, pooled connections, failover across nodes, retries only
 where safe: `cmq.client.retry`); `SyncClient` is its blocking facade for scripts. Errors are
 `cmq.errors` classes (also `ServerError`, with the HTTP status) and `ConnectFailed` /
-`ResponseLost` for the transport (`cmq.client.errors`).
+`ResponseLost` for the transport (`cmq.client.errors`). Calls about a queue go straight to
+the node leading it once a node named it (the ``Cmq-Leader`` header: `cmq.client.leaders`),
+skipping the forwarding hop; ``leader_direct=False`` turns that off.
 
 The archive read side: `Client.list_segments` (one node's replica, e.g. a follower's),
 `Client.read_segment` (records yielded lazily; the stream's trailer, count, CRC and the

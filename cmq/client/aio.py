@@ -31,6 +31,7 @@ from cmq.client.errors import (
     server_error,
 )
 from cmq.client.http import Http, Pool, parse_urls
+from cmq.client.leaders import Leaders
 from cmq.client.retry import RetryPolicy, Safety
 from cmq.client.segments import (
     RecordsReader,
@@ -88,6 +89,8 @@ class Client:
         rng: random.Random | None = None,
         access_key: AccessKey | tuple[str, str] | None = None,
         ca_file: str | None = None,
+        leader_direct: bool = True,
+        leader_any_node: bool = False,
     ) -> None:
         """``urls``: the nodes (``"URL[,URL...]"`` or a sequence; any node serves any queue),
         tried in order from the last one that worked. ``connections``: the pool's limit (0 =
@@ -95,14 +98,20 @@ class Client:
         ``access_key``: the key requests are signed with (an `AccessKey` or (id, secret));
         None: the environment's or a key file's (`cmq.client.signing`), else unsigned.
         ``ca_file``: the CA bundle ``https`` URLs are verified with (else ``CMQ_CA_FILE``,
-        else the system's)."""
+        else the system's). ``leader_direct``: send a queue's calls to the node that leads it,
+        as the ``Cmq-Leader`` answer header names it, when that node is one of ``urls``
+        (`cmq.client.leaders`; falls back to the rotation when it fails); ``leader_any_node``:
+        also when the header names another address (off by default: a node could then steer
+        the client, and its signed requests, to any address)."""
+        nodes = parse_urls(urls)
         self._http = Http(
-            parse_urls(urls),
+            nodes,
             timeout,
             retry if retry is not None else RetryPolicy(),
             AccessKey.resolve(access_key),
             Pool(connections, session, ca_file),
             rng if rng is not None else random.Random(),
+            leaders=Leaders(nodes, any_node=leader_any_node) if leader_direct else None,
         )
         self._root = True
 
@@ -161,7 +170,7 @@ class Client:
         with different ones."""
         attrs = attributes.to_dict() if isinstance(attributes, QueueAttributes) else attributes
         body = {} if attrs is None else {"attributes": attrs}
-        got = await self._http.call("PUT", _q(name), body, Safety.IDEMPOTENT)
+        got = await self._http.call("PUT", _q(name), body, _IDEM, queue=name)
         return QueueCreated(got["name"], got["created"], attributes_from_json(got["attributes"]))
 
     async def list_queues(self) -> list[str]:
@@ -171,25 +180,26 @@ class Client:
 
     async def get_queue(self, name: str) -> QueueInfo:
         """Attributes and statistics of ``name``; `QueueNotFound` if absent."""
-        got = await self._http.call("GET", _q(name), None, Safety.IDEMPOTENT)
+        got = await self._http.call("GET", _q(name), None, _IDEM, queue=name)
         return QueueInfo(
             got["name"], attributes_from_json(got["attributes"]), stats_from_json(got["stats"])
         )
 
     async def set_attributes(self, name: str, changes: dict[str, Any]) -> QueueAttributes:
         """Change some attributes of ``name`` (at least one); the attributes after the change."""
-        got = await self._http.call("PATCH", _q(name), {"attributes": changes}, Safety.IDEMPOTENT)
+        body = {"attributes": changes}
+        got = await self._http.call("PATCH", _q(name), body, _IDEM, queue=name)
         return attributes_from_json(got["attributes"])
 
     async def delete_queue(self, name: str) -> None:
         """Delete ``name`` and its messages; `QueueNotFound` if absent. Not retried once the
         request may have been processed (a retry could answer `QueueNotFound`)."""
-        await self._http.call("DELETE", _q(name), None, Safety.ONCE)
+        await self._http.call("DELETE", _q(name), None, Safety.ONCE, queue=name)
 
     async def purge(self, name: str) -> int:
         """Delete every message of ``name``; how many. Not retried once it may have been
         processed (a retry could delete messages sent since)."""
-        got = await self._http.call("POST", _q(name) + "/purge", None, Safety.ONCE)
+        got = await self._http.call("POST", _q(name) + "/purge", None, Safety.ONCE, queue=name)
         return int(got["purged"])
 
     async def rewind(self, name: str, since: datetime | str) -> int:
@@ -199,7 +209,7 @@ class Client:
         (``2026-11-26T10:00Z``; `InvalidParameter` without one). Needs the admin grant. Not
         retried once it may have been processed."""
         body = {"since": rfc3339(since)}
-        got = await self._http.call("POST", _q(name) + "/rewind", body, Safety.ONCE)
+        got = await self._http.call("POST", _q(name) + "/rewind", body, Safety.ONCE, queue=name)
         return int(got["rewound"])
 
     # -- messages ----------------------------------------------------------------------------------
@@ -214,7 +224,7 @@ class Client:
         safety = Safety.IDEMPOTENT if all_deduplicated(messages) else Safety.ONCE
         trace = tracing.current()
         body = {"messages": [message_json(m, trace) for m in messages]}
-        got = await self._http.call("POST", _m(queue), body, safety)
+        got = await self._http.call("POST", _m(queue), body, safety, queue=queue)
         return sent_from_json(got)
 
     async def send_one(self, queue: str, message: Outgoing) -> SentMessage:
@@ -266,7 +276,9 @@ class Client:
         wait = MAX_WAIT_SECONDS if wait_seconds is None else wait_seconds
         limit = (self.timeout if timeout is None else timeout) + wait
         safety = Safety.ONCE if attempt_id is None else Safety.IDEMPOTENT
-        got = await self._http.call("POST", _m(queue) + "/receive", body, safety, limit)
+        got = await self._http.call(
+            "POST", _m(queue) + "/receive", body, safety, limit, queue=queue
+        )
         return received_from_json(got)
 
     async def ack(self, queue: str, receipts: Sequence[str]) -> list[EntryResult]:
@@ -274,9 +286,8 @@ class Client:
         with an ``error`` code such as ``LeaseStale`` for a receipt that no longer holds the
         lease). Committed on a majority before it answers; retried on any transient failure
         (a repeated ack answers per entry)."""
-        got = await self._http.call(
-            "POST", _m(queue) + "/ack", {"receipts": list(receipts)}, Safety.IDEMPOTENT
-        )
+        body = {"receipts": list(receipts)}
+        got = await self._http.call("POST", _m(queue) + "/ack", body, _IDEM, queue=queue)
         return results_from_json(got)
 
     async def ack_one(self, queue: str, receipt: str) -> EntryResult:
@@ -296,7 +307,7 @@ class Client:
         """Set the remaining lease of 1..100 ``(receipt, seconds)`` entries (0: visible again
         now); one result per entry, in order. Retried on any transient failure."""
         body = {"entries": [{"receipt": r, "visibility_timeout": s} for r, s in entries]}
-        got = await self._http.call("POST", _m(queue) + "/visibility", body, Safety.IDEMPOTENT)
+        got = await self._http.call("POST", _m(queue) + "/visibility", body, _IDEM, queue=queue)
         return results_from_json(got)
 
     async def nack(
@@ -305,7 +316,7 @@ class Client:
         """Give 1..100 leased messages back, visible again after ``delay_seconds``; one result
         per receipt, in order. Retried on any transient failure."""
         body = {"receipts": list(receipts), "delay_seconds": delay_seconds}
-        got = await self._http.call("POST", _m(queue) + "/nack", body, Safety.IDEMPOTENT)
+        got = await self._http.call("POST", _m(queue) + "/nack", body, _IDEM, queue=queue)
         return results_from_json(got)
 
     # -- segments and the archive ------------------------------------------------------------------
@@ -350,7 +361,7 @@ class Client:
         """Claim released segments for archive batch ``batch_id`` for ``ttl_ms``; a repeat by
         the same batch renews (so it is retried like a read)."""
         body = {"batch_id": batch_id, "segments": list(segments), "ttl_ms": ttl_ms}
-        got = await self._http.call("POST", f"{_q(queue)}/segments/claim", body, _IDEM)
+        got = await self._http.call("POST", f"{_q(queue)}/segments/claim", body, _IDEM, queue=queue)
         return claim_from_json(got)
 
     async def mark_archived(
@@ -359,7 +370,9 @@ class Client:
         """Mark released segments archived (idempotent: a repeat lists them in ``already``);
         every replica then deletes their files."""
         body = {"batch_id": batch_id, "segments": list(segments)}
-        got = await self._http.call("POST", f"{_q(queue)}/segments/archived", body, _IDEM)
+        got = await self._http.call(
+            "POST", f"{_q(queue)}/segments/archived", body, _IDEM, queue=queue
+        )
         return archived_from_json(got)
 
     # -- operations --------------------------------------------------------------------------------
@@ -463,7 +476,7 @@ class Client:
         is returned). ``body`` is sent as JSON, or ``raw`` as given. For probing the HTTP
         surface itself (e.g. malformed requests); prefer the typed calls."""
         data = raw if raw is not None else (None if body is None else orjson.dumps(body))
-        status, content, _ = await self._http.attempt(
+        status, content, _, _ = await self._http.attempt(
             self.urls[0], method, path, data, self.timeout
         )
         try:

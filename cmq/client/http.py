@@ -1,7 +1,9 @@
 """The HTTP exchange under `cmq.client.Client`: one pooled `aiohttp.ClientSession`, node
 failover, retries and request signing.
 
-`Http.call` sends one JSON request to the node that last worked and moves on to the next node
+`Http.call` sends one JSON request to the node that last worked (a call about a queue: first to
+the node `cmq.client.leaders.Leaders` prefers for it, the queue's leader as a node last named it)
+and moves on to the next node
 when a call could not connect or a node refused it (503 ``Overloaded`` / ``Unavailable``, 429),
 retrying only as `cmq.client.retry` allows for the call's `Safety` (a send whose outcome is
 unknown is never resent unless every message carries a ``dedup_id``: the caller decides). Errors
@@ -22,7 +24,8 @@ import orjson
 from yarl import URL
 
 from cmq.client.errors import ConnectFailed, ResponseLost, ServerError, TransportError, server_error
-from cmq.client.retry import RetryPolicy, Safety, failure_of, retry_after_of
+from cmq.client.leaders import LEADER_HEADER, Leaders
+from cmq.client.retry import Failure, RetryPolicy, Safety, failure_of, retry_after_of
 from cmq.client.signing import AccessKey, ssl_context
 from cmq.client.types import Json
 from cmq.errors import CmqError
@@ -69,7 +72,8 @@ class Pool:
 class Http:
     """Requests to a cluster's nodes over one `Pool` (see the module docstring). ``urls`` are
     tried in order from the last one that worked (``current``); ``timeout`` is each attempt's
-    limit in seconds."""
+    limit in seconds. ``leaders``: where each queue's calls go first (None: leader-direct
+    routing off, every call takes the rotation)."""
 
     urls: tuple[str, ...]
     timeout: float
@@ -78,6 +82,7 @@ class Http:
     pool: Pool
     rng: random.Random
     current: int = 0
+    leaders: Leaders | None = None
 
     def derive(
         self,
@@ -85,7 +90,12 @@ class Http:
         timeout: float | None,
         retry: RetryPolicy | None,
     ) -> Http:
-        """The same connections, key and randomness; other nodes, timeout or retry policy."""
+        """The same connections, key and randomness; other nodes, timeout or retry policy.
+        With the same nodes it shares the leader map; with other ``urls`` it starts its own,
+        over those nodes (a client pinned to one node stays there unless ``any_node``)."""
+        leaders = self.leaders
+        if urls is not None and leaders is not None:
+            leaders = Leaders(urls, any_node=leaders.any_node, capacity=leaders.capacity)
         return Http(
             self.urls if urls is None else urls,
             self.timeout if timeout is None else timeout,
@@ -93,12 +103,13 @@ class Http:
             self.access_key,
             self.pool,
             self.rng,
+            leaders=leaders,
         )
 
     async def probe(self, path: str) -> bool:
         """Whether the first node answers ``GET path`` with 200 (False if unreachable)."""
         try:
-            status, _, _ = await self.attempt(self.urls[0], "GET", path, None, self.timeout)
+            status, _, _, _ = await self.attempt(self.urls[0], "GET", path, None, self.timeout)
         except TransportError:
             return False
         return status == 200
@@ -110,30 +121,52 @@ class Http:
         body: Json | None,
         safety: Safety,
         timeout: float | None = None,
+        *,
+        queue: str | None = None,
     ) -> Json:
         """Send ``body`` (JSON) and return the parsed 2xx answer, retrying as `retry` and
-        ``safety`` allow; the last failure is raised."""
+        ``safety`` allow; the last failure is raised. ``queue``: the queue the call is about,
+        run by its leader: the first attempt goes to the node `leaders` prefers for it, if
+        any (its failure drops the preference and the retries, as the policy allows them,
+        take the rotation; a 4xx keeps it); each answer's ``Cmq-Leader`` header updates
+        the preference."""
         data = None if body is None else orjson.dumps(body)
         limit = self.timeout if timeout is None else timeout
         n = len(self.urls)
         start = self.current
+        leaders = self.leaders if queue is not None else None
+        preferred = leaders.get(queue) if leaders is not None and queue is not None else None
         attempt = 0
+        turn = 0  # attempts taken from the rotation
         while True:
             attempt += 1
-            index = (start + attempt - 1) % n
-            url = self.urls[index]
+            if preferred is not None and attempt == 1:
+                index, url = -1, preferred
+            else:
+                index = (start + turn) % n
+                turn += 1
+                url = self.urls[index]
             try:
-                status, content, retry_after = await self.attempt(url, method, path, data, limit)
+                status, content, retry_after, leader = await self.attempt(
+                    url, method, path, data, limit
+                )
             except TransportError as e:
                 error: CmqError = e
             else:
+                if leaders is not None and queue is not None:
+                    leaders.learn(queue, url, leader)
                 if status < 300:
-                    if index != self.current:
+                    if index >= 0 and index != self.current:
                         self.current = index
                     payload: Json = orjson.loads(content) if content else {}
                     return payload
                 error = _error_of(status, content, retry_after)
             failure = failure_of(error)
+            if index < 0:
+                if failure is not Failure.DEFINITE and leaders is not None:
+                    leaders.failed(queue or "", url)  # unreachable, refused, or lost: not there
+                if self.urls[start % n] == url:  # the rotation does not begin with it again
+                    start += 1
             if not self.retry.should_retry(failure, safety, attempt):
                 raise error
             await asyncio.sleep(
@@ -173,8 +206,9 @@ class Http:
 
     async def attempt(
         self, url: str, method: str, path: str, data: bytes | None, timeout: float
-    ) -> tuple[int, bytes, float | None]:
-        """One HTTP exchange: (status, body bytes, ``Retry-After`` seconds or None)."""
+    ) -> tuple[int, bytes, float | None, str | None]:
+        """One HTTP exchange: (status, body bytes, ``Retry-After`` seconds or None, the
+        ``Cmq-Leader`` header or None)."""
         session = self.pool.get()
         headers = self.sign(method, url + path, data)
         if data is not None:
@@ -188,7 +222,8 @@ class Http:
                 timeout=aiohttp.ClientTimeout(total=timeout),
             ) as resp:
                 content = await resp.read()
-                return resp.status, content, _retry_after(resp.headers.get("Retry-After"))
+                retry_after = _retry_after(resp.headers.get("Retry-After"))
+                return resp.status, content, retry_after, resp.headers.get(LEADER_HEADER)
         except aiohttp.ClientConnectorError as e:
             reason = type(e).__name__
             raise ConnectFailed(f"connect: {e.strerror or e}", url, reason) from None

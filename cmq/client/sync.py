@@ -42,6 +42,8 @@ class SyncClient:
         connections: int = 10,
         access_key: AccessKey | tuple[str, str] | None = None,
         ca_file: str | None = None,
+        leader_direct: bool = True,
+        leader_any_node: bool = False,
     ) -> None:
         self._runner = asyncio.Runner()
         self._client = Client(
@@ -51,6 +53,8 @@ class SyncClient:
             connections=connections,
             access_key=access_key,
             ca_file=ca_file,
+            leader_direct=leader_direct,
+            leader_any_node=leader_any_node,
         )
         self._closed = False
 

@@ -58,6 +58,9 @@ class BenchConfig:
     """``http`` (one request per send / receive / ack) or ``stream`` (one WebSocket per
     producer and consumer: ``window`` unconfirmed sends, deliveries pushed within a credit of
     ``recv_batch`` x ``recv_window``)."""
+    leader_direct: bool = True
+    """HTTP: each client sends a queue's calls to its leader once a node named it
+    (`cmq.client.leaders`); False: to its own node, which forwards them."""
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first setting out of its range."""
@@ -278,7 +281,7 @@ def format_report(r: BenchReport) -> str:
             if c.protocol == "http"
             else f"{c.consumers} x prefetch {c.recv_batch * c.recv_window}, batch {c.recv_batch}",
         ),
-        ("protocol", c.protocol),
+        ("protocol", c.protocol + ("" if c.leader_direct else ", no leader-direct")),
         ("sent", f"{r.sent:,} msgs in {r.produce_seconds:.1f} s"),
         (
             "confirmed",
@@ -335,6 +338,7 @@ def report_to_json(r: BenchReport) -> dict[str, Any]:
             "seconds": c.seconds,
             "drain": c.drain,
             "protocol": c.protocol,
+            "leader_direct": c.leader_direct,
         },
         "produce_seconds": round(r.produce_seconds, 3),
         "consume_seconds": round(r.consume_seconds, 3),

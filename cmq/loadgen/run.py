@@ -69,7 +69,11 @@ class _Run:
         self.cfg = cfg
         self.client = client
         """One attempt per call (`NO_RETRY`): the run retries itself, counting every error."""
-        self._nodes = [client.derive([u]) for u in cfg.urls]
+        urls = cfg.urls
+        if cfg.leader_direct:  # every node, starting at its own (one attempt: no failover)
+            self._nodes = [client.derive(urls[i:] + urls[:i]) for i in range(len(urls))]
+        else:
+            self._nodes = [client.derive([u]) for u in urls]
         self.queue = queue
         self.progress_out = progress
         self.tag = new_run_tag()
@@ -116,7 +120,8 @@ class _Run:
             self.settled_event.set()
 
     def node(self, i: int) -> Client:
-        """The client of the ``i``-th node (round robin over the URLs; no failover)."""
+        """The client of the ``i``-th node (round robin over the URLs; no failover). With
+        ``leader_direct`` it knows every node, so it follows the queue's leader hint."""
         return self._nodes[i % len(self._nodes)]
 
     def stream(self, i: int) -> StreamClient:
@@ -468,7 +473,11 @@ async def run_bench(cfg: BenchConfig, progress: IO[str] | None = sys.stderr) -> 
     if cfg.size > DEFAULT_MAX_MESSAGE_SIZE:
         attributes["max_message_size"] = cfg.size
     async with Client(
-        cfg.urls, timeout=cfg.request_timeout, retry=NO_RETRY, connections=0
+        cfg.urls,
+        timeout=cfg.request_timeout,
+        retry=NO_RETRY,
+        connections=0,
+        leader_direct=cfg.leader_direct,
     ) as client:
         first = client.derive([cfg.urls[0]])
         try:

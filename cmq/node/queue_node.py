@@ -385,6 +385,21 @@ class QueueNode:
         out["disks"] = self.disk_watch.describe()
         return out
 
+    def leader_http(self, name: str) -> str:
+        """The HTTP address (``host:port`` as the catalog records it) of the node leading queue
+        ``name``'s group, when it is known and is not this node; "" otherwise (this node leads,
+        no leader is known, the queue does not exist, or the leader recorded no address). Read
+        by the HTTP API after each queue call to tell the client where to send next (the
+        ``Cmq-Leader`` header, docs/api.md); two dict lookups, no I/O."""
+        group = self.catalog.group_of(name)
+        if group is None:
+            return ""
+        lead = self.router.known_leader(group)
+        if lead in (0, self.id):
+            return ""
+        info = self.catalog.node_info(lead)
+        return info.http if info is not None else ""
+
     async def group_digest(self, group: int) -> GroupDigest:
         return await group_digest(self.id, self.raft, self.machines, group, self.host.offload)
 

@@ -147,6 +147,14 @@ class Router:
         self._turn += 1
         return hosts[self._turn % len(hosts)]
 
+    def known_leader(self, group: int) -> int:
+        """The node this node believes leads ``group`` (0: unknown): the local replica's view
+        when hosted here, else the leader a replica last named. Cheap (two dict lookups), for
+        the leader hint the HTTP API answers with (`cmq.node.queue_node.QueueNode.leader_http`)."""
+        if group in self._raft.groups:
+            return self._raft.leader_of(group)
+        return self._hints.get(group, 0)
+
     def _watch(self, group: int, peer: int) -> Callable[[], str | None]:
         """The ``abandon`` check of a forwarded attempt to ``peer`` for ``group``."""
 

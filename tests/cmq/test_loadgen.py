@@ -198,6 +198,17 @@ def test_cli_registers_bench_with_its_flags(capsys: pytest.CaptureFixture[str]) 
     assert cli_main(["bench", "--batch", "0", "--messages", "5"]) == 2
 
 
+def test_bench_leader_direct_is_the_default_and_can_be_turned_off() -> None:
+    from cmq.cli.bench import config_from_args
+    from cmq.cli.main import build_parser
+
+    on = config_from_args(build_parser().parse_args(["bench"]))
+    off = config_from_args(build_parser().parse_args(["bench", "--no-leader-direct"]))
+    assert on.leader_direct is True and off.leader_direct is False
+    assert report_to_json(_report(config=off))["config"]["leader_direct"] is False
+    assert "no leader-direct" in format_report(_report(config=off))
+
+
 def _report(**over: object) -> BenchReport:
     h = LatencyHistogram()
     for v in range(1, 1001):
