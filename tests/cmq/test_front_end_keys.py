@@ -1,0 +1,279 @@
+"""HTTP front ends that check signed requests themselves (`cmq.frontend.keys`,
+`cmq.frontend.key_calls`), in process: a real one-node `QueueNode` behind a real Unix socket,
+and two HTTP apps side by side, the node's own (what ``cmq serve`` runs without front ends) and
+a front end's (the proxy and its copy of the key ring), so every answer is compared with the
+node's:
+
+* a signed request through the front end succeeds; a bad signature, an unknown key, a key
+  without the grant get the node's status, code and message, and change nothing;
+* ``/v1/keys`` through the front end creates, grants, revokes and deletes on the node;
+* a key deleted or a grant revoked on the node is refused by the front end within
+  `BOUND_SECONDS`; a key created on the node is accepted within it;
+* the copy carries no sealed secret and not the cluster secret; an unchanged ring is not sent
+  again; a copy older than the bound refuses with 503 ``Unavailable`` (through HTTP too, changing
+  nothing); a node serving anonymous
+  requests answers the key calls ``Unavailable``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from aiohttp.test_utils import TestServer
+
+from api.app import make_app
+from api.auth.guard import AuthConfig
+from cmq.admin.key_admin import KeyAdmin, KeyRing
+from cmq.catalog.keys import cluster_credential
+from cmq.client import AccessKey, Client
+from cmq.errors import Unavailable
+from cmq.frontend import key_calls
+from cmq.frontend.key_calls import CopyKeys, KeyCopy, NodeKeys
+from cmq.frontend.keys import BOUND_SECONDS, POLL_SECONDS, KeyCopyRing
+from cmq.frontend.proxy import ServiceProxy, ServiceServer
+from cmq.grants import KeyGrant
+from cmq.node.queue_node import QueueNode
+from tests.cmq.helpers import one_node
+
+SECRET = b"node-effects-test-secret-0123456789"  # what `one_node` configures
+
+
+@dataclass
+class Sides:
+    """The node's own app and a front end's app, and a client maker for each."""
+
+    node: QueueNode
+    direct: TestServer
+    front: TestServer
+    proxy: ServiceProxy
+    admin: AccessKey
+
+    def client(self, server: TestServer, key: AccessKey | None = None) -> Client:
+        url = str(server.make_url("")).rstrip("/")
+        return Client(url, access_key=key or self.admin, timeout=10)
+
+
+@contextlib.asynccontextmanager
+async def sides(tmp: Path) -> AsyncIterator[Sides]:
+    async with one_node(tmp / "node", 0.05) as node:
+        ring = KeyRing(node.catalog, SECRET)
+        admin = KeyAdmin(node.catalog, node.router, SECRET, node.clock_source.wall_ms)
+        server = ServiceServer(node, str(tmp / "node.sock"), keys=NodeKeys(ring, admin))
+        await server.start()
+        proxy = ServiceProxy(server.path, signed=True)
+        direct = TestServer(make_app(node, auth=AuthConfig(ring), keys=admin))
+        try:
+            await proxy.connect()
+            assert proxy.keys is not None
+            front = TestServer(make_app(proxy, auth=AuthConfig(proxy.keys), keys=proxy.keys))
+            await direct.start_server()
+            await front.start_server()
+            try:
+                key_id, secret = cluster_credential(SECRET)
+                yield Sides(node, direct, front, proxy, AccessKey(key_id, secret))
+            finally:
+                await front.close()
+        finally:
+            await direct.close()
+            await proxy.close()
+            await server.close()
+
+
+async def new_key(client: Client, *grants: tuple[str, list[str]]) -> AccessKey:
+    raw = await client.request(
+        "POST", "/v1/keys", {"grants": [{"pattern": p, "actions": a} for p, a in grants]}
+    )
+    assert raw.status == 201, raw.payload
+    return AccessKey(raw.payload["access_key_id"], raw.payload["secret_access_key"])
+
+
+async def answer(s: Sides, key: AccessKey, method: str, path: str, body: Any = None) -> Any:
+    """(status, payload) of the same request on the front end and on the node: equal."""
+    out = []
+    for server in (s.front, s.direct):
+        async with s.client(server, key) as c:
+            raw = await c.request(method, path, body)
+            out.append((raw.status, raw.payload))
+    assert out[0] == out[1]
+    return out[0]
+
+
+async def test_signed_requests_through_a_front_end(tmp_path: Path) -> None:
+    async with sides(tmp_path) as s, s.client(s.front) as admin:
+        await admin.create_queue("orders-1")
+        sender = await new_key(admin, ("orders-*", ["send"]))
+        async with s.client(s.front, sender) as c:
+            [sent] = await c.send("orders-1", [b"signed"])
+        stats = (await s.node.get_queue("orders-1"))[1]
+        assert stats.visible == 1
+        # the key may not receive: 403 AccessDenied, the node's body, nothing leased
+        status, body = await answer(s, sender, "POST", "/v1/queues/orders-1/messages/receive", {})
+        assert status == 403 and body["error"]["code"] == "AccessDenied"
+        assert "not granted receive on queue orders-1" in body["error"]["message"]
+        # an unknown key, a wrong secret: 401 with the verifier's codes, as on the node
+        unknown = AccessKey("AKCMQ" + "Z" * 16, sender.secret_access_key)
+        status, body = await answer(s, unknown, "GET", "/v1/queues")
+        assert (status, body["error"]["code"]) == (401, "InvalidClientTokenId")
+        wrong = AccessKey(sender.access_key_id, "x" * 40)
+        status, body = await answer(s, wrong, "POST", "/v1/queues/orders-1/messages", {})
+        assert (status, body["error"]["code"]) == (401, "SignatureDoesNotMatch")
+        # unsigned: refused too
+        async with Client(str(s.front.make_url("")).rstrip("/"), timeout=10) as anon:
+            raw = await anon.request("GET", "/v1/queues")
+        assert raw.status == 401 and raw.payload["error"]["code"] == "MissingAuthenticationToken"
+        after = (await s.node.get_queue("orders-1"))[1]  # the refusals changed nothing
+        assert (after.visible, after.in_flight, after.sent_total) == (1, 0, stats.sent_total)
+        # the whoami route answers the front end's copy of the grants
+        async with s.client(s.front, sender) as c:
+            raw = await c.request("GET", "/v1/whoami")
+        assert raw.payload["access_key_id"] == sender.access_key_id
+        assert raw.payload["grants"] == [{"pattern": "orders-*", "actions": ["send"]}]
+        assert sent.id
+        # a copy older than the bound serves no signed request: 503, the node's error shape
+        assert s.proxy.keys is not None
+        s.proxy.keys._clock = lambda: time.monotonic() + 2 * BOUND_SECONDS
+        async with s.client(s.front, sender) as c:
+            raw = await c.request("POST", "/v1/queues/orders-1/messages", {"messages": []})
+        assert raw.status == 503 and raw.payload["error"]["code"] == "Unavailable"
+        assert (await s.node.get_queue("orders-1"))[1].sent_total == stats.sent_total
+
+
+async def test_keys_administered_through_a_front_end(tmp_path: Path) -> None:
+    async with sides(tmp_path) as s, s.client(s.front) as admin:
+        await admin.create_queue("jobs")
+        key = await new_key(admin, ("jobs", ["send"]))
+        assert key.access_key_id in s.node.catalog.keys.keys  # made on the node, through Raft
+        listed = (await admin.request("GET", "/v1/keys")).payload["keys"]
+        assert [k["access_key_id"] for k in listed] == [key.access_key_id]
+        assert "sealed" not in str(listed) and key.secret_access_key not in str(listed)
+        raw = await admin.request(
+            "POST",
+            f"/v1/keys/{key.access_key_id}/grants",
+            {"pattern": "jobs", "actions": ["receive"]},
+        )
+        assert raw.status == 200 and raw.payload["grants"][0]["actions"] == ["receive", "send"]
+        async with s.client(s.front, key) as c:  # the grant holds at once through this front end
+            assert await c.receive("jobs", max_messages=1) == []
+        raw = await admin.request(
+            "POST", f"/v1/keys/{key.access_key_id}/revoke", {"pattern": "jobs"}
+        )
+        assert raw.status == 200 and raw.payload["grants"] == []
+        status, body = await answer(s, key, "POST", "/v1/queues/jobs/messages/receive", {})
+        assert (status, body["error"]["code"]) == (403, "AccessDenied")
+        # a refused change: the node's code, nothing changed
+        raw = await admin.request("POST", f"/v1/keys/{key.access_key_id}/revoke", {"pattern": "x"})
+        assert raw.status == 400 and raw.payload["error"]["code"] == "InvalidParameter"
+        raw = await admin.request("DELETE", f"/v1/keys/{key.access_key_id}")
+        assert raw.payload == {"access_key_id": key.access_key_id, "deleted": True}
+        assert s.node.catalog.keys.keys == {}
+        status, body = await answer(s, key, "GET", "/v1/queues")
+        assert (status, body["error"]["code"]) == (401, "InvalidClientTokenId")
+        raw = await admin.request("DELETE", f"/v1/keys/{key.access_key_id}")
+        assert raw.status == 404 and raw.payload["error"]["code"] == "AccessKeyNotFound"
+
+
+async def _until_status(client: Client, path: str, status: int, started: float) -> float:
+    """Seconds from ``started`` until ``client``'s GET ``path`` answers ``status``."""
+    while True:
+        raw = await client.request("GET", path)
+        if raw.status == status:
+            return time.monotonic() - started
+        assert time.monotonic() - started < 5 * BOUND_SECONDS, (raw.status, raw.payload)
+        await asyncio.sleep(0.02)
+
+
+async def test_changes_on_the_node_reach_the_front_end_within_the_bound(tmp_path: Path) -> None:
+    async with sides(tmp_path) as s, s.client(s.direct) as node_admin:
+        await node_admin.create_queue("q")
+        started = time.monotonic()
+        key = await new_key(node_admin, ("q", ["receive"]))  # on the node, not the front end
+        async with s.client(s.front, key) as c:
+            took = await _until_status(c, "/v1/queues/q", 200, started)
+            assert took <= BOUND_SECONDS
+            raw = await node_admin.request(
+                "POST", f"/v1/keys/{key.access_key_id}/revoke", {"pattern": "q"}
+            )
+            assert raw.status == 200
+            took = await _until_status(c, "/v1/queues/q", 403, time.monotonic())
+            assert took <= BOUND_SECONDS
+            raw = await node_admin.request("DELETE", f"/v1/keys/{key.access_key_id}")
+            assert raw.status == 200
+            took = await _until_status(c, "/v1/queues/q", 401, time.monotonic())
+            assert took <= BOUND_SECONDS
+
+
+async def test_the_copy_holds_no_sealed_secret_nor_the_cluster_secret(tmp_path: Path) -> None:
+    async with sides(tmp_path) as s, s.client(s.front) as admin:
+        key = await new_key(admin, ("*", ["send"]))
+        copy = await s.proxy.call(CopyKeys(-1))
+        assert isinstance(copy, KeyCopy)
+        assert [(k.id, k.secret) for k in copy.keys] == [(key.access_key_id, key.secret_access_key)]
+        assert (copy.cluster.id, copy.cluster.secret) == cluster_credential(SECRET)
+        sealed = s.node.catalog.keys.keys[key.access_key_id].sealed
+        text = msgspec.msgpack.encode(copy)
+        assert SECRET not in text and sealed.encode() not in text
+        assert await s.proxy.call(CopyKeys(copy.generation)) is None  # unchanged: nothing sent
+
+
+async def test_a_stale_copy_refuses_and_a_fresh_one_serves() -> None:
+    now = [100.0]
+    copy = KeyCopy(
+        3,
+        key_calls.KeyEntry("AKCMQCLUSTERAAAAAAAA", "c", (), 0),
+        [key_calls.KeyEntry("AKCMQ" + "A" * 16, "s", (KeyGrant("q", ("send",)),), 1)],
+    )
+    asked: list[int] = []
+    fail = [False]
+
+    async def call(c: Any) -> Any:
+        assert isinstance(c, CopyKeys)
+        asked.append(c.known)
+        if fail[0]:
+            raise Unavailable("the node went quiet")
+        return None if c.known == copy.generation else copy
+
+    ring = KeyCopyRing(call, clock=lambda: now[0])
+    with pytest.raises(Unavailable):  # never copied: nothing is served
+        ring.secret_of("AKCMQ" + "A" * 16)
+    await ring.refresh()
+    assert ring.secret_of("AKCMQ" + "A" * 16) == "s"
+    assert ring.grants_of("AKCMQCLUSTERAAAAAAAA") == (KeyGrant("*", ("admin",)),)
+    assert ring.secret_of("AKCMQ" + "B" * 16) is None
+    now[0] += BOUND_SECONDS  # exactly the bound: still served
+    assert ring.grants_of("AKCMQ" + "A" * 16) == (KeyGrant("q", ("send",)),)
+    now[0] += 0.01
+    with pytest.raises(Unavailable, match=r"copy of the access keys is 1\.0s old"):
+        ring.secret_of("AKCMQ" + "A" * 16)
+    fail[0] = True
+    task = asyncio.create_task(ring.keep())
+    await asyncio.sleep(POLL_SECONDS * 1.5)  # a failed poll keeps the copy stale
+    with pytest.raises(Unavailable):
+        ring.grants_of("AKCMQ" + "A" * 16)
+    fail[0] = False
+    await asyncio.sleep(POLL_SECONDS * 1.5)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert ring.secret_of("AKCMQ" + "A" * 16) == "s"
+    assert asked[0] == -1 and set(asked[1:]) == {3}  # the generation held is sent back
+
+
+async def test_an_anonymous_node_answers_key_calls_unavailable(tmp_path: Path) -> None:
+    async with one_node(tmp_path / "node", 0.05) as node:
+        server = ServiceServer(node, str(tmp_path / "node.sock"))
+        await server.start()
+        proxy = ServiceProxy(server.path, signed=True)
+        try:
+            with pytest.raises(Unavailable, match="anonymous"):
+                await proxy.connect()
+        finally:
+            await proxy.close()
+            await server.close()
