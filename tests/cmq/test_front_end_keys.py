@@ -6,6 +6,8 @@ node's:
 
 * a signed request through the front end succeeds; a bad signature, an unknown key, a key
   without the grant get the node's status, code and message, and change nothing;
+* the SQS surface (JSON protocol, signed by botocore): a send allowed, a receive refused 403
+  ``AccessDenied`` in the protocol's shape, on both sides;
 * ``/v1/keys`` through the front end creates, grants, revokes and deletes on the node;
 * a key deleted or a grant revoked on the node is refused by the front end within
   `BOUND_SECONDS`; a key created on the node is accepted within it;
@@ -25,12 +27,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import msgspec
+import orjson
 import pytest
 from aiohttp.test_utils import TestServer
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
 
 from api.app import make_app
 from api.auth.guard import AuthConfig
+from api.sqs.queues import SqsSettings
 from cmq.admin.key_admin import KeyAdmin, KeyRing
 from cmq.catalog.keys import cluster_credential
 from cmq.client import AccessKey, Client
@@ -69,11 +77,13 @@ async def sides(tmp: Path) -> AsyncIterator[Sides]:
         server = ServiceServer(node, str(tmp / "node.sock"), keys=NodeKeys(ring, admin))
         await server.start()
         proxy = ServiceProxy(server.path, signed=True)
-        direct = TestServer(make_app(node, auth=AuthConfig(ring), keys=admin))
+        direct = TestServer(make_app(node, sqs=SqsSettings(), auth=AuthConfig(ring), keys=admin))
         try:
             await proxy.connect()
             assert proxy.keys is not None
-            front = TestServer(make_app(proxy, auth=AuthConfig(proxy.keys), keys=proxy.keys))
+            front = TestServer(
+                make_app(proxy, sqs=SqsSettings(), auth=AuthConfig(proxy.keys), keys=proxy.keys)
+            )
             await direct.start_server()
             await front.start_server()
             try:
@@ -277,3 +287,36 @@ async def test_an_anonymous_node_answers_key_calls_unavailable(tmp_path: Path) -
         finally:
             await proxy.close()
             await server.close()
+
+
+async def test_the_sqs_surface_through_a_front_end(tmp_path: Path) -> None:
+    async with sides(tmp_path) as s, s.client(s.front) as admin:
+        await admin.create_queue("orders")
+        sender = await new_key(admin, ("orders", ["send"]))
+
+        async def sqs(server: TestServer, key: AccessKey, op: str) -> tuple[int, str]:
+            url = str(server.make_url("/"))
+            body = orjson.dumps({"QueueUrl": f"{url}000000000000/orders", "MessageBody": "hi"})
+            request = AWSRequest(
+                "POST",
+                url,
+                data=body,
+                headers={
+                    "X-Amz-Target": f"AmazonSQS.{op}",
+                    "Content-Type": "application/x-amz-json-1.0",
+                },
+            )
+            creds = Credentials(key.access_key_id, key.secret_access_key)
+            SigV4Auth(creds, "sqs", "us-east-1").add_auth(request)
+            async with aiohttp.ClientSession() as session:
+                resp = await session.post(url, data=body, headers=dict(request.headers))
+                got = await resp.json(content_type=None)
+            return resp.status, got.get("__type", "")
+
+        for server in (s.front, s.direct):
+            assert await sqs(server, sender, "SendMessage") == (200, "")
+            assert await sqs(server, sender, "ReceiveMessage") == (
+                403,
+                "com.amazonaws.sqs#AccessDenied",
+            )
+        assert (await s.node.get_queue("orders"))[1].visible == 2
