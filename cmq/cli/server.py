@@ -337,7 +337,8 @@ async def front_end(socket_path: str, http: Address, security: HttpSecurity) -> 
         registry.register(NodeMetricsCollector(proxy))
         auth = None
         if proxy.keys is not None:
-            auth = AuthConfig(proxy.keys, region=os.environ.get("CMQ_AUTH_REGION") or None)
+            region = os.environ.get("CMQ_AUTH_REGION") or None
+            auth = AuthConfig(proxy.keys, region=region, current=proxy.keys.current)
         app = make_app(
             proxy, registry=registry, sqs=SqsSettings.from_env(), auth=auth, keys=proxy.keys
         )

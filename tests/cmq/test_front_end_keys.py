@@ -12,8 +12,9 @@ node's:
 * a key deleted or a grant revoked on the node is refused by the front end within
   `BOUND_SECONDS`; a key created on the node is accepted within it;
 * the copy carries no sealed secret and not the cluster secret; an unchanged ring is not sent
-  again; a copy older than the bound refuses with 503 ``Unavailable`` (through HTTP too, changing
-  nothing); a node serving anonymous
+  again; a request that finds the copy older than the bound waits for a new poll, and gets 503
+  ``Unavailable`` when there is none (through HTTP too, changing nothing); a node serving
+  anonymous
   requests answers the key calls ``Unavailable``.
 """
 
@@ -82,7 +83,7 @@ async def sides(tmp: Path) -> AsyncIterator[Sides]:
             await proxy.connect()
             assert proxy.keys is not None
             front = TestServer(
-                make_app(proxy, sqs=SqsSettings(), auth=AuthConfig(proxy.keys), keys=proxy.keys)
+                make_app(proxy, sqs=SqsSettings(), auth=front_auth(proxy), keys=proxy.keys)
             )
             await direct.start_server()
             await front.start_server()
@@ -95,6 +96,12 @@ async def sides(tmp: Path) -> AsyncIterator[Sides]:
             await direct.close()
             await proxy.close()
             await server.close()
+
+
+def front_auth(proxy: ServiceProxy) -> AuthConfig:
+    """What `cmq.cli.server.front_end` verifies requests with."""
+    assert proxy.keys is not None
+    return AuthConfig(proxy.keys, current=proxy.keys.current)
 
 
 async def new_key(client: Client, *grants: tuple[str, list[str]]) -> AccessKey:
@@ -147,12 +154,23 @@ async def test_signed_requests_through_a_front_end(tmp_path: Path) -> None:
         assert raw.payload["access_key_id"] == sender.access_key_id
         assert raw.payload["grants"] == [{"pattern": "orders-*", "actions": ["send"]}]
         assert sent.id
-        # a copy older than the bound serves no signed request: 503, the node's error shape
-        assert s.proxy.keys is not None
-        s.proxy.keys._clock = lambda: time.monotonic() + 2 * BOUND_SECONDS
+        # a copy older than the bound is polled again before a request is checked; when the
+        # node does not answer that poll: 503 Unavailable, nothing changed
+        keys = s.proxy.keys
+        assert keys is not None
+        keys._clock = lambda: time.monotonic() + 2 * BOUND_SECONDS
         async with s.client(s.front, sender) as c:
+            await c.send("orders-1", [b"after a new poll"])
+            stats = (await s.node.get_queue("orders-1"))[1]
+
+            async def quiet(call: Any) -> Any:
+                raise Unavailable("the node went quiet")
+
+            keys._clock = lambda: time.monotonic() + 4 * BOUND_SECONDS
+            keys._call = quiet
             raw = await c.request("POST", "/v1/queues/orders-1/messages", {"messages": []})
         assert raw.status == 503 and raw.payload["error"]["code"] == "Unavailable"
+        assert raw.payload["error"]["message"] == "the node went quiet"
         assert (await s.node.get_queue("orders-1"))[1].sent_total == stats.sent_total
 
 
@@ -233,7 +251,7 @@ async def test_the_copy_holds_no_sealed_secret_nor_the_cluster_secret(tmp_path: 
         assert await s.proxy.call(CopyKeys(copy.generation)) is None  # unchanged: nothing sent
 
 
-async def test_a_stale_copy_refuses_and_a_fresh_one_serves() -> None:
+async def test_requests_wait_for_a_current_copy() -> None:
     now = [100.0]
     copy = KeyCopy(
         3,
@@ -241,39 +259,48 @@ async def test_a_stale_copy_refuses_and_a_fresh_one_serves() -> None:
         [key_calls.KeyEntry("AKCMQ" + "A" * 16, "s", (KeyGrant("q", ("send",)),), 1)],
     )
     asked: list[int] = []
-    fail = [False]
+    answer = asyncio.Event()
+    answer.set()
 
     async def call(c: Any) -> Any:
         assert isinstance(c, CopyKeys)
         asked.append(c.known)
-        if fail[0]:
-            raise Unavailable("the node went quiet")
+        await answer.wait()
         return None if c.known == copy.generation else copy
 
-    ring = KeyCopyRing(call, clock=lambda: now[0])
+    ring = KeyCopyRing(call, clock=lambda: now[0], wait_seconds=0.3)
     with pytest.raises(Unavailable):  # never copied: nothing is served
         ring.secret_of("AKCMQ" + "A" * 16)
     await ring.refresh()
     assert ring.secret_of("AKCMQ" + "A" * 16) == "s"
     assert ring.grants_of("AKCMQCLUSTERAAAAAAAA") == (KeyGrant("*", ("admin",)),)
     assert ring.secret_of("AKCMQ" + "B" * 16) is None
-    now[0] += BOUND_SECONDS  # exactly the bound: still served
+    now[0] += BOUND_SECONDS  # exactly the bound: still current, no poll
+    await asyncio.create_task(ring.current())  # (a task: its arrival stays in its context)
+    assert asked == [-1]
     assert ring.grants_of("AKCMQ" + "A" * 16) == (KeyGrant("q", ("send",)),)
-    now[0] += 0.01
+
+    async def check() -> str | None:  # one request's task: wait for a current copy, look up
+        await ring.current()
+        now[0] += 5  # however long the poll and the body took, the arrival is what counts
+        return ring.secret_of("AKCMQ" + "A" * 16)
+
+    now[0] += 0.01  # older than the bound: a look-up outside a request refuses ...
     with pytest.raises(Unavailable, match=r"copy of the access keys is 1\.0s old"):
         ring.secret_of("AKCMQ" + "A" * 16)
-    fail[0] = True
+    assert await asyncio.create_task(check()) == "s"  # ... a request polls again first
+    assert asked == [-1, 3]  # the generation held is sent back
+    answer.clear()  # the node stops answering: the request waits, then 503
+    now[0] += 2 * BOUND_SECONDS
+    with pytest.raises(Unavailable, match="no current copy of the access keys"):
+        await asyncio.create_task(check())
+    answer.set()
     task = asyncio.create_task(ring.keep())
-    await asyncio.sleep(POLL_SECONDS * 1.5)  # a failed poll keeps the copy stale
-    with pytest.raises(Unavailable):
-        ring.grants_of("AKCMQ" + "A" * 16)
-    fail[0] = False
     await asyncio.sleep(POLL_SECONDS * 1.5)
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
-    assert ring.secret_of("AKCMQ" + "A" * 16) == "s"
-    assert asked[0] == -1 and set(asked[1:]) == {3}  # the generation held is sent back
+    assert ring.secret_of("AKCMQ" + "A" * 16) == "s"  # polled again by keep
 
 
 async def test_an_anonymous_node_answers_key_calls_unavailable(tmp_path: Path) -> None:
