@@ -8,6 +8,8 @@ node's:
   without the grant get the node's status, code and message, and change nothing;
 * the SQS surface (JSON protocol, signed by botocore): a send allowed, a receive refused 403
   ``AccessDenied`` in the protocol's shape, on both sides;
+* the streaming protocol: a forged upgrade refused 401, a frame on a queue not granted 403, a
+  grant revoked through the front end refused on the open stream at once;
 * ``/v1/keys`` through the front end creates, grants, revokes and deletes on the node;
 * a key deleted or a grant revoked on the node is refused by the front end within
   `BOUND_SECONDS`; a key created on the node is accepted within it;
@@ -43,7 +45,8 @@ from api.sqs.queues import SqsSettings
 from cmq.admin.key_admin import KeyAdmin, KeyRing
 from cmq.catalog.keys import cluster_credential
 from cmq.client import AccessKey, Client
-from cmq.errors import Unavailable
+from cmq.client.stream import StreamClient
+from cmq.errors import CmqError, Unavailable
 from cmq.frontend import key_calls
 from cmq.frontend.key_calls import CopyKeys, KeyCopy, NodeKeys
 from cmq.frontend.keys import BOUND_SECONDS, POLL_SECONDS, KeyCopyRing
@@ -347,3 +350,33 @@ async def test_the_sqs_surface_through_a_front_end(tmp_path: Path) -> None:
                 "com.amazonaws.sqs#AccessDenied",
             )
         assert (await s.node.get_queue("orders"))[1].visible == 2
+
+
+async def test_the_streaming_protocol_through_a_front_end(tmp_path: Path) -> None:
+    async with sides(tmp_path) as s, s.client(s.front) as admin:
+        await admin.create_queue("s1")
+        await admin.create_queue("s2")
+        producer = await new_key(admin, ("s1", ["send"]))
+        url = str(s.front.make_url("")).rstrip("/")
+        forged = AccessKey(producer.access_key_id, "not-the-secret")
+        async with StreamClient(url, access_key=forged) as bad:
+            with pytest.raises(CmqError) as refused:
+                await bad.send("s1", ["x"])
+            assert getattr(refused.value, "status", None) == 401
+        async with StreamClient(url, access_key=producer) as c:
+            assert len(await c.send("s1", ["granted"])) == 1
+            with pytest.raises(CmqError) as denied:
+                await c.send("s2", ["not granted"])
+            assert (denied.value.code, getattr(denied.value, "status", None)) == (
+                "AccessDenied",
+                403,
+            )
+            raw = await admin.request(
+                "POST", f"/v1/keys/{producer.access_key_id}/revoke", {"pattern": "s1"}
+            )
+            assert raw.status == 200
+            with pytest.raises(CmqError) as denied:  # revoked through this front end: at once
+                await c.send("s1", ["after the revocation"])
+            assert denied.value.code == "AccessDenied"
+        assert (await s.node.get_queue("s1"))[1].visible == 1
+        assert (await s.node.get_queue("s2"))[1].visible == 0
