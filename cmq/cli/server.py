@@ -130,8 +130,8 @@ async def serve(
     and raises (`QueueNode.start`). With ``cfg.join`` the node first registers through a
     running node (`join_cluster`). ``security``: see `HttpSecurity` (default: signed requests,
     plain HTTP). ``http_workers``: front-end processes serving HTTP instead of this one (see
-    the module docstring). ``queue_metrics``:
-    which queues get their own ``/metrics`` series (default: `QueueMetricsSettings()`).
+    the module docstring). ``queue_metrics``: which queues get their own ``/metrics`` series
+    (default: `QueueMetricsSettings()`).
     ``otlp_endpoint``: export server spans there (`cmq.node.tracing`; None: no tracing)."""
     security = HttpSecurity() if security is None else security
     queue_metrics = QueueMetricsSettings() if queue_metrics is None else queue_metrics
@@ -245,10 +245,9 @@ async def _http_site(
 class FrontEnds:
     """``count`` front-end processes (`front_end_main`) serving HTTP on ``http`` for ``node``
     through a `ServiceServer` on a private Unix socket (its key calls answered from ``keys``,
-    the node's key ring and administration, unless ``security.anonymous``); one that exits while
-    the block runs is
-    started again after `RESPAWN_SECONDS`. Leaving the block stops them (SIGTERM, then SIGKILL
-    after `STOP_SECONDS`) and closes the socket."""
+    the node's key ring and administration, unless ``security.anonymous``); one that exits
+    while the block runs is started again after `RESPAWN_SECONDS`. Leaving the block stops them
+    (SIGTERM, then SIGKILL after `STOP_SECONDS`) and closes the socket."""
 
     RESPAWN_SECONDS = 1.0
     STOP_SECONDS = 10.0

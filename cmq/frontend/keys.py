@@ -55,6 +55,12 @@ _ARRIVED: ContextVar[float | None] = ContextVar("cmq_front_end_request_arrived",
 """When the request being checked reached the front end (set by `KeyCopyRing.current`)."""
 
 
+def _retrieve(poll: asyncio.Future[None]) -> None:
+    """Mark a finished poll's failure as seen (its waiters, if any, got it)."""
+    if not poll.cancelled():
+        poll.exception()
+
+
 class NodeCalls(Protocol):
     """Runs a call in the node process (`cmq.frontend.proxy.ServiceProxy.call`)."""
 
@@ -87,7 +93,13 @@ class KeyCopyRing:
         keys if they changed since this copy."""
         if self._polling is None or self._polling.done():
             self._polling = asyncio.ensure_future(self._poll())
+            self._polling.add_done_callback(_retrieve)  # its waiters may all have gone
         await asyncio.shield(self._polling)
+
+    def close(self) -> None:
+        """Cancel a poll under way (the front end is closing)."""
+        if self._polling is not None:
+            self._polling.cancel()
 
     async def _poll(self) -> None:
         sent = self._clock()

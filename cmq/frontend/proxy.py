@@ -234,6 +234,8 @@ class ServiceProxy(QueueService):
             self._keys_task = asyncio.create_task(self.keys.keep())
 
     async def close(self) -> None:
+        if self.keys is not None:
+            self.keys.close()
         for task in (self._keys_task, self._state_task, self._reader_task):
             if task is not None:
                 task.cancel()
