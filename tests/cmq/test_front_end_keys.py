@@ -13,6 +13,7 @@ node's:
 * ``/v1/keys`` through the front end creates, grants, revokes and deletes on the node;
 * a key deleted or a grant revoked on the node is refused by the front end within
   `BOUND_SECONDS`; a key created on the node is accepted within it;
+* the catalog's key store changes its generation with every change and restore;
 * the copy carries no sealed secret and not the cluster secret; an unchanged ring is not sent
   again; a request that finds the copy older than the bound waits for a new poll, and gets 503
   ``Unavailable`` when there is none (through HTTP too, changing nothing); a node serving
@@ -43,7 +44,8 @@ from api.app import make_app
 from api.auth.guard import AuthConfig
 from api.sqs.queues import SqsSettings
 from cmq.admin.key_admin import KeyAdmin, KeyRing
-from cmq.catalog.keys import cluster_credential
+from cmq.catalog.keys import KeyStore, cluster_credential
+from cmq.catalog.meta import CatalogMachine
 from cmq.client import AccessKey, Client
 from cmq.client.stream import StreamClient
 from cmq.errors import CmqError, Unavailable
@@ -380,3 +382,18 @@ async def test_the_streaming_protocol_through_a_front_end(tmp_path: Path) -> Non
             assert denied.value.code == "AccessDenied"
         assert (await s.node.get_queue("s1"))[1].visible == 1
         assert (await s.node.get_queue("s2"))[1].visible == 0
+
+
+def test_the_key_stores_generation_moves_with_every_change() -> None:
+    catalog = CatalogMachine()
+    seen = {catalog.keys.generation}
+    catalog.apply(1, KeyStore.create("AKCMQ" + "A" * 16, "sealed", [], 5))
+    seen.add(catalog.keys.generation)
+    catalog.apply(2, KeyStore.grant("AKCMQ" + "A" * 16, KeyGrant("q", ("send",))))
+    seen.add(catalog.keys.generation)
+    copy = CatalogMachine()
+    seen.add(copy.keys.generation)  # another store of this process: never the same number
+    copy.restore(3, catalog.snapshot())
+    seen.add(copy.keys.generation)
+    assert len(seen) == 5
+    assert copy.keys.keys == catalog.keys.keys
