@@ -3,14 +3,15 @@
 one run so that they compare as ratios:
 
     python bench/perf_extra.py [--seconds 15] [--jobs protocols,large,open-loop] [--json]
-                               [--http-workers N]
+                               [--http-workers N] [--signed] [--protocols http,stream]
 
 * ``protocols``: the harness's jobs (1 KiB; J1 = 4 producers x 64 sends in flight, no
   consumers; J1x10 = the same with 10 messages per send; J2 = J1 plus 2 consumers) with
   `cmq bench`, over HTTP and over the streaming protocol, alternated; with the nodes' CPU
   seconds per 1,000 messages (from ``/proc``, HTTP front ends included) and the share of the
   machine's cores the three nodes used (what is left for anything else, a front-end process
-  included).
+  included). ``--protocols`` picks the protocols; ``--signed`` runs the nodes without
+  ``--anonymous`` and every request signed (the cluster credential, an admin key).
 * ``large``: the disk's own bandwidth when every write is followed by ``fdatasync`` (64 KiB and
   1 MiB writes in the cluster's data directory, before and after), then 64 KiB and 1 MiB
   messages confirmed (4 producers x 4 in flight, streaming protocol), in MB/s. The three
@@ -66,11 +67,19 @@ class Cluster:
     """3 nodes in a temp directory (`cmq.cli.launch`, as `cmq dev` runs them), stopped by
     :meth:`stop`."""
 
-    def __init__(self, http_workers: int = 0) -> None:
-        """``http_workers``: each node's HTTP front-end processes (``--http-workers``)."""
+    def __init__(self, http_workers: int = 0, signed: bool = False) -> None:
+        """``http_workers``: each node's HTTP front-end processes (``--http-workers``);
+        ``signed``: requests must be signed (no ``--anonymous``), and are."""
         self.data = tempfile.mkdtemp(prefix="cmq-perf-extra-")
-        self.nodes = LocalCluster(Path(self.data) / "nodes", 3, http_workers=http_workers or None)
+        self.nodes = LocalCluster(
+            Path(self.data) / "nodes", 3, http_workers=http_workers or None, anonymous=not signed
+        )
         self.urls = self.nodes.urls
+        self.env: dict[str, str] = {}
+        """What `cmq bench` runs with (the credential it signs with, when ``signed``)."""
+        if signed:
+            key_id, secret = self.nodes.credential
+            self.env = {"CMQ_ACCESS_KEY_ID": key_id, "CMQ_SECRET_ACCESS_KEY": secret}
         self.nodes.start()
         try:
             asyncio.run(self.nodes.ready(90))
@@ -80,7 +89,8 @@ class Cluster:
         time.sleep(2)
 
     def create_queue(self, name: str, attributes: dict[str, Any]) -> None:
-        with SyncClient(self.urls, timeout=30) as client:
+        key = self.nodes.credential if self.env else None
+        with SyncClient(self.urls, timeout=30, access_key=key) as client:
             client.create_queue(name, attributes)
 
     def stop(self) -> None:
@@ -125,6 +135,7 @@ def bench(cluster: Cluster, *args: str) -> dict[str, Any]:
         text=True,
         cwd=ROOT,
         check=False,
+        env={**os.environ, **cluster.env},
     )
     try:
         report: dict[str, Any] = json.loads(out.stdout)
@@ -154,11 +165,13 @@ JOBS = {
 }
 
 
-def protocols(cluster: Cluster, seconds: int) -> dict[str, Any]:
-    """The harness's jobs over both protocols, alternated per job."""
+def protocols(
+    cluster: Cluster, seconds: int, protos: tuple[str, ...] = ("http", "stream")
+) -> dict[str, Any]:
+    """The harness's jobs over ``protos``, alternated per job."""
     out: dict[str, Any] = {}
     for job, args in JOBS.items():
-        for proto in ("http", "stream"):
+        for proto in protos:
             r = bench(cluster, "--seconds", str(seconds), "--protocol", proto, *args)
             out[f"{job} {proto}"] = r
             print(
@@ -247,13 +260,16 @@ def main() -> int:
         default=0,
         help="HTTP front-end processes per node (cmq serve --http-workers; their CPU counts)",
     )
+    ap.add_argument("--signed", action="store_true", help="nodes ask for signatures; sign")
+    ap.add_argument("--protocols", default="http,stream", help="of the protocols job")
     a = ap.parse_args()
     jobs = [j for j in a.jobs.split(",") if j]
-    cluster = Cluster(a.http_workers)
+    protos = tuple(p for p in a.protocols.split(",") if p)
+    cluster = Cluster(a.http_workers, a.signed)
     result: dict[str, Any] = {}
     try:
         if "protocols" in jobs:
-            result["protocols"] = protocols(cluster, a.seconds)
+            result["protocols"] = protocols(cluster, a.seconds, protos)
         if "large" in jobs:
             result["large"] = large(cluster, a.seconds)
         if "open-loop" in jobs:

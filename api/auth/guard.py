@@ -66,12 +66,16 @@ def _utc_now() -> datetime:
 @dataclass(frozen=True, slots=True)
 class AuthConfig:
     """What requests are verified against: ``keys``, the service of the credential scope,
-    the region (None: any), and the clock (tests move it)."""
+    the region (None: any), and the clock (tests move it). ``current``: awaited before a
+    request's signature is checked, until ``keys`` are current enough for it (an HTTP front
+    end's copy of the key ring, `cmq.frontend.keys`; None: they always are, as on a node); it
+    raises a `cmq.errors.CmqError` (answered as such) when they cannot be."""
 
     keys: KeyLookup
     service: str = "sqs"
     region: str | None = None
     clock: Callable[[], datetime] = field(default=_utc_now)
+    current: Callable[[], Awaitable[None]] | None = None
 
 
 class AccessDenied(AuthError):
@@ -93,6 +97,8 @@ def auth_middleware(config: AuthConfig, operations: Mapping[tuple[str, str], str
         if operation in OPEN_OPERATIONS or request.path.startswith("/ui"):
             return await handler(request)
         sqs = operation is None and _SQS_PATH.match(request.path) is not None
+        if config.current is not None:
+            await config.current()
         try:
             body = await request.read()
             key_id = _verify(config, request, body)

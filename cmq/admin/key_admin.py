@@ -79,6 +79,26 @@ class KeyRing:
         record = self._catalog.keys.keys.get(key_id)
         return None if record is None else record.grants
 
+    # -- what an HTTP front end copies (`cmq.frontend.keys`) ---------------------------------------
+    def generation(self) -> int:
+        """A number that changes whenever the keys may have changed (`KeyStore.generation`)."""
+        return self._catalog.keys.generation
+
+    def opened(self) -> list[tuple[KeyRecord, str]]:
+        """Every stored key with its secret opened (a key that does not open is left out, as
+        `secret_of` refuses it), by id."""
+        out = []
+        for key_id in sorted(self._catalog.keys.keys):
+            secret = self.secret_of(key_id)
+            if secret is not None:
+                out.append((self._catalog.keys.keys[key_id], secret))
+        return out
+
+    def cluster_key(self) -> tuple[str, str]:
+        """The cluster credential (id, secret): an admin key derived from the cluster secret,
+        which stays here (`cmq.catalog.keys.cluster_credential`)."""
+        return self._cluster_id, self._cluster_secret
+
 
 class KeyAdmin:
     """Creates, lists, grants, revokes and deletes keys (every change through Raft)."""

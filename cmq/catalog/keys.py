@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import itertools
 import os
 import secrets
 import string
@@ -57,6 +58,8 @@ from cmq.grants import (
 KEY_COMMANDS = frozenset({"key.create", "key.bootstrap", "key.delete", "key.grant", "key.revoke"})
 """The ``key.*`` catalog commands this release applies (`KeyStore.apply`)."""
 _ALPHABET = string.ascii_uppercase + string.digits
+_GENERATIONS = itertools.count(1)
+"""Every `KeyStore` change in this process takes the next number (`KeyStore.generation`)."""
 
 
 class KeyRefused(msgspec.Struct, frozen=True):
@@ -69,13 +72,17 @@ class KeyRefused(msgspec.Struct, frozen=True):
 class KeyStore:
     """The access keys of the catalog (see the module docstring). ``bootstrap`` is the id of the
     first admin key, created once per cluster (empty until then; it stays set when that key is
-    deleted, so the bootstrap never repeats)."""
+    deleted, so the bootstrap never repeats). ``generation`` changes whenever the keys may have
+    changed (an applied ``key.*`` command, a restore): a process-wide counter, in memory only,
+    never in a snapshot, so two stores of one process never share a value (HTTP front ends poll
+    it to know when to copy the keys again, `cmq.frontend.keys`)."""
 
-    __slots__ = ("bootstrap", "keys")
+    __slots__ = ("bootstrap", "generation", "keys")
 
     def __init__(self) -> None:
         self.keys: dict[str, KeyRecord] = {}
         self.bootstrap = ""
+        self.generation = next(_GENERATIONS)
 
     # -- commands ---------------------------------------------------------------------------------
     @staticmethod
@@ -112,6 +119,7 @@ class KeyStore:
         a newer release's command: `NewerLayout`, whatever the key (never answered per key)."""
         if op not in KEY_COMMANDS:
             raise NewerLayout(f"unknown catalog command {op!r}: a newer release's command")
+        self.generation = next(_GENERATIONS)
         if op in ("key.create", "key.bootstrap"):
             if op == "key.bootstrap" and self.bootstrap:
                 return self.bootstrap
@@ -164,6 +172,7 @@ class KeyStore:
         records = msgspec.convert(image.get("keys", []), list[KeyRecord])
         self.keys = {r.id: r for r in records}
         self.bootstrap = str(image.get("bootstrap", ""))
+        self.generation = next(_GENERATIONS)
 
 
 def _command(op: str, key_id: str, **fields: Any) -> bytes:

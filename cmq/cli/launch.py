@@ -289,7 +289,8 @@ def wait_ready(urls: Sequence[str], timeout: float, *, interval: float = 0.2) ->
 
 class LocalCluster:
     """``n`` founding nodes on free loopback ports, data and logs under ``root``, anonymous
-    access: what a benchmark starts, uses and stops. `start` starts every node; `stop` stops
+    access unless ``anonymous`` is False (then `credential` signs as an admin): what a
+    benchmark starts, uses and stops. `start` starts every node; `stop` stops
     them all at once (SIGTERM, then SIGKILL after ``timeout``), so no node hands its
     leaderships to another first (``CMQ_HANDOFF_SECONDS=0`` unless ``env`` says otherwise)."""
 
@@ -302,11 +303,12 @@ class LocalCluster:
         secret: str | None = None,
         http_workers: int | None = None,
         env: Mapping[str, str] | None = None,
+        anonymous: bool = True,
     ) -> None:
         ports = free_ports(2 * n)
         self.root = root
         self.settings = founders(
-            n, root, http_ports=ports[:n], peer_ports=ports[n:], groups=groups, anonymous=True
+            n, root, http_ports=ports[:n], peer_ports=ports[n:], groups=groups, anonymous=anonymous
         )
         if http_workers is not None:
             for nid, s in self.settings.items():
@@ -314,6 +316,14 @@ class LocalCluster:
         self.urls = [s.url for _, s in sorted(self.settings.items())]
         env = {"CMQ_HANDOFF_SECONDS": "0", **(env or {})}
         self.procs = NodeProcesses(root, secret or secrets.token_hex(16), env=env)
+
+    @property
+    def credential(self) -> tuple[str, str]:
+        """The cluster credential (key id, secret): an admin key of every node
+        (`cmq.catalog.keys.cluster_credential`)."""
+        from cmq.catalog.keys import cluster_credential
+
+        return cluster_credential(self.procs.secret.encode())
 
     def start(self) -> None:
         for settings in self.settings.values():

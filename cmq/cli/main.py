@@ -145,8 +145,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     workers = int(_setting(args, conf, "http_workers", 0))
     security = serve_security(args, conf)
-    if workers < 0 or (workers and not security.anonymous):
-        raise SystemExit("--http-workers must be >= 0, and front ends serve --anonymous only")
+    if workers < 0:
+        raise SystemExit("--http-workers must be >= 0")
 
     from cmq.logs import log_format
 
@@ -424,7 +424,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--http-workers",
         type=int,
         help="front-end processes that serve HTTP instead of the node process, sharing the "
-        "port (default 0, or CMQ_HTTP_WORKERS; anonymous access only)",
+        "port and checking signed requests themselves (default 0, or CMQ_HTTP_WORKERS)",
     )
     s.add_argument(
         "--otlp-endpoint",

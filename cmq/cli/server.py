@@ -20,8 +20,11 @@ process serves no HTTP itself: N front-end processes bind the HTTP port together
 (``SO_REUSEPORT``, the kernel spreads connections over them), parse HTTP and JSON and validate,
 and call the node through `cmq.frontend.proxy` on a Unix socket, so the Raft loop runs no HTTP.
 A front end that dies is started again. With front ends, ``/metrics`` shows the node's metrics
-(a copy at most a second old) and the HTTP metrics of the front end that answered, and requests
-must be anonymous: signature checks need the node's key ring, which front ends do not hold.
+(a copy at most a second old) and the HTTP metrics of the front end that answered. Signed
+requests are checked by the front ends themselves, with the node's code (`api.auth`), against a
+copy of the node's key ring that the node keeps current over the socket (`cmq.frontend.keys`: a
+key deleted or a grant revoked on the node is refused by its front ends within a second), and
+``/v1/keys`` is carried to the node's key administration; the cluster secret stays in the node.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from cmq.admin.key_admin import KeyAdmin, KeyRing, bootstrap_admin_key
 from cmq.catalog.keys import cluster_credential
 from cmq.consumers import Subscriptions
 from cmq.errors import CmqError
+from cmq.frontend.key_calls import NodeKeys
 from cmq.frontend.proxy import NodeMetricsCollector, ServiceProxy, ServiceServer
 from cmq.logs import LogFormat
 from cmq.node.config import NodeConfig
@@ -127,14 +131,12 @@ async def serve(
     and raises (`QueueNode.start`). With ``cfg.join`` the node first registers through a
     running node (`join_cluster`). ``security``: see `HttpSecurity` (default: signed requests,
     plain HTTP). ``http_workers``: front-end processes serving HTTP instead of this one (see
-    the module docstring; `ValueError` unless ``security.anonymous``). ``queue_metrics``:
-    which queues get their own ``/metrics`` series (default: `QueueMetricsSettings()`).
+    the module docstring). ``queue_metrics``: which queues get their own ``/metrics`` series
+    (default: `QueueMetricsSettings()`).
     ``otlp_endpoint``: export server spans there (`cmq.node.tracing`; None: no tracing)."""
     security = HttpSecurity() if security is None else security
     queue_metrics = QueueMetricsSettings() if queue_metrics is None else queue_metrics
     subscriptions = Subscriptions()
-    if http_workers and not security.anonymous:
-        raise ValueError("HTTP front-end workers serve anonymous requests only (--anonymous)")
     log = logging.getLogger("cmq.cli.server")
     if cfg.join:
         cfg = await join_cluster(cfg)
@@ -163,6 +165,7 @@ async def serve(
         )
         auth: AuthConfig | None = None
         keys: KeyAdmin | None = None
+        ring: KeyRing | None = None
         if security.anonymous:
             log.warning(
                 "ANONYMOUS ACCESS: requests are not authenticated; anyone reaching "
@@ -175,7 +178,8 @@ async def serve(
         else:
             # CMQ_AUTH_REGION pins the credential scope's region (default: any region).
             region = os.environ.get("CMQ_AUTH_REGION") or None
-            auth = AuthConfig(KeyRing(node.catalog, cfg.secret), region=region)
+            ring = KeyRing(node.catalog, cfg.secret)
+            auth = AuthConfig(ring, region=region)
             keys = KeyAdmin(node.catalog, node.router, cfg.secret, now_ms)
             bootstrap = asyncio.create_task(
                 bootstrap_admin_key(node.catalog, node.router, cfg.secret, cfg.data_dirs[0], now_ms)
@@ -185,7 +189,10 @@ async def serve(
         served = f"{scheme}://{http.host}:{http.port}"
         if http_workers:
             node_metrics = SharedRender(registry)  # one rendering a second for every front end
-            async with FrontEnds(service, http, security, http_workers, node_metrics):
+            served_keys = None if ring is None or keys is None else NodeKeys(ring, keys)
+            async with FrontEnds(
+                service, http, security, http_workers, node_metrics, keys=served_keys
+            ):
                 fronts = f"{http_workers} front ends"
                 print(f"cmq node {cfg.node_id} serving {served} ({fronts})", flush=True)
                 await stop.wait()
@@ -239,9 +246,10 @@ async def _http_site(
 
 class FrontEnds:
     """``count`` front-end processes (`front_end_main`) serving HTTP on ``http`` for ``node``
-    through a `ServiceServer` on a private Unix socket; one that exits while the block runs is
-    started again after `RESPAWN_SECONDS`. Leaving the block stops them (SIGTERM, then SIGKILL
-    after `STOP_SECONDS`) and closes the socket."""
+    through a `ServiceServer` on a private Unix socket (its key calls answered from ``keys``,
+    the node's key ring and administration, unless ``security.anonymous``); one that exits
+    while the block runs is started again after `RESPAWN_SECONDS`. Leaving the block stops them
+    (SIGTERM, then SIGKILL after `STOP_SECONDS`) and closes the socket."""
 
     RESPAWN_SECONDS = 1.0
     STOP_SECONDS = 10.0
@@ -253,13 +261,19 @@ class FrontEnds:
         security: HttpSecurity,
         count: int,
         metrics: Callable[[], Awaitable[bytes]] | None = None,
+        *,
+        keys: NodeKeys | None = None,
     ) -> None:
-        """``metrics``: the node's metrics text, shown by every front end's ``/metrics``."""
+        """``metrics``: the node's metrics text, shown by every front end's ``/metrics``.
+        ``keys``: required unless ``security.anonymous`` (`ValueError`)."""
+        if keys is None and not security.anonymous:
+            raise ValueError("front ends serving signed requests need the node's key ring")
         self.http = http
         self.security = security
         self.count = count
         self._dir = tempfile.mkdtemp(prefix="cmq-front-")
-        self.server = ServiceServer(service, os.path.join(self._dir, "node.sock"), metrics)
+        path = os.path.join(self._dir, "node.sock")
+        self.server = ServiceServer(service, path, metrics, keys)
         self._tasks: list[asyncio.Task[None]] = []
         self._procs: dict[int, asyncio.subprocess.Process] = {}
         self._stopping = False
@@ -291,7 +305,8 @@ class FrontEnds:
     async def _keep(self, index: int) -> None:
         log = logging.getLogger("cmq.cli.server")
         address = f"{self.http.host}:{self.http.port}"
-        argv = [sys.executable, "-m", "cmq.cli.server", self.server.path, address]
+        mode = "anonymous" if self.security.anonymous else "signed"
+        argv = [sys.executable, "-m", "cmq.cli.server", self.server.path, address, mode]
         if self.security.tls_cert is not None and self.security.tls_key is not None:
             argv += [self.security.tls_cert, self.security.tls_key]
         while not self._stopping:
@@ -309,8 +324,10 @@ class FrontEnds:
 
 async def front_end(socket_path: str, http: Address, security: HttpSecurity) -> None:
     """One front-end process's life: the HTTP API on ``http`` (``SO_REUSEPORT``) for the node
-    serving ``socket_path``, until SIGTERM/SIGINT or until the node process goes away."""
-    proxy = ServiceProxy(socket_path)
+    serving ``socket_path``, until SIGTERM/SIGINT or until the node process goes away. Unless
+    ``security.anonymous``, requests are verified against the proxy's copy of the node's key
+    ring (``CMQ_AUTH_REGION`` pins the region, as on the node) and ``/v1/keys`` is served."""
+    proxy = ServiceProxy(socket_path, signed=not security.anonymous)
     await proxy.connect()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -319,7 +336,13 @@ async def front_end(socket_path: str, http: Address, security: HttpSecurity) -> 
     try:
         registry = CollectorRegistry()
         registry.register(NodeMetricsCollector(proxy))
-        app = make_app(proxy, registry=registry, sqs=SqsSettings.from_env())
+        auth = None
+        if proxy.keys is not None:
+            region = os.environ.get("CMQ_AUTH_REGION") or None
+            auth = AuthConfig(proxy.keys, region=region, current=proxy.keys.current)
+        app = make_app(
+            proxy, registry=registry, sqs=SqsSettings.from_env(), auth=auth, keys=proxy.keys
+        )
         async with _http_site(app, http, security, reuse_port=True):
             while not stop.is_set() and proxy.lost is None:
                 with contextlib.suppress(TimeoutError):
@@ -330,13 +353,14 @@ async def front_end(socket_path: str, http: Address, security: HttpSecurity) -> 
 
 
 def front_end_main(argv: list[str]) -> int:
-    """``python -m cmq.cli.server SOCKET HOST:PORT [CERT KEY]``: run `front_end` (started by
-    `FrontEnds`, not by hand)."""
-    if len(argv) not in (2, 4):
-        print("usage: python -m cmq.cli.server SOCKET HOST:PORT [CERT KEY]", file=sys.stderr)
+    """``python -m cmq.cli.server SOCKET HOST:PORT anonymous|signed [CERT KEY]``: run
+    `front_end` (started by `FrontEnds`, not by hand)."""
+    if len(argv) not in (3, 5) or argv[2] not in ("anonymous", "signed"):
+        usage = "usage: python -m cmq.cli.server SOCKET HOST:PORT anonymous|signed [CERT KEY]"
+        print(usage, file=sys.stderr)
         return 2
-    cert, key = (argv[2], argv[3]) if len(argv) == 4 else (None, None)
-    security = HttpSecurity(anonymous=True, tls_cert=cert, tls_key=key)
+    cert, key = (argv[3], argv[4]) if len(argv) == 5 else (None, None)
+    security = HttpSecurity(anonymous=argv[2] == "anonymous", tls_cert=cert, tls_key=key)
     logs.configure_from_env()
     loop = new_event_loop()
     with contextlib.closing(loop):

@@ -1,6 +1,7 @@
 """What crosses the front-end socket (`cmq.frontend.wire` frames it): one frozen msgspec
 `Struct` per `QueueService` method, with the type of its result and the code that runs it on a
-service, plus the node's state and metrics. Pure: no I/O.
+service, plus the node's state and metrics, and the access key calls (`cmq.frontend.key_calls`).
+The base, `Call` and `Failure`, and the wire version are in `cmq.frontend.base`. Pure: no I/O.
 
 A call encodes as a MessagePack array whose first item is its tag (checked field by field on
 decoding); its fields are the method's parameters, in order (a test checks them against
@@ -11,15 +12,16 @@ rebuilt from its code with `cmq.errors.error_for`.
 
 from __future__ import annotations
 
-import re
 import typing
 from collections.abc import AsyncIterator
-from typing import Any, ClassVar, Final, Generic, TypeVar, cast
+from typing import Any, Final, TypeVar, cast
 
 import msgspec
 
 from cmq import model
-from cmq.errors import CmqError, UnreadableFrame, error_for
+from cmq.errors import CmqError
+from cmq.frontend.base import Call, Failure, encoder
+from cmq.frontend.key_calls import KEY_CALLS, CopyKeys, CreateKey, DeleteKey, GrantKey, RevokeKey
 from cmq.model import (
     ArchiveResult,
     ClaimResult,
@@ -41,70 +43,6 @@ from cmq.model import (
 from cmq.service import QueueService
 
 R = TypeVar("R")
-
-WIRE_VERSION: Final = 5
-"""The version of what crosses the socket (`cmq.frontend.wire` writes it in every frame).
-5: messages to send, received, exported and imported carry their time-to-live deadline
-(``ttl_deadline_ms``), an imported one its ``deliver_at_ms``; queue attributes carry
-``priorities`` and ``retain_acked_seconds``, a message to send, a received, an exported and an
-imported message ``priority``, queue statistics ``visible_by_priority`` and ``tenants``; the
-``rewind`` call (tag 34) and `ReadSegmentData` (tag 35, the binary segment read); 4: queue
-attributes carry ``max_delay_seconds``, a message to send ``deliver_at_ms`` and ``ttl_seconds``;
-3: queue attributes carry ``retry`` (release 0.3.0); 2: msgspec frames (0.2.0)."""
-
-_encoder = msgspec.msgpack.Encoder()
-
-
-class Failure(msgspec.Struct, frozen=True, array_like=True):
-    """A call that raised `CmqError`: its code, message and ``retry_after``."""
-
-    code: str
-    message: str
-    retry_after: float | None = None
-
-    @staticmethod
-    def of(error: CmqError) -> Failure:
-        return Failure(error.code, error.message, error.retry_after)
-
-    def error(self) -> CmqError:
-        err = error_for(self.code, self.message)
-        err.retry_after = self.retry_after
-        return err
-
-
-class Call(msgspec.Struct, Generic[R], frozen=True, array_like=True):
-    """One `QueueService` call, run in the node process by `run`; its result crosses the
-    socket as ``result_type`` (`encode_result`, `decode_result`). Each subclass has its own
-    tag (the first item of its encoded form) and ``METHOD``, the service method it calls."""
-
-    METHOD: ClassVar[str]
-    """The service method (the class name in snake case)."""
-    result_type: ClassVar[Any]
-    _results: ClassVar[msgspec.msgpack.Decoder[Any]]
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        cls.METHOD = re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).lower()
-        if "result_type" in cls.__dict__:
-            cls._results = msgspec.msgpack.Decoder(cls.result_type)
-
-    async def run(self, service: QueueService) -> R:
-        """Call ``METHOD`` on ``service`` with this call's fields. Every call class defines it;
-        the base class is never sent, so reaching this is a bug."""
-        raise NotImplementedError(f"{type(self).__name__} does not define run")
-
-    def encode_result(self, result: R) -> bytes:
-        return _encoder.encode(result)
-
-    def decode_result(self, payload: bytes) -> R:
-        """The result in an answer; `UnreadableFrame` when it is not a ``result_type``."""
-        try:
-            return cast(R, self._results.decode(payload))
-        except (msgspec.DecodeError, UnicodeDecodeError) as e:
-            raise UnreadableFrame(
-                f"front-end socket answer to {self.METHOD} does not decode (wire version "
-                f"{WIRE_VERSION}): {e}"
-            ) from None
 
 
 # -- queues ----------------------------------------------------------------------------------------
@@ -218,7 +156,7 @@ class Send(Call[list[SentMessage | SendRefused]], frozen=True, tag=10):
         return list(await service.send(self.name, self.messages))
 
     def encode_result(self, result: list[SentMessage | SendRefused]) -> bytes:
-        return _encoder.encode(
+        return encoder.encode(
             [
                 _Refused(r.code, r.message) if isinstance(r, SendRefused) else _Sent(r.id, r.seq)
                 for r in result
@@ -556,11 +494,17 @@ AnyCall = (
     | State
     | Metrics
     | ReadSegmentData
+    | CopyKeys
+    | CreateKey
+    | GrantKey
+    | RevokeKey
+    | DeleteKey
 )
 CALLS: Final[dict[str, type[Call[Any]]]] = {
-    c.METHOD: c for c in typing.get_args(AnyCall) if c not in (State, Metrics)
+    c.METHOD: c for c in typing.get_args(AnyCall) if c not in (State, Metrics, *KEY_CALLS)
 }
 """The `QueueService` coroutine methods by name, each with its call (``is_ready`` and
-``status`` are `State`; a test checks this against the protocol)."""
-CALL_TAGS: Final = frozenset(range(1, 36))
+``status`` are `State`; the key calls, `cmq.frontend.key_calls`, are the key ring's; a test
+checks this against the protocol)."""
+CALL_TAGS: Final = frozenset(range(1, 41))
 """The call tags this release reads (a test checks them against the structs)."""

@@ -16,7 +16,7 @@ ends), so an unscraped cluster does not pay for rendering thousands of queue ser
 `read_segment` and `read_segment_data` are carried whole: the node reads the segment to its end
 (or to its damage, raised after the records or bytes before it) before the proxy streams it.
 
-Wire: typed MessagePack frames, one `cmq.frontend.calls.Call` per service method (see there,
+Wire: typed MessagePack frames, one `cmq.frontend.base.Call` per service method (see there,
 with its version). Nothing is unpickled. The socket file is readable by its owner alone (mode
 0600 inside the node's data directory). A frame that does not decode to what its side expects
 is `UnreadableFrame` naming what was found: the connection is dropped and that is logged (the
@@ -39,7 +39,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from cmq.errors import CmqError, OutcomeUnknown, Unavailable, UnreadableFrame
-from cmq.frontend import calls, wire
+from cmq.frontend import base, calls, key_calls, wire
+from cmq.frontend.keys import KeyCopyRing
 from cmq.model import (
     ArchiveResult,
     ClaimResult,
@@ -89,11 +90,16 @@ class ServiceServer:
         service: QueueService,
         path: str,
         metrics: Callable[[], Awaitable[bytes]] | None = None,
+        keys: key_calls.NodeKeys | None = None,
     ) -> None:
-        """``metrics``: the node's metrics in Prometheus text format (None: none exported)."""
+        """``metrics``: the node's metrics in Prometheus text format (None: none exported).
+        ``keys``: the node's key ring and key administration, which the key calls
+        (`cmq.frontend.key_calls`) are answered from (None: anonymous access, they are
+        `Unavailable`)."""
         self.service = service
         self.path = path
         self.metrics = metrics
+        self.keys = keys
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
 
@@ -182,22 +188,33 @@ class ServiceServer:
         if not writer.is_closing():
             writer.write(answer)
 
-    async def _answer(self, rid: int, call: calls.Call[Any]) -> bytes:
+    async def _answer(self, rid: int, call: base.Call[Any]) -> bytes:
         if isinstance(call, calls.Metrics):
             text = b"" if self.metrics is None else await self.metrics()
             return wire.encode_answer(rid, call, text)
+        if isinstance(call, key_calls.KEY_CALLS):
+            if self.keys is None:
+                raise Unavailable("this node serves anonymous requests: it has no access keys")
+            if isinstance(call, key_calls.CopyKeys):
+                return wire.encode_answer(rid, call, call.serve(self.keys))
+            result: Any = await call.serve(self.keys)
+            return wire.encode_answer(rid, call, result)
         return wire.encode_answer(rid, call, await call.run(self.service))
 
 
 class ServiceProxy(QueueService):
-    """The `QueueService` of the node serving ``path``; `connect` before use, `close` after."""
+    """The `QueueService` of the node serving ``path``; `connect` before use, `close` after.
+    With ``signed``, `keys` is a copy of the node's key ring (`cmq.frontend.keys`), taken at
+    `connect` and kept up to date until `close`."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, signed: bool = False) -> None:
         self.path = path
+        self.keys = KeyCopyRing(self.call) if signed else None
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task[None] | None = None
         self._state_task: asyncio.Task[None] | None = None
-        self._pending: dict[int, tuple[calls.Call[Any], asyncio.Future[Any]]] = {}
+        self._keys_task: asyncio.Task[None] | None = None
+        self._pending: dict[int, tuple[base.Call[Any], asyncio.Future[Any]]] = {}
         self._next = 0
         self._ready = False
         self._status: dict[str, Any] = {}
@@ -212,9 +229,14 @@ class ServiceProxy(QueueService):
         self._reader_task = asyncio.create_task(self._read(reader))
         await self._refresh_state()
         self._state_task = asyncio.create_task(self._refresh())
+        if self.keys is not None:
+            await self.keys.refresh()
+            self._keys_task = asyncio.create_task(self.keys.keep())
 
     async def close(self) -> None:
-        for task in (self._state_task, self._reader_task):
+        if self.keys is not None:
+            self.keys.close()
+        for task in (self._keys_task, self._state_task, self._reader_task):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -278,7 +300,11 @@ class ServiceProxy(QueueService):
                 await asyncio.sleep(STATE_SECONDS)
                 await self._refresh_state()
 
-    async def _call(self, call: calls.Call[R]) -> R:
+    def call(self, call: base.Call[R]) -> Awaitable[R]:
+        """Run ``call`` in the node process (what the key ring's copy asks the node)."""
+        return self._call(call)
+
+    async def _call(self, call: base.Call[R]) -> R:
         if self._lost is not None or self._writer is None:
             raise Unavailable(self._lost or "the front end is not connected")
         self._next += 1

@@ -4,18 +4,20 @@
 A frame is ``[u32 length][u8 version][body]`` (big-endian; the length counts the version byte
 and the body). The body is MessagePack:
 
-* a request, front end to node: ``[id, call]`` (a `calls.Call`, tagged), or ``[id, nil]``:
+* a request, front end to node: ``[id, call]`` (a `base.Call`, tagged), or ``[id, nil]``:
   cancel request ``id``;
 * an answer, node to front end: ``[id, true, result]`` (the call's `Call.result_type`), or
-  ``[id, false, failure]`` (`calls.Failure`: the `CmqError` the call raised).
+  ``[id, false, failure]`` (`base.Failure`: the `CmqError` the call raised).
 
-Versions: the wire is version `WIRE_VERSION` (5: a message to send, a received message and an
-exported one gained ``ttl_deadline_ms``, an imported one ``deliver_at_ms`` and
-``ttl_deadline_ms``, queue attributes ``priorities`` and ``retain_acked_seconds``, messages
-``priority`` (an exported and an imported one too), statistics ``visible_by_priority`` and
-``tenants``, and the rewind call came; 4: queue attributes gained ``max_delay_seconds`` and a
-message to send ``deliver_at_ms``; 3: queue attributes gained ``retry``; version 2 lacked it;
-version 1 was pickled tuples, release 0.1.0, and is not read: nothing is unpickled).
+Versions: the wire is version `WIRE_VERSION` (6: the access key calls, tags 36-40,
+`cmq.frontend.key_calls`, exported and imported messages gained ``priority``, statistics
+``tenants``; 5: a message to send, a received message and an exported one gained
+``ttl_deadline_ms``, an imported one ``deliver_at_ms`` and ``ttl_deadline_ms``, queue
+attributes ``priorities`` and ``retain_acked_seconds``, messages ``priority``, statistics
+``visible_by_priority``, and the rewind call came; 4: queue attributes gained
+``max_delay_seconds`` and a message to send ``deliver_at_ms``; 3: queue attributes gained
+``retry``; version 2 lacked it; version 1 was pickled tuples, release 0.1.0, and is not read:
+nothing is unpickled).
 A front end and its node process are always the same release, yet every frame says its
 version: a frame of another version, a call tag this release does not know
 (`calls.CALL_TAGS`), or a body that does not decode is `UnreadableFrame` naming what was found
@@ -30,7 +32,8 @@ from typing import Any, Final, TypeVar
 import msgspec
 
 from cmq.errors import CmqError, UnreadableFrame
-from cmq.frontend.calls import CALL_TAGS, WIRE_VERSION, AnyCall, Call, Failure
+from cmq.frontend.base import WIRE_VERSION, Call, Failure
+from cmq.frontend.calls import CALL_TAGS, AnyCall
 
 R = TypeVar("R")
 

@@ -6,8 +6,10 @@
   whole; a node process that goes away ends pending calls `OutcomeUnknown` and readiness;
 * real processes: a 3-node cluster whose nodes each run 2 front ends serves the native API
   and the streaming protocol on the shared ports, and ``/metrics`` with the node's metrics;
-  a killed front end is started again; the node refuses front ends without ``--anonymous``;
-  a stopped node leaves no front end behind.
+  a killed front end is started again; a stopped node leaves no front end behind; a node that
+  asks for signatures, over TLS, with a front end: signed requests, a key without the grant
+  refused, a key deleted through the front end refused at once (`test_front_end_keys` covers
+  the key ring's copy in process).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from cmq.client import SyncClient
+from cmq.admin.key_admin import ADMIN_KEY_FILE
+from cmq.client import AccessKey, SyncClient
 from cmq.client.stream import StreamClient
 from cmq.errors import MessageTooLarge, OutcomeUnknown, QueueNotFound
 from cmq.frontend import calls
@@ -35,6 +38,7 @@ from cmq.node.queue_node import QueueNode
 from cmq.service import SERVICE_METHODS, QueueService
 from tests.cmq.cluster import CmqCluster
 from tests.cmq.helpers import one_node
+from tests.tlsca import TestCA
 
 
 @contextlib.asynccontextmanager
@@ -237,11 +241,43 @@ def _alive(pid: int) -> bool:
         return f.read().split()[2] != "Z"
 
 
-def test_front_ends_need_anonymous_access(tmp_path: Path) -> None:
-    cluster = CmqCluster(tmp_path, 1, groups=1, anonymous=False)
-    args = replace(cluster.settings[1], http_workers=1).command()
-    env = dict(os.environ, CMQ_SECRET="end-to-end-test-secret-0123456789")
-    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode != 0
-    assert "--anonymous" in done.stderr
-    assert not (tmp_path / "node1").exists() or not any((tmp_path / "node1").iterdir())
+@pytest.mark.slow
+def test_signed_front_ends_over_tls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ca = TestCA(tmp_path, "front-ends")
+    cert, key = ca.issue("127.0.0.1")
+    cluster = CmqCluster(tmp_path / "cluster", 1, groups=1, anonymous=False)
+    cluster.configure(http_workers=1, tls_cert=str(cert), tls_key=str(key))
+    monkeypatch.setenv("CMQ_CA_FILE", str(ca.ca_file))  # the harness's own readiness checks
+    url = cluster.http[1]
+    assert url.startswith("https://")
+    try:
+        cluster.start_all()
+        assert len(front_end_pids(cluster.procs[1].pid)) == 1
+        admin_file = cluster.root / "node1" / ADMIN_KEY_FILE
+        deadline = time.monotonic() + 30
+        while not admin_file.exists():
+            assert time.monotonic() < deadline, "no bootstrap admin key"
+            time.sleep(0.1)
+        admin_key = AccessKey.from_file(admin_file)
+        with SyncClient(url, access_key=admin_key, ca_file=str(ca.ca_file)) as admin:
+            admin.create_queue("signed")
+            raw = admin.request(
+                "POST", "/v1/keys", {"grants": [{"pattern": "signed", "actions": ["send"]}]}
+            )
+            assert raw.status == 201, raw.payload
+            sender = AccessKey(raw.payload["access_key_id"], raw.payload["secret_access_key"])
+            with SyncClient(url, access_key=sender, ca_file=str(ca.ca_file)) as c:
+                c.send("signed", [b"through a front end"])
+                refused = c.request("POST", "/v1/queues/signed/messages/receive", {})
+                assert refused.status == 403
+                assert refused.payload["error"]["code"] == "AccessDenied"
+                assert admin.request("DELETE", f"/v1/keys/{sender.access_key_id}").status == 200
+                gone = c.request("GET", "/v1/queues/signed")
+                assert gone.status == 401  # deleted through this front end: refused at once
+                assert gone.payload["error"]["code"] == "InvalidClientTokenId"
+            with SyncClient(url, ca_file=str(ca.ca_file)) as anon:
+                assert anon.request("GET", "/v1/queues").status == 401
+            stats = admin.get_queue("signed").stats
+            assert (stats.visible, stats.sent_total) == (1, 1)
+    finally:
+        cluster.stop_all()

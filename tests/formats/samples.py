@@ -20,13 +20,14 @@ from cmq.archive import manifest as archive_manifest
 from cmq.backup import format as backup_format
 from cmq.catalog.meta import CatalogMachine
 from cmq.errors import CmqError, Overloaded
-from cmq.frontend import calls, wire
+from cmq.frontend import base, calls, key_calls, wire
 from cmq.fsm import commands as qc
 from cmq.fsm.image import SHIPPED_MAGIC, ship
 from cmq.fsm.machine import QueueMachine
 from cmq.fsm.segments import MemorySegmentStore
 from cmq.fsm.store import StoredMessage
 from cmq.fsm.store import encode_record as encode_segment_record
+from cmq.grants import KeyGrant, KeyRecord
 from cmq.model import (
     EntryResult,
     ImportedMessage,
@@ -362,14 +363,14 @@ def stream_answers() -> list[stream.Answer]:
     ]
 
 
-def front_end_calls() -> list[calls.Call[Any]]:
+def front_end_calls() -> list[base.Call[Any]]:
     """One call of each kind the front-end socket carries (`cmq.frontend.calls`), tag order."""
     attrs = QueueAttributes(visibility_timeout=10, max_message_size=262_144)
     message = OutgoingMessage(b"body", False, None, (("k", "v"),), "dedup", "group")
     imported = ImportedMessage(
         "msg-0001", b"body", True, (("k", "v"),), 0, "g", "d", T0 + 5_000, T0 + 60_000
     )
-    every: list[calls.Call[Any]] = [
+    every: list[base.Call[Any]] = [
         calls.CreateQueue("q", attrs),
         calls.ListQueues(),
         calls.GetQueue("q"),
@@ -409,6 +410,11 @@ def front_end_calls() -> list[calls.Call[Any]]:
         calls.Metrics(),
         calls.Rewind("q", T0),
         calls.ReadSegmentData("q", 1),
+        key_calls.CopyKeys(7),
+        key_calls.CreateKey((KeyGrant("orders-*", ("receive", "send")),)),
+        key_calls.GrantKey("AKCMQ0123456789ABCDEF", KeyGrant("*", ("admin",))),
+        key_calls.RevokeKey("AKCMQ0123456789ABCDEF", "orders-*"),
+        key_calls.DeleteKey("AKCMQ0123456789ABCDEF"),
     ]
     return every
 
@@ -419,16 +425,20 @@ def front_end_requests() -> bytes:
     return b"".join([*frames, wire.encode_request(1, None)])
 
 
-def front_end_answers() -> list[tuple[int, calls.Call[Any], Any]]:
+def front_end_answers() -> list[tuple[int, base.Call[Any], Any]]:
     """Answers of several kinds: (request id, the call, its result or the error raised)."""
     record = SegmentRecord(5, "msg-0001", T0, 2, (("k", "v"),), b"hi", "acked")
     received = ReceivedMessage(
         "msg-0001", 5, b"hi", False, "rcpt", 1, T0, (("k", "v"),), "g", "d", T0 + 60_000
     )
     stats = QueueStats(1, 2, 3, 4, 5, 6, 7, 8, SegmentCounts(1, 2, 3, 4), 9, 10)
-    damage = calls.Failure("corrupt_segment", "record 3 fails its checksum", None)
+    damage = base.Failure("corrupt_segment", "record 3 fails its checksum", None)
     refused = SendRefused("MessageTooLarge", "a message body has 9 bytes; the queue allows 8")
     stale = EntryResult("r2", False, "LeaseStale")
+    grants = (KeyGrant("orders-*", ("receive", "send")),)
+    entry = key_calls.KeyEntry("AKCMQ0123456789ABCDEF", "s3cr3t", grants, T0)
+    cluster = key_calls.KeyEntry("AKCMQCLUSTERABCDEFGH", "derived", (), 0)
+    bare = KeyRecord("AKCMQ0123456789ABCDEF", "", grants, T0)
     return [
         (1, calls.GetQueue("q"), (QueueAttributes(max_message_size=262_144), stats)),
         (2, calls.Send("q", [], True), [SentMessage("msg-0001", 5), refused]),
@@ -438,6 +448,11 @@ def front_end_answers() -> list[tuple[int, calls.Call[Any], Any]]:
         (6, calls.State(), calls.NodeState(True, {"node": 1, "groups": {"0": {"role": "leader"}}})),
         (7, calls.Purge("q"), Overloaded("busy")),
         (8, calls.ReadSegmentData("q", 5), calls.SegmentDataRead("0a1b2c3d", b"CMQD", damage)),
+        (9, key_calls.CopyKeys(7), key_calls.KeyCopy(8, cluster, [entry])),
+        (10, key_calls.CopyKeys(8), None),
+        (11, key_calls.CreateKey(grants), key_calls.CreatedKey(bare, "s3cr3t")),
+        (12, key_calls.RevokeKey("AKCMQ0123456789ABCDEF", "x"), bare),
+        (13, key_calls.DeleteKey("AKCMQ0123456789ABCDEF"), None),
     ]
 
 

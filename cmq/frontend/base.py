@@ -1,0 +1,83 @@
+"""The base of what crosses the front-end socket (`cmq.frontend.calls` lists the calls): the
+wire version, a `Call` (a service method's parameters, its result type, the code that runs it)
+and a `Failure` (a `CmqError` that crossed). Pure: no I/O."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar, Final, Generic, TypeVar, cast
+
+import msgspec
+
+from cmq.errors import CmqError, UnreadableFrame, error_for
+from cmq.service import QueueService
+
+R = TypeVar("R")
+
+WIRE_VERSION: Final = 6
+"""The version of what crosses the socket (`cmq.frontend.wire` writes it in every frame). 6: the
+access key calls (tags 36-40, `cmq.frontend.key_calls`: a front end's copy of the key ring, and
+the key administration), an exported and an imported message carry ``priority``, queue
+statistics ``tenants``; 5: messages to send, received, exported and imported carry their
+time-to-live deadline (``ttl_deadline_ms``), an imported one its ``deliver_at_ms``; queue
+attributes carry ``priorities`` and ``retain_acked_seconds``, a message to send and a received
+message ``priority``, queue statistics ``visible_by_priority``; the ``rewind`` call (tag 34) and
+`ReadSegmentData` (tag 35, the binary segment read); 4: queue attributes carry
+``max_delay_seconds``, a message to send ``deliver_at_ms`` and ``ttl_seconds``; 3: queue
+attributes carry ``retry`` (release 0.3.0); 2: msgspec frames (0.2.0)."""
+
+encoder: Final = msgspec.msgpack.Encoder()
+"""The encoder of calls and results."""
+
+
+class Failure(msgspec.Struct, frozen=True, array_like=True):
+    """A call that raised `CmqError`: its code, message and ``retry_after``."""
+
+    code: str
+    message: str
+    retry_after: float | None = None
+
+    @staticmethod
+    def of(error: CmqError) -> Failure:
+        return Failure(error.code, error.message, error.retry_after)
+
+    def error(self) -> CmqError:
+        err = error_for(self.code, self.message)
+        err.retry_after = self.retry_after
+        return err
+
+
+class Call(msgspec.Struct, Generic[R], frozen=True, array_like=True):
+    """One `QueueService` call, run in the node process by `run`; its result crosses the
+    socket as ``result_type`` (`encode_result`, `decode_result`). Each subclass has its own
+    tag (the first item of its encoded form) and ``METHOD``, the service method it calls."""
+
+    METHOD: ClassVar[str]
+    """The service method (the class name in snake case)."""
+    result_type: ClassVar[Any]
+    _results: ClassVar[msgspec.msgpack.Decoder[Any]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.METHOD = re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).lower()
+        if "result_type" in cls.__dict__:
+            cls._results = msgspec.msgpack.Decoder(cls.result_type)
+
+    async def run(self, service: QueueService) -> R:
+        """Call ``METHOD`` on ``service`` with this call's fields. Every service call defines
+        it; the server answers the others itself (`Metrics`, the key calls), so reaching this
+        is a bug."""
+        raise NotImplementedError(f"{type(self).__name__} does not define run")
+
+    def encode_result(self, result: R) -> bytes:
+        return encoder.encode(result)
+
+    def decode_result(self, payload: bytes) -> R:
+        """The result in an answer; `UnreadableFrame` when it is not a ``result_type``."""
+        try:
+            return cast(R, self._results.decode(payload))
+        except (msgspec.DecodeError, UnicodeDecodeError) as e:
+            raise UnreadableFrame(
+                f"front-end socket answer to {self.METHOD} does not decode (wire version "
+                f"{WIRE_VERSION}): {e}"
+            ) from None
