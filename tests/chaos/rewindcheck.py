@@ -14,7 +14,8 @@ rewind brings a message back at most once. A copy may itself be copied forward b
 
 The rules are the queue simulator's three, on a real history (times are the runner's; a rewind
 is applied between its op's start and end, an unknown one at any later time; an ack between
-its attempt's start and end):
+its attempt's start and end, and an ack entry answered not ok may have applied too: the router
+repeats an ack attempt of unknown outcome, and the repeat calls the deleted entry stale):
 
 * **once** (``rewind_extra``): a key's fresh deliveries that ended after its first ack attempt
   began (a copy is leased after the original's ack applied) are at most the rewinds that could
@@ -187,11 +188,12 @@ def _facts(ops: Sequence[Op], queues: set[str], tol: float, rep: RewindReport) -
                     _Seen(d.seq, d.receive_count, d.receipt, op.start, op.end, op.index)
                 )
         elif op.kind == "ack" and op.outcome != "failed":
+            # An entry answered not ok may still have applied: the router repeats an ack
+            # whose attempt had an unknown outcome, and the repeat reports the entry it
+            # deleted as stale (`cmq.routing.rpc.Call.retry_unknown`).
             for i, r in enumerate(op.receipts):
-                if op.outcome == "ok" and not (i < len(op.entry_ok) and op.entry_ok[i]):
-                    continue  # refused: not applied
                 f.ack_lo[r] = min(f.ack_lo.get(r, op.start), op.start)
-                if op.outcome == "ok":
+                if op.outcome == "ok" and i < len(op.entry_ok) and op.entry_ok[i]:
                     f.ack_sure[r] = min(f.ack_sure.get(r, op.end), op.end)
     rep.rewinds = dict(sorted(outcomes.items()))
     return f

@@ -188,3 +188,21 @@ def test_rewind_failures_through_the_clocks_are_clock_judged() -> None:
     assert "rewind_outside=".startswith(CLOCK_JUDGED)
     assert "rewind_missed=".startswith(CLOCK_JUDGED)
     assert not "rewind_extra=".startswith(CLOCK_JUDGED)
+
+
+def test_an_ack_answered_stale_may_have_applied() -> None:
+    """The router repeats an ack attempt of unknown outcome; the repeat answers the entry the
+    first attempt deleted as stale. A rewind may then bring the message back (seen in the
+    whole-node simulator)."""
+    h = Rw()
+    h.send(0.0, 0.1, ["a"])
+    (r,) = h.receive(1.0, 1.1, [("a", 1, 1)])
+    op = h.h.invoke("c", "ack", Q, 1, 1.2)
+    op.receipts, op.keys, op.entry_ok = [r], ["a"], [False]
+    h.h.complete(op, 2.0, "ok")
+    h.rewind(3.0, 3.1, since=-0.5, count=1)
+    h.ack(4.2, 4.3, h.receive(4.0, 4.1, [("a", 2, 1)]))
+    rep = check(h.h.ops)
+    assert rep.ok, rep.failures()
+    assert rep.stored_twice == [] and rep.rewind.copies == 1
+    assert rep.rewind.required == 0  # its ack was never confirmed: nothing required
