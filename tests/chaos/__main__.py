@@ -117,6 +117,12 @@ def table(results: list[RunResult], failover: dict[str, list[float]] | None = No
             f"dead-lettered={tot['dead_lettered']} redriven={tot['redriven']} "
             f"surface check failures={tot['surface_failures']}"
         )
+        lines.append(
+            f"rewinds={tot['rewinds']} (ok {tot['rewinds_ok']}, unknown "
+            f"{tot['rewinds_unknown']}) rewound(as answered)={tot['rewound_reported']} "
+            f"acked keys judged={tot['rewind_judged']} copies allowed={tot['rewind_allowed']} "
+            f"seen={tot['rewind_copies']} required={tot['rewind_required']}"
+        )
         by: Counter[str] = Counter()
         for r in results:
             by.update(r.report.surfaces.delivered_by)

@@ -79,6 +79,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.chaos import rewindcheck
 from tests.chaos.history import Op
 
 CLOCK_JUDGED = (
@@ -87,6 +88,7 @@ CLOCK_JUDGED = (
     "early_deliveries=",
     "late_ttl_deliveries=",
     "early_retries=",
+    *rewindcheck.CLOCK_JUDGED,
 )
 """Failures that judge real time against lease or delay deadlines, which a clock beyond the
 bound (a ``clock-jump``) may shift: reported, not failed, in runs with jumps."""

@@ -36,6 +36,7 @@ from typing import Any
 
 from tests.chaos.apicheck import SurfaceReport, check_surfaces, moved_keys, ttl_keys
 from tests.chaos.history import Op
+from tests.chaos.rewindcheck import RewindReport, check_rewinds, rewound_keys
 
 MessageId = tuple[str, int]
 """(queue, seq): one stored message."""
@@ -102,6 +103,8 @@ class Report:
     """What the clients pinned to one side of a partition saw (`check_pinned`)."""
     surfaces: SurfaceReport = field(default_factory=SurfaceReport)
     """FIFO order, delays, dead-letter moves (`tests.chaos.apicheck`)."""
+    rewind: RewindReport = field(default_factory=RewindReport)
+    """Redeliveries after an ack on queues that keep acked messages (`tests.chaos.rewindcheck`)."""
 
     def failures(self) -> list[str]:
         """The failed checks, each with a count and a few examples."""
@@ -126,7 +129,7 @@ class Report:
             )
         if self.pinned.majority_stalled:
             out.append(f"majority_stalled={self.pinned.majority_stalled[:5]}")
-        return out + self.surfaces.failures()
+        return out + self.surfaces.failures() + self.rewind.failures()
 
     @property
     def ok(self) -> bool:
@@ -245,7 +248,9 @@ def check(
     rep.delivered = len(by_key)
 
     rep.lost = sorted(confirmed - by_key.keys() - ttl_keys(ops))
-    moved = moved_keys(ops)  # dead-letter and redrive copies: `check_surfaces` counts them
+    # Dead-letter and redrive copies (`check_surfaces` counts them) and rewound copies
+    # (`check_rewinds`): new seqs of one key, not stored twice.
+    moved = moved_keys(ops) | rewound_keys(ops)
     for k in sorted(by_key):
         outs = send_outcomes.get(k)
         if outs is None:
@@ -311,6 +316,9 @@ def check(
                         f"{name}: ops {a.receive_op} and {b.receive_op} "
                         f"both leased it for {hi - lo:.3f}s"
                     )
+    rep.rewind = check_rewinds(ops, tolerance=delay_tolerance)
+    rep.stored_twice = sorted({*rep.stored_twice, *rep.rewind.stored_twice})
+    duplicated.update(rep.rewind.stored_twice)
     rep.duplicated = sorted(duplicated)
     rep.pinned = check_pinned(ops)
     rep.surfaces = check_surfaces(
@@ -400,7 +408,15 @@ def summarize(reports: Iterable[Report]) -> dict[str, int]:
         total["retried"] += r.surfaces.retried
         total["dead_lettered"] += r.surfaces.dead_lettered
         total["redriven"] += r.surfaces.redriven
-        total["surface_failures"] += len(r.surfaces.failures())
+        total["surface_failures"] += len(r.surfaces.failures()) + len(r.rewind.failures())
+        total["rewinds"] += sum(r.rewind.rewinds.values())
+        total["rewinds_ok"] += r.rewind.rewinds.get("ok", 0)
+        total["rewinds_unknown"] += r.rewind.rewinds.get("unknown", 0)
+        total["rewound_reported"] += r.rewind.reported
+        total["rewind_judged"] += r.rewind.judged
+        total["rewind_allowed"] += r.rewind.allowed
+        total["rewind_copies"] += r.rewind.copies
+        total["rewind_required"] += r.rewind.required
         for name in (
             "lost",
             "unexpected",

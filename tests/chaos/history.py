@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 Outcome = Literal["ok", "failed", "unknown"]
-OpKind = Literal["send", "receive", "ack", "nack", "fault", "create", "move"]
+OpKind = Literal["send", "receive", "ack", "nack", "fault", "create", "move", "rewind"]
 
 
 @dataclass(slots=True)
@@ -48,7 +48,11 @@ class Op:
       monotonic clock); a send with times to live: ``ttls`` (seconds; 0 = none; same order);
     * create: a queue the workload created, ``detail`` its attributes as JSON (the checker
       learns FIFO queues and dead-letter queues from these records);
-    * move: a message move task from the dead-letter queue ``queue`` (``detail``: its end).
+    * move: a message move task from the dead-letter queue ``queue`` (``detail``: its end);
+    * rewind: ``POST /v1/queues/{queue}/rewind`` to ``since`` (the runner's wall clock, epoch
+      seconds), ``wall`` the wall clock when the op began; when ok, ``rewound`` what the
+      cluster said it made deliverable again (-1: not known). A send to a queue that is
+      rewound records ``wall`` too (the checker compares send times with ``since``).
     """
 
     index: int
@@ -71,6 +75,8 @@ class Op:
     deliver_at: list[float] = field(default_factory=list)
     wall: float = 0.0
     ttls: list[float] = field(default_factory=list)
+    since: float = 0.0
+    rewound: int = -1
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

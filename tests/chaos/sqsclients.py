@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 ACCOUNT = "000000000000"
 MOVE_TIMEOUT = 90.0
+CLOCK_BOUND = 0.5
+"""Seconds a lease's deadline may be early in real time (the stamping leader's clock)."""
 
 
 def seq_of(message_id: str) -> int:
@@ -178,9 +180,17 @@ class SqsClients:
             for kind in ("ack", "nack"):
                 chosen = [d for d, f in zip(op.deliveries, fates, strict=True) if f == kind]
                 if chosen:
-                    await self._settle(process, kind, rng.choice(sorted(self.urls)), chosen)
+                    node = rng.choice(sorted(self.urls))
+                    await self._settle(process, kind, node, chosen, op.start + vis)
 
-    async def _settle(self, process: str, kind: str, node: int, chosen: list[Delivery]) -> None:
+    async def _settle(
+        self, process: str, kind: str, node: int, chosen: list[Delivery], lease_end: float
+    ) -> None:
+        """Delete (``ack``) or release (``nack``) ``chosen``. A delete answers a stale receipt
+        (its lease ran out and the message was received again) as successful without deleting
+        it, as SQS does (`api.sqs.message_ops`): an entry counts as a confirmed ack only if the
+        call ended while its lease surely ran (before ``lease_end``, its receive's start plus
+        the visibility, less the clock bound); later ones are recorded as not confirmed."""
         client = self.w.client
         assert client is not None
         sqs, url = self.clients[node], self.queue_url(node, SQS_QUEUE)
@@ -204,7 +214,8 @@ class SqsClients:
             )
         if got is not None:
             done = {s["Id"] for s in got.get("Successful", [])}
-            op.entry_ok = [f"e{i}" in done for i in range(len(entries))]
+            sure = kind != "ack" or client.clock() < lease_end - CLOCK_BOUND
+            op.entry_ok = [f"e{i}" in done and sure for i in range(len(entries))]
             detail = ",".join(sorted({f.get("Code", "") for f in got.get("Failed", [])}))
         client.end(op, outcome, detail)
 

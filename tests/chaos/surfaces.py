@@ -26,6 +26,13 @@ decision's number, as the native clients do (workload.py's docstring).
   move), reads the whole dead-letter queue (recorded receives), releases it, redrives it back
   with an SQS ``StartMessageMoveTask`` (recorded as a ``move`` op) and waits for the task to
   end; the drain then consumes the copies from the source.
+* ``rewind``: ``chaos-w`` keeps acknowledged messages (``retain_acked_seconds``,
+  `REWIND_ATTRIBUTES`); a producer and a consumer as for the queues above, and a rewinder
+  (`rewinder`) that, while the producers run, asks a random node every 1-3 s (seeded) to rewind
+  the queue to 0.5-4 s before the runner's wall clock (``POST .../rewind``), each a recorded
+  ``rewind`` op with its ``since``, its outcome and the count the cluster answered; the sends
+  record the wall clock (``Op.wall``) so the checker can place them against ``since``
+  (`tests.chaos.rewindcheck`). The drain consumes the copies.
 * ``stream``, ``sqs``: `tests.chaos.streamclients`, `tests.chaos.sqsclients`.
 """
 
@@ -45,13 +52,14 @@ from cmq.errors import CmqError
 if TYPE_CHECKING:
     from tests.chaos.workload import Recorder, Workload
 
-SURFACES = ("native", "fifo", "delay", "dlq", "stream", "sqs")
+SURFACES = ("native", "fifo", "delay", "dlq", "rewind", "stream", "sqs")
 """Every surface, in the order `--surfaces` lists them (the default: all)."""
 
 FIFO_QUEUE = "chaos-f.fifo"
 DELAY_QUEUE = "chaos-d"
 DLQ_SOURCE = "chaos-r"
 DLQ_QUEUE = "chaos-r-dlq"
+REWIND_QUEUE = "chaos-w"
 STREAM_QUEUE = "chaos-s"
 SQS_QUEUE = "chaos-q"
 MAX_RECEIVES = 2
@@ -74,6 +82,12 @@ queue's hour) with a time to live of 1-3 s: accepted because of the raised
 ``max_delay_seconds``, and expired long before their time, so they must never be delivered
 (nor hold up the drain)."""
 POISON_SHARE = 0.33
+REWIND_ATTRIBUTES: dict[str, Any] = {"visibility_timeout": 2, "retain_acked_seconds": 600}
+"""`REWIND_QUEUE`'s attributes: acknowledged messages kept for 10 minutes (longer than a run)."""
+REWIND_GAP = (1.0, 3.0)
+"""Seconds between two rewinds."""
+REWIND_BACK = (0.5, 4.0)
+"""How far before the runner's wall clock a rewind's ``since`` is (seconds)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +118,8 @@ def surface_queues(surfaces: tuple[str, ...]) -> list[SurfaceQueue]:
                 },
             )
         )
+    if "rewind" in surfaces:
+        out.append(SurfaceQueue(REWIND_QUEUE, dict(REWIND_ATTRIBUTES)))
     if "stream" in surfaces:
         out.append(SurfaceQueue(STREAM_QUEUE, {"visibility_timeout": 2}))
     if "sqs" in surfaces:
@@ -114,7 +130,7 @@ def surface_queues(surfaces: tuple[str, ...]) -> list[SurfaceQueue]:
 def consumed_queues(surfaces: tuple[str, ...]) -> list[str]:
     """Queues a surface consumer of the native API receives from (not the dead-letter queue,
     read by `DeadLetters.finish`, nor the stream and SQS queues, which have their own)."""
-    picks = {"fifo": FIFO_QUEUE, "delay": DELAY_QUEUE, "dlq": DLQ_SOURCE}
+    picks = {"fifo": FIFO_QUEUE, "delay": DELAY_QUEUE, "dlq": DLQ_SOURCE, "rewind": REWIND_QUEUE}
     return [q for s, q in picks.items() if s in surfaces]
 
 
@@ -147,9 +163,10 @@ def is_poison(workload: Workload, key: str) -> bool:
 
 
 async def produce(workload: Workload, process: str, queue: str) -> None:
-    """A producer of ``queue`` (`FIFO_QUEUE`, `DELAY_QUEUE` or `DLQ_SOURCE`): batches of 1-5
-    keys with dedup ids, one at a time, until the producers stop; an unknown outcome is resent
-    with the same ids half of the time, a refused connection on another node."""
+    """A producer of ``queue`` (`FIFO_QUEUE`, `DELAY_QUEUE`, `DLQ_SOURCE` or `REWIND_QUEUE`):
+    batches of 1-5 keys with dedup ids, one at a time, until the producers stop; an unknown
+    outcome is resent with the same ids half of the time, a refused connection on another
+    node."""
     client = workload.client
     assert client is not None
     nodes = sorted(workload.urls)
@@ -182,8 +199,9 @@ async def produce(workload: Workload, process: str, queue: str) -> None:
             op.keys = list(keys)
             op.groups = [group] * len(keys) if group else []
             op.delays = [float(d) for d in delays]
-            if plan is not None:
+            if plan is not None or queue == REWIND_QUEUE:
                 op.wall = time.time()
+            if plan is not None:
                 op.deliver_at = [0.0 if t is None else t.timestamp() for t in plan.deliver_at]
                 op.ttls = [float(t) for t in plan.ttls]
             outcome, _, detail = await client.call(client.node(node).send(queue, messages))
@@ -197,6 +215,30 @@ async def produce(workload: Workload, process: str, queue: str) -> None:
                 continue
             break
         await asyncio.sleep(rng.uniform(0.05, 0.15))
+
+
+async def rewinder(workload: Workload, process: str) -> None:
+    """Rewind `REWIND_QUEUE` through a random node every `REWIND_GAP` seconds, to `REWIND_BACK`
+    seconds before the runner's wall clock, until the producers stop (module doc)."""
+    client = workload.client
+    assert client is not None
+    nodes = sorted(workload.urls)
+    turn = 0
+    while True:
+        turn += 1
+        rng = workload.choices(process, turn)
+        await asyncio.sleep(rng.uniform(*REWIND_GAP))
+        if not workload.producing:
+            break
+        node = rng.choice(nodes)
+        op = client.begin(process, "rewind", REWIND_QUEUE, node)
+        op.wall = time.time()
+        op.since = op.wall - rng.uniform(*REWIND_BACK)
+        since = datetime.fromtimestamp(op.since, UTC)
+        outcome, count, detail = await client.call(client.node(node).rewind(REWIND_QUEUE, since))
+        if count is not None:
+            op.rewound = count
+        client.end(op, outcome, detail)
 
 
 @dataclass(frozen=True, slots=True)

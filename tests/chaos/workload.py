@@ -21,7 +21,8 @@ body, so the checker reports it as unexpected (a corrupted body cannot pass for 
 
 The clients above are the ``native`` surface. `WorkloadConfig.surfaces` adds the others
 (`tests.chaos.surfaces`: FIFO groups, delayed sends, a queue with a dead-letter queue and the
-redrive back, `tests.chaos.streamclients`, `tests.chaos.sqsclients`), each on its own queue and
+redrive back, a queue that keeps acknowledged messages and is rewound,
+`tests.chaos.streamclients`, `tests.chaos.sqsclients`), each on its own queue and
 with choices keyed by its own process names, so the native clients choose the same with or
 without them. `start` creates their queues (recorded as ``create`` ops); `queues` lists every
 queue for the drain, and `quiet` tells the drain when the last receives were empty and the
@@ -44,10 +45,12 @@ from tests.chaos.surfaces import (
     DELAY_QUEUE,
     DLQ_SOURCE,
     FIFO_QUEUE,
+    REWIND_QUEUE,
     DeadLetters,
     create_surface_queues,
     is_poison,
     produce,
+    rewinder,
     surface_queues,
 )
 
@@ -181,12 +184,19 @@ class Workload:
         if "native" in surfaces:
             for w in range(self.cfg.producers):
                 self._producers.append(asyncio.create_task(self._producer(w)))
-        producers = {"fifo": FIFO_QUEUE, "delay": DELAY_QUEUE, "dlq": DLQ_SOURCE}
+        producers = {
+            "fifo": FIFO_QUEUE,
+            "delay": DELAY_QUEUE,
+            "dlq": DLQ_SOURCE,
+            "rewind": REWIND_QUEUE,
+        }
         for surface, queue in producers.items():
             if surface in surfaces:
                 self._producers.append(
                     asyncio.create_task(produce(self, f"{surface}-producer-0", queue))
                 )
+        if "rewind" in surfaces:  # rewinds stop with the producers: the drain ends
+            self._producers.append(asyncio.create_task(rewinder(self, "rewinder-0")))
         if "native" in surfaces:
             for w in range(self.cfg.consumers):
                 self._tasks.append(asyncio.create_task(self._consumer(w)))

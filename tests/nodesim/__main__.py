@@ -21,6 +21,10 @@ TOTALS = (
     "pauses",
     "rots",
     "repaired",
+    "rewinds",
+    "rewound",
+    "copies_allowed",
+    "copies",
 )
 
 
@@ -33,6 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plant", choices=PLANTS, help="plant a bug (tests.nodesim.plants)")
     ap.add_argument("--no-buggify", action="store_true", help="turn the fault points off")
     ap.add_argument("--rot", action="store_true", help="sealed segments rot; scrub and repair them")
+    ap.add_argument(
+        "--rewind",
+        action="store_true",
+        help="a queue keeping acked messages is rewound now and then",
+    )
     ap.add_argument("-v", "--verbose", action="store_true", help="print each seed's summary")
     args = ap.parse_args(argv)
     logging.disable(logging.CRITICAL)  # violations are reported, not log lines
@@ -42,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         plant=args.plant,
         buggify=not args.no_buggify,
         rot=args.rot,
+        rewind=args.rewind,
     )
     bad = 0
     totals = dict.fromkeys(TOTALS, 0)

@@ -21,6 +21,12 @@ name                      the bug
                           ahead stamps leases and sends with it while it leads, which ends every
                           lease of its queues at once (two leases per message). Only the whole
                           node can show it: per-node clocks, the guard, leadership and stamps.
+``rewind_ignores_since``  a rewind brings back every retained acknowledged message, whatever its
+                          ``since`` (the queue simulator's planted bug, here through the real
+                          HTTP-less service calls, routing and parts); needs ``--rewind``
+``rewind_copies_twice``   a rewind appends two copies of each message it brings back (so it is
+                          delivered twice more, and the count answered says so); needs
+                          ``--rewind``
 ========================  =========================================================================
 """
 
@@ -32,7 +38,8 @@ from dataclasses import replace
 from typing import Any
 from unittest import mock
 
-from cmq.fsm.commands import Ack, EntryOutcomes, Produce
+from cmq.fsm import rewind
+from cmq.fsm.commands import Ack, EntryOutcomes, Produce, Rewind
 from cmq.fsm.machine import QueueMachine
 from cmq.node import queue_node
 from cmq.node.clockguard import ClockGuard
@@ -44,7 +51,11 @@ PLANTS = (
     "produce_forgets_one",
     "retry_unknown_sends",
     "unguarded_clock",
+    "rewind_ignores_since",
+    "rewind_copies_twice",
 )
+REWIND_PLANTS = ("rewind_ignores_since", "rewind_copies_twice")
+"""The plants only a run with rewinds (``NodeSimConfig.rewind``) can show."""
 
 
 class _AckThatDeletesNothing(QueueMachine):
@@ -59,6 +70,21 @@ class _ProduceThatForgetsOne(QueueMachine):
         if isinstance(cmd, Produce) and len(cmd.messages) > 1:
             return super().execute(replace(cmd, messages=cmd.messages[:-1]))
         return super().execute(cmd)
+
+
+class _RewindIgnoresSince(QueueMachine):
+    def execute(self, cmd: Any) -> Any:
+        if isinstance(cmd, Rewind):
+            return super().execute(replace(cmd, since_ms=0))
+        return super().execute(cmd)
+
+
+_copy_once = rewind._Copier.copy
+
+
+def _copy_twice(self: Any, msg: Any, old: int) -> None:
+    _copy_once(self, msg, old)
+    _copy_once(self, msg, old)
 
 
 def _always(self: object) -> bool:
@@ -92,6 +118,10 @@ def planted(name: str | None) -> Iterator[None]:
             )
         elif name == "retry_unknown_sends":
             stack.enter_context(mock.patch.object(ProduceCall, "retry_unknown", _always))
+        elif name == "rewind_ignores_since":
+            stack.enter_context(_machine(_RewindIgnoresSince))
+        elif name == "rewind_copies_twice":
+            stack.enter_context(mock.patch.object(rewind._Copier, "copy", _copy_twice))
         elif name == "unguarded_clock":
             stack.enter_context(mock.patch.object(ClockGuard, "stamp", _unguarded_stamp))
             stack.enter_context(mock.patch.object(ClockGuard, "trusted", _always))

@@ -70,11 +70,10 @@ from tests.nodesim.faults import SlowDisks, seeded_ids
 from tests.nodesim.nemesis import Nemesis
 from tests.nodesim.plants import planted
 from tests.nodesim.process import NeutralLoop, Process, ProcessLoop, ProcessTransport
-from tests.nodesim.workload import Workload
+from tests.nodesim.workload import EPOCH_MS, Workload
 
 T = TypeVar("T")
 
-EPOCH_MS = 1_700_000_000_000
 SECRET = b"nodesim-cluster-secret-0123456789"
 SPEAKS = ProtocolRange(PEER_PROTOCOL_MIN, PEER_PROTOCOL_MAX)
 REQUEST_TIMEOUT = 4.0
@@ -104,6 +103,9 @@ class NodeSimConfig:
     rot: bool = False
     """Sealed segments of running nodes rot now and then (a flipped byte): the node's scrubber
     finds it and the replica is repaired from its peers (`raftlog.runtime.repair`)."""
+    rewind: bool = False
+    """A queue that keeps acknowledged messages, rewound every 1-2 s (`tests.nodesim.workload`),
+    judged by the chaos checker's rewind rules (`tests.chaos.rewindcheck`)."""
 
 
 @dataclass(slots=True)
@@ -128,6 +130,14 @@ class NodeSimResult:
     """Segment files damaged (``NodeSimConfig.rot``)."""
     repaired: int = 0
     """Of those, replicas the scrubber found and that were repaired from their peers."""
+    rewinds: int = 0
+    """Rewind requests (``NodeSimConfig.rewind``), whatever their outcome."""
+    rewound: int = 0
+    """Messages the ok rewinds said they brought back."""
+    copies_allowed: int = 0
+    """Redeliveries after an ack the rewind rules allowed (per key, the rewinds covering it)."""
+    copies: int = 0
+    """Redeliveries after an ack seen (fresh deliveries of rewound copies)."""
     buggified: dict[str, int] = field(default_factory=dict)
     digest: str = ""
     """A hash of the whole history and trace: equal for equal runs."""
@@ -147,8 +157,15 @@ class NodeSimResult:
             cmd += " --no-buggify"
         if cfg.rot:
             cmd += " --rot"
+        if cfg.rewind:
+            cmd += " --rewind"
         rest = NodeSimConfig(
-            nodes=cfg.nodes, seconds=cfg.seconds, plant=cfg.plant, buggify=cfg.buggify, rot=cfg.rot
+            nodes=cfg.nodes,
+            seconds=cfg.seconds,
+            plant=cfg.plant,
+            buggify=cfg.buggify,
+            rot=cfg.rot,
+            rewind=cfg.rewind,
         )
         return cmd if rest == cfg else f"{cmd}  # with {cfg}"
 
@@ -192,7 +209,7 @@ class NodeSim:
             cast(asyncio.AbstractEventLoop, self.neutral), self._rng("disk"), self.disk_options
         )
         self.slow_disks = SlowDisks(self.disks, self.neutral)
-        self.workload = Workload(self, fifo=cfg.fifo)
+        self.workload = Workload(self, fifo=cfg.fifo, rewind=cfg.rewind)
         self.nemesis = Nemesis(self, self._rng("faults"))
         self.snapshot_entries = self.rng.choice((30, 100, 400))
         self.nodes = {nid: self._make_node(nid) for nid in self.ids}
@@ -484,6 +501,10 @@ class NodeSim:
         self.result.ops = rep.ops
         self.result.confirmed = rep.acked
         self.result.acked = rep.consumed
+        self.result.rewinds = sum(rep.rewind.rewinds.values())
+        self.result.rewound = rep.rewind.reported
+        self.result.copies_allowed = rep.rewind.allowed
+        self.result.copies = rep.rewind.copies
         for failure in rep.failures():
             self.violation(failure)
         if rep.stored_twice:
@@ -505,6 +526,8 @@ class NodeSim:
             workers = [
                 self.loop.create_task(work.producer(i, stop)) for i in range(self.cfg.producers)
             ] + [self.loop.create_task(work.consumer(i, stop)) for i in range(self.cfg.consumers)]
+            if self.cfg.rewind:
+                workers.append(self.loop.create_task(work.rewinder(stop)))
             if self.cfg.faults:
                 await self.nemesis.run(self.loop.time() + self.cfg.seconds)
             else:

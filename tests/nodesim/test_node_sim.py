@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tests.nodesim.plants import PLANTS
+from tests.nodesim.plants import PLANTS, REWIND_PLANTS
 from tests.nodesim.sim import NodeSimConfig, NodeSimResult, run_node_seed
 
 SEEDS = int(os.environ.get("NODE_SIM_SEEDS", "6"))
@@ -53,6 +53,21 @@ def test_rotten_segments_are_found_and_repaired_under_faults(nodes: int) -> None
     assert rots >= 1 and repaired == rots, (rots, repaired)
 
 
+def test_rewinds_keep_their_promises_under_faults() -> None:
+    """``--rewind``: a queue that keeps acknowledged messages is rewound every 1-2 s through
+    random nodes while the faults run; the chaos checker's rewind rules hold (a message acked
+    comes back only as a copy a rewind covering it made, at most once per rewind; an ok rewind
+    brings back what it surely covered), and the copies seen match the counts answered."""
+    rewinds = copies = 0
+    for seed in range(3):
+        r = run_node_seed(300 + seed, NodeSimConfig(nodes=3, seconds=15.0, rewind=True))
+        _clean(r)
+        rewinds += r.rewinds
+        copies += r.copies
+        assert r.copies <= r.rewound and r.copies <= r.copies_allowed, r
+    assert rewinds >= 6 and copies >= 5, (rewinds, copies)
+
+
 def test_a_seed_replays_to_the_same_history() -> None:
     cfg = NodeSimConfig(nodes=3, seconds=10.0)
     first, second = run_node_seed(7, cfg), run_node_seed(7, cfg)
@@ -69,6 +84,8 @@ BOUND = {
     "produce_forgets_one": 3,
     "retry_unknown_sends": 10,
     "unguarded_clock": 25,
+    "rewind_ignores_since": 3,
+    "rewind_copies_twice": 10,
 }
 """Seeds (from 0) within which each planted bug must be caught."""
 
@@ -76,14 +93,15 @@ BOUND = {
 @pytest.mark.parametrize("plant", PLANTS)
 def test_each_planted_bug_is_caught(plant: str) -> None:
     """Caught within `BOUND` seeds; the seed that caught it passes without the bug."""
-    cfg = NodeSimConfig(nodes=3, seconds=15.0, plant=plant)
+    rewind = plant in REWIND_PLANTS  # shown only by a run with rewinds
+    cfg = NodeSimConfig(nodes=3, seconds=15.0, plant=plant, rewind=rewind)
     for seed in range(BOUND[plant]):
         r = run_node_seed(seed, cfg)
         if r.violations:
             break
     else:
         pytest.fail(f"{plant} was not caught in {BOUND[plant]} seeds")
-    _clean(run_node_seed(seed, NodeSimConfig(nodes=3, seconds=15.0)))
+    _clean(run_node_seed(seed, NodeSimConfig(nodes=3, seconds=15.0, rewind=rewind)))
 
 
 @pytest.mark.slow

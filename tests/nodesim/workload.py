@@ -4,11 +4,22 @@ the `QueueService` methods of random running nodes and recording every call in t
 
 Each client draws from its own generator (``nodesim/<seed>/producer<i>`` and so on), so a
 change in one client's choices leaves the others' as they were.
+
+With ``rewind`` (``--rewind``) a third standard queue, `REWIND_QUEUE`, keeps acknowledged
+messages (``retain_acked_seconds``; its creation is a ``create`` op of the history), the
+producers and consumers use it like the others, and a rewinder (`Workload.rewinder`) rewinds it
+every 1-2 virtual seconds to 0.5-4 s before the true time (a recorded ``rewind`` op: ``since``,
+outcome, the count answered), so the chaos checker's rewind rules (`tests.chaos.rewindcheck`)
+judge every redelivery after an ack. Its sends record the true time (``Op.wall``, the epoch of
+the nodes' clocks plus the loop's time). A message of it is named by its seq, not by its id's
+first seq: a rewound copy has the id of the acknowledged message and a new seq (the rules count
+its fresh deliveries), and a `Tidy` copy's new seq only splits the per-seq checks.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from typing import TYPE_CHECKING, cast
 
@@ -18,17 +29,22 @@ from tests.chaos.history import Delivery, History, Op, OpKind
 if TYPE_CHECKING:
     from tests.nodesim.sim import NodeSim
 
+EPOCH_MS = 1_700_000_000_000
+"""The nodes' clocks at virtual time 0 (`tests.nodesim.sim` starts them there)."""
+
 QUEUES = ("q-a", "q-b")
 FIFO_QUEUE = "q-f.fifo"
+REWIND_QUEUE = "q-w"
+RETAIN_ACKED_SECONDS = 600
 
 
 class Workload:
     """Producers, consumers and the drain of one run (see the module docstring)."""
 
-    def __init__(self, sim: NodeSim, *, fifo: bool) -> None:
+    def __init__(self, sim: NodeSim, *, fifo: bool, rewind: bool = False) -> None:
         self.sim = sim
         self.history = History()
-        self.queues = QUEUES + ((FIFO_QUEUE,) if fifo else ())
+        self.queues = QUEUES + ((FIFO_QUEUE,) if fifo else ()) + ((REWIND_QUEUE,) if rewind else ())
         self.keys = 0
         self.first_seq: dict[tuple[str, str], int] = {}
         self.unknown = 0
@@ -54,7 +70,10 @@ class Workload:
         rng = self._rng("create")
         timeout = self.sim.request_timeout
         for name in self.queues:
-            attrs = QueueAttributes(fifo=name.endswith(".fifo"), visibility_timeout=2)
+            retain = RETAIN_ACKED_SECONDS if name == REWIND_QUEUE else 0
+            attrs = QueueAttributes(
+                fifo=name.endswith(".fifo"), visibility_timeout=2, retain_acked_seconds=retain
+            )
             while True:
                 nid = self._pick(rng)
                 if nid is not None:
@@ -65,6 +84,10 @@ class Workload:
                     )
                     if outcome == "ok":
                         self.sim.note(f"created {name}")
+                        if retain:  # what the checker learns the rewound queue from
+                            op = self._invoke("setup", "create", name, nid)
+                            detail = json.dumps({"retain_acked_seconds": retain})
+                            self.history.complete(op, self.sim.loop.time(), "ok", detail)
                         break
                 await asyncio.sleep(0.2)
 
@@ -96,6 +119,8 @@ class Workload:
             ]
             op = self._invoke(f"producer{pid}", "send", name, nid)
             op.keys = keys
+            if name == REWIND_QUEUE:
+                op.wall = self.wall()
             outcome, _, detail = await self.sim.call(
                 nid,
                 3 * self.sim.request_timeout + 1,
@@ -103,6 +128,35 @@ class Workload:
             )
             self._record(op, outcome, detail)
             await asyncio.sleep(rng.uniform(0.0, 0.1))
+
+    def wall(self) -> float:
+        """The true time on the nodes' clocks (epoch seconds; a stepped clock is off it)."""
+        return EPOCH_MS / 1000 + self.sim.loop.time()
+
+    async def rewinder(self, stop: asyncio.Event) -> None:
+        """Rewind `REWIND_QUEUE` through a random node every 1-2 s to 0.5-4 s before the true
+        time, each a recorded ``rewind`` op (see the module docstring)."""
+        rng = self._rng("rewinder")
+        while True:
+            await asyncio.sleep(rng.uniform(1.0, 2.0))
+            if stop.is_set():
+                return
+            back = rng.uniform(0.5, 4.0)
+            nid = self._pick(rng)
+            if nid is None:
+                continue
+            op = self._invoke("rewinder", "rewind", REWIND_QUEUE, nid)
+            op.wall = self.wall()
+            op.since = op.wall - back
+            since_ms = round(op.since * 1000)
+            outcome, count, detail = await self.sim.call(
+                nid,
+                3 * self.sim.request_timeout + 1,
+                lambda q, ms=since_ms: q.rewind(REWIND_QUEUE, ms),
+            )
+            if outcome == "ok" and count is not None:
+                op.rewound = count
+            self._record(op, outcome, detail)
 
     async def consumer(self, cid: int, stop: asyncio.Event) -> None:
         """Receives (1-3 s visibility, sometimes a 1 s long poll) from random queues."""
@@ -171,7 +225,9 @@ class Workload:
         """The message's number in the history: the seq it was first delivered under. A
         `cmq.fsm.commands.Tidy` copies a live message forward to a new seq (keeping its id), so
         the history names a stored message by its id's first seq; a key under two numbers is a
-        key stored twice (two ids)."""
+        key stored twice (two ids). On `REWIND_QUEUE`, its seq (module docstring)."""
+        if name == REWIND_QUEUE:
+            return m.seq
         return self.first_seq.setdefault((name, m.id), m.seq)
 
     async def _settle(
