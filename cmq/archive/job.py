@@ -433,6 +433,8 @@ class ArchiveJob:
             out = sc.parallelize(encoded, len(encoded)).map(spec).collect()
         except Exception as e:
             raise WriteFailed(_first_lines(str(e))) from None
+        finally:
+            sc.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
         self._written = [f for data in out for f in decode_stats(data)]
 
     def _write_spark(self, tasks: Sequence[SegmentTask], staging: str) -> None:
