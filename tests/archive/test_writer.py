@@ -194,6 +194,26 @@ def test_a_bad_writer_is_refused_before_anything_runs(fake: FakeCluster, tmp_pat
         ArchiveJob(no_spark, cfg)
 
 
+def test_a_late_attempts_staging_beside_a_committed_batch_is_removed(
+    fake: FakeCluster, tmp_path: Path
+) -> None:
+    """A task attempt that outlived its batch's commit may recreate ``_staging/<batch>``: the
+    next run removes it (never the committed files), without asking about claims."""
+    late = tmp_path / "_staging" / BATCH / "queue=q" / "date=2026-01-01" / f"batch_id={BATCH}"
+    late.mkdir(parents=True)
+    (late / part_name(0)).write_bytes(b"late")
+    kept = tmp_path / "queue=q" / "date=2026-01-01" / f"batch_id={BATCH}" / part_name(0)
+    kept.parent.mkdir(parents=True)
+    kept.write_bytes(b"committed")
+
+    def no_spark() -> SparkSession:
+        raise AssertionError("Spark started")
+
+    job = ArchiveJob(no_spark, JobConfig(urls=tuple(fake.urls), out=str(tmp_path)))
+    assert job.collect_garbage({BATCH}) == ()
+    assert not (tmp_path / "_staging" / BATCH).exists() and kept.read_bytes() == b"committed"
+
+
 @NEEDS_JAVA
 @pytest.mark.slow
 def test_pyarrow_and_spark_files_read_back_alike(spark: SparkSession, tmp_path: Path) -> None:
