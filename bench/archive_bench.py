@@ -5,10 +5,11 @@ A three-node cluster of real ``cmq serve`` processes on loopback (one data group
 (random hex text) sent and acked, so every segment is released. Segments seal at
 ``--segment-bytes`` (and after 2 s). Then one warm Spark session (``local[2]``, started once,
 a warm-up batch first) runs the archive job once per queue (`cmq.archive.job.ArchiveJob`, what
-``cmq archive --queue Q`` runs), alternating the segment read's two forms: ``json`` (the JSON
-lines, ``--json-read``) and ``binary`` (the default). Each run is timed as the job reports it
-(listing, claims, the Spark read-and-write, the read-back verification, manifest,
-MarkArchived; no JVM start).
+``cmq archive --queue Q`` runs), alternating the ``--forms`` given: ``pyarrow`` (the binary
+read, Parquet written by the Python workers: the default on a local ``--out``), ``spark`` (the
+binary read, Spark's writer: ``--writer spark``) and ``json`` (the JSON lines, ``--json-read``,
+Spark's writer). Each run is timed as the job reports it (listing, claims, the read-and-write,
+the verification, manifest, MarkArchived; no JVM start).
 
 The reference is the raw read bandwidth of the same segment files: every ``.seg`` file of the
 queues on node 1 read with plain ``read`` calls in the same run (page cache warm, as the
@@ -17,9 +18,10 @@ node's own reads are), and the binary read alone (every segment fetched and deco
 
     python bench/archive_bench.py [--messages 60000] [--queues 6] [--size 1024]
                                   [--segment-bytes 1048576] [--master local[2]]
+                                  [--forms pyarrow,spark]
 
 Prints one JSON object: per form the runs' rows/s and MB/s (of segment bytes), their medians,
-the ratio binary/json, and the reference bandwidths.
+the ratio of each form's median to the last form's, and the reference bandwidths.
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ from cmq.archive.remote import ClusterClient
 from cmq.cli.launch import LocalCluster
 from cmq.client import Client
 from cmq.client.types import Message
+
+FORMS = {"pyarrow": "pyarrow", "spark": "spark", "json": "spark"}
+"""A run's form -> the job's writer (``json`` also reads the JSON lines)."""
 
 
 async def load(urls: list[str], queues: list[str], messages: int, size: int) -> float:
@@ -113,7 +118,13 @@ def main() -> None:
     p.add_argument("--size", type=int, default=1024)
     p.add_argument("--segment-bytes", type=int, default=1 << 20)
     p.add_argument("--master", default="local[2]")
+    p.add_argument(
+        "--forms", default="pyarrow,spark", help="comma-separated, alternated: pyarrow,spark,json"
+    )
     args = p.parse_args()
+    forms = [f.strip() for f in args.forms.split(",") if f.strip()]
+    if not forms or set(forms) - set(FORMS):
+        p.error(f"--forms: a comma-separated list of {', '.join(FORMS)}")
     root = Path(tempfile.mkdtemp(prefix="cmq-archive-bench-"))
     cluster = LocalCluster(root / "cluster", 3, groups=1)
     for nid, s in cluster.settings.items():
@@ -142,16 +153,17 @@ def main() -> None:
             with tempfile.TemporaryDirectory() as tmp:
                 cfg = JobConfig(urls=tuple(cluster.urls), out=tmp, queues=(warm,), timeout=120)
                 ArchiveJob(lambda: spark, cfg).run()
-            runs: dict[str, list[dict[str, Any]]] = {"json": [], "binary": []}
+            runs: dict[str, list[dict[str, Any]]] = {f: [] for f in forms}
             for i, q in enumerate(queues):
-                form = "json" if i % 2 == 0 else "binary"
+                form = forms[i % len(forms)]
                 with tempfile.TemporaryDirectory() as tmp:
                     cfg = JobConfig(
                         urls=tuple(cluster.urls),
                         out=tmp,
                         queues=(q,),
                         timeout=120,
-                        binary=form == "binary",
+                        binary=form != "json",
+                        writer=FORMS[form],
                     )
                     steps: list[tuple[str, float]] = []
 
@@ -181,8 +193,15 @@ def main() -> None:
         out[f"{form}_median_rows_s"] = statistics.median(r["rows_s"] for r in rs)
         out[f"{form}_median_MB_s"] = statistics.median(r["MB_s"] for r in rs)
         out[f"{form}_median_write_s"] = statistics.median(r["phases_s"]["writing"] for r in rs)
-    out["ratio_binary_json"] = round(out["binary_median_rows_s"] / out["json_median_rows_s"], 2)
-    out["binary_vs_raw_read"] = round(out["binary_median_MB_s"] / out["raw_read_MB_s"], 4)
+    base = forms[-1]
+    for form in forms[:-1]:
+        ratio = out[f"{form}_median_rows_s"] / out[f"{base}_median_rows_s"]
+        out[f"ratio_{form}_{base}"] = round(ratio, 2)
+    for form in forms:
+        out[f"{form}_vs_raw_read"] = round(out[f"{form}_median_MB_s"] / out["raw_read_MB_s"], 4)
+        out[f"{form}_vs_reader_only"] = round(
+            out[f"{form}_median_rows_s"] / out["binary_reader_only"]["rows_s"], 3
+        )
     print(json.dumps(out, indent=2))
 
 

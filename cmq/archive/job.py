@@ -16,15 +16,22 @@ One run is one batch (``batch_id``, new per run). Its steps, each re-entrant:
    ``archive`` set) not claimed by another live batch, lowest seqs first, at most
    ``max_segments``, are claimed for this batch (contract §3) for ``claim_ttl_ms``. Only what the
    cluster granted is archived: two jobs at once never hold the same segment.
-4. **Write.** The `cmq` data source reads exactly the claimed segments (each checked end to end)
-   and Spark writes Parquet partitioned ``queue=/date=/batch_id=`` into ``_staging/<batch>``; its
-   directories are then moved under the root.
+4. **Write.** Exactly the claimed segments are read (each checked end to end) and written as
+   Parquet partitioned ``queue=/date=/batch_id=`` into ``_staging/<batch>``, one file per Spark
+   task (a run of segments of one queue) and day; its directories are then moved under the
+   root. On a local root (``writer`` ``auto`` or ``pyarrow``) Spark only runs the tasks: each
+   reads its segments and writes its files with pyarrow in the Python worker, under names
+   derived from its first segment (a retried or speculative attempt replaces them), and
+   reports what it wrote (`cmq.archive.writer`). Elsewhere (``hdfs:``, ``s3a:``, ... or
+   ``writer`` ``spark``) the `cmq` data source is read into a DataFrame and Spark writes it.
 5. **Verify and commit.** The claims are renewed (refused -> abort: another batch took a segment
-   after ours expired); the written files are read back (rows, distinct seqs and seq range per
-   file and segment: every row inside a segment of the batch, no seq twice, each segment's rows
-   = its listed count; a file holds the rows of the segments one Spark task read, of one queue
-   and day; `cmq.archive.readback`); the manifest is
-   written to a temporary name and renamed to ``_manifests/<batch>.json``: the commit point.
+   after ours expired); what each file holds per segment (rows, distinct seqs and seq range:
+   every row inside a segment of the batch, no seq twice, each segment's rows = its listed
+   count) comes from the tasks' reports checked against the files (exactly the reported files,
+   sizes, and each footer's row count and ``seq`` range: `cmq.archive.writer.footer_check`),
+   or, after Spark's writer, from reading the files' seqs back (`cmq.archive.readback`); the
+   manifest is written to a temporary name and renamed to ``_manifests/<batch>.json``: the
+   commit point.
 6. **Mark archived** exactly the manifest's segments (contract §4). Refused -> error; the next
    run's recovery retries.
 
@@ -59,6 +66,7 @@ from cmq.archive.errors import (
     ArchiveError,
     ConflictingClaim,
     DuplicateSegment,
+    InvalidArgument,
     ManifestInvalid,
     VerificationFailed,
     WriteFailed,
@@ -67,6 +75,7 @@ from cmq.archive.readback import FileRows
 from cmq.archive.records import SegmentTask, plan_tasks
 from cmq.archive.remote import ClusterClient, Listing, Segment
 from cmq.archive.storage import LocalStorage, Storage, open_storage
+from cmq.archive.writer import footer_check, remove_temporaries
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -76,6 +85,7 @@ CRASH_POINTS = ("before-write", "after-write", "after-manifest")
 CRASH_EXIT = 86
 STAGING = "_staging"
 DEFAULT_CLAIM_TTL_MS = 600_000
+WRITERS = ("auto", "pyarrow", "spark")
 
 
 def crash_point(step: str) -> None:
@@ -106,6 +116,10 @@ class JobConfig:
     segments_per_task: int | None = None
     """Consecutive segments of one queue a Spark task reads and writes as one file a day
     (None: the data source's default). Fewer: more tasks, more parallelism, more files."""
+    writer: str = "auto"
+    """Who writes the Parquet (`WRITERS`): ``pyarrow``, the Python workers (local roots only);
+    ``spark``, Spark's writer from the ``cmq`` data source; ``auto``, pyarrow on a local root,
+    Spark elsewhere."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +176,8 @@ class ArchiveJob:
     client: ClusterClient = field(init=False)
     storage: Storage = field(init=False)
     _dirs: list[str] = field(init=False, default_factory=list)
+    _written: list[FileRows] | None = field(init=False, default=None)
+    """What the Python workers reported writing (None: Spark's writer wrote the files)."""
     _spark_seconds: float = field(init=False, default=0.0)
     _session: SparkSession | None = field(init=False, default=None)
 
@@ -169,6 +185,13 @@ class ArchiveJob:
         self.batch_id = self.batch_id or new_batch_id(self.clock())
         self.client = ClusterClient(self.config.urls, self.config.timeout)
         self.storage = open_storage(self.config.out, lambda: self.spark)
+        if self.config.writer not in WRITERS:
+            raise InvalidArgument(f"writer {self.config.writer!r}: one of {', '.join(WRITERS)}")
+        if self.config.writer == "pyarrow" and not isinstance(self.storage, LocalStorage):
+            raise InvalidArgument(
+                f"writer pyarrow writes a local output root only; {self.storage.root} is "
+                "written by Spark (writer auto or spark)"
+            )
 
     @property
     def spark(self) -> SparkSession:
@@ -195,7 +218,8 @@ class ArchiveJob:
             )
         crash_point("before-write")
         try:
-            self.progress(f"writing {len(tasks)} segments with Spark (batch {self.batch_id})")
+            how = "pyarrow in Spark tasks" if self.uses_pyarrow() else "Spark's writer"
+            self.progress(f"writing {len(tasks)} segments with {how} (batch {self.batch_id})")
             self.write(tasks)
             crash_point("after-write")
             self.progress("verifying the output and committing the manifest")
@@ -318,6 +342,10 @@ class ArchiveJob:
         """Remove the output of batches with neither a manifest nor a live claim. A compaction's
         output (``c-...``) is left to `cmq.archive.compact`, which may be running."""
         dirs = self.batch_dirs()
+        for b in sorted(committed & set(dirs)):  # a late task attempt's leftover staging
+            for d in dirs[b]:
+                if d.startswith(f"{STAGING}/"):
+                    self.storage.delete(d)
         candidates = sorted(
             b for b in dirs if b not in committed and not b.startswith(mf.COMPACTION_PREFIX)
         )
@@ -362,7 +390,56 @@ class ArchiveJob:
         return granted, others
 
     # -- 4. write --------------------------------------------------------------------------------
+    def uses_pyarrow(self) -> bool:
+        """Whether the Python workers write the Parquet (`cmq.archive.writer`): on a local root
+        unless ``writer`` is ``spark``; other roots are written by Spark's writer."""
+        return isinstance(self.storage, LocalStorage) and self.config.writer != "spark"
+
     def write(self, tasks: Sequence[SegmentTask]) -> None:
+        staging = f"{STAGING}/{self.batch_id}"
+        self._dirs.append(staging)
+        if self.uses_pyarrow():
+            self._write_pyarrow(tasks, staging)
+        else:
+            self._write_spark(tasks, staging)
+        for q in self.storage.list(staging):
+            if not (q.is_dir and q.name.startswith("queue=")):
+                continue
+            for d in self.storage.list(f"{staging}/{q.name}"):
+                for b in self.storage.list(f"{staging}/{q.name}/{d.name}"):
+                    rel = f"{q.name}/{d.name}/{b.name}"
+                    if isinstance(self.storage, LocalStorage):
+                        remove_temporaries(self.storage, [f"{staging}/{rel}"])
+                    self.storage.mkdirs(f"{q.name}/{d.name}")
+                    self._dirs.append(rel)
+                    if not self.storage.rename(f"{staging}/{rel}", rel):
+                        raise WriteFailed(f"could not move {staging}/{rel} to {rel}")
+        self.storage.delete(staging)
+
+    def _write_pyarrow(self, tasks: Sequence[SegmentTask], staging: str) -> None:
+        """Spark runs one task per group of segments; each reads and writes its own files
+        (`cmq.archive.writer.WriteSpec`) and hands back what it wrote."""
+        from cmq.archive.source import DEFAULT_GROUP, encode_tasks, group_tasks
+        from cmq.archive.writer import WriteSpec, decode_stats
+
+        groups = group_tasks(tasks, self.config.segments_per_task or DEFAULT_GROUP)
+        spec = WriteSpec(
+            self.storage.root, staging, self.batch_id, self.config.timeout, self.config.binary
+        )
+        sc = self.spark.sparkContext
+        sc.setJobDescription(f"cmq archive {self.batch_id}: {len(tasks)} segments")
+        try:
+            encoded = [encode_tasks(g) for g in groups]
+            out = sc.parallelize(encoded, len(encoded)).map(spec).collect()
+        except Exception as e:
+            raise WriteFailed(_first_lines(str(e))) from None
+        finally:
+            sc.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
+        self._written = [f for data in out for f in decode_stats(data)]
+
+    def _write_spark(self, tasks: Sequence[SegmentTask], staging: str) -> None:
+        """The ``cmq`` data source read into a DataFrame, written by Spark's Parquet writer
+        (any Hadoop file system)."""
         from pyspark.sql import functions as F
 
         from cmq.archive.source import encode_tasks, register
@@ -382,25 +459,12 @@ class ArchiveJob:
         # The UTC day, whatever the session's time zone: whole days since the epoch.
         days = F.floor(F.unix_micros(F.col("sent_at")) / F.lit(86_400_000_000)).cast("int")
         df = df.withColumn("date", F.date_from_unix_date(days).cast("string"))
-        staging = f"{STAGING}/{self.batch_id}"
-        self._dirs.append(staging)
         try:
             df.write.partitionBy("queue", "date", "batch_id").mode("error").parquet(
                 self.storage.uri(staging)
             )
         except Exception as e:
             raise WriteFailed(_first_lines(str(e))) from None
-        for q in self.storage.list(staging):
-            if not (q.is_dir and q.name.startswith("queue=")):
-                continue
-            for d in self.storage.list(f"{staging}/{q.name}"):
-                for b in self.storage.list(f"{staging}/{q.name}/{d.name}"):
-                    rel = f"{q.name}/{d.name}/{b.name}"
-                    self.storage.mkdirs(f"{q.name}/{d.name}")
-                    self._dirs.append(rel)
-                    if not self.storage.rename(f"{staging}/{rel}", rel):
-                        raise WriteFailed(f"could not move {staging}/{rel} to {rel}")
-        self.storage.delete(staging)
 
     def discard(self) -> None:
         """Best effort: remove this batch's output (it has no manifest)."""
@@ -419,14 +483,20 @@ class ArchiveJob:
                 raise ConflictingClaim(f"renewing the claims of {self.batch_id}: {res.refused}")
 
     def file_stats(self, tasks: Sequence[SegmentTask]) -> list[FileRows]:
-        """What each file of the batch holds per segment of ``tasks`` (`cmq.archive.readback`:
-        pyarrow on a local root, Spark elsewhere)."""
+        """What each file of the batch holds per segment of ``tasks``: as the Python workers
+        reported it, checked against the files' footers (`cmq.archive.writer.footer_check`), or
+        read back (`cmq.archive.readback`: pyarrow on a local root, Spark elsewhere)."""
         files: dict[str, int] = {}
         dirs = [d for d in self._dirs if not d.startswith(STAGING)]
         for d in dirs:
             for e in self.storage.list(d):
                 if not e.is_dir and not e.name.startswith(("_", ".")):
                     files[f"{d}/{e.name}"] = e.size
+        if self._written is not None and isinstance(self.storage, LocalStorage):
+            problems = footer_check(self.storage, self._written, files)
+            if problems:
+                raise VerificationFailed("; ".join(problems[:10]))
+            return list(self._written)
         if not files:
             return []
         if isinstance(self.storage, LocalStorage):

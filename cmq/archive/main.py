@@ -1,8 +1,8 @@
 """``cmq archive`` (and ``python -m cmq.archive``, which ``spark-submit`` can run):
 
     cmq archive --url URL[,URL...] --out DIR [--queue NAME ...] [--master local[2]]
-                [--max-segments N] [--claim-ttl SECONDS] [--timeout SECONDS] [--json-read]
-                [--json]
+                [--max-segments N] [--claim-ttl SECONDS] [--writer auto|pyarrow|spark]
+                [--segments-per-task N] [--timeout SECONDS] [--json-read] [--json]
     cmq archive compact --out DIR [--queue NAME ...] [--date YYYY-MM-DD ...]
                 [--target-bytes N] [--json]                  (cmq/archive/compact.py)
 
@@ -31,7 +31,7 @@ import msgspec
 
 from cmq.archive.auth import executor_conf
 from cmq.archive.errors import ArchiveError
-from cmq.archive.job import DEFAULT_CLAIM_TTL_MS, ArchiveJob, JobConfig
+from cmq.archive.job import DEFAULT_CLAIM_TTL_MS, WRITERS, ArchiveJob, JobConfig
 from cmq.archive.remote import split_urls
 
 if TYPE_CHECKING:
@@ -98,6 +98,13 @@ def parser() -> argparse.ArgumentParser:
         type=int,
         help="segments a Spark task reads and writes as one file a day (default 8)",
     )
+    p.add_argument(
+        "--writer",
+        choices=WRITERS,
+        default="auto",
+        help="who writes the Parquet: pyarrow in the Python workers (local --out only), "
+        "Spark's writer, or auto (pyarrow on a local --out, Spark elsewhere)",
+    )
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per HTTP call")
     p.add_argument(
         "--json-read",
@@ -136,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         timeout=args.timeout,
         binary=not args.json_read,
         segments_per_task=args.segments_per_task,
+        writer=args.writer,
     )
     sessions: list[SparkSession] = []
 

@@ -152,6 +152,17 @@ class LocalStorage:
         _fsync_dir(os.path.dirname(self._p(dst)))
         return True
 
+    def replace(self, src: str, dst: str) -> None:
+        """Make file ``src`` durable, then rename it over ``dst`` (replacing it: a re-run
+        writes the same file again) and make the rename durable."""
+        fd = os.open(self._p(src), os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(self._p(src), self._p(dst))
+        _fsync_dir(os.path.dirname(self._p(dst)))
+
     def delete(self, rel: str) -> None:
         p = self._p(rel)
         if os.path.isdir(p):
