@@ -11,5 +11,7 @@ Raft), and imported by nothing the server runs (pyproject.toml, import-linter co
     cmq/archive/storage.py   the output location through Hadoop's FileSystem
     cmq/archive/manifest.py  ``_manifests/<batch_id>.json``
     cmq/archive/job.py       the re-entrant job (recover, garbage, claim, write, commit, mark)
+    cmq/archive/pacing.py    ``--follow``'s decisions: back-off, when to stop (pure)
+    cmq/archive/follow.py    ``--follow``: batches in a loop in one Spark session, signals
     cmq/archive/main.py      ``cmq archive`` / ``python -m cmq.archive`` and the Spark session
 """
