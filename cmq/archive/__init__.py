@@ -13,5 +13,7 @@ Raft), and imported by nothing the server runs (pyproject.toml, import-linter co
     cmq/archive/job.py       the re-entrant job (recover, garbage, claim, write, commit, mark)
     cmq/archive/reader.py    the live files by the manifests: pyarrow Table/Dataset, Spark paths
     cmq/archive/compact.py   ``cmq archive compact``: small files of a queue-day -> target size
+    cmq/archive/pacing.py    ``--follow``'s decisions: back-off, when to stop (pure)
+    cmq/archive/follow.py    ``--follow``: batches in a loop in one Spark session, signals
     cmq/archive/main.py      ``cmq archive`` / ``python -m cmq.archive`` and the Spark session
 """

@@ -92,3 +92,17 @@ class WriteFailed(ArchiveError):
     error; a `SegmentUnreadable` raised in an executor shows here)."""
 
     code = "write_failed"
+
+
+class SparkLost(ArchiveError):
+    """``--follow``: the Spark session died under a batch (its JVM gone or its context
+    stopped). Permanent for this process: restart it for a fresh session."""
+
+    code = "spark_lost"
+
+
+class UnexpectedFailure(ArchiveError):
+    """``--follow``: a batch raised something that is not an `ArchiveError` (named by its
+    type and message); retried like a transient failure."""
+
+    code = "unexpected"

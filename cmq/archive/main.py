@@ -3,11 +3,14 @@
     cmq archive --url URL[,URL...] --out DIR [--queue NAME ...] [--master local[2]]
                 [--max-segments N] [--claim-ttl SECONDS] [--writer auto|pyarrow|spark]
                 [--segments-per-task N] [--timeout SECONDS] [--json-read] [--json]
+                [--follow [--idle-backoff-max SECONDS]]
     cmq archive compact --out DIR [--queue NAME ...] [--date YYYY-MM-DD ...]
                 [--target-bytes N] [--json]                  (cmq/archive/compact.py)
 
 Prints a summary (segments, rows, bytes, seconds); exits 0 on success, 1 on any failure (the
-error's code and message on stderr), 2 on bad arguments.
+error's code and message on stderr), 2 on bad arguments. ``--follow`` runs batches until
+SIGTERM/SIGINT (exit 0) in one Spark session, each of at most ``--max-segments`` (default 32),
+one line each (`cmq.archive.follow`).
 
 The Spark session: ``--master`` (default ``local[2]``; under ``spark-submit`` the master it was
 given). On a local master the session stays quiet and offline: no UI, driver bound to
@@ -31,6 +34,7 @@ import msgspec
 
 from cmq.archive.auth import executor_conf
 from cmq.archive.errors import ArchiveError
+from cmq.archive.follow import DEFAULT_IDLE_BACKOFF_MAX, DEFAULT_MAX_SEGMENTS, follow_main
 from cmq.archive.job import DEFAULT_CLAIM_TTL_MS, WRITERS, ArchiveJob, JobConfig
 from cmq.archive.remote import split_urls
 
@@ -76,6 +80,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="cmq archive",
         description="Archive the released segments of a cmq cluster's queues as Parquet.",
+        epilog="cmq archive compact --help: rewrite a queue-day's small files into large ones.",
     )
     p.add_argument("--url", required=True, help="URL[,URL...] of the cluster's nodes")
     p.add_argument("--out", required=True, help="output root: a local path or a Hadoop URI")
@@ -86,7 +91,11 @@ def parser() -> argparse.ArgumentParser:
         help="a queue to archive (repeat; default: every queue with archive=true)",
     )
     p.add_argument("--master", help="Spark master (default local[2]; spark-submit's under it)")
-    p.add_argument("--max-segments", type=int, help="archive at most N segments in this run")
+    p.add_argument(
+        "--max-segments",
+        type=int,
+        help="archive at most N segments in this run (a batch of --follow; default 32 there)",
+    )
     p.add_argument(
         "--claim-ttl",
         type=float,
@@ -112,6 +121,17 @@ def parser() -> argparse.ArgumentParser:
         help="read segments as JSON lines (the older, slower form) instead of binary",
     )
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument(
+        "--follow",
+        action="store_true",
+        help="run batches continuously until SIGTERM/SIGINT, backing off when nothing is released",
+    )
+    p.add_argument(
+        "--idle-backoff-max",
+        type=float,
+        default=DEFAULT_IDLE_BACKOFF_MAX,
+        help="--follow: the longest wait (seconds) between batches that find nothing (default 30)",
+    )
     return p
 
 
@@ -127,13 +147,16 @@ def main(argv: list[str] | None = None) -> int:
         not urls
         or (args.max_segments is not None and args.max_segments < 1)
         or (args.segments_per_task is not None and args.segments_per_task < 1)
+        or not args.idle_backoff_max > 0
     ):
         print(
             "error: invalid_argument: --url needs a URL, --max-segments and "
-            "--segments-per-task N >= 1",
+            "--segments-per-task N >= 1, --idle-backoff-max S > 0",
             file=sys.stderr,
         )
         return 2
+    if args.follow and args.max_segments is None:
+        args.max_segments = DEFAULT_MAX_SEGMENTS
     config = JobConfig(
         urls=urls,
         out=args.out,
@@ -145,6 +168,10 @@ def main(argv: list[str] | None = None) -> int:
         segments_per_task=args.segments_per_task,
         writer=args.writer,
     )
+    if args.follow:
+        return follow_main(
+            config, lambda: spark_session(args.master), args.idle_backoff_max, args.json
+        )
     sessions: list[SparkSession] = []
 
     def spark() -> SparkSession:

@@ -24,7 +24,6 @@ import argparse
 import base64
 import dataclasses
 import os
-import subprocess
 import sys
 import tomllib
 from collections.abc import Callable, Mapping
@@ -344,11 +343,14 @@ def archive_env(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def _archive(argv: list[str]) -> int:
-    """``cmq archive ...`` = ``python -m cmq.archive ...`` in a child process (its environment:
-    `archive_env`): the archive job (and Spark) is never imported by the ``cmq`` command
-    (contract archive-outside-server)."""
+    """``cmq archive ...`` = ``python -m cmq.archive ...`` executed in this process's place (its
+    environment: `archive_env`): the archive job (and Spark) is never imported by the ``cmq``
+    command (contract archive-outside-server), and signals reach the job itself (``--follow``
+    stops cleanly on SIGTERM/SIGINT), its exit status the command's."""
     cmd = [sys.executable, "-m", "cmq.archive", *argv]
-    return subprocess.call(cmd, env=archive_env(os.environ))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, cmd, archive_env(os.environ))
 
 
 DESCRIPTION = (
