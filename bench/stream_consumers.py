@@ -17,9 +17,11 @@ compare as ratios on a shared machine. A variant is ``MODE`` or ``MODE@PREFETCH`
 * ``send``: `Subscription.ack`, which grants the credit back as the ack is sent (the `Credit`
   frame rides in the same WebSocket message as the `Ack`).
 
-Per variant: sent/s (confirmed), acked/s (inside the window), their ratio, end-to-end p50/p99
-(send call to the consumer holding the message), missing and duplicates after the drain, and
-the breakdown of where a delivered message waited, medians/p99 over the run:
+Per variant, as the harness counts them: sent/s (every confirm over the time until the last
+producer had its answers), acked/s (acks answered inside the window over the window), their
+ratio, end-to-end p50/p99 (send call to the consumer holding the message), missing and
+duplicates after the drain, and the breakdown of where a delivered message waited, medians and
+p99 over the run:
 
 * ``confirm``: the send call to its confirm (the produce's Raft commit, seen by the producer);
 * ``queued``: its confirm to its delivery (waiting for credit, then the lease's commit, the
@@ -29,7 +31,10 @@ the breakdown of where a delivered message waited, medians/p99 over the run:
 * ``hold``: the delivery to its ack being sent (the consumer's own loop, its 4 acks in flight);
 * ``ack``: the ack sent to its committed result (the ack's Raft commit, round trip);
 * ``starved``: the share of the window the consumer held its whole prefetch (the server had no
-  credit to lease with).
+  credit to lease with);
+* ``cmd/entry``: commands proposed per Raft entry over the variant, all nodes (the nodes'
+  ``cmq_raft_proposals`` over ``cmq_raft_proposal_batches``: proposals that arrive while a
+  group is busy share one entry, so an ack and the lease its credit starts can share one).
 
 Exit status 1 when a run lost or duplicated a message.
 """
@@ -45,6 +50,7 @@ import struct
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -223,12 +229,13 @@ async def j2(urls: list[str], queue: str, seconds: float, mode: str, prefetch: i
     elapsed = time.perf_counter() - t0
     await asyncio.wait(prods, timeout=60)
     st.producers_done = True
+    produced = time.perf_counter() - t0  # the harness's sent/s: every confirm over this
     await asyncio.wait(cons, timeout=120)
     for c in clients:
         await c.close()
     st.starved /= elapsed * CONSUMERS
     st.acked_in_window = int(st.acked_in_window / elapsed)  # as a rate from here on
-    st.confirmed_rate = st.confirmed / elapsed
+    st.confirmed_rate = st.confirmed / produced
     return st
 
 
@@ -256,6 +263,19 @@ def figures(st: Stats) -> dict[str, Any]:
     }
 
 
+def raft_counters(urls: list[str]) -> tuple[float, float]:
+    """(commands proposed, entries they were packed into), summed over the nodes."""
+    proposals = entries = 0.0
+    for url in urls:
+        with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith("cmq_raft_proposals_total{"):
+                    proposals += float(line.rsplit(" ", 1)[1])
+                elif line.startswith("cmq_raft_proposal_batches_total{"):
+                    entries += float(line.rsplit(" ", 1)[1])
+    return proposals, entries
+
+
 def variant(name: str, prefetch: int) -> tuple[str, int]:
     mode, _, p = name.partition("@")
     if mode not in {"commit", "send"}:
@@ -275,6 +295,7 @@ COLUMNS = [
     ("hold p50", "hold_p50_ms"),
     ("ack p50/p99", ("ack_p50_ms", "ack_p99_ms")),
     ("starved", "starved"),
+    ("cmd/entry", "commands_per_entry"),
     ("missing/dups", ("missing", "dups")),
 ]
 
@@ -316,8 +337,11 @@ def main() -> int:
                 queue = "sc-" + uuid.uuid4().hex[:8]
                 with SyncClient(cluster.urls, timeout=30) as client:
                     client.create_queue(queue, {})
+                p0, e0 = raft_counters(cluster.urls)
                 st = asyncio.run(j2(cluster.urls, queue, a.seconds, mode, prefetch))
+                p1, e1 = raft_counters(cluster.urls)
                 f = figures(st)
+                f["commands_per_entry"] = round((p1 - p0) / max(1.0, e1 - e0), 2)
                 results[name].append(f)
                 print(row(f"{name} run {run + 1}", f), flush=True)
     finally:
