@@ -84,6 +84,7 @@ class Stats:
     received: set[int] = field(default_factory=set)
     dups: int = 0
     errors: int = 0
+    error_kinds: dict[str, int] = field(default_factory=dict)
     acked_in_window: int = 0
     window_open: bool = True
     producers_done: bool = False
@@ -95,6 +96,12 @@ class Stats:
     ack: list[float] = field(default_factory=list)
     starved: float = 0.0
     confirmed_rate: float = 0.0
+
+
+def settled(st: Stats) -> bool:
+    """Every confirmed message was received (a send that failed may have committed too, so the
+    count alone is not enough)."""
+    return not st.confirmed_at.keys() - st.received
 
 
 class Starvation:
@@ -145,8 +152,10 @@ async def j2(urls: list[str], queue: str, seconds: float, mode: str, prefetch: i
                 st.confirmed_at[seq] = now
                 st.confirm.append(now - t0)
                 st.confirmed += 1
-            except Exception:
+            except Exception as e:
                 st.errors += 1
+                kind = "send " + type(e).__name__
+                st.error_kinds[kind] = st.error_kinds.get(kind, 0) + 1
             finally:
                 slots.release()
 
@@ -155,8 +164,8 @@ async def j2(urls: list[str], queue: str, seconds: float, mode: str, prefetch: i
             task = asyncio.get_running_loop().create_task(one())
             pending.add(task)
             task.add_done_callback(pending.discard)
-        if pending:
-            await asyncio.wait(pending, timeout=30)
+        if pending:  # every send's outcome known before the drain's end is judged
+            await asyncio.wait(pending, timeout=120)
 
     async def consumer(i: int) -> None:
         c = StreamClient(urls[(i + 1) % len(urls)], window=WINDOW)
@@ -184,8 +193,10 @@ async def j2(urls: list[str], queue: str, seconds: float, mode: str, prefetch: i
                 st.ack.append(time.time() - t0)
                 if st.window_open:
                     st.acked_in_window += len(batch)
-            except Exception:
+            except Exception as e:
                 st.errors += 1
+                kind = "ack " + type(e).__name__
+                st.error_kinds[kind] = st.error_kinds.get(kind, 0) + 1
             finally:
                 acks.release()
 
@@ -213,10 +224,10 @@ async def j2(urls: list[str], queue: str, seconds: float, mode: str, prefetch: i
                 task = asyncio.get_running_loop().create_task(ack(batch, now))
                 pending.add(task)
                 task.add_done_callback(pending.discard)
-            if st.producers_done and len(st.received) >= st.confirmed:
+            if st.producers_done and len(st.received) >= st.confirmed and settled(st):
                 break
         if pending:
-            await asyncio.wait(pending, timeout=30)
+            await asyncio.wait(pending, timeout=60)
         await sub.close()
 
     cons = [asyncio.ensure_future(consumer(i)) for i in range(CONSUMERS)]
@@ -227,10 +238,10 @@ async def j2(urls: list[str], queue: str, seconds: float, mode: str, prefetch: i
     stop.set()
     st.window_open = False
     elapsed = time.perf_counter() - t0
-    await asyncio.wait(prods, timeout=60)
+    await asyncio.wait(prods, timeout=150)
     st.producers_done = True
     produced = time.perf_counter() - t0  # the harness's sent/s: every confirm over this
-    await asyncio.wait(cons, timeout=120)
+    await asyncio.wait(cons, timeout=180)  # a lease lost with a connection comes back in 60 s
     for c in clients:
         await c.close()
     st.starved /= elapsed * CONSUMERS
@@ -248,9 +259,10 @@ def figures(st: Stats) -> dict[str, Any]:
         "acked_per_sent": round(st.acked_in_window / sent, 3) if sent else 0.0,
         "e2e_p50_ms": round(pct(st.e2e, 50) * ms, 1),
         "e2e_p99_ms": round(pct(st.e2e, 99) * ms, 1),
-        "missing": st.confirmed - len(st.received),
+        "missing": len(st.confirmed_at.keys() - st.received),
         "dups": st.dups,
         "errors": st.errors,
+        "error_kinds": dict(st.error_kinds),
         "confirm_p50_ms": round(pct(st.confirm, 50) * ms, 1),
         "queued_p50_ms": round(pct(st.queued, 50) * ms, 1),
         "queued_p99_ms": round(pct(st.queued, 99) * ms, 1),
@@ -353,7 +365,11 @@ def main() -> int:
         fs = results[name]
         if not fs:
             continue
-        med = {k: statistics.median(f[k] for f in fs) for k in fs[0]}
+        med = {
+            k: statistics.median(f[k] for f in fs)
+            for k, v in fs[0].items()
+            if not isinstance(v, dict)
+        }
         med = {k: round(v, 3) if isinstance(v, float) else v for k, v in med.items()}
         medians[name] = med
         print(row(name, med))

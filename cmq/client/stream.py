@@ -61,6 +61,14 @@ from cmq.stream import Message as WireMessage
 
 log = logging.getLogger(__name__)
 
+DEFAULT_PREFETCH: Final = 128
+"""A subscription's prefetch unless told: chosen by measurement (bench/stream_consumers.py,
+bench/RESULTS.md "Stream consumers"). With `Subscription.ack` granting credit as the ack is
+sent, a prefetch of two batches (64 at the default ``max_batch`` of 32) kept up with the
+producers in every run and one batch (32) fell behind; 128 and 256 kept up no better than 64.
+128 keeps twice the smallest that kept up, for a faster cluster or a slower consumer, and holds
+half the leases 256 held (fewer to come back after a consumer's crash, more spread over many
+consumers)."""
 _MAX_BATCH_FRAMES: Final = 512
 _MAX_MESSAGE_BYTES: Final = 64 << 20
 _RESUME_FIRST: Final = 0.05
@@ -450,12 +458,13 @@ class StreamClient:
         self,
         queue: str,
         *,
-        prefetch: int = 256,
+        prefetch: int = DEFAULT_PREFETCH,
         visibility_timeout: int | None = None,
         max_batch: int = 32,
     ) -> Subscription:
         """Start deliveries of ``queue``'s messages, at most ``prefetch`` unacknowledged at once
-        (see `Subscription`). ``visibility_timeout`` None: the queue's."""
+        (see `Subscription`; `DEFAULT_PREFETCH` says how the default was chosen).
+        ``visibility_timeout`` None: the queue's."""
         sub = Subscription(
             self,
             next(self._ids),
