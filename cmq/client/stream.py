@@ -411,8 +411,9 @@ class StreamClient:
         self, frame: Send | Ack | Nack, then: Callable[[], Credit | None] | None = None
     ) -> Answer:
         """Send ``frame`` and wait for its answer. ``then``: called once ``frame`` is queued on
-        the connection; the frame it returns (if any) is queued right behind it, with no await
-        between, so both leave in the same WebSocket message."""
+        the connection; the frame it returns (if any) is queued right behind it, with no
+        suspension between while the queue has room, so both leave in the same WebSocket
+        message (else in order, in the next)."""
         async with self._window:
             conn = await self._connection()
             fut: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
