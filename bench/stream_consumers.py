@@ -34,7 +34,8 @@ p99 over the run:
   credit to lease with);
 * ``cmd/entry``: commands proposed per Raft entry over the variant, all nodes (the nodes'
   ``cmq_raft_proposals`` over ``cmq_raft_proposal_batches``: proposals that arrive while a
-  group is busy share one entry, so an ack and the lease its credit starts can share one).
+  group is busy share one entry, so an ack and the lease its credit starts can share one);
+* ``msgs/delivery``: messages per pushed batch (a lease takes what is visible, up to 32).
 
 Exit status 1 when a run lost or duplicated a message.
 """
@@ -95,6 +96,7 @@ class Stats:
     hold: list[float] = field(default_factory=list)
     ack: list[float] = field(default_factory=list)
     starved: float = 0.0
+    batches: list[int] = field(default_factory=list)
     confirmed_rate: float = 0.0
 
 
@@ -208,6 +210,7 @@ async def j2(urls: list[str], queue: str, seconds: float, mode: str, prefetch: i
             now = time.time()
             if batch:
                 starve.delivered(now)
+                st.batches.append(len(batch))
             for m in batch:
                 assert isinstance(m.body, bytes)
                 (seq,) = struct.unpack(">Q", m.body[:8])
@@ -272,6 +275,7 @@ def figures(st: Stats) -> dict[str, Any]:
         "ack_p50_ms": round(pct(st.ack, 50) * ms, 1),
         "ack_p99_ms": round(pct(st.ack, 99) * ms, 1),
         "starved": round(st.starved, 3),
+        "batch_mean": round(statistics.fmean(st.batches), 1) if st.batches else 0.0,
     }
 
 
@@ -308,6 +312,7 @@ COLUMNS = [
     ("ack p50/p99", ("ack_p50_ms", "ack_p99_ms")),
     ("starved", "starved"),
     ("cmd/entry", "commands_per_entry"),
+    ("msgs/delivery", "batch_mean"),
     ("missing/dups", ("missing", "dups")),
 ]
 
