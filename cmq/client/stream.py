@@ -64,11 +64,10 @@ log = logging.getLogger(__name__)
 DEFAULT_PREFETCH: Final = 128
 """A subscription's prefetch unless told: chosen by measurement (bench/stream_consumers.py,
 bench/RESULTS.md "Stream consumers"). With `Subscription.ack` granting credit as the ack is
-sent, a prefetch of two batches (64 at the default ``max_batch`` of 32) kept up with the
-producers in every run and one batch (32) fell behind; 128 and 256 kept up no better than 64.
-128 keeps twice the smallest that kept up, for a faster cluster or a slower consumer, and holds
-half the leases 256 held (fewer to come back after a consumer's crash, more spread over many
-consumers)."""
+sent, 128 is the smallest prefetch that kept up with the producers (acked >= 0.95 x sent) in
+every run, 64 (two batches at the default ``max_batch`` of 32) in all but one run on a
+saturated machine, and 32 (one batch) in none; 256 kept up no better than 128 and holds twice
+the leases (more to come back after a consumer's crash, less spread over many consumers)."""
 _MAX_BATCH_FRAMES: Final = 512
 _MAX_MESSAGE_BYTES: Final = 64 << 20
 _RESUME_FIRST: Final = 0.05
