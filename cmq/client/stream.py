@@ -62,12 +62,12 @@ from cmq.stream import Message as WireMessage
 log = logging.getLogger(__name__)
 
 DEFAULT_PREFETCH: Final = 128
-"""A subscription's prefetch unless told: chosen by measurement (bench/stream_consumers.py,
+"""A subscription's prefetch unless told, chosen by measurement (bench/stream_consumers.py,
 bench/RESULTS.md "Stream consumers"). With `Subscription.ack` granting credit as the ack is
-sent, 128 is the smallest prefetch that kept up with the producers (acked >= 0.95 x sent) in
-every run, 64 (two batches at the default ``max_batch`` of 32) in all but one run on a
-saturated machine, and 32 (one batch) in none; 256 kept up no better than 128 and holds twice
-the leases (more to come back after a consumer's crash, less spread over many consumers)."""
+sent, one batch (32, the default ``max_batch``) fell behind the producers; two (64) kept up,
+and 128 and 256 kept up no better on the machine measured. 128 doubles the two-batch minimum as
+headroom for a faster cluster (a consumer needs about its rate x the refill time + one batch)
+and holds half the leases 256 held (fewer to come back after a consumer's crash)."""
 _MAX_BATCH_FRAMES: Final = 512
 _MAX_MESSAGE_BYTES: Final = 64 << 20
 _RESUME_FIRST: Final = 0.05
