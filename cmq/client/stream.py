@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Final, cast
 
 import aiohttp
@@ -61,6 +61,13 @@ from cmq.stream import Message as WireMessage
 
 log = logging.getLogger(__name__)
 
+DEFAULT_PREFETCH: Final = 128
+"""A subscription's prefetch unless told, chosen by measurement (bench/stream_consumers.py,
+bench/RESULTS.md "Stream consumers"). With `Subscription.ack` granting credit as the ack is
+sent, one batch (32, the default ``max_batch``) fell behind the producers; two (64) kept up,
+and 128 and 256 kept up no better on the machine measured. 128 doubles the two-batch minimum as
+headroom for a faster cluster (a consumer needs about its rate x the refill time + one batch)
+and holds half the leases 256 held (fewer to come back after a consumer's crash)."""
 _MAX_BATCH_FRAMES: Final = 512
 _MAX_MESSAGE_BYTES: Final = 64 << 20
 _RESUME_FIRST: Final = 0.05
@@ -243,22 +250,49 @@ class Subscription:
         while not self._closed or not self._batches.empty():
             yield await self.next()
 
-    async def grant(self, n: int) -> None:
-        """Let the server deliver ``n`` more messages (after handling ``n`` delivered ones)."""
+    def _take_back(self, n: int) -> Credit | None:
+        """The `Credit` frame granting ``n`` delivered messages back (at most what is
+        outstanding), counted as granted now; None when there is nothing to grant."""
         n = min(n, self.outstanding)
         if n <= 0 or self._closed:
-            return
+            return None
         self.outstanding -= n
-        conn = await self.client._connection()
-        await conn.out.put(Credit(self.id, n))
+        return Credit(self.id, n)
+
+    async def grant(self, n: int) -> None:
+        """Let the server deliver ``n`` more messages (after handling ``n`` delivered ones)."""
+        credit = self._take_back(n)
+        if credit is not None:
+            conn = await self.client._connection()
+            await conn.out.put(credit)
 
     async def ack(self, messages: Sequence[ReceivedMessage]) -> list[EntryResult]:
-        """Acknowledge ``messages`` (delivered by this subscription), then grant their credit
-        back; per-message results."""
+        """Acknowledge ``messages`` (delivered by this subscription); per-message results once
+        the acks are committed (fsynced on a majority), as `StreamClient.ack`.
+
+        Their credit is granted back as the ack is sent, not after it commits: the `Credit`
+        frame follows the `Ack` frame in the same WebSocket message, so the server proposes the
+        acks before it leases the next messages, and the next deliveries overlap the acks'
+        commit. Messages this consumer holds and has not acknowledged stay at most
+        ``prefetch``; an ack that fails (an expired lease) leaves its message to come back
+        after its visibility timeout, as it would have anyway. If the ack cannot be sent (no
+        connection), the credit is granted once the call has failed."""
+        granted = False
+
+        def credit() -> Credit | None:
+            nonlocal granted
+            granted = True
+            return self._take_back(len(messages))
+
         try:
-            return await self.client.ack(self.queue, [m.receipt for m in messages])
+            answer = await self.client._call(
+                Ack(next(self.client._ids), self.queue, [m.receipt for m in messages]), credit
+            )
         finally:
-            await self.grant(len(messages))
+            if not granted:
+                await self.grant(len(messages))
+        assert isinstance(answer, Results), answer
+        return [EntryResult(r, ok, err) for r, ok, err in answer.results]
 
     async def close(self) -> None:
         """Stop deliveries; messages delivered and not acknowledged keep their leases."""
@@ -372,12 +406,20 @@ class StreamClient:
                 f"no node accepted a stream connection: {last}", self.urls[0], type(last).__name__
             )
 
-    async def _call(self, frame: Send | Ack | Nack) -> Answer:
+    async def _call(
+        self, frame: Send | Ack | Nack, then: Callable[[], Credit | None] | None = None
+    ) -> Answer:
+        """Send ``frame`` and wait for its answer. ``then``: called once ``frame`` is queued on
+        the connection; the frame it returns (if any) is queued right behind it, with no
+        suspension between while the queue has room, so both leave in the same WebSocket
+        message (else in order, in the next)."""
         async with self._window:
             conn = await self._connection()
             fut: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
             conn.pending[frame.id] = fut
             await conn.out.put(frame)
+            if then is not None and (follow := then()) is not None:
+                await conn.out.put(follow)  # no suspension while the queue has room
             try:
                 async with asyncio.timeout(self.timeout):
                     answer = await fut
@@ -416,12 +458,13 @@ class StreamClient:
         self,
         queue: str,
         *,
-        prefetch: int = 256,
+        prefetch: int = DEFAULT_PREFETCH,
         visibility_timeout: int | None = None,
         max_batch: int = 32,
     ) -> Subscription:
         """Start deliveries of ``queue``'s messages, at most ``prefetch`` unacknowledged at once
-        (see `Subscription`). ``visibility_timeout`` None: the queue's."""
+        (see `Subscription`; `DEFAULT_PREFETCH` says how the default was chosen).
+        ``visibility_timeout`` None: the queue's."""
         sub = Subscription(
             self,
             next(self._ids),

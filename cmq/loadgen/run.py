@@ -11,19 +11,20 @@ import dataclasses
 import signal
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import IO, Any, Final
 
 from cmq.client import (
     NO_RETRY,
     Client,
+    EntryResult,
     ReceivedMessage,
     RetryPolicy,
     ServerError,
     TransportError,
 )
 from cmq.client.retry import Safety, failure_of, retry_after_of
-from cmq.client.stream import StreamClient
+from cmq.client.stream import StreamClient, Subscription
 from cmq.errors import CmqError, QueueAlreadyExists
 from cmq.loadgen.body import Stamp, decode_body, encode_body, new_run_tag
 from cmq.loadgen.measure import LatencyHistogram, SendSchedule, SeqTracker
@@ -258,11 +259,10 @@ class _Run:
         cfg = self.cfg
         acks = asyncio.Semaphore(cfg.recv_window)
 
-        async def ack(got: list[ReceivedMessage], receipts: list[str]) -> None:
-            try:
-                await self._ack(stream, receipts)
+        async def ack(got: list[ReceivedMessage], receipts: list[str], sub: Subscription) -> None:
+            try:  # the first attempt grants the credit back as the ack is sent
+                await self._ack(stream, receipts, first=lambda: sub.ack(got))
             finally:
-                await sub.grant(len(got))
                 acks.release()
             self._check_settled()
 
@@ -293,15 +293,25 @@ class _Run:
                     continue
                 receipts = self._took(got)
                 await acks.acquire()
-                tg.create_task(ack(got, receipts))
+                tg.create_task(ack(got, receipts, sub))
         await sub.close()
 
-    async def _ack(self, node: Client | StreamClient, receipts: list[str]) -> None:
+    async def _ack(
+        self,
+        node: Client | StreamClient,
+        receipts: list[str],
+        first: Callable[[], Awaitable[list[EntryResult]]] | None = None,
+    ) -> None:
+        """Acknowledge ``receipts``, retrying what is safe to retry; ``first``: the first
+        attempt instead of ``node.ack`` (a subscription's ack, which grants credit back)."""
         attempt = 0
         while True:
             attempt += 1
             try:
-                results = await node.ack(self.queue, receipts)
+                if attempt == 1 and first is not None:
+                    results = await first()
+                else:
+                    results = await node.ack(self.queue, receipts)
             except CmqError as e:
                 if await self._retry_or_stop(e, Safety.IDEMPOTENT, attempt):
                     continue
