@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
+import cmq.export_values
 import cmq.model
 from api.message_models import _body_fields
 from api.models import FifoId, MessageAttributes, NonNegative, _Request, _Response
@@ -32,7 +33,9 @@ class ExportQuery(Struct, kw_only=True, forbid_unknown_fields=True):
             "the queue's next seq now.",
         ),
     ] = 0
-    limit: Annotated[int, Meta(ge=1, le=cmq.model.MAX_EXPORT_PAGE)] = cmq.model.MAX_EXPORT_PAGE
+    limit: Annotated[int, Meta(ge=1, le=cmq.export_values.MAX_EXPORT_PAGE)] = (
+        cmq.export_values.MAX_EXPORT_PAGE
+    )
 
 
 class LiveMessage(_Response, kw_only=True, omit_defaults=True):
@@ -85,7 +88,7 @@ class LiveMessage(_Response, kw_only=True, omit_defaults=True):
     ] = 0
 
     @classmethod
-    def of(cls, m: cmq.model.LiveMessage) -> LiveMessage:
+    def of(cls, m: cmq.export_values.LiveMessage) -> LiveMessage:
         text, raw = _body_fields(m.body, m.binary)
         return cls(
             id=m.id,
@@ -115,7 +118,7 @@ class ExportResponse(_Response):
     read_at: Annotated[int, Meta(ge=0, description="The leader's clock at this read (ms).")]
 
     @classmethod
-    def of(cls, page: cmq.model.ExportPage) -> ExportResponse:
+    def of(cls, page: cmq.export_values.ExportPage) -> ExportResponse:
         return cls(
             [LiveMessage.of(m) for m in page.messages], page.upto, page.next_after, page.read_at_ms
         )
@@ -186,10 +189,10 @@ class ImportMessage(_Request):
         if self.delay_ms and self.deliver_at is not None:
             raise ValueError("give delay_ms or deliver_at, not both")
 
-    def to_model(self) -> cmq.model.ImportedMessage:
+    def to_model(self) -> cmq.export_values.ImportedMessage:
         binary = self.body_base64 is not None
         body = self.body_base64 if self.body_base64 is not None else (self.body or "").encode()
-        return cmq.model.ImportedMessage(
+        return cmq.export_values.ImportedMessage(
             id=self.id,
             body=body,
             binary=binary,
@@ -213,7 +216,7 @@ class ImportRequest(_Request):
         ),
     ]
     messages: Annotated[
-        list[ImportMessage], Meta(min_length=1, max_length=cmq.model.MAX_IMPORT_BATCH)
+        list[ImportMessage], Meta(min_length=1, max_length=cmq.export_values.MAX_IMPORT_BATCH)
     ]
 
 

@@ -79,13 +79,8 @@ from cmq.errors import (
     SegmentNotReleased,
     Unavailable,
 )
-from cmq.model import (
-    SEGMENT_DATA_MEDIA_TYPE,
-    SEGMENT_STATES,
-    SegmentData,
-    SegmentRecord,
-    is_fifo_name,
-)
+from cmq.model import is_fifo_name
+from cmq.segment_values import SEGMENT_DATA_MEDIA_TYPE, SEGMENT_STATES, SegmentData, SegmentRecord
 
 log = logging.getLogger(__name__)
 

@@ -11,14 +11,10 @@ import msgspec
 from msgspec import Meta
 
 import cmq.model
+import cmq.segment_values
 from api.models import NonNegative, _Request, _Response
-from cmq.model import (
-    BATCH_ID,
-    MAX_CLAIM_TTL_MS,
-    MAX_SEGMENTS_PER_CALL,
-    OUTCOMES,
-    SEGMENT_STATES,
-)
+from cmq.model import OUTCOMES
+from cmq.segment_values import BATCH_ID, MAX_CLAIM_TTL_MS, MAX_SEGMENTS_PER_CALL, SEGMENT_STATES
 
 BatchId = Annotated[str, Meta(pattern=BATCH_ID.pattern, description="An archive batch id.")]
 FirstSeq = Annotated[int, Meta(ge=1, le=2**63 - 1, description="A segment's first seq (its name).")]
@@ -49,7 +45,7 @@ class Segment(_Response, kw_only=True):
     claim: SegmentClaim | None
 
     @classmethod
-    def of(cls, info: cmq.model.SegmentInfo) -> Segment:
+    def of(cls, info: cmq.segment_values.SegmentInfo) -> Segment:
         return msgspec.convert(info, cls, from_attributes=True)
 
 
@@ -63,7 +59,7 @@ class SegmentListing(_Response, kw_only=True):
     segments: list[Segment]
 
     @classmethod
-    def of(cls, listing: cmq.model.SegmentListing) -> SegmentListing:
+    def of(cls, listing: cmq.segment_values.SegmentListing) -> SegmentListing:
         return msgspec.convert(listing, cls, from_attributes=True)
 
 
@@ -121,7 +117,7 @@ class ClaimResponse(_Response):
     refused: list[RefusedSegment]
 
     @classmethod
-    def of(cls, result: cmq.model.ClaimResult) -> ClaimResponse:
+    def of(cls, result: cmq.segment_values.ClaimResult) -> ClaimResponse:
         return msgspec.convert(result, cls, from_attributes=True)
 
 
@@ -133,5 +129,5 @@ class ArchivedResponse(_Response):
     refused: list[RefusedSegment]
 
     @classmethod
-    def of(cls, result: cmq.model.ArchiveResult) -> ArchivedResponse:
+    def of(cls, result: cmq.segment_values.ArchiveResult) -> ArchivedResponse:
         return msgspec.convert(result, cls, from_attributes=True)

@@ -1,5 +1,7 @@
 """Values shared by the state machine, the node service and the API: queue attributes with their
-limits, and what a client sends and receives. Pure: no I/O, no clocks.
+limits, what a client sends and receives, and a queue's statistics. Pure: no I/O, no clocks.
+The values of the archive's calls are `cmq.segment_values`, those of backups'
+`cmq.export_values`.
 
 Times inside the queue are integer milliseconds since the Unix epoch, always stamped by the
 proposer (the leader) and carried in commands, never read during apply.
@@ -8,7 +10,6 @@ proposer (the leader) and carried in commands, never read during apply.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
@@ -47,17 +48,6 @@ DEFAULT_SEGMENT_BYTES = 64 << 20
 """A queue's segment is sealed once it holds this many bytes (`--segment-max-bytes`)..."""
 DEFAULT_SEGMENT_AGE_SECONDS = 3600
 """...or once it is this old (`--segment-max-age`); both recorded per queue at its creation."""
-BATCH_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
-"""An archive batch id (the claims and `MarkArchived` of one archive run)."""
-MAX_SEGMENTS_PER_CALL = 1000
-"""At most this many segments per claim / mark-archived call."""
-MAX_CLAIM_TTL_MS = 24 * 3600 * 1000
-SEGMENT_STATES = ("active", "sealed", "released", "archived_pending")
-"""What a queue's segment can be: ``active`` (takes appends), ``sealed`` (full or old, some
-message still live), ``released`` (every message deleted, kept for the archive: the queue has
-``archive=true``), ``archived_pending`` (archived, or released without archive: its files go
-at this replica's next snapshot but one, or once the queue's ``retain_acked_seconds`` has passed
-since its newest message's send, while a rewind may still want its records)."""
 OUTCOMES = ("acked", "expired", "dead_lettered", "purged")
 """How a message left its queue (recorded per message, streamed with a released segment)."""
 
@@ -507,83 +497,6 @@ class PeekedMessage:
 MAX_PEEK = 100
 """Most messages one peek returns."""
 
-LIVE_STATES = ("visible", "in_flight", "delayed")
-"""What an exported live message was doing when read (`LiveMessage.state`)."""
-MAX_EXPORT_PAGE = 1000
-"""Most messages one page of an export holds (`MAX_EXPORT_BYTES` may stop it sooner)."""
-MAX_EXPORT_BYTES = 4 << 20
-"""A page of an export stops after the message that takes its bodies past this many bytes."""
-MAX_IMPORT_BATCH = 1000
-"""Most messages one import call stores."""
-
-
-@dataclass(frozen=True, slots=True)
-class LiveMessage:
-    """A live message as an export reads it at its queue's leader (nothing changes):
-    ``state`` is one of `LIVE_STATES`; ``visible_at_ms`` is when an in-flight or delayed
-    message becomes visible (0 for a visible one); ``receive_count`` counts its leases so far
-    (0: never received). FIFO queues: ``group_id`` and ``dedup_id``; a standard queue's
-    message with a tenant (fair queues): ``group_id`` names it."""
-
-    id: str
-    seq: int
-    body: bytes
-    binary: bool
-    sent_at_ms: int
-    attributes: tuple[tuple[str, str], ...]
-    state: str
-    visible_at_ms: int
-    receive_count: int
-    group_id: str | None = None
-    dedup_id: str | None = None
-    ttl_deadline_ms: int | None = None
-    """When its time to live runs out (the queue's time, Unix ms); None: it has none."""
-    priority: int = 0
-    """Its priority level (0: the lowest, and every message of a queue without priorities)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ExportPage:
-    """One page of a queue's export: the live messages with ``after`` < seq, in seq order,
-    among those sent before ``upto`` (the queue's next seq when the export began: messages
-    sent since are not part of it). ``next_after`` is the cursor of the next page (None: this
-    was the last); ``read_at_ms`` the leader's clock when it read the page."""
-
-    messages: tuple[LiveMessage, ...]
-    upto: int
-    next_after: int | None
-    read_at_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class ImportedMessage:
-    """A message to store with its id kept (a restore): ``delay_ms`` is how long it stays
-    invisible after the import (0: at once), or ``deliver_at_ms`` when it becomes visible (Unix
-    ms; past: at once); ``ttl_deadline_ms`` when its time to live runs out (Unix ms; None: it
-    has none; past: it expires at once). The node turns the absolute times into a delay and a
-    time to live from its clock, so a restore keeps them whatever the restoring client's.
-    ``priority``: its level (below the queue's ``priorities``); ``group_id`` on a standard
-    queue: its tenant (fair queues; only at priority 0)."""
-
-    id: str
-    body: bytes
-    binary: bool
-    attributes: tuple[tuple[str, str], ...]
-    delay_ms: int = 0
-    group_id: str | None = None
-    dedup_id: str | None = None
-    deliver_at_ms: int | None = None
-    ttl_deadline_ms: int | None = None
-    priority: int = 0
-
-
-def imported_delay_ms(m: ImportedMessage, now_ms: int) -> int:
-    """How long an imported message stays invisible from ``now_ms`` (the importing node's
-    clock): until its ``deliver_at_ms`` (past: 0), else its ``delay_ms``."""
-    if m.deliver_at_ms is not None:
-        return max(0, m.deliver_at_ms - now_ms)
-    return m.delay_ms
-
 
 @dataclass(frozen=True, slots=True)
 class EntryResult:
@@ -628,121 +541,6 @@ class QueueStats:
     tenants: int = 0
     """Standard queues whose messages have group ids (fair queues): the tenants with a message
     ready to be received (the messages without a group id count as one tenant); 0 otherwise."""
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentClaim:
-    """An archive job's claim on a released segment, until ``expires_at_ms``."""
-
-    batch_id: str
-    expires_at_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentInfo:
-    """One segment of a queue as listed for the archive. ``count``: the records the records
-    stream of a released segment carries (messages copied forward are not counted)."""
-
-    first_seq: int
-    last_seq: int
-    count: int
-    bytes: int
-    state: str
-    checksum: str
-    """CRC-32 of the segment's stored bytes, 8 hex digits (equal on every replica)."""
-    claim: SegmentClaim | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentListing:
-    """A queue's segments on the replica that answered; ``leader``: its group's leader."""
-
-    queue: str
-    group: int
-    leader: int | None
-    segments: tuple[SegmentInfo, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentRecord:
-    """One message of a released segment, with how it left the queue (`OUTCOMES`)."""
-
-    seq: int
-    id: str
-    sent_at_ms: int
-    receive_count: int
-    attributes: tuple[tuple[str, str], ...]
-    body: bytes
-    outcome: str
-
-
-@dataclass(frozen=True, slots=True)
-class Refused:
-    """A segment a claim or mark-archived call left alone, and why (``claimed``,
-    ``not_released``, ``not_found``); ``batch_id``: the claim holding it, if any."""
-
-    first_seq: int
-    reason: str
-    batch_id: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimResult:
-    claimed: tuple[int, ...]
-    refused: tuple[Refused, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class ArchiveResult:
-    archived: tuple[int, ...]
-    already: tuple[int, ...]
-    refused: tuple[Refused, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentStream:
-    """The records of one released segment as this replica reads them: ``batches`` yields
-    them in seq order (a list per chunk read); it raises `CorruptSegment` on damage, after
-    which the reader must not trust the stream. ``checksum``: the listing's CRC-32 (8 hex
-    digits), which the bytes read matched once ``batches`` ends without an error."""
-
-    checksum: str
-    batches: AsyncIterator[list[SegmentRecord]]
-
-
-SEGMENT_DATA_MEDIA_TYPE = "application/x-cmq-segment"
-"""The media type of a released segment's binary read (`SegmentData`), asked for with
-``Accept``."""
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentData:
-    """The binary read of one released segment from this replica (`cmq.fsm.segdata`, media
-    type ``application/x-cmq-segment``): ``chunks`` are the stream's bytes in order; it raises
-    `CorruptSegment` on damage, before the stream's end (the caller then ends the answer
-    there, so the reader sees it cut). ``checksum``: the listing's CRC-32 (8 hex digits)."""
-
-    checksum: str
-    chunks: AsyncIterator[bytes]
-
-
-def check_batch_id(batch_id: object) -> str:
-    """``batch_id`` if it matches `BATCH_ID`, else `InvalidParameter`."""
-    if not isinstance(batch_id, str) or not BATCH_ID.match(batch_id):
-        raise InvalidParameter(f"batch_id must match {BATCH_ID.pattern}; got {batch_id!r}")
-    return batch_id
-
-
-def check_segments(segments: object) -> tuple[int, ...]:
-    """A non-empty list of at most `MAX_SEGMENTS_PER_CALL` segment first seqs (>= 1)."""
-    if not isinstance(segments, list | tuple) or not segments:
-        raise InvalidParameter("segments must be a non-empty list of first seqs")
-    if len(segments) > MAX_SEGMENTS_PER_CALL:
-        raise InvalidParameter(f"at most {MAX_SEGMENTS_PER_CALL} segments per call")
-    for s in segments:
-        if isinstance(s, bool) or not isinstance(s, int) or s < 1:
-            raise InvalidParameter(f"segments are first seqs (integers >= 1); got {s!r}")
-    return tuple(segments)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,23 +12,24 @@ from __future__ import annotations
 
 from typing import Any, Literal, Protocol, overload
 
+from cmq.export_values import ExportPage, ImportedMessage
 from cmq.model import (
-    ArchiveResult,
-    ClaimResult,
     EntryResult,
-    ExportPage,
     GroupDigest,
-    ImportedMessage,
     OutgoingMessage,
     PeekedMessage,
     QueueAttributes,
     QueueStats,
     ReceivedMessage,
+    SendRefused,
+    SentMessage,
+)
+from cmq.segment_values import (
+    ArchiveResult,
+    ClaimResult,
     SegmentData,
     SegmentListing,
     SegmentStream,
-    SendRefused,
-    SentMessage,
 )
 
 

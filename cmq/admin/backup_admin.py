@@ -27,18 +27,16 @@ import msgspec
 from cmq.catalog.keys import KeyStore, Vault
 from cmq.catalog.meta import CatalogMachine
 from cmq.errors import InvalidParameter, InvariantBroken, QueueNotFound
-from cmq.fsm.commands import NewMessage, Produce, encode_command
-from cmq.grants import KEY_ID, KeyRecord, check_grant
-from cmq.model import (
+from cmq.export_values import (
     MAX_EXPORT_PAGE,
     MAX_IMPORT_BATCH,
     ExportPage,
     ImportedMessage,
-    SentMessage,
-    check_queue_name,
     imported_delay_ms,
-    is_fifo_name,
 )
+from cmq.fsm.commands import NewMessage, Produce, encode_command
+from cmq.grants import KEY_ID, KeyRecord, check_grant
+from cmq.model import SentMessage, check_queue_name, is_fifo_name
 from cmq.routing.ops import META_GROUP
 from cmq.routing.router import Router
 from cmq.routing.rpc import CatalogCall, ExportCall, ProduceCall

@@ -50,7 +50,8 @@ from cmq.client import Client
 from cmq.client.backup import export_page, import_catalog, import_messages
 from cmq.client.types import Json
 from cmq.errors import ImportConflict, OutcomeUnknown
-from cmq.model import MAX_DELAY_SECONDS, MAX_IMPORT_BATCH, QueueAttributes
+from cmq.export_values import MAX_IMPORT_BATCH
+from cmq.model import MAX_DELAY_SECONDS, QueueAttributes
 
 PARALLEL = 4
 """Queues imported at once."""

@@ -60,14 +60,11 @@ from cmq.model import (
     MAX_ACK_BATCH,
     MAX_SEND_BATCH,
     MAX_WAIT_SECONDS,
-    ArchiveResult,
-    ClaimResult,
     EntryResult,
     QueueAttributes,
-    SegmentListing,
-    SegmentRecord,
     SentMessage,
 )
+from cmq.segment_values import ArchiveResult, ClaimResult, SegmentListing, SegmentRecord
 
 DEFAULT_URL: Final = "http://127.0.0.1:8080"
 _JSON_HEADERS: Final = {"Content-Type": "application/json"}

@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from cmq.errors import CorruptSegment
-from cmq.model import (
+from cmq.segment_values import (
     ArchiveResult,
     ClaimResult,
     Refused,

@@ -17,15 +17,8 @@ from cmq.client.aio import DEFAULT_URL, Client
 from cmq.client.retry import RetryPolicy
 from cmq.client.signing import AccessKey
 from cmq.client.types import Outgoing, QueueCreated, QueueInfo, RawResponse, ReceivedMessage
-from cmq.model import (
-    ArchiveResult,
-    ClaimResult,
-    EntryResult,
-    QueueAttributes,
-    SegmentListing,
-    SegmentRecord,
-    SentMessage,
-)
+from cmq.model import EntryResult, QueueAttributes, SentMessage
+from cmq.segment_values import ArchiveResult, ClaimResult, SegmentListing, SegmentRecord
 
 T = TypeVar("T")
 

@@ -20,25 +20,26 @@ import msgspec
 
 from cmq import model
 from cmq.errors import CmqError
+from cmq.export_values import ExportPage, ImportedMessage
 from cmq.frontend.base import Call, Failure, encoder
 from cmq.frontend.key_calls import KEY_CALLS, CopyKeys, CreateKey, DeleteKey, GrantKey, RevokeKey
 from cmq.model import (
-    ArchiveResult,
-    ClaimResult,
     EntryResult,
-    ExportPage,
-    ImportedMessage,
     OutgoingMessage,
     PeekedMessage,
     QueueAttributes,
     QueueStats,
     ReceivedMessage,
+    SendRefused,
+    SentMessage,
+)
+from cmq.segment_values import (
+    ArchiveResult,
+    ClaimResult,
     SegmentData,
     SegmentListing,
     SegmentRecord,
     SegmentStream,
-    SendRefused,
-    SentMessage,
 )
 from cmq.service import QueueService
 

@@ -39,25 +39,26 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from cmq.errors import CmqError, OutcomeUnknown, Unavailable, UnreadableFrame
+from cmq.export_values import ExportPage, ImportedMessage
 from cmq.frontend import base, calls, key_calls, wire
 from cmq.frontend.keys import KeyCopyRing
 from cmq.model import (
-    ArchiveResult,
-    ClaimResult,
     EntryResult,
-    ExportPage,
     GroupDigest,
-    ImportedMessage,
     OutgoingMessage,
     PeekedMessage,
     QueueAttributes,
     QueueStats,
     ReceivedMessage,
+    SendRefused,
+    SentMessage,
+)
+from cmq.segment_values import (
+    ArchiveResult,
+    ClaimResult,
     SegmentData,
     SegmentListing,
     SegmentStream,
-    SendRefused,
-    SentMessage,
 )
 from cmq.service import QueueService
 

@@ -17,10 +17,10 @@ from collections.abc import Iterator
 
 from pyroaring import BitMap
 
+from cmq.export_values import ExportPage, LiveMessage
 from cmq.fsm.cells import COUNT, LEASE
 from cmq.fsm.queue import QueueState
 from cmq.fsm.store import SegmentStore
-from cmq.model import ExportPage, LiveMessage
 
 
 def _seqs(q: QueueState, after: int, upto: int) -> Iterator[int]:

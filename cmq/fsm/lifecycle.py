@@ -53,7 +53,7 @@ from cmq.fsm.effects import Effects
 from cmq.fsm.queue import QueueState
 from cmq.fsm.store import FRAME, SegmentStore, StoredMessage, decode_payload, encode_record
 from cmq.fsm.writer import SegmentWriter
-from cmq.model import (
+from cmq.segment_values import (
     BATCH_ID,
     MAX_CLAIM_TTL_MS,
     SEGMENT_STATES,

@@ -11,6 +11,7 @@ from dataclasses import replace
 from itertools import islice
 
 from cmq import errors
+from cmq.export_values import ExportPage
 from cmq.fsm import export, fifo, lifecycle, segdata
 from cmq.fsm.cells import Segment
 from cmq.fsm.effects import Effects
@@ -18,14 +19,8 @@ from cmq.fsm.gauges import QueueGauges, queue_gauges, queue_stats, segment_figur
 from cmq.fsm.image import decode_image, segments_digest
 from cmq.fsm.queue import Due, QueueState
 from cmq.fsm.store import SegmentStore, StoredMessage
-from cmq.model import (
-    ExportPage,
-    QueueAttributes,
-    QueueStats,
-    SegmentCounts,
-    SegmentInfo,
-    SegmentRecord,
-)
+from cmq.model import QueueAttributes, QueueStats, SegmentCounts
+from cmq.segment_values import SegmentInfo, SegmentRecord
 
 
 class MachineReads:

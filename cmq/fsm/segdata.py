@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from cmq.errors import CorruptSegment
 from cmq.fsm.cells import Segment
 from cmq.fsm.store import SegmentStore
-from cmq.model import SEGMENT_DATA_MEDIA_TYPE
+from cmq.segment_values import SEGMENT_DATA_MEDIA_TYPE
 
 MEDIA_TYPE = SEGMENT_DATA_MEDIA_TYPE
 MAGIC = b"CMQD"

@@ -15,7 +15,10 @@ from collections.abc import AsyncIterator, Iterator, Mapping
 from cmq.catalog.meta import CatalogMachine
 from cmq.errors import InvalidParameter, QueueNotFound, Unavailable
 from cmq.fsm.machine import QueueMachine
-from cmq.model import (
+from cmq.model import check_queue_name
+from cmq.routing.router import Router
+from cmq.routing.rpc import ClaimSegmentsCall, MarkArchivedCall
+from cmq.segment_values import (
     MAX_CLAIM_TTL_MS,
     ArchiveResult,
     ClaimResult,
@@ -24,11 +27,8 @@ from cmq.model import (
     SegmentRecord,
     SegmentStream,
     check_batch_id,
-    check_queue_name,
     check_segments,
 )
-from cmq.routing.router import Router
-from cmq.routing.rpc import ClaimSegmentsCall, MarkArchivedCall
 from raftlog.runtime import MultiRaft
 
 

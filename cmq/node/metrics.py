@@ -20,7 +20,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from cmq.fsm.machine import QueueMachine
-from cmq.model import SEGMENT_STATES, SegmentCounts
+from cmq.model import SegmentCounts
 from cmq.node.clockguard import ClockGuard
 from cmq.node.diskwatch import DiskWatch
 from cmq.node.queue_metrics import (
@@ -30,6 +30,7 @@ from cmq.node.queue_metrics import (
     led_groups,
 )
 from cmq.node.scrubber import Scrubber
+from cmq.segment_values import SEGMENT_STATES
 from cmq.upgrade.release import PEER_PROTOCOL_MAX, PEER_PROTOCOL_MIN, RELEASE
 from raftlog.runtime import MultiRaft, RuntimeStats
 from raftlog.storage.wal import FSYNC_BUCKETS

@@ -37,25 +37,19 @@ from cmq.errors import (
     QueueNotFound,
     Unavailable,
 )
+from cmq.export_values import ExportPage, ImportedMessage
 from cmq.fsm.machine import QueueMachine
 from cmq.logs import log_scope
 from cmq.model import (
     DEFAULT_MAX_DELAY_SECONDS,
     MAX_PEEK,
-    ArchiveResult,
-    ClaimResult,
     EntryResult,
-    ExportPage,
     GroupDigest,
-    ImportedMessage,
     OutgoingMessage,
     PeekedMessage,
     QueueAttributes,
     QueueStats,
     ReceivedMessage,
-    SegmentData,
-    SegmentListing,
-    SegmentStream,
     SendRefused,
     SentMessage,
     check_fifo_id,
@@ -102,6 +96,13 @@ from cmq.routing.rpc import (
     SetAttributesCall,
 )
 from cmq.routing.wakeups import Wakeups, WakingMachine
+from cmq.segment_values import (
+    ArchiveResult,
+    ClaimResult,
+    SegmentData,
+    SegmentListing,
+    SegmentStream,
+)
 from cmq.upgrade import features
 from cmq.upgrade.release import PEER_PROTOCOL_MAX, PEER_PROTOCOL_MIN, RELEASE
 from raftlog.runtime import MultiRaft, RuntimeConfig

@@ -27,13 +27,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from cmq.model import (
-    EntryResult,
-    OutgoingMessage,
-    ReceivedMessage,
-    SendRefused,
-    SentMessage,
-)
+from cmq.model import EntryResult, OutgoingMessage, ReceivedMessage, SendRefused, SentMessage
 from cmq.service import SERVICE_METHODS, QueueService
 from cmq.tracecontext import AWS_TRACE, TRACEPARENT, TRACESTATE, traceparent_of
 

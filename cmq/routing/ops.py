@@ -38,6 +38,7 @@ from cmq.errors import (
     Unavailable,
     error_for,
 )
+from cmq.export_values import MAX_EXPORT_BYTES
 from cmq.fsm.commands import (
     Ack,
     ChangeVisibility,
@@ -65,16 +66,12 @@ from cmq.logs import log_scope
 from cmq.model import (
     DEFAULT_SEGMENT_AGE_SECONDS,
     DEFAULT_SEGMENT_BYTES,
-    MAX_EXPORT_BYTES,
     MAX_WAIT_SECONDS,
-    ArchiveResult,
-    ClaimResult,
     OutgoingMessage,
     PeekedMessage,
     QueueAttributes,
     QueueStats,
     ReceivedMessage,
-    Refused,
     SentMessage,
     is_fifo_name,
 )
@@ -105,6 +102,7 @@ from cmq.routing.rpc import (
     SetAttributesCall,
 )
 from cmq.routing.wakeups import Wakeups
+from cmq.segment_values import ArchiveResult, ClaimResult, Refused
 from raftlog.errors import NotLeader, RaftError
 from raftlog.errors import Overloaded as RaftOverloaded
 from raftlog.runtime import MultiRaft

@@ -30,17 +30,16 @@ from cmq.errors import (
     Unavailable,
     error_for,
 )
+from cmq.export_values import ExportPage
 from cmq.model import (
     MAX_WAIT_SECONDS,
-    ArchiveResult,
-    ClaimResult,
-    ExportPage,
     PeekedMessage,
     QueueAttributes,
     QueueStats,
     ReceivedMessage,
     SentMessage,
 )
+from cmq.segment_values import ArchiveResult, ClaimResult
 
 R = TypeVar("R")
 

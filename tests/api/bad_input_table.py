@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from cmq.model import MAX_ACK_BATCH, MAX_CLAIM_TTL_MS, MAX_SEGMENTS_PER_CALL, MAX_SEND_BATCH
+from cmq.model import MAX_ACK_BATCH, MAX_SEND_BATCH
+from cmq.segment_values import MAX_CLAIM_TTL_MS, MAX_SEGMENTS_PER_CALL
 from tests.api.conftest import SMALL_REQUEST_CAP
 
 Q = "/v1/queues/q"

@@ -16,28 +16,28 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cmq.errors import CorruptSegment, GroupNotFound
+from cmq.export_values import ExportPage, ImportedMessage, LiveMessage
 from cmq.model import (
-    ArchiveResult,
-    ClaimResult,
     EntryResult,
-    ExportPage,
     GroupDigest,
-    ImportedMessage,
-    LiveMessage,
     OutgoingMessage,
     PeekedMessage,
     QueueAttributes,
     QueueStats,
     ReceivedMessage,
-    SegmentClaim,
     SegmentCounts,
+    SendRefused,
+    SentMessage,
+)
+from cmq.segment_values import (
+    ArchiveResult,
+    ClaimResult,
+    SegmentClaim,
     SegmentData,
     SegmentInfo,
     SegmentListing,
     SegmentRecord,
     SegmentStream,
-    SendRefused,
-    SentMessage,
 )
 from cmq.service import SERVICE_METHODS
 

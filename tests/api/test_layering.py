@@ -14,8 +14,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 API = ROOT / "api"
-ALLOWED_CMQ = {"cmq.consumers", "cmq.errors", "cmq.model", "cmq.service", "cmq.stream"}
-"""The shared surface: the service protocol, its values and errors, the streaming
+ALLOWED_CMQ = {
+    "cmq.consumers",
+    "cmq.errors",
+    "cmq.export_values",
+    "cmq.model",
+    "cmq.segment_values",
+    "cmq.service",
+    "cmq.stream",
+}
+"""The shared surface: the service protocol, its values (`cmq.model`, `cmq.segment_values`,
+`cmq.export_values`) and errors, the streaming
 protocol's frames (pure, shared with `cmq.client.stream`) and the count of stream
 subscriptions the node's metrics read (`cmq.consumers`)."""
 PURE = {

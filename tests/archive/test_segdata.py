@@ -20,7 +20,7 @@ from cmq.fsm import DeadLetter, Expire, Leased, MemorySegmentStore, Purge, Queue
 from cmq.fsm import segdata as node
 from cmq.fsm.cells import Segment
 from cmq.fsm.store import FLAG_BINARY, StoredMessage, encode_record
-from cmq.model import SegmentRecord
+from cmq.segment_values import SegmentRecord
 from tests.cmq.fsm.test_lifecycle import T0, Env, machine_run
 
 

@@ -32,7 +32,7 @@ from cmq.client import Client
 from cmq.client.backup import export_page, import_messages
 from cmq.client.types import Message
 from cmq.errors import InvalidParameter
-from cmq.model import LiveMessage
+from cmq.export_values import LiveMessage
 from tests.cmq.backup_helpers import api_cluster
 
 # Levels sent out of order, so a restore that dropped them would deliver in send order.

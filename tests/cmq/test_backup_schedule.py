@@ -24,14 +24,8 @@ from cmq.backup.load import import_json, restore
 from cmq.client import Client
 from cmq.client.backup import export_page
 from cmq.client.types import Message
-from cmq.model import (
-    ImportedMessage,
-    OutgoingMessage,
-    QueueAttributes,
-    imported_delay_ms,
-    send_refusal,
-    within_retention,
-)
+from cmq.export_values import ImportedMessage, imported_delay_ms
+from cmq.model import OutgoingMessage, QueueAttributes, send_refusal, within_retention
 from cmq.redrive import Moving, copies, move_batch
 from tests.cmq.backup_helpers import api_cluster
 from tests.cmq.helpers import one_node

@@ -23,7 +23,8 @@ from cmq.errors import (
     InvariantBroken,
     SegmentNotReleased,
 )
-from cmq.model import ImportedMessage, OutgoingMessage, QueueAttributes, RetryPolicy
+from cmq.export_values import ImportedMessage
+from cmq.model import OutgoingMessage, QueueAttributes, RetryPolicy
 from cmq.node.queue_node import QueueNode
 from cmq.routing import rpc
 from cmq.routing.rpc import ReleaseCall

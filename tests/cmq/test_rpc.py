@@ -18,15 +18,7 @@ from cmq.errors import (
     ReceiptInvalid,
     Unavailable,
 )
-from cmq.model import (
-    ArchiveResult,
-    ClaimResult,
-    QueueAttributes,
-    QueueStats,
-    ReceivedMessage,
-    Refused,
-    SentMessage,
-)
+from cmq.model import QueueAttributes, QueueStats, ReceivedMessage, SentMessage
 from cmq.routing.rpc import (
     RETRY,
     AckCall,
@@ -56,6 +48,7 @@ from cmq.routing.rpc import (
     decode_error,
     encode_error,
 )
+from cmq.segment_values import ArchiveResult, ClaimResult, Refused
 
 text = st.text(max_size=20)
 group = st.integers(0, 2**32 - 1)

@@ -20,6 +20,7 @@ from cmq.archive import manifest as archive_manifest
 from cmq.backup import format as backup_format
 from cmq.catalog.meta import CatalogMachine
 from cmq.errors import CmqError, Overloaded
+from cmq.export_values import ImportedMessage
 from cmq.frontend import base, calls, key_calls, wire
 from cmq.fsm import commands as qc
 from cmq.fsm.image import SHIPPED_MAGIC, ship
@@ -30,18 +31,17 @@ from cmq.fsm.store import encode_record as encode_segment_record
 from cmq.grants import KeyGrant, KeyRecord
 from cmq.model import (
     EntryResult,
-    ImportedMessage,
     OutgoingMessage,
     QueueAttributes,
     QueueStats,
     ReceivedMessage,
     RetryPolicy,
     SegmentCounts,
-    SegmentRecord,
     SendRefused,
     SentMessage,
 )
 from cmq.routing.receipts import ReceiptSigner
+from cmq.segment_values import SegmentRecord
 from raftlog.core.types import (
     ConfState,
     Entry,

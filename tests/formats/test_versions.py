@@ -484,7 +484,8 @@ def test_forwarded_replies_with_ttl_deadlines_read_both_ways() -> None:
     release reads a previous node's reply (no key) as no deadline."""
     from dataclasses import dataclass
 
-    from cmq.model import LiveMessage, ReceivedMessage
+    from cmq.export_values import LiveMessage
+    from cmq.model import ReceivedMessage
 
     @dataclass(frozen=True)
     class OldReceived:  # ReceivedMessage as release 0.3.0 declares it

@@ -37,7 +37,8 @@ from cmq.fsm.commands import (
     Tidy,
 )
 from cmq.fsm.store import SegmentStore
-from cmq.model import QueueAttributes, SegmentRecord
+from cmq.model import QueueAttributes
+from cmq.segment_values import SegmentRecord
 
 from .harness import Applier, leased_ids
 
