@@ -33,6 +33,7 @@ PURE = {
     "status_models.py",
     "decoding.py",
     "routes.py",
+    "segment_routes.py",
     "openapi.py",
     "metrics.py",
 }
