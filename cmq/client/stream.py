@@ -610,8 +610,8 @@ class StreamClient:
                 continue
             try:
                 target = await self._connection_for(sub.queue)
-            except ConnectFailed:
-                continue  # no node at all: resumed when one answers
+            except CmqError:  # no node at all (or refused): resumed when one answers
+                continue
             old = sub.conn
             if old is target or sub._closed:
                 continue
