@@ -104,7 +104,9 @@ def make_app(
     app[SERVED_KEY] = Served(service, http_metrics, openapi, leader_hint)
     for route in routes:  # GET routes get no implicit HEAD: probes use GET
         app.router.add_route(route.method, route.path, _handler(route))
-    _add_stream(app.router, service, max_request_bytes, auth, subscriptions)
+    _add_stream(
+        app.router, service, max_request_bytes, auth, subscriptions, leader_hint=leader_hint
+    )
     _add_console(app.router)
     if keys is not None:
         add_key_routes(app, keys)
@@ -126,10 +128,13 @@ def _add_stream(
     max_bytes: int,
     auth: AuthConfig | None,
     subscriptions: Subscriptions | None,
+    *,
+    leader_hint: LeaderHint | None,
 ) -> None:
     """``GET /v1/stream``: the streaming protocol (`api.stream`), a WebSocket beside the JSON
     API (its frames are specified in ``docs/api.md``). With ``auth``, the upgrade request is
-    verified like any other and each frame is checked against the key's grants."""
+    verified like any other and each frame is checked against the key's grants. Its answers
+    carry ``leader_hint``'s address as the HTTP answers carry ``Cmq-Leader``."""
 
     async def stream(request: web.Request) -> web.StreamResponse:
         authorize = None
@@ -140,7 +145,9 @@ def _add_stream(
                 grants = auth.keys.grants_of(key_id) or ()
                 return allowed(grants, STREAM_ACTIONS[kind], queue)
 
-        return await stream_handler(request, service, max_bytes, authorize, subscriptions)
+        return await stream_handler(
+            request, service, max_bytes, authorize, subscriptions, leader_of=leader_hint
+        )
 
     router.add_get(STREAM_PATH, stream, allow_head=False)
 

@@ -42,18 +42,18 @@ from cmq.stream import (
     Answer,
     BadFrame,
     Credit,
-    Deliver,
     Delivered,
     Failed,
     Nack,
     Request,
-    Results,
     Send,
-    Sent,
     Subscribe,
     Unsubscribe,
     decode_requests,
+    deliver,
     encode,
+    results,
+    sent,
 )
 
 log = logging.getLogger(__name__)
@@ -73,6 +73,14 @@ _RETRY_MAX: Final = 1.0
 Authorize = Callable[[str, str], bool]
 """Whether the connection's key may do a frame's kind (``send``, ``subscribe``, ``ack``,
 ``nack``) on a queue; checked on every frame (a revoked grant takes effect at once)."""
+
+LeaderOf = Callable[[str], str]
+"""Queue name -> the HTTP address of its leader when that is another node, else "" (the
+`api.routing.LeaderHint` of the HTTP API; it must be as cheap)."""
+
+
+def _no_hint(_queue: str) -> str:
+    return ""
 
 
 def _failed(fid: int, e: CmqError) -> Failed:
@@ -113,8 +121,10 @@ class _Connection:
         ws: web.WebSocketResponse,
         authorize: Authorize | None,
         subscriptions: Subscriptions,
+        leader_of: LeaderOf = _no_hint,
     ) -> None:
         self.service = service
+        self.leader_of = leader_of
         self.ws = ws
         self.authorize = authorize
         self.subscriptions = subscriptions
@@ -191,18 +201,20 @@ class _Connection:
             answer: Answer
             try:
                 if isinstance(frame, Send):
-                    sent = await self.service.send(
+                    done = await self.service.send(
                         frame.queue, [m.to_model() for m in frame.messages]
                     )
-                    answer = Sent(frame.id, [(m.id, m.seq) for m in sent])
-                elif isinstance(frame, Ack):
-                    results = await self.service.ack(frame.queue, frame.receipts)
-                    answer = Results(frame.id, [(r.receipt, r.ok, r.error) for r in results])
+                    ids = [(m.id, m.seq) for m in done]
+                    answer = sent(frame.id, ids, self.leader_of(frame.queue))
                 else:
-                    results = await self.service.nack(
-                        frame.queue, frame.receipts, frame.delay_seconds
-                    )
-                    answer = Results(frame.id, [(r.receipt, r.ok, r.error) for r in results])
+                    if isinstance(frame, Ack):
+                        got = await self.service.ack(frame.queue, frame.receipts)
+                    else:
+                        got = await self.service.nack(
+                            frame.queue, frame.receipts, frame.delay_seconds
+                        )
+                    entries = [(r.receipt, r.ok, r.error) for r in got]
+                    answer = results(frame.id, entries, self.leader_of(frame.queue))
             except CmqError as e:
                 answer = _failed(frame.id, e)
             except Exception:
@@ -276,7 +288,8 @@ class _Connection:
             backoff = _RETRY_FIRST
             sub.give_back(n - len(got))
             if got:
-                await self.out.put(Deliver(f.id, [Delivered.of(m) for m in got]))
+                leader = self.leader_of(f.queue)
+                await self.out.put(deliver(f.id, [Delivered.of(m) for m in got], leader))
 
     async def _write_loop(self) -> None:
         while True:
@@ -295,16 +308,21 @@ async def stream_handler(
     max_message_bytes: int,
     authorize: Authorize | None = None,
     subscriptions: Subscriptions | None = None,
+    *,
+    leader_of: LeaderOf | None = None,
 ) -> web.WebSocketResponse:
     """Upgrade ``request`` and serve the stream until it closes; WebSocket messages above
     ``max_message_bytes`` close the connection (status 1009). ``authorize``: the per-frame
     check (None: anonymous access, every frame allowed); a refused frame gets `Failed` 403
     ``AccessDenied`` and changes nothing. ``subscriptions``: told of each subscription
-    opened and ended (the node's metrics read it; None: counted nowhere)."""
+    opened and ended (the node's metrics read it; None: counted nowhere). ``leader_of``: the
+    leader hint `Sent`, `Results` and `Deliver` frames carry when it names another node (None:
+    no hints; `cmq.stream`, "Leader hint")."""
     ws = web.WebSocketResponse(max_msg_size=max_message_bytes, heartbeat=30.0, compress=False)
     await ws.prepare(request)
     counts = Subscriptions() if subscriptions is None else subscriptions
-    await _Connection(service, ws, authorize, counts).run()
+    hint = _no_hint if leader_of is None else leader_of
+    await _Connection(service, ws, authorize, counts, hint).run()
     if not ws.closed:
         await ws.close()
     return ws

@@ -36,6 +36,13 @@ does not decode, or breaks a limit, is answered by `Failed` with code ``InvalidP
 when its id can be read, else the connection is closed with WebSocket status 1007 (invalid
 payload data); nothing is stored.
 
+Leader hint: `Sent`, `Results` and `Deliver` end with an optional ``leader``, the HTTP address
+(``host:port``, as the ``Cmq-Leader`` header of the HTTP API names it) of the node leading the
+frame's queue, present only when the answering node does not lead it and knows which node does.
+A server that predates it sends none and a client that predates it ignores it (answer frames
+allow trailing elements), so it needs no new version; a frame without a hint is encoded exactly
+as before (`PlainSent`, `PlainDeliver`, `PlainResults`).
+
 Versions: the protocol is version 1 (`STREAM_PROTOCOL_VERSION`), implicit: the upgrade carries
 no version header or subprotocol, and a frame's tag is its version marker. This release reads
 request tags 1-6 and answer tags 16-19; a later release adds tags. A request frame with a tag
@@ -47,7 +54,7 @@ answer the client cannot read ends the connection with that reason given to the 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Final
+from typing import Annotated, Final, cast
 
 import msgspec
 from msgspec import Meta, Struct
@@ -201,6 +208,8 @@ class Nack(Struct, tag=6, array_like=True, forbid_unknown_fields=True):
 class Sent(Struct, tag=16, array_like=True):
     id: int
     messages: list[tuple[str, int]]
+    leader: str | None = None
+    """The leader hint (see "Leader hint" above); trailing and optional."""
 
 
 class Delivered(Struct, array_like=True):
@@ -255,11 +264,58 @@ class Delivered(Struct, array_like=True):
 class Deliver(Struct, tag=17, array_like=True):
     id: int
     messages: list[Delivered]
+    leader: str | None = None
+    """The leader hint (see "Leader hint" above); trailing and optional."""
 
 
 class Results(Struct, tag=18, array_like=True):
     id: int
     results: list[tuple[str, bool, str | None]]
+    leader: str | None = None
+    """The leader hint (see "Leader hint" above); trailing and optional."""
+
+
+class PlainSent(Struct, tag=16, array_like=True):
+    """A `Sent` without a leader hint, as a server encodes it (the bytes of every release)."""
+
+    id: int
+    messages: list[tuple[str, int]]
+
+
+class PlainDeliver(Struct, tag=17, array_like=True):
+    """A `Deliver` without a leader hint, as a server encodes it."""
+
+    id: int
+    messages: list[Delivered]
+
+
+class PlainResults(Struct, tag=18, array_like=True):
+    """A `Results` without a leader hint, as a server encodes it."""
+
+    id: int
+    results: list[tuple[str, bool, str | None]]
+
+
+def sent(fid: int, messages: list[tuple[str, int]], leader: str) -> Sent:
+    """The `Sent` answer, carrying ``leader`` when it is not empty (else the frame every
+    release sends: msgspec encodes a struct by its runtime type)."""
+    if leader:
+        return Sent(fid, messages, leader)
+    return cast("Sent", PlainSent(fid, messages))
+
+
+def deliver(sid: int, messages: list[Delivered], leader: str) -> Deliver:
+    """The `Deliver` frame, carrying ``leader`` when it is not empty (as `sent`)."""
+    if leader:
+        return Deliver(sid, messages, leader)
+    return cast("Deliver", PlainDeliver(sid, messages))
+
+
+def results(fid: int, entries: list[tuple[str, bool, str | None]], leader: str) -> Results:
+    """The `Results` answer, carrying ``leader`` when it is not empty (as `sent`)."""
+    if leader:
+        return Results(fid, entries, leader)
+    return cast("Results", PlainResults(fid, entries))
 
 
 class Failed(Struct, tag=19, array_like=True):

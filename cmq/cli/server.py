@@ -341,7 +341,12 @@ async def front_end(socket_path: str, http: Address, security: HttpSecurity) -> 
             region = os.environ.get("CMQ_AUTH_REGION") or None
             auth = AuthConfig(proxy.keys, region=region, current=proxy.keys.current)
         app = make_app(
-            proxy, registry=registry, sqs=SqsSettings.from_env(), auth=auth, keys=proxy.keys
+            proxy,
+            registry=registry,
+            sqs=SqsSettings.from_env(),
+            auth=auth,
+            keys=proxy.keys,
+            leader_hint=proxy.leader_http,
         )
         async with _http_site(app, http, security, reuse_port=True):
             while not stop.is_set() and proxy.lost is None:

@@ -124,3 +124,9 @@ class Leaders:
         """An attempt about ``queue`` sent to ``url`` failed: stop preferring ``url`` for it."""
         if self._preferred.get(queue) == url:
             del self._preferred[queue]
+
+    def lost(self, url: str) -> None:
+        """The connection to ``url`` failed (a stream client's): stop preferring it for every
+        queue."""
+        for queue in [q for q, u in self._preferred.items() if u == url]:
+            del self._preferred[queue]

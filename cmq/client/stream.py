@@ -20,6 +20,19 @@ then a send's outcome is unknown, and it is never resent here.
 At most ``window`` requests are unanswered at once (further calls wait). A dropped connection
 fails the requests in flight; the next call connects again, to the next node URL, and every
 open subscription is resumed there with the credit it had left.
+
+Leader-direct (``leader_direct``, on by default): a node answering about a queue it does not
+lead names the leader's HTTP address in the answer (`cmq.stream`, "Leader hint"); the client
+then keeps a connection to that node too (at most `MAX_CONNECTIONS` besides the first) and sends
+the queue's sends, acks and nacks over it, and moves the queue's subscriptions there (an
+`Unsubscribe` on the old connection, a `Subscribe` with the credit left on the new one). Which
+hints are followed is `cmq.client.leaders.Leaders`'s rule, as for the HTTP client: only one
+naming one of the client's URLs unless ``leader_any_node``. When a connection to a leader cannot
+be opened or drops, its queues fall back to the first connection (their subscriptions resume
+there); a send in flight on it has an unknown outcome and is not resent, as above. A moved
+subscription may briefly hold up to twice its prefetch (deliveries the old node had leased when
+the `Unsubscribe` reached it still arrive), and a message a node had leased for it and not yet
+pushed when it ended comes back after its visibility timeout.
 """
 
 from __future__ import annotations
@@ -35,6 +48,7 @@ import aiohttp
 from cmq.client import tracing
 from cmq.client.errors import ConnectFailed, ResponseLost, server_error
 from cmq.client.http import parse_urls
+from cmq.client.leaders import Leaders
 from cmq.client.signing import AccessKey, ssl_context
 from cmq.client.types import Message, Outgoing, ReceivedMessage
 from cmq.errors import CmqError
@@ -72,6 +86,8 @@ _MAX_BATCH_FRAMES: Final = 512
 _MAX_MESSAGE_BYTES: Final = 64 << 20
 _RESUME_FIRST: Final = 0.05
 _RESUME_MAX: Final = 2.0
+MAX_CONNECTIONS: Final = 8
+"""Connections to leaders a client keeps besides its first one (further queues use the first)."""
 
 
 def _wire(m: Outgoing, trace: dict[str, str]) -> WireMessage:
@@ -157,6 +173,8 @@ class _Connection:
             sub = self.client._subs.get(answer.id)
             if sub is not None:
                 sub._deliver(_received(answer))
+                if answer.leader is not None:
+                    self.client._learn(sub.queue, self.url, answer.leader)
             return
         fut = self.pending.pop(answer.id, None)
         if fut is not None:
@@ -180,7 +198,7 @@ class _Connection:
     def _lost(self, why: str = "closed") -> None:
         if not self.closed.is_set():
             self.closed.set()
-            self.client._lost()
+            self.client._lost(self)
         for fut in self.pending.values():
             if not fut.done():
                 fut.set_exception(
@@ -218,6 +236,8 @@ class Subscription:
         self.max_batch = max_batch
         self.outstanding = 0
         """Messages delivered and not granted back."""
+        self.conn: _Connection | None = None
+        """The connection the subscription's deliveries come over (None: being resumed)."""
         self._batches: asyncio.Queue[list[ReceivedMessage] | CmqError] = asyncio.Queue()
         self._closed = False
 
@@ -262,9 +282,10 @@ class Subscription:
     async def grant(self, n: int) -> None:
         """Let the server deliver ``n`` more messages (after handling ``n`` delivered ones)."""
         credit = self._take_back(n)
-        if credit is not None:
-            conn = await self.client._connection()
+        conn = self.conn
+        if credit is not None and conn is not None and not conn.closed.is_set():
             await conn.out.put(credit)
+        # else: the subscription is resumed with the credit left, this included
 
     async def ack(self, messages: Sequence[ReceivedMessage]) -> list[EntryResult]:
         """Acknowledge ``messages`` (delivered by this subscription); per-message results once
@@ -300,7 +321,7 @@ class Subscription:
             return
         self._closed = True
         self.client._subs.pop(self.id, None)
-        conn = self.client._conn
+        conn = self.conn
         if conn is not None and not conn.closed.is_set():
             await conn.out.put(Unsubscribe(self.id))
 
@@ -317,10 +338,14 @@ class StreamClient:
         session: aiohttp.ClientSession | None = None,
         access_key: AccessKey | tuple[str, str] | None = None,
         ca_file: str | None = None,
+        leader_direct: bool = True,
+        leader_any_node: bool = False,
     ) -> None:
         """``access_key``: the key the connection is signed with (None: the environment's or
         a key file's, `cmq.client.signing`, else unsigned); ``ca_file``: the CAs an https URL
-        is verified with."""
+        is verified with. ``leader_direct``: send each queue's frames over a connection to its
+        leader (see the module docstring); ``leader_any_node``: also follow a hint naming an
+        address outside ``urls`` (off: a node could steer the client and its key elsewhere)."""
         self.urls = parse_urls(urls)
         self.access_key = AccessKey.resolve(access_key)
         self._ssl = ssl_context(ca_file)
@@ -335,6 +360,12 @@ class StreamClient:
         self._subs: dict[int, Subscription] = {}
         self._closing = False
         self._resumer: asyncio.Task[None] | None = None
+        self._leaders = Leaders(self.urls, any_node=leader_any_node) if leader_direct else None
+        self._direct: dict[str, _Connection] = {}
+        """Connections to leaders, by base URL (at most `MAX_CONNECTIONS`)."""
+        self._moves: set[int] = set()
+        """Subscriptions (ids) to move to their queue's leader."""
+        self._mover: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> StreamClient:
         return self
@@ -345,12 +376,16 @@ class StreamClient:
     async def close(self) -> None:
         """Close the connection (requests in flight fail with `ResponseLost`)."""
         self._closing = True
-        if self._resumer is not None:
-            self._resumer.cancel()
-            await asyncio.gather(self._resumer, return_exceptions=True)
+        for task in (self._resumer, self._mover):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         for sub in list(self._subs.values()):
             sub._closed = True
         self._subs.clear()
+        for conn in list(self._direct.values()):
+            await conn.close()
+        self._direct.clear()
         if self._conn is not None:
             await self._conn.close()
             self._conn = None
@@ -368,43 +403,83 @@ class StreamClient:
                 return conn
             if conn is not None:
                 await conn.close()
-            if self._session is None:
-                self._session = aiohttp.ClientSession()
             last: Exception | None = None
             for i in range(len(self.urls)):
                 url = self.urls[(self._next_url + i) % len(self.urls)]
-                headers = (
-                    {}
-                    if self.access_key is None
-                    else self.access_key.sign("GET", url + STREAM_PATH, None)
-                )
                 try:
-                    ws = await self._session.ws_connect(
-                        url + STREAM_PATH,
-                        headers=headers,
-                        ssl=self._ssl or True,
-                        timeout=aiohttp.ClientWSTimeout(ws_close=5.0),
-                        max_msg_size=_MAX_MESSAGE_BYTES,
-                        heartbeat=30.0,
-                        autoping=True,
-                    )
-                except aiohttp.WSServerHandshakeError as e:
-                    if e.status in {401, 403}:  # refused, not unreachable: say so
-                        code = "AccessDenied" if e.status == 403 else "Unauthorized"
-                        raise server_error(e.status, code, e.message) from None
-                    last = e
-                    continue
+                    conn = await self._open(url)
                 except (aiohttp.ClientError, OSError, TimeoutError) as e:
                     last = e
                     continue
                 self._next_url = (self._next_url + i + 1) % len(self.urls)
-                self._conn = _Connection(self, ws, url)
-                for sub in self._subs.values():
-                    await self._conn.out.put(sub._frame())
-                return self._conn
+                self._conn = conn
+                await self._place_orphans(conn)
+                return conn
             raise ConnectFailed(
                 f"no node accepted a stream connection: {last}", self.urls[0], type(last).__name__
             )
+
+    async def _open(self, url: str) -> _Connection:
+        """A new connection to ``url``; raises the aiohttp error when it cannot be opened, or
+        the `cmq.errors` class of a 401/403 refusal."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        headers = (
+            {} if self.access_key is None else self.access_key.sign("GET", url + STREAM_PATH, None)
+        )
+        try:
+            ws = await self._session.ws_connect(
+                url + STREAM_PATH,
+                headers=headers,
+                ssl=self._ssl or True,
+                timeout=aiohttp.ClientWSTimeout(ws_close=5.0),
+                max_msg_size=_MAX_MESSAGE_BYTES,
+                heartbeat=30.0,
+                autoping=True,
+            )
+        except aiohttp.WSServerHandshakeError as e:
+            if e.status in {401, 403}:  # refused, not unreachable: say so
+                code = "AccessDenied" if e.status == 403 else "Unauthorized"
+                raise server_error(e.status, code, e.message) from None
+            raise
+        return _Connection(self, ws, url)
+
+    async def _connection_for(self, queue: str) -> _Connection:
+        """The connection ``queue``'s frames go over: its leader's when one is known and can
+        be reached (leader-direct), else the first connection (`_connection`)."""
+        url = None if self._leaders is None else self._leaders.get(queue)
+        if url is None:
+            return await self._connection()
+        default = self._conn
+        if default is not None and not default.closed.is_set() and default.url == url:
+            return default
+        conn = self._direct.get(url)
+        if conn is not None and not conn.closed.is_set():
+            return conn
+        async with self._lock:
+            conn = self._direct.get(url)
+            if (conn is None or conn.closed.is_set()) and (
+                url in self._direct or len(self._direct) < MAX_CONNECTIONS
+            ):
+                try:
+                    conn = await self._open(url)
+                except (aiohttp.ClientError, OSError, TimeoutError, CmqError) as e:
+                    log.info("stream to leader %s failed: %s", url, e)
+                    conn = None
+                    if self._leaders is not None:
+                        self._leaders.lost(url)
+                else:
+                    self._direct[url] = conn
+        if conn is None or conn.closed.is_set():
+            return await self._connection()
+        return conn
+
+    async def _place_orphans(self, conn: _Connection) -> None:
+        """Resume on ``conn`` every subscription whose connection ended."""
+        for sub in list(self._subs.values()):
+            if sub.conn is None or sub.conn.closed.is_set():
+                sub.conn = conn
+                await conn.out.put(sub._frame())
 
     async def _call(
         self, frame: Send | Ack | Nack, then: Callable[[], Credit | None] | None = None
@@ -414,22 +489,29 @@ class StreamClient:
         suspension between while the queue has room, so both leave in the same WebSocket
         message (else in order, in the next)."""
         async with self._window:
-            conn = await self._connection()
+            conn = await self._connection_for(frame.queue)
             fut: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
             conn.pending[frame.id] = fut
             await conn.out.put(frame)
             if then is not None and (follow := then()) is not None:
-                await conn.out.put(follow)  # no suspension while the queue has room
+                sub = self._subs.get(follow.id)
+                target = conn if sub is None or sub.conn is None else sub.conn
+                if not target.closed.is_set():  # else resumed with the credit left
+                    await target.out.put(follow)  # no suspension while the queue has room
             try:
                 async with asyncio.timeout(self.timeout):
                     answer = await fut
             except TimeoutError:
                 conn.pending.pop(frame.id, None)
+                if self._leaders is not None:
+                    self._leaders.failed(frame.queue, conn.url)
                 raise ResponseLost(
                     f"no answer from {conn.url} within {self.timeout} s", conn.url, "timeout"
                 ) from None
         if isinstance(answer, Failed):
             raise server_error(answer.status, answer.code, answer.message, answer.retry_after)
+        if not isinstance(answer, Deliver) and answer.leader is not None:
+            self._learn(frame.queue, conn.url, answer.leader)
         return answer
 
     async def send(self, queue: str, messages: Sequence[Outgoing]) -> list[SentMessage]:
@@ -473,14 +555,20 @@ class StreamClient:
             visibility_timeout=visibility_timeout,
             max_batch=max_batch,
         )
-        conn = await self._connection()
+        conn = await self._connection_for(queue)
+        sub.conn = conn
         self._subs[sub.id] = sub
         await conn.out.put(sub._frame())
         return sub
 
-    def _lost(self) -> None:
-        """A connection ended: resume the subscriptions on a new one (in the background: a
-        consumer may only be waiting for deliveries)."""
+    def _lost(self, conn: _Connection) -> None:
+        """``conn`` ended: its queues stop preferring its node, and its subscriptions are
+        resumed on another connection (in the background: a consumer may only be waiting for
+        deliveries)."""
+        if self._direct.get(conn.url) is conn:
+            del self._direct[conn.url]
+        if self._leaders is not None:
+            self._leaders.lost(conn.url)
         if self._subs and not self._closing and (self._resumer is None or self._resumer.done()):
             self._resumer = asyncio.get_running_loop().create_task(self._resume())
 
@@ -488,8 +576,46 @@ class StreamClient:
         delay = _RESUME_FIRST
         while self._subs and not self._closing:
             try:
-                await self._connection()
+                for sub in list(self._subs.values()):
+                    if sub.conn is None or sub.conn.closed.is_set():
+                        conn = await self._connection_for(sub.queue)
+                        if sub.conn is None or sub.conn.closed.is_set():
+                            sub.conn = conn
+                            await conn.out.put(sub._frame())
                 return
             except ConnectFailed:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, _RESUME_MAX)
+
+    def _learn(self, queue: str, url: str, hint: str) -> None:
+        """A frame about ``queue`` answered over the connection to ``url`` named its leader
+        ``hint``: prefer it (`Leaders.learn`) and move the queue's subscriptions there."""
+        if self._leaders is None:
+            return
+        self._leaders.learn(queue, url, hint)
+        target = self._leaders.get(queue)
+        if target is None:
+            return
+        for sub in self._subs.values():
+            if sub.queue == queue and sub.conn is not None and sub.conn.url != target:
+                self._moves.add(sub.id)
+        if self._moves and not self._closing and (self._mover is None or self._mover.done()):
+            self._mover = asyncio.get_running_loop().create_task(self._move())
+
+    async def _move(self) -> None:
+        """Move each subscription in `_moves` to its queue's current connection."""
+        while self._moves and not self._closing:
+            sub = self._subs.get(self._moves.pop())
+            if sub is None or sub._closed:
+                continue
+            try:
+                target = await self._connection_for(sub.queue)
+            except CmqError:  # no node at all (or refused): resumed when one answers
+                continue
+            old = sub.conn
+            if old is target or sub._closed:
+                continue
+            sub.conn = target
+            if old is not None and not old.closed.is_set():
+                await old.out.put(Unsubscribe(sub.id))
+            await target.out.put(sub._frame())

@@ -41,6 +41,7 @@ from prometheus_client.registry import Collector
 from cmq.errors import CmqError, OutcomeUnknown, Unavailable, UnreadableFrame
 from cmq.export_values import ExportPage, ImportedMessage
 from cmq.frontend import base, calls, key_calls, wire
+from cmq.frontend.hints import leader_from_status
 from cmq.frontend.keys import KeyCopyRing
 from cmq.model import (
     EntryResult,
@@ -326,6 +327,11 @@ class ServiceProxy(QueueService):
 
     def status(self) -> dict[str, Any]:
         return self._status
+
+    def leader_http(self, name: str) -> str:
+        """The leader hint for queue ``name`` (`cmq.frontend.hints.leader_from_status` on the
+        status copy): what the front end's answers name in ``Cmq-Leader``; dict lookups only."""
+        return leader_from_status(self._status, name)
 
     async def create_queue(self, name: str, attributes: QueueAttributes) -> bool:
         return await self._call(calls.CreateQueue(name, attributes))

@@ -126,9 +126,18 @@ class _Run:
         return self._nodes[i % len(self._nodes)]
 
     def stream(self, i: int) -> StreamClient:
-        """A stream connection of its own to the ``i``-th node (round robin over the URLs)."""
-        url = self.cfg.urls[i % len(self.cfg.urls)]
-        return StreamClient([url], timeout=self.cfg.request_timeout, window=self.cfg.window)
+        """A stream client of its own, first connected to the ``i``-th node (round robin over
+        the URLs). With ``leader_direct`` it knows every node, starting at its own, so it follows
+        the stream's leader hint (a connection to the queue's leader beside its first)."""
+        urls = self.cfg.urls
+        k = i % len(urls)
+        mine = urls[k:] + urls[:k] if self.cfg.leader_direct else [urls[k]]
+        return StreamClient(
+            mine,
+            timeout=self.cfg.request_timeout,
+            window=self.cfg.window,
+            leader_direct=self.cfg.leader_direct,
+        )
 
     @staticmethod
     def _label(e: CmqError) -> str:

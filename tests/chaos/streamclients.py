@@ -52,8 +52,10 @@ class StreamClients:
         self.consumer = StreamClient(urls, timeout=timeout, window=64)
 
     def node(self) -> int:
-        """The node the consumer's connection is open to (0 when none)."""
-        conn = self.consumer._conn
+        """The node the consumer's subscription's connection is open to (leader-direct may have
+        moved it off the first connection), else its first connection's (0 when none)."""
+        subs = list(self.consumer._subs.values())
+        conn = subs[0].conn if subs and subs[0].conn is not None else self.consumer._conn
         url = conn.url if conn is not None else ""
         return next((n for n, u in self.w.urls.items() if u == url), 0)
 

@@ -355,9 +355,9 @@ def stream_answers() -> list[stream.Answer]:
     delivered = stream.Delivered("msg-0001", 5, b"hi", False, "rcpt", 1, T0, {"k": "v"}, None, None)
     urgent = stream.Delivered("msg-0002", 6, b"!", False, "rcpt2", 1, T0, {}, None, None, 3)
     return [
-        stream.Sent(1, [("msg-0001", 5)]),
-        stream.Deliver(2, [delivered, urgent]),
-        stream.Results(3, [("r1", True, None), ("r2", False, "ReceiptHandleIsInvalid")]),
+        stream.sent(1, [("msg-0001", 5)], ""),  # as a server sends it: no leader hint
+        stream.deliver(2, [delivered, urgent], ""),
+        stream.results(3, [("r1", True, None), ("r2", False, "ReceiptHandleIsInvalid")], ""),
         stream.Failed(4, 400, "InvalidParameter", "bad", None),
         stream.Failed(5, 503, "Overloaded", "busy", 0.5),
     ]

@@ -62,7 +62,8 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
             for nid, n in nodes.items():
                 app = make_app(services[nid], leader_hint=n.leader_http)  # type: ignore[arg-type]
                 servers[nid] = TestServer(app, host="127.0.0.1", port=ports[nid])
-                await servers[nid].start_server()
+                # A stopped server drops its open streams within a second.
+                await servers[nid].start_server(shutdown_timeout=1.0)
             urls = {nid: f"http://127.0.0.1:{ports[nid]}" for nid in nodes}
             c = Cluster(nodes, services, servers, urls)
             async with Client(urls[1]) as admin:
