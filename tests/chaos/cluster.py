@@ -48,11 +48,11 @@ class MountedFS(Protocol):
 # `cmq serve` with the groups' options overridden (the CLI has no flags for them).
 _WITH_GROUP_OPTIONS = """
 import json, sys
-import cmq.node.queue_node
+import cmq.node.config
 from raftlog.runtime import GroupOptions
 options = GroupOptions(**json.loads(sys.argv[1]))
-config = cmq.node.queue_node.NodeConfig
-cmq.node.queue_node.NodeConfig = lambda *a, **kw: config(*a, **kw, group_options=options)
+config = cmq.node.config.NodeConfig
+cmq.node.config.NodeConfig = lambda *a, **kw: config(*a, **kw, group_options=options)
 from cmq.cli.main import main
 sys.exit(main(sys.argv[2:]))
 """
