@@ -98,10 +98,24 @@ class GroupDriver:
         self.reset_by_repair = False
         """This replica was opened empty by a repair (`raftlog.runtime.repair`): the entries it
         lost with its damaged copy are expected to be missing until it has caught up."""
-        self.quiesced = False
+        self._quiesced = False
+        self.on_wake: Callable[[GroupDriver], None] | None = None
+        """Told whenever this group stops being quiesced (the host's tick loop walks only the
+        groups that are awake, `raftlog.runtime.ticks.Ticker.track`)."""
+
+    @property
+    def quiesced(self) -> bool:
         """An idle group the host does not tick (see `can_quiesce`, `quiesce_follower`, `wake`):
         its leader sends no heartbeats and its followers run no election timer. Any input but a
-        heartbeat answer wakes it; the host wakes it when a peer goes silent."""
+        heartbeat answer wakes it; the host wakes it when a peer goes silent. Every change from
+        quiesced to awake, whoever makes it, is reported to `on_wake`."""
+        return self._quiesced
+
+    @quiesced.setter
+    def quiesced(self, value: bool) -> None:
+        was, self._quiesced = self._quiesced, value
+        if was and not value and self.on_wake is not None:
+            self.on_wake(self)
 
     # -- lifecycle --------------------------------------------------------------------------------
     def start(self) -> None:

@@ -257,6 +257,7 @@ class MultiRaft:
         )
         driver.start()
         self.groups[group] = driver
+        self.ticker.track(driver)
         self._dir_of[group] = index
         self._sms[group] = sm
         return driver
