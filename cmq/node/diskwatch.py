@@ -250,8 +250,7 @@ class DiskWatch:
 
     def _file_error(self, i: int) -> OSError | None:
         """The I/O error a group on directory ``i`` stopped on, if one did (its own files)."""
-        stopped = [(g, d.stopped) for g, d in self._raft.groups.items() if d.stopped is not None]
-        for g, exc in sorted(stopped, key=lambda s: s[0]):  # the stopped ones only: few
+        for g, exc in sorted(self._raft.halted().items()):  # the halted ones only: few
             if isinstance(exc, OSError) and self._raft.dir_for(g) == i:
                 return exc
         return None

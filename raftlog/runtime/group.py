@@ -98,10 +98,24 @@ class GroupDriver:
         self.reset_by_repair = False
         """This replica was opened empty by a repair (`raftlog.runtime.repair`): the entries it
         lost with its damaged copy are expected to be missing until it has caught up."""
-        self.quiesced = False
+        self._quiesced = False
+        self.on_wake: Callable[[GroupDriver], None] | None = None
+        """Told whenever this group stops being quiesced (the host's tick loop walks only the
+        groups that are awake, `raftlog.runtime.ticks.Ticker.track`)."""
+
+    @property
+    def quiesced(self) -> bool:
         """An idle group the host does not tick (see `can_quiesce`, `quiesce_follower`, `wake`):
         its leader sends no heartbeats and its followers run no election timer. Any input but a
-        heartbeat answer wakes it; the host wakes it when a peer goes silent."""
+        heartbeat answer wakes it; the host wakes it when a peer goes silent. Every change from
+        quiesced to awake, whoever makes it, is reported to `on_wake`."""
+        return self._quiesced
+
+    @quiesced.setter
+    def quiesced(self, value: bool) -> None:
+        was, self._quiesced = self._quiesced, value
+        if was and not value and self.on_wake is not None:
+            self.on_wake(self)
 
     # -- lifecycle --------------------------------------------------------------------------------
     def start(self) -> None:
@@ -151,7 +165,7 @@ class GroupDriver:
     def step(self, m: Message) -> None:
         if self.stopped is not None:
             return
-        if self.quiesced and m.type is not MsgType.HEARTBEAT_RESP:
+        if self._quiesced and m.type is not MsgType.HEARTBEAT_RESP:
             self.quiesced = False
         lost = self.raw.raft.lost_acknowledged
         try:
@@ -270,7 +284,8 @@ class GroupDriver:
             raise ProposalDropped(f"group {self.group} is stopped", outcome_unknown=False)
         if not command:
             raise ValueError("a proposal must not be empty")
-        self.quiesced = False
+        if self._quiesced:  # the setter reports the wake-up (`on_wake`)
+            self.quiesced = False
         r = self.raw.raft
         if r.role is not Role.LEADER:
             raise NotLeader(r.lead)
@@ -284,14 +299,16 @@ class GroupDriver:
         """Propose a membership step; resolves (to None) once it is applied here."""
         if self.stopped is not None:
             raise ProposalDropped(f"group {self.group} is stopped", outcome_unknown=False)
-        self.quiesced = False
+        if self._quiesced:  # the setter reports the wake-up (`on_wake`)
+            self.quiesced = False
         index = self.raw.propose_conf_change(cc)
         fut = self._proposals.await_entry(index, self.raw.raft.term)
         self._after_input()
         return fut
 
     def transfer_leader(self, to: int) -> None:
-        self.quiesced = False
+        if self._quiesced:  # the setter reports the wake-up (`on_wake`)
+            self.quiesced = False
         self.raw.transfer_leader(to)
         self._after_input()
 

@@ -102,6 +102,7 @@ class MultiRaft:
         self._disks: LogDisks = disks if disks is not None else WalDisks(cfg.wal_options)
         self.groups: dict[int, GroupDriver] = {}
         self._dir_of: dict[int, int] = {}  # open group -> index of its data directory
+        self._halted: dict[int, GroupDriver] = {}  # groups that halted (see `halted`)
         self.wals: list[LogDisk] = []
         """The open disk of each data directory, in ``cfg.data_dirs`` order (after `start`)."""
         self._rng = random.Random(cfg.seed)
@@ -257,14 +258,31 @@ class MultiRaft:
         )
         driver.start()
         self.groups[group] = driver
+        if driver.stopped is not None:
+            self._halted[group] = driver  # halted while starting, before it was in `groups`
+        self.ticker.track(driver)
         self._dir_of[group] = index
         self._sms[group] = sm
         return driver
 
     def _on_halt(self, group: int, exc: BaseException) -> None:
         """A group's driver halted: damage to its stored state is repaired (when enabled)."""
+        driver = self.groups.get(group)
+        if driver is not None:
+            self._halted[group] = driver
         if is_storage_damage(exc):
             self.repairs.repair(group, str(exc))
+
+    def halted(self) -> dict[int, BaseException]:
+        """The open groups whose drivers halted on an error (`GroupDriver.halt`), with that
+        error, by group: kept as they halt, so asking costs nothing per healthy group."""
+        out: dict[int, BaseException] = {}
+        for g, d in list(self._halted.items()):
+            if self.groups.get(g) is not d or d.stopped is None:
+                del self._halted[g]  # dropped or reopened since
+            else:
+                out[g] = d.stopped
+        return out
 
     async def verify_snapshot(self, group: int) -> int:
         """Re-read and check ``group``'s latest stored snapshot (`DurableLog.verify_snapshot`,

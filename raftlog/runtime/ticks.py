@@ -13,6 +13,12 @@ Every ``tick_interval`` seconds of the event loop's clock (one task, owned here)
 4. now and then: probes the peers' clocks, asks the groups that pin old WAL segments to
    snapshot, asks every group for its periodic snapshot.
 
+A tick costs nothing per quiesced group: the loop walks only the groups that are awake. Each
+group is `track`-ed when the host opens it; a tracked group reports every wake-up itself
+(`GroupDriver.on_wake`: a proposal, a message from a peer, a transfer, `wake_all`), so it is
+back on the walk at the next tick, and the walk drops the groups it finds quiesced, stopped or
+no longer the host's.
+
 A loop that fell far behind (a paused process) skips the ticks it missed instead of bursting
 them. A follower stops ticking when its leader's ``QUIESCE`` heartbeat says so
 (`quiesce_follower`), and a lost connection makes its peer suspect at once (`peer_down`).
@@ -67,6 +73,11 @@ class Ticker:
                 f"({cfg.liveness_ticks // 4})"
             )
         self.liveness = PeerLiveness(cfg.liveness_ticks)
+        self._awake: dict[int, GroupDriver] = {}
+        """The groups the tick walk visits: every tracked group not found quiesced since it last
+        woke (a superset of the awake groups; the walk prunes it)."""
+        for g in groups.values():
+            self.track(g)
         self.task: asyncio.Task[None] | None = None
         """The tick loop (None: not started, or stopped)."""
         self.ticks = 0
@@ -96,14 +107,32 @@ class Ticker:
                 next_at = loop.time()  # we fell far behind (paused process): do not burst ticks
             self.tick()
 
+    def track(self, g: GroupDriver) -> None:
+        """``g`` was just opened here (and put in the host's groups): tick it from the next
+        tick on, and again whenever it wakes after quiescing."""
+        g.on_wake = self._woke
+        self._woke(g)
+
+    def _woke(self, g: GroupDriver) -> None:
+        self._awake[g.group] = g
+
+    @property
+    def awake(self) -> int:
+        """How many groups the last tick walked (quiesced ones are not walked)."""
+        return len(self._awake)
+
     def tick(self) -> None:
         """One tick (see the module docstring)."""
         cfg = self.cfg
         self._outbox.new_tick()
         self._check_liveness()
-        for g in list(self._groups.values()):
-            if not g.quiesced:
-                g.tick()
+        groups = self._groups
+        for gid, g in list(self._awake.items()):
+            if g.quiesced or g.stopped is not None or groups.get(gid) is not g:
+                if self._awake.get(gid) is g:
+                    del self._awake[gid]
+                continue
+            g.tick()
         if cfg.quiesce:
             self._quiesce_idle()
         self.ticks += 1
@@ -150,7 +179,7 @@ class Ticker:
         def live(p: int) -> bool:
             return self.liveness.is_live(p) and self._transport.is_connected(p)
 
-        for q in quiesce_idle(self._groups, self.me, live):
+        for q in quiesce_idle(self._awake, self.me, live):
             self.quiesces += 1
             self._outbox.quiesce(q.group, q.term, q.commit, q.followers)
 

@@ -93,6 +93,9 @@ class FakeRaft:
     def dir_for(self, group: int) -> int:
         return 0 if group in (1, 3) else 1
 
+    def halted(self) -> dict[int, BaseException]:
+        return {g: d.stopped for g, d in self.groups.items() if d.stopped is not None}
+
 
 async def inline(f: Any, *args: Any) -> Any:
     return f(*args)
@@ -196,6 +199,8 @@ async def test_a_failed_wal_stops_its_directory_and_the_other_goes_on(
         assert raft.leader_of(1) == 0  # a stopped replica leads nothing
         assert await raft.propose(2, b"after", timeout=5) is not None
         assert raft.groups[2].stopped is None and not w.ok()
+        halted = raft.halted()  # kept as groups halt: the watch walks no healthy group
+        assert list(halted) == [1] and isinstance(halted[1], DiskFailed)
     finally:
         monkeypatch.undo()
         await raft.close()

@@ -4,6 +4,7 @@ links wake them (three MultiRaft nodes on loopback, real WALs)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from raftlog.core import Role
 from raftlog.runtime import MultiRaft
 from raftlog.runtime.applog import AppendLog
+from raftlog.runtime.group import GroupDriver
 from raftlog.runtime.liveness import PeerLiveness
 from tests.raftlog.runtime.test_multiraft import (
     make_nodes,
@@ -142,5 +144,66 @@ async def test_a_closed_leader_node_is_replaced_and_groups_quiesce_without_it_on
         await asyncio.sleep(0.5)
         # A group with a replica on a dead node never quiesces (it must keep trying it).
         assert all(nd.quiesced() == () for nd in others.values())
+    finally:
+        await close(nodes)
+
+
+async def test_quiesced_groups_leave_the_tick_walk_and_each_wake_up_puts_them_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    nodes = await start(tmp_path)
+    try:
+
+        def walks_nothing() -> bool:
+            return all_quiet(nodes) and all(nd.ticker.awake == 0 for nd in nodes.values())
+
+        assert await until(walks_nothing, 15), [nd.ticker.awake for nd in nodes.values()]
+        ticks = dict.fromkeys(nodes, 0)
+        woke = dict.fromkeys(nodes, 0)
+        for n, nd in nodes.items():
+            g = nd.groups[3]
+
+            def counting(n: int = n, tick: Callable[[], None] = g.tick) -> None:
+                ticks[n] += 1
+                tick()
+
+            assert g.on_wake is not None  # the ticker tracks every group opened
+
+            def waking(
+                d: GroupDriver, n: int = n, on_wake: Callable[[GroupDriver], None] = g.on_wake
+            ) -> None:
+                woke[n] += 1
+                on_wake(d)
+
+            monkeypatch.setattr(g, "tick", counting)
+            monkeypatch.setattr(g, "on_wake", waking)
+
+        # A proposal puts the leader's group back on the walk at once (it is ticked until it
+        # quiesces again); the append it sends wakes the followers' replicas (a message from a
+        # peer), which are back on their walks.
+        leader = await wait_leader(nodes, 3)
+        fut = nodes[leader].groups[3].propose(b"wake")
+        assert nodes[leader].ticker.awake == 1 and woke[leader] == 1
+        await fut
+        assert await until(lambda: all(woke.values()) and ticks[leader] > 0, 5), (woke, ticks)
+        assert await until(walks_nothing, 15)
+
+        # A suspect or lost peer (liveness) wakes every group of the node onto the walk.
+        follower = next(n for n in nodes if n != leader)
+        before = ticks[follower]
+        nodes[follower].ticker.wake_all(0)
+        assert nodes[follower].ticker.awake == len(GROUPS)
+        nodes[follower].ticker.tick()
+        assert ticks[follower] == before + 1
+        assert await until(walks_nothing, 15)
+
+        # A dropped group leaves the walk for good, even when woken.
+        g = nodes[follower].groups[3]
+        await nodes[follower].drop_group(3)
+        before = ticks[follower]
+        g.wake()
+        nodes[follower].ticker.tick()
+        assert 3 not in nodes[follower].groups and ticks[follower] == before
+        assert nodes[follower].ticker.awake == 0
     finally:
         await close(nodes)
