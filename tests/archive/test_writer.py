@@ -31,6 +31,7 @@ from cmq.archive.writer import (
     footer_check,
     part_name,
     remove_temporaries,
+    segments_per_task,
     write_group,
 )
 from tests.archive.conftest import NEEDS_JAVA
@@ -182,6 +183,17 @@ def test_rows_are_split_by_their_utc_day() -> None:
     }
     assert days(table.slice(1, 2)).keys() == {"1970-01-01"}
     assert days(table.slice(0, 0)) == {}
+
+
+def test_a_batch_is_spread_over_the_slots_in_one_wave() -> None:
+    """As few tasks as keep every slot busy: ``ceil(segments / slots)`` a task, at most
+    ``most``; never 0 (an empty batch, a nonsense slot count)."""
+    assert segments_per_task(42, 2) == 21  # two tasks, not six of 8 in three waves
+    assert segments_per_task(43, 2) == 22
+    assert segments_per_task(1, 2) == 1 and segments_per_task(2, 2) == 1
+    assert segments_per_task(3, 4) == 1
+    assert segments_per_task(1000, 2) == 64 and segments_per_task(1000, 2, most=10) == 10
+    assert segments_per_task(0, 2) == 1 and segments_per_task(5, 0) == 5
 
 
 def test_a_bad_writer_is_refused_before_anything_runs(fake: FakeCluster, tmp_path: Path) -> None:
