@@ -83,7 +83,8 @@ def part_name(first_seq: int) -> str:
 def segments_per_task(segments: int, slots: int, most: int = MAX_SEGMENTS_PER_TASK) -> int:
     """How many consecutive segments one task takes when the batch has ``segments`` and Spark
     runs ``slots`` tasks at once (its default parallelism): as few tasks as keep every slot
-    busy (one wave: ``ceil(segments / slots)``), at most ``most`` per task. A task's fixed
+    busy (one wave: ``ceil(segments / slots)``; a task never spans two queues, so a batch of
+    several queues may take a few more), at most ``most`` per task. A task's fixed
     costs (scheduling, a file a day, its fsyncs) are paid once per slot instead of once per 8
     segments, and no slot idles through a last, partial wave."""
     if segments < 1:
