@@ -5,8 +5,10 @@ A three-node cluster of real ``cmq serve`` processes on loopback (one data group
 (random hex text) sent and acked, so every segment is released. Segments seal at
 ``--segment-bytes`` (and after 2 s). Then one warm Spark session (``local[2]``, started once,
 a warm-up batch first) runs the archive job once per queue (`cmq.archive.job.ArchiveJob`, what
-``cmq archive --queue Q`` runs), alternating the ``--forms`` given: ``pyarrow`` (the binary
-read, Parquet written by the Python workers: the default on a local ``--out``), ``spark`` (the
+``cmq archive --queue Q`` runs), alternating the ``--forms`` given (in order, then reversed,
+and so on): ``pyarrow`` (the binary
+read, Parquet written by the Python workers: the default on a local ``--out``), ``pyarrow8``
+(the same with 8 segments a task, the grouping before), ``spark`` (the
 binary read, Spark's writer: ``--writer spark``) and ``json`` (the JSON lines, ``--json-read``,
 Spark's writer). Each run is timed as the job reports it (listing, claims, the read-and-write,
 the verification, manifest, MarkArchived; no JVM start).
@@ -46,8 +48,10 @@ from cmq.cli.launch import LocalCluster
 from cmq.client import Client
 from cmq.client.types import Message
 
-FORMS = {"pyarrow": "pyarrow", "spark": "spark", "json": "spark"}
-"""A run's form -> the job's writer (``json`` also reads the JSON lines)."""
+FORMS = {"pyarrow": "pyarrow", "pyarrow8": "pyarrow", "spark": "spark", "json": "spark"}
+"""A run's form -> the job's writer (``json`` also reads the JSON lines; ``pyarrow8`` cuts the
+batch into tasks of 8 segments, the pyarrow writer's grouping before it spread a batch over
+Spark's cores in one wave)."""
 
 
 async def load(urls: list[str], queues: list[str], messages: int, size: int) -> float:
@@ -155,7 +159,9 @@ def main() -> None:
                 ArchiveJob(lambda: spark, cfg).run()
             runs: dict[str, list[dict[str, Any]]] = {f: [] for f in forms}
             for i, q in enumerate(queues):
-                form = forms[i % len(forms)]
+                # A-B then B-A: a load that rises or falls through the runs favours neither.
+                rnd = forms if (i // len(forms)) % 2 == 0 else forms[::-1]
+                form = rnd[i % len(forms)]
                 with tempfile.TemporaryDirectory() as tmp:
                     cfg = JobConfig(
                         urls=tuple(cluster.urls),
@@ -164,6 +170,7 @@ def main() -> None:
                         timeout=120,
                         binary=form != "json",
                         writer=FORMS[form],
+                        segments_per_task=8 if form == "pyarrow8" else None,
                     )
                     steps: list[tuple[str, float]] = []
 

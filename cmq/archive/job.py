@@ -115,7 +115,9 @@ class JobConfig:
     """Ask nodes for the binary segment read (False: the JSON lines, the older form)."""
     segments_per_task: int | None = None
     """Consecutive segments of one queue a Spark task reads and writes as one file a day
-    (None: the data source's default). Fewer: more tasks, more parallelism, more files."""
+    (None: for the pyarrow writer, the batch spread over Spark's default parallelism in one
+    wave, at most 64 a task (`cmq.archive.writer.segments_per_task`); for Spark's writer, the
+    data source's default, 8). Fewer: more tasks, more files."""
     writer: str = "auto"
     """Who writes the Parquet (`WRITERS`): ``pyarrow``, the Python workers (local roots only);
     ``spark``, Spark's writer from the ``cmq`` data source; ``auto``, pyarrow on a local root,
@@ -419,14 +421,15 @@ class ArchiveJob:
     def _write_pyarrow(self, tasks: Sequence[SegmentTask], staging: str) -> None:
         """Spark runs one task per group of segments; each reads and writes its own files
         (`cmq.archive.writer.WriteSpec`) and hands back what it wrote."""
-        from cmq.archive.source import DEFAULT_GROUP, encode_tasks, group_tasks
-        from cmq.archive.writer import WriteSpec, decode_stats
+        from cmq.archive.source import encode_tasks, group_tasks
+        from cmq.archive.writer import WriteSpec, decode_stats, segments_per_task
 
-        groups = group_tasks(tasks, self.config.segments_per_task or DEFAULT_GROUP)
+        sc = self.spark.sparkContext
+        size = self.config.segments_per_task or segments_per_task(len(tasks), sc.defaultParallelism)
+        groups = group_tasks(tasks, size)
         spec = WriteSpec(
             self.storage.root, staging, self.batch_id, self.config.timeout, self.config.binary
         )
-        sc = self.spark.sparkContext
         sc.setJobDescription(f"cmq archive {self.batch_id}: {len(tasks)} segments")
         try:
             encoded = [encode_tasks(g) for g in groups]

@@ -105,7 +105,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--segments-per-task",
         type=int,
-        help="segments a Spark task reads and writes as one file a day (default 8)",
+        help="segments a Spark task reads and writes as one file a day (default: pyarrow "
+        "writer, the batch spread over Spark's cores, at most 64 a task; Spark's writer, 8)",
     )
     p.add_argument(
         "--writer",

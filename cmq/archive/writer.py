@@ -67,6 +67,8 @@ _FOOTER = {b"org.apache.spark.sql.parquet.row.metadata": SPARK_ROW_METADATA.enco
 _DICTIONARY = ["receive_count", "attributes.key_value.key", "outcome"]
 """Columns with few distinct values: dictionary-encoded (ids and bodies are not)."""
 
+MAX_SEGMENTS_PER_TASK = 64
+"""The most segments one task of the pyarrow writer reads and writes (`segments_per_task`)."""
 ROW_GROUP_BYTES = 64 << 20
 """Rows of a day are buffered up to about this many bytes (Arrow) per row group."""
 DAY_US = 86_400_000_000
@@ -76,6 +78,18 @@ TEMP_SUFFIX = ".tmp"
 def part_name(first_seq: int) -> str:
     """The file a task whose first segment starts at ``first_seq`` writes for each day."""
     return f"part-{first_seq:020d}.parquet"
+
+
+def segments_per_task(segments: int, slots: int, most: int = MAX_SEGMENTS_PER_TASK) -> int:
+    """How many consecutive segments one task takes when the batch has ``segments`` and Spark
+    runs ``slots`` tasks at once (its default parallelism): as few tasks as keep every slot
+    busy (one wave: ``ceil(segments / slots)``; a task never spans two queues, so a batch of
+    several queues may take a few more), at most ``most`` per task. A task's fixed
+    costs (scheduling, a file a day, its fsyncs) are paid once per slot instead of once per 8
+    segments, and no slot idles through a last, partial wave."""
+    if segments < 1:
+        return 1
+    return max(1, min(most, -(-segments // max(1, slots))))
 
 
 def partition_dir(queue: str, date: str, batch_id: str) -> str:

@@ -31,6 +31,7 @@ from cmq.archive.writer import (
     footer_check,
     part_name,
     remove_temporaries,
+    segments_per_task,
     write_group,
 )
 from tests.archive.conftest import NEEDS_JAVA
@@ -184,6 +185,17 @@ def test_rows_are_split_by_their_utc_day() -> None:
     assert days(table.slice(0, 0)) == {}
 
 
+def test_a_batch_is_spread_over_the_slots_in_one_wave() -> None:
+    """As few tasks as keep every slot busy: ``ceil(segments / slots)`` a task, at most
+    ``most``; never 0 (an empty batch, a nonsense slot count)."""
+    assert segments_per_task(42, 2) == 21  # two tasks, not six of 8 in three waves
+    assert segments_per_task(43, 2) == 22
+    assert segments_per_task(1, 2) == 1 and segments_per_task(2, 2) == 1
+    assert segments_per_task(3, 4) == 1
+    assert segments_per_task(1000, 2) == 64 and segments_per_task(1000, 2, most=10) == 10
+    assert segments_per_task(0, 2) == 1 and segments_per_task(5, 0) == 5
+
+
 def test_a_bad_writer_is_refused_before_anything_runs(fake: FakeCluster, tmp_path: Path) -> None:
     cfg = JobConfig(urls=tuple(fake.urls), out=str(tmp_path), writer="arrow")
 
@@ -227,7 +239,11 @@ def test_pyarrow_and_spark_files_read_back_alike(spark: SparkSession, tmp_path: 
             fake.add_segments("r", [33])
             expected = fake.records()
             out = outputs[writer] = tmp_path / writer
-            cfg = JobConfig(urls=tuple(fake.urls), out=str(out), timeout=10, writer=writer)
+            # 8 segments a task for both writers (pyarrow's default would spread q's 3 over
+            # the 2 slots): one task per queue, so one file per queue and day.
+            cfg = JobConfig(
+                urls=tuple(fake.urls), out=str(out), timeout=10, writer=writer, segments_per_task=8
+            )
             s = ArchiveJob(lambda: spark, cfg).run()
             assert (s.segments, s.rows) == (4, 184)
             check_exactly_once(out, expected)
@@ -261,3 +277,16 @@ def test_pyarrow_and_spark_files_read_back_alike(spark: SparkSession, tmp_path: 
         return df.schema.simpleString(), rows
 
     assert spark_read(outputs["spark"]) == spark_read(outputs["auto"])
+
+    # By default pyarrow's tasks spread the batch over local[2]'s 2 slots: ceil(4 / 2) = 2
+    # segments a task, never across queues: q's 3 segments in 2 tasks, r's 1 in one.
+    with FakeCluster() as fake:
+        fake.add_segments("q", [60, 1, 90])
+        fake.add_segments("r", [33])
+        expected = fake.records()
+        out = tmp_path / "spread"
+        cfg = JobConfig(urls=tuple(fake.urls), out=str(out), timeout=10)
+        assert ArchiveJob(lambda: spark, cfg).run().rows == 184
+        check_exactly_once(out, expected)
+    names = {(p.parts[-4], p.name) for p in out.rglob("*.parquet")}
+    assert sorted(q for q, _ in names) == ["queue=q", "queue=q", "queue=r"]
