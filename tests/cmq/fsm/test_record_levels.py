@@ -17,9 +17,11 @@ from cmq.fsm import (
     NewMessage,
     Produce,
     QueueMachine,
+    Rewind,
     Tidy,
 )
-from cmq.fsm.commands import CommandFailed, Leased, Tidied
+from cmq.fsm.commands import CommandFailed, Leased, Rewound, Tidied
+from cmq.fsm.rewind import REWIND_MAX
 from cmq.fsm.store import (
     FLAG_PRIORITY,
     FRAME,
@@ -136,3 +138,20 @@ def test_a_produced_record_carries_its_level_and_a_tidy_copy_keeps_it() -> None:
     assert m.priorities("q", [x.seq for x in live]) == {
         x.seq: x.priority for x in live if x.priority
     }
+
+
+def test_a_rewound_copy_of_a_leveled_message_is_recorded_at_level_0() -> None:
+    store = MemorySegmentStore(cache_bytes=0)
+    m = QueueMachine(store)
+    attrs = QueueAttributes(visibility_timeout=30, priorities=8, retain_acked_seconds=86_400)
+    m.execute(CreateQueue("q", attrs, T0))
+    (seq,) = produce(m, T0, [4])
+    got = m.execute(Lease("q", T0 + 1, 10, 30_000))
+    assert isinstance(got, Leased) and [x.seq for x in got.messages] == [seq]
+    m.execute(Ack("q", T0 + 2, ((seq, got.messages[0].lease_id),)))
+    out = m.execute(Rewind("q", T0 + 3, T0, 0, REWIND_MAX))
+    assert isinstance(out, Rewound) and out.count == 1
+    store.write_out()
+    (copy,) = m.peek("q", 10)  # read from its record (the store caches nothing)
+    assert copy.id == "m0" and copy.seq != seq and copy.priority == 0
+    assert m.priorities("q", [copy.seq]) == {}  # the live index agrees: level 0
