@@ -80,8 +80,7 @@ class SegmentRecordLine(_Response, kw_only=True):
             ge=0,
             le=255,
             description="The message's priority level as sent (0, the lowest, when it had "
-            "none; a rewound copy is at 0). Always present; an older node's lines lack it: "
-            "read it as 0.",
+            "none). Always present; an older node's lines lack it: read it as 0.",
         ),
     ] = 0
 
