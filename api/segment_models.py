@@ -74,6 +74,15 @@ class SegmentRecordLine(_Response, kw_only=True):
     attributes: dict[str, str]
     body_b64: str
     outcome: Outcome
+    priority: Annotated[
+        int,
+        Meta(
+            ge=0,
+            le=255,
+            description="The message's priority level as sent (0, the lowest, when it had "
+            "none). Always present; an older node's lines lack it: read it as 0.",
+        ),
+    ] = 0
 
 
 class SegmentStreamTrailer(_Response, kw_only=True):

@@ -90,6 +90,7 @@ def _record_line(r: SegmentRecord) -> bytes:
         attributes=dict(r.attributes),
         body_b64=base64.b64encode(r.body).decode(),
         outcome=r.outcome,  # type: ignore[arg-type]
+        priority=r.priority,
     )
     return _line_encoder.encode(line) + b"\n"
 

@@ -322,12 +322,12 @@ class Compaction:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        tables = [self._read(f.path) for f in b.files]
+        tables, meta = _levels_filled([self._read(f.path) for f in b.files])
         try:
             table = pa.concat_tables(tables).sort_by("seq")
         except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
             raise VerificationFailed(f"{b.queue}/{b.date}: files of different schemas: {e}") from e
-        table = table.replace_schema_metadata(tables[0].schema.metadata)
+        table = table.replace_schema_metadata(meta)
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink, compression="snappy", row_group_size=1 << 20)
         data = sink.getvalue().to_pybytes()
@@ -454,3 +454,23 @@ def main(argv: list[str]) -> int:
     else:
         print(summary.render())
     return 0
+
+
+def _levels_filled(tables: list[pa.Table]) -> tuple[list[pa.Table], dict[bytes, bytes] | None]:
+    """``tables`` with files from before the ``priority`` column given it (level 0 on every
+    row, what a reader takes a missing one as) when another of them has it, and the schema
+    metadata for the joined file: a file's with ``priority`` (Spark's row description lists
+    it), else the first file's."""
+    import numpy as np
+    import pyarrow as pa
+
+    having = [t for t in tables if "priority" in t.column_names]
+    if not having or len(having) == len(tables):
+        return tables, tables[0].schema.metadata
+    kind = having[0].schema.field("priority").type
+    older = [
+        t.append_column(pa.field("priority", kind), pa.array(np.zeros(t.num_rows, np.int32), kind))
+        for t in tables
+        if "priority" not in t.column_names
+    ]
+    return [*older, *having], having[0].schema.metadata

@@ -39,6 +39,10 @@ if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.dataset as pads
 
+LEVEL = "priority"
+"""The column files written before it lack: a read of old and new files gives it, null on the
+older files' rows (a reader takes that as level 0)."""
+
 PARTITIONS = ("queue", "date", "batch_id")
 """The hive partition columns of every file's path (``queue=Q/date=D/batch_id=B/...``)."""
 READ_ATTEMPTS = 5
@@ -133,13 +137,28 @@ def _dataset(storage: Storage, files: Sequence[mf.ManifestFile]) -> pads.Dataset
     paths = [f"{base.rstrip('/')}/{f.path}" for f in files]  # on-disk names, as listed
     if not paths:
         raise ManifestInvalid("no live files to read")
-    return pads.dataset(
+    ds = pads.dataset(
         paths,
         format="parquet",
         filesystem=fs,
         partitioning=_partitioning(),
         partition_base_dir=base,
     )
+    if LEVEL in ds.schema.names:  # files without it (older) read as null there
+        return ds
+    # The first file is from before the column: it is kept if a later file has it.
+    for fragment in ds.get_fragments():
+        have = fragment.physical_schema
+        if LEVEL in have.names:
+            return pads.dataset(
+                paths,
+                schema=ds.schema.append(have.field(LEVEL)),
+                format="parquet",
+                filesystem=fs,
+                partitioning=_partitioning(),
+                partition_base_dir=base,
+            )
+    return ds
 
 
 def dataset(

@@ -51,11 +51,13 @@ ARROW_SCHEMA = pa.schema(
         pa.field("receive_count", pa.int32()),
         pa.field("attributes", pa.map_(pa.string(), pa.string())),
         pa.field("outcome", pa.string()),
+        pa.field("priority", pa.int32()),
         pa.field("batch_id", pa.string()),
     ]
 )
 """The rows' columns as Spark's Python data source expects them (Spark keeps timestamps in
-microseconds; the values are whole milliseconds: ``sent_at_ms * 1000``)."""
+microseconds; the values are whole milliseconds: ``sent_at_ms * 1000``). ``priority``: the
+message's level as sent (0 when it had none, and from a node whose lines do not carry it)."""
 _ROW_SCHEMA = pa.schema([ARROW_SCHEMA.field(i) for i in range(len(ARROW_SCHEMA) - 1)])
 
 
@@ -82,6 +84,7 @@ class _Columns:
     receive_count: list[int] = field(default_factory=list)
     attributes: list[list[tuple[str, str]]] = field(default_factory=list)
     outcome: list[str] = field(default_factory=list)
+    priority: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +126,7 @@ def _table(task: SegmentTask, c: _Columns) -> pa.Table:
             pa.array(c.receive_count, pa.int32()),
             pa.array(c.attributes, ARROW_SCHEMA[6].type),
             pa.array(c.outcome, pa.string()),
+            pa.array(c.priority, pa.int32()),
         ],
         schema=_ROW_SCHEMA,
     )
@@ -154,10 +158,13 @@ def _record(url: str, task: SegmentTask, obj: Any, cols: _Columns) -> None:
         outcome = str(obj["outcome"])
         row = (str(obj["id"]), int(obj["sent_at_ms"]), int(obj["receive_count"]))
         pairs = [(str(k), str(v)) for k, v in attrs.items()]
+        priority = int(obj.get("priority", 0))  # absent from an older node's lines: level 0
     except (KeyError, TypeError, ValueError, AttributeError, binascii.Error) as e:
         raise _fail(url, task, f"malformed record line ({e!r})") from None
     if outcome not in OUTCOMES:
         raise _fail(url, task, f"unknown outcome {outcome!r} at seq {seq}")
+    if not 0 <= priority <= 255:
+        raise _fail(url, task, f"priority {priority} outside 0-255 at seq {seq}")
     if not task.first_seq <= seq <= task.last_seq:
         raise _fail(url, task, f"seq {seq} outside [{task.first_seq}, {task.last_seq}]")
     if cols.seq and seq <= cols.seq[-1]:
@@ -169,6 +176,7 @@ def _record(url: str, task: SegmentTask, obj: Any, cols: _Columns) -> None:
     cols.body.append(body)
     cols.attributes.append(pairs)
     cols.outcome.append(outcome)
+    cols.priority.append(priority)
 
 
 def read_replica(

@@ -10,7 +10,8 @@ that arrived before it but the file's; the segment's bytes are ``size`` long and
 equals the listing's checksum (the stored bytes are exactly what was written: a corrupted
 byte anywhere in the file fails here, never skipped); the offsets frame the records (each
 record's length field, start at 0, end at ``size``); the seqs run from the first seq without a
-gap; record flags are ones this release reads; every id, key and value lies inside its record
+gap; record flags are ones this release reads (bit 0 binary, bit 1 a priority byte after the
+flags: the ``priority`` column, 0 when absent); every id, key and value lies inside its record
 and is UTF-8; the rows archived (records not copied forward) are as many as the listing's
 count.
 """
@@ -36,6 +37,8 @@ HEAD = struct.Struct("<4sBqqqI")
 _U32 = struct.Struct("<I")
 OUTCOME_NAMES = ("acked", "expired", "dead_lettered", "purged")
 _FLAG_BINARY = 1
+_FLAG_PRIORITY = 2
+_KNOWN_FLAGS = np.uint8(_FLAG_BINARY | _FLAG_PRIORITY)
 _MIN_RECORD = 8 + 33
 """A record's frame (length, CRC) and its payload's fixed fields with an empty id."""
 
@@ -202,11 +205,20 @@ def decode(raw: Raw, queue: str, expected_rows: int, schema: pa.Schema) -> pa.Ta
         raise BadStream("the seqs do not run from the segment's first seq without a gap")
     sent = _gather(buf, start + 16, 8, "<i8").astype(np.int64)
     flags = buf[start + 32]
-    if np.any(flags & ~np.uint8(_FLAG_BINARY)):
-        bad = int(flags[np.flatnonzero(flags & ~np.uint8(_FLAG_BINARY))[0]])
+    if np.any(flags & ~_KNOWN_FLAGS):
+        bad = int(flags[np.flatnonzero(flags & ~_KNOWN_FLAGS)[0]])
         raise BadStream(f"record flags {bad:#x}: a newer record layout than this release reads")
-    id_start = start + 37
-    id_end = id_start + _gather(buf, start + 33, 4, "<u4").astype(np.int64)
+    leveled = (flags & np.uint8(_FLAG_PRIORITY)) != 0
+    priority = np.zeros(count, dtype=np.int32)
+    if np.any(leveled):  # a level byte after the flags; what follows moves on by one
+        priority[leveled] = buf[start[leveled] + 33]
+        if np.any(priority[leveled] == 0):
+            raise BadStream("a record's priority flag is set with level 0")
+    head = start + 33 + leveled.astype(np.int64)
+    if np.any(head + 8 > end):
+        raise BadStream("a record's id runs past its end")
+    id_start = head + 4
+    id_end = id_start + _gather(buf, head, 4, "<u4").astype(np.int64)
     if np.any(id_end + 4 > end):
         raise BadStream("a record's id runs past its end")
     pos = id_end + 4
@@ -265,8 +277,9 @@ def decode(raw: Raw, queue: str, expected_rows: int, schema: pa.Schema) -> pa.Ta
             pa.array(receive, pa.int32()),
             attributes,
             outcome,
+            pa.array(priority, pa.int32()),
         ],
-        schema=pa.schema([schema.field(i) for i in range(8)]),
+        schema=pa.schema([f for f in schema if f.name != "batch_id"]),
     )
     return table if rows_kept == count else table.filter(pa.array(keep))
 

@@ -60,6 +60,7 @@ SPARK_SCHEMA = StructType(
         StructField("receive_count", IntegerType()),
         StructField("attributes", MapType(StringType(), StringType())),
         StructField("outcome", StringType()),
+        StructField("priority", IntegerType()),
         StructField("batch_id", StringType()),
     ]
 )

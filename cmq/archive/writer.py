@@ -46,9 +46,11 @@ FILE_SCHEMA = pa.schema(
         pa.field("receive_count", pa.int32()),
         pa.field("attributes", pa.map_(pa.string(), pa.string())),
         pa.field("outcome", pa.string()),
+        pa.field("priority", pa.int32()),
     ]
 )
-"""The columns of a file, in Spark's order (the partition columns are the directories)."""
+"""The columns of a file, in Spark's order (the partition columns are the directories).
+``priority`` is absent from files written before it existed: readers take a missing one as 0."""
 
 SPARK_ROW_METADATA = (
     '{"type":"struct","fields":['
@@ -59,7 +61,8 @@ SPARK_ROW_METADATA = (
     '{"name":"receive_count","type":"integer","nullable":true,"metadata":{}},'
     '{"name":"attributes","type":{"type":"map","keyType":"string","valueType":"string",'
     '"valueContainsNull":true},"nullable":true,"metadata":{}},'
-    '{"name":"outcome","type":"string","nullable":true,"metadata":{}}]}'
+    '{"name":"outcome","type":"string","nullable":true,"metadata":{}},'
+    '{"name":"priority","type":"integer","nullable":true,"metadata":{}}]}'
 )
 """Spark's description of `FILE_SCHEMA` (the footer key Spark writes; a Spark reader takes the
 columns' Spark types from it, as from its own files)."""

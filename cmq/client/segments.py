@@ -108,6 +108,7 @@ class RecordsReader:
                 tuple((str(k), str(v)) for k, v in obj["attributes"].items()),
                 base64.b64decode(obj["body_b64"], validate=True),
                 str(obj["outcome"]),
+                int(obj.get("priority", 0)),  # absent from an older node's lines
             )
         except (KeyError, TypeError, ValueError, AttributeError, binascii.Error) as e:
             raise CorruptSegment(f"{self.where}: malformed record line: {e}") from None

@@ -193,7 +193,9 @@ def copy_forward(q: QueueState, seg: Segment, w: SegmentWriter) -> int:
         # The copy's record keeps the original's first visibility (its retention start): a
         # restore schedules an untouched copy at it (its timer, or ready when past).
         visible_at = q.retention_start(seg, rel)
-        stored = StoredMessage(msg.id, new, msg.body, msg.binary, msg.attributes, msg.sent_at_ms)
+        stored = StoredMessage(  # the copy keeps its level (as `q.ready.move` below does)
+            msg.id, new, msg.body, msg.binary, msg.attributes, msg.sent_at_ms, msg.priority
+        )
         frame = encode_record(stored, visible_at)
         messages.append(stored)
         frames.append(frame)
@@ -332,6 +334,7 @@ def read_records(
                         message.attributes,
                         message.body,
                         name,
+                        message.priority,
                     )
                 )
             rel += 1

@@ -35,7 +35,7 @@ from cmq.fsm.commands import (
 )
 from cmq.fsm.effects import Effects
 from cmq.fsm.queue import QueueState
-from cmq.fsm.store import StoredMessage, encode_record, frame_record
+from cmq.fsm.store import StoredMessage, encode_record, frame_record, with_priority
 from cmq.fsm.writer import SegmentWriter
 from cmq.model import DEDUP_WINDOW_MS, MAX_DEDUP_ENTRIES
 
@@ -131,9 +131,11 @@ def produce(q: QueueState, cmd: Produce, w: SegmentWriter, fx: Effects) -> Produ
         q.next_seq += 1
         delay = default_delay if m.delay_ms is None else m.delay_ms
         visible_at = clock + max(0, delay)
-        stored = StoredMessage(m.id, seq, m.body, m.binary, m.attributes, clock)
+        stored = StoredMessage(m.id, seq, m.body, m.binary, m.attributes, clock, m.priority)
         if tails is None:  # decoded from a log written before PRODUCE_RECORDS
             frame = encode_record(stored, visible_at)
+        elif m.priority:  # the record keeps its level (the archive reads it there)
+            frame = frame_record(seq, clock, visible_at, with_priority(tails[i], m.priority))
         else:
             frame = frame_record(seq, clock, visible_at, tails[i])
         messages.append(stored)

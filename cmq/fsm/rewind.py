@@ -127,6 +127,8 @@ class _Copier:
             q.firsts.append(target.first_seq)
         new = q.next_seq
         q.next_seq += 1
+        # A rewound copy comes back at priority 0 (`ready` holds no level for it): its record
+        # says so too, whatever level the original was sent at.
         stored = StoredMessage(msg.id, new, msg.body, msg.binary, msg.attributes, msg.sent_at_ms)
         frame = encode_record(stored, self.clock)
         self.messages.append(stored)

@@ -3,15 +3,19 @@ format. Pure: no I/O here (the implementations live in `cmq.fsm.segments`).
 
 A queue's messages live in segments named by their first seq. A segment is a sequence of records
 framed ``[u32 len][u32 crc32(payload)][payload]`` (little-endian); the payload is
-``[i64 seq][i64 sent_at_ms][i64 visible_at_ms][u8 flags][u32 len][id utf-8][u32 n]
-([u32 len][key][u32 len][value])*n [body: the rest]``. ``flags`` bit 0: the body is binary.
+``[i64 seq][i64 sent_at_ms][i64 visible_at_ms][u8 flags]([u8 priority])[u32 len][id utf-8][u32 n]
+([u32 len][key][u32 len][value])*n [body: the rest]``. ``flags`` bit 0: the body is binary;
+bit 1: the message has a priority level above 0, in the byte after the flags (written only then,
+so a record of a queue without priorities is byte for byte the layout of release 0.1.0).
 ``visible_at_ms`` is the message's initial visibility (sent + delay): with ``sent_at_ms`` it is
 what a restore needs from the files, so the snapshot image need not carry per-message times.
 
 Versions: this record layout is version 1 (`RECORD_LAYOUT_VERSION`, implicit: no byte carries
-it; written unchanged since release 0.1.0). A later layout is recognised by a ``flags`` bit this
-release does not know (it reads bit 0 only): `decode_tail` raises `NewerLayout` for it, and the
-segment store names the file and offset (`cmq.errors.NewerFormat`), never "corrupt".
+it; written unchanged since release 0.1.0; the level bit exists only once the
+``message_priorities`` flag is on, which needs every node's release to read it). A later layout is
+recognised by a ``flags`` bit this release does not know (it reads bits 0 and 1): `decode_tail`
+raises `NewerLayout` for it, and the segment store names the file and offset
+(`cmq.errors.NewerFormat`), never "corrupt".
 """
 
 from __future__ import annotations
@@ -34,8 +38,11 @@ _TAIL_HEAD = struct.Struct("<BI")
 _U32 = struct.Struct("<I")
 _NO_ATTRIBUTES = _U32.pack(0)
 FLAG_BINARY = 1
+FLAG_PRIORITY = 2
+"""The record carries a ``u8`` priority level (1-255) right after the flags byte."""
+KNOWN_FLAGS = FLAG_BINARY | FLAG_PRIORITY
 RECORD_LAYOUT_VERSION = 1
-"""The record layout above; implicit (a later one sets a flag bit other than `FLAG_BINARY`)."""
+"""The record layout above; implicit (a later one sets a flag bit outside `KNOWN_FLAGS`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +55,8 @@ class StoredMessage:
     binary: bool
     attributes: tuple[tuple[str, str], ...]
     sent_at_ms: int
+    priority: int = 0
+    """The message's priority level (0 = lowest, the default; stored only when above 0)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,13 +81,25 @@ class RecoveredSegment:
 
 
 def record_tail(
-    mid: str, binary: bool, attributes: tuple[tuple[str, str], ...], body: bytes
+    mid: str,
+    binary: bool,
+    attributes: tuple[tuple[str, str], ...],
+    body: bytes,
+    priority: int = 0,
 ) -> bytes:
     """A record payload after its three times: what a producer's message contributes
-    (``[u8 flags][u32 len][id][u32 n](attributes)[body]``). A `Produce` carries it as is, so
-    apply frames a record by prepending the times instead of encoding the message again."""
+    (``[u8 flags]([u8 priority])[u32 len][id][u32 n](attributes)[body]``). A `Produce` carries
+    it as is (without a level: the command carries the level as an option, and apply adds it
+    with `with_priority`), so apply frames a record by prepending the times instead of encoding
+    the message again."""
     mid_bytes = mid.encode()
-    parts = [_TAIL_HEAD.pack(FLAG_BINARY if binary else 0, len(mid_bytes)), mid_bytes]
+    flags = FLAG_BINARY if binary else 0
+    if priority:
+        if not 0 < priority < 256:
+            raise InvalidParameter(f"priority {priority} is outside 0-255")
+        parts = [bytes((flags | FLAG_PRIORITY, priority)), _U32.pack(len(mid_bytes)), mid_bytes]
+    else:
+        parts = [_TAIL_HEAD.pack(flags, len(mid_bytes)), mid_bytes]
     if attributes:
         parts.append(_U32.pack(len(attributes)))
         for k, v in attributes:
@@ -90,6 +111,13 @@ def record_tail(
     return b"".join(parts)
 
 
+def with_priority(tail: bytes, priority: int) -> bytes:
+    """``tail`` (a `record_tail` without a level) carrying the level ``priority`` (1-255)."""
+    if not 0 < priority < 256:
+        raise InvalidParameter(f"priority {priority} is outside 1-255")
+    return b"".join((bytes((tail[0] | FLAG_PRIORITY, priority)), memoryview(tail)[1:]))
+
+
 def frame_record(seq: int, sent_at_ms: int, visible_at_ms: int, tail: bytes) -> bytes:
     """The framed record of a message from its times and its `record_tail`."""
     times = _TIMES.pack(seq, sent_at_ms, visible_at_ms)
@@ -99,25 +127,37 @@ def frame_record(seq: int, sent_at_ms: int, visible_at_ms: int, tail: bytes) -> 
 
 def encode_record(message: StoredMessage, visible_at_ms: int) -> bytes:
     """The framed record of ``message`` (see the module docstring)."""
-    tail = record_tail(message.id, message.binary, message.attributes, message.body)
+    m = message
+    tail = record_tail(m.id, m.binary, m.attributes, m.body, m.priority)
     return frame_record(message.seq, message.sent_at_ms, visible_at_ms, tail)
 
 
 def decode_tail(
     data: bytes | memoryview, start: int, end: int
-) -> tuple[str, bool, tuple[tuple[str, str], ...], int]:
-    """``(id, binary, attributes, body offset)`` of the `record_tail` in ``data[start:end]``
-    (the body is ``data[offset:end]``); raises `InvalidParameter` if malformed, `NewerLayout`
-    for flags a newer release sets (a tail is stored as proposed). On the apply path of every
-    message: no `Reader` unless the message has attributes."""
+) -> tuple[str, bool, tuple[tuple[str, str], ...], int, int]:
+    """``(id, binary, attributes, priority, body offset)`` of the `record_tail` in
+    ``data[start:end]`` (the body is ``data[offset:end]``; priority 0 when the record has no
+    level); raises `InvalidParameter` if malformed, `NewerLayout` for flags a newer release sets
+    (a tail is stored as proposed). On the apply path of every message: no `Reader` unless the
+    message has attributes."""
     if end > len(data) or start + _TAIL_HEAD.size + 4 > end:
         raise InvalidParameter("record too short")
-    flags, id_len = _TAIL_HEAD.unpack_from(data, start)
-    if flags & ~FLAG_BINARY:
+    flags = data[start]
+    if flags & ~KNOWN_FLAGS:
         raise NewerLayout(
             f"unknown record flags {flags:#x}: a newer release's record (this release reads the "
-            f"flag {FLAG_BINARY:#x}, record layout {RECORD_LAYOUT_VERSION})"
+            f"flags {KNOWN_FLAGS:#x}, record layout {RECORD_LAYOUT_VERSION})"
         )
+    priority = 0
+    if flags & FLAG_PRIORITY:
+        priority = data[start + 1]
+        if not priority:
+            raise InvalidParameter("record priority flag set with level 0")
+        start += 1
+        if start + _TAIL_HEAD.size + 4 > end:
+            raise InvalidParameter("record too short")
+    (id_len,) = _U32.unpack_from(data, start + 1)
+    binary = bool(flags & FLAG_BINARY)
     id_end = start + _TAIL_HEAD.size + id_len
     if id_end + 4 > end:
         raise InvalidParameter("record id overruns the record")
@@ -127,10 +167,10 @@ def decode_tail(
         raise InvalidParameter(f"bad UTF-8 text: {e}") from None
     (n,) = _U32.unpack_from(data, id_end)
     if not n:
-        return mid, flags == FLAG_BINARY, (), id_end + 4
+        return mid, binary, (), priority, id_end + 4
     r = Reader(memoryview(data)[:end], id_end + 4)
     attrs = tuple((r.text(), r.text()) for _ in range(n))
-    return mid, flags == FLAG_BINARY, attrs, r.pos
+    return mid, binary, attrs, priority, r.pos
 
 
 def decode_payload(payload: bytes | memoryview) -> tuple[StoredMessage, int]:
@@ -138,9 +178,9 @@ def decode_payload(payload: bytes | memoryview) -> tuple[StoredMessage, int]:
     checked); raises `InvalidParameter` if malformed."""
     seq, sent_at, visible_at = record_times(payload)
     end = len(payload)
-    mid, binary, attrs, body_at = decode_tail(payload, _TIMES.size, end)
+    mid, binary, attrs, priority, body_at = decode_tail(payload, _TIMES.size, end)
     body = bytes(payload[body_at:end])
-    return StoredMessage(mid, seq, body, binary, attrs, sent_at), visible_at
+    return StoredMessage(mid, seq, body, binary, attrs, sent_at, priority), visible_at
 
 
 def record_times(payload: bytes | memoryview) -> tuple[int, int, int]:

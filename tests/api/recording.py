@@ -218,7 +218,9 @@ class RecordingService(Recorder):
 
     async def read_segment(self, name: str, first_seq: int) -> SegmentStream:
         records = [
-            SegmentRecord(first_seq + i, f"m{i}", 1000 + i, 1, (("k", "v"),), b"x" * i, "acked")
+            SegmentRecord(
+                first_seq + i, f"m{i}", 1000 + i, 1, (("k", "v"),), b"x" * i, "acked", 2 * i
+            )
             for i in range(3)
         ]
 

@@ -66,8 +66,10 @@ async def test_records_stream_ends_with_a_checked_trailer(
         "attributes": {"k": "v"},
         "body_b64": "",
         "outcome": "acked",
+        "priority": 0,  # always present, 0 for a message sent without a level
     }
     assert base64.b64decode(orjson.loads(lines[2])["body_b64"]) == b"xx"
+    assert orjson.loads(lines[2])["priority"] == 4
     crc = 0
     for line in lines[:3]:
         crc = zlib.crc32(line, crc)
@@ -80,6 +82,7 @@ async def test_records_stream_ends_with_a_checked_trailer(
     reader = RecordsReader("test", checksum="0a1b2c3d")
     records = [r for i in range(0, len(raw), 7) for r in reader.feed(raw[i : i + 7])]
     assert [r.seq for r in records] == [7, 8, 9]
+    assert [r.priority for r in records] == [0, 2, 4]  # the client reads the level back
     assert reader.finish() == "0a1b2c3d"
     assert service.calls == [Call("read_segment", ("q", 7))]
 

@@ -63,7 +63,8 @@ class FakeSegment:
         for r in self.records:
             attrs = tuple(sorted(r["attributes"].items()))
             body = base64.b64decode(r["body_b64"])
-            m = StoredMessage(r["id"], r["seq"], body, True, attrs, r["sent_at_ms"])
+            level = r.get("priority", 0)
+            m = StoredMessage(r["id"], r["seq"], body, True, attrs, r["sent_at_ms"], level)
             out.append(encode_record(m, r["sent_at_ms"]))
         return b"".join(out)
 
@@ -124,6 +125,7 @@ def make_records(queue: str, first_seq: int, n: int, sent_at_ms: int) -> list[di
                 "attributes": {"k": str(seq)} if seq % 2 else {},
                 "body_b64": base64.b64encode(body).decode(),
                 "outcome": OUTCOMES[seq % len(OUTCOMES)],
+                "priority": 3 if seq % 10 == 3 else 0,  # sent at level 3: its record says so
             }
         )
     return out

@@ -30,8 +30,9 @@ def manifests(out: Path) -> list[dict[str, Any]]:
 
 def check_exactly_once(out: Path, expected: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The output holds each expected record exactly once, byte-identical, with its outcome,
-    sent_at, receive_count and attributes, in the date partition of its UTC day and the batch
-    whose manifest names its segment; the manifests' counts match. Returns the rows."""
+    sent_at, receive_count, priority and attributes, in the date partition of its UTC day and
+    the batch whose manifest names its segment; the manifests' counts match. Returns the
+    rows."""
     import base64
 
     got = rows(out)
@@ -55,6 +56,7 @@ def check_exactly_once(out: Path, expected: list[dict[str, Any]]) -> list[dict[s
         assert r["body"] == base64.b64decode(w["body_b64"]), r["seq"]
         assert r["outcome"] == w["outcome"]
         assert r["receive_count"] == w["receive_count"]
+        assert r["priority"] == w.get("priority", 0), r["seq"]  # the level it was sent at
         assert dict(r["attributes"] or []) == w["attributes"]
         sent = r["sent_at"]
         assert int(sent.timestamp() * 1000) == w["sent_at_ms"]

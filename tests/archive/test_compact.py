@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 
 import msgspec
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -353,3 +354,25 @@ def test_files_of_different_schemas_fail_the_compaction_and_leave_nothing(tmp_pa
     assert tree(tmp_path) == before
     assert not list(tmp_path.rglob("batch_id=c-*"))
     check_exact(reader.read_table(str(tmp_path), columns=["queue", "seq"]), keys)
+
+
+def test_files_from_before_the_priority_column_join_newer_ones_at_level_0(tmp_path: Path) -> None:
+    keys = small_files(tmp_path, 4)  # files without ``priority`` (written before it)
+    newer = next(tmp_path.glob("queue=q/date=2026-11-20/batch_id=b-q-2026-11-20-0002/*.parquet"))
+    t = pq.read_table(newer)
+    levels = pa.array([i % 4 for i in range(t.num_rows)], pa.int32())
+    pq.write_table(t.append_column("priority", levels), newer)
+    for m in reader.read_manifests(LocalStorage(str(tmp_path))):  # the new size recorded
+        if m.batch_id == "b-q-2026-11-20-0002":
+            fixed = msgspec.structs.replace(m.files[0], bytes=newer.stat().st_size)
+            data = mf.encode(msgspec.structs.replace(m, files=[fixed]))
+            (tmp_path / mf.manifest_path(m.batch_id)).write_bytes(data)
+    want = dict(zip(t.column("seq").to_pylist(), levels.to_pylist(), strict=True))
+    s = compaction(tmp_path, target_bytes=MIB).run()
+    assert (s.files_in, s.files_out) == (4, 1)
+    (live,) = reader.live_files(str(tmp_path))
+    out = pq.read_table(tmp_path / live.path)
+    assert out.schema.field("priority").type == pa.int32()
+    got = dict(zip(out.column("seq").to_pylist(), out.column("priority").to_pylist(), strict=True))
+    assert got == {seq: want.get(seq, 0) for seq in got} and len(got) == len(keys)
+    assert any(got.values())

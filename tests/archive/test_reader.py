@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from cmq.archive import compact as cp
@@ -164,3 +165,21 @@ def test_the_jobs_output_compacted_reads_exact_with_pyarrow_and_spark(
     again = ArchiveJob(lambda: spark, cfg).run()
     assert again.recovered == 5 and again.segments == 0
     assert fake.remaining("orders") == [] and fake.remaining("invoices") == []
+
+
+@pytest.mark.parametrize("newer_first", [True, False])
+def test_files_before_and_after_the_priority_column_read_together(
+    tmp_path: Path, newer_first: bool
+) -> None:
+    keys = small_files(tmp_path, 3, rows=5)  # synthetic files: no ``priority`` column
+    live = [tmp_path / f.path for f in reader.live_files(str(tmp_path))]
+    newer = live[0] if newer_first else live[-1]
+    t = pq.read_table(newer)
+    pq.write_table(t.append_column("priority", pa.array([7] * t.num_rows, pa.int32())), newer)
+    got = reader.read_table(str(tmp_path))
+    assert got.num_rows == len(keys)
+    levels = dict(
+        zip(got.column("seq").to_pylist(), got.column("priority").to_pylist(), strict=True)
+    )
+    marked = set(t.column("seq").to_pylist())
+    assert levels == {seq: (7 if seq in marked else None) for seq in levels}

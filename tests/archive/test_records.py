@@ -64,6 +64,8 @@ def test_a_segment_is_read_whole_from_a_follower(fake: FakeCluster) -> None:
         assert row["outcome"] == rec["outcome"] and row["batch_id"] == "b-1"
         assert row["sent_at"].timestamp() * 1000 == rec["sent_at_ms"]
         assert dict(row["attributes"]) == rec["attributes"]
+        assert row["priority"] == rec["priority"]
+    assert {row["priority"] for row in got} == {0, 3}  # some were sent at level 3
     assert [b.num_rows for b in seg.batches(None, rows=50)] == [50, 50, 20]
 
 
@@ -100,6 +102,26 @@ def test_a_node_answering_json_lines_is_read_in_that_form(fake: FakeCluster) -> 
     fake.faults[2].torn.add(("q", 0))  # the fallback's checks still hold: next replica
     seg = read_segment(task, timeout=5)
     assert seg.replica == fake.urls[2] and seg.binary and seg.rows == 50
+
+
+@pytest.mark.parametrize("binary", [True, False])
+def test_the_priority_column_holds_each_records_level(fake: FakeCluster, binary: bool) -> None:
+    fake.add_segments("q", [40])
+    seg = read_segment(one_task(fake), timeout=5, binary=binary)
+    assert seg.binary is binary
+    levels = seg.table.column("priority")
+    assert levels.type == ARROW_SCHEMA.field("priority").type
+    assert levels.to_pylist() == [3 if s % 10 == 3 else 0 for s in range(40)]
+
+
+def test_json_lines_without_a_priority_read_as_level_0(fake: FakeCluster) -> None:
+    """An older node's lines carry no ``priority``: the column says 0."""
+    fake.add_segments("q", [20])
+    for s in fake.queues["q"].segments.values():
+        for r in s.records:
+            del r["priority"]
+    seg = read_segment(one_task(fake), timeout=5, binary=False)
+    assert seg.table.column("priority").to_pylist() == [0] * 20
 
 
 def test_a_corrupted_byte_on_every_replica_is_reported_never_archived(fake: FakeCluster) -> None:

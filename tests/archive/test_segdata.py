@@ -53,6 +53,7 @@ def json_rows(queue: str, records: list[SegmentRecord]) -> list[dict[str, Any]]:
             "receive_count": r.receive_count,
             "attributes": list(r.attributes),
             "outcome": r.outcome,
+            "priority": r.priority,
         }
         for r in records
     ]
@@ -158,11 +159,40 @@ def record(seq: int, flags_extra: int = 0, attrs: tuple[tuple[str, str], ...] = 
 
 
 def test_record_flags_of_a_newer_layout_are_refused_by_name() -> None:
-    data, seg = one_segment([record(1), record(2, flags_extra=0x02)])
+    data, seg = one_segment([record(1), record(2, flags_extra=0x04)])
     stream = b"".join(node.stream(Store(data), "k", seg, 1 << 20))  # type: ignore[arg-type]
     assert FLAG_BINARY == 1
-    with pytest.raises(reader.BadStream, match="flags 0x3: a newer record layout"):
+    with pytest.raises(reader.BadStream, match="flags 0x5: a newer record layout"):
         decoded(stream, 1, f"{seg.crc:08x}", 2)
+
+
+def test_a_records_level_decodes_into_the_priority_column() -> None:
+    levels = (0, 3, 31, 0, 255)
+    records = [
+        encode_record(
+            StoredMessage(f"m{i}", i, b"b%d" % i, i % 2 == 0, (("k", str(i)),) * (i % 2), T0, lv),
+            T0,
+        )
+        for i, lv in enumerate(levels, 1)
+    ]
+    data, seg = one_segment(records)
+    stream = b"".join(node.stream(Store(data), "k", seg, 16))  # type: ignore[arg-type]
+    rows = decoded(stream, 1, f"{seg.crc:08x}", len(levels))
+    assert [r["priority"] for r in rows] == list(levels)
+    # What follows the level byte moves on by one: ids, attributes and bodies decode as stored.
+    assert [r["id"] for r in rows] == [f"m{i}" for i in range(1, 6)]
+    assert [r["body"] for r in rows] == [b"b%d" % i for i in range(1, 6)]
+    assert [r["attributes"] for r in rows] == [[("k", str(i))] * (i % 2) for i in range(1, 6)]
+
+
+def test_a_level_flag_with_level_0_is_refused() -> None:
+    raw = bytearray(encode_record(StoredMessage("m1", 1, b"body", True, (), T0, 4), T0))
+    raw[8 + 25] = 0  # the level byte after the flags
+    raw[4:8] = zlib.crc32(raw[8:]).to_bytes(4, "little")
+    data, seg = one_segment([bytes(raw)])
+    stream = b"".join(node.stream(Store(data), "k", seg, 1 << 20))  # type: ignore[arg-type]
+    with pytest.raises(reader.BadStream, match="level 0"):
+        decoded(stream, 1, f"{seg.crc:08x}", 1)
 
 
 def test_attributes_of_several_pairs_decode_in_stored_order() -> None:

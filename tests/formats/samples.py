@@ -227,6 +227,13 @@ def _segment_record() -> bytes:
     return encode_segment_record(m, T0 + 1_000) + encode_segment_record(binary, T0 + 1)
 
 
+def _segment_record_leveled() -> bytes:
+    """Two records with a priority level (flags bit 1, the level byte after the flags)."""
+    m = StoredMessage("msg-0003", 7, b"urgent", False, (("k", "v"),), T0, priority=3)
+    binary = StoredMessage("msg-0004", 8, b"\xff", True, (), T0 + 2, priority=31)
+    return encode_segment_record(m, T0 + 2) + encode_segment_record(binary, T0 + 2)
+
+
 def segment_index() -> bytes:
     """The index file of a sealed segment holding `_segment_record`'s two records, as the store
     writes it (the ``segment_index`` flag enabled)."""
@@ -557,6 +564,10 @@ def _cmq_samples() -> dict[str, Sample]:
     signer = ReceiptSigner(RECEIPT_KEY)
     out |= {
         "segment_records": ("1 (implicit, flags byte)", _segment_record),
+        "segment_records.leveled": (
+            "1 (implicit, flags bit 1: a priority level)",
+            _segment_record_leveled,
+        ),
         "segment_index": ("1 (magic CMQX, behind segment_index)", segment_index),
         "data_group_image.v2": ("2", lambda: _image(False)),
         "data_group_image.v3": ("3 (behind queue_retime)", lambda: _image(True)),

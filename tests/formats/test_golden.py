@@ -129,7 +129,11 @@ def test_golden_catalog_image_segments_and_images_restore() -> None:
     assert cat.snapshot() == _golden("catalog_image")
     raw = _golden("segment_records")
     first, _ = decode_payload(memoryview(raw)[8 : 8 + int.from_bytes(raw[:4], "little")])
-    assert (first.id, first.seq, first.body) == ("msg-0001", 5, b"hello")
+    assert (first.id, first.seq, first.body, first.priority) == ("msg-0001", 5, b"hello", 0)
+    leveled = memoryview(_golden("segment_records.leveled"))
+    size = int.from_bytes(leveled[:4], "little")
+    second, _ = decode_payload(leveled[8 + size + 8 :])
+    assert (second.id, second.seq, second.binary, second.priority) == ("msg-0004", 8, True, 31)
     index = decode_index(_golden("segment_index"))
     assert (index.first_seq, index.count, index.size) == (5, 2, len(raw))
     assert list(index.sent_at) == [T0, T0 + 1]

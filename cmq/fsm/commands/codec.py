@@ -411,7 +411,9 @@ def _read_produce(r: Reader) -> Produce:
         end = start + _U32.unpack_from(data, pos)[0]
         if end >= size:  # the options byte follows the tail
             raise InvalidParameter(f"truncated data at byte {pos}")
-        mid, binary, attrs, body_at = decode_tail(data, start, end)
+        mid, binary, attrs, in_tail, body_at = decode_tail(data, start, end)
+        if in_tail:  # a command's tail has no level: the options byte carries it
+            raise InvalidParameter("a produced message's record tail carries a priority level")
         tail = bytes(data[start:end])
         opts = data[end]
         pos = end + 1

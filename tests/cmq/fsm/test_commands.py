@@ -139,8 +139,12 @@ def test_a_malformed_record_tail_is_refused() -> None:
     head = 1 + 4 + 1 + 8 + 4  # type, queue, now, count
     tail_at = head + 4
     assert decode_command(good) is not None
+    size = int.from_bytes(good[head:tail_at], "little")
+    # A tail with a level (flag 0x02 and its byte): the command carries the level as an option.
+    leveled = (size + 1).to_bytes(4, "little") + b"\x02\x03" + good[tail_at + 1 :]
     cases = {
-        "unknown record flags": good[:tail_at] + b"\x02" + good[tail_at + 1 :],
+        "unknown record flags": good[:tail_at] + b"\x04" + good[tail_at + 1 :],
+        "carries a priority level": good[:head] + leveled,
         "unknown message options": good[:-1] + b"\x20",
         "overruns": good[: tail_at + 1] + b"\xff\0\0\0" + good[tail_at + 5 :],
         "truncated": good[:-1],
