@@ -24,10 +24,11 @@ import statistics
 import sys
 import tempfile
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
+
+from leader_direct import cpu_seconds, leader_url  # this script's neighbour in bench/
 
 from cmq.cli.launch import LocalCluster
 from cmq.client import SyncClient
@@ -35,27 +36,6 @@ from cmq.client.stream import StreamClient
 
 WINDOW = 64
 BODY = b"x" * 1024
-
-
-def get(url: str) -> bytes:
-    with urllib.request.urlopen(url, timeout=30) as resp:
-        return bytes(resp.read())
-
-
-def cpu_seconds(url: str) -> float:
-    for line in get(f"{url}/metrics").decode().splitlines():
-        if line.startswith("process_cpu_seconds_total "):
-            return float(line.split()[1])
-    raise RuntimeError(f"{url}/metrics has no process_cpu_seconds_total")
-
-
-def leader_url(urls: list[str], queue: str) -> str:
-    """The URL (of ``urls``) of the node leading ``queue``'s group, per the first node."""
-    status = json.loads(get(f"{urls[0]}/v1/status"))
-    group = str(status["placement"][queue])
-    lead = str(status["groups"][group]["leader"])
-    http = status["nodes"][lead]["http"]
-    return next(u for u in urls if u.endswith(f"//{http}"))
 
 
 async def j1(urls: list[str], queue: str, seconds: float, direct: bool) -> dict[str, Any]:
