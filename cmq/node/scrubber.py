@@ -6,9 +6,6 @@ needs it. The scrubber reads every sealed segment of every data-group replica on
 (`SegmentStore.verify`: every record's frame, checksum and seq) and every open group's latest
 snapshot file (`MultiRaft.verify_snapshot`), one after the other, at most ``rate`` bytes per
 second (``cmq serve --scrub-rate``, MB/s; 0 turns it off), then starts over after a pause.
-Each file read counts for at least `FILE_CHARGE` bytes against the rate, so the cost at rest
-is bounded by the rate whatever the number of groups (a node of 1,000 idle groups reads a few
-snapshot files a second, not a thousand at the start of every pass).
 
 What it finds goes to the repair path (`MultiRaft.repair_group`, `raftlog.runtime.repair`):
 this node's replica of that group is reset and caught up from the others, before a read hits
@@ -37,11 +34,6 @@ log = logging.getLogger("cmq.scrub")
 
 CHUNK = 256 << 10
 """Bytes read per step (a segment is verified in steps of this size)."""
-FILE_CHARGE = CHUNK
-"""Bytes each file read counts for against the rate at least: opening and checking a small file
-(a snapshot of an idle group is a few hundred bytes) costs about as much as a chunk, so a node
-with many small groups is scrubbed at the rate's pace too, not in one burst of thousands of
-file reads per pass."""
 PASS_PAUSE = 30.0
 """Seconds between the end of one pass and the start of the next."""
 
@@ -138,7 +130,7 @@ class Scrubber:
         if size:
             self._snapshots += 1
             self._bytes += size
-            await self._pace(max(size, FILE_CHARGE), started)
+            await self._pace(size, started)
 
     async def _scrub_segment(
         self, group: int, machine: QueueMachine, queue_key: str, first: int, size: int
@@ -168,7 +160,7 @@ class Scrubber:
                 self._segments += 1
                 return False
             self._bytes += checked - done
-            await self._pace(checked - done if done else max(checked, FILE_CHARGE), started)
+            await self._pace(checked - done, started)
             done = checked
 
     async def _pace(self, nbytes: int, started: float) -> None:

@@ -165,7 +165,7 @@ class GroupDriver:
     def step(self, m: Message) -> None:
         if self.stopped is not None:
             return
-        if self._quiesced and m.type is not MsgType.HEARTBEAT_RESP:
+        if self.quiesced and m.type is not MsgType.HEARTBEAT_RESP:
             self.quiesced = False
         lost = self.raw.raft.lost_acknowledged
         try:
@@ -284,8 +284,7 @@ class GroupDriver:
             raise ProposalDropped(f"group {self.group} is stopped", outcome_unknown=False)
         if not command:
             raise ValueError("a proposal must not be empty")
-        if self._quiesced:  # the setter reports the wake-up (`on_wake`)
-            self.quiesced = False
+        self.quiesced = False
         r = self.raw.raft
         if r.role is not Role.LEADER:
             raise NotLeader(r.lead)
@@ -299,16 +298,14 @@ class GroupDriver:
         """Propose a membership step; resolves (to None) once it is applied here."""
         if self.stopped is not None:
             raise ProposalDropped(f"group {self.group} is stopped", outcome_unknown=False)
-        if self._quiesced:  # the setter reports the wake-up (`on_wake`)
-            self.quiesced = False
+        self.quiesced = False
         index = self.raw.propose_conf_change(cc)
         fut = self._proposals.await_entry(index, self.raw.raft.term)
         self._after_input()
         return fut
 
     def transfer_leader(self, to: int) -> None:
-        if self._quiesced:  # the setter reports the wake-up (`on_wake`)
-            self.quiesced = False
+        self.quiesced = False
         self.raw.transfer_leader(to)
         self._after_input()
 
