@@ -166,7 +166,9 @@ def test_the_acked_record_itself_coming_back_is_a_redelivery_after_ack() -> None
     assert rep.rewind.failures() == []  # same seq: not a copy
 
 
-def test_more_copies_than_the_rewinds_said_are_flagged() -> None:
+def test_more_copies_than_the_rewinds_said_are_reported_not_failed() -> None:
+    """A router's repeat of a rewind whose outcome it did not know applies it twice under one
+    answer, so the count is a figure, not a rule."""
     h = Rw()
     h.send(0.0, 0.1, ["a", "b"])
     h.ack(1.2, 1.3, h.receive(1.0, 1.1, [("a", 1, 1), ("b", 2, 1)]))
@@ -174,6 +176,7 @@ def test_more_copies_than_the_rewinds_said_are_flagged() -> None:
     h.ack(3.2, 3.3, h.receive(3.0, 3.1, [("a", 3, 1), ("b", 4, 1)]))
     rep = check_rewinds(h.h.ops)
     assert rep.rewind_count == ["w: 2 rewound copies delivered, but its rewinds said 1"]
+    assert rep.failures() == []
 
 
 def test_a_send_stored_twice_on_a_rewound_queue_is_reported() -> None:
