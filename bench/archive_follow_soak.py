@@ -36,7 +36,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,8 @@ class Counters:
     sent: int = 0
     acked: int = 0
     send_errors: int = 0
+    error_kinds: Counter[str] = field(default_factory=Counter)
+    """Failed sends by error code (a `CmqError`'s ``code``) or exception class."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,8 +130,9 @@ async def produce(client: Client, c: Counters, pace: Pace) -> None:
         try:
             await client.send(QUEUE, msgs)
             c.sent += pace.batch
-        except Exception:
+        except Exception as e:  # counted by kind and reported: the soak goes on
             c.send_errors += 1
+            c.error_kinds[getattr(e, "code", None) or type(e).__name__] += 1
 
 
 async def consume(client: Client, c: Counters, stop_at: float) -> None:
@@ -241,6 +245,7 @@ def summarize(
         "sent_per_s": round(c.sent / seconds),
         "acked_per_s": round(c.acked / seconds),
         "send_errors": c.send_errors,
+        "send_error_kinds": dict(c.error_kinds),
         "disk_bytes": {
             "min": int(min(disk)),
             "median": int(statistics.median(disk)),
