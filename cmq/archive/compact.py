@@ -42,20 +42,18 @@ import argparse
 import contextlib
 import datetime as dt
 import secrets
-import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import msgspec
-
 from cmq.archive import manifest as mf
 from cmq.archive import reader
 from cmq.archive.errors import ArchiveError, InvalidArgument, ManifestInvalid, VerificationFailed
 from cmq.archive.job import crash_point
 from cmq.archive.storage import LocalStorage, Storage, open_storage
+from cmq.archive.summary import LazySpark, finish, render
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -151,18 +149,18 @@ class CompactSummary:
     """Paths an uncommitted compaction left, removed now."""
 
     def render(self) -> str:
-        lines = [
+        return render(
             f"compaction {self.compaction_id}: {self.groups} queue-days, {self.files_in} files "
             f"({self.bytes_in / 1e6:.2f} MB) -> {self.files_out} files "
-            f"({self.bytes_out / 1e6:.2f} MB), {self.rows} rows in {self.seconds:.1f} s"
-        ]
-        if self.sizes:
-            lines.append("sizes (MB): " + ", ".join(f"{s / 1e6:.2f}" for s in self.sizes))
-        if self.finished:
-            lines.append(f"removed {self.finished} files retired by earlier compactions")
-        if self.garbage:
-            lines.append("removed the output of crashed compactions: " + ", ".join(self.garbage))
-        return "\n".join(lines)
+            f"({self.bytes_out / 1e6:.2f} MB), {self.rows} rows in {self.seconds:.1f} s",
+            "sizes (MB): " + ", ".join(f"{s / 1e6:.2f}" for s in self.sizes) if self.sizes else "",
+            f"removed {self.finished} files retired by earlier compactions"
+            if self.finished
+            else "",
+            "removed the output of crashed compactions: " + ", ".join(self.garbage)
+            if self.garbage
+            else "",
+        )
 
 
 @dataclass(slots=True)
@@ -429,31 +427,19 @@ def main(argv: list[str]) -> int:
     config = CompactConfig(
         args.out, tuple(args.queue), tuple(args.date), target_bytes=args.target_bytes
     )
-    sessions: list[SparkSession] = []
 
-    def spark() -> SparkSession:
-        if not sessions:
-            from cmq.archive.main import spark_session
+    def session() -> SparkSession:
+        from cmq.archive.main import spark_session
 
-            sessions.append(spark_session(args.master, app_name="cmq-archive-compact"))
-        return sessions[0]
+        return spark_session(args.master, app_name="cmq-archive-compact")
 
-    try:
-        summary = Compaction(open_storage(config.out, spark), config).run()
-    except InvalidArgument as e:
-        print(f"error: {e.code}: {e.message}", file=sys.stderr)
-        return 2
-    except ArchiveError as e:
-        print(f"error: {e.code}: {e.message}", file=sys.stderr)
-        return 1
-    finally:
-        for s in sessions:
-            s.stop()
-    if args.json:
-        print(msgspec.json.encode(summary).decode())
-    else:
-        print(summary.render())
-    return 0
+    spark = LazySpark(session)
+    return finish(
+        lambda: Compaction(open_storage(config.out, spark), config).run(),
+        spark,
+        args.json,
+        invalid_exit=2,
+    )
 
 
 def _levels_filled(tables: list[pa.Table]) -> tuple[list[pa.Table], dict[bytes, bytes] | None]:

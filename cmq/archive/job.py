@@ -75,6 +75,7 @@ from cmq.archive.readback import FileRows
 from cmq.archive.records import SegmentTask, plan_tasks
 from cmq.archive.remote import ClusterClient, Listing, Segment
 from cmq.archive.storage import LocalStorage, Storage, open_storage
+from cmq.archive.summary import render
 from cmq.archive.writer import footer_check, remove_temporaries
 
 if TYPE_CHECKING:
@@ -145,22 +146,20 @@ class Summary:
     """Of ``seconds``, the time spent starting Spark (0 when it was running already)."""
 
     def render(self) -> str:
-        mb = self.bytes / 1e6
         rate = self.rows / self.seconds if self.seconds > 0 else 0.0
-        lines = [
+        return render(
             f"batch {self.batch_id}: {self.segments} segments, {self.rows} rows, "
-            f"{mb:.2f} MB Parquet ({self.source_bytes / 1e6:.2f} MB of segments) "
+            f"{self.bytes / 1e6:.2f} MB Parquet ({self.source_bytes / 1e6:.2f} MB of segments) "
             f"in {self.seconds:.1f} s ({rate:,.0f} rows/s)",
-        ]
-        if self.recovered:
-            lines.append(f"recovered: {self.recovered} segments of earlier batches marked archived")
-        if self.garbage:
-            lines.append("removed the output of crashed batches: " + ", ".join(self.garbage))
-        if self.skipped:
-            lines.append(f"skipped: {self.skipped} segments claimed by other batches")
-        if self.spark_seconds:
-            lines.append(f"of which {self.spark_seconds:.1f} s starting Spark")
-        return "\n".join(lines)
+            f"recovered: {self.recovered} segments of earlier batches marked archived"
+            if self.recovered
+            else "",
+            "removed the output of crashed batches: " + ", ".join(self.garbage)
+            if self.garbage
+            else "",
+            f"skipped: {self.skipped} segments claimed by other batches" if self.skipped else "",
+            f"of which {self.spark_seconds:.1f} s starting Spark" if self.spark_seconds else "",
+        )
 
 
 @dataclass(slots=True)
