@@ -52,6 +52,7 @@ from cmq.archive import manifest as mf
 from cmq.archive import reader
 from cmq.archive.errors import ArchiveError, InvalidArgument, ManifestInvalid, VerificationFailed
 from cmq.archive.job import crash_point
+from cmq.archive.recovery import batch_folders
 from cmq.archive.storage import LocalStorage, Storage, open_storage
 from cmq.archive.summary import LazySpark, finish, render
 
@@ -253,23 +254,14 @@ class Compaction:
             if e.name.startswith(f"_tmp-{mf.COMPACTION_PREFIX}"):
                 self.storage.delete(f"{mf.MANIFESTS}/{e.name}")
                 removed.append(f"{mf.MANIFESTS}/{e.name}")
-        for q in self.storage.list(""):
-            if not (q.is_dir and q.name.startswith("queue=")):
-                continue
-            for d in self.storage.list(q.name):
-                if not (d.is_dir and d.name.startswith("date=")):
-                    continue
-                for b in self.storage.list(f"{q.name}/{d.name}"):
-                    cid = b.name.removeprefix("batch_id=")
-                    if (
-                        b.is_dir
-                        and b.name.startswith(f"batch_id={mf.COMPACTION_PREFIX}")
-                        and cid not in committed
-                        and cid != self.compaction_id
-                    ):
-                        path = f"{q.name}/{d.name}/{b.name}"
-                        self.storage.delete(path)
-                        removed.append(path)
+        for cid, path in batch_folders(self.storage):
+            if (
+                cid.startswith(mf.COMPACTION_PREFIX)
+                and cid not in committed
+                and cid != self.compaction_id
+            ):
+                self.storage.delete(path)
+                removed.append(path)
         return tuple(removed)
 
     # -- 4./5. plan and write --------------------------------------------------------------------
