@@ -10,7 +10,9 @@ Raft), and imported by nothing the server runs (pyproject.toml, import-linter co
     cmq/archive/source.py    the PySpark Python data source ``cmq``
     cmq/archive/storage.py   the output location through Hadoop's FileSystem
     cmq/archive/manifest.py  ``_manifests/<batch_id>.json`` (archive batches, compactions)
-    cmq/archive/job.py       the re-entrant job (recover, garbage, claim, write, commit, mark)
+    cmq/archive/recovery.py  a run's first steps: earlier runs' manifests and leftovers settled
+    cmq/archive/job.py       the re-entrant job: the run; claim, write, verify, commit, mark
+    cmq/archive/summary.py   the run summaries printed and the exit codes (archive, compact)
     cmq/archive/reader.py    the live files by the manifests: pyarrow Table/Dataset, Spark paths
     cmq/archive/compact.py   ``cmq archive compact``: small files of a queue-day -> target size
     cmq/archive/pacing.py    ``--follow``'s decisions: back-off, when to stop (pure)

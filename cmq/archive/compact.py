@@ -42,20 +42,19 @@ import argparse
 import contextlib
 import datetime as dt
 import secrets
-import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import msgspec
-
 from cmq.archive import manifest as mf
 from cmq.archive import reader
 from cmq.archive.errors import ArchiveError, InvalidArgument, ManifestInvalid, VerificationFailed
 from cmq.archive.job import crash_point
+from cmq.archive.recovery import batch_folders
 from cmq.archive.storage import LocalStorage, Storage, open_storage
+from cmq.archive.summary import LazySpark, finish, render
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -151,18 +150,18 @@ class CompactSummary:
     """Paths an uncommitted compaction left, removed now."""
 
     def render(self) -> str:
-        lines = [
+        return render(
             f"compaction {self.compaction_id}: {self.groups} queue-days, {self.files_in} files "
             f"({self.bytes_in / 1e6:.2f} MB) -> {self.files_out} files "
-            f"({self.bytes_out / 1e6:.2f} MB), {self.rows} rows in {self.seconds:.1f} s"
-        ]
-        if self.sizes:
-            lines.append("sizes (MB): " + ", ".join(f"{s / 1e6:.2f}" for s in self.sizes))
-        if self.finished:
-            lines.append(f"removed {self.finished} files retired by earlier compactions")
-        if self.garbage:
-            lines.append("removed the output of crashed compactions: " + ", ".join(self.garbage))
-        return "\n".join(lines)
+            f"({self.bytes_out / 1e6:.2f} MB), {self.rows} rows in {self.seconds:.1f} s",
+            "sizes (MB): " + ", ".join(f"{s / 1e6:.2f}" for s in self.sizes) if self.sizes else "",
+            f"removed {self.finished} files retired by earlier compactions"
+            if self.finished
+            else "",
+            "removed the output of crashed compactions: " + ", ".join(self.garbage)
+            if self.garbage
+            else "",
+        )
 
 
 @dataclass(slots=True)
@@ -255,23 +254,14 @@ class Compaction:
             if e.name.startswith(f"_tmp-{mf.COMPACTION_PREFIX}"):
                 self.storage.delete(f"{mf.MANIFESTS}/{e.name}")
                 removed.append(f"{mf.MANIFESTS}/{e.name}")
-        for q in self.storage.list(""):
-            if not (q.is_dir and q.name.startswith("queue=")):
-                continue
-            for d in self.storage.list(q.name):
-                if not (d.is_dir and d.name.startswith("date=")):
-                    continue
-                for b in self.storage.list(f"{q.name}/{d.name}"):
-                    cid = b.name.removeprefix("batch_id=")
-                    if (
-                        b.is_dir
-                        and b.name.startswith(f"batch_id={mf.COMPACTION_PREFIX}")
-                        and cid not in committed
-                        and cid != self.compaction_id
-                    ):
-                        path = f"{q.name}/{d.name}/{b.name}"
-                        self.storage.delete(path)
-                        removed.append(path)
+        for cid, path in batch_folders(self.storage):
+            if (
+                cid.startswith(mf.COMPACTION_PREFIX)
+                and cid not in committed
+                and cid != self.compaction_id
+            ):
+                self.storage.delete(path)
+                removed.append(path)
         return tuple(removed)
 
     # -- 4./5. plan and write --------------------------------------------------------------------
@@ -429,31 +419,19 @@ def main(argv: list[str]) -> int:
     config = CompactConfig(
         args.out, tuple(args.queue), tuple(args.date), target_bytes=args.target_bytes
     )
-    sessions: list[SparkSession] = []
 
-    def spark() -> SparkSession:
-        if not sessions:
-            from cmq.archive.main import spark_session
+    def session() -> SparkSession:
+        from cmq.archive.main import spark_session
 
-            sessions.append(spark_session(args.master, app_name="cmq-archive-compact"))
-        return sessions[0]
+        return spark_session(args.master, app_name="cmq-archive-compact")
 
-    try:
-        summary = Compaction(open_storage(config.out, spark), config).run()
-    except InvalidArgument as e:
-        print(f"error: {e.code}: {e.message}", file=sys.stderr)
-        return 2
-    except ArchiveError as e:
-        print(f"error: {e.code}: {e.message}", file=sys.stderr)
-        return 1
-    finally:
-        for s in sessions:
-            s.stop()
-    if args.json:
-        print(msgspec.json.encode(summary).decode())
-    else:
-        print(summary.render())
-    return 0
+    spark = LazySpark(session)
+    return finish(
+        lambda: Compaction(open_storage(config.out, spark), config).run(),
+        spark,
+        args.json,
+        invalid_exit=2,
+    )
 
 
 def _levels_filled(tables: list[pa.Table]) -> tuple[list[pa.Table], dict[bytes, bytes] | None]:

@@ -1,17 +1,13 @@
 """The archive job: released segments -> Parquet under ``--out`` -> manifest -> MarkArchived.
 
-One run is one batch (``batch_id``, new per run). Its steps, each re-entrant:
+One run is one batch (``batch_id``, new per run). This module holds the run and its write
+phase (steps 3 to 6); steps 1 and 2 settle what earlier runs left (`cmq.archive.recovery`).
+Its steps, each re-entrant:
 
-1. **Recover.** Every manifest under ``_manifests/`` names segments whose records are in its
-   files. A segment named there that the cluster still lists as released (same seq range and
-   checksum) is marked archived now, with that manifest's batch id (its files are checked to
-   exist with their recorded sizes first, but for those a committed compaction manifest
-   retires: `cmq.archive.compact` moved their rows; its data is never rewritten). A segment
-   named by two manifests is an error (`DuplicateSegment`).
-2. **Collect garbage.** Output directories (``queue=Q/date=D/batch_id=B`` and ``_staging/B``) of a
-   batch with no manifest and no live claim on any segment are what a crashed run left: removed.
-   A batch with a live claim may still be running: left alone. So is a compaction's (``c-...``):
-   `cmq.archive.compact` collects its own.
+1. **Recover** (`cmq.archive.recovery`): segments named by a committed manifest but still
+   released are marked archived with that manifest's batch id.
+2. **Collect garbage** (`cmq.archive.recovery`): the output of batches with neither a
+   manifest nor a live claim is removed.
 3. **Plan and claim.** The released segments of the chosen queues (default: every queue with
    ``archive`` set) not claimed by another live batch, lowest seqs first, at most
    ``max_segments``, are claimed for this batch (contract §3) for ``claim_ttl_ms``. Only what the
@@ -55,26 +51,25 @@ import secrets
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence, Set
+from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from cmq.archive import manifest as mf
-from cmq.archive import readback, reader
+from cmq.archive import readback
 from cmq.archive.errors import (
-    ApiError,
     ArchiveError,
     ConflictingClaim,
-    DuplicateSegment,
     InvalidArgument,
-    ManifestInvalid,
     VerificationFailed,
     WriteFailed,
 )
 from cmq.archive.readback import FileRows
 from cmq.archive.records import SegmentTask, plan_tasks
-from cmq.archive.remote import ClusterClient, Listing, Segment
+from cmq.archive.recovery import STAGING, Recovery, mark_archived
+from cmq.archive.remote import ClusterClient, Segment
 from cmq.archive.storage import LocalStorage, Storage, open_storage
+from cmq.archive.summary import render
 from cmq.archive.writer import footer_check, remove_temporaries
 
 if TYPE_CHECKING:
@@ -83,7 +78,6 @@ if TYPE_CHECKING:
 CRASH_ENV = "CMQ_ARCHIVE_CRASH_AT"
 CRASH_POINTS = ("before-write", "after-write", "after-manifest")
 CRASH_EXIT = 86
-STAGING = "_staging"
 DEFAULT_CLAIM_TTL_MS = 600_000
 WRITERS = ("auto", "pyarrow", "spark")
 
@@ -145,22 +139,20 @@ class Summary:
     """Of ``seconds``, the time spent starting Spark (0 when it was running already)."""
 
     def render(self) -> str:
-        mb = self.bytes / 1e6
         rate = self.rows / self.seconds if self.seconds > 0 else 0.0
-        lines = [
+        return render(
             f"batch {self.batch_id}: {self.segments} segments, {self.rows} rows, "
-            f"{mb:.2f} MB Parquet ({self.source_bytes / 1e6:.2f} MB of segments) "
+            f"{self.bytes / 1e6:.2f} MB Parquet ({self.source_bytes / 1e6:.2f} MB of segments) "
             f"in {self.seconds:.1f} s ({rate:,.0f} rows/s)",
-        ]
-        if self.recovered:
-            lines.append(f"recovered: {self.recovered} segments of earlier batches marked archived")
-        if self.garbage:
-            lines.append("removed the output of crashed batches: " + ", ".join(self.garbage))
-        if self.skipped:
-            lines.append(f"skipped: {self.skipped} segments claimed by other batches")
-        if self.spark_seconds:
-            lines.append(f"of which {self.spark_seconds:.1f} s starting Spark")
-        return "\n".join(lines)
+            f"recovered: {self.recovered} segments of earlier batches marked archived"
+            if self.recovered
+            else "",
+            "removed the output of crashed batches: " + ", ".join(self.garbage)
+            if self.garbage
+            else "",
+            f"skipped: {self.skipped} segments claimed by other batches" if self.skipped else "",
+            f"of which {self.spark_seconds:.1f} s starting Spark" if self.spark_seconds else "",
+        )
 
 
 @dataclass(slots=True)
@@ -177,6 +169,8 @@ class ArchiveJob:
     """Told each step as it starts (`cmq archive` prints them on stderr)."""
     client: ClusterClient = field(init=False)
     storage: Storage = field(init=False)
+    recovery: Recovery = field(init=False)
+    """Steps 1 and 2 (`cmq.archive.recovery`)."""
     _dirs: list[str] = field(init=False, default_factory=list)
     _written: list[FileRows] | None = field(init=False, default=None)
     """What the Python workers reported writing (None: Spark's writer wrote the files)."""
@@ -187,6 +181,7 @@ class ArchiveJob:
         self.batch_id = self.batch_id or new_batch_id(self.clock())
         self.client = ClusterClient(self.config.urls, self.config.timeout)
         self.storage = open_storage(self.config.out, lambda: self.spark)
+        self.recovery = Recovery(self.client, self.storage, self.config.queues, self.clock)
         if self.config.writer not in WRITERS:
             raise InvalidArgument(f"writer {self.config.writer!r}: one of {', '.join(WRITERS)}")
         if self.config.writer == "pyarrow" and not isinstance(self.storage, LocalStorage):
@@ -207,10 +202,10 @@ class ArchiveJob:
     def run(self) -> Summary:
         start = time.monotonic()
         self.progress("reading manifests")
-        manifests = self.load_manifests()
+        manifests = self.recovery.load_manifests()
         self.progress(f"recovering from {len(manifests)} manifests")
-        recovered = self.recover(manifests)
-        garbage = self.collect_garbage({m.batch_id for m in manifests})
+        recovered = self.recovery.recover(manifests)
+        garbage = self.recovery.collect_garbage({m.batch_id for m in manifests})
         self.progress("listing and claiming released segments")
         tasks, skipped = self.plan_and_claim()
         if not tasks:
@@ -247,121 +242,15 @@ class ArchiveJob:
             self._spark_seconds,
         )
 
-    # -- 1. recover ------------------------------------------------------------------------------
+    # -- 1./2. recover, collect garbage: `Recovery`'s, here for callers holding a job ------------
     def load_manifests(self) -> list[mf.Manifest]:
-        out = reader.read_manifests(self.storage)
-        seen: dict[tuple[str, int], str] = {}
-        for m in out:
-            for s in m.segments:
-                other = seen.setdefault((s.queue, s.first_seq), m.batch_id)
-                if other != m.batch_id:
-                    raise DuplicateSegment(
-                        f"segment {s.queue}/{s.first_seq} is in batches {other} and {m.batch_id}"
-                    )
-        return out
-
-    def _listing(self, queue: str) -> Listing | None:
-        try:
-            return self.client.segments(queue, "released")
-        except ApiError as e:
-            if e.status == 404:
-                return None
-            raise
-
-    def recover(self, manifests: Sequence[mf.Manifest]) -> int:
-        """Mark archived every segment of ``manifests`` still released (see step 1)."""
-        marked = 0
-        listings: dict[str, Listing | None] = {}
-        for m in manifests:
-            pending: dict[str, list[int]] = defaultdict(list)
-            for s in m.segments:
-                if s.queue not in listings:
-                    listings[s.queue] = self._listing(s.queue)
-                listing = listings[s.queue]
-                if listing is None:
-                    continue
-                if any(
-                    x.first_seq == s.first_seq
-                    and x.last_seq == s.last_seq
-                    and x.checksum == s.checksum
-                    and x.state == "released"
-                    for x in listing.segments
-                ):
-                    pending[s.queue].append(s.first_seq)
-            if not pending:
-                continue
-            try:
-                self.check_files(m, mf.retired(manifests))
-            except ManifestInvalid:  # a compaction may have retired the file since: look again
-                self.check_files(m, mf.retired(self.load_manifests()))
-            for queue, firsts in sorted(pending.items()):
-                marked += self._mark(queue, m.batch_id, firsts)
-        return marked
+        return self.recovery.load_manifests()
 
     def check_files(self, m: mf.Manifest, retired: Set[str] = frozenset()) -> None:
-        """Every file of ``m`` exists with its recorded size, else `ManifestInvalid`; but a file
-        in ``retired`` (a committed compaction holds its rows) may be gone."""
-        for f in m.files:
-            if f.path in retired:
-                continue
-            size = self.storage.size(f.path)
-            if size != f.bytes:
-                got = "missing" if size is None else f"{size} bytes"
-                raise ManifestInvalid(
-                    f"batch {m.batch_id}: {f.path} is {got}, the manifest says {f.bytes} bytes"
-                )
-
-    # -- 2. garbage ----------------------------------------------------------------------------
-    def batch_dirs(self) -> dict[str, list[str]]:
-        """Every batch with output under the root -> its directories."""
-        dirs: dict[str, list[str]] = defaultdict(list)
-        for e in self.storage.list(STAGING):
-            if e.is_dir:
-                dirs[e.name].append(f"{STAGING}/{e.name}")
-        for q in self.storage.list(""):
-            if not (q.is_dir and q.name.startswith("queue=")):
-                continue
-            for d in self.storage.list(q.name):
-                if not (d.is_dir and d.name.startswith("date=")):
-                    continue
-                for b in self.storage.list(f"{q.name}/{d.name}"):
-                    if b.is_dir and b.name.startswith("batch_id="):
-                        dirs[b.name.removeprefix("batch_id=")].append(f"{q.name}/{d.name}/{b.name}")
-        return dirs
-
-    def live_claims(self, queues: Iterable[str]) -> set[str]:
-        """Batches holding an unexpired claim on a released segment of ``queues``."""
-        now_ms = int(self.clock() * 1000)
-        live = set()
-        for queue in sorted(set(queues)):
-            listing = self._listing(queue)
-            for s in listing.segments if listing else ():
-                if s.claim is not None and s.claim.expires_at_ms > now_ms:
-                    live.add(s.claim.batch_id)
-        return live
+        self.recovery.check_files(m, retired)
 
     def collect_garbage(self, committed: set[str]) -> tuple[str, ...]:
-        """Remove the output of batches with neither a manifest nor a live claim. A compaction's
-        output (``c-...``) is left to `cmq.archive.compact`, which may be running."""
-        dirs = self.batch_dirs()
-        for b in sorted(committed & set(dirs)):  # a late task attempt's leftover staging
-            for d in dirs[b]:
-                if d.startswith(f"{STAGING}/"):
-                    self.storage.delete(d)
-        candidates = sorted(
-            b for b in dirs if b not in committed and not b.startswith(mf.COMPACTION_PREFIX)
-        )
-        if not candidates:
-            return ()
-        live = self.live_claims([*self.client.queues(), *self.config.queues])
-        removed = []
-        for b in candidates:
-            if b in live or self.storage.exists(mf.manifest_path(b)):
-                continue
-            for d in dirs[b]:
-                self.storage.delete(d)
-            removed.append(b)
-        return tuple(removed)
+        return self.recovery.collect_garbage(committed)
 
     # -- 3. plan and claim -------------------------------------------------------------------------
     def plan_and_claim(self) -> tuple[list[SegmentTask], int]:
@@ -584,19 +473,12 @@ class ArchiveJob:
             raise ArchiveError(f"could not rename {tmp} to {mf.manifest_path(self.batch_id)}")
 
     # -- 6. mark archived ------------------------------------------------------------------------
-    def _mark(self, queue: str, batch_id: str, firsts: Sequence[int]) -> int:
-        res = self.client.mark_archived(queue, batch_id, firsts)
-        if res.refused:
-            refused = [(r.first_seq, r.reason, r.batch_id) for r in res.refused]
-            raise ConflictingClaim(f"MarkArchived {queue} {batch_id}: refused {refused}")
-        return len(res.archived)
-
     def mark(self, manifest: mf.Manifest) -> None:
         by_queue: dict[str, list[int]] = defaultdict(list)
         for s in manifest.segments:
             by_queue[s.queue].append(s.first_seq)
         for queue, firsts in sorted(by_queue.items()):
-            self._mark(queue, manifest.batch_id, firsts)
+            mark_archived(self.client, queue, manifest.batch_id, firsts)
 
 
 def _first_lines(text: str, n: int = 12) -> str:

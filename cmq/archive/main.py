@@ -30,13 +30,11 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-import msgspec
-
 from cmq.archive.auth import executor_conf
-from cmq.archive.errors import ArchiveError
 from cmq.archive.follow import DEFAULT_IDLE_BACKOFF_MAX, DEFAULT_MAX_SEGMENTS, follow_main
 from cmq.archive.job import DEFAULT_CLAIM_TTL_MS, WRITERS, ArchiveJob, JobConfig
 from cmq.archive.remote import split_urls
+from cmq.archive.summary import LazySpark, finish
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -173,28 +171,10 @@ def main(argv: list[str] | None = None) -> int:
         return follow_main(
             config, lambda: spark_session(args.master), args.idle_backoff_max, args.json
         )
-    sessions: list[SparkSession] = []
+    spark = LazySpark(lambda: spark_session(args.master))
+    started = time.monotonic()
 
-    def spark() -> SparkSession:
-        if not sessions:
-            sessions.append(spark_session(args.master))
-        return sessions[0]
+    def progress(step: str) -> None:
+        print(f"[{time.monotonic() - started:6.1f} s] {step}", file=sys.stderr, flush=True)
 
-    try:
-        started = time.monotonic()
-
-        def progress(step: str) -> None:
-            print(f"[{time.monotonic() - started:6.1f} s] {step}", file=sys.stderr, flush=True)
-
-        summary = ArchiveJob(spark, config, progress=progress).run()
-    except ArchiveError as e:
-        print(f"error: {e.code}: {e.message}", file=sys.stderr)
-        return 1
-    finally:
-        for s in sessions:
-            s.stop()
-    if args.json:
-        print(msgspec.json.encode(summary).decode())
-    else:
-        print(summary.render())
-    return 0
+    return finish(lambda: ArchiveJob(spark, config, progress=progress).run(), spark, args.json)

@@ -112,22 +112,32 @@ class CreateKey(Call[CreatedKey], frozen=True, tag=37):
         return CreatedKey(_bare(record), secret)
 
 
-class GrantKey(Call[KeyRecord], frozen=True, tag=38):
+class _KeyChange(Call[KeyRecord], frozen=True):
+    """A change to one key's grants (no tag of its own): its ``key_id`` first, then the
+    subclass's field; answered with the changed record without its sealed secret."""
+
     result_type = KeyRecord
     key_id: str
+
+    def change(self, admin: KeyChanges) -> Awaitable[KeyRecord]:
+        raise NotImplementedError
+
+    async def serve(self, keys: NodeKeys) -> KeyRecord:
+        return _bare(await self.change(keys.admin))
+
+
+class GrantKey(_KeyChange, frozen=True, tag=38):
     grant: KeyGrant
 
-    async def serve(self, keys: NodeKeys) -> KeyRecord:
-        return _bare(await keys.admin.grant(self.key_id, self.grant))
+    def change(self, admin: KeyChanges) -> Awaitable[KeyRecord]:
+        return admin.grant(self.key_id, self.grant)
 
 
-class RevokeKey(Call[KeyRecord], frozen=True, tag=39):
-    result_type = KeyRecord
-    key_id: str
+class RevokeKey(_KeyChange, frozen=True, tag=39):
     pattern: str
 
-    async def serve(self, keys: NodeKeys) -> KeyRecord:
-        return _bare(await keys.admin.revoke(self.key_id, self.pattern))
+    def change(self, admin: KeyChanges) -> Awaitable[KeyRecord]:
+        return admin.revoke(self.key_id, self.pattern)
 
 
 class DeleteKey(Call[None], frozen=True, tag=40):

@@ -132,6 +132,8 @@ def table(results: list[RunResult], failover: dict[str, list[float]] | None = No
         for r in results:
             for f in r.known_failures():
                 lines.append(f"known issue (seed {r.cfg.seed}, not failed): {f[:300]}")
+            for f in r.notes():
+                lines.append(f"noted (seed {r.cfg.seed}, not failed): {f[:300]}")
             for f in r.failures():
                 lines.append(f"FAILED (seed {r.cfg.seed}): {f[:500]}")
             if not r.ok:
@@ -235,6 +237,8 @@ async def _main(args: argparse.Namespace) -> int:
         print(rep)
         for f in rep.failures():
             print("FAILED CHECK:", f)
+        for f in rep.notes():
+            print("NOTED (not failed):", f)
         return 0 if rep.ok else 1
     if args.cmd == "failover":
         kinds = [k for k in args.kinds.split(",") if k]

@@ -36,7 +36,7 @@ from typing import Any
 
 from tests.chaos.apicheck import SurfaceReport, check_surfaces, moved_keys, ttl_keys
 from tests.chaos.history import Op
-from tests.chaos.rewindcheck import RewindReport, check_rewinds, rewound_keys
+from tests.chaos.rewindcheck import RewindReport, check_rewinds, findings, rewound_keys
 
 MessageId = tuple[str, int]
 """(queue, seq): one stored message."""
@@ -130,6 +130,11 @@ class Report:
         if self.pinned.majority_stalled:
             out.append(f"majority_stalled={self.pinned.majority_stalled[:5]}")
         return out + self.surfaces.failures() + self.rewind.failures()
+
+    def notes(self) -> list[str]:
+        """What is reported, not failed (keys delivered again without a reason, sends stored
+        twice, the rewinds' notes), each with a count and a few examples."""
+        return findings(self, ("duplicated", "stored_twice"), 5) + self.rewind.notes()
 
     @property
     def ok(self) -> bool:

@@ -50,9 +50,9 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from tests.chaos.history import Op
 
@@ -60,9 +60,27 @@ CLOCK_JUDGED = ("rewind_outside=", "rewind_missed=")
 """Failures that compare send stamps with a rewind's ``since`` through the clocks."""
 
 
+def findings(report: object, names: Iterable[str], n: int = 3) -> list[str]:
+    """``<name>=<count> e.g. <its first n>`` for each non-empty list ``name`` of ``report``: how
+    the chaos reports (`tests.chaos.checker.Report` and its parts) list what they found."""
+    out = []
+    for name in names:
+        items: list[str] = getattr(report, name)
+        if items:
+            out.append(f"{name}={len(items)} e.g. {items[:n]}")
+    return out
+
+
 @dataclass(slots=True)
 class RewindReport:
-    """What `check_rewinds` found; lists hold examples for the failure message."""
+    """What `check_rewinds` found, in the shape of `tests.chaos.checker.Report`: figures, lists
+    of examples, `failures` (the rules broken: the run fails), `notes` (reported, not failed)
+    and `ok`."""
+
+    FAILED: ClassVar[tuple[str, ...]] = ("rewind_extra", "rewind_outside", "rewind_missed")
+    """The lists that fail a run."""
+    NOTED: ClassVar[tuple[str, ...]] = ("rewind_count",)
+    """The lists reported, not failed (``stored_twice`` is the main checker's to report)."""
 
     rewinds: dict[str, int] = field(default_factory=dict)
     """Rewind requests by outcome."""
@@ -84,12 +102,16 @@ class RewindReport:
     """Keys stored under two seqs before any ack (reported by the main checker)."""
 
     def failures(self) -> list[str]:
-        out = []
-        for name in ("rewind_extra", "rewind_outside", "rewind_missed"):
-            items: list[str] = getattr(self, name)
-            if items:
-                out.append(f"{name}={len(items)} e.g. {items[:3]}")
-        return out
+        """The rules broken, each with a count and a few examples."""
+        return findings(self, self.FAILED)
+
+    def notes(self) -> list[str]:
+        """What is reported, not failed, each with a count and a few examples."""
+        return findings(self, self.NOTED)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures()
 
 
 @dataclass(frozen=True, slots=True)

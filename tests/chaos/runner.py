@@ -132,6 +132,14 @@ class RunResult:
     def ok(self) -> bool:
         return not self.failures()
 
+    def notes(self) -> list[str]:
+        """Reported, not failed: the report's notes (`Report.notes`) and, in a run with clock
+        jumps, its failures that judge real time (`CLOCK_JUDGED`)."""
+        out = self.report.notes()
+        if self.faults["clock-jump"]:
+            out += [f for f in self.report.failures() if f.startswith(CLOCK_JUDGED)]
+        return out
+
     def unknown_restart_failures(self) -> list[str]:
         return [f for f in self.restart_failures if not self.known(f)]
 
@@ -488,6 +496,8 @@ async def run_once(cfg: RunConfig, say: Say = print) -> RunResult:
         say(f"  replay with: {replay_command(cfg)}")
     for f in result.known_failures():
         say(f"  known issue (not failed): {f}")
+    for f in result.notes():
+        say(f"  noted (not failed): {f}")
     if root.exists():
         say(f"  history and node logs kept in {root}")
     return result

@@ -5,11 +5,14 @@ rewinds. Fast: hand-written histories, no processes."""
 from __future__ import annotations
 
 import json
+from collections import Counter
+from pathlib import Path
 
 from tests.chaos.apicheck import CLOCK_JUDGED
 from tests.chaos.checker import check
 from tests.chaos.history import Delivery, History, Outcome
 from tests.chaos.rewindcheck import check_rewinds
+from tests.chaos.runner import RunConfig, RunResult
 
 Q = "w"
 WALL = 1000.0
@@ -209,3 +212,44 @@ def test_an_ack_answered_stale_may_have_applied() -> None:
     assert rep.ok, rep.failures()
     assert rep.stored_twice == [] and rep.rewind.copies == 1
     assert rep.rewind.required == 0  # its ack was never confirmed: nothing required
+
+
+def test_the_rewind_report_lists_failures_and_notes_as_the_main_report_does() -> None:
+    """`RewindReport` has `Report`'s shape (failures, notes, ok), and the main report carries
+    its notes as it carries its failures, so the runner prints both alike."""
+    h = Rw()
+    h.send(0.0, 0.1, ["a", "b"])
+    h.ack(1.2, 1.3, h.receive(1.0, 1.1, [("a", 1, 1), ("b", 2, 1)]))
+    h.rewind(2.0, 2.1, since=-0.5, count=1)
+    h.ack(3.2, 3.3, h.receive(3.0, 3.1, [("a", 3, 1), ("b", 4, 1)]))
+    rw = check_rewinds(h.h.ops)
+    assert rw.ok and rw.failures() == []
+    assert rw.notes() == [
+        "rewind_count=1 e.g. ['w: 2 rewound copies delivered, but its rewinds said 1']"
+    ]
+    rep = check(h.h.ops)
+    assert rep.ok and rep.notes() == rw.notes()
+
+    h.receive(5.0, 5.1, [("a", 5, 1)])  # a third fresh seq of a: one rewind cannot explain it
+    rep = check(h.h.ops)
+    assert not rep.ok and not rep.rewind.ok
+    assert [f.split("=")[0] for f in rep.rewind.failures()] == ["rewind_extra"]
+    assert rep.rewind.failures()[0] in rep.failures()
+
+
+def test_a_run_with_clock_jumps_notes_the_clock_judged_failures_instead_of_failing() -> None:
+    h = Rw()
+    h.send(0.0, 0.1, ["d"])
+    h.ack(1.2, 1.3, h.receive(1.0, 1.1, [("d", 1, 1)]))
+    h.rewind(2.0, 2.1, since=1.5, count=1)  # since after d's send: rewind_outside
+    h.receive(3.0, 3.1, [("d", 2, 1)])
+    rep = check(h.h.ops)
+    (outside,) = rep.rewind.failures()
+    assert outside.startswith("rewind_outside=2 ")
+
+    def result(faults: Counter[str]) -> RunResult:
+        return RunResult(RunConfig(seed=1), rep, faults, [], [], {}, True, [], 0.0, Path("."), {})
+
+    assert outside in result(Counter()).failures() and outside not in result(Counter()).notes()
+    jumped = result(Counter({"clock-jump": 1}))
+    assert outside not in jumped.failures() and outside in jumped.notes()
