@@ -103,6 +103,7 @@ from cmq.routing.rpc import (
 )
 from cmq.routing.wakeups import Wakeups
 from cmq.segment_values import ArchiveResult, ClaimResult, Refused
+from cmq.upgrade.features import BATCH_RECEIPTS
 from raftlog.errors import NotLeader, RaftError
 from raftlog.errors import Overloaded as RaftOverloaded
 from raftlog.runtime import MultiRaft
@@ -467,8 +468,13 @@ class LeaderOps:
         fifo = machine.fifo_ids(name, seqs)
         ttl = machine.ttl_deadlines(name, seqs)
         levels = machine.priorities(name, seqs)
+        receipts = self._signer.mint_leased(
+            name,
+            [(lm.seq, lm.lease_id) for lm in res.messages],
+            runs_ok=self._catalog.feature_enabled(BATCH_RECEIPTS),
+        )
         out = []
-        for lm in res.messages:
+        for lm, receipt in zip(res.messages, receipts, strict=True):
             sm = stored.get(lm.seq)
             if sm is None:
                 raise InvariantBroken(f"leased message {name}/{lm.seq} cannot be read")
@@ -478,7 +484,7 @@ class LeaderOps:
                     seq=lm.seq,
                     body=sm.body,
                     binary=sm.binary,
-                    receipt=self._signer.mint(name, lm.seq, lm.lease_id),
+                    receipt=receipt,
                     receive_count=lm.receive_count,
                     sent_at_ms=sm.sent_at_ms,
                     attributes=sm.attributes,
@@ -501,14 +507,12 @@ class LeaderOps:
         ones; merge its per-entry outcomes with the receipt errors, in request order."""
         codes: list[str | None] = []
         valid: list[tuple[int, int, int]] = []
-        for i, receipt in enumerate(receipts):
-            try:
-                seq, lease = self._signer.verify(name, receipt)
-            except ReceiptInvalid as e:
-                codes.append(e.code)
+        for i, got in enumerate(self._signer.verify_many(name, receipts)):
+            if isinstance(got, ReceiptInvalid):
+                codes.append(got.code)
                 continue
             codes.append(None)
-            valid.append((i, seq, lease))
+            valid.append((i, *got))
         if valid:
             res = await self.command(group, make(valid))
             outcomes = iter(res.outcomes)

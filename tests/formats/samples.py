@@ -588,6 +588,10 @@ def _cmq_samples() -> dict[str, Sample]:
         "catalog_image": ("1", lambda: _catalog_image(True)),
         "catalog_image.no_flags": ("1", lambda: _catalog_image(False)),
         "receipt": ("1 (implicit, length)", lambda: signer.mint("q", 5, 9).encode()),
+        "receipt.run": (
+            "2 (implicit, length; behind batch_receipts)",
+            lambda: "\n".join(signer.mint_leased("q", [(5, 9), (7, 10)], runs_ok=True)).encode(),
+        ),
         "stream.requests": ("1 (implicit, tags)", lambda: stream.encode(stream_requests())),
         "stream.answers": ("1 (implicit, tags)", lambda: stream.encode(stream_answers())),
         "front_end.requests": (str(wire.WIRE_VERSION), front_end_requests),

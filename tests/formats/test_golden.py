@@ -149,7 +149,10 @@ def test_golden_catalog_image_segments_and_images_restore() -> None:
 
 
 def test_golden_receipt_and_stream_frames_decode() -> None:
-    assert ReceiptSigner(RECEIPT_KEY).verify("q", _golden("receipt").decode()) == (5, 9)
+    signer = ReceiptSigner(RECEIPT_KEY)
+    assert signer.verify("q", _golden("receipt").decode()) == (5, 9)
+    run = _golden("receipt.run").decode().split("\n")
+    assert signer.verify_many("q", run) == [(5, 9), (7, 10)]
     assert stream.decode_requests(_golden("stream.requests")) == [
         _as_read(r) for r in stream_requests()
     ]

@@ -208,6 +208,7 @@ def seeds() -> dict[str, list[bytes]]:
         "forwarded_call": _calls(),
         "receipt": [
             signer.mint("q", 5, 9).encode(),
+            signer.mint_leased("q", [(5, 9)], runs_ok=True)[0].encode(),
             struct.pack(">QQ", 1, 2) + b"orders",
         ],
         "segment_records": _segments(),
