@@ -57,6 +57,7 @@ from cmq.fsm.commands import (
     Returns,
     Rewind,
     SetAttributes,
+    encode_ack,
     encode_command,
     restamp_produce,
 )
@@ -502,9 +503,11 @@ class LeaderOps:
         name: str,
         receipts: Iterable[str],
         make: Callable[[list[tuple[int, int, int]]], Ack | ChangeVisibility | Nack],
+        encode: Callable[[Ack | ChangeVisibility | Nack], bytes] = _encoded,
     ) -> tuple[str | None, ...]:
         """Verify ``receipts``; propose ``make([(position, seq, lease), ...])`` for the valid
-        ones; merge its per-entry outcomes with the receipt errors, in request order."""
+        ones (as ``encode`` lays it out); merge its per-entry outcomes with the receipt errors,
+        in request order."""
         codes: list[str | None] = []
         valid: list[tuple[int, int, int]] = []
         for i, got in enumerate(self._signer.verify_many(name, receipts)):
@@ -514,7 +517,8 @@ class LeaderOps:
             codes.append(None)
             valid.append((i, *got))
         if valid:
-            res = await self.command(group, make(valid))
+            cmd = make(valid)
+            res = await self.propose_as(group, encode(cmd), cmd.result_type, type(cmd).__name__)
             outcomes = iter(res.outcomes)
             codes = [next(outcomes) if c is None else c for c in codes]
         return tuple(codes)
@@ -526,7 +530,15 @@ class LeaderOps:
             name,
             call.receipts,
             lambda v: Ack(name, now, tuple((s, lease) for _, s, lease in v)),
+            self._encode_ack,
         )
+
+    def _encode_ack(self, cmd: Ack | ChangeVisibility | Nack) -> bytes:
+        """An ack's entries as runs once the flag ``batch_receipts`` is enabled (a node of
+        the previous release cannot read them), when that is smaller."""
+        if not isinstance(cmd, Ack):
+            raise InvariantBroken(f"not an ack: {cmd!r}")
+        return encode_ack(cmd, runs_ok=self._catalog.feature_enabled(BATCH_RECEIPTS))
 
     async def _change_visibility(self, call: ChangeVisibilityCall) -> tuple[str | None, ...]:
         now, name = self.stamp(), call.name

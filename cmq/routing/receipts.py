@@ -48,6 +48,8 @@ _RUN_BODY_LEN = _BODY.size + _RUN.size
 _RUN_RAW_LEN = _RUN_BODY_LEN + _MAC_LEN
 _RUN_TAG = b"\x02"
 _MAX_CHARS = 64
+_SEQ_MAX = 2**63 - 1
+"""A layout-2 receipt's seq is not under its MAC: one beyond any seq a queue has is refused."""
 LAYOUT_SINGLE = 1
 """Layout 1: one MAC per message (`_RAW_LEN` bytes)."""
 LAYOUT_RUN = 2
@@ -56,7 +58,7 @@ RECEIPT_LAYOUT_VERSION = LAYOUT_RUN
 """The newest layout this release reads; a layout is implicit in the receipt's length."""
 
 _b64encode = base64.urlsafe_b64encode
-_b64decode = base64.urlsafe_b64decode
+_FROM_URLSAFE = bytes.maketrans(b"-_", b"+/")
 
 
 def _unknown_layout(what: str) -> ReceiptInvalid:
@@ -149,7 +151,8 @@ class ReceiptSigner:
         if len(receipt) > _MAX_CHARS:
             raise _unknown_layout(f"{len(receipt)} characters")
         try:
-            raw = _b64decode(receipt + "=" * (-len(receipt) % 4))
+            text = receipt.encode("ascii").translate(_FROM_URLSAFE)
+            raw = binascii.a2b_base64(text + b"=" * (-len(text) % 4), strict_mode=True)
         except (binascii.Error, ValueError):
             raise ReceiptInvalid("receipt is not valid base64url") from None
         if len(raw) == _RAW_LEN:
@@ -171,6 +174,6 @@ class ReceiptSigner:
             raise ReceiptInvalid("receipt was not issued for this queue (or was altered)")
         seq, lease = _BODY.unpack_from(raw)
         first, count = _RUN.unpack(run)
-        if not first <= lease < first + count:
+        if not (first <= lease < first + count and seq <= _SEQ_MAX):
             raise ReceiptInvalid("receipt was not issued for this queue (or was altered)")
         return seq, lease

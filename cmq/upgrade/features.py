@@ -124,8 +124,9 @@ FEATURES: tuple[Feature, ...] = (
         BATCH_RECEIPTS,
         "0.3.0",
         "receipts of layout 2 (cmq.routing.receipts): one HMAC per run of lease ids a receive "
-        "hands out, each message's receipt carrying the run; before, and from a node without "
-        "it, one HMAC per message (layout 1, still accepted)",
+        "hands out, each message's receipt carrying the run (before: one HMAC per message, "
+        "layout 1, still accepted); and acks whose entries are runs of consecutive (seq, lease) "
+        "pairs (command ACK_RUNS, type 18)",
     ),
 )
 """Every flag this release supports, oldest first."""

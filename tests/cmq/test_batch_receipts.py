@@ -97,3 +97,13 @@ def test_a_receipt_with_an_altered_seq_settles_nothing() -> None:
         assert isinstance(res, EntryOutcomes) and res.outcomes == ("LeaseStale",), seq
     res = run(Ack("q", T0, tuple(SIGNER.verify_many("q", receipts))))  # type: ignore[arg-type]
     assert isinstance(res, EntryOutcomes) and res.outcomes == (None, None)
+
+
+def test_a_run_receipt_with_a_seq_beyond_any_queue_is_invalid() -> None:
+    """The seq is not under the MAC: one that no command could carry (above the i64 range)
+    is refused here, not left to fail the command's encoding."""
+    raw = _raw(SIGNER.mint_leased("q", [(1, 1)], runs_ok=True)[0])
+    for seq in (2**63, 2**64 - 1):
+        with pytest.raises(ReceiptInvalid):
+            SIGNER.verify("q", _text(seq.to_bytes(8, "big") + raw[8:]))
+    assert SIGNER.verify("q", _text((2**63 - 1).to_bytes(8, "big") + raw[8:])) == (2**63 - 1, 1)

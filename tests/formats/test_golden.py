@@ -34,6 +34,7 @@ from raftlog.storage import record as wal
 from raftlog.storage.files import decode_snapshot_file
 from raftlog.transport import codec
 from tests.formats.samples import (
+    ACK_RUNS,
     GOLDEN,
     RECEIPT_KEY,
     T0,
@@ -121,6 +122,7 @@ def test_golden_batch_snapshot_file_and_peer_frames_decode() -> None:
 def test_golden_queue_commands_decode() -> None:
     for name, cmd in queue_commands().items():
         assert qc.decode_command(_golden(f"queue_command.{name}")) == cmd, name
+    assert qc.decode_command(_golden("queue_command_ack_runs")) == ACK_RUNS
 
 
 def test_golden_catalog_image_segments_and_images_restore() -> None:
