@@ -473,6 +473,8 @@ class LeaderOps:
             name,
             [(lm.seq, lm.lease_id) for lm in res.messages],
             runs_ok=self._catalog.feature_enabled(BATCH_RECEIPTS),
+            group=group,
+            incarnation=machine.incarnation(name) or 0,
         )
         out = []
         for lm, receipt in zip(res.messages, receipts, strict=True):
@@ -510,7 +512,9 @@ class LeaderOps:
         in request order."""
         codes: list[str | None] = []
         valid: list[tuple[int, int, int]] = []
-        for i, got in enumerate(self._signer.verify_many(name, receipts)):
+        incarnation = self._machines[group].incarnation(name) or 0
+        verified = self._signer.verify_many(name, receipts, group=group, incarnation=incarnation)
+        for i, got in enumerate(verified):
             if isinstance(got, ReceiptInvalid):
                 codes.append(got.code)
                 continue

@@ -7,21 +7,26 @@ where ``mac`` is HMAC-SHA256 over (queue name, seq, lease) with the cluster's re
 bytes, 43 characters. Minting costs one HMAC per message.
 
 Layout 2 (`LAYOUT_RUN`, flag ``batch_receipts``): ``base64url(seq:u64 | lease:u64 |
-first:u64 | count:u32 | mac[16])`` where ``mac`` is HMAC-SHA256 over (queue name, 2, first,
-count): it signs the *run* of lease ids ``first .. first+count-1`` that one `Lease` answer handed
-out, and each message of that answer carries it with its own (seq, lease). 44 bytes, 59
+first:u64 | count:u32 | mac[16])`` where ``mac`` is HMAC-SHA256 over (queue name, 2, the
+queue's group and incarnation, first, count): it signs the *run* of lease ids
+``first .. first+count-1`` that one `Lease` answer handed out in that incarnation of the queue,
+and each message of that answer carries it with its own (seq, lease). The group and
+incarnation are not in the receipt: the verifier reads them from its replica, so a run of a
+deleted queue does not verify for a queue re-created under its name (whose lease ids start
+again). 44 bytes, 59
 characters. Minting a run of n messages costs one HMAC; `ReceiptSigner.verify_many` checks each
 distinct run's MAC once per call. It is minted only while the flag is enabled (a node of the
 previous release reads layout 1 only), see `ReceiptSigner.mint_leased`.
 
 Why the seq (and the lease within its run) need not be under the MAC in layout 2: the state
-machine hands out each lease id of a queue once (``lease_counter`` only grows) to exactly one
-seq, and settles an entry (ack, nack, change visibility) only when its lease id is that seq's
-*current* lease. Whoever holds a run's MAC was given every lease id of the run in one answer;
-altering the seq or the lease (within the run) of such a receipt names either a message of that
-same answer (which the holder could settle with its own receipt anyway) or a (seq, lease) pair
-that is not current, answered per entry ``LeaseStale`` and changing nothing. Leaving the run, or
-the queue, fails the MAC (``ReceiptInvalid``). So layout 2 grants exactly what layout 1 grants.
+machine hands out each lease id of a queue's incarnation once (its ``lease_counter`` only
+grows), to one seq, and settles an entry (ack, nack, change visibility) only when its lease id
+is that seq's *current* lease. Whoever holds a run's MAC was given every lease id of the run in
+one answer; altering the seq or the lease (within the run) of such a receipt names either a
+message of that same answer (which the holder could settle with its own receipt anyway) or a
+(seq, lease) pair that is not current, answered per entry ``LeaseStale`` and changing nothing.
+Leaving the run, the queue or its incarnation fails the MAC (``ReceiptInvalid``). So layout 2
+grants what layout 1 grants, and no more across a queue's re-creation.
 
 A tampered receipt, or one minted for another queue, fails verification; a well-formed receipt
 whose lease is no longer current is answered per entry by the state machine (``LeaseStale``). A
@@ -42,6 +47,8 @@ from cmq.errors import ReceiptInvalid
 
 _BODY = struct.Struct(">QQ")
 _RUN = struct.Struct(">QI")
+_SCOPE = struct.Struct(">IQ")
+"""A layout-2 MAC's (group, incarnation) of the queue."""
 _MAC_LEN = 16
 _RAW_LEN = _BODY.size + _MAC_LEN
 _RUN_BODY_LEN = _BODY.size + _RUN.size
@@ -101,16 +108,24 @@ class ReceiptSigner:
         return _b64encode(body + self._mac(queue, body)).decode().rstrip("=")
 
     def mint_leased(
-        self, queue: str, leased: Sequence[tuple[int, int]], *, runs_ok: bool
+        self,
+        queue: str,
+        leased: Sequence[tuple[int, int]],
+        *,
+        runs_ok: bool,
+        group: int = 0,
+        incarnation: int = 0,
     ) -> list[str]:
         """The receipts of one `Lease` answer's ``(seq, lease_id)`` pairs, in order: layout 2
         (one MAC per run of consecutive lease ids, `runs`) when ``runs_ok`` (the flag
         ``batch_receipts`` is enabled), else layout 1. A FIFO replay's old lease ids are cut
-        into runs as they come."""
+        into runs as they come. ``group`` and ``incarnation``: the queue's (layout 2 signs
+        them; `verify_many` must be given the same)."""
         if not runs_ok:
             return [self.mint(queue, s, lease) for s, lease in leased]
         out: list[str] = []
-        pack_body, prefix = _BODY.pack, queue.encode() + b"\x00" + _RUN_TAG
+        pack_body = _BODY.pack
+        prefix = queue.encode() + b"\x00" + _RUN_TAG + _SCOPE.pack(group, incarnation)
         for start, n in runs([lease for _, lease in leased]):
             first = leased[start][1]
             run = _RUN.pack(first, n)
@@ -128,23 +143,24 @@ class ReceiptSigner:
         return got
 
     def verify_many(
-        self, queue: str, receipts: Iterable[object]
+        self, queue: str, receipts: Iterable[object], *, group: int = 0, incarnation: int = 0
     ) -> list[tuple[int, int] | ReceiptInvalid]:
         """Per receipt, in order: its ``(seq, lease_id)``, or the `ReceiptInvalid` saying why
-        it is not a receipt minted for ``queue``. Each distinct layout-2 run's MAC is computed
-        once per call."""
+        it is not a receipt minted for ``queue`` (layout 2: in its ``group`` and
+        ``incarnation``). Each distinct layout-2 run's MAC is computed once per call."""
         qprefix = queue.encode() + b"\x00"
+        scope = _RUN_TAG + _SCOPE.pack(group, incarnation)
         run_macs: dict[bytes, bytes] = {}
         out: list[tuple[int, int] | ReceiptInvalid] = []
         for receipt in receipts:
             try:
-                out.append(self._verify_one(qprefix, receipt, run_macs))
+                out.append(self._verify_one(qprefix, scope, receipt, run_macs))
             except ReceiptInvalid as e:
                 out.append(e)
         return out
 
     def _verify_one(
-        self, qprefix: bytes, receipt: object, run_macs: dict[bytes, bytes]
+        self, qprefix: bytes, scope: bytes, receipt: object, run_macs: dict[bytes, bytes]
     ) -> tuple[int, int]:
         if not isinstance(receipt, str):
             raise ReceiptInvalid("receipt must be a receipt string")
@@ -167,7 +183,7 @@ class ReceiptSigner:
         run = raw[_BODY.size : _RUN_BODY_LEN]
         expect_run = run_macs.get(run)
         if expect_run is None:
-            msg = qprefix + _RUN_TAG + run
+            msg = qprefix + scope + run
             expect_run = hmac.new(self._key, msg, hashlib.sha256).digest()[:_MAC_LEN]
             run_macs[run] = expect_run
         if not hmac.compare_digest(raw[_RUN_BODY_LEN:], expect_run):

@@ -107,3 +107,15 @@ def test_a_run_receipt_with_a_seq_beyond_any_queue_is_invalid() -> None:
         with pytest.raises(ReceiptInvalid):
             SIGNER.verify("q", _text(seq.to_bytes(8, "big") + raw[8:]))
     assert SIGNER.verify("q", _text((2**63 - 1).to_bytes(8, "big") + raw[8:])) == (2**63 - 1, 1)
+
+
+def test_a_run_is_bound_to_its_queue_s_group_and_incarnation() -> None:
+    """A queue deleted and created again under its name starts its lease ids again: a run
+    of the old incarnation (or of another group) does not verify for it."""
+    run = SIGNER.mint_leased("q", [(1, 1), (2, 2)], runs_ok=True, group=3, incarnation=7)
+    assert SIGNER.verify_many("q", run, group=3, incarnation=7) == [(1, 1), (2, 2)]
+    for group, incarnation in ((3, 8), (4, 7), (0, 0)):
+        got = SIGNER.verify_many("q", run, group=group, incarnation=incarnation)
+        assert all(isinstance(g, ReceiptInvalid) for g in got), (group, incarnation)
+    single = SIGNER.mint("q", 1, 1)  # layout 1 signs neither (as since 0.1.0)
+    assert SIGNER.verify_many("q", [single], group=4, incarnation=8) == [(1, 1)]
