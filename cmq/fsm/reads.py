@@ -64,6 +64,12 @@ class MachineReads:
         q = self._queues.get(name)
         return None if q is None else q.attributes
 
+    def incarnation(self, name: str) -> int | None:
+        """The incarnation of queue ``name`` in this group (a re-created queue gets another),
+        None if there is no such queue."""
+        q = self._queues.get(name)
+        return None if q is None else q.incarnation
+
     def stats(self, name: str, now_ms: int) -> QueueStats | None:
         """Exact counts at the queue's time at ``now_ms`` (`cmq.fsm.gauges.queue_stats`)."""
         q = self._queues.get(name)

@@ -57,6 +57,7 @@ from cmq.fsm.commands import (
     Returns,
     Rewind,
     SetAttributes,
+    encode_ack,
     encode_command,
     restamp_produce,
 )
@@ -103,6 +104,7 @@ from cmq.routing.rpc import (
 )
 from cmq.routing.wakeups import Wakeups
 from cmq.segment_values import ArchiveResult, ClaimResult, Refused
+from cmq.upgrade.features import BATCH_RECEIPTS
 from raftlog.errors import NotLeader, RaftError
 from raftlog.errors import Overloaded as RaftOverloaded
 from raftlog.runtime import MultiRaft
@@ -467,8 +469,15 @@ class LeaderOps:
         fifo = machine.fifo_ids(name, seqs)
         ttl = machine.ttl_deadlines(name, seqs)
         levels = machine.priorities(name, seqs)
+        receipts = self._signer.mint_leased(
+            name,
+            [(lm.seq, lm.lease_id) for lm in res.messages],
+            runs_ok=self._catalog.feature_enabled(BATCH_RECEIPTS),
+            group=group,
+            incarnation=machine.incarnation(name) or 0,
+        )
         out = []
-        for lm in res.messages:
+        for lm, receipt in zip(res.messages, receipts, strict=True):
             sm = stored.get(lm.seq)
             if sm is None:
                 raise InvariantBroken(f"leased message {name}/{lm.seq} cannot be read")
@@ -478,7 +487,7 @@ class LeaderOps:
                     seq=lm.seq,
                     body=sm.body,
                     binary=sm.binary,
-                    receipt=self._signer.mint(name, lm.seq, lm.lease_id),
+                    receipt=receipt,
                     receive_count=lm.receive_count,
                     sent_at_ms=sm.sent_at_ms,
                     attributes=sm.attributes,
@@ -496,21 +505,24 @@ class LeaderOps:
         name: str,
         receipts: Iterable[str],
         make: Callable[[list[tuple[int, int, int]]], Ack | ChangeVisibility | Nack],
+        encode: Callable[[Ack | ChangeVisibility | Nack], bytes] = _encoded,
     ) -> tuple[str | None, ...]:
         """Verify ``receipts``; propose ``make([(position, seq, lease), ...])`` for the valid
-        ones; merge its per-entry outcomes with the receipt errors, in request order."""
+        ones (as ``encode`` lays it out); merge its per-entry outcomes with the receipt errors,
+        in request order."""
         codes: list[str | None] = []
         valid: list[tuple[int, int, int]] = []
-        for i, receipt in enumerate(receipts):
-            try:
-                seq, lease = self._signer.verify(name, receipt)
-            except ReceiptInvalid as e:
-                codes.append(e.code)
+        incarnation = self._machines[group].incarnation(name) or 0
+        verified = self._signer.verify_many(name, receipts, group=group, incarnation=incarnation)
+        for i, got in enumerate(verified):
+            if isinstance(got, ReceiptInvalid):
+                codes.append(got.code)
                 continue
             codes.append(None)
-            valid.append((i, seq, lease))
+            valid.append((i, *got))
         if valid:
-            res = await self.command(group, make(valid))
+            cmd = make(valid)
+            res = await self.propose_as(group, encode(cmd), cmd.result_type, type(cmd).__name__)
             outcomes = iter(res.outcomes)
             codes = [next(outcomes) if c is None else c for c in codes]
         return tuple(codes)
@@ -522,7 +534,15 @@ class LeaderOps:
             name,
             call.receipts,
             lambda v: Ack(name, now, tuple((s, lease) for _, s, lease in v)),
+            self._encode_ack,
         )
+
+    def _encode_ack(self, cmd: Ack | ChangeVisibility | Nack) -> bytes:
+        """An ack's entries as runs once the flag ``batch_receipts`` is enabled (a node of
+        the previous release cannot read them), when that is smaller."""
+        if not isinstance(cmd, Ack):
+            raise InvariantBroken(f"not an ack: {cmd!r}")
+        return encode_ack(cmd, runs_ok=self._catalog.feature_enabled(BATCH_RECEIPTS))
 
     async def _change_visibility(self, call: ChangeVisibilityCall) -> tuple[str | None, ...]:
         now, name = self.stamp(), call.name

@@ -47,6 +47,7 @@ MESSAGE_PRIORITIES = "message_priorities"
 REWIND = "rewind"
 SEGMENT_READ_BINARY = "segment_read_binary"
 FAIR_QUEUES = "fair_queues"
+BATCH_RECEIPTS = "batch_receipts"
 
 FEATURES: tuple[Feature, ...] = (
     Feature(
@@ -118,6 +119,14 @@ FEATURES: tuple[Feature, ...] = (
         "a standard queue's messages may have a group id naming their tenant (the send's "
         "message option 0x04, until then FIFO queues' only), leased round-robin over tenants, "
         "and data group images of version 7 (the tenants' live messages and the fair cursor)",
+    ),
+    Feature(
+        BATCH_RECEIPTS,
+        "0.3.0",
+        "receipts of layout 2 (cmq.routing.receipts): one HMAC per run of lease ids a receive "
+        "hands out, each message's receipt carrying the run (before: one HMAC per message, "
+        "layout 1, still accepted); and acks whose entries are runs of consecutive (seq, lease) "
+        "pairs (command ACK_RUNS, type 18)",
     ),
 )
 """Every flag this release supports, oldest first."""

@@ -151,6 +151,7 @@ async def test_flags_are_enabled_only_when_every_node_supports_them(
         with pytest.raises(FeatureNotEnabled, match="rewind"):
             await node.rewind("imports", 0)
         assert "kept" not in await node.list_queues()
+        held = await _receipts_of_layout(node, 43)  # batch_receipts off: layout 1
         with pytest.raises(FeatureNotEnabled, match="segment_read_binary"):
             await node.read_segment_data("imports", 1)  # the route then answers JSON lines
         with pytest.raises(FeatureNotEnabled, match="fair_queues"):
@@ -209,8 +210,22 @@ async def test_flags_are_enabled_only_when_every_node_supports_them(
         await _ttl(node)
         await _priorities(node)
         await _rewind(node)
+        fresh = await _receipts_of_layout(node, 59)  # batch_receipts on: one MAC per run
+        acked = await node.ack("receipts", [held[0], fresh[0], held[1], fresh[1]])
+        assert [r.ok for r in acked] == [True] * 4, acked  # both layouts, in one ack
         sent = await node.send("imports", [OutgoingMessage(b"t", group_id="tenant")])
         assert len(sent) == 1  # fair_queues enabled: a standard queue's group id is a tenant
+
+
+async def _receipts_of_layout(node: QueueNode, length: int) -> list[str]:
+    """Two messages sent to the queue ``receipts`` and received: their receipts, each
+    ``length`` characters long (43: layout 1; 59: layout 2, flag ``batch_receipts``)."""
+    if "receipts" not in await node.list_queues():
+        await node.create_queue("receipts", QueueAttributes())
+    await node.send("receipts", [OutgoingMessage(b"r1"), OutgoingMessage(b"r2")])
+    got = await node.receive("receipts", 2, 60, 1)
+    assert len(got) == 2 and [len(m.receipt) for m in got] == [length, length], got
+    return [m.receipt for m in got]
 
 
 async def _priorities(node: QueueNode) -> None:

@@ -186,6 +186,10 @@ def _new(
     return qc.NewMessage(f"msg-{i:04d}", body, False, attrs, None, None, group, ttl_ms, priority)
 
 
+ACK_RUNS = qc.Ack("q", T0, ((1, 100), (2, 101), (3, 102), (9, 200)))
+"""An ack whose entries are two runs, encoded as `ACK_RUNS` (flag ``batch_receipts``)."""
+
+
 def queue_commands() -> dict[str, qc.Command]:
     """One command of each type this release writes (``PRODUCE`` is only read: logs of before
     ``PRODUCE_RECORDS``), plus the optional trailing fields."""
@@ -588,6 +592,14 @@ def _cmq_samples() -> dict[str, Sample]:
         "catalog_image": ("1", lambda: _catalog_image(True)),
         "catalog_image.no_flags": ("1", lambda: _catalog_image(False)),
         "receipt": ("1 (implicit, length)", lambda: signer.mint("q", 5, 9).encode()),
+        "queue_command_ack_runs": (
+            "type 18 (behind batch_receipts)",
+            lambda: qc.encode_ack(ACK_RUNS, runs_ok=True),
+        ),
+        "receipt.run": (
+            "2 (implicit, length; behind batch_receipts)",
+            lambda: "\n".join(signer.mint_leased("q", [(5, 9), (7, 10)], runs_ok=True)).encode(),
+        ),
         "stream.requests": ("1 (implicit, tags)", lambda: stream.encode(stream_requests())),
         "stream.answers": ("1 (implicit, tags)", lambda: stream.encode(stream_answers())),
         "front_end.requests": (str(wire.WIRE_VERSION), front_end_requests),

@@ -34,6 +34,7 @@ from raftlog.storage import record as wal
 from raftlog.storage.files import decode_snapshot_file
 from raftlog.transport import codec
 from tests.formats.samples import (
+    ACK_RUNS,
     GOLDEN,
     RECEIPT_KEY,
     T0,
@@ -121,6 +122,7 @@ def test_golden_batch_snapshot_file_and_peer_frames_decode() -> None:
 def test_golden_queue_commands_decode() -> None:
     for name, cmd in queue_commands().items():
         assert qc.decode_command(_golden(f"queue_command.{name}")) == cmd, name
+    assert qc.decode_command(_golden("queue_command_ack_runs")) == ACK_RUNS
 
 
 def test_golden_catalog_image_segments_and_images_restore() -> None:
@@ -149,7 +151,10 @@ def test_golden_catalog_image_segments_and_images_restore() -> None:
 
 
 def test_golden_receipt_and_stream_frames_decode() -> None:
-    assert ReceiptSigner(RECEIPT_KEY).verify("q", _golden("receipt").decode()) == (5, 9)
+    signer = ReceiptSigner(RECEIPT_KEY)
+    assert signer.verify("q", _golden("receipt").decode()) == (5, 9)
+    run = _golden("receipt.run").decode().split("\n")
+    assert signer.verify_many("q", run) == [(5, 9), (7, 10)]
     assert stream.decode_requests(_golden("stream.requests")) == [
         _as_read(r) for r in stream_requests()
     ]

@@ -208,7 +208,7 @@ def test_a_damaged_segment_record_is_still_reported_as_damage() -> None:
 
 
 def test_an_unknown_queue_command_type_names_the_type_and_a_newer_release() -> None:
-    with pytest.raises(NewerLayout, match=r"unknown command type 99: .*newer release.*1-17"):
+    with pytest.raises(NewerLayout, match=r"unknown command type 99: .*newer release.*1-18"):
         qc.decode_command(bytes([99]) + b"\x00" * 8)
     m, _ = queue_machine(False)
     with pytest.raises(NewerFormat, match=r"entry 40: unknown command type 99"):

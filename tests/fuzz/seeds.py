@@ -26,6 +26,7 @@ from cmq.fsm.commands import (
     Produce,
     Purge,
     SetAttributes,
+    encode_ack,
     encode_command,
 )
 from cmq.fsm.machine import QueueMachine
@@ -195,6 +196,10 @@ def _api_json() -> list[bytes]:
     return [bytes([names.index(n)]) + orjson.dumps(b) for n, b in bodies.items() if n in names]
 
 
+_ACK_RUNS = Ack("orders", 5_000, ((1, 7), (2, 8), (3, 9)))
+"""An ack encoded as runs (`ACK_RUNS`, flag ``batch_receipts``)."""
+
+
 def seeds() -> dict[str, list[bytes]]:
     """Target name -> its seed inputs."""
     signer = ReceiptSigner(RECEIPT_KEY)
@@ -204,10 +209,12 @@ def seeds() -> dict[str, list[bytes]]:
         "log_record": _log_records(),
         "command_batch": [encode_batch([encode_command(c) for c in _COMMANDS[:3]])],
         # The send as a log written before PRODUCE_RECORDS still holds it, too.
-        "queue_command": [encode_command(c) for c in _COMMANDS] + [legacy_produce(_PRODUCE)],
+        "queue_command": [encode_command(c) for c in _COMMANDS]
+        + [legacy_produce(_PRODUCE), encode_ack(_ACK_RUNS, runs_ok=True)],
         "forwarded_call": _calls(),
         "receipt": [
             signer.mint("q", 5, 9).encode(),
+            signer.mint_leased("q", [(5, 9)], runs_ok=True)[0].encode(),
             struct.pack(">QQ", 1, 2) + b"orders",
         ],
         "segment_records": _segments(),

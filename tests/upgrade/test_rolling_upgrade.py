@@ -33,6 +33,7 @@ from pathlib import Path
 
 import pytest
 
+from cmq.client import Client
 from cmq.client.stream import StreamClient
 from cmq.errors import CmqError
 from cmq.node import feature_marker
@@ -85,6 +86,14 @@ async def _drain_stream_queue(cluster: ChaosCluster, confirmed: set[str]) -> set
                 await cluster.node(1, 10).ack(STREAM_QUEUE, [m.receipt for m in batch])
                 got.update(m.id for m in batch)
     return confirmed - got
+
+
+async def _receipt_lengths(client: Client) -> set[int]:
+    """The lengths of the receipts of a receive from the stream queue; the messages are
+    visible again at once (a visibility of 0)."""
+    batch = await client.receive(STREAM_QUEUE, max_messages=4, visibility_timeout=0, wait_seconds=5)
+    assert batch, "the stream queue has no message to probe"
+    return {len(m.receipt) for m in batch}
 
 
 async def _watch_leaders(
@@ -176,11 +185,15 @@ async def test_rolling_upgrade_from_the_previous_release_then_no_downgrade(
         await cluster.wait_ready(60)
 
         client = cluster.node(1, 15)
+        # Until batch_receipts is enabled, receipts keep layout 1 (43 characters), which the
+        # previous release reads; then layout 2 (59: one MAC per run), acked as runs.
+        assert await _receipt_lengths(client) == {43}
         enabled = await client.enable_features()
         assert sorted(enabled) == sorted(features.KNOWN)
         rows = await client.list_features()
         assert all(r["enabled"] and r["missing"] == [] for r in rows), rows
         await asyncio.sleep(3.0)  # load on the upgraded cluster, flags enabled
+        assert await _receipt_lengths(client) == {59}
 
         stop_stream.set()
         await workload.stop_producers()

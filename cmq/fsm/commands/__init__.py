@@ -3,12 +3,14 @@ import for code that builds, encodes or answers commands.
 
 `cmq.fsm.commands.definitions` says what each command asks of `QueueMachine.apply` and which
 result it is answered with (its ``result_type``); `cmq.fsm.commands.codec` is their byte layout
-(`encode_command`, `decode_command`); the results themselves live in `cmq.fsm.results`.
+(`encode_command`, `encode_ack`, `decode_command`); the results themselves live in
+`cmq.fsm.results`.
 """
 
 from cmq.fsm.commands.codec import (
     CommandType,
     decode_command,
+    encode_ack,
     encode_command,
     read_attributes,
     restamp_produce,
@@ -92,6 +94,7 @@ __all__ = [
     "Tidied",
     "Tidy",
     "decode_command",
+    "encode_ack",
     "encode_command",
     "read_attributes",
     "restamp_produce",

@@ -11,7 +11,7 @@ import's expected sent count), so earlier logs still decode. A `Produce` is enco
 byte of options, so apply frames records by copying; the older `PRODUCE` is decoded only.
 
 Versions: the command type byte is the version marker (no other byte carries one). This release
-reads the types of `CommandType` (1-17); a later release's command has a type beyond them, or a
+reads the types of `CommandType` (1-18); a later release's command has a type beyond them, or a
 message option bit this release does not know (a `PRODUCE_RECORDS` message), or a record flag
 (`cmq.fsm.store`): `decode_command` raises `NewerLayout` naming it, and the state machine stops
 the group with `cmq.errors.NewerFormat` naming the entry, never skipping it.
@@ -44,6 +44,7 @@ from cmq.fsm.commands.definitions import (
     SetAttributes,
     Tidy,
 )
+from cmq.fsm.commands.runs import read_ack_runs, runs_of, write_ack_runs
 from cmq.fsm.store import decode_tail, record_tail
 from cmq.fsm.wire import Reader, Writer
 from cmq.model import DEFAULT_MAX_DELAY_SECONDS, QueueAttributes, RetryPolicy
@@ -81,6 +82,9 @@ class CommandType(IntEnum):
     RETIME = 16
     REWIND = 17
     """Flag ``rewind``."""
+    ACK_RUNS = 18
+    """An `Ack` whose entries are carried as runs (`cmq.fsm.commands.runs`; flag
+    ``batch_receipts``, written only by `encode_ack` when asked)."""
 
 
 _COMMAND_TYPES = {t.value: t for t in CommandType}
@@ -161,6 +165,20 @@ def write_attributes(w: Writer, a: QueueAttributes) -> None:
 def read_attributes(r: Reader) -> QueueAttributes:
     """Inverse of `write_attributes`."""
     return _read_attributes(r)
+
+
+def encode_ack(cmd: Ack, *, runs_ok: bool) -> bytes:
+    """The proposal bytes of ``cmd``: as `ACK_RUNS` when ``runs_ok`` (flag ``batch_receipts``
+    is enabled) and its entries' runs are smaller than its pairs, else as `encode_command`
+    does. Both decode to ``cmd``."""
+    if runs_ok:
+        runs = runs_of(cmd.entries)
+        if len(runs) * 20 < len(cmd.entries) * 16:
+            w = Writer()
+            w.u8(CommandType.ACK_RUNS)
+            write_ack_runs(w, cmd, runs)
+            return w.getvalue()
+    return encode_command(cmd)
 
 
 def encode_command(cmd: Command) -> bytes:
@@ -384,6 +402,8 @@ def decode_command(data: bytes) -> Command:
             cmd = Retime(r.text(), r.i64())
         case CommandType.REWIND:
             cmd = Rewind(r.text(), r.i64(), r.i64(), r.i64(), r.u32())
+        case CommandType.ACK_RUNS:
+            cmd = read_ack_runs(r)
     r.end()
     return cmd
 
