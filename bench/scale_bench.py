@@ -128,17 +128,30 @@ async def bench_queues(queues: int, concurrency: int) -> dict[str, Any]:
     }
 
 
-async def bench_idle(groups: int, seconds: float, settle: float, windows: int) -> dict[str, Any]:
+async def bench_idle(
+    groups: int, seconds: float, settle: float, windows: int, queues: int = 0
+) -> dict[str, Any]:
     """CPU per node at rest over ``windows`` consecutive windows of ``seconds``, the first
     ``settle`` seconds after the cluster is ready (elections and leader balancing settle: with
     many groups the leadership hand-overs take a while,
-    `cmq.node.membership.TRANSFERS_PER_ROUND`)."""
+    `cmq.node.membership.TRANSFERS_PER_ROUND`). ``queues``: empty queues created once the
+    cluster is ready (spread over the groups), each holding one message, before the settle."""
     with tempfile.TemporaryDirectory(prefix="cmq-scale-") as tmp:
         cluster = Cluster(3, groups, Path(tmp))
         cpu: list[list[float]] = []
         quiet: list[list[int]] = []
         try:
             ready_s = await cluster.ready()
+            if queues:
+                async with Client(cluster.urls, timeout=30, connections=16) as c:
+                    sem = asyncio.Semaphore(16)
+
+                    async def one(i: int) -> None:
+                        async with sem:
+                            await c.create_queue(f"idle-{i:05d}")
+                            await c.send_one(f"idle-{i:05d}", b"resting")
+
+                    await asyncio.gather(*(one(i) for i in range(queues)))
             await asyncio.sleep(settle)
             before = await cluster.metrics()
             for _ in range(windows):
@@ -158,6 +171,7 @@ async def bench_idle(groups: int, seconds: float, settle: float, windows: int) -
         "groups": groups,
         "ready_s": round(ready_s, 1),
         "settle_s": settle,
+        "queues": queues,
         "idle_cpu_share_of_a_core_per_node_per_window": cpu,
         "quiesced_groups_per_node_per_window": quiet,
         "rss_mib_per_node": [round(a["process_resident_memory_bytes"] / 2**20) for a in after],
@@ -238,6 +252,7 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, default=3)
     ap.add_argument("--settle", type=float, default=10, help="seconds at rest first (idle)")
     ap.add_argument("--windows", type=int, default=1, help="CPU windows of --seconds (idle)")
+    ap.add_argument("--idle-queues", type=int, default=0, help="queues of one message (idle)")
     ap.add_argument("--rate", type=int, default=100, help="msgs/s per group (cpu)")
     args = ap.parse_args()
     if args.what == "catalog":
@@ -245,7 +260,9 @@ def main() -> int:
     elif args.what == "queues":
         res = asyncio.run(bench_queues(args.queues, args.concurrency))
     elif args.what == "idle":
-        res = asyncio.run(bench_idle(args.groups, args.seconds, args.settle, args.windows))
+        res = asyncio.run(
+            bench_idle(args.groups, args.seconds, args.settle, args.windows, args.idle_queues)
+        )
     else:
         res = asyncio.run(bench_cpu(args.nodes, args.rate, int(args.seconds)))
     print(json.dumps(res))
