@@ -135,6 +135,9 @@ class _Connection:
             pass
         finally:
             self._lost()
+            # The writer waits on `out` for good once the socket is gone: end it with the
+            # reader, so a lost connection leaves no task behind (close() is never called on it).
+            self.tasks[1].cancel()
 
     def _dispatch(self, answer: Answer) -> None:
         if isinstance(answer, Deliver):

@@ -6,13 +6,14 @@ consumer expiring."""
 from __future__ import annotations
 
 import asyncio
+from typing import cast
 
 import aiohttp
 import msgspec
 import pytest
 
 from cmq.client import Client, Message
-from cmq.client.stream import StreamClient
+from cmq.client.stream import StreamClient, _Connection
 from cmq.errors import InvalidParameter, MessageTooLarge, QueueNotFound
 from cmq.stream import STREAM_PATH, Failed, Send, decode_answers, encode
 from cmq.stream import Message as WireMessage
@@ -183,6 +184,32 @@ async def test_a_dropped_connection_fails_requests_in_flight_and_resumes(
         while not any(m.body == "after" for m in got):
             got += await asyncio.wait_for(sub.next(), 10)
         await sub.ack(got)
+        # The dropped connection's reader and writer both ended (none left pending).
+        assert all(t.done() for t in conn.tasks)
+
+
+class _EndedSocket:
+    """A WebSocket the server has closed: its reader ends at once, nothing is ever written."""
+
+    def __aiter__(self) -> _EndedSocket:
+        return self
+
+    async def __anext__(self) -> aiohttp.WSMessage:
+        await asyncio.sleep(0)
+        raise StopAsyncIteration
+
+    async def close(self) -> bool:
+        return True
+
+
+async def test_a_connection_the_server_ended_leaves_no_task_behind() -> None:
+    """A node that dies ends the reader; the writer, waiting on the send queue, must end with
+    it (a lost connection is dropped by the client, never closed: nothing else would end it)."""
+    async with StreamClient("http://127.0.0.1:9", timeout=1) as s:
+        conn = _Connection(s, cast(aiohttp.ClientWebSocketResponse, _EndedSocket()), "x")
+        await asyncio.wait_for(conn.closed.wait(), 5)
+        await asyncio.wait_for(asyncio.gather(*conn.tasks, return_exceptions=True), 5)
+        assert all(t.done() for t in conn.tasks)
 
 
 async def test_fifo_groups_over_the_stream(url: str) -> None:
