@@ -196,7 +196,7 @@ class QueueNode(QueueCalls):
         self.backups = BackupAdmin(self.catalog, self.router, cfg.secret, clock)
         self.feature_admin = FeatureAdmin(self.catalog, self.router, self.releases)
         self.archive = ArchiveSide(self.id, self.raft, self.catalog, self.router, self.machines)
-        self._produce = ProduceBuilder(self.id, clock)
+        self._produce = ProduceBuilder(self.id, clock, self.clock.stamp)
         self._send_slots = asyncio.Semaphore(cfg.max_inflight_sends)
         self._tasks: set[asyncio.Task[None]] = set()
 

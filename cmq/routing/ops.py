@@ -121,14 +121,28 @@ R = TypeVar("R")
 class ProduceBuilder:
     """Builds the encoded `Produce` of a send on the node that took it: fresh message ids
     (unique per node: a random prefix, the node id and a counter). Its time is this node's
-    ``clock``, replaced by the group leader's when the leader proposes it (`restamp_produce`)."""
+    ``clock``, replaced by the group leader's when the leader proposes it (`restamp_produce`).
 
-    __slots__ = ("_clock", "_counter", "_node", "_prefix")
+    A message with an absolute deadline (``deliver_at_ms``, ``ttl_deadline_ms``) becomes a delay
+    or a time to live counted from this node's time, which the leader's restamp does not
+    correct: those are converted only at a reading ``deadline_clock`` vouches for
+    (`cmq.node.clockguard.ClockGuard.stamp`: None while this clock is stepped or off from its
+    peers), else the send is refused `Unavailable` before anything is proposed (the client
+    sends through another node). A clock 29 minutes behind would otherwise make "deliver in
+    2 s" a 29-minute delay."""
 
-    def __init__(self, node_id: int, clock: Clock) -> None:
+    __slots__ = ("_clock", "_counter", "_deadline_clock", "_node", "_prefix")
+
+    def __init__(
+        self,
+        node_id: int,
+        clock: Clock,
+        deadline_clock: Callable[[], int | None] | None = None,
+    ) -> None:
         self._prefix = secrets.token_hex(5)
         self._node = node_id
         self._clock = clock
+        self._deadline_clock = deadline_clock or clock.wall_ms
         self._counter = 0
 
     def next_id(self) -> str:
@@ -137,7 +151,16 @@ class ProduceBuilder:
 
     def build(self, group: int, name: str, messages: list[OutgoingMessage]) -> ProduceCall:
         """A `ProduceCall` for one attempt of a send (a retried attempt gets fresh ids)."""
-        now = self._clock.wall_ms()
+        if any(m.deliver_at_ms is not None or m.ttl_deadline_ms is not None for m in messages):
+            trusted = self._deadline_clock()
+            if trusted is None:
+                raise Unavailable(
+                    "this node's clock is off (stepped, or away from its peers): it cannot "
+                    "convert a deliver_at or a time-to-live deadline; send through another node"
+                )
+            now = trusted
+        else:
+            now = self._clock.wall_ms()
         new = tuple(
             NewMessage(
                 id=self.next_id(),

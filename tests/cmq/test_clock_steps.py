@@ -10,8 +10,11 @@ from typing import cast
 
 import pytest
 
-from cmq.errors import InvalidParameter
+from cmq.errors import InvalidParameter, Unavailable
+from cmq.fsm.commands import Produce, decode_command
+from cmq.model import OutgoingMessage
 from cmq.node.clockguard import ClockGuard
+from cmq.routing.ops import ProduceBuilder
 from cmq.routing.rpc import decode_call as decode_forwarded
 from raftlog.runtime import MultiRaft
 from raftlog.runtime.clocks import ClockReading
@@ -231,3 +234,37 @@ def test_a_second_step_while_a_first_awaits_confirmation_restarts_the_wait() -> 
     mono[0] += 0.3
     guard.check()
     assert not guard.trusted() and guard.stamp() is None
+
+
+def test_deadlines_are_converted_only_at_a_trusted_reading() -> None:
+    """A node whose clock just stepped back 29 minutes must not turn "deliver at T" into a
+    29-minute delay (a chaos seed found it so): a send with an absolute deadline is refused
+    `Unavailable` (the client sends through another node) while the guard vouches for no
+    reading; relative delays never depended on this clock and pass."""
+    mono = [100.0]
+    wall = [1_000_000]
+    raft = FakeRaft()
+    clock = FakeClock(mono, wall)
+    guard = _guard(raft, mono, wall)
+    builder = ProduceBuilder(2, clock, guard.stamp)
+    now = clock.wall_ms()
+
+    def delays(messages: list[OutgoingMessage]) -> list[tuple[int | None, int | None]]:
+        call = builder.build(1, "q", messages)
+        produce = decode_command(call.command)
+        assert isinstance(produce, Produce)
+        return [(m.delay_ms, m.ttl_ms) for m in produce.messages]
+
+    at = OutgoingMessage(b"x", deliver_at_ms=now + 2_000)
+    ttl = OutgoingMessage(b"y", ttl_deadline_ms=now + 9_000)
+    assert delays([at, ttl]) == [(2_000, None), (None, 9_000)]
+    wall[0] -= 29 * 60_000  # the step; no peer reading has shown it yet
+    for msgs in ([at], [ttl], [OutgoingMessage(b"z"), at]):
+        with pytest.raises(Unavailable):
+            builder.build(1, "q", msgs)
+    assert delays([OutgoingMessage(b"z", delay_seconds=3)]) == [(3_000, None)]
+    # Planted: the builder without the guard converts at the stepped clock.
+    unguarded = ProduceBuilder(2, clock).build(1, "q", [at])
+    planted = decode_command(unguarded.command)
+    assert isinstance(planted, Produce)
+    assert planted.messages[0].delay_ms == 29 * 60_000 + 2_000
