@@ -24,11 +24,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from cmq.cli.launch import free_ports
+from one_node import one_node_config  # this script's neighbour in bench/
+
 from cmq.model import OutgoingMessage, QueueAttributes
-from cmq.node.queue_node import NodeConfig, QueueNode
+from cmq.node.queue_node import QueueNode
 from cmq.upgrade.features import BATCH_RECEIPTS
-from raftlog.transport.peer import Address
 
 BODY = b"x" * 1024
 
@@ -55,18 +55,7 @@ async def drain(node: QueueNode, queue: str, messages: int, batch: int, consumer
 
 async def run(messages: int, rounds: int, batch: int, consumers: int) -> None:
     root = Path(tempfile.mkdtemp(prefix="cmq-batch-receipts-"))
-    addr = Address("127.0.0.1", free_ports(1)[0])
-    node = QueueNode(
-        NodeConfig(
-            node_id=1,
-            peer=addr,
-            peers={1: addr},
-            data_dirs=(str(root),),
-            secret=b"batch-receipts-bench-secret-0123",
-            groups=1,
-            tick_interval=0.01,
-        )
-    )
+    node = QueueNode(one_node_config(root, b"batch-receipts-bench-secret-0123"))
     await node.start()
     try:
         while not node.is_ready():

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from one_node import one_node_config  # this script's neighbour in bench/
 
 import api.stream
 from api.app import make_app
@@ -44,9 +45,8 @@ from cmq.client.stream import StreamClient
 from cmq.client.types import ReceivedMessage
 from cmq.model import EntryResult, OutgoingMessage, QueueAttributes
 from cmq.model import ReceivedMessage as Leased
-from cmq.node.queue_node import NodeConfig, QueueNode
+from cmq.node.queue_node import QueueNode
 from cmq.stream import Deliver
-from raftlog.transport.peer import Address
 
 BODY = b"x" * 1024
 MAX_BATCH = 32
@@ -191,18 +191,7 @@ def pct(xs: list[float], p: float) -> float:
 
 async def run(messages: int, rounds: int, prefetch: int) -> None:
     root = Path(tempfile.mkdtemp(prefix="cmq-stream-path-"))
-    addr = Address("127.0.0.1", free_ports(1)[0])
-    node = QueueNode(
-        NodeConfig(
-            node_id=1,
-            peer=addr,
-            peers={1: addr},
-            data_dirs=(str(root),),
-            secret=b"stream-path-bench-secret-0123456",
-            groups=1,
-            tick_interval=0.01,
-        )
-    )
+    node = QueueNode(one_node_config(root, b"stream-path-bench-secret-0123456"))
     await node.start()
     stamps = Stamps()
     instrument(stamps)

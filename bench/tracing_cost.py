@@ -29,17 +29,15 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from one_node import one_node_config  # this script's neighbour in bench/
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from cmq.cli.launch import free_ports
 from cmq.model import OutgoingMessage, QueueAttributes
-from cmq.node.config import NodeConfig
 from cmq.node.queue_node import QueueNode
 from cmq.node.tracing import TRACER_NAME, traced
 from cmq.service import QueueService
-from raftlog.transport.peer import Address
 
 
 class Dropping(SpanExporter):
@@ -51,19 +49,6 @@ class Dropping(SpanExporter):
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         self.spans += len(spans)
         return SpanExportResult.SUCCESS
-
-
-def node_config(root: Path) -> NodeConfig:
-    addr = Address("127.0.0.1", free_ports(1)[0])
-    return NodeConfig(
-        node_id=1,
-        peer=addr,
-        peers={1: addr},
-        data_dirs=(str(root),),
-        secret=b"tracing-cost-secret-0123456789ab",
-        groups=1,
-        tick_interval=0.01,
-    )
 
 
 def traceparent() -> str:
@@ -100,7 +85,7 @@ async def run(
     rounds: int, messages: int, batch: int, exporter_name: str, per_message: bool
 ) -> None:
     root = Path(tempfile.mkdtemp(prefix="cmq-tracing-cost-"))
-    node = QueueNode(node_config(root))
+    node = QueueNode(one_node_config(root, b"tracing-cost-secret-0123456789ab"))
     await node.start()
     try:
         deadline = time.monotonic() + 30
