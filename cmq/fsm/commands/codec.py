@@ -44,7 +44,7 @@ from cmq.fsm.commands.definitions import (
     SetAttributes,
     Tidy,
 )
-from cmq.fsm.commands.runs import read_ack_runs, runs_of, write_ack_runs
+from cmq.fsm.commands.runs import MAX_RUN_ENTRIES, read_ack_runs, runs_of, write_ack_runs
 from cmq.fsm.store import decode_tail, record_tail
 from cmq.fsm.wire import Reader, Writer
 from cmq.model import DEFAULT_MAX_DELAY_SECONDS, QueueAttributes, RetryPolicy
@@ -170,8 +170,9 @@ def read_attributes(r: Reader) -> QueueAttributes:
 def encode_ack(cmd: Ack, *, runs_ok: bool) -> bytes:
     """The proposal bytes of ``cmd``: as `ACK_RUNS` when ``runs_ok`` (flag ``batch_receipts``
     is enabled) and its entries' runs are smaller than its pairs, else as `encode_command`
-    does. Both decode to ``cmd``."""
-    if runs_ok:
+    does (also when it has more entries than `ACK_RUNS` may decode to). Both decode to
+    ``cmd``."""
+    if runs_ok and len(cmd.entries) <= MAX_RUN_ENTRIES:
         runs = runs_of(cmd.entries)
         if len(runs) * 20 < len(cmd.entries) * 16:
             w = Writer()

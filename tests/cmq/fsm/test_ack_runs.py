@@ -104,3 +104,13 @@ def test_a_malformed_ack_of_runs_is_refused(body: bytes, match: str) -> None:
 def test_the_run_layout_is_what_the_module_says() -> None:
     body = encode_ack(Ack("q", 5, ((3, 4), (4, 5))), runs_ok=True)
     assert body == bytes([18]) + struct.pack("<I", 1) + b"q" + struct.pack("<qIqqI", 5, 1, 3, 4, 2)
+
+
+def test_an_ack_longer_than_runs_may_decode_is_written_as_pairs() -> None:
+    """Runs would be smaller, but an `ACK_RUNS` of more than `MAX_RUN_ENTRIES` entries is
+    refused by every decoder: the encoder must not write it (it would poison the log)."""
+    n = MAX_RUN_ENTRIES + 1
+    cmd = Ack("q", 1, tuple((i, i + 7) for i in range(n)))
+    data = encode_ack(cmd, runs_ok=True)
+    assert data == encode_command(cmd)
+    assert decode_command(data) == cmd
