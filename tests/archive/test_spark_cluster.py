@@ -111,7 +111,10 @@ async def load(urls: list[str], queue: str, tag: str) -> list[dict[str, Any]]:
     return [
         {
             "queue": queue,
-            "seq": acked[b].seq,  # as received: a copy forward would give it a new seq
+            # As received; a copy forward of its segment between the receive and the ack
+            # archives it under the copy's (later) seq.
+            "seq": acked[b].seq,
+            "seq_at_least": True,
             "id": sent[b].id,
             "body_b64": base64.b64encode(b.encode()).decode(),
             "outcome": "acked",
@@ -139,26 +142,32 @@ def wait_released(url: str, queue: str, n: int) -> list[dict[str, Any]]:
 
 @dataclass
 class Run:
-    """A driver process (``cmq archive`` or ``spark-submit``) with its stderr collected."""
+    """A driver process (``cmq archive`` or ``spark-submit``) with its stdout and stderr
+    collected by a thread each (stderr line by line as it comes, for `saw`)."""
 
     proc: subprocess.Popen[str]
     lines: list[str] = field(default_factory=list)
+    out: list[str] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
+    pumps: list[threading.Thread] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.lines.append(line)
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        for stream, into in ((self.proc.stderr, self.lines), (self.proc.stdout, self.out)):
+            t = threading.Thread(target=into.extend, args=(stream,), daemon=True)
+            t.start()
+            self.pumps.append(t)
 
     def saw(self, text: str) -> bool:
         return any(text in ln for ln in list(self.lines))
 
     def finish(self, timeout: float = 600) -> dict[str, Any]:
-        out, _ = self.proc.communicate(timeout=timeout)
-        err = "".join(self.lines)
+        """Wait for the exit and for both streams' ends (never reading a stream from two
+        threads: each line is the pump's); returns the JSON summary, its last stdout line."""
+        self.proc.wait(timeout=timeout)
+        for t in self.pumps:
+            t.join(timeout=30)
+        out, err = "".join(self.out), "".join(self.lines)
         assert self.proc.returncode == 0, out + err[-6000:]
         summary: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
         return summary
