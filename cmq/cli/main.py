@@ -63,6 +63,19 @@ def _setting(args: argparse.Namespace, conf: dict[str, Any], name: str, default:
     return conf.get(name, default)
 
 
+def _on(value: object) -> bool:
+    """A switch from a flag (``on``/``off``), the environment (also ``1``/``0``, ``true``/
+    ``false``) or TOML (a boolean)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("on", "1", "true", "yes"):
+        return True
+    if text in ("off", "0", "false", "no"):
+        return False
+    raise SystemExit(f"expected on or off, got {value!r}")
+
+
 def _read_secret(args: argparse.Namespace, conf: dict[str, Any]) -> bytes:
     if os.environ.get("CMQ_SECRET"):
         return os.environ["CMQ_SECRET"].encode()
@@ -113,6 +126,7 @@ def _serve(args: argparse.Namespace) -> int:
         secret=_read_secret(args, conf),
         groups=int(_setting(args, conf, "groups", 4)),
         max_inflight_sends=int(_setting(args, conf, "max_inflight_sends", 24)),
+        coalesce_sends=_on(_setting(args, conf, "coalesce_sends", True)),
         rejoin=bool(args.rejoin),
         **scale,
         segment_max_bytes=int(_setting(args, conf, "segment_max_bytes", 64 << 20)),
@@ -404,6 +418,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--segment-max-age",
         type=float,
         help="seal a queue's segment at this age in seconds (default 3600)",
+    )
+    s.add_argument(
+        "--coalesce-sends",
+        choices=("on", "off"),
+        help="at the leader, propose the sends to one queue that arrive together as one "
+        "command (default on)",
     )
     s.add_argument(
         "--max-inflight-sends",

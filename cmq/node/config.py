@@ -37,6 +37,9 @@ class NodeConfig:
     other calls never wait for these slots, so consumers are not queued behind a burst of
     producers: on a saturated node every queued send delays every Raft turn, and with it the
     commits consumers wait for."""
+    coalesce_sends: bool = True
+    """At the leader, the sends to one standard queue that arrive in one turn of the event loop
+    are proposed as one `Produce` (`cmq.routing.coalesce`); off: one `Produce` per send."""
     tick_interval: float = 0.05
     housekeeping_interval: float = 1.0
     group_options: GroupOptions = field(default_factory=GroupOptions)

@@ -128,6 +128,7 @@ class QueueNode(QueueCalls):
             request_timeout=cfg.request_timeout,
             segment_bytes=cfg.segment_max_bytes,
             segment_age_ms=round(cfg.segment_max_age * 1000),
+            coalesce_sends=cfg.coalesce_sends,
         )
         self.ops.clock_stamp = self.clock.stamp
         self.disk_watch = DiskWatch(
@@ -281,6 +282,7 @@ class QueueNode(QueueCalls):
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self.ops.close()
         await self.raft.close()
 
     def _spawn(self, coro: Awaitable[None]) -> None:

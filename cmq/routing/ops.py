@@ -53,12 +53,16 @@ from cmq.fsm.commands import (
     Nack,
     NewMessage,
     Produce,
+    Produced,
     Purge,
     Returns,
     Rewind,
+    SendParts,
     SetAttributes,
     encode_ack,
     encode_command,
+    merge_produce,
+    produce_parts,
     restamp_produce,
 )
 from cmq.fsm.machine import QueueMachine
@@ -76,6 +80,7 @@ from cmq.model import (
     SentMessage,
     is_fifo_name,
 )
+from cmq.routing.coalesce import Confirms, SendCoalescer, mergeable
 from cmq.routing.receipts import ReceiptSigner
 from cmq.routing.rpc import (
     AckCall,
@@ -223,11 +228,13 @@ class LeaderOps:
         request_timeout: float,
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         segment_age_ms: int = DEFAULT_SEGMENT_AGE_SECONDS * 1000,
+        coalesce_sends: bool = True,
     ) -> None:
         """``clock``: this node's (`cmq.routing.clock.NodeClock`), read for the queues' time
         of reads here; commands are stamped through `clock_stamp`. ``segment_bytes`` /
         ``segment_age_ms``: this node's segment limits, recorded with each queue it creates
-        (`CreateQueue`)."""
+        (`CreateQueue`). ``coalesce_sends``: the sends to one standard queue that arrive in
+        one turn of the loop are proposed as one `Produce` (`cmq.routing.coalesce`)."""
         self._segment_bytes = segment_bytes
         self._segment_age_ms = segment_age_ms
         self._raft = raft
@@ -244,6 +251,7 @@ class LeaderOps:
         """Why a send to a group led here must be refused before it is proposed (e.g. its
         data directory is below the disk reserve: `cmq.node.diskwatch.DiskWatch.refuse_send`),
         or None; set by the node."""
+        self._coalescer = SendCoalescer(self._propose_sends) if coalesce_sends else None
         self.move_dead_letters: Callable[[int, str], Awaitable[None]] | None = None
         """Move a queue's messages marked for its dead-letter queue now
         (`cmq.node.housekeeping.Housekeeper.move_dead_letters`); set by the node. A FIFO
@@ -418,9 +426,36 @@ class LeaderOps:
         refused = self.refuse_send(call.group)
         if refused is not None:
             raise refused
+        if self._coalescer is not None:
+            parts = produce_parts(call.command)
+            if parts is not None and mergeable(parts):
+                got = await self._coalescer.produce(call.group, parts)
+                return [SentMessage(i, s) for i, s in got]
         data = restamp_produce(call.command, self.stamp())
         res = await self.propose_as(call.group, data, Produce.result_type, "Produce")
         return [SentMessage(i, s) for i, s in res.messages]
+
+    async def _propose_sends(
+        self, group: int, queue: str, parts: list[SendParts]
+    ) -> Confirms | list[Confirms | BaseException]:
+        """The `SendCoalescer`'s proposal: ``parts`` as one `Produce` stamped here; refused
+        whole by apply (nothing changed), each part again on its own, one outcome each."""
+        res = await self.propose(group, merge_produce(queue, self.stamp(), parts))
+        if isinstance(res, Produced):
+            return res.messages
+        if not isinstance(res, CommandFailed):
+            raise InvariantBroken(f"Produce returned {res!r}, not a Produced")
+        if len(parts) == 1:
+            raise error_for(res.code, res.message)
+        alone = await asyncio.gather(
+            *(self._propose_sends(group, queue, [p]) for p in parts), return_exceptions=True
+        )
+        return [cast("Confirms | BaseException", a) for a in alone]
+
+    async def close(self) -> None:
+        """Stop what this leader runs on its own (the send batches still proposing)."""
+        if self._coalescer is not None:
+            await self._coalescer.close()
 
     async def _receive(self, call: ReceiveCall) -> list[ReceivedMessage]:
         name, group = call.name, call.group

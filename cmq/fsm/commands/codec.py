@@ -20,7 +20,7 @@ the group with `cmq.errors.NewerFormat` naming the entry, never skipping it.
 from __future__ import annotations
 
 import struct
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from enum import IntEnum
 
 from cmq.errors import InvalidParameter, NewerLayout
@@ -51,8 +51,11 @@ from cmq.model import DEFAULT_MAX_DELAY_SECONDS, QueueAttributes, RetryPolicy
 
 __all__ = [
     "CommandType",
+    "SendParts",
     "decode_command",
     "encode_command",
+    "merge_produce",
+    "produce_parts",
     "read_attributes",
     "restamp_produce",
     "write_attributes",
@@ -321,6 +324,78 @@ def restamp_produce(command: bytes, now_ms: int) -> bytes:
     if at + 8 > len(command):
         raise InvalidParameter("truncated send")
     return b"".join((command[:at], _I64.pack(now_ms), command[at + 8 :]))
+
+
+@dataclass(frozen=True, slots=True)
+class SendParts:
+    """An encoded plain send taken apart for merging (`produce_parts`): its queue, how many
+    messages it carries and their bytes exactly as encoded."""
+
+    queue: str
+    count: int
+    messages: bytes
+
+
+def produce_parts(command: bytes) -> SendParts | None:
+    """``command`` (an encoded `Produce`) as `SendParts`, or None when it is not to be merged:
+    not a `PRODUCE_RECORDS`, an import (its trailing expected count), or message options this
+    release does not know (a newer release's: apply decides, `NewerLayout`). Walks the
+    message framing only (lengths and option fields), never decoding a message."""
+    if command[:1] != bytes((CommandType.PRODUCE_RECORDS,)) or len(command) < 5:
+        return None
+    size = len(command)
+    at = 5 + _U32.unpack_from(command, 1)[0]
+    if at + 12 > size:
+        return None
+    count = _U32.unpack_from(command, at + 8)[0]
+    start = pos = at + 12
+    for _ in range(count):
+        if pos + 4 > size:
+            return None
+        pos += 4 + _U32.unpack_from(command, pos)[0]
+        if pos >= size:
+            return None
+        opts = command[pos]
+        pos += 1
+        if opts & ~_KNOWN_OPTIONS:
+            return None
+        if opts & _HAS_DELAY:
+            pos += 8
+        for bit in (_HAS_DEDUP, _HAS_GROUP):
+            if opts & bit:
+                if pos + 4 > size:
+                    return None
+                pos += 4 + _U32.unpack_from(command, pos)[0]
+        if opts & _HAS_TTL:
+            pos += 8
+        if opts & _HAS_PRIORITY:
+            pos += 1
+        if pos > size:
+            return None
+    if pos != size:  # an import's expected count trails the messages
+        return None
+    try:
+        queue = command[5:at].decode()
+    except UnicodeDecodeError:
+        return None
+    return SendParts(queue, count, command[start:])
+
+
+def merge_produce(queue: str, now_ms: int, parts: list[SendParts]) -> bytes:
+    """One encoded `Produce` of ``parts``' messages in order, stamped ``now_ms``: the bytes
+    `encode_command` gives for a `Produce` of them all (the layout is unchanged: a merged send
+    is an ordinary `PRODUCE_RECORDS`)."""
+    name = queue.encode()
+    head = b"".join(
+        (
+            bytes((CommandType.PRODUCE_RECORDS,)),
+            _U32.pack(len(name)),
+            name,
+            _I64.pack(now_ms),
+            _U32.pack(sum(p.count for p in parts)),
+        )
+    )
+    return b"".join([head, *(p.messages for p in parts)])
 
 
 def _write_seqs(w: Writer, seqs: tuple[int, ...]) -> None:
