@@ -39,6 +39,7 @@ from cmq.errors import (
     SegmentNotFound,
     SegmentNotReleased,
 )
+from cmq.fsm import timedwork
 from cmq.fsm.cells import SEQ, Segment
 from cmq.fsm.commands import (
     ClaimSegments,
@@ -151,7 +152,7 @@ def tidy(q: QueueState, cmd: Tidy, w: SegmentWriter, fx: Effects) -> Tidied:
             w.seal(q, last)
             sealed = 1
     copied = 0
-    for seg in list(q.sparse()):
+    for seg in list(timedwork.sparse(q)):
         live = seg.count - len(seg.deleted)
         if copied and copied + live > TIDY_MAX_COPIES:
             break
@@ -192,7 +193,7 @@ def copy_forward(q: QueueState, seg: Segment, w: SegmentWriter) -> int:
         at = timers.get(old) if slot is None else q.timer_at(old)
         # The copy's record keeps the original's first visibility (its retention start): a
         # restore schedules an untouched copy at it (its timer, or ready when past).
-        visible_at = q.retention_start(seg, rel)
+        visible_at = timedwork.retention_start(q, seg, rel)
         stored = StoredMessage(  # the copy keeps its level (as `q.ready.move` below does)
             msg.id, new, msg.body, msg.binary, msg.attributes, msg.sent_at_ms, msg.priority
         )

@@ -83,10 +83,11 @@ from cmq.fsm.image import (
     ship,
 )
 from cmq.fsm.leasing import MAX_DEAD_LETTER_PER_LEASE
-from cmq.fsm.queue import Due, QueueState, encode_head
+from cmq.fsm.queue import QueueState, encode_head
 from cmq.fsm.reads import MachineReads
 from cmq.fsm.results import queue_not_found
 from cmq.fsm.store import SegmentLayout, SegmentStore
+from cmq.fsm.timedwork import Due
 from cmq.fsm.writer import SegmentWriter
 from cmq.model import QUEUE_NAME, is_fifo_name
 
