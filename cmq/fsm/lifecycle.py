@@ -16,12 +16,12 @@ the store):
   claim), or keep them as ``archived`` while the queue's ``retain_acked_seconds`` keeps them
   for rewinds (`SegmentWriter.settle`);
 * `Tidy`: seal the active segment once it is older than the queue's segment age, forget the
-  released segments whose archive and retention are both done, and copy the
-  live messages of *sparse* sealed segments (`QueueState.sparse`) forward into the active one, so
-  a message leased for days pins only itself. A copy keeps the message's id, body, attributes,
-  send time, receive count and lease; it gets a new seq, and the old seq stays an alias
-  (`QueueState.resolve`) so receipts minted before the copy still ack it. The old record is
-  marked ``moved``: it is archived from the segment it was copied to, not from the old one.
+  released segments whose archive and retention are both done, and copy the live messages of
+  *sparse* sealed segments (`cmq.fsm.timedwork.sparse`) forward into the active one, so a message
+  leased for days pins only itself. A copy keeps the message's id, body, attributes, send time,
+  receive count and lease; it gets a new seq, and the old seq stays an alias (`QueueState.resolve`)
+  so receipts minted before the copy still ack it. The old record is marked ``moved``: it is
+  archived from the segment it was copied to, not from the old one.
 """
 
 from __future__ import annotations

@@ -239,7 +239,7 @@ def dead_letter(q: QueueState, cmd: DeadLetter, w: SegmentWriter, fx: Effects) -
 
 def expire(q: QueueState, cmd: Expire, w: SegmentWriter, fx: Effects) -> Expired:
     """Delete the messages whose retention ran out at the queue's time: retention counts from
-    when a message first became visible (`QueueState.retention_start`), so a delayed message
+    when a message first became visible (`cmq.fsm.timedwork.retention_start`), so a delayed message
     is kept for the whole retention after its delay."""
     q.advance(cmd.now_ms)
     cutoff = q.clock - q.attributes.message_retention_seconds * 1000
