@@ -1,11 +1,12 @@
-"""The timed work due on a queue (pure: no I/O, no clocks): what its group's leader asks
-between applies to decide which housekeeping commands to propose (`due`: an `Expire`, a
-`DeadLetter`, a `Tidy`), and the predicates they are computed from, free functions over a
-`cmq.fsm.queue.QueueState` that change nothing of it but the ``start_floor`` cache:
-visibility (`has_visible`, `next_visible_at`), retention (`retention_start`, `expirable`,
-`oldest_sent`), the segments' lives (`seal_due`, `sparse`, `archive_done`, `retaining`,
-`settle_due`). The commands apply the same predicates (`cmq.fsm.messages`,
-`cmq.fsm.lifecycle`, `cmq.fsm.writer`), so a proposal finds what the read promised.
+"""The timed work due on a queue (pure: no I/O, no clocks): what its group's leader asks between
+applies to decide which housekeeping commands to propose (`due`: an `Expire`, a `DeadLetter`, a
+`Tidy`) and the predicates that is computed from, as free functions over a
+`cmq.fsm.queue.QueueState` that change nothing of it but its ``start_floor`` cache: retention
+(`retention_start`, `min_start`, `expirable`), the segments' lives (`seal_due`, `sparse`,
+`archive_done`, `retaining`, `settle_due`), and reads of the same kind: when a message becomes
+visible (`has_visible`, `next_visible_at`: the long polls' hints) and the oldest message's send
+time (`oldest_sent`, for `cmq.fsm.gauges`). The commands that do the work use the same
+predicates (`cmq.fsm.messages`, `cmq.fsm.lifecycle`, `cmq.fsm.writer`).
 """
 
 from __future__ import annotations
