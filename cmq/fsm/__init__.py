@@ -1,12 +1,13 @@
 """The data-group state machine: commands, the queue machine and segment stores.
 
 `cmq.fsm.machine` (command dispatch, queue commands, snapshot and restore), `cmq.fsm.queue`
-(per-queue state and its queries), `cmq.fsm.messages` and `cmq.fsm.leasing` (the message
-commands), `cmq.fsm.lifecycle` (archive claims, copy-forward, the records stream), `cmq.fsm.rewind`,
-`cmq.fsm.writer` (segment appends, seals, deletions, releases), `cmq.fsm.effects`,
-`cmq.fsm.image` (snapshot image), `cmq.fsm.commands` (commands and their codec) and the rest are
-pure: no clock, randomness, threads, sockets or files, and nothing of the node, the routing or
-Raft's runtime (the import contract ``fsm-pure`` in pyproject.toml). File I/O lives in
+(per-queue state and the changes several commands share), `cmq.fsm.queuetime` (its time, timers and
+time-to-live deadlines), `cmq.fsm.timedwork` (the timed work due on a queue), `cmq.fsm.messages` and
+`cmq.fsm.leasing` (the message commands), `cmq.fsm.lifecycle` (archive claims, copy-forward, the
+records stream), `cmq.fsm.rewind`, `cmq.fsm.writer` (segment appends, seals, deletions, releases),
+`cmq.fsm.effects`, `cmq.fsm.image` (snapshot image), `cmq.fsm.commands` (commands and their codec)
+and the rest are pure: no clock, randomness, threads, sockets or files, and nothing of the node, the
+routing or Raft's runtime (the import contract ``fsm-pure`` in pyproject.toml). File I/O lives in
 `cmq.fsm.segments` alone; its in-memory twin is `cmq.fsm.memory`.
 """
 

@@ -91,12 +91,12 @@ class Segment:
     ``visible_from``: per record, the time it first became visible (its record's visibility:
     send time plus the send's delay; a copy's: its original's), kept only once a record of the
     segment differs from its send time (None: every record's equals it); retention counts from
-    it (`QueueState.retention_start`).
+    it (`cmq.fsm.timedwork.retention_start`).
 
     Rewind (`cmq.fsm.rewind`): ``replays`` are the records that are rewound copies of
     acknowledged messages (never archived: their originals are, from their own segments);
     ``archived``: a released segment the archive is done with (or that it never needed) but
-    that the queue's ``retain_acked_seconds`` still keeps (`QueueState.retaining`)."""
+    that the queue's ``retain_acked_seconds`` still keeps (`cmq.fsm.timedwork.retaining`)."""
 
     __slots__ = (
         "archived",
@@ -190,7 +190,7 @@ class Segment:
 
     def state(self) -> str:
         if self.archived:
-            return "archived_pending"  # kept for rewinds until `QueueState.retaining` ends
+            return "archived_pending"  # kept for rewinds until `timedwork.retaining` ends
         if self.released:
             return "released"
         return "sealed" if self.sealed else "active"

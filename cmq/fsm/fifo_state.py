@@ -6,7 +6,7 @@
 * ``attempts``: receive attempt id -> (time, the (seq, lease id) pairs it leased), at most
   `MAX_ATTEMPTS`, forgotten after `DEDUP_WINDOW_MS` (in the image);
 * derived, rebuilt from ``meta`` on restore: ``groups`` (group -> its live seqs, ascending =
-  send order: a FIFO queue's messages are never copied forward, see `QueueState.sparse`) and
+  send order: a FIFO queue's messages are never copied forward, see `cmq.fsm.timedwork.sparse`) and
   ``heads`` (the seq at the front of each group).
 """
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cmq.fsm import timedwork
 from cmq.fsm.cells import LEASE, VIS, WIDTH
 from cmq.fsm.queue import QueueState
 from cmq.model import QueueStats, SegmentCounts
@@ -171,7 +172,7 @@ def queue_stats(q: QueueState, now_ms: int, pending: tuple[int, int] = (0, 0)) -
             in_flight += 1
         else:  # delayed sends, nacks with a delay, expired leases backing off
             delayed += 1
-    oldest_sent = q.oldest_sent()
+    oldest_sent = timedwork.oldest_sent(q)
     oldest = 0 if oldest_sent is None else max(0, clock - oldest_sent)
     segments, disk, unarchived = segment_figures(q, now_ms, pending)
     levels = q.attributes.priorities

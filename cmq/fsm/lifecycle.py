@@ -16,12 +16,12 @@ the store):
   claim), or keep them as ``archived`` while the queue's ``retain_acked_seconds`` keeps them
   for rewinds (`SegmentWriter.settle`);
 * `Tidy`: seal the active segment once it is older than the queue's segment age, forget the
-  released segments whose archive and retention are both done, and copy the
-  live messages of *sparse* sealed segments (`QueueState.sparse`) forward into the active one, so
-  a message leased for days pins only itself. A copy keeps the message's id, body, attributes,
-  send time, receive count and lease; it gets a new seq, and the old seq stays an alias
-  (`QueueState.resolve`) so receipts minted before the copy still ack it. The old record is
-  marked ``moved``: it is archived from the segment it was copied to, not from the old one.
+  released segments whose archive and retention are both done, and copy the live messages of
+  *sparse* sealed segments (`cmq.fsm.timedwork.sparse`) forward into the active one, so a message
+  leased for days pins only itself. A copy keeps the message's id, body, attributes, send time,
+  receive count and lease; it gets a new seq, and the old seq stays an alias (`QueueState.resolve`)
+  so receipts minted before the copy still ack it. The old record is marked ``moved``: it is
+  archived from the segment it was copied to, not from the old one.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from cmq.errors import (
     SegmentNotFound,
     SegmentNotReleased,
 )
+from cmq.fsm import timedwork
 from cmq.fsm.cells import SEQ, Segment
 from cmq.fsm.commands import (
     ClaimSegments,
@@ -151,7 +152,7 @@ def tidy(q: QueueState, cmd: Tidy, w: SegmentWriter, fx: Effects) -> Tidied:
             w.seal(q, last)
             sealed = 1
     copied = 0
-    for seg in list(q.sparse()):
+    for seg in list(timedwork.sparse(q)):
         live = seg.count - len(seg.deleted)
         if copied and copied + live > TIDY_MAX_COPIES:
             break
@@ -192,7 +193,7 @@ def copy_forward(q: QueueState, seg: Segment, w: SegmentWriter) -> int:
         at = timers.get(old) if slot is None else q.timer_at(old)
         # The copy's record keeps the original's first visibility (its retention start): a
         # restore schedules an untouched copy at it (its timer, or ready when past).
-        visible_at = q.retention_start(seg, rel)
+        visible_at = timedwork.retention_start(q, seg, rel)
         stored = StoredMessage(  # the copy keeps its level (as `q.ready.move` below does)
             msg.id, new, msg.body, msg.binary, msg.attributes, msg.sent_at_ms, msg.priority
         )

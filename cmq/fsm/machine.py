@@ -21,8 +21,9 @@ instead of the command's own ``now_ms`` (time never runs backwards across leader
 visibility is monotonic and send times are non-decreasing in seq — which makes retention expiry
 delete a prefix of the queue). Every ``now_ms`` is a leader's clock (`cmq.routing.ops`). If the
 clock stands ahead of the leaders' clocks anyway (a stamp from a clock far ahead got in), a `Retime`
-keeps the lead as a skew added to later stamps and slewed off (`QueueState.advance`), so the
-queue's time runs on rather than standing still until real time catches up.
+keeps the lead as a skew added to later stamps and slewed off
+(`cmq.fsm.queuetime.QueueTime.advance`), so the queue's time runs on rather than standing still
+until real time catches up.
 
 Leases: a lease is *unexpired* while its deadline (``visible_at``) is after the clock. A lease id
 stays *current* until the message is leased again, nacked, or deleted. Ack accepts the current
@@ -36,7 +37,8 @@ deletions, releases through the store) and the `cmq.fsm.effects.Effects` sink to
 handler: `cmq.fsm.messages` (produce, acks, visibility, expiry, purge), `cmq.fsm.leasing`
 (Lease), `cmq.fsm.lifecycle` (archive claims, copy-forward) or `cmq.fsm.rewind` (Rewind); the
 queue commands (create, delete, attributes) are its own. The read-only queries are
-`cmq.fsm.reads`, the snapshot image `cmq.fsm.image`.
+`cmq.fsm.reads` (what timed work is due: `cmq.fsm.timedwork`), the snapshot image
+`cmq.fsm.image`.
 """
 
 from __future__ import annotations
@@ -83,10 +85,11 @@ from cmq.fsm.image import (
     ship,
 )
 from cmq.fsm.leasing import MAX_DEAD_LETTER_PER_LEASE
-from cmq.fsm.queue import Due, QueueState, encode_head
+from cmq.fsm.queue import QueueState, encode_head
 from cmq.fsm.reads import MachineReads
 from cmq.fsm.results import queue_not_found
 from cmq.fsm.store import SegmentLayout, SegmentStore
+from cmq.fsm.timedwork import Due
 from cmq.fsm.writer import SegmentWriter
 from cmq.model import QUEUE_NAME, is_fifo_name
 

@@ -15,6 +15,7 @@ from bisect import bisect_right
 
 from cmq import errors
 from cmq.fsm import fifo as fifo_rules
+from cmq.fsm import timedwork
 from cmq.fsm.cells import ACKED, DEAD_LETTERED, EXPIRED, LEASE, PURGED, VIS, Segment
 from cmq.fsm.commands import (
     Ack,
@@ -238,7 +239,7 @@ def dead_letter(q: QueueState, cmd: DeadLetter, w: SegmentWriter, fx: Effects) -
 
 def expire(q: QueueState, cmd: Expire, w: SegmentWriter, fx: Effects) -> Expired:
     """Delete the messages whose retention ran out at the queue's time: retention counts from
-    when a message first became visible (`QueueState.retention_start`), so a delayed message
+    when a message first became visible (`cmq.fsm.timedwork.retention_start`), so a delayed message
     is kept for the whole retention after its delay."""
     q.advance(cmd.now_ms)
     cutoff = q.clock - q.attributes.message_retention_seconds * 1000
@@ -265,7 +266,10 @@ def expire(q: QueueState, cmd: Expire, w: SegmentWriter, fx: Effects) -> Expired
     # sorted send times is their copy's).
     for seq in sorted(seq for seq, (sent, _) in q.moved.items() if sent <= cutoff):
         owner = q.segment_of(seq)
-        if owner is not None and q.retention_start(owner, seq - owner.first_seq) > cutoff:
+        if (
+            owner is not None
+            and timedwork.retention_start(q, owner, seq - owner.first_seq) > cutoff
+        ):
             continue
         if w.delete_one(q, seq, EXPIRED):
             count += 1

@@ -12,13 +12,14 @@ from itertools import islice
 
 from cmq import errors
 from cmq.export_values import ExportPage
-from cmq.fsm import export, fifo, lifecycle, segdata
+from cmq.fsm import export, fifo, lifecycle, segdata, timedwork
 from cmq.fsm.cells import Segment
 from cmq.fsm.effects import Effects
 from cmq.fsm.gauges import QueueGauges, queue_gauges, queue_stats, segment_figures
 from cmq.fsm.image import decode_image, segments_digest
-from cmq.fsm.queue import Due, QueueState
+from cmq.fsm.queue import QueueState
 from cmq.fsm.store import SegmentStore, StoredMessage
+from cmq.fsm.timedwork import Due
 from cmq.model import QueueAttributes, QueueStats, SegmentCounts
 from cmq.segment_values import SegmentInfo, SegmentRecord
 
@@ -169,7 +170,7 @@ class MachineReads:
     def has_visible(self, name: str, now_ms: int) -> bool:
         """Whether a `Lease` at ``now_ms`` would find a message (a hint for long polls)."""
         q = self._queues.get(name)
-        if q is None or not q.has_visible(now_ms):
+        if q is None or not timedwork.has_visible(q, now_ms):
             return False
         if q.fifo is None:
             return True
@@ -209,7 +210,7 @@ class MachineReads:
     def next_visible_at(self, name: str) -> int | None:
         """The earliest time an invisible message (delayed, leased, nacked) becomes visible."""
         q = self._queues.get(name)
-        return None if q is None else q.next_visible_at()
+        return None if q is None else timedwork.next_visible_at(q)
 
     def queue_time(self, name: str, now_ms: int) -> int:
         """The queue's time when the leader's clock reads ``now_ms`` (its deadlines are on
@@ -226,14 +227,14 @@ class MachineReads:
     def expirable(self, name: str, now_ms: int) -> bool:
         """Whether an `Expire` at ``now_ms`` would delete something."""
         q = self._queues.get(name)
-        return q is not None and q.expirable(now_ms)
+        return q is not None and timedwork.expirable(q, now_ms)
 
     def due(self, name: str, now_ms: int, dead_letter_limit: int = 100) -> Due | None:
         """The timed work due on queue ``name`` at ``now_ms``: whether an `Expire` would delete
         something, and up to ``dead_letter_limit`` seqs marked for its dead-letter queue
         (none when it has no dead-letter queue). None when nothing is due."""
         q = self._queues.get(name)
-        return None if q is None else q.due(now_ms, dead_letter_limit)
+        return None if q is None else timedwork.due(q, now_ms, dead_letter_limit)
 
     def pending_dead_letters(self, name: str) -> list[int]:
         """Seqs marked for the dead-letter queue, awaiting a `DeadLetter` (ascending)."""

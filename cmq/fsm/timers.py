@@ -9,8 +9,8 @@ of tuples that holds only the opened buckets' entries (the next minute or so: mo
 
 No per-message dict: the index never deletes or updates an entry. A caller-given predicate
 ``valid(seq, at)`` decides whether an entry still stands, against the authoritative time (the
-touched slot's visibility, the message's liveness; see `cmq.fsm.queue.QueueState`); superseded
-entries are dropped as they surface, and by a compaction once they outnumber the rest.
+touched slot's visibility, the message's liveness; see `cmq.fsm.queuetime.QueueTime.timer_valid`);
+superseded entries are dropped as they surface, and by a compaction once they outnumber the rest.
 
 Derived state: rebuilt on restore from the segments' per-record visibility times and the
 touched slots, never in the snapshot image; its layout is free to change.

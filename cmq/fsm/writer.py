@@ -18,6 +18,7 @@ from bisect import bisect_right
 from collections.abc import Sequence
 
 from cmq.errors import InvariantBroken
+from cmq.fsm import timedwork
 from cmq.fsm.cells import COUNT, Segment
 from cmq.fsm.effects import Effects
 from cmq.fsm.queue import QueueState
@@ -129,9 +130,9 @@ class SegmentWriter:
         """The released ``seg``: forgotten once the archive is done with it and the queue's
         ``retain_acked_seconds`` no longer keeps it (True); kept for the archive (still
         ``released``) or, archive done, for rewinds (``archived``) otherwise."""
-        if not q.archive_done(seg):
+        if not timedwork.archive_done(q, seg):
             return False
-        if q.retaining(seg):
+        if timedwork.retaining(q, seg):
             seg.archived = True
             return False
         self.forget(q, seg)

@@ -246,7 +246,7 @@ class Tidy:
 class Retime:
     """The queue's time is ahead of the leader's clock ``now_ms`` (a stamp from a clock that
     was far ahead got in): from now on the queue's time runs on from where it is at the rate
-    of the leaders' clocks, and slews back towards them (`cmq.fsm.queue.QueueState.advance`),
+    of the leaders' clocks, and slews back towards them (`cmq.fsm.queuetime.QueueTime.advance`),
     instead of standing still until real time catches up. Never moves the time back."""
 
     result_type: ClassVar[type[Retimed]] = Retimed

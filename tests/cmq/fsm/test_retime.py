@@ -11,7 +11,7 @@ from cmq.errors import InvalidParameter, InvariantBroken
 from cmq.fsm import Lease, Leased, Produce, QueueMachine, encode_command
 from cmq.fsm.commands import Retime, Retimed, decode_command, restamp_produce
 from cmq.fsm.image import decode_image
-from cmq.fsm.queue import SLEW_DIVISOR
+from cmq.fsm.queuetime import SLEW_DIVISOR
 
 from .test_machine import T0, Env, msg
 
