@@ -21,6 +21,10 @@ name                      the bug
                           ahead stamps leases and sends with it while it leads, which ends every
                           lease of its queues at once (two leases per message). Only the whole
                           node can show it: per-node clocks, the guard, leadership and stamps.
+``merge_drops_a_send``    the leader merges several sends into one `Produce` without the last one's
+                          messages and answers that send with the first one's confirms
+                          (`cmq.routing.coalesce`): confirmed, never stored. Only the whole node
+                          can show it: concurrent sends meeting at a leader.
 ``rewind_ignores_since``  a rewind brings back every retained acknowledged message, whatever its
                           ``since`` (the queue simulator's planted bug, here through the real
                           HTTP-less service calls, routing and parts); needs ``--rewind``
@@ -43,6 +47,7 @@ from cmq.fsm.commands import Ack, EntryOutcomes, Produce, Rewind
 from cmq.fsm.machine import QueueMachine
 from cmq.node import queue_node
 from cmq.node.clockguard import ClockGuard
+from cmq.routing.ops import LeaderOps
 from cmq.routing.rpc import ProduceCall
 
 PLANTS = (
@@ -51,6 +56,7 @@ PLANTS = (
     "produce_forgets_one",
     "retry_unknown_sends",
     "unguarded_clock",
+    "merge_drops_a_send",
     "rewind_ignores_since",
     "rewind_copies_twice",
 )
@@ -101,6 +107,20 @@ def _machine(cls: type[QueueMachine]) -> Any:
     return mock.patch.object(queue_node, "QueueMachine", cls)
 
 
+_propose_sends = LeaderOps._propose_sends
+
+
+async def _propose_dropping_the_last(
+    self: LeaderOps, group: int, queue: str, parts: list[Any]
+) -> Any:
+    if len(parts) < 2:
+        return await _propose_sends(self, group, queue, parts)
+    got = await _propose_sends(self, group, queue, parts[:-1])
+    if isinstance(got, list):  # refused whole, then send by send: left as it is
+        return [*got, got[0]]
+    return (*got, *([got[0]] * parts[-1].count))  # the first send's first confirm, repeated
+
+
 @contextmanager
 def planted(name: str | None) -> Iterator[None]:
     """Plant bug ``name`` (None: none) for the ``with`` block (``early_ack`` is set on the
@@ -122,6 +142,10 @@ def planted(name: str | None) -> Iterator[None]:
             stack.enter_context(_machine(_RewindIgnoresSince))
         elif name == "rewind_copies_twice":
             stack.enter_context(mock.patch.object(rewind._Copier, "copy", _copy_twice))
+        elif name == "merge_drops_a_send":
+            stack.enter_context(
+                mock.patch.object(LeaderOps, "_propose_sends", _propose_dropping_the_last)
+            )
         elif name == "unguarded_clock":
             stack.enter_context(mock.patch.object(ClockGuard, "stamp", _unguarded_stamp))
             stack.enter_context(mock.patch.object(ClockGuard, "trusted", _always))

@@ -84,6 +84,7 @@ BOUND = {
     "produce_forgets_one": 3,
     "retry_unknown_sends": 10,
     "unguarded_clock": 25,
+    "merge_drops_a_send": 3,
     "rewind_ignores_since": 3,
     "rewind_copies_twice": 10,
 }

@@ -96,7 +96,9 @@ class Workload:
         return f"{who}-{self.keys}"
 
     async def producer(self, pid: int, stop: asyncio.Event) -> None:
-        """Batches of 1-4 new keys (half with dedup ids, a few delayed) to random queues."""
+        """Batches of 1-4 new keys (half with dedup ids, a few delayed) to random queues; one
+        time in four a burst of 2-5 such sends to one queue through one node at once (what a
+        leader merges into one `Produce`: `cmq.routing.coalesce`)."""
         rng = self._rng(f"producer{pid}")
         who = f"p{pid}"
         while not stop.is_set():
@@ -105,29 +107,34 @@ class Workload:
                 await asyncio.sleep(0.1)
                 continue
             name = rng.choice(self.queues)
-            fifo = name.endswith(".fifo")
-            keys = [self._new_key(who) for _ in range(rng.randint(1, 4))]
-            dedup = fifo or rng.random() < 0.5
-            msgs = [
-                OutgoingMessage(
-                    body=k.encode(),
-                    dedup_id=k if dedup else None,
-                    group_id=f"g{rng.randint(0, 2)}" if fifo else None,
-                    delay_seconds=None if fifo or rng.random() < 0.9 else rng.randint(0, 1),
-                )
-                for k in keys
-            ]
-            op = self._invoke(f"producer{pid}", "send", name, nid)
-            op.keys = keys
-            if name == REWIND_QUEUE:
-                op.wall = self.wall()
-            outcome, _, detail = await self.sim.call(
-                nid,
-                3 * self.sim.request_timeout + 1,
-                lambda q, nm=name, ms=msgs: q.send(nm, ms),
-            )
-            self._record(op, outcome, detail)
+            burst = rng.randint(2, 5) if rng.random() < 0.25 else 1
+            sends = [self._one_send(rng, who, pid, name, nid) for _ in range(burst)]
+            await asyncio.gather(*sends)
             await asyncio.sleep(rng.uniform(0.0, 0.1))
+
+    async def _one_send(self, rng: random.Random, who: str, pid: int, name: str, nid: int) -> None:
+        fifo = name.endswith(".fifo")
+        keys = [self._new_key(who) for _ in range(rng.randint(1, 4))]
+        dedup = fifo or rng.random() < 0.5
+        msgs = [
+            OutgoingMessage(
+                body=k.encode(),
+                dedup_id=k if dedup else None,
+                group_id=f"g{rng.randint(0, 2)}" if fifo else None,
+                delay_seconds=None if fifo or rng.random() < 0.9 else rng.randint(0, 1),
+            )
+            for k in keys
+        ]
+        op = self._invoke(f"producer{pid}", "send", name, nid)
+        op.keys = keys
+        if name == REWIND_QUEUE:
+            op.wall = self.wall()
+        outcome, _, detail = await self.sim.call(
+            nid,
+            3 * self.sim.request_timeout + 1,
+            lambda q, nm=name, ms=msgs: q.send(nm, ms),
+        )
+        self._record(op, outcome, detail)
 
     def wall(self) -> float:
         """The true time on the nodes' clocks (epoch seconds; a stepped clock is off it)."""
