@@ -21,6 +21,7 @@ from pathlib import Path
 from tests.chaos.checker import check, summarize
 from tests.chaos.failover import failover_trials, percentile
 from tests.chaos.history import load_jsonl
+from tests.chaos.probe import FAILOVER_BOUND, summary_line
 from tests.chaos.runner import (
     SOAK_FAULTS,
     RunConfig,
@@ -141,6 +142,9 @@ def table(results: list[RunResult], failover: dict[str, list[float]] | None = No
         skipped = sorted({s for r in results for s in r.skipped})
         for s in skipped:
             lines.append(f"skipped: {s}")
+        recoveries = [x for r in results for x in r.recoveries]
+        if recoveries:
+            lines.append(summary_line(recoveries))
         crashes = {f"seed{r.cfg.seed}": r.log_errors for r in results if any(r.log_errors.values())}
         if crashes:
             lines.append(f"node logs with tracebacks (count per node): {crashes}")
@@ -198,6 +202,17 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
         help="API surfaces the clients use (default: all): " + ",".join(SURFACES),
     )
     p.add_argument(
+        "--no-probe",
+        action="store_true",
+        help="no probe queues (no per-fault time to the next confirmed send)",
+    )
+    p.add_argument(
+        "--failover-bound",
+        type=float,
+        default=FAILOVER_BOUND,
+        help="seconds a single-node fault may keep a queue from confirming (0: not judged)",
+    )
+    p.add_argument(
         "--live-code",
         action="store_true",
         help="nodes run the working tree (default: a copy taken at the start of each run)",
@@ -216,6 +231,8 @@ def _config(args: argparse.Namespace, seed: int, nodes: int) -> RunConfig:
         workdir=args.workdir,
         keep=args.keep,
         live_code=args.live_code,
+        probe=not args.no_probe,
+        failover_bound=args.failover_bound,
         snapshot_entries=args.snapshot_entries,
         known_issues=tuple(args.known_issue),
         workload=WorkloadConfig(surfaces=_surfaces(args.surfaces)),

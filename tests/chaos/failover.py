@@ -23,18 +23,12 @@ from pathlib import Path
 from cmq.client import NO_RETRY, Client
 from cmq.errors import CmqError
 from tests.chaos.cluster import ChaosCluster, snapshot_code
+from tests.chaos.probe import percentile
 from tests.chaos.runner import create_queues
 
+__all__ = ["failover_trials", "percentile"]
+
 QUEUE = "failover"
-
-
-def percentile(values: list[float], p: float) -> float:
-    """Nearest-rank percentile (``p`` in 0..100); NaN for no values."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    rank = max(1, math.ceil(p / 100 * len(ordered)))
-    return ordered[rank - 1]
 
 
 async def _probe_until_confirmed(

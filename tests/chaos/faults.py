@@ -51,6 +51,8 @@ class Injected:
     heal: Heal = _nothing
     category: str = "process"
     """Faults of one category never overlap (one partition layout, one process fault...)."""
+    at: float = 0.0
+    """When the fault took effect (the runner's monotonic clock; 0: when ``inject`` returned)."""
 
 
 class FaultKind(Protocol):
@@ -107,12 +109,14 @@ class Kill:
         nid = await pick_target(cluster, rng)
         if nid is None or not _minority_ok(cluster, 1):
             return None
+        at = time.monotonic()
         cluster.kill(nid)
 
         async def heal() -> str:
             return await restart_checked(cluster, [nid])
 
-        return Injected(self.name, f"SIGKILL node {nid}", [nid], rng.uniform(0.5, 4.0), heal)
+        hold = rng.uniform(0.5, 4.0)
+        return Injected(self.name, f"SIGKILL node {nid}", [nid], hold, heal, at=at)
 
 
 @dataclass
@@ -129,13 +133,15 @@ class Pause:
         nid = await pick_target(cluster, rng)
         if nid is None or not _minority_ok(cluster, 1):
             return None
+        at = time.monotonic()
         cluster.pause(nid)
 
         async def heal() -> str:
             cluster.resume(nid)
             return ""
 
-        return Injected(self.name, f"SIGSTOP node {nid}", [nid], rng.uniform(1.0, 3.0), heal)
+        hold = rng.uniform(1.0, 3.0)
+        return Injected(self.name, f"SIGSTOP node {nid}", [nid], hold, heal, at=at)
 
 
 def split_blocks(side_a: list[int], side_b: list[int], mode: Mode) -> dict[tuple[int, int], Mode]:
@@ -247,6 +253,7 @@ class PowerLoss:
         victims = mounted if everyone else [rng.choice(mounted)]
         if not everyone and not _minority_ok(cluster, 1):
             return None
+        at = time.monotonic()
         for nid in victims:
             cluster.kill(nid)
         dropped = []
@@ -264,6 +271,7 @@ class PowerLoss:
             victims,
             rng.uniform(0.5, 2.0),
             heal,
+            at=at,
         )
 
 

@@ -39,6 +39,16 @@ from tests.chaos.faults import (
 )
 from tests.chaos.history import History
 from tests.chaos.pinned import PinnedClients
+from tests.chaos.probe import (
+    FAILOVER_BOUND,
+    Episode,
+    FaultRecovery,
+    Prober,
+    judge,
+    over_bound,
+    probe_queues,
+    summary_line,
+)
 from tests.chaos.surfaces import SURFACES
 from tests.chaos.workload import Workload, WorkloadConfig
 
@@ -92,6 +102,11 @@ class RunConfig:
     live_code: bool = False
     """Run the working tree's code (restarted nodes may then run newer code than the others);
     by default every node runs a copy taken when the run starts."""
+    probe: bool = True
+    """Probe queues (`tests.chaos.probe`): per fault, the time until every data group confirms
+    a fresh send again."""
+    failover_bound: float = FAILOVER_BOUND
+    """Seconds a single-node fault may keep a queue from confirming (0: reported, not judged)."""
     known_issues: tuple[str, ...] = ()
     """Substrings of restart failures that are known bugs with an xfail reproduction: listed
     in the output, not failed (the bounded pass in `make test` uses this; soaks do not)."""
@@ -112,6 +127,10 @@ class RunResult:
     log_errors: dict[int, int]
     restart_failures: list[str] = field(default_factory=list)
     error: str = ""
+    started: float = 0.0
+    """When the run began (the runner's monotonic clock): faults are reported from it."""
+    recoveries: list[FaultRecovery] = field(default_factory=list)
+    """Per fault: the time until every probe queue confirmed a fresh send (`tests.chaos.probe`)."""
 
     def failures(self) -> list[str]:
         out = self.report.failures()
@@ -126,6 +145,14 @@ class RunResult:
             out.append("the queues did not drain after healing")
         if self.crashed:
             out.append(f"nodes exited on their own: {self.crashed}")
+        if self.cfg.failover_bound:
+            slow = over_bound(self.recoveries, self.cfg.failover_bound)
+            out += [
+                f"failover over {self.cfg.failover_bound:g}s: {r.episode.description} "
+                f"at +{r.episode.at - self.started:.1f}s: {r.seconds:.3f}s "
+                f"(probes refused: {r.refusals or 'none'})"
+                for r in slow
+            ]
         return out
 
     @property
@@ -171,6 +198,10 @@ def replay_command(cfg: RunConfig) -> str:
     args += [f"--known-issue {shlex.quote(k)}" for k in cfg.known_issues]
     if cfg.live_code:
         args.append("--live-code")
+    if not cfg.probe:
+        args.append("--no-probe")
+    if cfg.failover_bound != FAILOVER_BOUND:
+        args.append(f"--failover-bound {cfg.failover_bound:g}")
     if dataclasses.replace(cfg.workload, surfaces=WorkloadConfig().surfaces) != WorkloadConfig():
         args.append(f"# with WorkloadConfig{dataclasses.astuple(cfg.workload)}")
     return " ".join(args)
@@ -219,8 +250,10 @@ async def nemesis(
     history: History,
     overlap: float,
     say: Say,
+    episodes: list[Episode] | None = None,
 ) -> tuple[Counter[str], list[str], list[str]]:
-    """Inject faults for ``duration`` seconds; every fault is healed before returning."""
+    """Inject faults for ``duration`` seconds; every fault is healed before returning. Each
+    fault injected is appended to ``episodes`` (when given), with its injection time."""
     counts: Counter[str] = Counter()
     errors: list[str] = []
     restart_failures: list[str] = []
@@ -242,6 +275,7 @@ async def nemesis(
                 # A disk fault goes first: the other then knows which node is damaged.
                 episode.sort(key=lambda k: k.category != DISK)
         active: list[tuple[Any, Injected]] = []
+        injected_at: list[float] = []
         for kind in episode:
             op = history.invoke("nemesis", "fault", "", 0, time.monotonic())
             try:
@@ -255,6 +289,7 @@ async def nemesis(
                 history.complete(op, time.monotonic(), "failed", f"{kind.name}: no target")
                 continue
             op.node = inj.nodes[0] if inj.nodes else 0
+            injected_at.append(inj.at or time.monotonic())
             counts[kind.name] += 1
             if inj.kind != kind.name:  # a variant (clock-jump, clock-drift): counted as well
                 counts[inj.kind] += 1
@@ -262,6 +297,11 @@ async def nemesis(
             say(f"inject {inj.description}; hold {inj.hold:.1f}s")
         if len(active) > 1:
             counts[OVERLAP + "+".join(inj.kind for _, inj in active)] += 1
+        if episodes is not None:
+            for at, (_, inj) in zip(injected_at, active, strict=True):
+                episodes.append(
+                    Episode(at, inj.kind, inj.description, tuple(inj.nodes), len(active) > 1)
+                )
         if active:
             hold = max(inj.hold for _, inj in active)
             await asyncio.sleep(min(hold, max(0.5, end - time.monotonic())))
@@ -396,6 +436,8 @@ async def run_once(cfg: RunConfig, say: Say = print) -> RunResult:
     crashed: dict[int, int] = {}
     restart_failures: list[str] = []
     run_error = ""
+    episodes: list[Episode] = []
+    prober: Prober | None = None
     workload = Workload(cluster.http, history, cfg.workload, rng.getrandbits(64), f"s{cfg.seed}")
     try:
         try:
@@ -417,6 +459,10 @@ async def run_once(cfg: RunConfig, say: Say = print) -> RunResult:
             f"cluster ready (lazyfs on {sorted(cluster.mounts)}); faults: {[k.name for k in kinds]}"
         )
         await create_queues(cluster, cfg.workload.queues)
+        if cfg.probe:
+            probes = await probe_queues(cluster)
+            prober = Prober(cluster, probes, random.Random(f"probe-{cfg.seed}"))
+            prober.start()
         await workload.start()
         counts, errors, restart_failures = await nemesis(
             cluster,
@@ -426,6 +472,7 @@ async def run_once(cfg: RunConfig, say: Say = print) -> RunResult:
             history=history,
             overlap=cfg.overlap,
             say=say,
+            episodes=episodes,
         )
         crashed = dict(cluster.exited())
         if crashed:
@@ -437,6 +484,8 @@ async def run_once(cfg: RunConfig, say: Say = print) -> RunResult:
             say(final)
         await cluster.wait_ready(120)
         await asyncio.sleep(1.0)
+        if prober is not None:
+            await prober.stop()
         await workload.stop_producers()
         say("producers stopped; draining")
         drained = await drain(cluster, workload, workload.queues, cfg.drain_timeout)
@@ -447,6 +496,8 @@ async def run_once(cfg: RunConfig, say: Say = print) -> RunResult:
         run_error = f"{type(e).__name__}: {e}"
         say(f"run aborted: {run_error}")
     finally:
+        if prober is not None:
+            await prober.stop()
         with contextlib.suppress(Exception):
             await workload.stop()
         await cluster.stop()
@@ -464,10 +515,12 @@ async def run_once(cfg: RunConfig, say: Say = print) -> RunResult:
         drained=drained,
         skipped=skipped,
         elapsed=time.monotonic() - started,
+        started=started,
         root=root,
         log_errors=cluster.log_lines("Traceback"),
         restart_failures=restart_failures,
         error=run_error,
+        recoveries=judge(episodes, prober.sends, prober.queues) if prober else [],
     )
     if result.ok and not cfg.keep:
         if any(result.log_errors.values()):  # keep the logs and the history, not the data
@@ -482,6 +535,8 @@ async def run_once(cfg: RunConfig, say: Say = print) -> RunResult:
         f"redelivered_after_ack={len(report.redelivered_after_ack)} "
         f"lease_overlaps={len(report.lease_overlaps)} faults={dict(counts)}"
     )
+    if result.recoveries:
+        say(f"  {summary_line(result.recoveries)}")
     if report.pinned.episodes:
         p = report.pinned
         say(
