@@ -582,6 +582,29 @@ class Raft(LeaderReplication, RecoveryGuard):
         if pr is not None and pr.state is ProgressState.REPLICATE:
             pr.become_probe()
 
+    def report_peer_down(self, peer: int) -> None:
+        """The connection to ``peer`` dropped (its process died, or the link broke). A follower
+        led by ``peer`` stops waiting out its election timeout: it forgets the leader (so it
+        also grants the other followers' pre-votes at once) and campaigns within a few ticks,
+        ordered by its rank among the other voters (`prompt_campaign_ticks`), so the followers
+        of a crashed leader do not split the vote. Pre-vote keeps this harmless when the leader
+        is alive: the voters that still hear it are in its lease and refuse, and this node
+        follows it again at its next heartbeat (RabbitMQ's ra does the same on ``nodedown``)."""
+        if self.role is not Role.FOLLOWER or self.lead != peer or not self.promotable():
+            return
+        self.lead = NONE
+        self.election_elapsed = max(
+            self.election_elapsed, self.randomized_timeout - self.prompt_campaign_ticks(peer)
+        )
+
+    def prompt_campaign_ticks(self, gone: int) -> int:
+        """Ticks until this node campaigns after its leader ``gone`` dropped: 1-2 for the
+        lowest-numbered other voter, 3-4 for the next, and so on (at most the election
+        timeout)."""
+        others = sorted(v for v in self.conf.voters if v != gone)
+        rank = others.index(self.id) if self.id in others else len(others)
+        return min(self.cfg.election_tick, 1 + 2 * rank + self.rng.randrange(2))
+
     def report_snapshot(self, to: int, ok: bool) -> None:
         """The transport finished (``ok``) or failed sending a snapshot to ``to``."""
         pr = self.progress.get(to)

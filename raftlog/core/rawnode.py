@@ -121,6 +121,11 @@ class RawNode:
     def report_unreachable(self, to: int) -> None:
         self.raft.report_unreachable(to)
 
+    def report_peer_down(self, peer: int) -> None:
+        """The connection to ``peer`` dropped: a follower it led campaigns promptly
+        (`Raft.report_peer_down`)."""
+        self.raft.report_peer_down(peer)
+
     def report_snapshot(self, to: int, ok: bool) -> None:
         self.raft.report_snapshot(to, ok)
 

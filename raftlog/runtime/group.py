@@ -271,6 +271,11 @@ class GroupDriver:
         if self.stopped is None:
             self.raw.report_unreachable(peer)
 
+    def report_peer_down(self, peer: int) -> None:
+        """``peer``'s connection dropped (`RawNode.report_peer_down`)."""
+        if self.stopped is None:
+            self.raw.report_peer_down(peer)
+
     def report_snapshot(self, peer: int, ok: bool) -> None:
         if self.stopped is None:
             self.raw.report_snapshot(peer, ok)

@@ -152,11 +152,13 @@ class Ticker:
 
     def peer_down(self, peer: int) -> None:
         """The connection to ``peer`` dropped: it is suspect at once; every group wakes and
-        treats it as unreachable."""
+        treats it as unreachable, and a follower it led campaigns within a few ticks instead
+        of waiting out its election timeout (`raftlog.core.raft.Raft.report_peer_down`)."""
         self.wake_all(self.liveness.down(peer))
         for g in list(self._groups.values()):
             with contextlib.suppress(RaftError):
                 g.report_unreachable(peer)
+                g.report_peer_down(peer)
 
     def _check_liveness(self) -> None:
         """Send every peer its liveness frame when one is due; peers newly silent wake every

@@ -187,15 +187,19 @@ class Simulation:
                     sn.raw.report_snapshot(m.to, False)
 
     def _link_broken(self, a: int, b: int) -> None:
-        """The connection between ``a`` and ``b`` failed: both ends tell all their groups.
+        """The connection between ``a`` and ``b`` failed: both ends tell all their groups
+        (the leader's progress bookkeeping; a follower led by the other end campaigns within a
+        few ticks, `raftlog.core.raft.Raft.report_peer_down`).
 
-        Reports change only the leader's progress bookkeeping (no messages, no Ready), so
-        nothing needs pumping afterwards.
+        Reports send no messages and make no Ready by themselves (a campaign starts at a
+        later tick), so nothing needs pumping afterwards.
         """
         for x, y in ((a, b), (b, a)):
             if self.up.get(x, False):
                 for g in self.groups:
-                    self.nodes[(x, g)].raw.report_unreachable(y)
+                    raw = self.nodes[(x, g)].raw
+                    raw.report_unreachable(y)
+                    raw.report_peer_down(y)
 
     def schedule_completion(self, sn: SimNode) -> None:
         """The Ready's fsync completes after a random disk latency."""

@@ -71,6 +71,8 @@ Say = Callable[[str], None]
 
 OVERLAP = "overlap:"
 """Fault counts of episodes that ran two faults at once, keyed ``overlap:<kind>+<kind>``."""
+SLOW_RECOVERY = 1.0
+"""Seconds: a fault whose recovery took longer is printed on its own (what the probes got)."""
 VARIANTS = frozenset({"clock-jump", "clock-drift"})
 """Fault counts that refine a kind's (each ``clock`` episode is also one of these)."""
 
@@ -537,6 +539,12 @@ async def run_once(cfg: RunConfig, say: Say = print) -> RunResult:
     )
     if result.recoveries:
         say(f"  {summary_line(result.recoveries)}")
+        for r in result.recoveries:
+            if r.seconds > SLOW_RECOVERY:
+                say(
+                    f"  slow recovery: {r.episode.description} at +{r.episode.at - started:.1f}s: "
+                    f"{r.seconds:.3f}s (probes refused: {r.refusals or 'none'})"
+                )
     if report.pinned.episodes:
         p = report.pinned
         say(

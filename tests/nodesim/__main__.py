@@ -8,6 +8,7 @@ import logging
 import sys
 import time
 
+from tests.chaos.probe import percentile
 from tests.nodesim.plants import PLANTS
 from tests.nodesim.sim import NodeSimConfig, run_node_seed
 
@@ -42,6 +43,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="a queue keeping acked messages is rewound now and then",
     )
+    ap.add_argument(
+        "--failover",
+        action="store_true",
+        help="single-node faults only; per fault, the time until every group confirms a send",
+    )
     ap.add_argument("-v", "--verbose", action="store_true", help="print each seed's summary")
     args = ap.parse_args(argv)
     logging.disable(logging.CRITICAL)  # violations are reported, not log lines
@@ -52,9 +58,12 @@ def main(argv: list[str] | None = None) -> int:
         buggify=not args.no_buggify,
         rot=args.rot,
         rewind=args.rewind,
+        failover=args.failover,
     )
     bad = 0
     totals = dict.fromkeys(TOTALS, 0)
+    failovers: dict[str, list[float]] = {}
+    worst: list[tuple[float, int, str]] = []
     started = time.monotonic()
     for seed in range(args.seed, args.seed + args.seeds):
         t0 = time.monotonic()
@@ -62,12 +71,16 @@ def main(argv: list[str] | None = None) -> int:
         wall = time.monotonic() - t0
         for k in TOTALS:
             totals[k] += getattr(r, k)
+        for kind, took in r.failovers:
+            failovers.setdefault(kind, []).append(took)
+            worst.append((took, seed, kind))
         if args.verbose:
             print(
                 f"seed {seed}: ops={r.ops} confirmed={r.confirmed} acked={r.acked} "
                 f"unknown={r.unknown} crashes={r.crashes} power={r.power_losses} "
                 f"pauses={r.pauses} partitions={r.partitions} steps={r.clock_steps} "
-                f"buggified={r.buggified} virtual={r.virtual_seconds:.0f}s wall={wall:.1f}s",
+                f"buggified={r.buggified} virtual={r.virtual_seconds:.0f}s wall={wall:.1f}s"
+                + (f" failover_max={max(t for _, t in r.failovers):.3f}s" if r.failovers else ""),
                 flush=True,
             )
         if r.violations:
@@ -77,11 +90,24 @@ def main(argv: list[str] | None = None) -> int:
             print(f"    replay: {r.replay()}", flush=True)
     elapsed = time.monotonic() - started
     summary = " ".join(f"{k}={v}" for k, v in totals.items())
+    if args.failover:
+        summary += " " + failover_summary(failovers)
+        worst.sort(reverse=True)
+        summary += " worst=" + ",".join(f"{s}:{k}:{t:.3f}s" for t, s, k in worst[:5])
     print(
         f"node seeds={args.seeds} nodes={args.nodes} {summary} violations={bad} "
         f"wall={elapsed:.0f}s ({elapsed / max(1, args.seeds):.2f}s/seed)"
     )
     return 1 if bad else 0
+
+
+def failover_summary(by_kind: dict[str, list[float]]) -> str:
+    """``failover[kind]=n/p50/p99/max`` per fault kind (seconds)."""
+    return " ".join(
+        f"failover[{k}]=n{len(v)}/p50={percentile(v, 50):.3f}s/p99={percentile(v, 99):.3f}s"
+        f"/max={max(v):.3f}s"
+        for k, v in sorted(by_kind.items())
+    )
 
 
 if __name__ == "__main__":

@@ -6,10 +6,13 @@
 - `seeded_ids`: the random prefix of message ids (`cmq.routing.ops.ProduceBuilder`,
   ``secrets.token_hex``) is drawn from the run's generator, so a seed replays to the same ids.
   Every clock reading of a node comes from its `cmq.node.host.NodeHost` clock.
+- `virtual_scrub_pace` (``--failover`` runs): the scrubber's pacing reads the loop's time, not
+  the host's monotonic clock (which made a seed's run depend on the host's speed).
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
@@ -17,6 +20,7 @@ from contextlib import contextmanager
 from typing import Any
 from unittest import mock
 
+from cmq.node import scrubber
 from cmq.routing import ops
 from raftlog.buggify import buggify, uniform
 from raftlog.core import ConfState, Entry, HardState, Snapshot
@@ -165,4 +169,23 @@ class _Secrets:
 def seeded_ids(rng: random.Random) -> Iterator[None]:
     """Draw `cmq.routing.ops`'s message-id randomness from ``rng`` for one run."""
     with mock.patch.object(ops, "secrets", _Secrets(rng)):
+        yield
+
+
+class _LoopTime:
+    """``time`` for `cmq.node.scrubber`: ``monotonic`` reads the simulator's loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    def monotonic(self) -> float:
+        return self._loop.time()
+
+
+@contextmanager
+def virtual_scrub_pace(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
+    """The scrubber paces its reads by ``time.monotonic()`` (`cmq.node.scrubber`): under the
+    simulator its sleeps then depend on how fast the host ran, and so does the rest of the run
+    (a seed did not replay). Read the loop's time instead (used by ``--failover`` runs)."""
+    with mock.patch.object(scrubber, "time", _LoopTime(loop)):
         yield

@@ -66,7 +66,8 @@ from raftlog.transport.memory import MemoryNetwork, NetFaults
 from raftlog.transport.peer import Address
 from raftlog.transport.protocol import ProtocolRange
 from tests.chaos.checker import check, compare_digests
-from tests.nodesim.faults import SlowDisks, seeded_ids
+from tests.nodesim.failover import FailoverNemesis, Prober, recovery, refusals, worst_wait
+from tests.nodesim.faults import SlowDisks, seeded_ids, virtual_scrub_pace
 from tests.nodesim.nemesis import Nemesis
 from tests.nodesim.plants import planted
 from tests.nodesim.process import NeutralLoop, Process, ProcessLoop, ProcessTransport
@@ -106,6 +107,12 @@ class NodeSimConfig:
     rewind: bool = False
     """A queue that keeps acknowledged messages, rewound every 1-2 s (`tests.nodesim.workload`),
     judged by the chaos checker's rewind rules (`tests.chaos.rewindcheck`)."""
+    failover: bool = False
+    """Single-node faults only, one at a time, and a prober measuring, per fault, the time
+    until every data group confirms a fresh send again (`tests.nodesim.failover`); the fault
+    points are off in this mode."""
+    failover_bound: float = 1.5
+    """Seconds (``failover``): a fault whose recovery takes longer is a violation."""
 
 
 @dataclass(slots=True)
@@ -142,6 +149,9 @@ class NodeSimResult:
     digest: str = ""
     """A hash of the whole history and trace: equal for equal runs."""
     virtual_seconds: float = 0.0
+    failovers: list[tuple[str, float]] = field(default_factory=list)
+    """(``NodeSimConfig.failover``) per fault, its kind and the seconds until every data group
+    confirmed a fresh send again (inf: one never did)."""
 
     def replay(self) -> str:
         """The command that runs this seed again (the options `python -m tests.nodesim`
@@ -159,6 +169,8 @@ class NodeSimResult:
             cmd += " --rot"
         if cfg.rewind:
             cmd += " --rewind"
+        if cfg.failover:
+            cmd += " --failover"
         rest = NodeSimConfig(
             nodes=cfg.nodes,
             seconds=cfg.seconds,
@@ -166,6 +178,7 @@ class NodeSimResult:
             buggify=cfg.buggify,
             rot=cfg.rot,
             rewind=cfg.rewind,
+            failover=cfg.failover,
         )
         return cmd if rest == cfg else f"{cmd}  # with {cfg}"
 
@@ -210,10 +223,17 @@ class NodeSim:
         )
         self.slow_disks = SlowDisks(self.disks, self.neutral)
         self.workload = Workload(self, fifo=cfg.fifo, rewind=cfg.rewind)
-        self.nemesis = Nemesis(self, self._rng("faults"))
+        self.nemesis: Nemesis | FailoverNemesis = (
+            FailoverNemesis(self, self._rng("faults"))
+            if cfg.failover
+            else Nemesis(self, self._rng("faults"))
+        )
+        self.prober = Prober(self, self._rng("probe")) if cfg.failover else None
         self.snapshot_entries = self.rng.choice((30, 100, 400))
         self.nodes = {nid: self._make_node(nid) for nid in self.ids}
         self.leaders: dict[tuple[int, int], int] = {}
+        self.led: dict[int, tuple[int, int, bool]] = {}
+        """(``failover``) per group, its leader as last noted: (node, term, clock trusted)."""
 
     def _rng(self, name: str) -> random.Random:
         return random.Random(f"nodesim/{self.seed}/{name}")
@@ -437,6 +457,67 @@ class NodeSim:
                             self.violation(f"two leaders of group {g} in term {r.term}")
                     if buggify.buggify("raft.early_snapshot"):
                         self.loop.call_soon(d.request_snapshot, context=n.proc.context())
+            if self.cfg.failover:
+                self._note_leaders()
+
+    def _note_leaders(self) -> None:
+        """(``failover``) note each group's leader when it (or its clock's trust) changes: the
+        running leader of the highest term among the nodes up."""
+        now: dict[int, tuple[int, int, bool]] = {}
+        for nid in self.ids:
+            n = self.nodes[nid]
+            if n.node is None or n.proc is None or n.proc.paused:
+                continue
+            for g, d in n.node.raft.groups.items():
+                r = d.raw.raft
+                if r.role is Role.LEADER and (g not in now or now[g][1] < r.term):
+                    now[g] = (nid, r.term, n.node.clock.trusted())
+        for g in sorted(set(now) | set(self.led)):
+            if now.get(g) != self.led.get(g):
+                if g in now:
+                    nid, term, trusted = now[g]
+                    clock = "" if trusted else " (clock NOT trusted: stamps nothing)"
+                    self.note(f"g{g} leader n{nid} term {term}{clock}")
+                else:
+                    self.note(f"g{g} no leader up")
+        self.led = now
+
+    # -- failover --------------------------------------------------------------------------------
+    async def _judge_failovers(self, stop: asyncio.Event) -> None:
+        """(``failover``) probe on until every queue confirmed a send started after the last
+        fault (at most 20 s more), then judge each fault's recovery."""
+        prober, nemesis = self.prober, self.nemesis
+        assert prober is not None and isinstance(nemesis, FailoverNemesis)
+        last = nemesis.faults[-1].at if nemesis.faults else self.loop.time()
+        deadline = self.loop.time() + 20.0
+        while self.loop.time() < deadline and not prober.confirmed_since(last):
+            await asyncio.sleep(0.1)
+        stop.set()
+        while prober._inflight:
+            await asyncio.sleep(0.1)
+        bound = self.cfg.failover_bound
+        ends = [f.at for f in nemesis.faults[1:]] + [self.loop.time()]
+        for i, (f, end) in enumerate(zip(nemesis.faults, ends, strict=True), 1):
+            first = recovery(prober.sends, prober.queues, f.at)
+            took, at = worst_wait(prober.sends, prober.queues, f.at, end)
+            took = max(took, first)
+            self.result.failovers.append((f.kind, took))
+            why = refusals(prober.sends, at, at + min(took, 60.0))
+            self.result.trace.append(
+                f"{f.at + first:8.3f} RECOVERED #{i} {f.describe()}: {first:.3f} s"
+            )
+            late = f" (sends from {at:.3f} waited {took:.3f} s)" if took > first else ""
+            if late:
+                self.result.trace.append(f"{at + took:8.3f} LATE GAP #{i}{late}")
+            if took > bound:
+                self.violation(
+                    f"failover: #{i} {f.describe()}: no fresh send confirmed on every data "
+                    f"group for {took:.3f} s{late or ' after it'} (bound {bound:g} s)"
+                    + (f"; refused: {why}" if why else "")
+                )
+            elif why:
+                self.result.trace.append(f"{at + took:8.3f}   refused #{i}: {why}")
+        self.result.trace.sort(key=lambda line: float(line[:8]))
 
     # -- the end ---------------------------------------------------------------------------------
     async def check_replicas(self) -> None:
@@ -528,10 +609,16 @@ class NodeSim:
             ] + [self.loop.create_task(work.consumer(i, stop)) for i in range(self.cfg.consumers)]
             if self.cfg.rewind:
                 workers.append(self.loop.create_task(work.rewinder(stop)))
+            probe_stop = asyncio.Event()
+            if self.prober is not None:
+                await self.prober.create_queues()
+                workers.append(self.loop.create_task(self.prober.run(probe_stop)))
             if self.cfg.faults:
                 await self.nemesis.run(self.loop.time() + self.cfg.seconds)
             else:
                 await asyncio.sleep(self.cfg.seconds)
+            if self.prober is not None:
+                await self._judge_failovers(probe_stop)
             self.heal()
             stop.set()
             await asyncio.gather(*workers)
@@ -567,7 +654,10 @@ def run_node_seed(seed: int, cfg: NodeSimConfig | None = None) -> NodeSimResult:
     with ExitStack() as stack:
         stack.enter_context(planted(cfg.plant))
         stack.enter_context(seeded_ids(sim._rng("ids")))
-        bugs = stack.enter_context(buggify.enabled(sim._rng("buggify"))) if cfg.buggify else None
+        if cfg.failover:  # a change of every mode's runs: kept to the new mode
+            stack.enter_context(virtual_scrub_pace(cast(asyncio.AbstractEventLoop, sim.loop)))
+        fault_points = cfg.buggify and not cfg.failover  # failover: single-node faults only
+        bugs = stack.enter_context(buggify.enabled(sim._rng("buggify"))) if fault_points else None
         try:
             sim.loop.run_until_complete(sim.main())
         finally:

@@ -83,7 +83,7 @@ BOUND = {
     "ack_deletes_nothing": 3,
     "produce_forgets_one": 3,
     "retry_unknown_sends": 10,
-    "unguarded_clock": 25,
+    "unguarded_clock": 35,
     "merge_drops_a_send": 3,
     "rewind_ignores_since": 3,
     "rewind_copies_twice": 10,

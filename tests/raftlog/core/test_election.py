@@ -151,3 +151,49 @@ def test_follower_proposal_fails_fast_with_leader_hint() -> None:
     with pytest.raises(NotLeader) as info:
         c.nodes[3].propose(b"x")
     assert info.value.retriable and info.value.leader_hint == 2
+
+
+def _leader_dies(c: Cluster, leader: int) -> None:
+    """``leader`` crashes and every other node's connection to it drops."""
+    c.isolate(leader)
+    for i in c.ids:
+        if i != leader:
+            c.nodes[i].report_peer_down(leader)
+
+
+@pytest.mark.parametrize("n", [3, 5])
+def test_followers_of_a_crashed_leader_elect_within_a_few_ticks(n: int) -> None:
+    for seed in range(20):
+        c = Cluster(n, seed=seed)
+        c.elect(1)
+        c.tick(3)  # the followers heard the leader: in its lease
+        _leader_dies(c, 1)
+        ticks, leaders = 0, []
+        while not leaders and ticks < 30:
+            c.tick(1)
+            ticks += 1
+            leaders = [i for i in c.ids if i != 1 and c.nodes[i].raft.role is Role.LEADER]
+        # The lowest-ranked follower campaigns after 1-2 ticks; without the report it waits out
+        # its randomized election timeout (10-19 ticks).
+        assert leaders == [2] and ticks <= 2, (seed, leaders, ticks)
+
+
+def test_a_dropped_connection_to_a_live_leader_disrupts_nothing() -> None:
+    c = Cluster(3)
+    c.elect(1)
+    c.tick(3)
+    c.nodes[3].report_peer_down(1)  # only node 3's link broke, and reconnected at once
+    assert c.nodes[3].raft.lead == NONE
+    c.tick(30)
+    assert c.leader() == 1 and c.nodes[1].raft.term == 1  # node 2 and 1 refused the pre-vote
+    assert c.nodes[3].raft.lead == 1  # following again after the next heartbeat
+
+
+def test_a_peer_that_did_not_lead_changes_nothing() -> None:
+    c = Cluster(3)
+    c.elect(1)
+    c.tick(3)
+    before = c.nodes[2].raft.election_elapsed
+    c.nodes[2].report_peer_down(3)
+    assert c.nodes[2].raft.lead == 1 and c.nodes[2].raft.election_elapsed == before
+
