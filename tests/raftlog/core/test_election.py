@@ -196,4 +196,3 @@ def test_a_peer_that_did_not_lead_changes_nothing() -> None:
     before = c.nodes[2].raft.election_elapsed
     c.nodes[2].report_peer_down(3)
     assert c.nodes[2].raft.lead == 1 and c.nodes[2].raft.election_elapsed == before
-
