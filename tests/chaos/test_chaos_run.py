@@ -31,10 +31,10 @@ KNOWN_ISSUES: tuple[str, ...] = ()
 """Restart-failure substrings of known open bugs, each with an xfail reproduction (listed,
 not failed; remove an entry once it is fixed); none today."""
 
-BOUNDED_FAILOVER_BOUND = 3.0
-"""Seconds a single-node fault may keep a queue from confirming in this pass: twice the soak's
-bound (`tests.chaos.probe.FAILOVER_BOUND`), because this pass runs beside nothing that says
-the machine is quiet; it still fails a multi-second hole like the 5-8 s ones the probe found."""
+BOUNDED_FAILOVER_BOUND = 0.0
+"""This pass reports each fault's time to the next confirmed send but does not judge it (0):
+it runs beside nothing that says the machine is quiet, and a few faults per run say little
+about a tail. The soak judges it (`tests.chaos.probe.FAILOVER_BOUND`, docs/chaos.md)."""
 
 # (seed, nodes, seconds of faults): about 2 minutes together on a 2-core machine. Both seeds
 # start with a `pinned` episode (clients pinned to each side of a partition; the schedule's
