@@ -32,6 +32,9 @@ from typing import TYPE_CHECKING
 
 from cmq.model import OutgoingMessage, QueueAttributes
 from raftlog.core import Role
+from tests.chaos.probe import ProbeSend, recovery
+
+__all__ = ["ProbeSend", "recovery"]
 
 if TYPE_CHECKING:
     from cmq.node.queue_node import QueueNode
@@ -42,16 +45,6 @@ PROBE_INTERVAL = 0.02
 PROBE_BOUND = 10.0
 MAX_PROBE_QUEUES = 64
 KINDS = ("kill", "power-loss", "pause")
-
-
-@dataclass(frozen=True, slots=True)
-class ProbeSend:
-    queue: str
-    node: int
-    start: float
-    end: float
-    ok: bool
-    error: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,12 +69,6 @@ def first_confirm(sends: Sequence[ProbeSend], queue: str, at: float) -> float:
     return min(
         (s.end for s in sends if s.queue == queue and s.ok and s.start >= at), default=math.inf
     )
-
-
-def recovery(sends: Sequence[ProbeSend], queues: Sequence[str], at: float) -> float:
-    """Seconds from ``at`` until every queue of ``queues`` confirmed a send started at or after
-    ``at`` (each queue's first such confirm; the worst queue's figure; inf: one never did)."""
-    return max((first_confirm(sends, q, at) - at for q in queues), default=0.0)
 
 
 def worst_wait(
