@@ -17,9 +17,16 @@ Every `NodeConfig.membership_interval` seconds each node:
    `LEADERLESS_BEFORE_DROP` seconds, never on a possibly stale local catalog alone. The catalog
    stops placing a group on a node before the group's configuration drops it (a move onto a
    node drained meanwhile is cancelled at once, and its leader removes the node later), so a
-   replica that still has a leader is a member in that leader's configuration and keeps its
+   replica that still hears a leader is a member in that leader's configuration and keeps its
    data; a replica removed while it was cut off never learns of its removal, has no leader
-   since, and is dropped;
+   since, and is dropped. A leader it knows but has not heard from for
+   `SILENT_LEADER_TIMEOUTS` election timeouts counts as none: a leader that removed it never
+   speaks to it again, and a replica that may not campaign (a learner, or a voter that
+   recovery keeps out of elections because its log is below what its peers hold) never
+   forgets that leader by itself (seed 26113: restarted mid-move, a node heard the new leader
+   once, was removed before it caught up, and kept its replica for ever). The drop does not
+   wait for registration or the catalog's founding: a round whose earlier steps fail still
+   drops what it may;
 4. for each data group it leads, takes one step from the group's Raft configuration towards the
    catalog's goal: add the new node as a learner, promote it once caught up, hand leadership
    away if this node is the one leaving, remove the old replica, then report the move done
@@ -58,11 +65,15 @@ DropGroup = Callable[[int], Awaitable[None]]
 """Stop a data group here and delete its state."""
 
 LEADERLESS_BEFORE_DROP = 5.0
-STUCK_AFTER = 30.0
-"""Seconds of membership rounds deferred one after another before it is logged as a warning."""
 """Seconds a replica the catalog no longer places here, still listed in the group's
 configuration as it applied it, must have had no leader before it is dropped (an election
 takes far less)."""
+SILENT_LEADER_TIMEOUTS = 2
+"""Election timeouts (the base one, in ticks) a ticking replica may go without hearing the
+leader it knows before that leader counts as a memory, not a leader (a live leader heartbeats
+each member several times per timeout; a replica that may campaign would have done so)."""
+STUCK_AFTER = 30.0
+"""Seconds of membership rounds deferred one after another before it is logged as a warning."""
 TRANSFER_COOLDOWN = 5.0
 """Seconds between two leadership hand-overs of one group by this node."""
 FULL_ROUND_EVERY = 10
@@ -173,9 +184,16 @@ class Membership:
         await self._open_hosted()
         if not self._raft.leader_of(META_GROUP):
             return  # no catalog leader known: nothing can be proposed or confirmed
-        await self._register()
-        await self._init()
-        await self._drop_unhosted()
+        # Each of these needs the catalog's leader only: one failing (a registration that
+        # timed out) does not keep the others from running; the first failure ends the round.
+        failed: CmqError | RaftError | TimeoutError | None = None
+        for step in (self._register, self._init, self._drop_unhosted):
+            try:
+                await step()
+            except (CmqError, RaftError, TimeoutError) as e:
+                failed = failed or e
+        if failed is not None:
+            raise failed
         if self._raft.leader_of(META_GROUP) == self._id:
             await self._reconcile_meta()
         # Groups with a move in flight every round; the others (a configuration to repair,
@@ -272,12 +290,13 @@ class Membership:
         if self._id not in self._raft.status(group).conf.members():
             return True
         now = self._clock.monotonic()
-        if self._raft.leader_of(group):
+        driver = self._raft.group(group)
+        if self._raft.leader_of(group) and not self._leader_silent(group):
             # Led: a member of its leader's configuration (the catalog cancelled a move onto
             # this node and the leader has not removed it yet). Deleting its log now would
-            # take a voter's copy of committed entries away.
+            # take a voter's copy of committed entries away. (A leader unheard for long is
+            # none: `_leader_silent`; the wait below starts.)
             self._leaderless_since.pop(group, None)
-            driver = self._raft.group(group)
             if driver.quiesced:
                 # Unless its leader is only a memory: a replica removed while its group was
                 # quiesced hears nothing more and, not ticking, would keep that leader for
@@ -294,6 +313,19 @@ class Membership:
         cmd = CatalogMachine.hosts(self._id)
         res = await self._router.run(CatalogCall(META_GROUP, cmd))
         return isinstance(res, list) and group not in res
+
+    def _leader_silent(self, group: int) -> bool:
+        """Whether this replica of ``group``, ticking, has not heard the leader it knows for
+        `SILENT_LEADER_TIMEOUTS` election timeouts: that leader is only a memory (it removed
+        this replica, or it is gone, and this replica may not campaign, which would forget it).
+        A quiesced replica does not tick: it is woken instead (see `_confirmed_gone`)."""
+        driver = self._raft.group(group)
+        if driver.quiesced:
+            return False
+        r = driver.raw.raft  # the core's own count: ticks since it heard its leader
+        return r.lead != self._id and r.election_elapsed >= (
+            SILENT_LEADER_TIMEOUTS * r.cfg.election_tick
+        )
 
     # -- 4. moves ---------------------------------------------------------------------------------
     async def _reconcile_group(self, g: int) -> None:

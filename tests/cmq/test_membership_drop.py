@@ -15,7 +15,12 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from cmq.node.membership import LEADERLESS_BEFORE_DROP, Identity, Membership
+from cmq.node.membership import (
+    LEADERLESS_BEFORE_DROP,
+    SILENT_LEADER_TIMEOUTS,
+    Identity,
+    Membership,
+)
 from raftlog.core import ConfState
 
 
@@ -25,9 +30,29 @@ class _Status:
 
 
 @dataclass
+class _CoreConfig:
+    election_tick: int = 10
+
+
+@dataclass
+class _Core:
+    """What `Membership._leader_silent` reads of the Raft core."""
+
+    lead: int = 0
+    election_elapsed: int = 0
+    cfg: _CoreConfig = field(default_factory=_CoreConfig)
+
+
+@dataclass
+class _RawNode:
+    raft: _Core = field(default_factory=_Core)
+
+
+@dataclass
 class _Driver:
     quiesced: bool = False
     wakes: int = 0
+    raw: _RawNode = field(default_factory=_RawNode)
 
     def wake(self) -> None:
         self.quiesced = False
@@ -47,6 +72,7 @@ class _Raft:
         return self.driver
 
     def leader_of(self, group: int) -> int:
+        self.driver.raw.raft.lead = self.leader
         return self.leader
 
 
@@ -156,3 +182,110 @@ def test_the_catalog_still_placing_the_group_keeps_it() -> None:
         assert router.reads == 1
 
     asyncio.run(scenario())
+
+
+def test_a_leader_unheard_for_long_is_only_a_memory() -> None:
+    """Seed 26113 (docs/chaos.md): restarted mid-move, a replica heard the new leader once and
+    was removed before it caught up; recovery kept it out of elections (its log below its peers'
+    floor), so it never campaigned and never forgot that leader, which never spoke to it
+    again. Ticking and unheard for `SILENT_LEADER_TIMEOUTS` election timeouts, the leader it
+    knows counts as none: the leaderless wait runs and the catalog confirms the drop."""
+    raft, router, clock = _Raft(ConfState((1, 4, 5)), leader=1), _Router(hosted=[1]), _Clock()
+    core = raft.driver.raw.raft
+    m = _membership(raft, router, clock)
+
+    async def scenario() -> None:
+        core.election_elapsed = SILENT_LEADER_TIMEOUTS * core.cfg.election_tick - 1
+        assert not await m._confirmed_gone(2)  # heard recently enough: led
+        clock.now += 2 * LEADERLESS_BEFORE_DROP
+        assert not await m._confirmed_gone(2)
+        assert router.reads == 0
+        core.election_elapsed += 1  # silent: leaderless from now
+        assert not await m._confirmed_gone(2)
+        clock.now += LEADERLESS_BEFORE_DROP / 2
+        core.election_elapsed = 0  # its leader speaks again: a member after all
+        assert not await m._confirmed_gone(2)
+        core.election_elapsed = 100
+        assert not await m._confirmed_gone(2)  # the wait starts anew
+        clock.now += LEADERLESS_BEFORE_DROP
+        assert await m._confirmed_gone(2)  # and the catalog places only group 1 here
+        assert router.reads == 1
+
+    asyncio.run(scenario())
+
+
+def test_a_quiesced_replica_is_woken_not_taken_for_leaderless() -> None:
+    """A quiesced replica does not tick, so its count of ticks says nothing: it is woken
+    (its election timer runs again) and keeps its data meanwhile."""
+    raft, router, clock = _Raft(ConfState((1, 2, 3, 5)), leader=2), _Router(), _Clock()
+    raft.driver.quiesced = True
+    raft.driver.raw.raft.election_elapsed = 1000
+    m = _membership(raft, router, clock)
+    assert not asyncio.run(m._confirmed_gone(1))
+    assert raft.driver.wakes == 1 and router.reads == 0
+
+
+def test_a_leader_of_the_group_is_never_silent() -> None:
+    """This replica leads the group (the catalog moved it away; it hands leadership over
+    first): it keeps its data whatever its counters say."""
+    raft, router, clock = _Raft(ConfState((1, 2, 5)), leader=5), _Router(), _Clock()
+    raft.driver.raw.raft.election_elapsed = 1000
+    m = _membership(raft, router, clock)
+    clock.now += 2 * LEADERLESS_BEFORE_DROP
+    assert not asyncio.run(m._confirmed_gone(1))
+    assert router.reads == 0
+
+
+@dataclass
+class _Catalog:
+    """What one membership round reads of the catalog: initialized, hosting nothing here,
+    this node not registered yet."""
+
+    initialized: bool = True
+    nodes: dict[int, Any] = field(default_factory=dict)
+    placements: dict[int, Any] = field(default_factory=dict)
+
+    def node_info(self, node: int) -> None:
+        return None
+
+    def hosted_by(self, node: int) -> tuple[int, ...]:
+        return ()
+
+    def moving(self) -> tuple[int, ...]:
+        return ()
+
+    def preferred_leaders(self) -> dict[int, int]:
+        return {}
+
+
+def test_a_failing_registration_does_not_keep_the_round_from_dropping() -> None:
+    """A round runs registration and founding before the drop: one of them failing (e.g. the
+    catalog's leader did not answer a registration in time) still lets the drop run, and the
+    round reports the failure afterwards."""
+    raft, clock = _Raft(ConfState((1, 2, 3))), _Clock()  # no longer in its configuration
+    raft.groups = {0: None, 1: None}  # type: ignore[attr-defined]
+    raft.peers = lambda: ()  # type: ignore[attr-defined]
+    raft.leader_of = lambda group: 2 if group == 0 else 0  # type: ignore[method-assign]
+    dropped: list[int] = []
+
+    class _FailingRouter:
+        async def run(self, call: Any) -> None:
+            raise TimeoutError("no answer from the catalog's leader")
+
+    async def drop(g: int) -> None:
+        dropped.append(g)
+
+    m = _membership(raft, _Router(), clock)
+    m._catalog = _Catalog()  # type: ignore[assignment]
+    m._router = _FailingRouter()  # type: ignore[assignment]
+    m._drop = drop
+
+    async def round_() -> None:
+        try:
+            await m.tick()
+        except TimeoutError:
+            return
+        raise AssertionError("the registration's failure was not reported")
+
+    asyncio.run(round_())
+    assert dropped == [1]
