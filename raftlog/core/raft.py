@@ -11,6 +11,10 @@ Safety rules this module implements (Raft paper, sections 3 and 4; etcd-io/raft 
 - pre-vote: a node asks whether it *could* win before disturbing the cluster with a new term;
 - check-quorum: a leader that has not heard from a quorum for an election timeout steps down,
   and voters that heard from a leader within one ignore campaigns (the leader lease);
+- liveness, not safety: a follower told its leader is gone campaigns within a few ticks by
+  rank (`report_peer_down`), a pre-candidate that grants a lower-numbered one stands down (no
+  split term), unanswered voters are asked again every `VOTE_RETRY_TICKS`, and a leaderless
+  follower that refuses a pre-vote only for its log campaigns at its next tick;
 - commit only on a majority of *durable* match indexes, and only entries of the current term
   by counting (earlier ones commit indirectly); the leader's own match moves when its entries are
   reported persisted, so its write overlaps replication;
@@ -26,7 +30,6 @@ from typing import TYPE_CHECKING
 
 from raftlog.core.log import RaftLog
 from raftlog.core.progress import Progress, ProgressState
-from raftlog.core.quorum import VoteResult, vote_result
 from raftlog.core.storage import Storage
 from raftlog.core.types import (
     NONE,
@@ -54,13 +57,14 @@ if TYPE_CHECKING:
 
 
 from raftlog.core.config import Config
+from raftlog.core.election import Elections
 from raftlog.core.leader import LeaderReplication
 from raftlog.core.recovery import RecoveryGuard
 
 _LEADER_MESSAGES = frozenset({MsgType.APP, MsgType.HEARTBEAT, MsgType.SNAP, MsgType.TIMEOUT_NOW})
 
 
-class Raft(LeaderReplication, RecoveryGuard):
+class Raft(LeaderReplication, RecoveryGuard, Elections):
     """Protocol state of one node in one group. Owned and driven by a `RawNode`. The leader's
     replication and commit rules live in `LeaderReplication`."""
 
@@ -90,6 +94,7 @@ class Raft(LeaderReplication, RecoveryGuard):
         self.heartbeat_elapsed = 0
         self.randomized_timeout = config.election_tick
         self.lead_transferee = NONE
+        self.campaign_transfer = False  # the running campaign was started by a transfer
         self.pending_conf_index = 0
         # (index, size) of entries proposed by this leader and not yet committed: bounds memory.
         self.uncommitted: deque[tuple[int, int]] = deque()
@@ -197,45 +202,6 @@ class Raft(LeaderReplication, RecoveryGuard):
         self.pending_conf_index = self.log.last_index()
         self._bcast_append()
 
-    # -- elections ---------------------------------------------------------------------------------
-    def campaign(self, *, pre: bool, transfer: bool = False) -> None:
-        """Start a (pre-)election. A single-voter group wins at once."""
-        if not self.promotable():
-            return
-        if pre:
-            self.become_pre_candidate()
-            msg_type, term = MsgType.PRE_VOTE, self.term + 1
-        else:
-            self.become_candidate()
-            msg_type, term = MsgType.VOTE, self.term
-        self.votes[self.id] = True
-        if self._tally() is VoteResult.WON:
-            self._won(pre=pre)
-            return
-        for node in self.conf.voters:
-            if node == self.id:
-                continue
-            self._send(
-                Message(
-                    msg_type,
-                    to=node,
-                    frm=self.id,
-                    term=term,
-                    index=self.log.last_index(),
-                    log_term=self.log.last_term(),
-                    transfer=transfer,
-                )
-            )
-
-    def _tally(self) -> VoteResult:
-        return vote_result(self.conf.voters, self.votes)
-
-    def _won(self, *, pre: bool) -> None:
-        if pre:
-            self.campaign(pre=False)
-        else:
-            self.become_leader()
-
     # -- ticks -------------------------------------------------------------------------------------
     def tick(self) -> None:
         """Advance logical time by one tick."""
@@ -244,12 +210,6 @@ class Raft(LeaderReplication, RecoveryGuard):
             self._tick_leader()
         else:
             self._tick_election()
-
-    def _tick_election(self) -> None:
-        self.election_elapsed += 1
-        if self.promotable() and self.election_elapsed >= self.randomized_timeout:
-            self.election_elapsed = 0
-            self.campaign(pre=self.cfg.pre_vote)
 
     def _tick_leader(self) -> None:
         self.heartbeat_elapsed += 1
@@ -380,40 +340,6 @@ class Raft(LeaderReplication, RecoveryGuard):
             self._step_candidate(m)
         else:
             self._step_follower(m)
-
-    def _handle_vote_request(self, m: Message) -> None:
-        resp_type = MsgType.VOTE_RESP if m.type is MsgType.VOTE else MsgType.PRE_VOTE_RESP
-        can_vote = (
-            not self.rejoining
-            and self.recovery_allows_vote(m)
-            and (
-                self.vote == m.frm
-                or (self.vote == NONE and self.lead == NONE)
-                or (m.type is MsgType.PRE_VOTE and m.term > self.term)
-                or (self.cfg.unsafe.vote_twice and m.type is MsgType.VOTE)
-            )
-        )
-        if can_vote and self.log.is_up_to_date(m.index, m.log_term):
-            # A granted pre-vote answers in the candidate's future term so it can count it.
-            self._send(Message(resp_type, to=m.frm, frm=self.id, term=m.term))
-            if m.type is MsgType.VOTE:
-                self.election_elapsed = 0
-                self.vote = m.frm
-        else:
-            self._send(Message(resp_type, to=m.frm, frm=self.id, term=self.term, reject=True))
-
-    def _step_candidate(self, m: Message) -> None:
-        expected = MsgType.PRE_VOTE_RESP if self.role is Role.PRE_CANDIDATE else MsgType.VOTE_RESP
-        if m.type in (MsgType.APP, MsgType.HEARTBEAT, MsgType.SNAP):
-            self.become_follower(m.term, m.frm)
-            self._step_follower(m)
-        elif m.type is expected:
-            self.votes.setdefault(m.frm, not m.reject)
-            result = self._tally()
-            if result is VoteResult.WON:
-                self._won(pre=self.role is Role.PRE_CANDIDATE)
-            elif result is VoteResult.LOST:
-                self.become_follower(self.term, NONE)
 
     def _step_follower(self, m: Message) -> None:
         if m.type is MsgType.APP:
@@ -581,29 +507,6 @@ class Raft(LeaderReplication, RecoveryGuard):
         pr = self.progress.get(to)
         if pr is not None and pr.state is ProgressState.REPLICATE:
             pr.become_probe()
-
-    def report_peer_down(self, peer: int) -> None:
-        """The connection to ``peer`` dropped (its process died, or the link broke). A follower
-        led by ``peer`` stops waiting out its election timeout: it forgets the leader (so it
-        also grants the other followers' pre-votes at once) and campaigns within a few ticks,
-        ordered by its rank among the other voters (`prompt_campaign_ticks`), so the followers
-        of a crashed leader do not split the vote. Pre-vote keeps this harmless when the leader
-        is alive: the voters that still hear it are in its lease and refuse, and this node
-        follows it again at its next heartbeat (RabbitMQ's ra does the same on ``nodedown``)."""
-        if self.role is not Role.FOLLOWER or self.lead != peer or not self.promotable():
-            return
-        self.lead = NONE
-        self.election_elapsed = max(
-            self.election_elapsed, self.randomized_timeout - self.prompt_campaign_ticks(peer)
-        )
-
-    def prompt_campaign_ticks(self, gone: int) -> int:
-        """Ticks until this node campaigns after its leader ``gone`` dropped: 1-2 for the
-        lowest-numbered other voter, 3-4 for the next, and so on (at most the election
-        timeout)."""
-        others = sorted(v for v in self.conf.voters if v != gone)
-        rank = others.index(self.id) if self.id in others else len(others)
-        return min(self.cfg.election_tick, 1 + 2 * rank + self.rng.randrange(2))
 
     def report_snapshot(self, to: int, ok: bool) -> None:
         """The transport finished (``ok``) or failed sending a snapshot to ``to``."""

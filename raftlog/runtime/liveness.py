@@ -11,6 +11,10 @@ every peer one empty ``BEATS`` frame, and a peer from which nothing arrived for
 suspect wakes every quiesced group of the node (`GroupDriver.wake`: followers first catch up the
 ticks they missed, so an election starts one election timeout after the leader was last heard,
 as without quiescence), and no group with a replica there quiesces until it is heard from again.
+A follower led by a peer that turned suspect campaigns within a few ticks, as when the
+connection drops (`raftlog.core.election.Elections.report_peer_down`): a paused or cut-off
+leader costs ``limit`` ticks of silence, not a randomized election timeout of up to twice
+that, and the followers campaign in rank order instead of splitting the vote.
 Any input to a quiesced group but a heartbeat answer (a proposal, an append, a vote request, a
 transfer) wakes it as well. Quiescence never changes what the Raft core decides, only when it is
 ticked: the core's safety does not depend on timing.
@@ -40,16 +44,16 @@ class PeerLiveness:
         self._heard[peer] = self.ticks
         self._suspect.discard(peer)
 
-    def tick(self, peers: Iterable[int]) -> int:
-        """Advance one tick. Returns how many ticks the peers that just turned suspect have been
-        silent (0: none did), for the woken followers to catch up."""
+    def tick(self, peers: Iterable[int]) -> dict[int, int]:
+        """Advance one tick. Returns the peers that just turned suspect, each with the ticks it
+        has been silent (empty: none did), for the woken followers to catch up."""
         self.ticks += 1
-        newly = 0
+        newly: dict[int, int] = {}
         for peer in peers:
             silent = self.ticks - self._heard.setdefault(peer, self.ticks)
             if silent >= self.limit and peer not in self._suspect:
                 self._suspect.add(peer)
-                newly = max(newly, silent)
+                newly[peer] = silent
         return newly
 
     def down(self, peer: int) -> int:

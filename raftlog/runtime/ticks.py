@@ -6,7 +6,7 @@ Every ``tick_interval`` seconds of the event loop's clock (one task, owned here)
    liveness); every tick advances `PeerLiveness`; a
    peer that just turned suspect wakes every quiesced group (`wake_all`: followers first catch
    up the ticks they missed, so an election starts one election timeout after the leader was
-   last heard);
+   last heard), and the followers it led campaign within a few ticks (`report_peer_down`);
 2. ticks every group that is not quiesced;
 3. quiesces the idle groups led here whose other replicas are all on live, connected nodes
    (``RuntimeConfig.quiesce``), queueing their last heartbeats (``QUIESCE`` frames);
@@ -153,11 +153,17 @@ class Ticker:
     def peer_down(self, peer: int) -> None:
         """The connection to ``peer`` dropped: it is suspect at once; every group wakes and
         treats it as unreachable, and a follower it led campaigns within a few ticks instead
-        of waiting out its election timeout (`raftlog.core.raft.Raft.report_peer_down`)."""
+        of waiting out its election timeout (`raftlog.core.election.Elections.report_peer_down`)."""
         self.wake_all(self.liveness.down(peer))
+        self._report_down(peer, unreachable=True)
+
+    def _report_down(self, peer: int, *, unreachable: bool) -> None:
+        """Tell every group ``peer`` is gone: the followers it led campaign promptly, and with
+        ``unreachable`` its leaders stop pipelining to it."""
         for g in list(self._groups.values()):
             with contextlib.suppress(RaftError):
-                g.report_unreachable(peer)
+                if unreachable:
+                    g.report_unreachable(peer)
                 g.report_peer_down(peer)
 
     def _check_liveness(self) -> None:
@@ -166,9 +172,13 @@ class Ticker:
         if self.ticks % self.cfg.beat_every_ticks == 0:
             for peer in self._transport.peers:
                 self._transport.send(peer, FrameKind.BEATS, _NO_BEATS)
-        catch_up = self.liveness.tick(self._transport.peers)
-        if catch_up:
-            self.wake_all(catch_up)
+        newly = self.liveness.tick(self._transport.peers)
+        if newly:
+            self.wake_all(max(newly.values()))
+            # Silent as long as a leader lease: as good as gone for the groups it leads (a
+            # live leader is safe, its other followers are in its lease and refuse pre-votes).
+            for peer in sorted(newly):
+                self._report_down(peer, unreachable=False)
 
     def wake_all(self, catch_up: int) -> None:
         """Wake every quiesced group; followers first catch up ``catch_up`` ticks."""

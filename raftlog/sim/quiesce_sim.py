@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 from typing import Any
 
-from raftlog.core import Role
+from raftlog.core import NONE, Role
 from raftlog.runtime.config import RuntimeConfig
 from raftlog.runtime.host import LoopClock, inline
 from raftlog.runtime.multiraft import MultiRaft
@@ -126,13 +126,17 @@ class QuiescentSim(RuntimeSim):
         )
 
     def check_quiet(self) -> None:
-        """No follower stays quiesced long under a leader it cannot hear from."""
+        """No follower stays quiesced long under a leader it cannot hear from, or none."""
         now = self.loop.time()
         for n in self.nodes.values():
             for g, d in n.drivers.items():
                 r = d.raw.raft
                 lead = r.lead
-                cut_off = lead in self.nodes and lead != n.id and not self._reachable(lead, n.id)
+                # No leader at all counts too: a follower told its leader is gone (silent or
+                # disconnected) forgets it, and must be ticking to campaign.
+                cut_off = lead == NONE or (
+                    lead in self.nodes and lead != n.id and not self._reachable(lead, n.id)
+                )
                 key = (n.id, g)
                 self._check_recovering(n.up, d.quiesced and r.role is Role.FOLLOWER, key, r)
                 if not (n.up and d.quiesced and r.role is Role.FOLLOWER and cut_off):
@@ -142,7 +146,7 @@ class QuiescentSim(RuntimeSim):
                 if now - since > (LIMIT + 10) * TICK:
                     self.violation(
                         f"group {g} on n{n.id} stayed quiesced {now - since:.2f} s under "
-                        f"unreachable leader n{lead}"
+                        + (f"unreachable leader n{lead}" if lead != NONE else "no leader")
                     )
                     self._stuck[key] = now  # report once per episode
 

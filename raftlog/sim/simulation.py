@@ -189,7 +189,7 @@ class Simulation:
     def _link_broken(self, a: int, b: int) -> None:
         """The connection between ``a`` and ``b`` failed: both ends tell all their groups
         (the leader's progress bookkeeping; a follower led by the other end campaigns within a
-        few ticks, `raftlog.core.raft.Raft.report_peer_down`).
+        few ticks, `raftlog.core.election.Elections.report_peer_down`).
 
         Reports send no messages and make no Ready by themselves (a campaign starts at a
         later tick), so nothing needs pumping afterwards.

@@ -48,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="single-node faults only; per fault, the time until every group confirms a send",
     )
+    ap.add_argument(
+        "--trace", type=int, default=25, help="trace lines printed for a failing seed (its last)"
+    )
     ap.add_argument("-v", "--verbose", action="store_true", help="print each seed's summary")
     args = ap.parse_args(argv)
     logging.disable(logging.CRITICAL)  # violations are reported, not log lines
@@ -86,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         if r.violations:
             bad += 1
             print(f"seed {seed}: " + "; ".join(r.violations[:3]))
-            print("\n".join("    " + line for line in r.trace[-25:]))
+            print("\n".join("    " + line for line in r.trace[-args.trace :]))
             print(f"    replay: {r.replay()}", flush=True)
     elapsed = time.monotonic() - started
     summary = " ".join(f"{k}={v}" for k, v in totals.items())

@@ -65,6 +65,19 @@ def test_every_single_node_fault_fails_over_within_the_bound(seed: int) -> None:
     assert "--failover" in r.replay()
 
 
+def test_followers_that_campaign_at_once_do_not_split_the_vote_seed_503() -> None:
+    """Seed 503: the leader of two groups is killed; both followers hear its connection drop
+    and campaign within a few ticks, but frames take up to 150 ms here, so their pre-votes
+    cross and each grants the other's. Before the fix they both stood for the next term,
+    voted for themselves and split it twice: one group had no leader for 1.89 s
+    (`raftlog.core.election`: a pre-candidate that grants a lower-numbered one stands
+    down, and unanswered voters are asked again)."""
+    r = run_node_seed(503, NodeSimConfig(nodes=3, failover=True))
+    _clean(r)
+    kills = [took for kind, took in r.failovers if kind == "kill"]
+    assert kills and all(took <= 1.0 for _, took in r.failovers), r.failovers
+
+
 def test_a_gap_beyond_the_bound_is_a_violation_naming_the_fault() -> None:
     """The judging catches a gap: with a bound no election meets, every fault that needed
     one (a leader killed or paused) is a violation naming it."""

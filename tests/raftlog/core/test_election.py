@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from raftlog.core import NONE, Message, MsgType, Role
+from raftlog.core.election import VOTE_RETRY_TICKS
 from raftlog.errors import NotLeader
 from tests.raftlog.core.harness import Cluster
 
@@ -196,3 +197,94 @@ def test_a_peer_that_did_not_lead_changes_nothing() -> None:
     before = c.nodes[2].raft.election_elapsed
     c.nodes[2].report_peer_down(3)
     assert c.nodes[2].raft.lead == 1 and c.nodes[2].raft.election_elapsed == before
+
+
+def _leaders(c: Cluster, among: list[int]) -> list[int]:
+    return [i for i in among if c.nodes[i].raft.role is Role.LEADER]
+
+
+def _time_out_together(c: Cluster, ids: list[int]) -> None:
+    """Each of ``ids`` times out at the next tick: their pre-votes cross."""
+    for i in ids:
+        r = c.nodes[i].raft
+        r.election_elapsed = r.randomized_timeout - 1
+    c.tick(1)
+
+
+@pytest.mark.parametrize("n", [3, 5])
+def test_pre_candidates_that_start_together_do_not_split_the_vote(n: int) -> None:
+    c = Cluster(n)
+    c.elect(1)
+    c.tick(3)
+    c.isolate(1)  # silent, like a paused process: nobody is told
+    for i in c.ids[1:]:
+        c.nodes[i].raft.election_elapsed = c.nodes[i].raft.cfg.election_tick  # lease over
+    _time_out_together(c, c.ids[1:])
+    # Each would grant the other's pre-vote, stand for term 2 and vote for itself; the lowest
+    # id wins instead, in the first term tried.
+    assert _leaders(c, c.ids[1:]) == [2] and c.nodes[2].raft.term == 2, [
+        (i, nd.raft.role, nd.raft.term) for i, nd in c.nodes.items()
+    ]
+
+
+def _leader_gone_with(c: Cluster, behind: int) -> None:
+    """Node 1 leads a 3-node cluster, commits an entry ``behind`` lacks, then falls silent."""
+    c.elect(1)
+    c.isolate(behind)
+    c.nodes[1].propose(b"not on %d" % behind)
+    c.stabilize()
+    c.heal()
+    c.isolate(1)
+
+
+def test_a_pre_candidate_whose_log_is_behind_yields_to_a_higher_id() -> None:
+    c = Cluster(3)
+    _leader_gone_with(c, behind=2)
+    for i in (2, 3):
+        c.nodes[i].raft.election_elapsed = c.nodes[i].raft.cfg.election_tick
+    assert c.nodes[3].raft.log.last_index() > c.nodes[2].raft.log.last_index()
+    _time_out_together(c, [2, 3])
+    assert _leaders(c, [2, 3]) == [3] and c.nodes[3].raft.term == 2
+
+
+def test_a_stuck_lower_pre_candidate_does_not_hold_up_a_higher_one() -> None:
+    """Node 2 pre-campaigns while node 3 still hears the (now silent) leader: node 3 ignores
+    it, and node 2 waits on an answer that never comes. Node 3's own pre-campaign a little
+    later must still win at once (a lower id is no reason to refuse)."""
+    c = Cluster(3)
+    c.elect(1)
+    c.tick(3)
+    c.isolate(1)
+    _time_out_together(c, [2])
+    assert c.nodes[2].raft.role is Role.PRE_CANDIDATE  # node 3 was in the leader's lease
+    c.nodes[3].raft.election_elapsed = c.nodes[3].raft.cfg.election_tick
+    _time_out_together(c, [3])
+    assert _leaders(c, [2, 3]) == [3] and c.nodes[3].raft.term == 2
+
+
+def test_a_pre_candidate_asks_again_a_voter_that_ignored_it_in_the_lease() -> None:
+    """Node 3 still heard the leader when node 2's pre-vote came, so it ignored it, then
+    learned the leader is gone (its connection dropped). Node 3's log is behind, so only node
+    2 can win: it must ask again within a few ticks, not after its whole election timeout."""
+    c = Cluster(3)
+    _leader_gone_with(c, behind=3)
+    c.nodes[3].raft.election_elapsed = 0  # in the leader's lease
+    c.nodes[2].raft.election_elapsed = c.nodes[2].raft.cfg.election_tick
+    _time_out_together(c, [2])
+    assert c.nodes[2].raft.role is Role.PRE_CANDIDATE
+    c.nodes[3].report_peer_down(1)
+    ticks = 0
+    while not _leaders(c, [2, 3]) and ticks < 20:
+        c.tick(1)
+        ticks += 1
+    assert _leaders(c, [2, 3]) == [2] and ticks <= VOTE_RETRY_TICKS, ticks
+
+
+def test_a_leaderless_follower_ahead_of_a_refused_pre_candidate_campaigns_at_once() -> None:
+    c = Cluster(3)
+    _leader_gone_with(c, behind=2)
+    c.nodes[3].raft.become_follower(c.nodes[3].raft.term, NONE)  # no leader, fresh timeout
+    c.nodes[2].raft.election_elapsed = c.nodes[2].raft.cfg.election_tick
+    _time_out_together(c, [2])  # refused by node 3: its log is behind
+    c.tick(1)
+    assert _leaders(c, [2, 3]) == [3]

@@ -21,7 +21,11 @@ from tests.ports import free_ports
 GROUPS = (1, 2, 3)
 
 
-def make_nodes(tmp: Path, n: int = 3, **opts: int) -> dict[int, MultiRaft]:
+def make_nodes(
+    tmp: Path, n: int = 3, runtime: dict[str, Any] | None = None, **opts: int
+) -> dict[int, MultiRaft]:
+    """``n`` nodes on loopback ticking every 20 ms; ``runtime``: more `RuntimeConfig` fields,
+    ``opts``: `GroupOptions` fields."""
     ports = free_ports(n)
     peers = {i + 1: Address("127.0.0.1", p) for i, p in enumerate(ports)}
     nodes = {}
@@ -38,6 +42,7 @@ def make_nodes(tmp: Path, n: int = 3, **opts: int) -> dict[int, MultiRaft]:
                 tick_interval=0.02,
                 seed=nid,
                 group_options=GroupOptions(**opts),
+                **(runtime or {}),
             )
         )
     return nodes

@@ -25,8 +25,8 @@ from tests.raftlog.runtime.test_multiraft import (
 GROUPS = tuple(range(1, 7))
 
 
-async def start(tmp: Path) -> dict[int, MultiRaft]:
-    nodes = make_nodes(tmp)
+async def start(tmp: Path, **runtime: int) -> dict[int, MultiRaft]:
+    nodes = make_nodes(tmp, runtime=runtime)
     for nd in nodes.values():
         await nd.start()
         for g in GROUPS:
@@ -47,13 +47,13 @@ async def close(nodes: dict[int, MultiRaft]) -> None:
 
 def test_peer_liveness_suspects_a_silent_peer_once_and_clears_on_a_frame() -> None:
     lv = PeerLiveness(3)
-    assert lv.tick([2, 3]) == 0  # tick 1: both first seen now
-    assert lv.tick([2, 3]) == 0
+    assert lv.tick([2, 3]) == {}  # tick 1: both first seen now
+    assert lv.tick([2, 3]) == {}
     lv.heard(2)  # at tick 2
-    assert lv.tick([2, 3]) == 0
-    assert lv.tick([2, 3]) == 3  # tick 4: node 3 silent for three ticks, suspect now
+    assert lv.tick([2, 3]) == {}
+    assert lv.tick([2, 3]) == {3: 3}  # tick 4: node 3 silent for three ticks, suspect now
     assert lv.suspects() == (3,)
-    assert lv.tick([2, 3]) == 3  # tick 5: node 2 (heard at tick 2) turns suspect; 3 is not new
+    assert lv.tick([2, 3]) == {2: 3}  # tick 5: node 2 (heard at tick 2) turns suspect; 3 not new
     assert lv.suspects() == (2, 3)
     lv.heard(3)
     assert lv.is_live(3) and not lv.is_live(2)
@@ -124,6 +124,40 @@ async def test_a_stalled_leader_node_is_suspected_and_replaced_within_a_second(
         elapsed = loop.time() - t0
         # 20 ms ticks: 5 ticks to suspect, then 10-19 ticks of election timeout.
         assert elapsed < 1.0, elapsed
+        await propose_retrying(others, mine[0], b"after")
+    finally:
+        await close(nodes)
+
+
+async def test_followers_of_a_silent_leader_campaign_once_it_is_suspect_not_a_timeout_later(
+    tmp_path: Path,
+) -> None:
+    """A leader whose process stops (a pause: its links stay open) is replaced as soon as node
+    liveness suspects it, not a randomized election timeout later: its followers campaign
+    within a few ticks, in rank order. Counted in the followers' own ticks, so a slow machine
+    does not make it pass or fail: with an election timeout of 40-79 ticks and suspicion after
+    8, a follower waiting out its timeout needs 40 at least."""
+    nodes = await start(tmp_path, election_tick=40, liveness_ticks=8)
+    try:
+        leads = {g: await wait_leader(nodes, g) for g in GROUPS}
+        victim = leads[1]
+        mine = [g for g, n in leads.items() if n == victim]
+        others = {n: nd for n, nd in nodes.items() if n != victim}
+        task = nodes[victim].ticker.task
+        assert task is not None
+        task.cancel()  # no more ticks, heartbeats nor liveness frames from it; links stay up
+        start_ticks = {n: nd.ticker.ticks for n, nd in others.items()}
+
+        def replaced() -> bool:
+            return all(
+                any(nd.status(g).role is Role.LEADER for nd in others.values()) for g in mine
+            )
+
+        assert await until(replaced, 20)
+        waited = max(nd.ticker.ticks - start_ticks[n] for n, nd in others.items())
+        # Suspect after 8 silent ticks (the last frame may have come a tick or two before the
+        # stop), then 1-4 ticks by rank, a pre-vote and a vote.
+        assert waited <= 20, waited
         await propose_retrying(others, mine[0], b"after")
     finally:
         await close(nodes)

@@ -7,8 +7,9 @@ round trip (one 60-byte message in flight, fsyncs of up to 30 units). Under the 
 of 200 ticks they were reported as liveness violations although the core was replicating at
 exactly the rate its settings allow; the bound now includes that rate (`raftlog.sim.liveness`).
 The recovery rule after restarts (`raftlog.core.recovery`) and the rollback fault changed every
-seed's course; seeds 7000053 and 9000054 end in the same shape today (heals of 403 and 625
-ticks).
+seed's course; seeds 7000053 and 9000054 ended in the same shape then (heals of 403 and 625
+ticks). The election rules that save timeouts (`raftlog.core.election`) healed 7000053 in 185
+ticks: 7000079 (291 ticks) stands in for it.
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ OLD_FIXED_BOUND = 200
 @pytest.mark.parametrize(
     ("seed", "config"),
     [
-        (7000053, SimConfig(nodes=5, groups=2, steps=20000, wipe_rejoining=True)),
+        (7000079, SimConfig(nodes=5, groups=2, steps=20000, wipe_rejoining=True)),
         (9000054, SimConfig(nodes=3, groups=2, steps=20000)),
     ],
-    ids=["7000053-5-nodes-wiped", "9000054-3-nodes"],
+    ids=["7000079-5-nodes-wiped", "9000054-3-nodes"],
 )
 def test_backlog_seeds_converge_within_their_catch_up_bound(seed: int, config: SimConfig) -> None:
     result = run_seed(seed, config)
