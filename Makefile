@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-SIM_SEEDS ?= 300
+SIM_SEEDS ?= 80
 SIM_STEPS ?= 20000
 
 .PHONY: run test test-fast lint typecheck unit unit-fast sim clean

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from tests import seeds
 from tests.cmq.cluster import CmqCluster
 
 # CI replays a fixed set of examples (derandomized) so a landing is judged on reproducible
@@ -21,6 +22,11 @@ from tests.cmq.cluster import CmqCluster
 settings.register_profile("ci", derandomize=True, deadline=None)
 settings.register_profile("dev", deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+def pytest_report_header() -> str:
+    """The simulator sweeps' seed draws (`tests.seeds`): a run's seeds, and how to change them."""
+    return seeds.header()
 
 
 @pytest.fixture(autouse=True)

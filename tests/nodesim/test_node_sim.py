@@ -9,6 +9,7 @@ import pytest
 
 from tests.nodesim.plants import PLANTS, REWIND_PLANTS
 from tests.nodesim.sim import NodeSimConfig, NodeSimResult, run_node_seed
+from tests.seeds import QUEUE, rotating_seeds
 
 SEEDS = int(os.environ.get("NODE_SIM_SEEDS", "6"))
 pytestmark = pytest.mark.usefixtures("quiet_logging")
@@ -20,7 +21,7 @@ def _clean(r: NodeSimResult) -> None:
 
 def test_the_queue_keeps_its_promises_under_faults() -> None:
     confirmed = acked = faults = 0
-    for seed in range(SEEDS):
+    for seed in rotating_seeds("node-3", SEEDS, QUEUE):
         r = run_node_seed(seed, NodeSimConfig(nodes=3, seconds=15.0))
         _clean(r)
         confirmed += r.confirmed
@@ -32,8 +33,8 @@ def test_the_queue_keeps_its_promises_under_faults() -> None:
 
 @pytest.mark.slow
 def test_five_nodes_keep_the_promises_too() -> None:
-    for seed in range(SEEDS):
-        _clean(run_node_seed(500 + seed, NodeSimConfig(nodes=5, seconds=15.0)))
+    for seed in rotating_seeds("node-5", SEEDS, QUEUE):
+        _clean(run_node_seed(seed, NodeSimConfig(nodes=5, seconds=15.0)))
 
 
 @pytest.mark.parametrize("nodes", [3, 5])

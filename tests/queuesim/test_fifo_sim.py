@@ -12,6 +12,7 @@ from cmq.fsm.machine import QueueMachine
 from raftlog.runtime.statemachine import StateMachine
 from raftlog.sim.runtime_sim import RuntimeSimConfig, run_runtime_seed
 from tests.queuesim.fifo import FifoQueueSim, run_fifo_seed
+from tests.seeds import QUEUE, rotating_seeds
 
 SEEDS = int(os.environ.get("QUEUE_SIM_SEEDS", "8"))
 pytestmark = pytest.mark.usefixtures("quiet_logging")
@@ -20,8 +21,8 @@ pytestmark = pytest.mark.usefixtures("quiet_logging")
 def test_fifo_guarantees_hold_under_faults() -> None:
     cfg = RuntimeSimConfig(nodes=3, seconds=10.0)
     confirmed = 0
-    for seed in range(max(2, SEEDS // 4)):
-        r = run_fifo_seed(seed + 7000, cfg)
+    for seed in rotating_seeds("fifo", max(2, SEEDS // 4), QUEUE):
+        r = run_fifo_seed(seed, cfg)
         assert not r.violations, (r.seed, r.violations[:3], r.trace[-15:])
         confirmed += r.acked
     assert confirmed > 200

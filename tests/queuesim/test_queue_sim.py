@@ -20,6 +20,7 @@ from tests.queuesim.retry import RetryQueueSim
 from tests.queuesim.rewind import RewindQueueSim
 from tests.queuesim.schedule import ScheduleQueueSim
 from tests.queuesim.sim import QueueSim, run_queue_seed
+from tests.seeds import QUEUE, rotating_seeds
 
 SEEDS = int(os.environ.get("QUEUE_SIM_SEEDS", "8"))
 pytestmark = pytest.mark.usefixtures("quiet_logging")
@@ -30,8 +31,8 @@ pytestmark = pytest.mark.usefixtures("quiet_logging")
 def test_queue_guarantees_hold_under_faults(nodes: int) -> None:
     cfg = RuntimeSimConfig(nodes=nodes, seconds=15.0)
     confirmed = 0
-    for seed in range(SEEDS // 2):
-        r = run_queue_seed(seed + 100 * nodes, cfg)
+    for seed in rotating_seeds(f"queue-{nodes}", SEEDS // 2, QUEUE):
+        r = run_queue_seed(seed, cfg)
         assert not r.violations, (r.seed, r.violations[:3], r.trace[-15:])
         confirmed += r.acked
     assert confirmed > 500 * (SEEDS // 2)
@@ -231,8 +232,8 @@ def test_checker_catches_a_lease_out_of_priority_order() -> None:
 @pytest.mark.parametrize("nodes", [3, 5])
 def test_rewinds_hold_under_faults(nodes: int) -> None:
     cfg = RuntimeSimConfig(nodes=nodes, seconds=15.0)
-    for seed in range(SEEDS // 4):
-        r = run_runtime_seed(seed + 700 + 10 * nodes, cfg, RewindQueueSim)
+    for seed in rotating_seeds(f"rewind-{nodes}", SEEDS // 4, QUEUE):
+        r = run_runtime_seed(seed, cfg, RewindQueueSim)
         assert not r.violations, (r.seed, r.violations[:3], r.trace[-15:])
 
 

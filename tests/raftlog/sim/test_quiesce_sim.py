@@ -10,6 +10,7 @@ import pytest
 
 from raftlog.sim.quiesce_sim import PlantedNoWake, PlantedQuiesceRecovering, QuiescentSim
 from raftlog.sim.runtime_sim import RuntimeSim, RuntimeSimConfig
+from tests.seeds import rotating_seeds
 
 SEEDS = int(os.environ.get("QUIESCE_SIM_SEEDS", "4"))
 pytestmark = pytest.mark.usefixtures("quiet_logging")
@@ -29,8 +30,8 @@ def run(sim_class: type[RuntimeSim], seed: int, cfg: RuntimeSimConfig) -> Runtim
 def test_quiescence_survives_faults(nodes: int) -> None:
     cfg = RuntimeSimConfig(nodes=nodes, groups=3, seconds=20.0)
     quiesces = wakes = acked = 0
-    for seed in range(SEEDS // 2):
-        sim = run(QuiescentSim, 7000 + 100 * nodes + seed, cfg)
+    for seed in rotating_seeds(f"quiesce-{nodes}", SEEDS // 2):
+        sim = run(QuiescentSim, seed, cfg)
         assert isinstance(sim, QuiescentSim)
         r = sim.result
         assert not r.violations, (r.seed, r.violations[:3], r.trace[-15:])

@@ -8,6 +8,7 @@ import os
 import pytest
 
 from raftlog.sim.runtime_sim import RuntimeSimConfig, run_runtime_seed
+from tests.seeds import rotating_seeds
 
 SEEDS = int(os.environ.get("RUNTIME_SIM_SEEDS", "16"))
 pytestmark = pytest.mark.usefixtures("quiet_logging")
@@ -19,8 +20,8 @@ def test_runtime_survives_faults(nodes: int) -> None:
     cfg = RuntimeSimConfig(nodes=nodes, seconds=20.0)
     failures = []
     acked = 0
-    for seed in range(SEEDS // 2):
-        r = run_runtime_seed(seed + 1000 * nodes, cfg)
+    for seed in rotating_seeds(f"runtime-{nodes}", SEEDS // 2):
+        r = run_runtime_seed(seed, cfg)
         acked += r.acked
         if r.violations:
             failures.append((r.seed, r.violations[:3], r.trace[-15:]))
