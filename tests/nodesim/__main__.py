@@ -49,6 +49,11 @@ def main(argv: list[str] | None = None) -> int:
         help="single-node faults only; per fault, the time until every group confirms a send",
     )
     ap.add_argument(
+        "--clock-leaps",
+        action="store_true",
+        help="every clock step leaps two hours ahead on a node leading some group",
+    )
+    ap.add_argument(
         "--trace", type=int, default=25, help="trace lines printed for a failing seed (its last)"
     )
     ap.add_argument("-v", "--verbose", action="store_true", help="print each seed's summary")
@@ -62,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         rot=args.rot,
         rewind=args.rewind,
         failover=args.failover,
+        clock_leaps=args.clock_leaps,
     )
     bad = 0
     totals = dict.fromkeys(TOTALS, 0)

@@ -13,7 +13,8 @@ weight     fault
 14         heal every link
 10         new network weather: delays, stragglers, loss
 14         step one node's clock a little (within the clock bound) or a lot, back 0.5-4 s later
-           (while fewer than a minority of the clocks are off)
+           (while fewer than a minority of the clocks are off; ``clock_leaps``: always two
+           hours ahead, on a node leading some group when there is one)
 6          (five nodes or more) drain a node (its replicas move away), activate it 2-8 s later
 8          (``--rot``) flip a byte of a sealed segment on a running node, run its scrubber:
            it counts as faulted until repaired from its peers
@@ -83,15 +84,19 @@ class Nemesis:
         sim = self.sim
         return [i for i in sim.ids if i not in self.faulted and sim.nodes[i].ready]
 
+    def _leaders(self, among: list[int]) -> list[int]:
+        """The nodes of ``among`` leading some group."""
+        return [
+            i
+            for i in among
+            if (node := self.sim.nodes[i].node) is not None
+            and any(d.raw.raft.role is Role.LEADER for d in node.raft.groups.values())
+        ]
+
     def _victim(self, among: list[int]) -> int:
         """Half the time a node that leads some group (the interesting victim)."""
         if self.rng.random() < 0.5:
-            leaders = [
-                i
-                for i in among
-                if (node := self.sim.nodes[i].node) is not None
-                and any(d.raw.raft.role is Role.LEADER for d in node.raft.groups.values())
-            ]
+            leaders = self._leaders(among)
             if leaders:
                 return self.rng.choice(leaders)
         return self.rng.choice(among)
@@ -188,11 +193,17 @@ class Nemesis:
         off = [i for i in sim.ids if sim.nodes[i].clock.offset_ms]
         if len(off) >= self.budget:
             return
-        nid = rng.choice([i for i in sim.ids if i not in off])
-        if rng.random() < 0.5:
-            step = rng.choice((-1, 1)) * rng.randint(10, int(sim.clock_bound_ms * 0.4))
+        on = [i for i in sim.ids if i not in off]
+        if sim.cfg.clock_leaps:
+            leaders = self._leaders(on)
+            nid = rng.choice(leaders or on)
+            step = 7_200_000
         else:
-            step = rng.choice((-1, 1)) * rng.choice((2_000, 60_000, 7_200_000))
+            nid = rng.choice(on)
+            if rng.random() < 0.5:
+                step = rng.choice((-1, 1)) * rng.randint(10, int(sim.clock_bound_ms * 0.4))
+            else:
+                step = rng.choice((-1, 1)) * rng.choice((2_000, 60_000, 7_200_000))
         sim.nodes[nid].clock.offset_ms = step
         sim.result.clock_steps += 1
         sim.note(f"clock of n{nid} stepped to {step:+d} ms")

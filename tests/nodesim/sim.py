@@ -113,6 +113,9 @@ class NodeSimConfig:
     points are off in this mode."""
     failover_bound: float = 1.5
     """Seconds (``failover``): a fault whose recovery takes longer is a violation."""
+    clock_leaps: bool = False
+    """Every clock step is a leap two hours ahead on a node leading some group: the fault the
+    clock guard exists for, made the common case (the ``unguarded_clock`` plant's run)."""
 
 
 @dataclass(slots=True)
@@ -171,6 +174,8 @@ class NodeSimResult:
             cmd += " --rewind"
         if cfg.failover:
             cmd += " --failover"
+        if cfg.clock_leaps:
+            cmd += " --clock-leaps"
         rest = NodeSimConfig(
             nodes=cfg.nodes,
             seconds=cfg.seconds,
@@ -179,6 +184,7 @@ class NodeSimResult:
             rot=cfg.rot,
             rewind=cfg.rewind,
             failover=cfg.failover,
+            clock_leaps=cfg.clock_leaps,
         )
         return cmd if rest == cfg else f"{cmd}  # with {cfg}"
 

@@ -4,6 +4,7 @@ hold under faults, a seed replays exactly, and every planted bug is caught."""
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import pytest
 
@@ -84,26 +85,32 @@ BOUND = {
     "ack_deletes_nothing": 3,
     "produce_forgets_one": 3,
     "retry_unknown_sends": 10,
-    "unguarded_clock": 35,
+    "unguarded_clock": 8,
     "merge_drops_a_send": 3,
     "rewind_ignores_since": 3,
     "rewind_copies_twice": 10,
 }
 """Seeds (from 0) within which each planted bug must be caught."""
+LEAPS = ("unguarded_clock",)
+"""Plants run where every clock step leaps hours ahead on a leader (``clock_leaps``): among the
+ordinary steps that fault is rare (the plant was caught once in 35 seeds; now 6 of the first 12,
+first at seed 4)."""
 
 
 @pytest.mark.parametrize("plant", PLANTS)
 def test_each_planted_bug_is_caught(plant: str) -> None:
     """Caught within `BOUND` seeds; the seed that caught it passes without the bug."""
     rewind = plant in REWIND_PLANTS  # shown only by a run with rewinds
-    cfg = NodeSimConfig(nodes=3, seconds=15.0, plant=plant, rewind=rewind)
+    cfg = NodeSimConfig(
+        nodes=3, seconds=15.0, plant=plant, rewind=rewind, clock_leaps=plant in LEAPS
+    )
     for seed in range(BOUND[plant]):
         r = run_node_seed(seed, cfg)
         if r.violations:
             break
     else:
         pytest.fail(f"{plant} was not caught in {BOUND[plant]} seeds")
-    _clean(run_node_seed(seed, NodeSimConfig(nodes=3, seconds=15.0, rewind=rewind)))
+    _clean(run_node_seed(seed, replace(cfg, plant=None)))
 
 
 @pytest.mark.slow
