@@ -3,7 +3,7 @@
 #   docker run -e CMQ_SECRET=... -v cmq1:/var/lib/cmq cmq serve --node-id 1 --peers 1=...
 # Requests must be signed: on first start the node writes the cluster's bootstrap admin key to
 # <data dir>/admin-key.json (mode 0600; `docker exec` to read it). `--anonymous` turns signing
-# off (development only). HTTPS: `--tls-cert`/`--tls-key`. See README "Security".
+# off (development only). HTTPS: `--tls-cert`/`--tls-key`. See docs/security.md.
 # The Helm chart (helm/cmq) runs this image as a StatefulSet.
 # The archive image (`cmq archive`: the archive extra, pyspark and pyarrow, and a Java runtime)
 # is the target `archive`; the chart's archive CronJob runs it (archive.image):

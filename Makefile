@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 SIM_SEEDS ?= 80
 SIM_STEPS ?= 20000
 
-.PHONY: run test test-fast lint typecheck unit unit-fast sim clean
+.PHONY: run test test-fast lint typecheck unit unit-fast docs sim clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -18,11 +18,11 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/cmq dev --nodes 3 --data-dir ./data/dev --http-port 8080
 
-test: lint typecheck unit
+test: lint typecheck unit docs
 
 # The quick local loop: the same lint and type checks, and every test not marked `slow` (no
 # real node processes, chaos runs, power-loss or long simulations). `make test` runs them all.
-test-fast: lint typecheck unit-fast
+test-fast: lint typecheck unit-fast docs
 
 # ruff, then the layering contracts of pyproject.toml [tool.importlinter] (docs/architecture.md).
 lint: $(STAMP)
@@ -39,8 +39,13 @@ unit: $(STAMP)
 unit-fast: $(STAMP)
 	PYTHONHASHSEED=0 $(BIN)/pytest -q -m "not slow"
 
+# The manual (mkdocs.yml, docs/): the MkDocs site in build/site. --strict: a broken link or
+# anchor, or a page missing from the nav, fails the build.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir build/site
+
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build/site
 
 # Load test (loadtest/README.md): a throwaway `cmq dev` cluster on free ports, Locust headless for
 # LOADTEST_SECONDS with LOADTEST_SHAPE (steps|soak), CSV + HTML reports in loadtest/out/; the exit
@@ -170,7 +175,7 @@ efficiency: $(STAMP)
 perf-extra: $(STAMP)
 	$(BIN)/python bench/perf_extra.py --seconds $(PERF_SECONDS)
 
-# Long simulator sweep (README "Simulator sweeps"): the core simulator over 3 and 5 nodes, small
+# Long simulator sweep (docs/testing.md, "Sweeps"): the core simulator over 3 and 5 nodes, small
 # and large inflight windows, with and without wiped nodes rejoining (5 nodes), then the queue
 # simulator at 3 and 5 nodes, then the whole-node simulator (tests/nodesim) at 3 and 5 nodes.
 # SIM_LONG_SEEDS seeds per configuration from SIM_LONG_SEED; `make -j2 sim-long`
@@ -211,7 +216,7 @@ sim-long-node-3 sim-long-node-5: sim-long-node-%: $(STAMP)
 	PYTHONHASHSEED=0 $(BIN)/python -m tests.nodesim --seeds $(NODE_SIM_LONG_SEEDS) \
 		--seed $(SIM_LONG_SEED) --seconds $(NODE_SIM_LONG_SECONDS) --nodes $*
 
-# Fuzzing (README "Fuzzing"): atheris on every decoder of outside bytes for FUZZ_SECONDS per
+# Fuzzing (docs/testing.md, "Fuzzing"): atheris on every decoder of outside bytes for FUZZ_SECONDS per
 # target, from the committed seeds in tests/fuzz/corpus (findings and new inputs in
 # FUZZ_OUT), then schemathesis against a real node with FUZZ_EXAMPLES per operation.
 FUZZ_SECONDS ?= 60

@@ -1,4 +1,4 @@
-"""How fast ``cmq archive`` stores released segments (README, "Archive"; issue 31, part 1).
+"""How fast ``cmq archive`` stores released segments (docs/archive.md; issue 31, part 1).
 
 A three-node cluster of real ``cmq serve`` processes on loopback (one data group) gets
 ``--queues`` queues with ``archive=true``, each ``--messages`` messages of ``--size`` bytes

@@ -1,4 +1,4 @@
-"""What ``cmq archive compact`` makes of many small files (README, "Compaction"; issue 31, part 3).
+"""What ``cmq archive compact`` makes of many small files (docs/archive.md; issue 31, part 3).
 
 An archive of ``--files`` batches, one Parquet file each of ``--rows`` rows with 1,000-byte
 random bodies (incompressible: the files' sizes are the data's), one queue and one day, with

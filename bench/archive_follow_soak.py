@@ -1,4 +1,4 @@
-"""Does ``cmq archive --follow`` keep up? (issue 31, part 4; README "The archive").
+"""Does ``cmq archive --follow`` keep up? (issue 31, part 4; docs/archive.md).
 
 A three-node cluster of real ``cmq serve`` processes on loopback (one data group) gets a queue
 with ``archive=true``. Producers send batches of ``--batch`` messages of ``--size`` bytes at a

@@ -1,5 +1,5 @@
 """What a data group's restart costs with a backlog: `QueueMachine.restore` from its snapshot,
-with segment indexes (the ``segment_index`` feature flag) and without (README, "Operating it").
+with segment indexes (the ``segment_index`` feature flag) and without (docs/operations.md).
 
 The state is built directly on the state machine (no cluster, no Raft log): one queue, large
 `Produce` batches of ``--size``-byte bodies into a `FileSegmentStore` under ``--dir`` (default:

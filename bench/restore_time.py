@@ -1,4 +1,4 @@
-"""How long ``cmq restore`` takes (README, "Backup and restore").
+"""How long ``cmq restore`` takes (docs/backup.md).
 
 A three-node cluster of real ``cmq serve`` processes on loopback (two data groups) is loaded
 with ``--messages`` messages of ``--size`` bytes (one message attribute each) spread over

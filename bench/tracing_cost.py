@@ -1,4 +1,4 @@
-"""What server tracing costs in CPU (README "Tracing", cmq/node/tracing.py): a same-hour A/B.
+"""What server tracing costs in CPU (docs/operations.md, cmq/node/tracing.py): a same-hour A/B.
 
 One `QueueNode` in this process (one data group, a real data directory, so every send, lease
 and ack is an fsynced Raft commit). Each round moves ``--messages`` messages through its

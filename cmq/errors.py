@@ -164,7 +164,7 @@ class NewerFormat(InvariantBroken):
     """Stored or replicated data (named in the message: a file and offset, a group's entry, a
     snapshot) was written by a newer release than this one, in a layout it does not read: not
     damage, but this node cannot go on with it. Run the newer release (downgrades past a
-    format change are refused, README "Upgrades")."""
+    format change are refused, docs/operations.md "Upgrades")."""
 
 
 class UnreadableFrame(CmqError):

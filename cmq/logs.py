@@ -15,7 +15,7 @@ duration of that work (`cmq.routing.ops.LeaderOps.execute` at the group's leader
 queue without naming it. Entering and leaving a scope is two `contextvars.ContextVar.set` calls.
 
 An event is attached as ``extra={"event": "disk_full"}``; every name used must be a key of
-`EVENTS` (with its meaning) and be listed in the README's "Logs" section
+`EVENTS` (with its meaning) and be listed in the "Logs" section of docs/operations.md
 (``tests/cmq/test_logs.py`` checks both). Names are stable: alerting rules match on them.
 raftlog, which never imports cmq, uses the same names as string literals.
 """

@@ -18,8 +18,8 @@ given). On a local master the session stays quiet and offline: no UI, driver bou
 ``spark.executorEnv.*`` (`cmq.archive.auth`). Always: log level WARN, executors' Python = this
 interpreter unless ``PYSPARK_PYTHON`` says otherwise.
 
-Under ``spark-submit`` the application file is this package's ``__main__.py`` (the README's
-"On a Spark cluster" shows the command): the same arguments, the master spark-submit's.
+Under ``spark-submit`` the application file is this package's ``__main__.py`` (docs/archive.md,
+"On a Spark cluster", shows the command): the same arguments, the master spark-submit's.
 """
 
 from __future__ import annotations

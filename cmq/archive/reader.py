@@ -6,7 +6,7 @@ under its final name) names it in ``files`` and no committed compaction manifest
 every moment: before a compaction commits, its new files are named by no manifest (so not
 read) and the small files it replaces are still live; its manifest's rename switches both at
 once; the retired files are removed only after that. A crash at any point leaves one of those
-two states. Listing directories instead is not exact (README, "Compaction").
+two states. Listing directories instead is not exact (docs/archive.md, "Compaction").
 
     from cmq.archive import reader
 

@@ -484,7 +484,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-format",
         choices=("text", "json"),
         help="log lines on stderr: text for people (default) or one JSON object per line "
-        '(env CMQ_LOG_FORMAT; README "Logs")',
+        '(env CMQ_LOG_FORMAT; docs/operations.md, "Logs")',
     )
     s.add_argument(
         "--metrics-queues",

@@ -10,7 +10,7 @@ is) and ``spark-submit`` an access key: the executors sign with the key the driv
    executor runs a task of the batch and at least four tasks are left (as the driver's REST
    API counts them): the lost task is re-run on the other executor and the batch commits.
 2. A new worker joins; more messages are sent and acked; the job is submitted through
-   ``spark-submit`` with the entry file the README names (``cmq/archive/__main__.py``).
+   ``spark-submit`` with the entry file docs/archive.md names (``cmq/archive/__main__.py``).
 3. A third run (``cmq archive --master``) archives nothing.
 
 Then the Parquet, read back with pyarrow, holds every message exactly once, byte-identical,

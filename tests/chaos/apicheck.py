@@ -5,7 +5,7 @@ The history says what each queue is: the workload records every queue it creates
 ``create`` op whose ``detail`` holds the attributes (``fifo``, ``dead_letter_queue``,
 ``max_receive_count``). Messages are keys as in `tests.chaos.checker` (unique per run).
 
-**FIFO order** (README "FIFO queues", docs/api.md): a group is delivered in send order, and
+**FIFO order** (docs/sqs.md, "FIFO queues"; docs/api.md): a group is delivered in send order, and
 while a message of a group is in flight nothing more of it is delivered. What a client can
 observe of that, and what is checked (every rule holds whatever the clocks, except *blocked*,
 which judges lease windows like the lease-overlap check):
@@ -58,9 +58,10 @@ lease ``n + 1`` must not come from a receive that ended
 before ``min(start + visibility, nack start) + back-off(n) - delay_tolerance``. Only leases
 ``n`` and ``n + 1`` both seen are judged (a receive whose answer was lost hides its lease).
 
-**Dead letters** (README, `cmq/redrive.py`): a message received ``max_receive_count`` times
-moves to the dead-letter queue instead of being delivered again; moves copy then delete, and
-the copy carries a dedup id made of the message's id, so a repeated move stores nothing twice.
+**Dead letters** (docs/usage.md, docs/sqs.md, `cmq/redrive.py`): a message received
+``max_receive_count`` times moves to the dead-letter queue instead of being delivered again;
+moves copy then delete, and the copy carries a dedup id made of the message's id, so a
+repeated move stores nothing twice.
 A copy is a new message (its own seq); at the end of the run the workload reads the whole
 dead-letter queue, then a move task redrives it back to the source. Per key, with ``S`` the
 source messages seen, ``A`` those of them whose ack was confirmed and ``D`` the dead-letter

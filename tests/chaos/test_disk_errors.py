@@ -1,5 +1,5 @@
 """Disk errors on real `cmq serve` processes whose data directories live on LazyFS mounts with
-planted I/O faults (`tests.chaos.iofaults`); what each does is in README.md, "Disk errors".
+planted I/O faults (`tests.chaos.iofaults`); what each does is in docs/operations.md, "Disk errors".
 
 - fsync EIO, write EIO (the leader) or a real ENOSPC (a follower) on one node's WAL: that node
   stops its groups there (it says why in ``/v1/status``, its

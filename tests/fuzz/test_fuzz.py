@@ -1,7 +1,7 @@
 """The fuzz targets (`tests.fuzz.targets`): their committed seeds decode, every input that once
 broke a decoder is now handled, and a bounded atheris run of each target finds nothing.
 
-`make fuzz` runs the same harnesses for ``FUZZ_SECONDS`` each (README "Fuzzing")."""
+`make fuzz` runs the same harnesses for ``FUZZ_SECONDS`` each (docs/testing.md, "Fuzzing")."""
 
 from __future__ import annotations
 

@@ -14,7 +14,8 @@ load runs on, the queues are drained and the replicas compared byte for byte (th
 The downgrade: a node of this release whose data directory records a feature flag it does not
 know (what the next release leaves once its flag is enabled) must exit at start with an error
 naming the flag, and change nothing on disk. The previous release (0.1.0) predates that record
-and cannot refuse this release's data: a downgrade to it is not supported (README "Upgrades").
+and cannot refuse this release's data: a downgrade to it is not supported (docs/operations.md,
+"Upgrades").
 
 Figures (printed, for the release notes): seconds per node replaced, and the longest gaps in
 confirmed sends the producers saw during the upgrade.
@@ -232,7 +233,7 @@ async def test_rolling_upgrade_from_the_previous_release_then_no_downgrade(
         # The downgrade, as the next release's data meets this one: node 1's data directory
         # marked with a flag this release does not know (what a later release writes once its
         # flag is enabled). This release must refuse it before writing anything. (The previous
-        # release predates the marker: it cannot refuse, README "Upgrades".)
+        # release predates the marker: it cannot refuse, docs/operations.md "Upgrades".)
         victim = 1
         assert await cluster.terminate(victim) == 0
         data = cluster.data_dir(victim)
