@@ -74,6 +74,7 @@ have moved instead. The keys of such queues are not counted as stored twice.
 from __future__ import annotations
 
 import json
+import math
 from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Sequence
@@ -466,6 +467,10 @@ def _check_dead_letters(
         if op.kind == "move":
             moves[op.outcome] += 1
     rep.moves = dict(moves)
+    # A source copy delivered by a receive that ended before any move task began cannot be a
+    # redriven one: it is the key's original. A key whose original was never seen (every
+    # lease of it in a receive whose answer was lost, as a kill or a pause makes) still had one.
+    first_move = min((op.start for op in ops if op.kind == "move"), default=math.inf)
     acked = {
         r
         for op in ops
@@ -480,9 +485,12 @@ def _check_dead_letters(
         src: dict[str, set[int]] = defaultdict(set)
         src_acked: dict[str, set[int]] = defaultdict(set)
         dead: dict[str, set[int]] = defaultdict(set)
+        original_seen: set[str] = set()
         for s in seen:
             if s.queue == source:
                 src[s.key].add(s.seq)
+                if s.end < first_move:
+                    original_seen.add(s.key)
                 if s.receipt in acked:
                     src_acked[s.key].add(s.seq)
                 if info.max_receive_count and s.receive_count > info.max_receive_count:
@@ -496,7 +504,8 @@ def _check_dead_letters(
         rep.redriven += sum(len(src[k]) > 1 for k in dead)
         for k in sorted(src.keys() | dead.keys()):
             n_src, n_acked, n_dead = len(src[k]), len(src_acked[k]), len(dead[k])
-            if n_dead > n_src - n_acked:
+            unseen = 0 if k in original_seen else 1  # its original, if never delivered
+            if n_dead > n_src + unseen - n_acked:
                 rep.dlq_accounting.append(
                     f"{k}: {n_dead} copies in {dlq} but {n_src} messages in {source} of which "
                     f"{n_acked} acked (moved twice, or moved after a confirmed ack)"

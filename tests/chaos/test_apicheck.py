@@ -183,3 +183,30 @@ def test_dead_letter_miscounts() -> None:
     h.receive("src", 10.0, 10.1, [("q", 9, 1)])
     rep = check(h.h.ops)
     assert any("redrive stored twice" in p for p in rep.surfaces.dlq_accounting)
+
+
+def _moved_unseen(*, ack_original_first: bool) -> Api:
+    """``p`` sent; with ``ack_original_first`` its original is delivered and acked before any
+    move task, else both its leases are lost (receives whose answers never came, so none is in
+    the history); a dead-letter copy is read, a move task redrives it, and the copy back in the
+    source is received and acked (seed 12610's history)."""
+    h = Api()
+    h.create("dl")
+    h.create("src", dead_letter_queue="dl", max_receive_count=2)
+    h.send("src", 0.0, 0.1, ["p"])
+    if ack_original_first:
+        h.ack("src", 1.2, 1.3, h.receive("src", 1.0, 1.1, [("p", 1, 1)]))
+    h.receive("dl", 5.0, 5.1, [("p", 1, 1)], vis=30.0)
+    move = h.h.invoke("mover", "move", "dl", 1, 6.0)
+    h.h.complete(move, 6.5, "ok", "COMPLETED moved 1")
+    h.ack("src", 7.2, 7.3, h.receive("src", 6.2, 7.1, [("p", 2, 1)]))
+    return h
+
+
+def test_a_dead_letter_copy_of_an_original_never_seen_is_accounted() -> None:
+    rep = check(_moved_unseen(ack_original_first=False).h.ops)
+    assert rep.surfaces.dlq_accounting == [], rep.surfaces.dlq_accounting
+    assert rep.ok, rep.failures()
+    # The original seen and acked before the move: its dead-letter copy was moved after an ack.
+    rep = check(_moved_unseen(ack_original_first=True).h.ops)
+    assert any("moved after a confirmed ack" in p for p in rep.surfaces.dlq_accounting)
