@@ -17,86 +17,36 @@ and messages without a group id the rest. ``python -m tests.queuesim --fair --se
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
-from cmq.fsm.commands import (
-    Ack,
-    Command,
-    CommandFailed,
-    EntryOutcomes,
-    Lease,
-    Leased,
-    NewMessage,
-    Produce,
-    Produced,
-    Result,
-)
-from cmq.fsm.machine import QueueMachine
-from raftlog.runtime.statemachine import StateMachine
-from raftlog.sim.runtime_sim import RuntimeSimConfig
-from tests.queuesim.observed import ObservingMachine
-from tests.queuesim.sim import QueueSim
+from cmq.fsm.commands import NewMessage
+from tests.queuesim.observed import ObservedQueueSim, ObservingMachine, ReadyObserver
 
 MAX_IN_A_ROW = 1
 TENANTS = ("a",) * 7 + ("b", "c", None)
 DELAYS_MS = (None, None, 0, 200)
 
 
-class FairObserver:
-    """Follows one queue machine's queues from its commands and results (see the module
-    docstring); reports a run of picks over the bound to ``violation``."""
+class FairObserver(ReadyObserver[str]):
+    """Follows one queue machine's queues from its commands and results, each message labeled
+    with its tenant ("" for none; see the module docstring); reports a run of picks over the
+    bound to ``violation``."""
 
     def __init__(self, violation: Callable[[str], None]) -> None:
-        self.violation = violation
-        self.clock: dict[str, int] = {}
-        self.tenant: dict[str, dict[str, str]] = {}  # queue -> id -> tenant ("" for none)
-        self.visible_at: dict[str, dict[str, int]] = {}  # queue -> id -> when it is ready
+        super().__init__(violation)
         self.last: dict[str, tuple[str, int]] = {}  # queue -> (last tenant, its counted run)
 
-    def before(self, m: QueueMachine, cmd: Command) -> dict[int, str]:
-        """What must be known before ``cmd`` applies: the ids of an ack's seqs."""
-        if isinstance(cmd, Ack):
-            return {s.seq: s.id for s in m.read(cmd.queue, [seq for seq, _ in cmd.entries])}
-        return {}
+    def label_of(self, msg: NewMessage) -> str:
+        return msg.group_id or ""
 
-    def after(self, m: QueueMachine, cmd: Command, res: Result, ids: dict[int, str]) -> None:
-        if isinstance(cmd, Produce) and isinstance(res, Produced):
-            clock = self._advance(cmd.queue, cmd.now_ms)
-            tenants = self.tenant.setdefault(cmd.queue, {})
-            visible = self.visible_at.setdefault(cmd.queue, {})
-            for msg, (mid, _) in zip(cmd.messages, res.messages, strict=True):
-                if mid == msg.id and mid not in tenants:  # not a deduplicated repeat
-                    tenants[mid] = msg.group_id or ""
-                    visible[mid] = clock + max(0, msg.delay_ms or 0)
-        elif isinstance(cmd, Lease) and isinstance(res, Leased):
-            self._lease(m, cmd, res)
-        elif isinstance(cmd, Ack) and isinstance(res, EntryOutcomes):
-            for (seq, _), code in zip(cmd.entries, res.outcomes, strict=True):
-                mid = ids.get(seq)
-                if code is None and mid is not None:
-                    self.tenant.get(cmd.queue, {}).pop(mid, None)
-                    self.visible_at.get(cmd.queue, {}).pop(mid, None)
-        elif not isinstance(res, CommandFailed):
-            queue, now_ms = getattr(cmd, "queue", None), getattr(cmd, "now_ms", None)
-            if isinstance(queue, str) and isinstance(now_ms, int):
-                self._advance(queue, now_ms)
-
-    def _advance(self, queue: str, now_ms: int) -> int:
-        clock = max(self.clock.get(queue, 0), now_ms)
-        self.clock[queue] = clock
-        return clock
-
-    def _lease(self, m: QueueMachine, cmd: Lease, res: Leased) -> None:
-        clock = self._advance(cmd.queue, cmd.now_ms)
-        tenants = self.tenant.get(cmd.queue, {})
-        visible = self.visible_at.get(cmd.queue, {})
-        leased = [s.id for s in m.read(cmd.queue, [lm.seq for lm in res.messages])]
+    def check_lease(self, queue: str, clock: int, leased: list[str]) -> None:
+        tenants = self.label.get(queue, {})
+        visible = self.visible_at.get(queue, {})
         ready: dict[str, int] = {}  # tenant -> ready messages not yet taken
         for mid, at in visible.items():
             if at <= clock and mid in tenants:
                 ready[tenants[mid]] = ready.get(tenants[mid], 0) + 1
-        last, run = self.last.get(cmd.queue, ("", 0))
+        last, run = self.last.get(queue, ("", 0))
         for mid in leased:
             tenant = tenants.get(mid)
             if tenant is None:
@@ -112,11 +62,7 @@ class FairObserver:
             last = tenant
             if ready.get(tenant):
                 ready[tenant] -= 1
-        self.last[cmd.queue] = (last, run)
-        visibility = cmd.visibility_ms if cmd.visibility_ms is not None else 30_000
-        for mid in leased:
-            if mid in visible:
-                visible[mid] = clock + max(0, visibility)
+        self.last[queue] = (last, run)
 
 
 class FairMachine(ObservingMachine):
@@ -126,36 +72,15 @@ class FairMachine(ObservingMachine):
     observer_class = FairObserver
 
 
-class FairQueueSim(QueueSim):
+class FairQueueSim(ObservedQueueSim):
     """`QueueSim` over standard queues whose messages name tenants, checking the fairness
     bound."""
 
-    def __init__(self, seed: int, cfg: RuntimeSimConfig) -> None:
-        super().__init__(seed, cfg)
-        self.fairness_violations = 0
+    machine_class = FairMachine
+    rule = "fairness"
+    max_batch = 6
 
-    def new_state_machine(self, nid: int, group: int) -> StateMachine:
-        return FairMachine(self.stores[(nid, group)], self.unfair, segment_bytes=2048)
-
-    def unfair(self, what: str) -> None:
-        self.fairness_violations += 1
-        if self.fairness_violations <= 20:  # every replica reports the same entry
-            self.violation(f"fairness: {what}")
-
-    async def producer(self, group: int, stop: asyncio.Event) -> None:
-        n = 0
-        while not stop.is_set():
-            batch = []
-            for _ in range(self.rng.randint(1, 6)):
-                n += 1
-                mid = f"g{group}-{n}"
-                self.sent.add(mid)
-                delay = self.rng.choice(DELAYS_MS)
-                tenant = self.rng.choice(TENANTS)
-                body = mid.encode() * 8
-                batch.append(NewMessage(mid, body, False, (), delay, None, tenant))
-            res = await self.run(group, Produce(f"q{group}", self.now_ms(), tuple(batch)))
-            if isinstance(res, Produced):
-                self.confirmed.update(m.id for m in batch)
-                self.result.acked += len(batch)
-            await asyncio.sleep(self.rng.uniform(0.0, 0.02))
+    def new_message(self, mid: str) -> NewMessage:
+        delay = self.rng.choice(DELAYS_MS)
+        tenant = self.rng.choice(TENANTS)
+        return NewMessage(mid, mid.encode() * 8, False, (), delay, None, tenant)

@@ -19,10 +19,7 @@ from __future__ import annotations
 import asyncio
 
 from cmq.fsm.commands import (
-    Ack,
     CommandFailed,
-    CreateQueue,
-    EntryOutcomes,
     Lease,
     NewMessage,
     Produce,
@@ -52,13 +49,8 @@ class FifoQueueSim(QueueSim):
     def queue_name(self, group: int) -> str:
         return fifo_name(group)
 
-    async def ensure_queue(self, group: int) -> None:
-        while group not in self.created:
-            attrs = QueueAttributes(fifo=True)
-            cmd = CreateQueue(fifo_name(group), attrs, self.now_ms(), 2048, 3_000)
-            res = await self.run(group, cmd)
-            if res is not None:
-                self.created.add(group)
+    def attributes(self) -> QueueAttributes:
+        return QueueAttributes(fifo=True)
 
     async def workload(self, group: int, cid: int, stop: asyncio.Event) -> None:
         await self.ensure_queue(group)
@@ -134,22 +126,10 @@ class FifoQueueSim(QueueSim):
                 self.last_first[key] = max(last, lm.seq)
             if lm.id in self.acked_ids:
                 self.violation(f"{lm.id} delivered again after its ack was committed")
-            self.leases[lm.id] = (lm.lease_id, now + visibility_ms, lm.receive_count)
-            if lm.id not in self.sent:
-                self.violation(f"{lm.id} delivered but never sent")
-            self.delivered.add(lm.id)
-            self.deliveries += 1
-        to_ack = [lm for lm in res.messages if self.rng.random() < ack_probability]
-        if to_ack:
-            ack = Ack(fifo_name(group), self.now_ms(), tuple((m.seq, m.lease_id) for m in to_ack))
-            out = await self.run(group, ack)
-            if out is None:  # unknown outcome: the ack may be committed, the message deleted
-                self.maybe_acked.update(lm.id for lm in to_ack)
-            if isinstance(out, EntryOutcomes):
-                for lm, code in zip(to_ack, out.outcomes, strict=True):
-                    if code is None:
-                        self.acked_ids.add(lm.id)
-                        self.leases.pop(lm.id, None)
+            self.count_delivery(lm, now, visibility_ms)
+        to_ack, out = await self.ack_some(group, res.messages, ack_probability)
+        if to_ack and out is None:  # unknown outcome: the ack may be committed, the message deleted
+            self.maybe_acked.update(lm.id for lm in to_ack)
         return len(res.messages)
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from typing import ClassVar
 
 from cmq.errors import CmqError
 from cmq.fsm.commands import (
@@ -83,6 +84,11 @@ class Delivered:
 class QueueSim(RuntimeSim):
     """One seeded run of the queue on the simulated cluster (one queue per data group)."""
 
+    machine_class: ClassVar[type[QueueMachine]] = QueueMachine
+    """What every replica runs (a planted bug's machine in the tests that prove a check)."""
+    max_batch: ClassVar[int] = 4
+    """The most messages a producer sends in one `Produce`."""
+
     def __init__(self, seed: int, cfg: RuntimeSimConfig) -> None:
         super().__init__(seed, cfg)
         # Odd nodes keep segment indexes (the active segment's too, every 8 records), even ones
@@ -105,7 +111,7 @@ class QueueSim(RuntimeSim):
 
     # -- hooks ----------------------------------------------------------------------------------
     def new_state_machine(self, nid: int, group: int) -> StateMachine:
-        return QueueMachine(self.stores[(nid, group)], segment_bytes=2048)
+        return self.machine_class(self.stores[(nid, group)], segment_bytes=2048)
 
     def state_machine_crashed(self, nid: int, group: int) -> None:
         self.stores[(nid, group)].crash()
@@ -172,7 +178,7 @@ class QueueSim(RuntimeSim):
     async def ensure_queue(self, group: int) -> None:
         while group not in self.created:
             attrs = self.attributes()
-            cmd = CreateQueue(f"q{group}", attrs, self.now_ms(), 2048, 3_000)
+            cmd = CreateQueue(self.queue_name(group), attrs, self.now_ms(), 2048, 3_000)
             res = await self.run(group, cmd)
             if res is not None:
                 self.created.add(group)
@@ -188,16 +194,20 @@ class QueueSim(RuntimeSim):
         else:
             await self.consumer(group, cid, stop)
 
+    def new_message(self, mid: str) -> NewMessage:
+        """The message ``mid`` a producer sends (its choices drawn from the run's generator)."""
+        delay = self.rng.choice([None, None, None, 0, 300])
+        return NewMessage(mid, mid.encode() * 8, False, (), delay, None)
+
     async def producer(self, group: int, stop: asyncio.Event) -> None:
         n = 0
         while not stop.is_set():
             batch = []
-            for _ in range(self.rng.randint(1, 4)):
+            for _ in range(self.rng.randint(1, self.max_batch)):
                 n += 1
                 mid = f"g{group}-{n}"
                 self.sent.add(mid)
-                delay = self.rng.choice([None, None, None, 0, 300])
-                batch.append(NewMessage(mid, mid.encode() * 8, False, (), delay, None))
+                batch.append(self.new_message(mid))
             res = await self.run(group, Produce(f"q{group}", self.now_ms(), tuple(batch)))
             if isinstance(res, Produced):
                 self.confirmed.update(m.id for m in batch)
@@ -272,23 +282,38 @@ class QueueSim(RuntimeSim):
                     f"{lm.id} leased again at {now} before its back-off after receive "
                     f"{prev[2]} ended ({self.redelivery_at(prev[1], prev[2])})"
                 )
-            self.leases[lm.id] = (lm.lease_id, now + visibility_ms, lm.receive_count)
-            if lm.id not in self.sent:
-                self.violation(f"{lm.id} delivered but never sent")
-            self.delivered.add(lm.id)
-            self.deliveries += 1
-        to_ack = [lm for lm in res.messages if self.rng.random() < ack_probability]
-        if to_ack:
-            ack = Ack(f"q{group}", self.now_ms(), tuple((m.seq, m.lease_id) for m in to_ack))
-            out = await self.run(group, ack)
-            if isinstance(out, EntryOutcomes):
-                for lm, code in zip(to_ack, out.outcomes, strict=True):
-                    if code is None:
-                        self.acked_ids.add(lm.id)
-                        self.leases.pop(lm.id, None)
-            elif isinstance(out, CommandFailed):
-                self.violation(f"ack failed: {out.code}")
+            self.count_delivery(lm, now, visibility_ms)
+        _, out = await self.ack_some(group, res.messages, ack_probability)
+        if isinstance(out, CommandFailed):
+            self.violation(f"ack failed: {out.code}")
         return len(res.messages)
+
+    def count_delivery(self, lm: DeliveredMessage, now: int, visibility_ms: int) -> None:
+        """Record ``lm``'s lease (taken at ``now`` for ``visibility_ms``) and its delivery; one
+        of a message never sent is a violation."""
+        self.leases[lm.id] = (lm.lease_id, now + visibility_ms, lm.receive_count)
+        if lm.id not in self.sent:
+            self.violation(f"{lm.id} delivered but never sent")
+        self.delivered.add(lm.id)
+        self.deliveries += 1
+
+    async def ack_some(
+        self, group: int, messages: tuple[DeliveredMessage, ...], ack_probability: float
+    ) -> tuple[list[DeliveredMessage], object | None]:
+        """Acknowledge each of ``messages`` with probability ``ack_probability`` (one draw each,
+        in order), in one `Ack`; the entries answered as done count as acked. Returns the
+        messages proposed and the answer (None: nothing proposed, or the outcome unknown)."""
+        to_ack = [lm for lm in messages if self.rng.random() < ack_probability]
+        if not to_ack:
+            return to_ack, None
+        entries = tuple((m.seq, m.lease_id) for m in to_ack)
+        out = await self.run(group, Ack(self.queue_name(group), self.now_ms(), entries))
+        if isinstance(out, EntryOutcomes):
+            for lm, code in zip(to_ack, out.outcomes, strict=True):
+                if code is None:
+                    self.acked_ids.add(lm.id)
+                    self.leases.pop(lm.id, None)
+        return to_ack, out
 
     async def consumer(self, group: int, cid: int, stop: asyncio.Event) -> None:
         del cid

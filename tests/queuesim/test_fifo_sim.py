@@ -9,7 +9,6 @@ import pytest
 
 from cmq.fsm.commands import Lease, Produce
 from cmq.fsm.machine import QueueMachine
-from raftlog.runtime.statemachine import StateMachine
 from raftlog.sim.runtime_sim import RuntimeSimConfig, run_runtime_seed
 from tests.queuesim.fifo import FifoQueueSim, run_fifo_seed
 from tests.seeds import QUEUE, rotating_seeds
@@ -53,13 +52,11 @@ class _ForgetsDedup(QueueMachine):
 
 
 class _NoBlockSim(FifoQueueSim):
-    def new_state_machine(self, nid: int, group: int) -> StateMachine:
-        return _NoGroupBlock(self.stores[(nid, group)], segment_bytes=2048)
+    machine_class = _NoGroupBlock
 
 
 class _NoDedupSim(FifoQueueSim):
-    def new_state_machine(self, nid: int, group: int) -> StateMachine:
-        return _ForgetsDedup(self.stores[(nid, group)], segment_bytes=2048)
+    machine_class = _ForgetsDedup
 
 
 def test_checker_catches_a_skipped_group_block() -> None:

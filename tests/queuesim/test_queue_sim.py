@@ -11,10 +11,10 @@ from pyroaring import BitMap
 
 from cmq.fsm.commands import Ack, CreateQueue, EntryOutcomes, Produce, Rewind
 from cmq.fsm.machine import QueueMachine
-from raftlog.runtime.statemachine import StateMachine
 from raftlog.sim.runtime_sim import RuntimeSimConfig, run_runtime_seed
 from tests.queuesim.clock import ClockStepSim, FrozenClockSim
 from tests.queuesim.fair import FairMachine, FairQueueSim
+from tests.queuesim.plants import StoresProducesOtherwise
 from tests.queuesim.priority import ObservedMachine, PriorityQueueSim
 from tests.queuesim.retry import RetryQueueSim
 from tests.queuesim.rewind import RewindQueueSim
@@ -48,8 +48,7 @@ class _AckThatDeletesNothing(QueueMachine):
 
 
 class _BrokenAckSim(QueueSim):
-    def new_state_machine(self, nid: int, group: int) -> StateMachine:
-        return _AckThatDeletesNothing(self.stores[(nid, group)], segment_bytes=2048)
+    machine_class = _AckThatDeletesNothing
 
 
 def test_checker_catches_redelivery_after_ack() -> None:
@@ -82,8 +81,7 @@ class _ProduceThatForgetsOne(QueueMachine):
 
 
 class _LosingSim(QueueSim):
-    def new_state_machine(self, nid: int, group: int) -> StateMachine:
-        return _ProduceThatForgetsOne(self.stores[(nid, group)], segment_bytes=2048)
+    machine_class = _ProduceThatForgetsOne
 
 
 def test_checker_catches_a_lost_confirmed_message() -> None:
@@ -129,8 +127,7 @@ class _IgnoresRetryPolicies(QueueMachine):
 
 
 class _NoBackOffSim(RetryQueueSim):
-    def new_state_machine(self, nid: int, group: int) -> StateMachine:
-        return _IgnoresRetryPolicies(self.stores[(nid, group)], segment_bytes=2048)
+    machine_class = _IgnoresRetryPolicies
 
 
 def test_checker_catches_redelivery_before_the_back_off() -> None:
@@ -155,8 +152,7 @@ class _IgnoresDelays(QueueMachine):
 
 
 class _EarlySim(ScheduleQueueSim):
-    def new_state_machine(self, nid: int, group: int) -> StateMachine:
-        return _IgnoresDelays(self.stores[(nid, group)], segment_bytes=2048)
+    machine_class = _IgnoresDelays
 
 
 def test_checker_catches_a_delivery_before_the_delay() -> None:
@@ -175,8 +171,7 @@ class _IgnoresTtl(QueueMachine):
 
 
 class _ImmortalSim(ScheduleQueueSim):
-    def new_state_machine(self, nid: int, group: int) -> StateMachine:
-        return _IgnoresTtl(self.stores[(nid, group)], segment_bytes=2048)
+    machine_class = _IgnoresTtl
 
 
 def test_checker_catches_a_delivery_after_the_ttl() -> None:
@@ -200,27 +195,16 @@ def test_priority_order_holds_under_faults() -> None:
     assert r.acked > 100
 
 
-class _IgnoresPriorities(ObservedMachine):
+class _IgnoresPriorities(StoresProducesOtherwise, ObservedMachine):
     """Planted bug: a send's messages are stored without their priorities (the observer sees
     the command as proposed)."""
 
-    def execute(self, cmd):  # type: ignore[no-untyped-def]
-        observer = self.observer
-        if observer is None or not isinstance(cmd, Produce):
-            return super().execute(cmd)
-        plain = replace(cmd, messages=tuple(replace(m, priority=0) for m in cmd.messages))
-        self.observer = None
-        try:
-            res = super().execute(plain)
-        finally:
-            self.observer = observer
-        observer.after(self, cmd, res, {})
-        return res
+    def stored(self, cmd: Produce) -> Produce:
+        return replace(cmd, messages=tuple(replace(m, priority=0) for m in cmd.messages))
 
 
 class _UnorderedSim(PriorityQueueSim):
-    def new_state_machine(self, nid: int, group: int) -> StateMachine:
-        return _IgnoresPriorities(self.stores[(nid, group)], self.out_of_order, segment_bytes=2048)
+    machine_class = _IgnoresPriorities
 
 
 def test_checker_catches_a_lease_out_of_priority_order() -> None:
@@ -267,8 +251,7 @@ class _RewindIgnoresSince(QueueMachine):
 
 
 class _EverythingSim(RewindQueueSim):
-    def new_state_machine(self, nid: int, group: int) -> StateMachine:
-        return _RewindIgnoresSince(self.stores[(nid, group)], segment_bytes=2048)
+    machine_class = _RewindIgnoresSince
 
 
 def test_checker_catches_a_rewind_that_brings_back_older_messages() -> None:
@@ -289,8 +272,7 @@ class _RewoundCopiesArchived(QueueMachine):
 
 
 class _ArchivedTwiceSim(RewindQueueSim):
-    def new_state_machine(self, nid: int, group: int) -> StateMachine:
-        return _RewoundCopiesArchived(self.stores[(nid, group)], segment_bytes=2048)
+    machine_class = _RewoundCopiesArchived
 
 
 def test_checker_catches_a_rewound_message_archived_twice() -> None:
@@ -304,27 +286,16 @@ def test_the_fairness_bound_holds_under_faults() -> None:
     assert r.acked > 100
 
 
-class _IgnoresTenants(FairMachine):
+class _IgnoresTenants(StoresProducesOtherwise, FairMachine):
     """Planted bug: a send's messages are stored without their group ids (the observer sees
     the command as proposed), so the heavy tenant's backlog is served in seq order."""
 
-    def execute(self, cmd):  # type: ignore[no-untyped-def]
-        observer = self.observer
-        if observer is None or not isinstance(cmd, Produce):
-            return super().execute(cmd)
-        plain = replace(cmd, messages=tuple(replace(m, group_id=None) for m in cmd.messages))
-        self.observer = None
-        try:
-            res = super().execute(plain)
-        finally:
-            self.observer = observer
-        observer.after(self, cmd, res, {})
-        return res
+    def stored(self, cmd: Produce) -> Produce:
+        return replace(cmd, messages=tuple(replace(m, group_id=None) for m in cmd.messages))
 
 
 class _UnfairSim(FairQueueSim):
-    def new_state_machine(self, nid: int, group: int) -> StateMachine:
-        return _IgnoresTenants(self.stores[(nid, group)], self.unfair, segment_bytes=2048)
+    machine_class = _IgnoresTenants
 
 
 def test_checker_catches_a_lease_over_the_fairness_bound() -> None:

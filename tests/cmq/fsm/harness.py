@@ -2,9 +2,24 @@
 
 from __future__ import annotations
 
-from cmq.fsm.commands import Command, CommandType, Leased, Produce, Result, encode_command
+from cmq.fsm.commands import (
+    Ack,
+    Command,
+    CommandType,
+    CreateQueue,
+    Lease,
+    Leased,
+    NewMessage,
+    Produce,
+    Result,
+    encode_command,
+)
 from cmq.fsm.machine import QueueMachine
+from cmq.fsm.store import SegmentStore
 from cmq.fsm.wire import Writer
+from cmq.model import QueueAttributes
+
+T0 = 1_700_000_000_000
 
 
 class Applier:
@@ -48,3 +63,23 @@ def leased_ids(machine: QueueMachine, queue: str, res: object) -> list[str]:
     renders them (a lease's result carries seqs and leases, not ids)."""
     assert isinstance(res, Leased), res
     return [m.id for m in machine.read(queue, [lm.seq for lm in res.messages])]
+
+
+def two_queues(
+    store: SegmentStore, *, segment_bytes: int, messages: int, padding: int
+) -> QueueMachine:
+    """A machine on ``store`` (its segments of ``segment_bytes``) with queues "a" and "b",
+    applied through the byte encoding from `T0` on: ``messages`` sends of one message each
+    (``a0``, ``a1``, ...; the bodies padded with ``padding`` bytes), then five of "a"'s leased
+    and acknowledged."""
+    m = QueueMachine(store, segment_bytes=segment_bytes)
+    apply = Applier(m)
+    for q in ("a", "b"):
+        apply(CreateQueue(q, QueueAttributes(), T0))
+        for k in range(messages):
+            body = b"%s-%d-" % (q.encode(), k) + b"x" * padding
+            apply(Produce(q, T0 + k, (NewMessage(f"{q}{k}", body, False, (), None, None),)))
+    leased = apply(Lease("a", T0 + 100, 5, 30_000))
+    assert isinstance(leased, Leased)
+    apply(Ack("a", T0 + 101, tuple((m.seq, m.lease_id) for m in leased.messages)))
+    return m

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import invariant, rule
 from pyroaring import BitMap64
 
 from cmq import errors
@@ -23,11 +23,9 @@ from cmq.fsm import (
     Tidy,
 )
 from cmq.fsm.commands import CommandFailed, Leased, Tidied
-from cmq.fsm.ready import ReadyIndex
 from cmq.model import QueueAttributes
 
-T0 = 1_700_000_000_000
-VIS = 30_000
+from .stateful import T0, VIS, ReadyIndexRules, TwinQueueModel
 
 
 def machine(priorities: int = 1, **kw: object) -> QueueMachine:
@@ -130,7 +128,7 @@ def test_a_message_copied_forward_keeps_its_tenant() -> None:
     assert lease(m, T0 + 4 + VIS, 1) == [first.seq]
 
 
-class FairQueueModel(RuleBasedStateMachine):
+class FairQueueModel(TwinQueueModel):
     """A standard queue with tenants (and 2 priority levels) against a model: which messages a
     receive gets (level 1 first in seq order; then round-robin over the tenants with a ready
     level-0 message, name order after the cursor, seq order within), acks, nacks, leases running
@@ -138,20 +136,14 @@ class FairQueueModel(RuleBasedStateMachine):
     byte for byte and lease alike."""
 
     def __init__(self) -> None:
-        super().__init__()
-        self.m = machine(priorities=2)
-        self.twin = machine(priorities=2)
-        self.now = T0
+        super().__init__(machine(priorities=2), machine(priorities=2))
         self.tenant: dict[int, str] = {}  # live seq -> tenant ("" for none)
         self.high: set[int] = set()  # live seqs at level 1 (no tenant)
-        self.visible_at: dict[int, int] = {}
-        self.leases: dict[int, int] = {}
         self.cursor: str | None = None
 
-    def run(self, cmd: object) -> object:
-        got = self.m.execute(cmd)  # type: ignore[arg-type]
-        assert self.twin.execute(cmd) == got  # type: ignore[arg-type]
-        return got
+    def acked(self, seq: int) -> None:
+        del self.tenant[seq]
+        self.high.discard(seq)
 
     @rule(
         tenants=st.lists(st.sampled_from([None, "a", "b", "c", "!high"]), min_size=1, max_size=5),
@@ -167,7 +159,7 @@ class FairQueueModel(RuleBasedStateMachine):
         self.now += 1
         out = self.run(Produce("q", self.now, msgs))
         assert not isinstance(out, CommandFailed)
-        for (_, seq), t in zip(out.messages, tenants, strict=True):  # type: ignore[attr-defined]
+        for (_, seq), t in zip(out.messages, tenants, strict=True):  # type: ignore[union-attr]
             if t == "!high":
                 self.high.add(seq)
             elif t is not None and not any(self.tenant.values()):
@@ -197,34 +189,6 @@ class FairQueueModel(RuleBasedStateMachine):
             self.leases[x.seq] = x.lease_id
             self.visible_at[x.seq] = self.now + VIS
 
-    @rule(data=st.data(), nack=st.booleans())
-    def settle(self, data: st.DataObject, nack: bool) -> None:
-        held = sorted(s for s in self.leases if self.visible_at[s] > self.now)
-        if not held:
-            return
-        seqs = data.draw(st.lists(st.sampled_from(held), min_size=1, unique=True))
-        entries = tuple((s, self.leases[s]) for s in seqs)
-        if nack:
-            self.run(Nack("q", self.now, entries, 0))
-            for s in seqs:
-                self.visible_at[s] = self.now
-        else:
-            self.run(Ack("q", self.now, entries))
-            for s in seqs:
-                del self.tenant[s], self.visible_at[s]
-                self.high.discard(s)
-        for s in seqs:
-            del self.leases[s]
-
-    @rule(ms=st.sampled_from([1, 1_000, 5_000, VIS]))
-    def advance(self, ms: int) -> None:
-        self.now += ms
-
-    @rule()
-    def restore(self) -> None:
-        self.m.restore(7, self.m.snapshot())
-        assert self.m.encode_image(reuse=False) == self.twin.encode_image(reuse=False)
-
     @invariant()
     def tenants_read_back(self) -> None:
         named = {s: (t, "") for s, t in self.tenant.items() if t}
@@ -235,19 +199,23 @@ TestFairQueueModel = FairQueueModel.TestCase
 TestFairQueueModel.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
 
 
-class TenantReadyIndexModel(RuleBasedStateMachine):
+class TenantReadyIndexModel(ReadyIndexRules):
     """`ReadyIndex` with tenants (and levels) against dicts: each live seq's tenant and level,
     readiness; the per-tenant ready sets, the active tenants and `pick` (the cursor) agree
     through deletes, deletes below a seq, moves (copy-forward) and bulk readiness."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.index = ReadyIndex()
         self.tenant: dict[int, str] = {}
-        self.level: dict[int, int] = {}
-        self.ready: set[int] = set()
         self.cursor: str | None = None
-        self.next = 1
+
+    def forget(self, seq: int) -> None:
+        super().forget(seq)
+        del self.tenant[seq]
+
+    def moved(self, old: int, new: int) -> None:
+        self.tenant[new] = self.tenant.pop(old)
+        super().moved(old, new)
 
     @rule(tenant=st.sampled_from(["", "", "a", "b", "c"]), level=st.sampled_from([0, 0, 0, 2]))
     def add_message(self, tenant: str, level: int) -> None:
@@ -262,52 +230,10 @@ class TenantReadyIndexModel(RuleBasedStateMachine):
             self.index.set_tenant(seq, tenant)
         self.tenant[seq], self.level[seq] = tenant, level
 
-    @rule(data=st.data())
-    def toggle(self, data: st.DataObject) -> None:
-        if not self.tenant:
-            return
-        seq = data.draw(st.sampled_from(sorted(self.tenant)))
-        if seq in self.ready:
-            self.index.discard(seq)
-            self.ready.discard(seq)
-        else:
-            self.index.add(seq)
-            self.ready.add(seq)
-
     @rule()
     def all_ready(self) -> None:
         self.index.update(BitMap64(sorted(self.tenant)))
         self.ready = set(self.tenant)
-
-    @rule(data=st.data())
-    def delete(self, data: st.DataObject) -> None:
-        if not self.tenant:
-            return
-        seq = data.draw(st.sampled_from(sorted(self.tenant)))
-        self.index.forget(seq)
-        del self.tenant[seq], self.level[seq]
-        self.ready.discard(seq)
-
-    @rule(data=st.data())
-    def delete_below(self, data: st.DataObject) -> None:
-        end = data.draw(st.integers(0, self.next))
-        self.index.forget_below(end)
-        for seq in [s for s in self.tenant if s < end]:
-            del self.tenant[seq], self.level[seq]
-            self.ready.discard(seq)
-
-    @rule(data=st.data())
-    def move(self, data: st.DataObject) -> None:
-        if not self.tenant:
-            return
-        old = data.draw(st.sampled_from(sorted(self.tenant)))
-        new = self.next
-        self.next += 1
-        self.index.move(old, new)
-        self.tenant[new], self.level[new] = self.tenant.pop(old), self.level.pop(old)
-        if old in self.ready:
-            self.ready.discard(old)
-            self.ready.add(new)
 
     @rule()
     def pick(self) -> None:

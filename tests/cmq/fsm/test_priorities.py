@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import invariant, rule
 
 from cmq import errors
 from cmq.fsm import (
@@ -22,11 +22,9 @@ from cmq.fsm import (
     Tidy,
 )
 from cmq.fsm.commands import CommandFailed, Leased, Tidied
-from cmq.fsm.ready import ReadyIndex
 from cmq.model import QueueAttributes
 
-T0 = 1_700_000_000_000
-VIS = 30_000
+from .stateful import T0, VIS, ReadyIndexRules, TwinQueueModel
 
 
 def machine(priorities: int = 4, **kw: object) -> QueueMachine:
@@ -148,15 +146,8 @@ def test_a_message_copied_forward_keeps_its_level() -> None:
     assert [s for s, _ in lease(m, T0 + 7, 1)] == [first.seq]
 
 
-class ReadyIndexModel(RuleBasedStateMachine):
+class ReadyIndexModel(ReadyIndexRules):
     """`ReadyIndex` against a dict: level per live seq, readiness; `first` and iteration order."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.index = ReadyIndex()
-        self.level: dict[int, int] = {}
-        self.ready: set[int] = set()
-        self.next = 1
 
     @rule(level=st.integers(0, 5), ready=st.booleans())
     def add_message(self, level: int, ready: bool) -> None:
@@ -168,48 +159,6 @@ class ReadyIndexModel(RuleBasedStateMachine):
         if ready:
             self.index.add(seq)
             self.ready.add(seq)
-
-    @rule(data=st.data())
-    def toggle(self, data: st.DataObject) -> None:
-        if not self.level:
-            return
-        seq = data.draw(st.sampled_from(sorted(self.level)))
-        if seq in self.ready:
-            self.index.discard(seq)
-            self.ready.discard(seq)
-        else:
-            self.index.add(seq)
-            self.ready.add(seq)
-
-    @rule(data=st.data())
-    def delete(self, data: st.DataObject) -> None:
-        if not self.level:
-            return
-        seq = data.draw(st.sampled_from(sorted(self.level)))
-        self.index.forget(seq)
-        del self.level[seq]
-        self.ready.discard(seq)
-
-    @rule(data=st.data())
-    def delete_below(self, data: st.DataObject) -> None:
-        end = data.draw(st.integers(0, self.next))
-        self.index.forget_below(end)
-        for seq in [s for s in self.level if s < end]:
-            del self.level[seq]
-            self.ready.discard(seq)
-
-    @rule(data=st.data())
-    def move(self, data: st.DataObject) -> None:
-        if not self.level:
-            return
-        old = data.draw(st.sampled_from(sorted(self.level)))
-        new = self.next
-        self.next += 1
-        self.index.move(old, new)
-        self.level[new] = self.level.pop(old)
-        if old in self.ready:
-            self.ready.discard(old)
-            self.ready.add(new)
 
     @invariant()
     def agrees(self) -> None:
@@ -229,24 +178,17 @@ TestReadyIndexModel = ReadyIndexModel.TestCase
 TestReadyIndexModel.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
 
 
-class PriorityQueueModel(RuleBasedStateMachine):
+class PriorityQueueModel(TwinQueueModel):
     """A standard queue with 4 levels against a model: which messages a receive gets (highest
     level first, seq order within), acks, nacks, leases running out, delays; a replica that
     restores from snapshots and one that applies every command agree byte for byte."""
 
     def __init__(self) -> None:
-        super().__init__()
-        self.m = machine()
-        self.twin = machine()
-        self.now = T0
+        super().__init__(machine(), machine())
         self.level: dict[int, int] = {}
-        self.visible_at: dict[int, int] = {}
-        self.leases: dict[int, int] = {}  # seq -> lease id (current)
 
-    def run(self, cmd: object) -> object:
-        got = self.m.execute(cmd)  # type: ignore[arg-type]
-        assert self.twin.execute(cmd) == got  # type: ignore[arg-type]
-        return got
+    def acked(self, seq: int) -> None:
+        del self.level[seq]
 
     @rule(
         levels=st.lists(st.integers(0, 3), min_size=1, max_size=5),
@@ -259,7 +201,7 @@ class PriorityQueueModel(RuleBasedStateMachine):
         )
         out = self.run(Produce("q", self.now, msgs))
         assert not isinstance(out, CommandFailed)
-        for (_, seq), lv in zip(out.messages, levels, strict=True):  # type: ignore[attr-defined]
+        for (_, seq), lv in zip(out.messages, levels, strict=True):  # type: ignore[union-attr]
             self.level[seq] = lv
             self.visible_at[seq] = self.now + (delay or 0)
 
@@ -273,33 +215,6 @@ class PriorityQueueModel(RuleBasedStateMachine):
         for x in got.messages:
             self.leases[x.seq] = x.lease_id
             self.visible_at[x.seq] = self.now + VIS
-
-    @rule(data=st.data(), nack=st.booleans())
-    def settle(self, data: st.DataObject, nack: bool) -> None:
-        held = sorted(s for s in self.leases if self.visible_at[s] > self.now)
-        if not held:
-            return
-        seqs = data.draw(st.lists(st.sampled_from(held), min_size=1, unique=True))
-        entries = tuple((s, self.leases[s]) for s in seqs)
-        if nack:
-            self.run(Nack("q", self.now, entries, 0))
-            for s in seqs:
-                self.visible_at[s] = self.now
-        else:
-            self.run(Ack("q", self.now, entries))
-            for s in seqs:
-                del self.level[s], self.visible_at[s]
-        for s in seqs:
-            del self.leases[s]
-
-    @rule(ms=st.sampled_from([1, 1_000, 5_000, VIS]))
-    def advance(self, ms: int) -> None:
-        self.now += ms
-
-    @rule()
-    def restore(self) -> None:
-        self.m.restore(7, self.m.snapshot())
-        assert self.m.encode_image(reuse=False) == self.twin.encode_image(reuse=False)
 
     @invariant()
     def stats_per_level(self) -> None:

@@ -10,14 +10,12 @@ from pathlib import Path
 import pytest
 
 from cmq.errors import SegmentDamaged
-from cmq.fsm.commands import Ack, CreateQueue, Lease, Leased, NewMessage, Produce
 from cmq.fsm.framed import FramedStore, Key
 from cmq.fsm.machine import QueueMachine
 from cmq.fsm.segindex import decode_index
 from cmq.fsm.segments import FileSegmentStore, MemorySegmentStore
 from cmq.fsm.store import SegmentLayout, StoredMessage, encode_record
-from cmq.model import QueueAttributes
-from tests.cmq.fsm.harness import Applier
+from tests.cmq.fsm.harness import two_queues
 
 T0 = 1_700_000_000_000
 Store = MemorySegmentStore | FileSegmentStore
@@ -258,16 +256,7 @@ def test_a_power_loss_before_the_flush_leaves_no_index() -> None:
 
 
 def populated(store: Store) -> QueueMachine:
-    m = QueueMachine(store, segment_bytes=2048)
-    apply = Applier(m)
-    for q in ("a", "b"):
-        apply(CreateQueue(q, QueueAttributes(), T0))
-        for k in range(60):
-            body = b"%s-%d-" % (q.encode(), k) + b"x" * 100
-            apply(Produce(q, T0 + k, (NewMessage(f"{q}{k}", body, False, (), None, None),)))
-    leased = apply(Lease("a", T0 + 100, 5, 30_000))
-    assert isinstance(leased, Leased)
-    apply(Ack("a", T0 + 101, tuple((m.seq, m.lease_id) for m in leased.messages)))
+    m = two_queues(store, segment_bytes=2048, messages=60, padding=100)
     m.end_batch()
     return m
 

@@ -7,27 +7,15 @@ from pathlib import Path
 import pytest
 
 from cmq.errors import InvariantBroken
-from cmq.fsm.commands import Ack, CreateQueue, Lease, Leased, NewMessage, Produce
 from cmq.fsm.machine import QueueMachine
 from cmq.fsm.segments import FileSegmentStore, MemorySegmentStore
-from cmq.model import QueueAttributes
-from tests.cmq.fsm.harness import Applier
+from tests.cmq.fsm.harness import two_queues
 
 T0 = 1_700_000_000_000
 
 
 def populated(store: MemorySegmentStore | FileSegmentStore) -> QueueMachine:
-    m = QueueMachine(store, segment_bytes=4096)
-    apply = Applier(m)
-    for q in ("a", "b"):
-        apply(CreateQueue(q, QueueAttributes(), T0))
-        for k in range(50):
-            body = b"%s-%d-" % (q.encode(), k) + b"x" * 200
-            apply(Produce(q, T0 + k, (NewMessage(f"{q}{k}", body, False, (), None, None),)))
-    leased = apply(Lease("a", T0 + 100, 5, 30_000))
-    assert isinstance(leased, Leased)
-    apply(Ack("a", T0 + 101, tuple((m.seq, m.lease_id) for m in leased.messages)))
-    return m
+    return two_queues(store, segment_bytes=4096, messages=50, padding=200)
 
 
 def test_shipped_image_restores_on_an_empty_store(tmp_path: Path) -> None:
