@@ -26,7 +26,7 @@ import random
 from dataclasses import dataclass
 
 from tests.chaos.cluster import ChaosCluster
-from tests.chaos.faults import Injected, pick_target
+from tests.chaos.faults import Act, NodeFault, undo
 
 MAX_DRIFT_SKEW_MS = 300.0
 """The largest skew a drift episode reaches (50,000 ppm over 6 s), under the 500 ms bound."""
@@ -35,19 +35,13 @@ _JUMP_UNITS = ((1_000, 10), (60_000, 30), (3_600_000, 6))  # (unit ms, up to n u
 
 
 @dataclass
-class ClockFault:
+class ClockFault(NodeFault):
     name: str = "clock"
     exclusive: bool = True
-    category: str = "process"
     weight: int = 2
+    takes_node_away: bool = False  # the node keeps running
 
-    def unavailable(self, cluster: ChaosCluster) -> str | None:
-        return None
-
-    async def inject(self, cluster: ChaosCluster, rng: random.Random) -> Injected | None:
-        nid = await pick_target(cluster, rng)
-        if nid is None:
-            return None
+    def act(self, cluster: ChaosCluster, nid: int, rng: random.Random) -> Act:
         sign = rng.choice([-1, 1])
         hold = rng.uniform(2.0, 6.0)
         if rng.random() < 0.5:
@@ -60,12 +54,7 @@ class ClockFault:
             cluster.set_clock(nid, drift_ppm=float(ppm))
             cluster.drift_skew_ms = max(cluster.drift_skew_ms, abs(ppm) * 1e-6 * hold * 1000)
             kind, what = "clock-drift", f"clock of node {nid} drifts {ppm:+d} ppm (reset on heal)"
-
-        async def heal() -> str:
-            cluster.set_clock(nid)
-            return ""
-
-        return Injected(kind, what, [nid], hold, heal)
+        return Act(what, hold, undo(lambda: cluster.set_clock(nid)), kind)
 
 
 def _span(offset_ms: int) -> str:

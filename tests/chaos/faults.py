@@ -95,53 +95,79 @@ def _minority_ok(cluster: ChaosCluster, extra_down: int) -> bool:
     return len(cluster.running()) - extra_down > cluster.n // 2
 
 
+def undo(action: Callable[[], object]) -> Heal:
+    """A heal that runs ``action`` and reports nothing."""
+
+    async def heal() -> str:
+        action()
+        return ""
+
+    return heal
+
+
+@dataclass(frozen=True)
+class Act:
+    """What `NodeFault.act` did to its node: the kind reported (its own name when empty),
+    the description, how long to hold it and how to undo it."""
+
+    description: str
+    hold: float
+    heal: Heal
+    kind: str = ""
+
+
 @dataclass
-class Kill:
-    name: str = "kill"
+class NodeFault:
+    """The skeleton of a fault on one running node (kill, pause, clock): the target from
+    `pick_target`, refused when taking it away (``takes_node_away``) would leave no majority
+    running, then `act`, timed from the moment it starts. Draws from ``rng`` in that order:
+    the target, then whatever `act` draws."""
+
+    name: str = ""
     exclusive: bool = False
     category: str = "process"
-    weight: int = 3
+    weight: int = 1
+    takes_node_away: bool = True
 
     def unavailable(self, cluster: ChaosCluster) -> str | None:
         return None
 
     async def inject(self, cluster: ChaosCluster, rng: random.Random) -> Injected | None:
         nid = await pick_target(cluster, rng)
-        if nid is None or not _minority_ok(cluster, 1):
+        if nid is None or (self.takes_node_away and not _minority_ok(cluster, 1)):
             return None
         at = time.monotonic()
+        done = self.act(cluster, nid, rng)
+        kind = done.kind or self.name
+        return Injected(kind, done.description, [nid], done.hold, done.heal, self.category, at)
+
+    def act(self, cluster: ChaosCluster, nid: int, rng: random.Random) -> Act:
+        """Apply the fault to node ``nid``."""
+        raise NotImplementedError
+
+
+@dataclass
+class Kill(NodeFault):
+    name: str = "kill"
+    weight: int = 3
+
+    def act(self, cluster: ChaosCluster, nid: int, rng: random.Random) -> Act:
         cluster.kill(nid)
 
         async def heal() -> str:
             return await restart_checked(cluster, [nid])
 
-        hold = rng.uniform(0.5, 4.0)
-        return Injected(self.name, f"SIGKILL node {nid}", [nid], hold, heal, at=at)
+        return Act(f"SIGKILL node {nid}", rng.uniform(0.5, 4.0), heal)
 
 
 @dataclass
-class Pause:
+class Pause(NodeFault):
     name: str = "pause"
-    exclusive: bool = False
-    category: str = "process"
     weight: int = 2
 
-    def unavailable(self, cluster: ChaosCluster) -> str | None:
-        return None
-
-    async def inject(self, cluster: ChaosCluster, rng: random.Random) -> Injected | None:
-        nid = await pick_target(cluster, rng)
-        if nid is None or not _minority_ok(cluster, 1):
-            return None
-        at = time.monotonic()
+    def act(self, cluster: ChaosCluster, nid: int, rng: random.Random) -> Act:
         cluster.pause(nid)
-
-        async def heal() -> str:
-            cluster.resume(nid)
-            return ""
-
-        hold = rng.uniform(1.0, 3.0)
-        return Injected(self.name, f"SIGSTOP node {nid}", [nid], hold, heal, at=at)
+        return Act(f"SIGSTOP node {nid}", rng.uniform(1.0, 3.0), undo(lambda: cluster.resume(nid)))
 
 
 def split_blocks(side_a: list[int], side_b: list[int], mode: Mode) -> dict[tuple[int, int], Mode]:

@@ -1,13 +1,18 @@
-"""The fault registry: unavailable kinds are skipped with a reason; partitions cut both ways."""
+"""The fault registry: unavailable kinds are skipped with a reason; partitions cut both ways;
+the one-node skeleton keeps a majority running and heals what it did."""
 
 from __future__ import annotations
 
+import asyncio
+import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests.chaos.clock import ClockFault
 from tests.chaos.cluster import ChaosCluster
-from tests.chaos.faults import REGISTRY, resolve, split_blocks
+from tests.chaos.faults import REGISTRY, Pause, resolve, split_blocks
 
 
 def test_unavailable_kinds_are_skipped_with_a_reason(tmp_path: Path) -> None:
@@ -34,3 +39,51 @@ def test_every_node_reaches_its_peers_through_the_proxy(tmp_path: Path) -> None:
     assert peers["1"] == f"127.0.0.1:{cluster.proxy_port[(2, 1)]}"
     assert peers["3"] == f"127.0.0.1:{cluster.proxy_port[(2, 3)]}"
     assert "--rejoin" in cluster.args(2, rejoin=True)
+
+
+class _Cluster:
+    """What the one-node faults touch of a `ChaosCluster`, recording it."""
+
+    n = 3
+
+    def __init__(self, running: list[int]) -> None:
+        self.damaged: set[int] = set()
+        self.drift_skew_ms = 0.0
+        self.up = running
+        self.done: list[tuple[str, int, dict[str, Any]]] = []
+
+    def running(self) -> list[int]:
+        return list(self.up)
+
+    async def leaders(self) -> dict[int, int]:
+        return {1: self.up[0]}
+
+    def pause(self, nid: int) -> None:
+        self.done.append(("pause", nid, {}))
+
+    def resume(self, nid: int) -> None:
+        self.done.append(("resume", nid, {}))
+
+    def set_clock(self, nid: int, **how: Any) -> None:
+        self.done.append(("clock", nid, how))
+
+
+def test_one_node_faults_keep_a_majority_and_heal_what_they_did() -> None:
+    async def main() -> None:
+        cluster: Any = _Cluster([1, 2, 3])
+        pause = await Pause().inject(cluster, random.Random(1))
+        assert pause is not None and pause.kind == "pause" and pause.at > 0
+        (nid,) = pause.nodes
+        assert 1.0 <= pause.hold <= 3.0 and cluster.done == [("pause", nid, {})]
+        await pause.heal()
+        assert cluster.done[-1] == ("resume", nid, {})
+        # One of three already down: taking another away would leave no majority running,
+        # while a clock fault leaves its node running and still goes ahead.
+        cluster = _Cluster([1, 2])
+        assert await Pause().inject(cluster, random.Random(1)) is None and cluster.done == []
+        clock = await ClockFault().inject(cluster, random.Random(2))
+        assert clock is not None and clock.kind in ("clock-jump", "clock-drift")
+        await clock.heal()
+        assert cluster.done[-1] == ("clock", clock.nodes[0], {})
+
+    asyncio.run(main())
