@@ -21,7 +21,8 @@ from cmq.fsm import segdata as node
 from cmq.fsm.cells import Segment
 from cmq.fsm.store import FLAG_BINARY, StoredMessage, encode_record
 from cmq.segment_values import SegmentRecord
-from tests.cmq.fsm.test_lifecycle import T0, Env, machine_run
+from tests.cmq.fsm.harness import T0
+from tests.cmq.fsm.lifecycle_env import Env, machine_run
 
 
 def outcomes_env() -> Env:

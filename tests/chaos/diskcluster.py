@@ -15,7 +15,7 @@ from cmq.client import NO_RETRY, Client, SyncClient
 from cmq.errors import CmqError
 from tests.chaos.cluster import serve_command
 from tests.chaos.lazyfs import LazyFS
-from tests.cmq.cluster import CmqCluster
+from tests.cmq.cluster import CmqCluster, request
 
 LONG = os.environ.get("CHAOS_LONG") == "1"
 
@@ -132,6 +132,27 @@ def wait_caught_up(c: CmqCluster, nid: int, timeout: float = 30, group: int = 1)
             raise AssertionError(f"node {nid} exited; see {c.root}")
         assert time.monotonic() < deadline, f"node {nid} did not catch up; see {c.root}"
         time.sleep(0.2)
+
+
+def same_digests(c: DiskCluster, groups: tuple[int, ...], timeout: float = 30.0) -> None:
+    """Every node's digest of each data group is the same (polled: replicas settle)."""
+    deadline = time.monotonic() + timeout
+    seen: dict[int, set[tuple[Any, ...]]] = {}
+    while time.monotonic() < deadline:
+        seen = {}
+        for g in groups:
+            for n in sorted(c.procs):
+                status, d = request(c.http[n], "GET", f"/v1/groups/{g}/digest")
+                key = (
+                    (d["applied"], d["image_sha256"], d["segments_sha256"])
+                    if status == 200
+                    else ("no answer", n)
+                )
+                seen.setdefault(g, set()).add(key)
+        if all(len(v) == 1 for v in seen.values()):
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"replicas differ: {seen}")
 
 
 async def wait_ready(c: DiskCluster) -> None:

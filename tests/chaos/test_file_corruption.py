@@ -41,6 +41,7 @@ from tests.chaos.diskcluster import (
     DiskCluster,
     caught_up,
     group_of,
+    same_digests,
     started,
     wait_caught_up,
 )
@@ -167,27 +168,6 @@ def observe(c: DiskCluster, nid: int, log_from: int, timeout: float = 30.0) -> t
 
 
 _REPAIRED = re.compile(r"^.*(stored state damaged|WAL .*: damage at offset).*$", re.M)
-
-
-def same_digests(c: DiskCluster, groups: tuple[int, ...], timeout: float = 30.0) -> None:
-    """Every node's digest of each data group is the same (polled: replicas settle)."""
-    deadline = time.monotonic() + timeout
-    seen: dict[int, set[tuple[Any, ...]]] = {}
-    while time.monotonic() < deadline:
-        seen = {}
-        for g in groups:
-            for n in sorted(c.procs):
-                status, d = request(c.http[n], "GET", f"/v1/groups/{g}/digest")
-                key = (
-                    (d["applied"], d["image_sha256"], d["segments_sha256"])
-                    if status == 200
-                    else ("no answer", n)
-                )
-                seen.setdefault(g, set()).add(key)
-        if all(len(v) == 1 for v in seen.values()):
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"replicas differ: {seen}")
 
 
 def rejoin(c: DiskCluster, nid: int) -> None:

@@ -29,8 +29,7 @@ import pytest
 from cmq.client import NO_RETRY, SyncClient
 from cmq.errors import CmqError
 from tests.chaos import filefaults
-from tests.chaos.diskcluster import DiskCluster, started, wait_caught_up
-from tests.chaos.test_file_corruption import same_digests
+from tests.chaos.diskcluster import DiskCluster, same_digests, started, wait_caught_up
 from tests.cmq.cluster import request
 
 pytestmark = pytest.mark.slow

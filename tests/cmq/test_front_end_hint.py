@@ -17,7 +17,7 @@ from cmq.client.stream import StreamClient
 from cmq.frontend.hints import leader_from_status
 from cmq.frontend.proxy import ServiceProxy, ServiceServer
 from cmq.node.queue_node import QueueNode
-from tests.cmq.client.test_leader_direct import (  # the fixture is used by name
+from tests.cmq.client.leader_cluster import (  # the fixture is used by name
     QUEUE,
     Cluster,
     cluster,  # noqa: F401

@@ -217,7 +217,7 @@ def test_cmq_serve_reads_the_settings_from_flags_env_and_config_file(
 
 
 def test_a_message_copied_forward_keeps_its_age() -> None:
-    from tests.cmq.fsm.test_lifecycle import Env
+    from tests.cmq.fsm.lifecycle_env import Env
 
     e = Env(QueueAttributes(visibility_timeout=30))
     e.produce(30, T0)

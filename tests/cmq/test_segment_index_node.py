@@ -13,7 +13,7 @@ from cmq.fsm.segindex import decode_index
 from cmq.model import OutgoingMessage, QueueAttributes
 from cmq.upgrade import features
 from tests.cmq.helpers import wait_until
-from tests.cmq.test_segment_lifecycle import cluster, leader_of, small_segments
+from tests.cmq.segment_cluster import cluster, leader_of, small_segments
 
 
 @pytest.mark.slow

@@ -31,50 +31,13 @@ from cmq.errors import LEASE_STALE, OutcomeUnknown
 from cmq.model import OutgoingMessage, QueueAttributes
 from cmq.node.config import NodeConfig
 from cmq.node.queue_node import QueueNode
-from raftlog.runtime import GroupOptions
-from tests.cmq.helpers import configs, wait_until
+from tests.cmq.helpers import wait_until
+from tests.cmq.segment_cluster import SEGMENT, cluster, leader_of, small_segments
 from tests.ports import free_ports
 
-SEGMENT = 256 << 10
 MESSAGES = int(os.environ.get("CMQ_DISK_BOUND_MESSAGES", "100000"))
 """100k keeps the test near 25 s on the 2-core box (200k: about 52 s); the variable overrides."""
 BATCH = 100
-
-
-def small_segments(root: Path, segment: int = SEGMENT) -> dict[int, NodeConfig]:
-    return {
-        nid: replace(
-            cfg,
-            segment_max_bytes=segment,
-            housekeeping_interval=0.1,
-            group_options=GroupOptions(snapshot_entries=20, keep_entries=5),
-        )
-        for nid, cfg in configs(root).items()
-    }
-
-
-@contextlib.asynccontextmanager
-async def cluster(cfgs: dict[int, NodeConfig]) -> AsyncIterator[dict[int, QueueNode]]:
-    """The nodes started and ready; those still in the dict are closed on exit."""
-    nodes = {nid: QueueNode(cfg) for nid, cfg in cfgs.items()}
-    started: list[QueueNode] = []
-    try:
-        for n in nodes.values():
-            await n.start()
-            started.append(n)
-        await wait_until(lambda: all(n.is_ready() for n in nodes.values()))
-        yield nodes
-    finally:
-        for n in nodes.values():
-            if n in started:
-                await n.close()
-
-
-def leader_of(nodes: dict[int, QueueNode]) -> QueueNode:
-    ids = {n.raft.leader_of(1) for n in nodes.values()}
-    ids.discard(0)
-    assert len(ids) == 1, ids
-    return nodes[ids.pop()]
 
 
 def segment_files(cfg: NodeConfig, queue_key: str) -> list[Path]:

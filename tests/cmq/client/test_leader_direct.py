@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -17,71 +15,18 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from api.app import make_app
-from cmq.cli.launch import free_ports
 from cmq.client import Client, ResponseLost, RetryPolicy
-from cmq.node.queue_node import QueueNode
 from tests.cmq.client.conftest import FaultyService
-from tests.cmq.helpers import Twins, configs, running, wait_until
-
-QUEUE = "orders"
-
-
-@dataclasses.dataclass
-class Cluster:
-    nodes: dict[int, QueueNode]
-    services: dict[int, FaultyService]
-    servers: dict[int, TestServer]
-    urls: dict[int, str]
-
-    def leader(self) -> int:
-        group = self.nodes[1].router.group_of(QUEUE)
-        return self.nodes[1].raft.leader_of(group)
-
-    def sends(self) -> dict[int, int]:
-        return {nid: s.calls.get("send", 0) for nid, s in self.services.items()}
+from tests.cmq.client.leader_cluster import (  # the fixture is used by name
+    QUEUE,
+    Cluster,
+    cluster,  # noqa: F401
+    follower_first,
+)
+from tests.cmq.helpers import wait_until
 
 
-@pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
-    ports = dict(zip((1, 2, 3), free_ports(3), strict=True))
-    cfgs = {
-        nid: dataclasses.replace(cfg, http=f"127.0.0.1:{ports[nid]}", balance_leaders=False)
-        for nid, cfg in configs(tmp_path).items()
-    }
-    async with running(cfgs, Twins((1, 2, 3))) as nodes:
-        await wait_until(
-            lambda: all(
-                (info := n.catalog.node_info(m)) is not None and info.http
-                for n in nodes.values()
-                for m in nodes
-            )
-        )
-        services = {nid: FaultyService(n) for nid, n in nodes.items()}
-        servers: dict[int, TestServer] = {}
-        try:
-            for nid, n in nodes.items():
-                app = make_app(services[nid], leader_hint=n.leader_http)  # type: ignore[arg-type]
-                servers[nid] = TestServer(app, host="127.0.0.1", port=ports[nid])
-                # A stopped server drops its open streams within a second.
-                await servers[nid].start_server(shutdown_timeout=1.0)
-            urls = {nid: f"http://127.0.0.1:{ports[nid]}" for nid in nodes}
-            c = Cluster(nodes, services, servers, urls)
-            async with Client(urls[1]) as admin:
-                await admin.create_queue(QUEUE)
-            yield c
-        finally:
-            for server in servers.values():
-                await server.close()
-
-
-def follower_first(c: Cluster) -> list[str]:
-    """The cluster's URLs, a follower of the queue's group first."""
-    lead = c.leader()
-    order = [n for n in (1, 2, 3) if n != lead] + [lead]
-    return [c.urls[n] for n in order]
-
-
-async def test_sends_go_to_the_leader_once_a_follower_named_it(cluster: Cluster) -> None:
+async def test_sends_go_to_the_leader_once_a_follower_named_it(cluster: Cluster) -> None:  # noqa: F811
     lead = cluster.leader()
     for nid, node in cluster.nodes.items():  # the hint: the leader's catalog address, or none
         assert node.leader_http(QUEUE) == ("" if nid == lead else cluster.urls[lead][7:])
@@ -104,7 +49,7 @@ async def test_sends_go_to_the_leader_once_a_follower_named_it(cluster: Cluster)
     assert stats.visible == 40
 
 
-async def test_a_leadership_change_is_followed(cluster: Cluster) -> None:
+async def test_a_leadership_change_is_followed(cluster: Cluster) -> None:  # noqa: F811
     old = cluster.leader()
     async with Client(follower_first(cluster)) as c:
         for i in range(5):
@@ -123,7 +68,7 @@ async def test_a_leadership_change_is_followed(cluster: Cluster) -> None:
         assert after[new] - before[new] >= 19
 
 
-async def test_a_leader_that_stops_answering_falls_back_to_the_rotation(cluster: Cluster) -> None:
+async def test_a_leader_that_stops_answering_falls_back_to_the_rotation(cluster: Cluster) -> None:  # noqa: F811
     lead = cluster.leader()
     async with Client(follower_first(cluster)) as c:
         await c.send_one(QUEUE, "first")
@@ -143,7 +88,7 @@ async def test_a_leader_that_stops_answering_falls_back_to_the_rotation(cluster:
 
 
 async def test_a_send_of_unknown_outcome_through_the_leader_is_not_resent(
-    cluster: Cluster,
+    cluster: Cluster,  # noqa: F811
 ) -> None:
     lead = cluster.leader()
     async with Client(follower_first(cluster), timeout=1.0, retry=RetryPolicy(attempts=4)) as c:

@@ -1,9 +1,9 @@
 """Leader-direct over the streaming protocol: `StreamClient` against three in-process
 `QueueNode`s serving the native API (and its stream) with the leader hint (the cluster of
-`test_leader_direct`). Sends and subscriptions move to the queue's leader once a follower names
-it, follow a leadership change, fall back when the leader's connection fails, never resend a send
-of unknown outcome; hints outside the client's nodes are not followed unless told; and the hint
-is a trailing field that a client predating it ignores."""
+`test_leader_direct`, from `leader_cluster`). Sends and subscriptions move to the queue's leader
+once a follower names it, follow a leadership change, fall back when the leader's connection
+fails, never resend a send of unknown outcome; hints outside the client's nodes are not followed
+unless told; and the hint is a trailing field that a client predating it ignores."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from cmq.client import Client, ResponseLost
 from cmq.client.stream import StreamClient, Subscription
 from cmq.client.types import ReceivedMessage
 from tests.cmq.client.conftest import FaultyService
-from tests.cmq.client.test_leader_direct import (  # the fixture is used by name
+from tests.cmq.client.leader_cluster import (  # the fixture is used by name
     QUEUE,
     Cluster,
     cluster,  # noqa: F401

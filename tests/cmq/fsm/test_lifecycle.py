@@ -21,9 +21,7 @@ from cmq.fsm import (
     Lease,
     Leased,
     MemorySegmentStore,
-    NewMessage,
     Produce,
-    Produced,
     Purge,
     QueueMachine,
     SetAttributes,
@@ -36,71 +34,11 @@ from cmq.fsm.commands import (
     Tidied,
     Tidy,
 )
-from cmq.fsm.store import SegmentStore
 from cmq.model import QueueAttributes
 from cmq.segment_values import SegmentRecord
 
-from .harness import Applier, leased_ids
-
-T0 = 1_700_000_000_000
-ARCHIVE = QueueAttributes(
-    archive=True,
-    visibility_timeout=10,
-    dead_letter_queue="dlq",
-    max_receive_count=2,
-    message_retention_seconds=60,
-)
-
-
-def msg(i: int) -> NewMessage:
-    return NewMessage(f"id{i}", f"body{i}".encode(), False, (("k", str(i)),), None, None)
-
-
-class Env:
-    """One queue ``q`` whose segments hold 10 messages each (by size)."""
-
-    def __init__(
-        self,
-        attrs: QueueAttributes = ARCHIVE,
-        store: SegmentStore | None = None,
-        seg_bytes: int | None = None,
-    ) -> None:
-        self.store = store if store is not None else MemorySegmentStore()
-        self.m = QueueMachine(self.store)
-        self.run = Applier(self.m)
-        size = seg_bytes if seg_bytes is not None else 10 * record_size()
-        self.run(CreateQueue("q", attrs, T0, size, 3_600_000))
-        self.next = 0
-
-    def produce(self, n: int, now: int = T0) -> list[int]:
-        res = self.run(Produce("q", now, tuple(msg(self.next + i) for i in range(n))))
-        self.next += n
-        assert isinstance(res, Produced)
-        return [seq for _, seq in res.messages]
-
-    def lease(self, n: int, now: int = T0, vis: int | None = None) -> Leased:
-        res = self.run(Lease("q", now, n, vis))
-        assert isinstance(res, Leased)
-        return res
-
-    def ack(self, leased: Leased, now: int = T0) -> tuple[str | None, ...]:
-        entries = tuple((m.seq, m.lease_id) for m in leased.messages)
-        res = self.run(Ack("q", now, entries))
-        assert isinstance(res, EntryOutcomes)
-        return res.outcomes
-
-    def states(self) -> list[tuple[int, str]]:
-        return [(s.first_seq, s.state) for s in self.m.segments("q") or []]
-
-    def records(self, first: int) -> list[SegmentRecord]:
-        _, batches = self.m.records("q", first, chunk=100)
-        return [r for batch in batches for r in batch]
-
-
-def record_size() -> int:
-    from cmq.fsm.store import StoredMessage, encode_record
-
-    return len(encode_record(StoredMessage("id0", 1, b"body0", False, (("k", "0"),), T0), T0))
+from .harness import T0, Applier, leased_ids
+from .lifecycle_env import Env, machine_run, msg, pinned
 
 
 def test_a_released_segment_without_archive_is_forgotten_and_its_files_go() -> None:
@@ -210,16 +148,6 @@ def test_turning_archive_off_releases_the_kept_segments() -> None:
     assert stats is not None and stats.oldest_unarchived_ms == 0
 
 
-def pinned(e: Env, now: int) -> Leased:
-    """Produce 1..30, lease 1 and keep it, ack 2..30 but leave 29 live... see the caller."""
-    e.produce(30, now)
-    e.produce(1, now)  # 31: seals 21..30
-    held = e.lease(1, now, vis=60_000)
-    rest = e.lease(28, now)  # 2..29
-    e.ack(rest, now)
-    return held
-
-
 def test_a_leased_message_is_copied_forward_and_its_receipt_still_works() -> None:
     e = Env(QueueAttributes(archive=True, visibility_timeout=30))
     held = pinned(e, T0)
@@ -248,20 +176,6 @@ def test_a_leased_message_is_copied_forward_and_its_receipt_still_works() -> Non
     assert e.run(Ack("q", T0 + 4, ((old.seq, old.lease_id),))) == EntryOutcomes(("LeaseStale",))
     stats = e.m.stats("q", T0 + 5)
     assert stats is not None and stats.in_flight == 2  # 31 and the copy of 30
-
-
-def machine_run(store: SegmentStore) -> tuple[QueueMachine, Applier, Leased]:
-    m = QueueMachine(store)
-    run = Applier(m)
-    e = Env.__new__(Env)
-    e.store, e.m, e.run, e.next = store, m, run, 0
-    run(CreateQueue("q", ARCHIVE, T0, 10 * record_size(), 3_600_000))
-    held = pinned(e, T0)
-    run(Tidy("q", T0 + 1))
-    e.produce(25, T0 + 2)
-    e.ack(e.lease(10, T0 + 3), T0 + 3)
-    run(Tidy("q", T0 + 4))
-    return m, run, held
 
 
 def test_copying_forward_is_deterministic_and_survives_restore_and_shipping(

@@ -14,7 +14,7 @@ from raftlog.runtime import MultiRaft
 from raftlog.runtime.applog import AppendLog
 from raftlog.runtime.group import GroupDriver
 from raftlog.runtime.liveness import PeerLiveness
-from tests.raftlog.runtime.test_multiraft import (
+from tests.raftlog.runtime.nodes import (
     make_nodes,
     propose_retrying,
     until,

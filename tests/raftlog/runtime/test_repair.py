@@ -19,7 +19,7 @@ from raftlog.errors import CorruptRecord
 from raftlog.runtime import MultiRaft
 from raftlog.runtime.applog import AppendLog
 from raftlog.storage.repairs import REPAIR_FILE
-from tests.raftlog.runtime.test_multiraft import (
+from tests.raftlog.runtime.nodes import (
     make_nodes,
     open_all,
     propose_retrying,

@@ -25,7 +25,7 @@ from raftlog.runtime.applog import AppendLog
 from raftlog.transport.codec import FrameKind
 from raftlog.transport.peer import Address, Transport, TransportConfig
 from tests.ports import free_ports
-from tests.raftlog.runtime.test_multiraft import wait_applied, wait_leader
+from tests.raftlog.runtime.nodes import wait_applied, wait_leader
 from tests.tlsca import TestCA
 
 SECRET = b"the-same-secret-everywhere"
