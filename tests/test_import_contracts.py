@@ -72,6 +72,9 @@ def assert_kept(tree: Path, contract: str) -> None:
 CONTRACTS = [
     "raftlog-standalone",
     "core-pure",
+    "raftlog-layers",
+    "raftlog-face",
+    "contract-bottom",
     "queue-below-http",
     "no-simulator-in-production",
     "cmq-layers",
@@ -121,6 +124,53 @@ def test_the_client_reaching_the_server_is_caught(tree: Path, imported: str) -> 
 def test_api_reaching_routing_or_the_catalog_is_caught(tree: Path) -> None:
     plant(tree, "api.planted", "import cmq.routing.router\nimport cmq.catalog.meta")
     assert_broken(tree, "api-service-surface", "api.planted -> cmq.routing.router")
+
+
+@pytest.mark.parametrize(
+    ("importer", "imported"),
+    [
+        ("raftlog.storage.planted", "raftlog.transport.codec"),  # storage and transport apart
+        ("raftlog.transport.planted", "raftlog.runtime.host"),  # the transport below the runtime
+        ("raftlog.runtime.planted", "raftlog.sim.network"),  # the runtime below the simulators
+    ],
+)
+def test_a_raftlog_part_importing_one_above_or_beside_it_is_caught(
+    tree: Path, importer: str, imported: str
+) -> None:
+    plant(tree, importer, f"import {imported}")
+    assert_broken(tree, "raftlog-layers", importer)
+
+
+@pytest.mark.parametrize(
+    "imported", ["raftlog.runtime.host", "raftlog.transport.peer", "raftlog.storage.wal"]
+)
+def test_the_queue_reaching_past_raftlogs_face_is_caught(tree: Path, imported: str) -> None:
+    plant(tree, "cmq.node.planted", f"from {imported} import *  # noqa")
+    assert_broken(tree, "raftlog-face", f"cmq.node.planted -> {imported}")
+
+
+def test_the_queue_using_raftlogs_face_is_kept(tree: Path) -> None:
+    plant(
+        tree,
+        "cmq.node.planted",
+        "from raftlog.runtime import Clock\nfrom raftlog.transport import Address",
+    )
+    assert_kept(tree, "raftlog-face")
+
+
+@pytest.mark.parametrize(
+    ("importer", "imported"),
+    [
+        ("cmq.model", "cmq.routing.router"),
+        ("cmq.errors", "raftlog.errors"),
+        ("cmq.service", "cmq.node"),
+    ],
+)
+def test_the_contract_modules_reaching_up_are_caught(
+    tree: Path, importer: str, imported: str
+) -> None:
+    plant(tree, importer, f"import {imported}")
+    assert_broken(tree, "contract-bottom", f"{importer} -> {imported}")
 
 
 def test_raftlog_importing_the_queue_is_caught(tree: Path) -> None:

@@ -47,7 +47,7 @@ from cmq.upgrade.features import (
     MESSAGE_TTL,
     not_enabled,
 )
-from raftlog.runtime.host import Clock
+from raftlog.runtime import Clock
 
 
 def release() -> str:

@@ -25,7 +25,7 @@ from cmq.routing.ops import META_GROUP
 from cmq.routing.router import Router
 from cmq.routing.rpc import CatalogCall
 from raftlog.runtime import MultiRaft
-from raftlog.transport.peer import Address
+from raftlog.transport import Address
 
 
 @dataclass(frozen=True, slots=True)

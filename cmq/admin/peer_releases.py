@@ -29,9 +29,7 @@ from cmq.routing.rpc import ReleaseCall, decode_error
 from cmq.upgrade.features import KNOWN
 from cmq.upgrade.release import PEER_PROTOCOL_MAX, PEER_PROTOCOL_MIN, RELEASE, describe
 from raftlog.errors import Overloaded, PeerUnavailable
-from raftlog.runtime import MultiRaft
-from raftlog.runtime.config import RemoteCallError
-from raftlog.runtime.host import Clock
+from raftlog.runtime import Clock, MultiRaft, RemoteCallError
 
 log = logging.getLogger("cmq.releases")
 

@@ -100,7 +100,7 @@ def _peer_tls(args: argparse.Namespace, conf: dict[str, Any]) -> PeerTlsFiles | 
 
 def _serve(args: argparse.Namespace) -> int:
     from cmq.node.config import NodeConfig
-    from raftlog.transport.peer import Address, parse_peers
+    from raftlog.transport import Address, parse_peers
 
     conf: dict[str, Any] = {}
     if args.config:

@@ -64,7 +64,7 @@ from cmq.node.queue_node import QueueNode
 from cmq.node.tracing import TRACER_NAME, otlp_provider, traced
 from cmq.service import QueueService
 from raftlog.runtime import MultiRaft, new_event_loop
-from raftlog.transport.peer import Address
+from raftlog.transport import Address
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider

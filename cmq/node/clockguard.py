@@ -42,9 +42,7 @@ import asyncio
 import logging
 
 from raftlog.errors import RaftError
-from raftlog.runtime import MultiRaft
-from raftlog.runtime.clocks import ClockReading, ClockVerdict, judge
-from raftlog.runtime.host import Clock
+from raftlog.runtime import Clock, ClockReading, ClockVerdict, MultiRaft, judge
 
 log = logging.getLogger("cmq.clock")
 

@@ -12,7 +12,7 @@ from cmq.node.clockguard import DEFAULT_BOUND_MS
 from cmq.node.diskwatch import DEFAULT_RESERVE_BYTES, DEFAULT_SLOW_FSYNC_SECONDS
 from cmq.node.peer_tls import PeerTlsFiles
 from raftlog.runtime import GroupOptions
-from raftlog.transport.peer import Address
+from raftlog.transport import Address
 
 __all__ = ["NodeConfig"]
 

@@ -47,9 +47,8 @@ from dataclasses import dataclass
 
 from cmq.errors import DiskFull
 from raftlog.errors import DiskFailed, RaftError
-from raftlog.runtime import MultiRaft
-from raftlog.runtime.group_options import Offload
-from raftlog.storage.walstats import WalStats
+from raftlog.runtime import MultiRaft, Offload
+from raftlog.storage import WalStats
 
 log = logging.getLogger("cmq.disk")
 

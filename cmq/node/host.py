@@ -36,8 +36,7 @@ from typing import Protocol
 from cmq.fsm.segments import FileSegmentStore, MemorySegmentStore
 from cmq.fsm.store import SegmentStore
 from cmq.node.feature_marker import read_file, write_file_durably
-from raftlog.runtime.group_options import Offload
-from raftlog.runtime.host import Clock, LogDisks, PeerTransport
+from raftlog.runtime import Clock, LogDisks, Offload, PeerTransport
 
 
 class SegmentStores(Protocol):

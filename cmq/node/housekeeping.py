@@ -34,7 +34,7 @@ from cmq.routing.router import Router
 from cmq.upgrade.features import QUEUE_RETIME
 from raftlog.errors import RaftError
 from raftlog.runtime import MultiRaft
-from raftlog.transport.peer import Address
+from raftlog.transport import Address
 
 log = logging.getLogger("cmq.node.housekeeping")
 

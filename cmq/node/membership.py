@@ -53,9 +53,8 @@ from cmq.routing.router import Router
 from cmq.routing.rpc import CatalogCall
 from raftlog.core import ConfChangeKind
 from raftlog.errors import RaftError
-from raftlog.runtime import MultiRaft
-from raftlog.runtime.host import Clock
-from raftlog.transport.peer import Address
+from raftlog.runtime import Clock, MultiRaft
+from raftlog.transport import Address
 
 log = logging.getLogger("cmq.node.membership")
 

@@ -33,7 +33,7 @@ from cmq.node.scrubber import Scrubber
 from cmq.segment_values import SEGMENT_STATES
 from cmq.upgrade.release import PEER_PROTOCOL_MAX, PEER_PROTOCOL_MIN, RELEASE
 from raftlog.runtime import MultiRaft, RuntimeStats
-from raftlog.storage.wal import FSYNC_BUCKETS
+from raftlog.storage import FSYNC_BUCKETS
 
 
 class RaftCollector(Collector):

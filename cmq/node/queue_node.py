@@ -58,8 +58,7 @@ from cmq.upgrade import features
 from cmq.upgrade.release import PEER_PROTOCOL_MAX, PEER_PROTOCOL_MIN, RELEASE
 from raftlog.runtime import MultiRaft, RuntimeConfig
 from raftlog.storage import WalOptions
-from raftlog.transport.peer import TransportConfig
-from raftlog.transport.protocol import ProtocolRange
+from raftlog.transport import ProtocolRange, TransportConfig
 
 __all__ = ["CATALOG_CATCH_UP", "FORWARDED_POLL_SECONDS", "META_GROUP", "QueueNode"]
 

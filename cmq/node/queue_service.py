@@ -73,8 +73,7 @@ from cmq.segment_values import (
     SegmentStream,
 )
 from cmq.upgrade import features
-from raftlog.runtime import MultiRaft
-from raftlog.runtime.host import Clock
+from raftlog.runtime import Clock, MultiRaft
 
 __all__ = ["CATALOG_CATCH_UP", "FORWARDED_POLL_SECONDS", "QueueCalls"]
 

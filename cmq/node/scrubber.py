@@ -27,8 +27,7 @@ from dataclasses import dataclass
 
 from cmq.fsm.machine import QueueMachine
 from raftlog.errors import is_storage_damage
-from raftlog.runtime import MultiRaft
-from raftlog.runtime.group_options import Offload
+from raftlog.runtime import MultiRaft, Offload
 
 log = logging.getLogger("cmq.scrub")
 

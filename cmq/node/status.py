@@ -12,8 +12,7 @@ from cmq.errors import GroupNotFound, InvariantBroken, Unavailable
 from cmq.fsm.machine import QueueMachine
 from cmq.model import GroupDigest
 from cmq.upgrade.release import describe
-from raftlog.runtime import MultiRaft
-from raftlog.runtime.group_options import Offload
+from raftlog.runtime import MultiRaft, Offload
 
 
 def render_status(

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from cmq.errors import InvalidParameter
 from cmq.routing import clockfault
 from cmq.routing.clockfault import FileClock
-from raftlog.runtime.host import SYSTEM_CLOCK, Clock
+from raftlog.runtime import SYSTEM_CLOCK, Clock
 
 __all__ = ["CLOCK_OFFSET_ENV", "NodeClock", "clock_offset_ms", "node_clock"]
 

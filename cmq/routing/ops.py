@@ -112,8 +112,7 @@ from cmq.segment_values import ArchiveResult, ClaimResult, Refused
 from cmq.upgrade.features import BATCH_RECEIPTS
 from raftlog.errors import NotLeader, RaftError
 from raftlog.errors import Overloaded as RaftOverloaded
-from raftlog.runtime import MultiRaft
-from raftlog.runtime.host import Clock
+from raftlog.runtime import Clock, MultiRaft
 
 META_GROUP = 0
 """The catalog's group; data groups are numbered from 1."""

@@ -59,9 +59,7 @@ from cmq.upgrade.release import PEER_PROTOCOL_MAX, PEER_PROTOCOL_MIN, RELEASE
 from raftlog.buggify import buggify, uniform
 from raftlog.errors import NotLeader, PeerUnavailable, ProposalDropped
 from raftlog.errors import Overloaded as RaftOverloaded
-from raftlog.runtime import MultiRaft
-from raftlog.runtime.config import RemoteCallError
-from raftlog.runtime.host import Clock
+from raftlog.runtime import Clock, MultiRaft, RemoteCallError
 
 R = TypeVar("R")
 
