@@ -24,6 +24,7 @@ from typing import Any
 
 import msgspec
 
+from cmq.catalog import META_GROUP
 from cmq.catalog.keys import KeyStore, Vault
 from cmq.catalog.meta import CatalogMachine
 from cmq.errors import InvalidParameter, InvariantBroken, QueueNotFound
@@ -37,7 +38,6 @@ from cmq.export_values import (
 from cmq.fsm.commands import NewMessage, Produce, encode_command
 from cmq.grants import KEY_ID, KeyRecord, check_grant
 from cmq.model import SentMessage, check_queue_name, is_fifo_name
-from cmq.routing.ops import META_GROUP
 from cmq.routing.router import Router
 from cmq.routing.rpc import CatalogCall, ExportCall, ProduceCall
 from cmq.upgrade.features import (

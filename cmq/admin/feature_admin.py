@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cmq.admin.peer_releases import PeerReleases
+from cmq.catalog import META_GROUP
 from cmq.catalog.meta import CatalogMachine
 from cmq.errors import FeatureUnsupported, InvalidParameter
-from cmq.routing.ops import META_GROUP
 from cmq.routing.router import Router
 from cmq.routing.rpc import CatalogCall
 from cmq.upgrade import features

@@ -19,6 +19,7 @@ from pathlib import Path
 import msgspec
 import orjson
 
+from cmq.catalog import META_GROUP
 from cmq.catalog.keys import (
     KeyStore,
     Vault,
@@ -29,7 +30,6 @@ from cmq.catalog.keys import (
 from cmq.catalog.meta import CatalogMachine
 from cmq.errors import CmqError
 from cmq.grants import ADMIN, KeyGrant, KeyRecord
-from cmq.routing.ops import META_GROUP
 from cmq.routing.router import Router
 from cmq.routing.rpc import CatalogCall
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from cmq.catalog import META_GROUP
 from cmq.catalog.meta import CatalogMachine
 from cmq.errors import InvalidParameter, NodeBusy, NodeNotFound
-from cmq.routing.ops import META_GROUP
 from cmq.routing.router import Router
 from cmq.routing.rpc import CatalogCall
 from raftlog.runtime import MultiRaft

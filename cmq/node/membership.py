@@ -45,10 +45,10 @@ import logging
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 
+from cmq.catalog import META_GROUP
 from cmq.catalog.meta import CatalogMachine
 from cmq.catalog.placement import ACTIVE, StepKind, next_step
 from cmq.errors import CmqError
-from cmq.routing.ops import META_GROUP
 from cmq.routing.router import Router
 from cmq.routing.rpc import CatalogCall
 from raftlog.core import ConfChangeKind

@@ -30,6 +30,7 @@ from cmq.admin.backup_admin import BackupAdmin
 from cmq.admin.feature_admin import FeatureAdmin
 from cmq.admin.nodes_admin import NodesAdmin
 from cmq.admin.peer_releases import PeerReleases
+from cmq.catalog import META_GROUP
 from cmq.catalog.meta import CatalogMachine
 from cmq.errors import InvariantBroken
 from cmq.fsm.machine import QueueMachine
@@ -50,7 +51,7 @@ from cmq.node.queue_service import CATALOG_CATCH_UP, FORWARDED_POLL_SECONDS, Que
 from cmq.node.scrubber import Scrubber
 from cmq.node.status import describe_repairs, group_digest, render_status
 from cmq.routing.clock import node_clock
-from cmq.routing.ops import META_GROUP, LeaderOps, ProduceBuilder
+from cmq.routing.ops import LeaderOps, ProduceBuilder
 from cmq.routing.receipts import ReceiptSigner
 from cmq.routing.router import Router
 from cmq.routing.wakeups import Wakeups, WakingMachine
@@ -60,7 +61,7 @@ from raftlog.runtime import MultiRaft, RuntimeConfig
 from raftlog.storage import WalOptions
 from raftlog.transport import ProtocolRange, TransportConfig
 
-__all__ = ["CATALOG_CATCH_UP", "FORWARDED_POLL_SECONDS", "META_GROUP", "QueueNode"]
+__all__ = ["CATALOG_CATCH_UP", "FORWARDED_POLL_SECONDS", "QueueNode"]
 
 
 class QueueNode(QueueCalls):
@@ -117,6 +118,14 @@ class QueueNode(QueueCalls):
         )
         self.machines: dict[int, QueueMachine] = {}
         self.wakeups = Wakeups()
+        self.disk_watch = DiskWatch(
+            cfg.node_id,
+            self.raft,
+            cfg.data_dirs,
+            DiskPolicy(cfg.disk_reserve_bytes, cfg.slow_fsync_seconds),
+            offload=host.offload,
+            probe=host.files.free_bytes,
+        )
         self.ops = LeaderOps(
             raft=self.raft,
             catalog=self.catalog,
@@ -128,17 +137,10 @@ class QueueNode(QueueCalls):
             segment_bytes=cfg.segment_max_bytes,
             segment_age_ms=round(cfg.segment_max_age * 1000),
             coalesce_sends=cfg.coalesce_sends,
+            clock_stamp=self.clock.stamp,
+            refuse_send=self.disk_watch.refuse_send,
+            move_dead_letters=self._move_dead_letters,
         )
-        self.ops.clock_stamp = self.clock.stamp
-        self.disk_watch = DiskWatch(
-            cfg.node_id,
-            self.raft,
-            cfg.data_dirs,
-            DiskPolicy(cfg.disk_reserve_bytes, cfg.slow_fsync_seconds),
-            offload=host.offload,
-            probe=host.files.free_bytes,
-        )
-        self.ops.refuse_send = self.disk_watch.refuse_send
         self.router = Router(
             self.id,
             self.raft,
@@ -164,7 +166,6 @@ class QueueNode(QueueCalls):
             clock_bound_ms=cfg.clock_bound_ms,
             clock_confirmed=self.clock.confirmed_now,
         )
-        self.ops.move_dead_letters = self.housekeeper.move_dead_letters
         self.scrubber = Scrubber(
             self.raft, self.machines, rate=cfg.scrub_rate, offload=host.offload
         )
@@ -283,6 +284,11 @@ class QueueNode(QueueCalls):
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.ops.close()
         await self.raft.close()
+
+    async def _move_dead_letters(self, group: int, name: str) -> None:
+        """The housekeeper's move (it is built on the router, which is built on the ops that
+        call this: bound at call time)."""
+        await self.housekeeper.move_dead_letters(group, name)
 
     def _spawn(self, coro: Awaitable[None]) -> None:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)

@@ -20,6 +20,7 @@ from typing import Any, Literal, overload
 from cmq.admin.backup_admin import BackupAdmin
 from cmq.admin.feature_admin import FeatureAdmin
 from cmq.admin.nodes_admin import NodesAdmin
+from cmq.catalog import META_GROUP
 from cmq.catalog.meta import CatalogMachine
 from cmq.errors import InvalidParameter, Overloaded, QueueNotFound, Unavailable
 from cmq.export_values import ExportPage, ImportedMessage
@@ -47,7 +48,7 @@ from cmq.model import (
 )
 from cmq.node.archive_side import ArchiveSide
 from cmq.node.config import NodeConfig
-from cmq.routing.ops import META_GROUP, ProduceBuilder
+from cmq.routing.ops import ProduceBuilder
 from cmq.routing.router import Router
 from cmq.routing.rpc import (
     AckCall,

@@ -25,6 +25,7 @@ import secrets
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar, cast
 
+from cmq.catalog import META_GROUP
 from cmq.catalog.meta import Assignment, CatalogMachine
 from cmq.errors import (
     CmqError,
@@ -113,9 +114,6 @@ from cmq.upgrade.features import BATCH_RECEIPTS
 from raftlog.errors import NotLeader, RaftError
 from raftlog.errors import Overloaded as RaftOverloaded
 from raftlog.runtime import Clock, MultiRaft
-
-META_GROUP = 0
-"""The catalog's group; data groups are numbered from 1."""
 
 log = logging.getLogger("cmq.routing.ops")
 
@@ -228,12 +226,17 @@ class LeaderOps:
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         segment_age_ms: int = DEFAULT_SEGMENT_AGE_SECONDS * 1000,
         coalesce_sends: bool = True,
+        clock_stamp: Callable[[], int | None] | None = None,
+        refuse_send: Callable[[int], CmqError | None] | None = None,
+        move_dead_letters: Callable[[int, str], Awaitable[None]] | None = None,
     ) -> None:
         """``clock``: this node's (`cmq.routing.clock.NodeClock`), read for the queues' time
-        of reads here; commands are stamped through `clock_stamp`. ``segment_bytes`` /
-        ``segment_age_ms``: this node's segment limits, recorded with each queue it creates
-        (`CreateQueue`). ``coalesce_sends``: the sends to one standard queue that arrive in
-        one turn of the loop are proposed as one `Produce` (`cmq.routing.coalesce`)."""
+        of reads here; commands are stamped through ``clock_stamp`` (default: ``clock``'s
+        wall time). ``segment_bytes`` / ``segment_age_ms``: this node's segment limits,
+        recorded with each queue it creates (`CreateQueue`). ``coalesce_sends``: the sends to
+        one standard queue that arrive in one turn of the loop are proposed as one `Produce`
+        (`cmq.routing.coalesce`). ``refuse_send`` and ``move_dead_letters``: see the
+        attributes of those names (default: never refuse; no mover)."""
         self._segment_bytes = segment_bytes
         self._segment_age_ms = segment_age_ms
         self._raft = raft
@@ -243,18 +246,18 @@ class LeaderOps:
         self._wakeups = wakeups
         self._clock = clock
         self._timeout = request_timeout
-        self.clock_stamp: Callable[[], int | None] = clock.wall_ms
+        self.clock_stamp: Callable[[], int | None] = clock_stamp or clock.wall_ms
         """This node's clock for a command, or None while it is not trusted
-        (`cmq.node.clockguard.ClockGuard.stamp`); set by the node."""
-        self.refuse_send: Callable[[int], CmqError | None] = lambda group: None
+        (`cmq.node.clockguard.ClockGuard.stamp`)."""
+        self.refuse_send: Callable[[int], CmqError | None] = refuse_send or (lambda group: None)
         """Why a send to a group led here must be refused before it is proposed (e.g. its
         data directory is below the disk reserve: `cmq.node.diskwatch.DiskWatch.refuse_send`),
-        or None; set by the node."""
+        or None."""
         self._coalescer = SendCoalescer(self._propose_sends) if coalesce_sends else None
-        self.move_dead_letters: Callable[[int, str], Awaitable[None]] | None = None
+        self.move_dead_letters = move_dead_letters
         """Move a queue's messages marked for its dead-letter queue now
-        (`cmq.node.housekeeping.Housekeeper.move_dead_letters`); set by the node. A FIFO
-        receive whose lease marked some calls it, so their groups unblock at once."""
+        (`cmq.node.housekeeping.Housekeeper.move_dead_letters`). A FIFO receive whose lease
+        marked some calls it, so their groups unblock at once."""
 
     def stamp(self) -> int:
         """This node's clock for a command proposed here; `NotLeader` (route it again) while

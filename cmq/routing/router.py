@@ -41,9 +41,10 @@ from typing import Any, TypeVar, cast
 
 import orjson
 
+from cmq.catalog import META_GROUP
 from cmq.catalog.meta import CatalogMachine, Refused
 from cmq.errors import CmqError, OutcomeUnknown, QueueNotFound, Unavailable, error_for
-from cmq.routing.ops import META_GROUP, LeaderOps
+from cmq.routing.ops import LeaderOps
 from cmq.routing.rpc import (
     RETRY,
     Call,

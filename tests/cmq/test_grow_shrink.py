@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from cmq.catalog import META_GROUP
 from cmq.errors import NodeBusy, NodeNotFound
 from cmq.model import OutgoingMessage, QueueAttributes
 from cmq.node.config import NodeConfig
 from cmq.node.queue_node import QueueNode
-from cmq.routing.ops import META_GROUP
 from raftlog.runtime import GroupOptions
 from raftlog.transport.peer import Address
 from tests.cmq.helpers import wait_until

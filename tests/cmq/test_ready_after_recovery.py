@@ -11,7 +11,8 @@ import asyncio
 from dataclasses import replace
 from pathlib import Path
 
-from cmq.node.queue_node import META_GROUP, QueueNode
+from cmq.catalog import META_GROUP
+from cmq.node.queue_node import QueueNode
 from tests.cmq.helpers import configs, wait_until
 
 
