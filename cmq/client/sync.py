@@ -9,18 +9,30 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
-from datetime import datetime
-from typing import Any, TypeVar
+import functools
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from cmq.client.aio import DEFAULT_URL, Client
 from cmq.client.retry import RetryPolicy
 from cmq.client.signing import AccessKey
-from cmq.client.types import Outgoing, QueueCreated, QueueInfo, RawResponse, ReceivedMessage
-from cmq.model import EntryResult, QueueAttributes, SentMessage
-from cmq.segment_values import ArchiveResult, ClaimResult, SegmentListing, SegmentRecord
+from cmq.segment_values import SegmentRecord
 
 T = TypeVar("T")
+P = ParamSpec("P")
+
+
+def _blocking(
+    method: Callable[Concatenate[Client, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[SyncClient, P], T]:
+    """``method`` of `Client` as a blocking method of `SyncClient`: the same parameters, the
+    same result, its docstring (each method of the facade is this one line)."""
+
+    @functools.wraps(method)
+    def call(self: SyncClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._run(method(self._client, *args, **kwargs))
+
+    return call
 
 
 class SyncClient:
@@ -73,114 +85,35 @@ class SyncClient:
     def urls(self) -> tuple[str, ...]:
         return self._client.urls
 
-    def list_nodes(self) -> list[dict[str, Any]]:
-        return self._run(self._client.list_nodes())
-
-    def join_node(
-        self,
-        node: int,
-        address: str,
-        data_dirs: Sequence[str],
-        *,
-        http: str = "",
-        zone: str = "",
-    ) -> dict[int, str]:
-        return self._run(self._client.join_node(node, address, data_dirs, http=http, zone=zone))
-
-    def drain_node(self, node: int) -> None:
-        self._run(self._client.drain_node(node))
-
-    def activate_node(self, node: int) -> None:
-        self._run(self._client.activate_node(node))
-
-    def remove_node(self, node: int) -> None:
-        self._run(self._client.remove_node(node))
-
-    def set_groups(self, groups: int) -> list[int]:
-        return self._run(self._client.set_groups(groups))
-
-    def list_features(self) -> list[dict[str, Any]]:
-        return self._run(self._client.list_features())
-
-    def enable_features(self, names: list[str] | None = None) -> list[str]:
-        return self._run(self._client.enable_features(names))
-
-    def create_queue(
-        self, name: str, attributes: QueueAttributes | dict[str, Any] | None = None
-    ) -> QueueCreated:
-        return self._run(self._client.create_queue(name, attributes))
-
-    def list_queues(self) -> list[str]:
-        return self._run(self._client.list_queues())
-
-    def get_queue(self, name: str) -> QueueInfo:
-        return self._run(self._client.get_queue(name))
-
-    def set_attributes(self, name: str, changes: dict[str, Any]) -> QueueAttributes:
-        return self._run(self._client.set_attributes(name, changes))
-
-    def delete_queue(self, name: str) -> None:
-        self._run(self._client.delete_queue(name))
-
-    def purge(self, name: str) -> int:
-        return self._run(self._client.purge(name))
-
-    def rewind(self, name: str, since: datetime | str) -> int:
-        return self._run(self._client.rewind(name, since))
-
-    def send(self, queue: str, messages: Sequence[Outgoing]) -> list[SentMessage]:
-        return self._run(self._client.send(queue, messages))
-
-    def send_one(self, queue: str, message: Outgoing) -> SentMessage:
-        return self._run(self._client.send_one(queue, message))
-
-    def send_many(
-        self, queue: str, messages: Sequence[Outgoing], batch: int = 100
-    ) -> list[SentMessage]:
-        return self._run(self._client.send_many(queue, messages, batch))
-
-    def receive(
-        self,
-        queue: str,
-        max_messages: int = 1,
-        *,
-        visibility_timeout: int | None = None,
-        wait_seconds: int | None = None,
-        attempt_id: str | None = None,
-    ) -> list[ReceivedMessage]:
-        return self._run(
-            self._client.receive(
-                queue,
-                max_messages,
-                visibility_timeout=visibility_timeout,
-                wait_seconds=wait_seconds,
-                attempt_id=attempt_id,
-            )
-        )
-
-    def ack(self, queue: str, receipts: Sequence[str]) -> list[EntryResult]:
-        return self._run(self._client.ack(queue, receipts))
-
-    def ack_one(self, queue: str, receipt: str) -> EntryResult:
-        return self._run(self._client.ack_one(queue, receipt))
-
-    def ack_many(self, queue: str, receipts: Sequence[str]) -> list[EntryResult]:
-        return self._run(self._client.ack_many(queue, receipts))
-
-    def change_visibility(
-        self, queue: str, entries: Sequence[tuple[str, int]]
-    ) -> list[EntryResult]:
-        return self._run(self._client.change_visibility(queue, entries))
-
-    def nack(
-        self, queue: str, receipts: Sequence[str], delay_seconds: int = 0
-    ) -> list[EntryResult]:
-        return self._run(self._client.nack(queue, receipts, delay_seconds))
-
-    def list_segments(
-        self, queue: str, state: str = "all", *, url: str | None = None
-    ) -> SegmentListing:
-        return self._run(self._client.list_segments(queue, state, url=url))
+    # -- the nodes and the cluster
+    list_nodes = _blocking(Client.list_nodes)
+    join_node = _blocking(Client.join_node)
+    drain_node = _blocking(Client.drain_node)
+    activate_node = _blocking(Client.activate_node)
+    remove_node = _blocking(Client.remove_node)
+    set_groups = _blocking(Client.set_groups)
+    list_features = _blocking(Client.list_features)
+    enable_features = _blocking(Client.enable_features)
+    # -- queues
+    create_queue = _blocking(Client.create_queue)
+    list_queues = _blocking(Client.list_queues)
+    get_queue = _blocking(Client.get_queue)
+    set_attributes = _blocking(Client.set_attributes)
+    delete_queue = _blocking(Client.delete_queue)
+    purge = _blocking(Client.purge)
+    rewind = _blocking(Client.rewind)
+    # -- messages
+    send = _blocking(Client.send)
+    send_one = _blocking(Client.send_one)
+    send_many = _blocking(Client.send_many)
+    receive = _blocking(Client.receive)
+    ack = _blocking(Client.ack)
+    ack_one = _blocking(Client.ack_one)
+    ack_many = _blocking(Client.ack_many)
+    change_visibility = _blocking(Client.change_visibility)
+    nack = _blocking(Client.nack)
+    # -- segments and the archive
+    list_segments = _blocking(Client.list_segments)
 
     def read_segment(
         self,
@@ -202,30 +135,14 @@ class SyncClient:
         finally:
             self._run(stream.aclose())
 
-    def claim_segments(
-        self, queue: str, batch_id: str, segments: Sequence[int], ttl_ms: int = 600_000
-    ) -> ClaimResult:
-        return self._run(self._client.claim_segments(queue, batch_id, segments, ttl_ms))
-
-    def mark_archived(self, queue: str, batch_id: str, segments: Sequence[int]) -> ArchiveResult:
-        return self._run(self._client.mark_archived(queue, batch_id, segments))
-
-    def status(self) -> dict[str, Any]:
-        return self._run(self._client.status())
-
-    def health(self) -> bool:
-        return self._run(self._client.health())
-
-    def ready(self) -> bool:
-        return self._run(self._client.ready())
-
-    def metrics(self) -> str:
-        return self._run(self._client.metrics())
-
-    def request(
-        self, method: str, path: str, body: Any = None, *, raw: bytes | None = None
-    ) -> RawResponse:
-        return self._run(self._client.request(method, path, body, raw=raw))
+    claim_segments = _blocking(Client.claim_segments)
+    mark_archived = _blocking(Client.mark_archived)
+    # -- the node's state and raw requests
+    status = _blocking(Client.status)
+    health = _blocking(Client.health)
+    ready = _blocking(Client.ready)
+    metrics = _blocking(Client.metrics)
+    request = _blocking(Client.request)
 
 
 async def _next(stream: AsyncIterator[T]) -> T:

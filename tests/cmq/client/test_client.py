@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import inspect
 from typing import Any
 
 import pytest
@@ -135,6 +136,21 @@ async def test_the_sync_facade(url: str) -> None:
                 c.get_queue("nope")
 
     await asyncio.to_thread(script)  # its own loop, in a thread; the server runs in this one
+
+
+def test_the_sync_facade_has_every_client_call() -> None:
+    """Each public coroutine method of `Client` is a blocking method of `SyncClient` with the
+    same docstring (one line each there: `cmq.client.sync._blocking`); the streaming reads are
+    written out."""
+    calls = {
+        name
+        for name, fn in vars(Client).items()
+        if not name.startswith("_") and inspect.iscoroutinefunction(fn) and name != "close"
+    }
+    assert calls and calls <= set(vars(SyncClient)), calls - set(vars(SyncClient))
+    for name in calls:
+        assert getattr(SyncClient, name).__doc__ == getattr(Client, name).__doc__, name
+    assert callable(SyncClient.read_segment)
 
 
 # -- errors ----------------------------------------------------------------------------------------
