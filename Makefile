@@ -5,6 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SIM_SEEDS ?= 80
 SIM_STEPS ?= 20000
+TEST_WORKERS ?= 2
 
 .PHONY: run test test-fast lint typecheck unit unit-fast docs sim clean
 
@@ -34,10 +35,11 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 unit: $(STAMP)
-	PYTHONHASHSEED=0 SIM_SEEDS=$(SIM_SEEDS) SIM_STEPS=$(SIM_STEPS) $(BIN)/pytest -q
+	PYTHONHASHSEED=0 SIM_SEEDS=$(SIM_SEEDS) SIM_STEPS=$(SIM_STEPS) $(BIN)/pytest -q \
+		-n $(TEST_WORKERS) --dist loadscope
 
 unit-fast: $(STAMP)
-	PYTHONHASHSEED=0 $(BIN)/pytest -q -m "not slow"
+	PYTHONHASHSEED=0 $(BIN)/pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadscope
 
 # The manual (mkdocs.yml, docs/): the MkDocs site in build/site. --strict: a broken link or
 # anchor, or a page missing from the nav, fails the build.
