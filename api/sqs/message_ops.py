@@ -41,6 +41,7 @@ from cmq.errors import (
     InvalidParameter,
     Unavailable,
 )
+from cmq.longpoll import sliced
 from cmq.model import (
     EntryResult,
     OutgoingMessage,
@@ -57,8 +58,8 @@ MAX_VISIBILITY = 43_200
 MAX_DELAY = 900
 MAX_WAIT = 20
 POLL_SLICE = 5
-"""Long polls wait in slices of at most this many seconds, each one service call, so a wait
-never outlives the cluster's request deadline on a forwarded call."""
+"""Long polls wait in slices of at most this many seconds (`cmq.longpoll.sliced`), each one
+service call, so a wait never outlives the cluster's request deadline on a forwarded call."""
 _BATCH_ID = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 _NOT_FOR_THIS_TYPE = "The request include parameter that is not valid for this queue type."
 _NO_DEDUP_ID = (
@@ -233,22 +234,20 @@ async def receive_message(c: Caller, p: dict[str, Any]) -> Result:
     if wait is None:  # the queue's ReceiveMessageWaitTimeSeconds
         attributes, _ = await call(c.service.get_queue(name))
         wait = attributes.receive_wait_seconds
-    received: list[ReceivedMessage] = []
-    while True:  # long poll in slices (see POLL_SLICE)
-        slice_ = min(wait, POLL_SLICE)
-        try:
-            received = await c.service.receive(name, count, visibility, slice_, attempt_id=attempt)
-        except Unavailable:
-            # No leader reachable for the queue's group (a failover under way): nothing can
-            # be leased, so the answer is an empty receive (a lease whose outcome is unknown
-            # only delays its messages). A 5xx here would make some consumers stop polling
-            # the queue (kombu's SQS transport does).
-            break
-        except CmqError as e:
-            raise from_cmq(e) from None
-        wait -= slice_
-        if received or wait <= 0:
-            break
+
+    async def poll(seconds: int) -> list[ReceivedMessage]:
+        return await c.service.receive(name, count, visibility, seconds, attempt_id=attempt)
+
+    try:
+        received = await sliced(poll, wait, POLL_SLICE)  # long poll in slices (see POLL_SLICE)
+    except Unavailable:
+        # No leader reachable for the queue's group (a failover under way): nothing can be
+        # leased, so the answer is an empty receive (a lease whose outcome is unknown only
+        # delays its messages). A 5xx here would make some consumers stop polling the queue
+        # (kombu's SQS transport does).
+        received = []
+    except CmqError as e:
+        raise from_cmq(e) from None
     now = time.time_ns() // 1_000_000
     messages = [_render_message(m, system, wanted, now) for m in received]
     return {"Messages": messages} if messages else {}

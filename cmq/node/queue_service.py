@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import math
 from collections.abc import Callable
 from typing import Any, Literal, overload
 
@@ -26,6 +25,7 @@ from cmq.errors import InvalidParameter, Overloaded, QueueNotFound, Unavailable
 from cmq.export_values import ExportPage, ImportedMessage
 from cmq.fsm.machine import QueueMachine
 from cmq.logs import log_scope
+from cmq.longpoll import sliced
 from cmq.model import (
     DEFAULT_MAX_DELAY_SECONDS,
     MAX_PEEK,
@@ -299,12 +299,18 @@ class QueueCalls:
             check_fifo_id(attempt_id, "the receive request attempt id")
         group = self.router.group_of(name)
         if self.raft.groups.get(group) is None or self.raft.leader_of(group) != self.id:
-            # Forwarded: a long poll waits at the leader in chunks (`FORWARDED_POLL_SECONDS`).
+            # Forwarded: a long poll waits at the leader in chunks (`FORWARDED_POLL_SECONDS`):
+            # successive polls until one leases something or the wait ends.
             wait = wait_seconds if wait_seconds is not None else await self._default_wait(name)
             if wait > FORWARDED_POLL_SECONDS:
-                return await self._chunked_receive(
-                    group, name, max_messages, visibility_timeout, wait, attempt_id
-                )
+
+                async def poll(seconds: int) -> list[ReceivedMessage]:
+                    chunk = ReceiveCall(
+                        group, name, max_messages, visibility_timeout, seconds, attempt_id
+                    )
+                    return await self.router.run(chunk)
+
+                return await sliced(poll, wait, FORWARDED_POLL_SECONDS)
         call = ReceiveCall(group, name, max_messages, visibility_timeout, wait_seconds, attempt_id)
         return await self.router.run(call)
 
@@ -316,26 +322,6 @@ class QueueCalls:
         if attrs is None:
             attrs, _ = await self.get_queue(name)
         return attrs.receive_wait_seconds
-
-    async def _chunked_receive(  # noqa: PLR0917 - the receive's own arguments
-        self,
-        group: int,
-        name: str,
-        max_messages: int,
-        visibility_timeout: int | None,
-        wait: int,
-        attempt_id: str | None,
-    ) -> list[ReceivedMessage]:
-        """A long poll of ``wait`` seconds as successive polls of at most
-        `FORWARDED_POLL_SECONDS` at the leader, until one leases something or the wait ends."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait
-        while True:
-            chunk = min(FORWARDED_POLL_SECONDS, max(0, math.ceil(deadline - loop.time())))
-            call = ReceiveCall(group, name, max_messages, visibility_timeout, chunk, attempt_id)
-            got = await self.router.run(call)
-            if got or chunk == 0 or loop.time() >= deadline:
-                return got
 
     async def ack(self, name: str, receipts: list[str]) -> list[EntryResult]:
         check_queue_name(name)
