@@ -5,7 +5,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SIM_SEEDS ?= 80
 SIM_STEPS ?= 20000
-TEST_WORKERS ?= 2
+# pytest workers (pytest-xdist). 0: one process, the default until the tests' free-port picks
+# cannot collide across workers (a 2-worker run took 17:41 instead of ~36 min, and lost one
+# test to a port another worker had just taken). `make test TEST_WORKERS=2` to try it.
+TEST_WORKERS ?= 0
 
 .PHONY: run test test-fast lint typecheck unit unit-fast docs sim clean
 
