@@ -6,11 +6,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from raftlog.runtime import MultiRaft, RuntimeConfig
 from raftlog.runtime.applog import AppendLog
 from raftlog.runtime.statemachine import AfterApply
-from raftlog.transport.peer import Address
-from tests.ports import free_ports
+from tests.raftlog.runtime.nodes import single_node
 
 
 class Recording(AppendLog):
@@ -38,17 +36,7 @@ class Recording(AppendLog):
 async def test_after_apply_follows_every_batch_of_applies_and_restores(tmp_path: Path) -> None:
     sm = Recording()
     assert isinstance(sm, AfterApply) and not isinstance(AppendLog(), AfterApply)
-    addr = Address("127.0.0.1", free_ports(1)[0])
-    node = MultiRaft(
-        RuntimeConfig(
-            node_id=1,
-            listen=addr,
-            peers={1: addr},
-            secret=b"s",
-            data_dirs=(str(tmp_path),),
-            tick_interval=0.01,
-        )
-    )
+    node = single_node(tmp_path)
     await node.start()
     try:
         await node.open_group(1, sm, voters=[1])
