@@ -16,6 +16,13 @@ from hypothesis import settings
 
 from tests import seeds
 from tests.cmq.cluster import CmqCluster
+from tests.ports import PORT_RANGE_ENV, worker_range
+
+# Every server a test starts (in this process or a child `cmq` process, which inherits it)
+# takes its port from this worker's own range (`tests.ports.worker_range`).
+os.environ[PORT_RANGE_ENV] = worker_range(
+    os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+)
 
 # CI replays a fixed set of examples (derandomized) so a landing is judged on reproducible
 # runs; local runs keep exploring new examples. No deadlines on a shared 2-core machine.

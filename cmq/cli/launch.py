@@ -1,7 +1,8 @@
 """Starting ``cmq serve`` processes on this machine: one typed description of a node's settings
 (`ServeSettings`) gives its ``cmq serve`` command line; `founders` describes the founding nodes
 of a local cluster; `NodeProcesses` starts, stops and kills their processes (a log file each);
-`until_ready` waits until nodes answer ``/readyz``; `free_ports` finds loopback ports;
+`until_ready` waits until nodes answer ``/readyz``; `free_ports` finds loopback ports (from
+`PORT_RANGE_ENV`'s range when set);
 `LocalCluster` is all of it for a cluster a benchmark starts and stops.
 
 ``cmq dev`` (`cmq.cli.dev`) runs on it, and so do the test clusters (``tests/cmq/cluster.py``,
@@ -40,17 +41,70 @@ DEFAULT_PEER_PORT = 9080
 """The peer (Raft) traffic's default port (``cmq serve --peer``)."""
 
 
+PORT_RANGE_ENV = "CMQ_PORT_RANGE"
+"""``LOW-HIGH`` (inclusive): `free_ports` takes its ports from this range instead of asking the
+kernel for ephemeral ones. Local clusters started side by side on one machine (parallel test
+workers, each given its own range) then never hand out each other's ports, and a range below
+the kernel's ephemeral one (``/proc/sys/net/ipv4/ip_local_port_range``) is never taken by an
+outgoing connection's source port between the pick and the server's bind. Unset: the kernel's."""
+
+_cursor: dict[tuple[int, int], int] = {}
+"""Per range, where this process looks next (so successive calls do not hand out a port
+again while the server it was picked for is still starting)."""
+
+
 def free_ports(n: int, host: str = LOOPBACK) -> list[int]:
     """``n`` distinct TCP ports that were free on ``host`` a moment ago (bound at once, so
-    none repeats; another process may take one before it is used)."""
-    socks = [socket.socket() for _ in range(n)]
+    none repeats; another process may take one before it is used), from `PORT_RANGE_ENV`'s
+    range when it is set. `ValueError` for a malformed range; `RuntimeError` when the range
+    has fewer than ``n`` free ports."""
+    span = port_range(os.environ.get(PORT_RANGE_ENV))
+    socks: list[socket.socket] = []
     try:
-        for s in socks:
-            s.bind((host, 0))
+        if span is None:
+            for _ in range(n):
+                socks.append(socket.socket())
+                socks[-1].bind((host, 0))
+        else:
+            _bind_in(span, n, host, socks)
         return [s.getsockname()[1] for s in socks]
     finally:
         for s in socks:
             s.close()
+
+
+def port_range(text: str | None) -> tuple[int, int] | None:
+    """``LOW-HIGH`` as ``(low, high)``; None for None or empty; `ValueError` otherwise."""
+    if not text:
+        return None
+    low, sep, high = text.partition("-")
+    if not (sep and low.strip().isdigit() and high.strip().isdigit()):
+        raise ValueError(f"{PORT_RANGE_ENV} must be LOW-HIGH (two port numbers); got {text!r}")
+    span = int(low), int(high)
+    if not 1024 <= span[0] <= span[1] <= 65535:
+        raise ValueError(f"{PORT_RANGE_ENV} must lie within 1024-65535, low first; got {text!r}")
+    return span
+
+
+def _bind_in(span: tuple[int, int], n: int, host: str, socks: list[socket.socket]) -> None:
+    """Bind ``n`` sockets of ``socks`` to free ports of ``span``, from this process's cursor
+    on (first placed by the process id, so processes sharing a range start apart)."""
+    low, high = span
+    size = high - low + 1
+    start = _cursor.get(span, (os.getpid() * 7919) % size)
+    for step in range(size):
+        offset = (start + step) % size
+        s = socket.socket()
+        try:
+            s.bind((host, low + offset))
+        except OSError:
+            s.close()
+            continue
+        socks.append(s)
+        if len(socks) == n:
+            _cursor[span] = (offset + 1) % size
+            return
+    raise RuntimeError(f"{PORT_RANGE_ENV} {low}-{high} has fewer than {n} free ports on {host}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
 
-from cmq.cli.launch import SERVE_COMMAND, ServeSettings, founders, free_ports
+import pytest
+
+from cmq.cli.launch import PORT_RANGE_ENV, SERVE_COMMAND, ServeSettings, founders, free_ports
+from tests.ports import worker_range
 
 
 def test_only_the_settings_given_become_flags(tmp_path: Path) -> None:
@@ -66,3 +70,35 @@ def test_every_flag_is_one_cmq_serve_takes(tmp_path: Path) -> None:
 def test_free_ports_are_distinct() -> None:
     ports = free_ports(20)
     assert len(set(ports)) == 20 and all(0 < p < 65536 for p in ports)
+
+
+def test_free_ports_come_from_the_range_and_skip_a_port_in_use(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    low = free_ports(1)[0]  # this worker's range, or the kernel's
+    monkeypatch.setenv(PORT_RANGE_ENV, f"{low}-{low + 3}")
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", low + 1))
+    try:
+        got = [p for _ in range(3) for p in free_ports(1)]
+        assert low + 1 not in got and set(got) <= {low, low + 2, low + 3}
+        assert len(set(got)) == 3  # successive calls move on through the range
+        with pytest.raises(RuntimeError, match="fewer than 4 free ports"):
+            free_ports(4)
+    finally:
+        taken.close()
+
+
+@pytest.mark.parametrize("text", ["20000", "a-b", "30000-20000", "80-90", "20000-70000"])
+def test_a_malformed_port_range_is_refused(monkeypatch: pytest.MonkeyPatch, text: str) -> None:
+    monkeypatch.setenv(PORT_RANGE_ENV, text)
+    with pytest.raises(ValueError, match=PORT_RANGE_ENV):
+        free_ports(1)
+
+
+def test_each_test_worker_has_its_own_port_range() -> None:
+    one = worker_range(None, None)
+    a, b = worker_range("gw0", "2"), worker_range("gw1", "2")
+    bounds = [tuple(map(int, r.split("-"))) for r in (one, a, b)]
+    assert bounds[0] == (20_000, 31_999)
+    assert bounds[1][1] < bounds[2][0] and bounds[1][0] == 20_000 and bounds[2][1] <= 31_999
