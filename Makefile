@@ -5,10 +5,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SIM_SEEDS ?= 80
 SIM_STEPS ?= 20000
-# pytest workers (pytest-xdist). 0: one process, the default until the tests' free-port picks
-# cannot collide across workers (a 2-worker run took 17:41 instead of ~36 min, and lost one
-# test to a port another worker had just taken). `make test TEST_WORKERS=2` to try it.
-TEST_WORKERS ?= 0
+# pytest workers (pytest-xdist, one per core here): each takes its servers' ports from its own
+# range (tests/ports.py), so two workers' clusters never collide. 0: one process (~36 min).
+TEST_WORKERS ?= 2
 
 .PHONY: run test test-fast lint typecheck unit unit-fast docs sim clean
 

@@ -25,6 +25,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -51,6 +52,9 @@ outgoing connection's source port between the pick and the server's bind. Unset:
 _cursor: dict[tuple[int, int], int] = {}
 """Per range, where this process looks next (so successive calls do not hand out a port
 again while the server it was picked for is still starting)."""
+_cursor_lock = threading.Lock()
+"""Held while a range is searched: threads of one process picking ports at once (a test
+starting three nodes from a thread pool) must not read the same cursor."""
 
 
 def free_ports(n: int, host: str = LOOPBACK) -> list[int]:
@@ -66,7 +70,8 @@ def free_ports(n: int, host: str = LOOPBACK) -> list[int]:
                 socks.append(socket.socket())
                 socks[-1].bind((host, 0))
         else:
-            _bind_in(span, n, host, socks)
+            with _cursor_lock:
+                _bind_in(span, n, host, socks)
         return [s.getsockname()[1] for s in socks]
     finally:
         for s in socks:

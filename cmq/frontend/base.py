@@ -5,6 +5,7 @@ and a `Failure` (a `CmqError` that crossed). Pure: no I/O."""
 from __future__ import annotations
 
 import re
+import typing
 from typing import Any, ClassVar, Final, Generic, TypeVar, cast
 
 import msgspec
@@ -49,8 +50,9 @@ class Failure(msgspec.Struct, frozen=True, array_like=True):
 
 class Call(msgspec.Struct, Generic[R], frozen=True, array_like=True):
     """One `QueueService` call, run in the node process by `run`; its result crosses the
-    socket as ``result_type`` (`encode_result`, `decode_result`). Each subclass has its own
-    tag (the first item of its encoded form) and ``METHOD``, the service method it calls."""
+    socket as ``result_type`` (`encode_result`, `decode_result`): the ``R`` of the class's
+    ``Call[R]`` unless it sets another. Each subclass has its own tag (the first item of its
+    encoded form) and ``METHOD``, the service method it calls (its name in snake case)."""
 
     METHOD: ClassVar[str]
     """The service method (the class name in snake case)."""
@@ -60,14 +62,30 @@ class Call(msgspec.Struct, Generic[R], frozen=True, array_like=True):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls.METHOD = re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).lower()
-        if "result_type" in cls.__dict__:
-            cls._results = msgspec.msgpack.Decoder(cls.result_type)
+        if "result_type" not in cls.__dict__:
+            # ``class Purge(Call[int])``: the result crosses as the ``R`` the class names,
+            # unless it says otherwise (a shape that encodes more compactly).
+            named = [
+                typing.get_args(base)
+                for base in getattr(cls, "__orig_bases__", ())
+                if typing.get_origin(base) is Call
+            ]
+            if not named:
+                return  # a subclass of a subclass: its parent's results
+            cls.result_type = named[0][0]
+        cls._results = msgspec.msgpack.Decoder(cls.result_type)
 
     async def run(self, service: QueueService) -> R:
-        """Call ``METHOD`` on ``service`` with this call's fields. Every service call defines
-        it; the server answers the others itself (`Metrics`, the key calls), so reaching this
-        is a bug."""
-        raise NotImplementedError(f"{type(self).__name__} does not define run")
+        """Call ``METHOD`` on ``service`` with this call's fields as its keyword arguments (a
+        call's fields are its method's parameters, by name and in order: a test checks them).
+        A call whose result needs shaping to cross (a stream read whole) defines its own; the
+        server answers the calls that are not the service's itself (`Metrics`, the key calls),
+        so running one of those here is a bug."""
+        method = getattr(service, self.METHOD, None)
+        if method is None:
+            raise NotImplementedError(f"{type(self).__name__} is not a QueueService call")
+        result: R = await method(**{f: getattr(self, f) for f in self.__struct_fields__})
+        return result
 
     def encode_result(self, result: R) -> bytes:
         return encoder.encode(result)

@@ -89,7 +89,6 @@ def _bare(record: KeyRecord) -> KeyRecord:
 class CopyKeys(Call[KeyCopy | None], frozen=True, tag=36):
     """The key ring, unless its generation is still ``known`` (then None)."""
 
-    result_type = KeyCopy | None
     known: int
 
     def serve(self, keys: NodeKeys) -> KeyCopy | None:
@@ -104,7 +103,6 @@ class CopyKeys(Call[KeyCopy | None], frozen=True, tag=36):
 
 
 class CreateKey(Call[CreatedKey], frozen=True, tag=37):
-    result_type = CreatedKey
     grants: tuple[KeyGrant, ...]
 
     async def serve(self, keys: NodeKeys) -> CreatedKey:
@@ -116,7 +114,6 @@ class _KeyChange(Call[KeyRecord], frozen=True):
     """A change to one key's grants (no tag of its own): its ``key_id`` first, then the
     subclass's field; answered with the changed record without its sealed secret."""
 
-    result_type = KeyRecord
     key_id: str
 
     def change(self, admin: KeyChanges) -> Awaitable[KeyRecord]:
@@ -141,7 +138,6 @@ class RevokeKey(_KeyChange, frozen=True, tag=39):
 
 
 class DeleteKey(Call[None], frozen=True, tag=40):
-    result_type = None
     key_id: str
 
     async def serve(self, keys: NodeKeys) -> None:

@@ -27,38 +27,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, Literal, TypeVar, overload
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, overload
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from cmq.errors import CmqError, OutcomeUnknown, Unavailable, UnreadableFrame
-from cmq.export_values import ExportPage, ImportedMessage
 from cmq.frontend import base, calls, key_calls, wire
 from cmq.frontend.hints import leader_from_status
 from cmq.frontend.keys import KeyCopyRing
 from cmq.model import (
-    EntryResult,
-    GroupDigest,
     OutgoingMessage,
-    PeekedMessage,
-    QueueAttributes,
-    QueueStats,
-    ReceivedMessage,
     SendRefused,
     SentMessage,
 )
 from cmq.segment_values import (
-    ArchiveResult,
-    ClaimResult,
     SegmentData,
-    SegmentListing,
     SegmentStream,
 )
 from cmq.service import QueueService
@@ -66,6 +57,8 @@ from cmq.service import QueueService
 log = logging.getLogger("cmq.frontend.proxy")
 
 R = TypeVar("R")
+T = TypeVar("T")
+P = ParamSpec("P")
 MAX_INFLIGHT = 4096
 """Calls one connection may have running in the node process at once; more wait to be read."""
 STATE_SECONDS = 0.2
@@ -82,6 +75,22 @@ async def _read_frame(reader: asyncio.StreamReader) -> bytes:
     if size > wire.MAX_FRAME:
         raise ConnectionError(f"frame of {size} bytes")
     return await reader.readexactly(size)
+
+
+def _forwarded(
+    method: Callable[Concatenate[QueueService, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[ServiceProxy, P], Coroutine[Any, Any, T]]:
+    """``method`` of `QueueService` as a method of `ServiceProxy`: its arguments become its
+    `cmq.frontend.calls` struct (``CALLS[method.__name__]``), run in the node process; the
+    same parameters, the same result (each such method of the proxy is this one line)."""
+    call = calls.CALLS[method.__name__]
+
+    @functools.wraps(method)
+    async def forward(self: ServiceProxy, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        result: T = await self._call(call(*args, **kwargs))
+        return result
+
+    return forward
 
 
 class ServiceServer:
@@ -333,38 +342,6 @@ class ServiceProxy(QueueService):
         status copy): what the front end's answers name in ``Cmq-Leader``; dict lookups only."""
         return leader_from_status(self._status, name)
 
-    async def create_queue(self, name: str, attributes: QueueAttributes) -> bool:
-        return await self._call(calls.CreateQueue(name, attributes))
-
-    async def list_queues(self) -> list[str]:
-        return await self._call(calls.ListQueues())
-
-    async def get_queue(self, name: str) -> tuple[QueueAttributes, QueueStats]:
-        return await self._call(calls.GetQueue(name))
-
-    async def peek(self, name: str, limit: int) -> list[PeekedMessage]:
-        return await self._call(calls.Peek(name, limit))
-
-    async def set_attributes(self, name: str, changes: dict[str, Any]) -> QueueAttributes:
-        return await self._call(calls.SetAttributes(name, changes))
-
-    async def delete_queue(self, name: str) -> None:
-        await self._call(calls.DeleteQueue(name))
-
-    async def queue_metadata(self, name: str) -> dict[str, str]:
-        return await self._call(calls.QueueMetadata(name))
-
-    async def update_metadata(
-        self, name: str, changes: dict[str, str], unset: list[str]
-    ) -> dict[str, str]:
-        return await self._call(calls.UpdateMetadata(name, changes, unset))
-
-    async def purge(self, name: str) -> int:
-        return await self._call(calls.Purge(name))
-
-    async def rewind(self, name: str, since_ms: int) -> int:
-        return await self._call(calls.Rewind(name, since_ms))
-
     @overload
     async def send(self, name: str, messages: list[OutgoingMessage]) -> list[SentMessage]: ...
 
@@ -381,90 +358,43 @@ class ServiceProxy(QueueService):
             return got
         return [s for s in got if isinstance(s, SentMessage)]
 
-    async def receive(
-        self,
-        name: str,
-        max_messages: int,
-        visibility_timeout: int | None,
-        wait_seconds: int | None,
-        *,
-        attempt_id: str | None = None,
-    ) -> list[ReceivedMessage]:
-        call = calls.Receive(name, max_messages, visibility_timeout, wait_seconds, attempt_id)
-        return await self._call(call)
-
-    async def ack(self, name: str, receipts: list[str]) -> list[EntryResult]:
-        return await self._call(calls.Ack(name, receipts))
-
-    async def change_visibility(
-        self, name: str, entries: list[tuple[str, int]]
-    ) -> list[EntryResult]:
-        return await self._call(calls.ChangeVisibility(name, entries))
-
-    async def nack(self, name: str, receipts: list[str], delay_seconds: int) -> list[EntryResult]:
-        return await self._call(calls.Nack(name, receipts, delay_seconds))
-
-    async def list_segments(self, name: str, state: str = "all") -> SegmentListing:
-        return await self._call(calls.ListSegments(name, state))
-
     async def read_segment(self, name: str, first_seq: int) -> SegmentStream:
         return (await self._call(calls.ReadSegment(name, first_seq))).stream()
 
     async def read_segment_data(self, name: str, first_seq: int) -> SegmentData:
         return (await self._call(calls.ReadSegmentData(name, first_seq))).stream()
 
-    async def claim_segments(
-        self, name: str, batch_id: str, segments: list[int], ttl_ms: int
-    ) -> ClaimResult:
-        return await self._call(calls.ClaimSegments(name, batch_id, segments, ttl_ms))
-
-    async def mark_archived(self, name: str, batch_id: str, segments: list[int]) -> ArchiveResult:
-        return await self._call(calls.MarkArchived(name, batch_id, segments))
-
-    async def group_digest(self, group: int) -> GroupDigest:
-        return await self._call(calls.GroupDigest(group))
-
-    async def export_catalog(self) -> dict[str, Any]:
-        return await self._call(calls.ExportCatalog())
-
-    async def import_catalog(
-        self, keys: list[Any], metadata: dict[str, dict[str, str]]
-    ) -> dict[str, Any]:
-        return await self._call(calls.ImportCatalog(keys, metadata))
-
-    async def export_messages(self, name: str, after: int, upto: int, limit: int) -> ExportPage:
-        return await self._call(calls.ExportMessages(name, after, upto, limit))
-
-    async def import_messages(
-        self, name: str, messages: list[ImportedMessage], expect_sent: int
-    ) -> list[SentMessage]:
-        return await self._call(calls.ImportMessages(name, messages, expect_sent))
-
-    async def list_nodes(self) -> list[dict[str, Any]]:
-        return await self._call(calls.ListNodes())
-
-    async def join_node(
-        self, node: int, address: str, http: str, data_dirs: tuple[str, ...], zone: str
-    ) -> dict[int, str]:
-        return await self._call(calls.JoinNode(node, address, http, data_dirs, zone))
-
-    async def drain_node(self, node: int) -> None:
-        await self._call(calls.DrainNode(node))
-
-    async def activate_node(self, node: int) -> None:
-        await self._call(calls.ActivateNode(node))
-
-    async def remove_node(self, node: int) -> None:
-        await self._call(calls.RemoveNode(node))
-
-    async def set_groups(self, groups: int) -> tuple[int, ...]:
-        return await self._call(calls.SetGroups(groups))
-
-    async def list_features(self) -> list[dict[str, Any]]:
-        return await self._call(calls.ListFeatures())
-
-    async def enable_features(self, names: list[str] | None) -> list[str]:
-        return await self._call(calls.EnableFeatures(names))
+    # Every other call crosses as it is: its `cmq.frontend.calls` struct, its result.
+    create_queue = _forwarded(QueueService.create_queue)
+    list_queues = _forwarded(QueueService.list_queues)
+    get_queue = _forwarded(QueueService.get_queue)
+    peek = _forwarded(QueueService.peek)
+    set_attributes = _forwarded(QueueService.set_attributes)
+    delete_queue = _forwarded(QueueService.delete_queue)
+    queue_metadata = _forwarded(QueueService.queue_metadata)
+    update_metadata = _forwarded(QueueService.update_metadata)
+    purge = _forwarded(QueueService.purge)
+    rewind = _forwarded(QueueService.rewind)
+    receive = _forwarded(QueueService.receive)
+    ack = _forwarded(QueueService.ack)
+    change_visibility = _forwarded(QueueService.change_visibility)
+    nack = _forwarded(QueueService.nack)
+    list_segments = _forwarded(QueueService.list_segments)
+    claim_segments = _forwarded(QueueService.claim_segments)
+    mark_archived = _forwarded(QueueService.mark_archived)
+    group_digest = _forwarded(QueueService.group_digest)
+    export_catalog = _forwarded(QueueService.export_catalog)
+    import_catalog = _forwarded(QueueService.import_catalog)
+    export_messages = _forwarded(QueueService.export_messages)
+    import_messages = _forwarded(QueueService.import_messages)
+    list_nodes = _forwarded(QueueService.list_nodes)
+    join_node = _forwarded(QueueService.join_node)
+    drain_node = _forwarded(QueueService.drain_node)
+    activate_node = _forwarded(QueueService.activate_node)
+    remove_node = _forwarded(QueueService.remove_node)
+    set_groups = _forwarded(QueueService.set_groups)
+    list_features = _forwarded(QueueService.list_features)
+    enable_features = _forwarded(QueueService.enable_features)
 
 
 class NodeMetricsCollector(Collector):

@@ -156,18 +156,12 @@ class RecordingService(Recorder):
         return 0 if since_ms < 0 else 2
 
     async def send(
-        self, name: str, messages: list[OutgoingMessage], *, per_entry: bool = False
+        self, name: str, messages: list[OutgoingMessage], **_: Any
     ) -> list[SentMessage | SendRefused]:
         return [SentMessage(id=f"m{i}", seq=100 + i) for i in range(len(messages))]
 
     async def receive(
-        self,
-        name: str,
-        max_messages: int,
-        visibility_timeout: int | None,
-        wait_seconds: int | None,
-        *,
-        attempt_id: str | None = None,
+        self, name: str, max_messages: int, *_: Any, **__: Any
     ) -> list[ReceivedMessage]:
         return self.to_receive[:max_messages]
 

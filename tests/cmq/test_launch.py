@@ -102,3 +102,12 @@ def test_each_test_worker_has_its_own_port_range() -> None:
     bounds = [tuple(map(int, r.split("-"))) for r in (one, a, b)]
     assert bounds[0] == (20_000, 31_999)
     assert bounds[1][1] < bounds[2][0] and bounds[1][0] == 20_000 and bounds[2][1] <= 31_999
+
+
+def test_threads_picking_ports_at_once_get_distinct_ones() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(8) as pool:
+        picks = list(pool.map(lambda _: free_ports(2), range(32)))
+    ports = [p for pick in picks for p in pick]
+    assert len(set(ports)) == len(ports)

@@ -31,15 +31,7 @@ class SlicedService(RecordingService):
 
     script: list[list[ReceivedMessage] | CmqError] = field(default_factory=list)
 
-    async def receive(
-        self,
-        name: str,
-        max_messages: int,
-        visibility_timeout: int | None,
-        wait_seconds: int | None,
-        *,
-        attempt_id: str | None = None,
-    ) -> list[ReceivedMessage]:
+    async def receive(self, *_: Any, **__: Any) -> list[ReceivedMessage]:
         answer = self.script.pop(0) if self.script else []
         if isinstance(answer, CmqError):
             raise answer
