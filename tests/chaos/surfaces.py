@@ -29,7 +29,10 @@ decision's number, as the native clients do (workload.py's docstring).
 * ``rewind``: ``chaos-w`` keeps acknowledged messages (``retain_acked_seconds``,
   `REWIND_ATTRIBUTES`); a producer and a consumer as for the queues above, and a rewinder
   (`rewinder`) that, while the producers run, asks a random node every 1-3 s (seeded) to rewind
-  the queue to 0.5-4 s before the runner's wall clock (``POST .../rewind``), each a recorded
+  the queue to 0.5-4 s before the runner's wall clock (``POST .../rewind``), or further back,
+  to just before the send of the message acked last (`acked_send_wall`), when that is less than
+  `REWIND_REACH` seconds ago, so each rewind must bring at least one acknowledged message back
+  even when the consumer lags seconds behind a loaded machine; each a recorded
   ``rewind`` op with its ``since``, its outcome and the count the cluster answered; the sends
   record the wall clock (``Op.wall``) so the checker can place them against ``since``
   (`tests.chaos.rewindcheck`). The drain consumes the copies.
@@ -41,7 +44,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -50,6 +53,7 @@ from cmq.client import Message
 from cmq.errors import CmqError
 
 if TYPE_CHECKING:
+    from tests.chaos.history import Op
     from tests.chaos.workload import Recorder, Workload
 
 SURFACES = ("native", "fifo", "delay", "dlq", "rewind", "stream", "sqs")
@@ -88,6 +92,12 @@ REWIND_GAP = (1.0, 3.0)
 """Seconds between two rewinds."""
 REWIND_BACK = (0.5, 4.0)
 """How far before the runner's wall clock a rewind's ``since`` is (seconds)."""
+REWIND_REACH = 12.0
+"""A rewind reaches back to the last acked message's send when that send began less than this
+many seconds ago (else `REWIND_BACK` alone decides)."""
+REWIND_MARGIN = 1.0
+"""How far before that send's start ``since`` then is (the checker's send tolerance, 0.5 s,
+plus slack)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,11 +244,30 @@ async def rewinder(workload: Workload, process: str) -> None:
         op = client.begin(process, "rewind", REWIND_QUEUE, node)
         op.wall = time.time()
         op.since = op.wall - rng.uniform(*REWIND_BACK)
+        acked = acked_send_wall(workload.history.ops, REWIND_QUEUE)
+        if acked is not None and op.wall - REWIND_REACH < acked - REWIND_MARGIN < op.since:
+            op.since = acked - REWIND_MARGIN
         since = datetime.fromtimestamp(op.since, UTC)
         outcome, count, detail = await client.call(client.node(node).rewind(REWIND_QUEUE, since))
         if count is not None:
             op.rewound = count
         client.end(op, outcome, detail)
+
+
+def acked_send_wall(ops: Sequence[Op], queue: str) -> float | None:
+    """The wall clock at which the first send of the message acked last (the latest ok ack
+    entry, among completed ops) on ``queue`` began; None before any."""
+    key: str | None = None
+    at: float | None = None
+    for op in reversed(ops):
+        if op.queue != queue:
+            continue
+        if key is None:
+            if op.kind == "ack" and op.outcome == "ok":
+                key = next((k for k, ok in zip(op.keys, op.entry_ok, strict=False) if ok), None)
+        elif op.kind == "send" and key in op.keys:
+            at = op.wall
+    return at
 
 
 @dataclass(frozen=True, slots=True)

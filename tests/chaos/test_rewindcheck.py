@@ -13,6 +13,7 @@ from tests.chaos.checker import check
 from tests.chaos.history import Delivery, History, Outcome
 from tests.chaos.rewindcheck import check_rewinds
 from tests.chaos.runner import RunConfig, RunResult
+from tests.chaos.surfaces import REWIND_MARGIN, acked_send_wall
 
 Q = "w"
 WALL = 1000.0
@@ -253,3 +254,21 @@ def test_a_run_with_clock_jumps_notes_the_clock_judged_failures_instead_of_faili
     assert outside in result(Counter()).failures() and outside not in result(Counter()).notes()
     jumped = result(Counter({"clock-jump": 1}))
     assert outside not in jumped.failures() and outside in jumped.notes()
+
+
+def test_a_rewind_to_before_the_last_acked_send_is_one_the_checker_requires() -> None:
+    """The chaos rewinder's reach (`tests.chaos.surfaces.acked_send_wall`): a rewind placed
+    `REWIND_MARGIN` before the send of the message acked last must bring that message back, so
+    the bounded pass's coverage check (``required``) holds however far the consumer lags."""
+    h = Rw()
+    h.send(0.0, 0.1, ["a"])
+    h.send(0.5, 0.6, ["b"])  # sent later, never acked: not the reference
+    h.ack(9.2, 9.3, h.receive(9.0, 9.1, [("a", 1, 1)]))
+    h.receive(9.4, 9.5, [("b", 2, 1)])
+    at = acked_send_wall(h.h.ops, Q)
+    assert at == 0.0 + WALL
+    h.rewind(10.0, 10.1, since=at - WALL - REWIND_MARGIN, count=1)
+    h.receive(11.0, 11.1, [("a", 3, 1)])
+    rep = check_rewinds(h.h.ops)
+    assert rep.failures() == [] and rep.required == 1
+    assert acked_send_wall(h.h.ops, "elsewhere") is None
