@@ -21,7 +21,7 @@ What a rewind to time T does, decided here on every replica alike:
   ``replays``, and a `Tidy` copy of a rewound copy stays one).
 * **Bounded work.** One command copies at most ``limit`` (`REWIND_MAX`) messages with seq at
   least ``from_seq`` and answers where the next part starts, so the leader proposes a long
-  rewind in parts (`cmq.routing.ops`) and no apply reads unboundedly many records.
+  rewind in parts (`cmq.routing.ops.LeaderOps`) and no apply reads unboundedly many records.
 
 FIFO queues refuse a rewind (a copy's new seq would reorder its group).
 """

@@ -51,7 +51,8 @@ from cmq.node.queue_service import CATALOG_CATCH_UP, FORWARDED_POLL_SECONDS, Que
 from cmq.node.scrubber import Scrubber
 from cmq.node.status import describe_repairs, group_digest, render_status
 from cmq.routing.clock import node_clock
-from cmq.routing.ops import LeaderOps, ProduceBuilder
+from cmq.routing.ops import LeaderOps
+from cmq.routing.produce import ProduceBuilder
 from cmq.routing.receipts import ReceiptSigner
 from cmq.routing.router import Router
 from cmq.routing.wakeups import Wakeups, WakingMachine

@@ -48,7 +48,7 @@ from cmq.model import (
 )
 from cmq.node.archive_side import ArchiveSide
 from cmq.node.config import NodeConfig
-from cmq.routing.ops import ProduceBuilder
+from cmq.routing.produce import ProduceBuilder
 from cmq.routing.router import Router
 from cmq.routing.rpc import (
     AckCall,

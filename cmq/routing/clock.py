@@ -2,7 +2,7 @@
 
 It implements raftlog's `raftlog.runtime.host.Clock` over another clock (the operating system's,
 or a simulator's virtual one): ``monotonic`` for timeouts and liveness, and ``wall_ms``, the
-time commands are stamped with (`cmq.routing.ops.LeaderOps.stamp`, through the clock guard
+time commands are stamped with (`cmq.routing.proposer.Proposer.stamp`, through the clock guard
 `cmq.node.clockguard`), which the peers' clock probes report and the guard judges.
 
 Two test hooks shift ``wall_ms``; both are unset in production:

@@ -14,7 +14,7 @@ from cmq.errors import InvalidParameter, Unavailable
 from cmq.fsm.commands import Produce, decode_command
 from cmq.model import OutgoingMessage
 from cmq.node.clockguard import ClockGuard
-from cmq.routing.ops import ProduceBuilder
+from cmq.routing.produce import ProduceBuilder
 from cmq.routing.rpc import decode_call as decode_forwarded
 from raftlog.runtime import MultiRaft
 from raftlog.runtime.clocks import ClockReading

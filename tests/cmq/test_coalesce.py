@@ -27,7 +27,8 @@ from cmq.fsm.commands import (
 )
 from cmq.model import OutgoingMessage, SentMessage
 from cmq.routing.coalesce import MAX_MESSAGES
-from cmq.routing.ops import LeaderOps, ProduceBuilder
+from cmq.routing.ops import LeaderOps
+from cmq.routing.produce import ProduceBuilder
 from cmq.routing.receipts import ReceiptSigner
 from cmq.routing.wakeups import Wakeups
 from raftlog.errors import NotLeader

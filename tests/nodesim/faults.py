@@ -3,7 +3,7 @@
 - `SlowDisks`: the memory disks (`raftlog.storage.memory.MemoryDisks`) with the
   ``disk.slow_fsync`` fault point: a write's completion reaches the node up to 0.2 s late,
   completions still in submission order (as a WAL's).
-- `seeded_ids`: the random prefix of message ids (`cmq.routing.ops.ProduceBuilder`,
+- `seeded_ids`: the random prefix of message ids (`cmq.routing.produce.ProduceBuilder`,
   ``secrets.token_hex``) is drawn from the run's generator, so a seed replays to the same ids.
   Every clock reading of a node comes from its `cmq.node.host.NodeHost` clock.
 - `virtual_scrub_pace` (``--failover`` runs): the scrubber's pacing reads the loop's time, not
@@ -21,7 +21,7 @@ from typing import Any
 from unittest import mock
 
 from cmq.node import scrubber
-from cmq.routing import ops
+from cmq.routing import produce
 from raftlog.buggify import buggify, uniform
 from raftlog.core import ConfState, Entry, HardState, Snapshot
 from raftlog.runtime.group_options import DurableLog
@@ -156,7 +156,7 @@ class SlowDisks:
 
 
 class _Secrets:
-    """``secrets`` for `cmq.routing.ops`, from a seeded generator."""
+    """``secrets`` for `cmq.routing.produce`, from a seeded generator."""
 
     def __init__(self, rng: random.Random) -> None:
         self._rng = rng
@@ -167,8 +167,8 @@ class _Secrets:
 
 @contextmanager
 def seeded_ids(rng: random.Random) -> Iterator[None]:
-    """Draw `cmq.routing.ops`'s message-id randomness from ``rng`` for one run."""
-    with mock.patch.object(ops, "secrets", _Secrets(rng)):
+    """Draw `cmq.routing.produce`'s message-id randomness from ``rng`` for one run."""
+    with mock.patch.object(produce, "secrets", _Secrets(rng)):
         yield
 
 

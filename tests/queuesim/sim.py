@@ -147,7 +147,7 @@ class QueueSim(RuntimeSim):
 
     def rendered(self, sm: object, name: str, res: Leased) -> Delivered:
         """What a consumer gets for ``res``, read from the proposing replica as the service
-        renders it (`cmq.routing.ops`: a lease's result names seqs; ids come from the store). A
+        renders it (`cmq.routing.receive`: a lease's result names seqs; ids come from the store). A
         message no longer live by then (deleted since) is not delivered."""
         assert isinstance(sm, QueueMachine)
         ids = {m.seq: m.id for m in sm.read(name, [lm.seq for lm in res.messages])}
