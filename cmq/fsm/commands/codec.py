@@ -348,31 +348,12 @@ def produce_parts(command: bytes) -> SendParts | None:
     if at + 12 > size:
         return None
     count = _U32.unpack_from(command, at + 8)[0]
-    start = pos = at + 12
-    for _ in range(count):
-        if pos + 4 > size:
-            return None
-        pos += 4 + _U32.unpack_from(command, pos)[0]
-        if pos >= size:
-            return None
-        opts = command[pos]
-        pos += 1
-        if opts & ~_KNOWN_OPTIONS:
-            return None
-        if opts & _HAS_DELAY:
-            pos += 8
-        for bit in (_HAS_DEDUP, _HAS_GROUP):
-            if opts & bit:
-                if pos + 4 > size:
-                    return None
-                pos += 4 + _U32.unpack_from(command, pos)[0]
-        if opts & _HAS_TTL:
-            pos += 8
-        if opts & _HAS_PRIORITY:
-            pos += 1
-        if pos > size:
-            return None
-    if pos != size:  # an import's expected count trails the messages
+    start = at + 12
+    try:
+        _, end = _message_frames(command, start, count)
+    except (InvalidParameter, NewerLayout):
+        return None
+    if end != size:  # an import's expected count trails the messages
         return None
     try:
         queue = command[5:at].decode()
@@ -497,9 +478,42 @@ def _read_produce(r: Reader) -> Produce:
     every replica's apply), each tail checked by `decode_tail` and kept as is."""
     queue, now_ms = r.text(), r.i64()
     count = _count(r, 14)  # u32 tail length, a tail of at least 9 bytes, u8 options
-    data, pos, size = r.data, r.pos, len(r.data)
+    data = r.data
+    frames, after = _message_frames(data, r.pos, count)
     messages: list[NewMessage] = []
     tails: list[bytes] = []
+    for start, end, opts in frames:
+        mid, binary, attrs, in_tail, body_at = decode_tail(data, start, end)
+        if in_tail:  # a command's tail has no level: the options byte carries it
+            raise InvalidParameter("a produced message's record tail carries a priority level")
+        tail = bytes(data[start:end])
+        delay = dedup = group = ttl = None
+        priority = 0
+        if opts:
+            r.seek(end + 1)
+            delay = r.i64() if opts & _HAS_DELAY else None
+            dedup = r.text() if opts & _HAS_DEDUP else None
+            group = r.text() if opts & _HAS_GROUP else None
+            ttl = r.i64() if opts & _HAS_TTL else None
+            priority = r.u8() if opts & _HAS_PRIORITY else 0
+        body = tail[body_at - start :]
+        messages.append(NewMessage(mid, body, binary, attrs, delay, dedup, group, ttl, priority))
+        tails.append(tail)
+    r.seek(after)
+    expect = r.i64() if r.remaining() else None
+    return Produce(queue, now_ms, tuple(messages), tuple(tails), expect)
+
+
+def _message_frames(
+    data: bytes | memoryview, pos: int, count: int
+) -> tuple[list[tuple[int, int, int]], int]:
+    """The framing of the ``count`` messages of a `PRODUCE_RECORDS` from byte ``pos``, the one
+    walk of that layout (`_read_produce` decodes along it, `produce_parts` only measures): per
+    message its tail's start and end and its options byte (its option fields follow that
+    byte), and the byte after the last message. A truncated frame raises `InvalidParameter`,
+    options this release does not know `NewerLayout`; nothing is decoded."""
+    size = len(data)
+    frames: list[tuple[int, int, int]] = []
     for _ in range(count):
         if pos + 4 > size:
             raise InvalidParameter(f"truncated data at byte {pos}")
@@ -507,33 +521,29 @@ def _read_produce(r: Reader) -> Produce:
         end = start + _U32.unpack_from(data, pos)[0]
         if end >= size:  # the options byte follows the tail
             raise InvalidParameter(f"truncated data at byte {pos}")
-        mid, binary, attrs, in_tail, body_at = decode_tail(data, start, end)
-        if in_tail:  # a command's tail has no level: the options byte carries it
-            raise InvalidParameter("a produced message's record tail carries a priority level")
-        tail = bytes(data[start:end])
         opts = data[end]
         pos = end + 1
-        delay = dedup = group = ttl = None
-        priority = 0
         if opts:
             if opts & ~_KNOWN_OPTIONS:
                 raise NewerLayout(
                     f"unknown message options {opts:#x}: from a newer release than this one, which "
                     f"reads the options {_KNOWN_OPTIONS:#x}"
                 )
-            r.seek(pos)
-            delay = r.i64() if opts & _HAS_DELAY else None
-            dedup = r.text() if opts & _HAS_DEDUP else None
-            group = r.text() if opts & _HAS_GROUP else None
-            ttl = r.i64() if opts & _HAS_TTL else None
-            priority = r.u8() if opts & _HAS_PRIORITY else 0
-            pos = r.pos
-        body = tail[body_at - start :]
-        messages.append(NewMessage(mid, body, binary, attrs, delay, dedup, group, ttl, priority))
-        tails.append(tail)
-    r.seek(pos)
-    expect = r.i64() if r.remaining() else None
-    return Produce(queue, now_ms, tuple(messages), tuple(tails), expect)
+            if opts & _HAS_DELAY:
+                pos += 8
+            for bit in (_HAS_DEDUP, _HAS_GROUP):
+                if opts & bit:
+                    if pos + 4 > size:
+                        raise InvalidParameter(f"truncated data at byte {pos}")
+                    pos += 4 + _U32.unpack_from(data, pos)[0]
+            if opts & _HAS_TTL:
+                pos += 8
+            if opts & _HAS_PRIORITY:
+                pos += 1
+            if pos > size:
+                raise InvalidParameter(f"truncated data at byte {size}")
+        frames.append((start, end, opts))
+    return frames, pos
 
 
 def _read_legacy_produce(r: Reader) -> Produce:
