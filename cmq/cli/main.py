@@ -42,6 +42,7 @@ from cmq.cli.keys import (
 )
 from cmq.cli.launch import DEFAULT_HTTP_PORT, DEFAULT_PEER_PORT
 from cmq.cli.nodes import add_node_commands, add_serve_arguments, serve_settings
+from cmq.cli.settings import SERVE_SETTINGS, add_settings, node_settings, resolve
 from cmq.cli.top import add_top_command
 from cmq.upgrade.release import version_line
 
@@ -61,19 +62,6 @@ def _setting(args: argparse.Namespace, conf: dict[str, Any], name: str, default:
     if env is not None:
         return env
     return conf.get(name, default)
-
-
-def _on(value: object) -> bool:
-    """A switch from a flag (``on``/``off``), the environment (also ``1``/``0``, ``true``/
-    ``false``) or TOML (a boolean)."""
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("on", "1", "true", "yes"):
-        return True
-    if text in ("off", "0", "false", "no"):
-        return False
-    raise SystemExit(f"expected on or off, got {value!r}")
 
 
 def _read_secret(args: argparse.Namespace, conf: dict[str, Any]) -> bytes:
@@ -118,31 +106,18 @@ def _serve(args: argparse.Namespace) -> int:
         raise SystemExit("need --node-id, --data-dir and --peers that include this node")
     for d in data_dirs:
         os.makedirs(d, exist_ok=True)
+    values = resolve(args, conf, SERVE_SETTINGS)
     cfg = NodeConfig(
         node_id=node_id,
         peer=peer,
         peers=peers,
         data_dirs=data_dirs,
         secret=_read_secret(args, conf),
-        groups=int(_setting(args, conf, "groups", 4)),
-        max_inflight_sends=int(_setting(args, conf, "max_inflight_sends", 24)),
-        coalesce_sends=_on(_setting(args, conf, "coalesce_sends", True)),
         rejoin=bool(args.rejoin),
         **scale,
-        segment_max_bytes=int(_setting(args, conf, "segment_max_bytes", 64 << 20)),
-        segment_max_age=float(_setting(args, conf, "segment_max_age", 3600)),
-        clock_bound_ms=float(_setting(args, conf, "clock_bound_ms", 500)),
-        scrub_rate=float(_setting(args, conf, "scrub_rate", 2.0)) * (1 << 20),
+        **node_settings(values),
         peer_tls=_peer_tls(args, conf),
-        disk_reserve_bytes=int(_setting(args, conf, "disk_reserve_bytes", 256 << 20)),
-        slow_fsync_seconds=float(_setting(args, conf, "slow_fsync_seconds", 2.0)),
     )
-    if cfg.disk_reserve_bytes < 0 or cfg.slow_fsync_seconds <= 0:
-        raise SystemExit("--disk-reserve-bytes must be >= 0 and --slow-fsync-seconds > 0")
-    if cfg.segment_max_bytes < 1 or cfg.segment_max_age < 0:
-        raise SystemExit("--segment-max-bytes must be >= 1 and --segment-max-age >= 0")
-    if cfg.max_inflight_sends < 1:
-        raise SystemExit("--max-inflight-sends must be at least 1")
 
     from cmq.cli.keys import serve_security
     from cmq.cli.server import run
@@ -151,23 +126,20 @@ def _serve(args: argparse.Namespace) -> int:
 
     try:
         queue_metrics = QueueMetricsSettings.parse(
-            _setting(args, conf, "metrics_queues"), _setting(args, conf, "metrics_top_queues")
+            values["metrics_queues"], values["metrics_top_queues"]
         )
     except InvalidParameter as e:
         raise SystemExit(e.message) from None
 
-    workers = int(_setting(args, conf, "http_workers", 0))
     security = serve_security(args, conf)
-    if workers < 0:
-        raise SystemExit("--http-workers must be >= 0")
 
     from cmq.logs import log_format
 
     try:
-        fmt = log_format(_setting(args, conf, "log_format"))
+        fmt = log_format(values["log_format"])
     except ValueError as e:
         raise SystemExit(str(e)) from None
-    otlp = _setting(args, conf, "otlp_endpoint") or None
+    workers, otlp = values["http_workers"], values["otlp_endpoint"] or None
     return run(cfg, http, security, workers, fmt, queue_metrics=queue_metrics, otlp_endpoint=otlp)
 
 
@@ -408,52 +380,6 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--peer", help="HOST:PORT for peer traffic")
     s.add_argument("--peers", help="ID=HOST:PORT,... for every node (this one included)")
     s.add_argument("--data-dir", action="append", help="a data directory (repeat for more disks)")
-    s.add_argument("--groups", type=int, help="data groups (default 4)")
-    s.add_argument(
-        "--segment-max-bytes",
-        type=int,
-        help="seal a queue's segment at this size (default 64 MiB; recorded per queue)",
-    )
-    s.add_argument(
-        "--segment-max-age",
-        type=float,
-        help="seal a queue's segment at this age in seconds (default 3600)",
-    )
-    s.add_argument(
-        "--coalesce-sends",
-        choices=("on", "off"),
-        help="at the leader, propose the sends to one queue that arrive together as one "
-        "command (default on)",
-    )
-    s.add_argument(
-        "--max-inflight-sends",
-        type=int,
-        help="sends carried at once by this node; more wait (default 24)",
-    )
-    s.add_argument(
-        "--disk-reserve-bytes",
-        type=int,
-        help="free space kept per data directory for receives and acks: below it, sends to "
-        "the groups led there are refused with 507 DiskFull (default 268435456: 256 MiB)",
-    )
-    s.add_argument(
-        "--slow-fsync-seconds",
-        type=float,
-        help="a WAL fsync running longer than this makes its disk slow: the groups led there "
-        "hand their leadership to a peer (default 2)",
-    )
-    s.add_argument(
-        "--http-workers",
-        type=int,
-        help="front-end processes that serve HTTP instead of the node process, sharing the "
-        "port and checking signed requests themselves (default 0, or CMQ_HTTP_WORKERS)",
-    )
-    s.add_argument(
-        "--otlp-endpoint",
-        help="export server spans (send, receive, ack) by OTLP/HTTP to this collector, e.g. "
-        "http://127.0.0.1:4318 (env CMQ_OTLP_ENDPOINT; default: no tracing; needs the "
-        "otel-export extra)",
-    )
     s.add_argument("--secret-file")
     s.add_argument(
         "--peer-tls-cert",
@@ -474,30 +400,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="this node's data was lost: rejoin under the same id without voting until caught "
         "up (required after wiping a node's disk; never on a healthy node)",
     )
-    s.add_argument(
-        "--scrub-rate",
-        type=float,
-        help="MB/s at most that the scrubber re-reads sealed segments and snapshots to find "
-        "damage before a read does (default 2; 0: off)",
-    )
-    s.add_argument(
-        "--log-format",
-        choices=("text", "json"),
-        help="log lines on stderr: text for people (default) or one JSON object per line "
-        '(env CMQ_LOG_FORMAT; docs/operations.md, "Logs")',
-    )
-    s.add_argument(
-        "--metrics-queues",
-        help="GLOB[,GLOB...]: queues whose names match get their own series on /metrics "
-        '(default *); the others are folded into queue="_other"',
-    )
-    s.add_argument(
-        "--metrics-top-queues",
-        type=int,
-        help="at most this many queues (the deepest) get their own series on /metrics; the "
-        'rest are folded into queue="_other" (default 1000)',
-    )
     s.add_argument("--config", help="TOML file with the same settings")
+    add_settings(s, SERVE_SETTINGS)
     add_serve_arguments(s)
     add_serve_security(s)
     s.set_defaults(func=_serve)

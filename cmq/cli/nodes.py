@@ -26,46 +26,26 @@ DEFAULT_URL = "http://127.0.0.1:8080"
 
 
 def add_serve_arguments(s: argparse.ArgumentParser) -> None:
-    """``cmq serve``'s scale-out flags."""
+    """``cmq serve``'s ``--join`` (its ``--zone`` and ``--replication`` are value settings:
+    `cmq.cli.settings`)."""
     s.add_argument(
         "--join",
         help="URL[,URL...] of running nodes: join that cluster (no --peers needed)",
-    )
-    s.add_argument("--zone", help="failure-domain label: a group's replicas prefer distinct zones")
-    s.add_argument(
-        "--replication",
-        type=int,
-        help="voting replicas per data group: 3 (default) or 5",
     )
 
 
 def serve_settings(
     args: argparse.Namespace, conf: dict[str, Any], http: str, node_id: int
 ) -> dict[str, Any]:
-    """`cmq.node.config.NodeConfig` fields from the scale-out flags, then the ``CMQ_JOIN``,
-    ``CMQ_ZONE`` and ``CMQ_REPLICATION`` environment variables, then the TOML file's ``join``,
-    ``zone``, ``replication``; exits with a message on a bad value."""
-
-    def setting(name: str, default: Any) -> Any:
-        value = getattr(args, name)
-        if value is not None:
-            return value
-        return os.environ.get("CMQ_" + name.upper(), conf.get(name, default))
-
-    join = setting("join", None)
-    zone = setting("zone", "")
-    try:
-        replication = int(setting("replication", 3))
-    except ValueError:
-        raise SystemExit("--replication must be 3 or 5 (1 for a single node)") from None
-    if replication not in (1, 3, 5):
-        raise SystemExit("--replication must be 3 or 5 (1 for a single node)")
+    """`cmq.node.config.NodeConfig`'s ``join`` (from ``--join``, then ``CMQ_JOIN``, then the
+    TOML file's ``join``) and ``http``; exits with a message on a bad node id."""
+    join = args.join if args.join is not None else os.environ.get("CMQ_JOIN", conf.get("join"))
     urls: tuple[str, ...] = ()
     if join:
         urls = tuple(u.strip() for u in str(join).split(",") if u.strip())
     if node_id <= 0:
         raise SystemExit("--node-id must be a positive integer")
-    return {"join": urls, "zone": str(zone or ""), "replication": replication, "http": http}
+    return {"join": urls, "http": http}
 
 
 def add_node_commands(sub: Any) -> None:

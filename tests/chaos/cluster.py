@@ -45,14 +45,17 @@ class MountedFS(Protocol):
     def stop(self) -> None: ...
 
 
-# `cmq serve` with the groups' options overridden (the CLI has no flags for them).
+# `cmq serve` with the groups' options overridden (the CLI has no flags for them): NodeConfig
+# with another default, still a dataclass (`cmq.cli.settings` reads its fields' defaults).
 _WITH_GROUP_OPTIONS = """
-import json, sys
+import dataclasses, json, sys
 import cmq.node.config
 from raftlog.runtime import GroupOptions
 options = GroupOptions(**json.loads(sys.argv[1]))
-config = cmq.node.config.NodeConfig
-cmq.node.config.NodeConfig = lambda *a, **kw: config(*a, **kw, group_options=options)
+@dataclasses.dataclass(frozen=True)
+class NodeConfig(cmq.node.config.NodeConfig):
+    group_options: GroupOptions = dataclasses.field(default_factory=lambda: options)
+cmq.node.config.NodeConfig = NodeConfig
 from cmq.cli.main import main
 sys.exit(main(sys.argv[2:]))
 """

@@ -11,6 +11,7 @@ import pytest
 
 from cmq.cli.main import main
 from cmq.cli.nodes import add_serve_arguments, serve_settings
+from cmq.cli.settings import SERVE_SETTINGS, add_settings, resolve
 
 
 def test_node_commands_report_an_unreachable_node_in_one_line_or_as_json(
@@ -47,25 +48,23 @@ def test_node_ids_must_be_integers() -> None:
 def serve_args(*argv: str) -> argparse.Namespace:
     p = argparse.ArgumentParser()
     add_serve_arguments(p)
+    add_settings(p, SERVE_SETTINGS)
     return p.parse_args(list(argv))
 
 
 def test_serve_settings_from_flags_and_file() -> None:
-    got = serve_settings(
-        serve_args("--join", "http://a:1, http://b:2", "--zone", "z"), {}, "h:1", 4
-    )
-    assert got == {
-        "join": ("http://a:1", "http://b:2"),
-        "zone": "z",
-        "replication": 3,
-        "http": "h:1",
-    }
+    args = serve_args("--join", "http://a:1, http://b:2", "--zone", "z")
+    got = serve_settings(args, {}, "h:1", 4)
+    assert got == {"join": ("http://a:1", "http://b:2"), "http": "h:1"}
+    values = resolve(args, {}, SERVE_SETTINGS, environ={})
+    assert values["zone"] == "z" and values["replication"] == 3
     conf = {"replication": 5, "zone": "y"}
-    got = serve_settings(serve_args(), conf, "h:1", 4)
-    assert got["replication"] == 5 and got["zone"] == "y" and got["join"] == ()
-    for bad in ("2", "4", "7"):
+    values = resolve(serve_args(), conf, SERVE_SETTINGS, environ={})
+    assert values["replication"] == 5 and values["zone"] == "y"
+    assert serve_settings(serve_args(), conf, "h:1", 4)["join"] == ()
+    for bad in ("2", "4", "7", "three"):
         with pytest.raises(SystemExit, match="replication"):
-            serve_settings(serve_args("--replication", bad), {}, "h:1", 4)
+            resolve(serve_args("--replication", bad), {}, SERVE_SETTINGS, environ={})
 
 
 def test_drain_wait_polls_until_the_node_holds_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
