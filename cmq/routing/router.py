@@ -39,8 +39,6 @@ import random
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-import orjson
-
 from cmq.catalog import META_GROUP
 from cmq.catalog.meta import CatalogMachine, Refused
 from cmq.errors import CmqError, OutcomeUnknown, QueueNotFound, Unavailable, error_for
@@ -54,6 +52,7 @@ from cmq.routing.rpc import (
     decode_call,
     decode_error,
     encode_error,
+    leader_hint,
 )
 from cmq.upgrade.features import KNOWN as SUPPORTED_FEATURES
 from cmq.upgrade.release import PEER_PROTOCOL_MAX, PEER_PROTOCOL_MIN, RELEASE
@@ -270,10 +269,8 @@ class Router:
             raise RemoteCallError(encode_error(e.code, e.message)) from None
         except (NotLeader, ProposalDropped, RaftOverloaded) as e:
             code = OutcomeUnknown.code if e.outcome_unknown else RETRY
-            if code == RETRY:  # with the leader this node knows, for the caller's next try
-                reply = {"error": code, "message": str(e), "leader": hint}
-                raise RemoteCallError(orjson.dumps(reply)) from None
-            raise RemoteCallError(encode_error(code, str(e))) from None
+            known = hint if code == RETRY else None  # for the caller's next try
+            raise RemoteCallError(encode_error(code, str(e), known)) from None
 
     def _drop_hint(self, group: int, peer: int) -> None:
         if self._hints.get(group) == peer:
@@ -282,10 +279,7 @@ class Router:
     def _note_hint(self, group: int, payload: bytes) -> None:
         if group in self._raft.groups:
             return
-        try:
-            hint = int(orjson.loads(payload).get("leader", 0))
-        except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
-            hint = 0
+        hint = leader_hint(payload)
         if hint and hint != self._id:
             self._hints[group] = hint
         else:

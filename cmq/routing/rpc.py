@@ -344,9 +344,20 @@ RETRY = "Retry"
 leads the group, or its proposal was dropped before reaching the log)."""
 
 
-def encode_error(code: str, message: str) -> bytes:
-    """The payload of a failed forwarded call."""
-    return orjson.dumps({"error": code, "message": message})
+def encode_error(code: str, message: str, leader: int | None = None) -> bytes:
+    """The payload of a failed forwarded call; ``leader``: the group's leader as this node
+    knows it (0: none), sent with `RETRY` for the caller's next try (`leader_hint`)."""
+    if leader is None:
+        return orjson.dumps({"error": code, "message": message})
+    return orjson.dumps({"error": code, "message": message, "leader": leader})
+
+
+def leader_hint(payload: bytes) -> int:
+    """The leader an error payload names (`encode_error`), 0 when it names none."""
+    try:
+        return int(orjson.loads(payload).get("leader", 0))
+    except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
+        return 0
 
 
 def decode_error(payload: bytes) -> CmqError | None:

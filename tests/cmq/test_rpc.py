@@ -47,6 +47,7 @@ from cmq.routing.rpc import (
     decode_call,
     decode_error,
     encode_error,
+    leader_hint,
 )
 from cmq.segment_values import ArchiveResult, ClaimResult, Refused
 
@@ -241,3 +242,12 @@ def test_error_table() -> None:
     garbage = decode_error(b"\xff not json")
     assert isinstance(garbage, Unavailable)
     assert isinstance(decode_error(b"[1, 2]"), Unavailable)
+
+
+def test_a_retry_names_the_leader_this_node_knows_in_the_layout_older_releases_read() -> None:
+    payload = encode_error(RETRY, "not the leader", 3)
+    assert payload == b'{"error":"Retry","message":"not the leader","leader":3}'
+    assert leader_hint(payload) == 3 and decode_error(payload) is None
+    assert leader_hint(encode_error(RETRY, "no leader", 0)) == 0
+    assert leader_hint(encode_error("QueueNotFound", "gone")) == 0
+    assert leader_hint(b"\xff not json") == 0 and leader_hint(b"[3]") == 0
