@@ -21,8 +21,8 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 from prometheus_client import CollectorRegistry
 
+from api.auth.access import SIGNED, NativeOperation, allowed
 from api.auth.access import STREAM as STREAM_ACTIONS
-from api.auth.access import allowed
 from api.auth.guard import CALLER, PRINCIPAL, AuthConfig, auth_middleware
 from api.auth.key_routes import KEY_OPERATIONS, KeyAdministration, add_key_routes
 from api.decoding import decode
@@ -91,8 +91,10 @@ def make_app(
     registry = CollectorRegistry() if registry is None else registry
     middlewares: list[Middleware] = [_middleware]
     if auth is not None:
-        operations = {(r.method, r.path): r.operation_id for r in routes} | KEY_OPERATIONS
-        operations[("GET", STREAM_PATH)] = "openStream"
+        operations = {
+            (r.method, r.path): NativeOperation(r.operation_id, *r.need) for r in routes
+        } | {k: NativeOperation(op) for k, op in KEY_OPERATIONS.items()}  # admin, cluster
+        operations[("GET", STREAM_PATH)] = NativeOperation("openStream", SIGNED)
         middlewares.append(auth_middleware(auth, operations))
     app = web.Application(client_max_size=max_request_bytes, middlewares=middlewares)
     http_metrics = HttpMetrics(registry)

@@ -85,6 +85,7 @@ BACKUP_ROUTES: tuple[Route, ...] = (
         "the queue's leader, nothing changes. The first page (upto=0) fixes the export's bound "
         "(`upto`: the queue's next seq): messages sent after it are not part of the export. "
         "Each page holds the messages live when it is read; follow `next_after` until null.",
+        grant_on_queue=False,  # a whole queue's records: admin on the cluster
     ),
     Route(
         "POST",
@@ -100,5 +101,6 @@ BACKUP_ROUTES: tuple[Route, ...] = (
         "or concurrent import cannot store a message twice. Imported messages bypass the "
         "deduplication window and start with a receive count of 0; `delay_ms` keeps one "
         "invisible for that long (FIFO queues too).",
+        grant_on_queue=False,  # a whole queue's records: admin on the cluster
     ),
 )

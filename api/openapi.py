@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from api.auth.access import OPEN_OPERATIONS
 from api.errors import HTTP_STATUS, status_of
 from api.models import MAX_REQUEST_BYTES, Error
 from api.routes import ROUTES
@@ -103,6 +104,9 @@ def _operation(route: Route) -> Schema:
     }
     if route.description:
         op["description"] = route.description
+    if route.operation_id not in OPEN_OPERATIONS:  # the grant a key needs (docs/api.md)
+        action, on_queue = route.need
+        op["x-cmq-grant"] = {"action": action, "on": "queue" if on_queue else "cluster"}
     params: list[Schema] = []
     if route.names_queue:
         params.append({"$ref": "#/components/parameters/QueueName"})

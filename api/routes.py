@@ -16,6 +16,7 @@ import logging
 
 from msgspec import Struct
 
+from api.auth.access import ANY, DELETE, RECEIVE, SEND, SIGNED
 from api.auth.whoami import WHOAMI_ROUTES
 from api.backup_routes import BACKUP_ROUTES
 from api.message_models import (
@@ -203,6 +204,7 @@ ROUTES: tuple[Route, ...] = (
         list_queues,
         _ok("Every queue, sorted by name", QueueList),
         raises=SERVICE_ERRORS,
+        action=SIGNED,
     ),
     Route(
         "PUT",
@@ -229,6 +231,7 @@ ROUTES: tuple[Route, ...] = (
         get_queue,
         _ok("The queue", Queue),
         raises=QUEUE_ERRORS,
+        action=ANY,
     ),
     Route(
         "PATCH",
@@ -288,6 +291,7 @@ ROUTES: tuple[Route, ...] = (
         raises=(*QUEUE_ERRORS, MessageTooLarge, DiskFull),
         description="Returns only after every message is fsynced on a majority of the queue's "
         "replicas.",
+        action=SEND,
     ),
     Route(
         "GET",
@@ -300,6 +304,7 @@ ROUTES: tuple[Route, ...] = (
         raises=QUEUE_ERRORS,
         description="Read-only: nothing is leased, counted or changed. The messages visible "
         "at the queue's clock as of its leader's last applied command.",
+        action=RECEIVE,
     ),
     Route(
         "POST",
@@ -313,6 +318,7 @@ ROUTES: tuple[Route, ...] = (
         raises=QUEUE_ERRORS,
         description="A received message is invisible to others until its visibility timeout "
         "passes, it is acked, nacked, or its visibility is changed.",
+        action=RECEIVE,
     ),
     Route(
         "POST",
@@ -323,6 +329,7 @@ ROUTES: tuple[Route, ...] = (
         _ok("Per-receipt results, after commit", ResultsResponse),
         request=AckRequest,
         raises=QUEUE_ERRORS,
+        action=DELETE,
     ),
     Route(
         "POST",
@@ -333,6 +340,7 @@ ROUTES: tuple[Route, ...] = (
         _ok("Per-receipt results", ResultsResponse),
         request=VisibilityRequest,
         raises=QUEUE_ERRORS,
+        action=DELETE,
     ),
     Route(
         "POST",
@@ -343,6 +351,7 @@ ROUTES: tuple[Route, ...] = (
         _ok("Per-receipt results", ResultsResponse),
         request=NackRequest,
         raises=QUEUE_ERRORS,
+        action=DELETE,
     ),
     *SEGMENT_ROUTES,
     Route(
@@ -352,6 +361,7 @@ ROUTES: tuple[Route, ...] = (
         "This node's view of every Raft group (role, term, leader, commit, lag)",
         cluster_status,
         _ok("Status", ClusterStatus),
+        action=SIGNED,
     ),
     Route(
         "GET",

@@ -11,6 +11,7 @@ from typing import Any
 
 from msgspec import Struct
 
+from api.auth.access import ADMIN
 from api.auth.caller import Caller
 from api.errors import InvalidJson
 from api.metrics import HttpMetrics
@@ -118,10 +119,23 @@ class Route:
     description: str | None = None
     parameters: tuple[Mapping[str, Any], ...] = ()
     """OpenAPI parameter objects beyond the queue name (other path parts, the query)."""
+    action: str = ADMIN
+    """The grant a caller's key needs (`api.auth.access`: a `cmq.grants` action, ``ANY`` or
+    ``SIGNED``): ``admin`` unless the route names another, so a new route is closed until it
+    is given one. Served without a signature instead: `api.auth.access.OPEN_OPERATIONS`."""
+    grant_on_queue: bool | None = None
+    """Whether ``action`` is needed on the route's queue or on the cluster (None: on the queue
+    when the path names one)."""
 
     @property
     def names_queue(self) -> bool:
         return "{name}" in self.path
+
+    @property
+    def need(self) -> tuple[str, bool]:
+        """The action the route needs and whether on its queue (`api.auth.access.native_need`)."""
+        on_queue = self.names_queue if self.grant_on_queue is None else self.grant_on_queue
+        return self.action, on_queue
 
     @property
     def errors(self) -> tuple[type[CmqError], ...]:

@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from api.auth.access import RECEIVE
 from api.routing import QUEUE_ERRORS, Context, Reply, Response, Route
 from api.segment_models import (
     ArchivedRequest,
@@ -170,6 +171,7 @@ SEGMENT_ROUTES: tuple[Route, ...] = (
         parameters=(_STATE_PARAM,),
         description="Served from the answering node's replica of the queue's group (any node "
         "hosting it; the leader is not needed), so an archive job can prefer a follower.",
+        action=RECEIVE,
     ),
     Route(
         "GET",
@@ -202,6 +204,7 @@ SEGMENT_ROUTES: tuple[Route, ...] = (
         "the binary read instead: the segment's stored bytes with their offsets and outcome "
         "tables, ending with a CRC-32 of the stream (docs/architecture.md, 'Binary segment "
         "read'); otherwise the JSON lines, so a reader checks the answer's Content-Type.",
+        action=RECEIVE,
     ),
     Route(
         "POST",

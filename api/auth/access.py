@@ -8,62 +8,49 @@ particular grant:
 * `SIGNED`: any valid key (listing queue names, the cluster status).
 
 A request whose queue is None needs ``admin`` on ``*`` (cluster administration: nodes, keys,
-group digests). A native route or SQS operation missing from the tables needs ``admin`` too, so
-a new route is closed until it is mapped. The tables are documented in ``docs/api.md``.
+group digests). A native route states its action itself (`api.routing.Route.action`, ``admin``
+unless it says otherwise) and an SQS operation missing from `SQS` needs ``admin``, so a new
+route is closed until it is given one. The tables are documented in ``docs/api.md``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from cmq.grants import ADMIN, DELETE, RECEIVE, SEND, KeyGrant, permits
+
+__all__ = [
+    "ADMIN",
+    "ANY",
+    "DELETE",
+    "OPEN_OPERATIONS",
+    "RECEIVE",
+    "SEND",
+    "SIGNED",
+    "SQS",
+    "STREAM",
+    "NativeOperation",
+    "allowed",
+    "native_need",
+    "sqs_need",
+]
+"""The actions are re-exported: the route tables name them from here, not from `cmq.grants`."""
 
 ANY = "any"
 SIGNED = "signed"
 
-NATIVE: dict[str, tuple[str, bool]] = {
-    # operationId: (action, whether the action is on the route's queue)
-    "listQueues": (SIGNED, False),
-    "createQueue": (ADMIN, True),
-    "getQueue": (ANY, True),
-    "setQueueAttributes": (ADMIN, True),
-    "deleteQueue": (ADMIN, True),
-    "purgeQueue": (ADMIN, True),
-    "rewindQueue": (ADMIN, True),
-    "sendMessages": (SEND, True),
-    "peekMessages": (RECEIVE, True),
-    "receiveMessages": (RECEIVE, True),
-    "ackMessages": (DELETE, True),
-    "changeVisibility": (DELETE, True),
-    "nackMessages": (DELETE, True),
-    "listSegments": (RECEIVE, True),
-    "readSegmentRecords": (RECEIVE, True),
-    "claimSegments": (ADMIN, True),
-    "markSegmentsArchived": (ADMIN, True),
-    "clusterStatus": (SIGNED, False),
-    "whoami": (SIGNED, False),
-    "groupDigest": (ADMIN, False),
-    "listNodes": (ADMIN, False),
-    "joinNode": (ADMIN, False),
-    "drainNode": (ADMIN, False),
-    "activateNode": (ADMIN, False),
-    "removeNode": (ADMIN, False),
-    "setGroups": (ADMIN, False),
-    "listFeatures": (ADMIN, False),
-    "enableFeatures": (ADMIN, False),
-    "listKeys": (ADMIN, False),
-    "createKey": (ADMIN, False),
-    "getKey": (ADMIN, False),
-    "deleteKey": (ADMIN, False),
-    "grantKey": (ADMIN, False),
-    "revokeKey": (ADMIN, False),
-    "exportCatalog": (ADMIN, False),
-    "importCatalog": (ADMIN, False),
-    "exportMessages": (ADMIN, False),
-    "importMessages": (ADMIN, False),
-    "openStream": (SIGNED, False),
-}
-"""Native route (its OpenAPI operationId) -> the action it needs and whether on its queue."""
+
+@dataclass(frozen=True, slots=True)
+class NativeOperation:
+    """A native route as the guard sees it: its OpenAPI operationId, the action it needs and
+    whether on its queue. Each route states these itself (`api.routing.Route.action`, the key
+    routes and the stream in `api.app`); a route the guard has none for needs ``admin``."""
+
+    operation_id: str
+    action: str = ADMIN
+    on_queue: bool = False
+
 
 OPEN_OPERATIONS = frozenset({"healthz", "readyz", "metrics", "openapi"})
 """Native routes served without a signature: probes (Kubernetes and load balancers call them
@@ -115,10 +102,12 @@ def allowed(grants: Iterable[KeyGrant], action: str, queue: str | None) -> bool:
     return permits(grants, action, queue)
 
 
-def native_need(operation_id: str, queue: str) -> tuple[str, str | None]:
-    """(action, queue or None) a native route needs (unmapped: admin on the cluster)."""
-    action, on_queue = NATIVE.get(operation_id, (ADMIN, False))
-    return action, (queue if on_queue and queue else None)
+def native_need(operation: NativeOperation | None, queue: str) -> tuple[str, str | None]:
+    """(action, queue or None) a native route needs (None: a route without a need: admin on
+    the cluster)."""
+    if operation is None:
+        return ADMIN, None
+    return operation.action, (queue if operation.on_queue and queue else None)
 
 
 def sqs_need(operation: str, queue: str | None) -> tuple[str, str | None]:

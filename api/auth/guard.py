@@ -31,7 +31,7 @@ import orjson
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from api.auth.access import OPEN_OPERATIONS, allowed, native_need, sqs_need
+from api.auth.access import OPEN_OPERATIONS, NativeOperation, allowed, native_need, sqs_need
 from api.auth.caller import Caller
 from api.auth.errors import AuthError
 from api.auth.sigv4 import SignedRequest, parse_authorization, verify
@@ -85,15 +85,18 @@ class AccessDenied(AuthError):
     status = 403
 
 
-def auth_middleware(config: AuthConfig, operations: Mapping[tuple[str, str], str]) -> Middleware:
+def auth_middleware(
+    config: AuthConfig, operations: Mapping[tuple[str, str], NativeOperation]
+) -> Middleware:
     """The middleware; ``operations`` maps (method, route template) to the native route's
-    operationId (the routes it does not list are SQS's, the console's, or unknown)."""
+    operationId and need (the routes it does not list are SQS's, the console's, or unknown)."""
 
     @web.middleware
     async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
         resource = request.match_info.route.resource
         template = "" if resource is None else resource.canonical
-        operation = operations.get((request.method, template))
+        native = operations.get((request.method, template))
+        operation = None if native is None else native.operation_id
         if operation in OPEN_OPERATIONS or request.path.startswith("/ui"):
             return await handler(request)
         sqs = operation is None and _SQS_PATH.match(request.path) is not None
@@ -106,8 +109,7 @@ def auth_middleware(config: AuthConfig, operations: Mapping[tuple[str, str], str
             if sqs:
                 action, queue = _sqs_need(request, body)
             else:
-                name = request.match_info.get("name", "")
-                action, queue = native_need(operation or "", name)
+                action, queue = native_need(native, request.match_info.get("name", ""))
             if not allowed(grants, action, queue):
                 on = f"queue {queue}" if queue is not None else "the cluster"
                 raise AccessDenied(f"access key {key_id} is not granted {action} on {on}")

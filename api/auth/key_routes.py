@@ -1,6 +1,7 @@
 """The access key administration routes of the native API (``/v1/keys``), mounted by
-`api.app.make_app` when requests are authenticated. Every one needs ``admin`` on ``*``
-(`api.auth.access.NATIVE`). A key's secret is answered once, by ``POST /v1/keys``.
+`api.app.make_app` when requests are authenticated. Every one needs ``admin`` on ``*`` (the
+guard's default, `api.auth.access.NativeOperation`). A key's secret is answered once, by
+``POST /v1/keys``.
 
 * ``GET /v1/keys``: ``{"keys": [{"access_key_id", "grants", "created_ms"}]}``;
 * ``POST /v1/keys`` ``{"grants": [{"pattern", "actions"}]}``: 201 with the key and its

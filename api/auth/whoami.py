@@ -1,6 +1,6 @@
 """``GET /v1/whoami``: what the signing key may do, for clients that adapt to it (the web
 console shows only what the key is granted). Any valid key may call it
-(`api.auth.access.NATIVE`); on a node serving unsigned requests (``--anonymous``) it answers
+(its `api.routing.Route.action`); on a node serving unsigned requests (``--anonymous``) it answers
 ``anonymous: true`` and no key, since every request is then allowed.
 """
 
@@ -10,6 +10,7 @@ from typing import Annotated
 
 from msgspec import Meta
 
+from api.auth.access import SIGNED
 from api.models import _Response
 from api.routing import Context, Reply, Response, Route
 from cmq.grants import ADMIN, permits
@@ -62,6 +63,7 @@ WHOAMI_ROUTES: tuple[Route, ...] = (
         "receive, delete and admin (admin implies the others on its queues, and on '*' the "
         "cluster's administration). On a node run with --anonymous: anonymous true, no key, "
         "no grants, and every request is allowed.",
+        action=SIGNED,
     ),
 )
 """The route, listed in `api.routes.ROUTES`."""

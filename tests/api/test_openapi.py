@@ -95,6 +95,14 @@ def test_spec_operation_ids_are_unique() -> None:
     assert len(ids) == len(set(ids))
 
 
+def test_each_signed_operation_documents_the_grant_it_needs() -> None:
+    ops = {op["operationId"]: op for item in SPEC["paths"].values() for op in item.values()}
+    assert ops["sendMessages"]["x-cmq-grant"] == {"action": "send", "on": "queue"}
+    assert ops["exportMessages"]["x-cmq-grant"] == {"action": "admin", "on": "cluster"}
+    assert ops["listQueues"]["x-cmq-grant"] == {"action": "signed", "on": "cluster"}
+    assert "x-cmq-grant" not in ops["healthz"]
+
+
 def _non_null(schema: dict[str, Any]) -> dict[str, Any]:
     """The non-null branch of an optional field's schema."""
     if "anyOf" not in schema:
