@@ -121,8 +121,9 @@ class Route:
     """OpenAPI parameter objects beyond the queue name (other path parts, the query)."""
     action: str = ADMIN
     """The grant a caller's key needs (`api.auth.access`: a `cmq.grants` action, ``ANY`` or
-    ``SIGNED``): ``admin`` unless the route names another, so a new route is closed until it
-    is given one. Served without a signature instead: `api.auth.access.OPEN_OPERATIONS`."""
+    ``SIGNED``): ``admin`` unless the route names another, so a new route is open to
+    administrators only until it is given its action. Served without a signature instead:
+    `api.auth.access.OPEN_OPERATIONS`."""
     grant_on_queue: bool | None = None
     """Whether ``action`` is needed on the route's queue or on the cluster (None: on the queue
     when the path names one)."""

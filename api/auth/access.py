@@ -8,9 +8,10 @@ particular grant:
 * `SIGNED`: any valid key (listing queue names, the cluster status).
 
 A request whose queue is None needs ``admin`` on ``*`` (cluster administration: nodes, keys,
-group digests). A native route states its action itself (`api.routing.Route.action`, ``admin``
-unless it says otherwise) and an SQS operation missing from `SQS` needs ``admin``, so a new
-route is closed until it is given one. The tables are documented in ``docs/api.md``.
+group digests). A native route states its action itself (`api.routing.Route.action`; unless it
+says otherwise ``admin``, on its queue when its path names one, else on the cluster) and an SQS
+operation missing from `SQS` needs ``admin`` on the cluster, so a new route is open to
+administrators only until it is given its action. The tables are documented in ``docs/api.md``.
 """
 
 from __future__ import annotations
