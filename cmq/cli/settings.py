@@ -6,7 +6,7 @@ A value comes from the flag, else the environment variable ``CMQ_<NAME>``, else 
 ``<name>``, else the default (`resolve`). A value that does not parse or is out of range exits
 with ``--<flag> must be <requirement>``. The flags' help texts name the default and the
 variable (`add_settings`). Settings that are not one value (``--data-dir``, ``--peers``, the
-secret, TLS files, ``--rejoin``) stay with the command (`cmq.cli.main`, `cmq.cli.keys`).
+secret, TLS files, ``--rejoin``) stay with the command (`cmq.cli.serve`, `cmq.cli.keys`).
 """
 
 from __future__ import annotations

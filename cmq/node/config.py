@@ -1,4 +1,4 @@
-"""`NodeConfig`: one node's settings, as `cmq.cli.main` reads them from flags, the environment or
+"""`NodeConfig`: one node's settings, as `cmq.cli.serve` reads them from flags, the environment or
 a TOML file and `cmq.node.queue_node.QueueNode` is built from them. Values only: nothing here
 opens, binds or reads anything.
 """
@@ -19,7 +19,7 @@ __all__ = ["NodeConfig"]
 
 @dataclass(frozen=True, slots=True)
 class NodeConfig:
-    """One node's settings (from flags, environment or a TOML file; see `cmq.cli.main`)."""
+    """One node's settings (from flags, environment or a TOML file; see `cmq.cli.serve`)."""
 
     node_id: int
     peer: Address

@@ -14,7 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from cmq.cli import main as cli
+from cmq.cli import launch
 from tests.deploy.chart import ALL_ON, CHART, MONITORING_APIS, helm, one, render
 from tests.deploy.pods import expand
 
@@ -72,12 +72,12 @@ def test_renders_valid_manifests_at_3_and_5_replicas(replicas: int, scaling: str
     peers = re.search(r'--peers "([^"]+)"', script)
     assert peers is not None
     founders = 3 if scaling == "join" else replicas
-    expected = ",".join(f"{i + 1}={_host(i)}:{cli.DEFAULT_PEER_PORT}" for i in range(founders))
+    expected = ",".join(f"{i + 1}={_host(i)}:{launch.DEFAULT_PEER_PORT}" for i in range(founders))
     assert peers.group(1) == expected
     joins = re.search(r'--join "([^"]+)"', script)
     assert joins is not None
     assert joins.group(1) == ",".join(
-        f"http://{_host(i)}:{cli.DEFAULT_HTTP_PORT}" for i in range(founders)
+        f"http://{_host(i)}:{launch.DEFAULT_HTTP_PORT}" for i in range(founders)
     )
     headless = one(docs, "Service", "-headless")
     assert headless["spec"]["clusterIP"] == "None"
@@ -107,7 +107,7 @@ def test_scale_down_hook_drains_the_nodes_above_the_new_count() -> None:
     # its requests are signed with the credential derived from the cluster secret
     secret = next(e for e in c["env"] if e["name"] == "CMQ_SECRET")
     assert secret["valueFrom"]["secretKeyRef"]["name"] == "q-cmq-secret"
-    assert env["CMQ_URL"] == f"http://q-cmq.default.svc.cluster.local:{cli.DEFAULT_HTTP_PORT}"
+    assert env["CMQ_URL"] == f"http://q-cmq.default.svc.cluster.local:{launch.DEFAULT_HTTP_PORT}"
     assert c["command"] == ["python", "-c"]
     compile(c["args"][0], "scaledown", "exec")  # the script is valid Python
     assert pod["securityContext"]["runAsNonRoot"] is True
@@ -152,7 +152,7 @@ def test_optional_parts_render_only_where_their_api_exists() -> None:
     assert container["args"][:5] == [
         "archive",
         "--url",
-        f"http://q-cmq.default.svc.cluster.local:{cli.DEFAULT_HTTP_PORT}",
+        f"http://q-cmq.default.svc.cluster.local:{launch.DEFAULT_HTTP_PORT}",
         "--out",
         "/var/lib/cmq-archive",
     ]
@@ -214,7 +214,7 @@ def test_pod_spec_is_restricted_probed_and_spread() -> None:
     zone = env["CMQ_ZONE"]["valueFrom"]["fieldRef"]["fieldPath"]
     assert zone == "metadata.labels['topology.kubernetes.io/zone']"
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-    assert ports == {"http": cli.DEFAULT_HTTP_PORT, "peer": cli.DEFAULT_PEER_PORT}
+    assert ports == {"http": launch.DEFAULT_HTTP_PORT, "peer": launch.DEFAULT_PEER_PORT}
 
 
 def _serve_argv(sts: dict[str, Any], pod: str, tmp_path: Path) -> list[str]:
@@ -250,13 +250,13 @@ def test_founders_found_and_the_other_pods_join(scaling: str, tmp_path: Path) ->
     for ordinal in range(5):
         words = _serve_argv(sts, f"q-cmq-{ordinal}", tmp_path)
         # The address the other nodes dial (and the catalog records): the stable DNS name.
-        assert words[words.index("--peer") + 1] == f"{_host(ordinal)}:{cli.DEFAULT_PEER_PORT}"
+        assert words[words.index("--peer") + 1] == f"{_host(ordinal)}:{launch.DEFAULT_PEER_PORT}"
         founder = scaling == "static" or ordinal < 3
         assert ("--peers" in words) == founder, words
         assert ("--join" in words) == (not founder), words
         if not founder:
             assert words[words.index("--join") + 1].split(",")[0] == (
-                f"http://{_host(0)}:{cli.DEFAULT_HTTP_PORT}"
+                f"http://{_host(0)}:{launch.DEFAULT_HTTP_PORT}"
             )
 
 

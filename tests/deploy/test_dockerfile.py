@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from dockerfile_parse import DockerfileParser
 
+from cmq.cli import launch
 from cmq.cli import main as cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,12 +115,12 @@ def test_runs_as_a_non_root_user_created_in_the_image(dockerfile: DockerfilePars
 def test_ports_and_listen_addresses_match_the_cli_defaults(dockerfile: DockerfileParser) -> None:
     final = _final_stage(dockerfile)
     exposed = {int(p.split("/")[0]) for v in _values(final, "EXPOSE") for p in v.split()}
-    assert exposed == {cli.DEFAULT_HTTP_PORT, cli.DEFAULT_PEER_PORT}
+    assert exposed == {launch.DEFAULT_HTTP_PORT, launch.DEFAULT_PEER_PORT}
     env = dockerfile.envs
     # In a container the node listens on every interface, on the default ports.
-    assert env["CMQ_HTTP"] == f"0.0.0.0:{cli.DEFAULT_HTTP_PORT}"
-    assert env["CMQ_PEER"] == f"0.0.0.0:{cli.DEFAULT_PEER_PORT}"
-    assert cli.DEFAULT_URL.endswith(f":{cli.DEFAULT_HTTP_PORT}")
+    assert env["CMQ_HTTP"] == f"0.0.0.0:{launch.DEFAULT_HTTP_PORT}"
+    assert env["CMQ_PEER"] == f"0.0.0.0:{launch.DEFAULT_PEER_PORT}"
+    assert cli.DEFAULT_URL.endswith(f":{launch.DEFAULT_HTTP_PORT}")
 
 
 def test_data_lives_under_the_volume(dockerfile: DockerfileParser) -> None:
