@@ -108,9 +108,9 @@ def _serve(args: argparse.Namespace) -> int:
     data_dirs = tuple([dirs] if isinstance(dirs, str) else dirs or [])
     if not node_id or not data_dirs or node_id not in peers:
         raise SystemExit("need --node-id, --data-dir and --peers that include this node")
+    values = resolve(args, conf, SERVE_SETTINGS)  # a bad value exits before a directory is made
     for d in data_dirs:
         os.makedirs(d, exist_ok=True)
-    values = resolve(args, conf, SERVE_SETTINGS)
     cfg = NodeConfig(
         node_id=node_id,
         peer=peer,

@@ -7,9 +7,11 @@ import argparse
 import dataclasses
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from cmq.cli.main import main
 from cmq.cli.settings import SERVE_SETTINGS, add_settings, node_settings, resolve
 from cmq.node.config import NodeConfig
 
@@ -74,3 +76,11 @@ def test_building_the_parser_imports_no_node_module() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_a_bad_setting_stops_serve_before_anything_is_stored(tmp_path: Path) -> None:
+    data = tmp_path / "d1"
+    argv = ["serve", "--node-id", "1", "--data-dir", str(data), "--groups", "0"]
+    with pytest.raises(SystemExit, match="--groups must be at least 1"):
+        main(argv)
+    assert not data.exists()
