@@ -5,7 +5,7 @@ the data groups (their replicas, founding voters and the replica move in flight,
 `cmq.catalog.placement`), and which data group holds each queue. Every node applies the meta group
 (as a voter or a learner), so any node can route a request without asking anyone. Writes are rare
 (queue creation and deletion, nodes joining and leaving, move steps), so commands and snapshots are
-JSON.
+JSON: the commands' bytes are `cmq.catalog.commands`', the snapshot's `cmq.catalog.image`'.
 
 Versions: a command's ``op`` is its version marker (an op this release does not know, ``key.*``
 included, is a newer release's: the group stops with `NewerFormat` naming the entry, the op and
@@ -49,6 +49,8 @@ from typing import Any
 import msgspec
 import orjson
 
+from cmq.catalog import commands
+from cmq.catalog.image import CATALOG_IMAGE_VERSION, CatalogImage, decode_image, encode_image
 from cmq.catalog.keys import KeyRefused, KeyStore
 from cmq.catalog.placement import (
     ACTIVE,
@@ -86,40 +88,6 @@ class Refused:
 
     code: str
     message: str
-
-
-CATALOG_IMAGE_VERSION = 1
-"""The catalog image's layout version (omitted when 1, so images from before it are identical).
-A reader refuses a newer version, and any field it does not know, by name."""
-
-
-class _Image(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
-    """The catalog image. Field order and defaults are 0.1.0's (``queues``, ``nodes`` and
-    ``groups`` are always written, even empty: 0.1.0 requires them), then the fields added
-    since, omitted at their defaults, so a catalog with no flag enabled encodes to the bytes
-    0.1.0 writes (golden sample ``catalog_image.no_flags``)."""
-
-    queues: dict[str, int]
-    nodes: dict[int, NodeInfo]
-    groups: dict[int, GroupPlacement]
-    replication: int = 0
-    founders: tuple[int, ...] = ()
-    meta: dict[str, dict[str, str]] = {}
-    keys: dict[str, Any] = {}
-    version: int = CATALOG_IMAGE_VERSION
-    features: dict[str, int] = {}
-
-
-_image_decoder = msgspec.json.Decoder(_Image)
-
-
-class _ImageVersion(msgspec.Struct, frozen=True):
-    """The version of a catalog image alone (any other field ignored)."""
-
-    version: int = CATALOG_IMAGE_VERSION
-
-
-_image_version_decoder = msgspec.json.Decoder(_ImageVersion)
 
 
 class CatalogMachine:
@@ -161,103 +129,23 @@ class CatalogMachine:
         round on every node): dropped by every `apply` and `restore`, the only ways
         placements and nodes change."""
 
-    # -- commands ---------------------------------------------------------------------------------
-    @staticmethod
-    def assign(name: str) -> bytes:
-        """Command: place ``name`` (idempotent). Result: its `Assignment`."""
-        return orjson.dumps({"op": "assign", "name": name})
-
-    @staticmethod
-    def remove(name: str) -> bytes:
-        """Command: forget ``name``. Result: True if it was known."""
-        return orjson.dumps({"op": "remove", "name": name})
-
-    @staticmethod
-    def register_node(
-        node: int,
-        address: str,
-        data_dirs: list[str] | tuple[str, ...],
-        zone: str = "",
-        http: str = "",
-    ) -> bytes:
-        """Command: record a node (idempotent; keeps its state). Result: True."""
-        return orjson.dumps(
-            {
-                "op": "node",
-                "name": str(node),
-                "address": address,
-                "data_dirs": list(data_dirs),
-                "zone": zone,
-                "http": http,
-            }
-        )
-
-    @staticmethod
-    def init(groups: int, replication: int, founders: list[int]) -> bytes:
-        """Command: found ``groups`` data groups (ids 1..groups) with ``replication`` replicas
-        each, once every one of ``founders`` registered, enabling every feature flag this
-        release knows (a cluster forms on one release). Result: True when initialized (now or
-        before), `Refused` while a founder is missing."""
-        return orjson.dumps(
-            {
-                "op": "init",
-                "name": "",
-                "groups": groups,
-                "replication": replication,
-                "founders": founders,
-                "features": sorted(feature_flags.KNOWN),
-            }
-        )
-
-    @staticmethod
-    def enable_feature(name: str) -> bytes:
-        """Command: enable feature flag ``name`` (idempotent). Result: True if it was not yet
-        enabled. The proposer first checks every registered node supports it."""
-        return orjson.dumps({"op": "feature", "name": name})
+    # -- commands (`cmq.catalog.commands`) --------------------------------------------------------
+    assign = staticmethod(commands.assign)
+    remove = staticmethod(commands.remove)
+    register_node = staticmethod(commands.register_node)
+    init = staticmethod(commands.init)
+    enable_feature = staticmethod(commands.enable_feature)
+    drain = staticmethod(commands.drain)
+    activate = staticmethod(commands.activate)
+    forget = staticmethod(commands.forget)
+    moved = staticmethod(commands.moved)
+    set_groups = staticmethod(commands.set_groups)
+    hosts = staticmethod(commands.hosts)
+    update_meta = staticmethod(commands.update_meta)
 
     def feature_enabled(self, name: str) -> bool:
         """Whether flag ``name`` is enabled in this catalog (as applied here)."""
         return name in self.features
-
-    @staticmethod
-    def drain(node: int) -> bytes:
-        """Command: move every replica off ``node``. Result: True or `Refused`."""
-        return orjson.dumps({"op": "drain", "name": str(node)})
-
-    @staticmethod
-    def activate(node: int) -> bytes:
-        """Command: a draining ``node`` takes replicas again. Result: True or `Refused`."""
-        return orjson.dumps({"op": "activate", "name": str(node)})
-
-    @staticmethod
-    def forget(node: int) -> bytes:
-        """Command: forget ``node`` (it must hold no replica). Result: True or `Refused`."""
-        return orjson.dumps({"op": "forget", "name": str(node)})
-
-    @staticmethod
-    def moved(group: int, add: int, remove: int) -> bytes:
-        """Command: ``group``'s move (add, remove) completed. Result: True if it was the move in
-        flight (False: already recorded or another move)."""
-        return orjson.dumps({"op": "moved", "name": str(group), "add": add, "remove": remove})
-
-    @staticmethod
-    def set_groups(groups: int) -> bytes:
-        """Command: grow the number of data groups to ``groups``. Result: the ids of the groups
-        added (empty when there were that many already), or `Refused` (fewer than today, over
-        `MAX_DATA_GROUPS`, or not initialized)."""
-        return orjson.dumps({"op": "groups", "name": "", "groups": groups})
-
-    @staticmethod
-    def hosts(node: int) -> bytes:
-        """Command (a read through the log, so linearizable): the data groups ``node`` should
-        run a replica of. Result: a list of group ids."""
-        return orjson.dumps({"op": "hosts", "name": str(node)})
-
-    @staticmethod
-    def update_meta(name: str, changes: dict[str, str], unset: list[str]) -> bytes:
-        """Command: set ``changes`` and remove the keys ``unset`` in the metadata of ``name``.
-        Result: the metadata after the change, or None when ``name`` is not placed."""
-        return orjson.dumps({"op": "meta", "name": name, "set": changes, "unset": unset})
 
     def apply(self, index: int, command: bytes) -> object:
         self._hosted.clear()
@@ -532,7 +420,7 @@ class CatalogMachine:
 
     # -- snapshots --------------------------------------------------------------------------------
     def snapshot(self) -> bytes:
-        image = _Image(  # sorted: equal catalogs have equal images
+        image = CatalogImage(  # sorted: equal catalogs have equal images
             queues=dict(sorted(self.queues.items())),
             nodes=dict(sorted(self.nodes.items())),
             groups=dict(sorted(self.placements.items())),
@@ -542,7 +430,7 @@ class CatalogMachine:
             keys=self.keys.image() if self.keys.keys or self.keys.bootstrap else {},
             features=dict(sorted(self.features.items())),
         )
-        return msgspec.json.encode(image)
+        return encode_image(image)
 
     def restore(self, index: int, data: bytes) -> None:
         self._hosted.clear()
@@ -550,19 +438,7 @@ class CatalogMachine:
         if not data:
             self.__init__()  # type: ignore[misc]
             return
-        try:  # the version first: a newer image may have fields this release does not know
-            version = _image_version_decoder.decode(data).version
-        except msgspec.DecodeError as e:
-            raise InvariantBroken(f"undecodable catalog snapshot at {index}: {e}") from None
-        if version > CATALOG_IMAGE_VERSION:
-            raise NewerFormat(
-                f"catalog snapshot at {index} has version {version}; this release reads versions "
-                f"up to {CATALOG_IMAGE_VERSION} (release {RELEASE}): a newer release wrote it"
-            )
-        try:
-            image = _image_decoder.decode(data)
-        except msgspec.DecodeError as e:
-            raise InvariantBroken(f"undecodable catalog snapshot at {index}: {e}") from None
+        image = decode_image(index, data)
         self.queues = dict(image.queues)
         self._load = {}
         for g in self.queues.values():
@@ -576,4 +452,12 @@ class CatalogMachine:
         self.features = dict(image.features)
 
 
-__all__ = ["Assignment", "CatalogMachine", "GroupPlacement", "Move", "NodeInfo", "Refused"]
+__all__ = [
+    "CATALOG_IMAGE_VERSION",
+    "Assignment",
+    "CatalogMachine",
+    "GroupPlacement",
+    "Move",
+    "NodeInfo",
+    "Refused",
+]
