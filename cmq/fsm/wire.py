@@ -169,6 +169,15 @@ class Reader:
     def remaining(self) -> int:
         return self._len - self._pos
 
+    def count(self, item_size: int) -> int:
+        """A u32 item count, rejected (`InvalidParameter`) when the remaining bytes cannot hold
+        that many items of at least ``item_size`` bytes (so a forged count cannot make a
+        decoder loop or allocate for nothing)."""
+        n = self.u32()
+        if n * item_size > self._len - self._pos:
+            raise InvalidParameter(f"count {n} exceeds the remaining {self.remaining()} bytes")
+        return n
+
     def end(self) -> None:
         """Raise if bytes are left over."""
         if self._pos != self._len:

@@ -9,14 +9,10 @@ result it is answered with (its ``result_type``); `cmq.fsm.commands.codec` is th
 
 from cmq.fsm.commands.codec import (
     CommandType,
-    SendParts,
     decode_command,
     encode_ack,
     encode_command,
-    merge_produce,
-    produce_parts,
     read_attributes,
-    restamp_produce,
     write_attributes,
 )
 from cmq.fsm.commands.definitions import (
@@ -39,6 +35,7 @@ from cmq.fsm.commands.definitions import (
     SetAttributes,
     Tidy,
 )
+from cmq.fsm.commands.sends import SendParts, merge_produce, produce_parts, restamp_produce
 from cmq.fsm.results import (
     CommandFailed,
     Created,

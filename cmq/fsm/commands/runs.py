@@ -56,9 +56,7 @@ def read_ack_runs(r: Reader) -> Ack:
     """Inverse of `write_ack_runs`: the `Ack` of the expanded entries; a malformed body (an
     empty run, a run leaving the i64 range, more than `MAX_RUN_ENTRIES`) `InvalidParameter`."""
     queue, now_ms = r.text(), r.i64()
-    count = r.u32()
-    if count * _RUN_SIZE > r.remaining():
-        raise InvalidParameter(f"count {count} exceeds the remaining {r.remaining()} bytes")
+    count = r.count(_RUN_SIZE)
     entries: list[tuple[int, int]] = []
     for _ in range(count):
         seq0, lease0, n = r.i64(), r.i64(), r.u32()
