@@ -24,22 +24,20 @@ from __future__ import annotations
 
 import logging
 import struct
-import zlib
 from abc import ABC, abstractmethod
 from array import array
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from cmq.errors import InvalidParameter, InvariantBroken, NewerFormat, NewerLayout, SegmentDamaged
+from cmq.errors import InvalidParameter, InvariantBroken, NewerLayout, SegmentDamaged
+from cmq.fsm.message_cache import MessageCache
+from cmq.fsm.record_check import check_frame, decode_record, scan_records
 from cmq.fsm.segindex import INDEX_VERSION, SegmentIndex, decode_index, encode_index
 from cmq.fsm.store import (
     FRAME,
     RecoveredSegment,
     SegmentLayout,
     StoredMessage,
-    decode_payload,
-    record_times,
 )
 
 __all__ = ["DEFAULT_CACHE_BYTES", "FramedStore", "Key", "RecoveryCounts"]
@@ -112,9 +110,7 @@ class FramedStore(ABC):
         # Per segment: the byte offset of each record plus a final entry = the end of the last.
         self._offsets: dict[Key, array[int]] = {}
         # Recently appended messages, oldest first; bounded by the approximate body bytes.
-        self._cache: OrderedDict[Key, StoredMessage] = OrderedDict()
-        self._cache_bytes = 0
-        self._cache_limit = cache_bytes
+        self._cache = MessageCache(cache_bytes)
         self._index_gate: Callable[[], bool] = _open if indexes else _closed
         # Times of the records of unsealed segments created (or recovered) with the gate open.
         self._times: dict[Key, _Collected] = {}
@@ -221,7 +217,7 @@ class FramedStore(ABC):
                 if len(pending) - used < FRAME.size + length:
                     break
                 view = memoryview(pending)[used:]
-                payload, times = self._check_frame(key, base + used, view, seq)
+                payload, times = check_frame(self._describe(key), base + used, view, seq)
                 seq = times[0] + 1
                 used += FRAME.size + len(payload)
             pending = pending[used:]
@@ -239,7 +235,7 @@ class FramedStore(ABC):
         key = (queue, segment)
         self._close(key)
         self._discard(key)
-        self._forget(key)
+        self._cache.forget(key)
         self._offsets.pop(key, None)
         self._write(key, data)
 
@@ -266,7 +262,7 @@ class FramedStore(ABC):
             expected_seq += 1
             end += len(f)
             offsets.append(end)
-            self._remember((queue, m.seq), m)
+            self._cache.remember((queue, m.seq), m)
         times = self._times.get(key)
         if times is not None:
             times.sent_at.extend([m.sent_at_ms for m in messages])
@@ -295,7 +291,7 @@ class FramedStore(ABC):
             raise InvariantBroken(f"{self._describe(key)}: no record for seq {seq}")
         start, end = offsets[rel], offsets[rel + 1]
         data = self._pread(key, start, end - start)
-        message, _ = self._decode(key, start, memoryview(data), seq)
+        message, _ = decode_record(self._describe(key), start, memoryview(data), seq)
         return message
 
     def release(self, queue: str, segment: int) -> None:
@@ -303,14 +299,13 @@ class FramedStore(ABC):
         offsets = self._offsets.pop(key, None)
         if offsets is not None:
             for seq in range(segment, segment + len(offsets) - 1):
-                self._forget((queue, seq))
+                self._cache.forget((queue, seq))
         self._discard(key)
 
     def drop_queue(self, queue: str) -> None:
         for key in [k for k in self._offsets if k[0] == queue]:
             del self._offsets[key]
-        for ck in [k for k in self._cache if k[0] == queue]:
-            self._forget(ck)
+        self._cache.forget_queue(queue)
         for key in [k for k in self._staged if k[0] == queue]:
             del self._staged[key]
         for key in [k for k in self._times if k[0] == queue]:
@@ -322,7 +317,6 @@ class FramedStore(ABC):
     ) -> dict[str, list[RecoveredSegment]]:
         self._offsets.clear()
         self._cache.clear()
-        self._cache_bytes = 0
         self._times.clear()
         self._staged.clear()  # staged again below for every sealed segment still listed
         wanted = {q: {s.first_seq for s in segs} for q, segs in layout.items()}
@@ -464,7 +458,7 @@ class FramedStore(ABC):
             start = index.offsets[-2]
             last = layout.first_seq + index.count - 1
             data = memoryview(self._pread(key, start, index.size - start))
-            payload, (_, sent, vis) = self._check_frame(key, start, data, last)
+            payload, (_, sent, vis) = check_frame(self._describe(key), start, data, last)
             if FRAME.size + len(payload) != len(data) or (sent, vis) != (
                 index.sent_at[-1],
                 index.visible_at[-1],
@@ -481,86 +475,7 @@ class FramedStore(ABC):
     def _scan_records(
         self, key: Key, layout: SegmentLayout, prefix: SegmentIndex | None
     ) -> tuple[array[int], array[int], array[int]]:
-        """The offsets, send and visibility times of every record up to the layout's size:
-        those of ``prefix`` (an index of the first records) and the records after it, each
-        record read checked (`SegmentDamaged` on damage)."""
-        where = self._describe(key)
-        if prefix is None:
-            offsets: array[int] = array("Q", [0])
-            sent_at: array[int] = array("q")
-            visible_at: array[int] = array("q")
-            pos = 0
-        else:
-            offsets, sent_at, visible_at = prefix.offsets, prefix.sent_at, prefix.visible_at
-            pos = prefix.size
-        seq = layout.first_seq + len(sent_at)
-        data = memoryview(self._pread(key, pos, layout.size - pos))
-        base = pos
-        while pos < layout.size:
-            payload, (s, sent, vis) = self._check_frame(key, pos, data[pos - base :], seq)
-            pos += FRAME.size + len(payload)
-            offsets.append(pos)
-            sent_at.append(sent)
-            visible_at.append(vis)
-            seq = s + 1
-        if len(sent_at) != layout.count:
-            raise SegmentDamaged(
-                where,
-                -1,
-                f"{len(sent_at)} records up to byte {layout.size}, "
-                f"the snapshot records {layout.count}",
-            )
-        return offsets, sent_at, visible_at
-
-    def _check_frame(
-        self, key: Key, offset: int, data: memoryview, seq: int
-    ) -> tuple[memoryview, tuple[int, int, int]]:
-        """The payload of the frame at the start of ``data`` (stored at ``offset``) and its
-        times; any damage is `InvariantBroken` naming the segment and offset."""
-        where = self._describe(key)
-        if len(data) < FRAME.size:
-            raise SegmentDamaged(where, offset, "torn record header")
-        length, crc = FRAME.unpack_from(data, 0)
-        payload = data[FRAME.size : FRAME.size + length]
-        if len(payload) != length:
-            raise SegmentDamaged(where, offset, "torn record")
-        if zlib.crc32(payload) != crc:
-            raise SegmentDamaged(where, offset, "checksum mismatch in the record")
-        try:
-            times = record_times(payload)
-        except InvalidParameter as e:
-            raise SegmentDamaged(where, offset, f"bad record: {e}") from None
-        if times[0] != seq:
-            raise SegmentDamaged(where, offset, f"seq {times[0]} where {seq} belongs")
-        return payload, times
-
-    def _decode(
-        self, key: Key, offset: int, data: memoryview, seq: int
-    ) -> tuple[StoredMessage, int]:
-        payload, _ = self._check_frame(key, offset, data, seq)
-        try:
-            return decode_payload(payload)
-        except NewerLayout as e:
-            where = self._describe(key)
-            raise NewerFormat(f"{where}: the record at offset {offset}: {e}") from None
-        except InvalidParameter as e:
-            raise SegmentDamaged(self._describe(key), offset, f"bad record: {e}") from None
-
-    def _remember(self, key: Key, message: StoredMessage) -> None:
-        if self._cache_limit <= 0:
-            return
-        self._cache[key] = message
-        self._cache_bytes += _cost(message)
-        while self._cache_bytes > self._cache_limit and self._cache:
-            _, old = self._cache.popitem(last=False)
-            self._cache_bytes -= _cost(old)
-
-    def _forget(self, key: Key) -> None:
-        old = self._cache.pop(key, None)
-        if old is not None:
-            self._cache_bytes -= _cost(old)
-
-
-def _cost(m: StoredMessage) -> int:
-    """Approximate memory of a cached message (body plus a fixed overhead)."""
-    return len(m.body) + 256
+        """`scan_records` of segment ``key``."""
+        return scan_records(
+            self._describe(key), lambda at, n: self._pread(key, at, n), layout, prefix
+        )

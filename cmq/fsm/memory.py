@@ -39,7 +39,6 @@ class MemorySegmentStore(FramedStore):
     def drop_cache(self) -> None:
         """Forget the cached messages (a later read goes to the bytes)."""
         self._cache.clear()
-        self._cache_bytes = 0
 
     def crash(self) -> None:
         """Power loss: every segment falls back to its size at the last flush (segments never
@@ -51,7 +50,6 @@ class MemorySegmentStore(FramedStore):
         }
         self._offsets.clear()
         self._cache.clear()
-        self._cache_bytes = 0
         self._times.clear()
         self._staged.clear()
 
