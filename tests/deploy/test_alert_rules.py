@@ -40,207 +40,201 @@ def _fires(alert: str, at: str, *alerts: dict[str, str]) -> dict[str, Any]:
     }
 
 
-VISIBLE = "cmq_queue_messages_visible"
+def _case(
+    alert: str,
+    severity: str,
+    series: list[dict[str, str]],
+    silent_at: str,
+    fires: dict[str, list[dict[str, str]]],
+) -> tuple[str, dict[str, Any]]:
+    """``alert``'s case: its input ``series``, the alert silent at ``silent_at``, and at each time
+    of ``fires`` exactly the listed label sets firing (at ``severity``)."""
+    checks = [_fires(alert, silent_at)]
+    checks += [
+        _fires(alert, at, *({**a, "severity": severity} for a in f)) for at, f in fires.items()
+    ]
+    return alert, {"input_series": series, "alert_rule_test": checks}
 
-CASES: dict[str, dict[str, Any]] = {
-    "CmqQueueGrowing": {
-        "input_series": [
-            _s(VISIBLE, "0+100x60", pod="q-cmq-0", queue="orders"),
-            _s(VISIBLE, "5000x60", pod="q-cmq-0", queue="flat"),
-            _s(VISIBLE, "0+10x60", pod="q-cmq-1", queue="tiny"),
-            # the queue's group changes leader at minute 20: one source at a time, still growing
-            _s(VISIBLE, "0+100x20 _x40", pod="q-cmq-0", queue="moved"),
-            _s(VISIBLE, "_x20 2100+100x40", pod="q-cmq-1", queue="moved"),
-        ],
-        "alert_rule_test": [
-            _fires("CmqQueueGrowing", "20m"),
-            _fires(
-                "CmqQueueGrowing",
-                "45m",
-                {"queue": "orders", "severity": "warning"},
-                {"queue": "moved", "severity": "warning"},
-            ),
-        ],
-    },
-    "CmqQueueOldestMessage": {
-        "input_series": [
-            _s("cmq_queue_oldest_message_age_seconds", "0+60x30", pod="q-cmq-0", queue="stale"),
-            _s("cmq_queue_oldest_message_age_seconds", "5x30", pod="q-cmq-1", queue="fresh"),
-        ],
-        "alert_rule_test": [
-            _fires("CmqQueueOldestMessage", "13m"),
-            _fires("CmqQueueOldestMessage", "20m", {"queue": "stale", "severity": "warning"}),
-        ],
-    },
-    "CmqQueueNoConsumers": {
-        "input_series": [
-            _s(VISIBLE, "10x30", pod="q-cmq-0", queue="stuck"),
-            _s("cmq_queue_receives_total", "0x30", pod="q-cmq-0", queue="stuck"),
-            _s("cmq_queue_consumers_waiting", "0x30", pod="q-cmq-0", queue="stuck"),
-            _s(VISIBLE, "10x30", pod="q-cmq-0", queue="busy"),
-            _s("cmq_queue_receives_total", "0+50x30", pod="q-cmq-0", queue="busy"),
-            _s("cmq_queue_consumers_waiting", "0x30", pod="q-cmq-0", queue="busy"),
-            _s(VISIBLE, "10x30", pod="q-cmq-1", queue="polled"),
-            _s("cmq_queue_receives_total", "0x30", pod="q-cmq-1", queue="polled"),
-            _s("cmq_queue_consumers_waiting", "2x30", pod="q-cmq-1", queue="polled"),
-            _s(VISIBLE, "0x30", pod="q-cmq-1", queue="empty"),
-            _s("cmq_queue_receives_total", "0x30", pod="q-cmq-1", queue="empty"),
-            _s(VISIBLE, "10x30", pod="q-cmq-2", queue="_other"),
-            _s("cmq_queue_receives_total", "0x30", pod="q-cmq-2", queue="_other"),
-        ],
-        "alert_rule_test": [
-            _fires("CmqQueueNoConsumers", "5m"),
-            _fires("CmqQueueNoConsumers", "25m", {"queue": "stuck", "severity": "warning"}),
-        ],
-    },
-    "CmqDeadLetters": {
-        "input_series": [
-            _s("cmq_queue_dead_letters_total", "0x10 1+1x20", pod="q-cmq-0", queue="poison"),
-            _s("cmq_queue_dead_letters_total", "3x30", pod="q-cmq-1", queue="calm"),
-        ],
-        "alert_rule_test": [
-            _fires("CmqDeadLetters", "5m"),
-            _fires("CmqDeadLetters", "15m", {"queue": "poison", "severity": "warning"}),
-        ],
-    },
-    "CmqReplicaNeedsRepair": {
-        "input_series": [
-            _s("cmq_group_needs_repair", "1x30", pod="q-cmq-1", group="3"),
-            _s("cmq_group_needs_repair", "1x3 _x27", pod="q-cmq-2", group="4"),
-        ],
-        "alert_rule_test": [
-            _fires("CmqReplicaNeedsRepair", "10m"),
-            _fires("CmqReplicaNeedsRepair", "20m", {"pod": "q-cmq-1", "severity": "warning"}),
-        ],
-    },
-    "CmqStorageDamageFound": {
-        "input_series": [
-            _s("cmq_repairs_started_total", "0x10 1x20", pod="q-cmq-1"),
-            _s("cmq_scrub_findings_total", "0x30", pod="q-cmq-1"),
-            _s("cmq_repairs_started_total", "0x30", pod="q-cmq-2"),
-            _s("cmq_scrub_findings_total", "0x20 2x10", pod="q-cmq-2"),
-            _s("cmq_repairs_started_total", "4x30", pod="q-cmq-0"),
-            _s("cmq_scrub_findings_total", "1x30", pod="q-cmq-0"),
-        ],
-        "alert_rule_test": [
-            _fires("CmqStorageDamageFound", "5m"),
-            _fires("CmqStorageDamageFound", "15m", {"pod": "q-cmq-1", "severity": "info"}),
-            _fires(
-                "CmqStorageDamageFound",
-                "25m",
-                {"pod": "q-cmq-1", "severity": "info"},
-                {"pod": "q-cmq-2", "severity": "info"},
-            ),
-        ],
-    },
-    "CmqClockUnsafe": {
-        "input_series": [
-            _s("cmq_clock_unsafe", "0x5 1x20", pod="q-cmq-2"),
-            _s("cmq_clock_unsafe", "0 1 0x24", pod="q-cmq-0"),
-        ],
-        "alert_rule_test": [
-            _fires("CmqClockUnsafe", "6m"),
-            _fires("CmqClockUnsafe", "15m", {"pod": "q-cmq-2", "severity": "warning"}),
-        ],
-    },
-    "CmqDiskFailed": {
-        "input_series": [
-            _s("cmq_disk_failed", "0x5 1x10", pod="q-cmq-0", dir="1"),
-            _s("cmq_disk_failed", "0x15", pod="q-cmq-0", dir="0"),
-        ],
-        "alert_rule_test": [
-            _fires("CmqDiskFailed", "4m"),
-            _fires("CmqDiskFailed", "10m", {"pod": "q-cmq-0", "dir": "1", "severity": "critical"}),
-        ],
-    },
-    "CmqDiskFull": {
-        "input_series": [
-            _s("cmq_disk_full", "0x5 1x10", pod="q-cmq-1", dir="0"),
-            _s("cmq_disk_full", "0 1 0x13", pod="q-cmq-2", dir="0"),
-        ],
-        "alert_rule_test": [
-            _fires("CmqDiskFull", "3m"),
-            _fires("CmqDiskFull", "10m", {"pod": "q-cmq-1", "dir": "0", "severity": "critical"}),
-        ],
-    },
-    "CmqGroupWithoutLeader": {
-        "input_series": [
-            _s("cmq_raft_has_leader", "1x5 0x10", pod="q-cmq-0", group="2"),
-            _s("cmq_raft_has_leader", "1x15", pod="q-cmq-0", group="1"),
-        ],
-        "alert_rule_test": [
-            _fires("CmqGroupWithoutLeader", "5m"),
-            _fires(
-                "CmqGroupWithoutLeader",
-                "10m",
-                {"pod": "q-cmq-0", "group": "2", "severity": "critical"},
-            ),
-        ],
-    },
-    "CmqReplicationLag": {
-        "input_series": [
-            _s("cmq_raft_follower_lag_entries", "50000x20", pod="q-cmq-0", group="2", peer="3"),
-            _s("cmq_raft_follower_lag_entries", "20x20", pod="q-cmq-0", group="2", peer="2"),
-        ],
-        "alert_rule_test": [
-            _fires("CmqReplicationLag", "3m"),
-            _fires(
-                "CmqReplicationLag",
-                "10m",
-                {"pod": "q-cmq-0", "group": "2", "peer": "3", "severity": "warning"},
-            ),
-        ],
-    },
-    "CmqDiskFilling": {
-        "input_series": [
-            {
-                "series": 'kubelet_volume_stats_available_bytes{namespace="default",'
-                'persistentvolumeclaim="data-q-cmq-0"}',
-                "values": "10x20",
-            },
-            {
-                "series": 'kubelet_volume_stats_capacity_bytes{namespace="default",'
-                'persistentvolumeclaim="data-q-cmq-0"}',
-                "values": "100x20",
-            },
-            {
-                "series": 'kubelet_volume_stats_available_bytes{namespace="default",'
-                'persistentvolumeclaim="data-q-cmq-1"}',
-                "values": "60x20",
-            },
-            {
-                "series": 'kubelet_volume_stats_capacity_bytes{namespace="default",'
-                'persistentvolumeclaim="data-q-cmq-1"}',
-                "values": "100x20",
-            },
-        ],
-        "alert_rule_test": [
-            _fires("CmqDiskFilling", "5m"),
-            _fires(
-                "CmqDiskFilling",
-                "15m",
-                {"persistentvolumeclaim": "data-q-cmq-0", "severity": "warning"},
-            ),
-        ],
-    },
-    "CmqSlowFsync": {
-        "input_series": [
-            *[
-                _s("cmq_wal_fsync_seconds_bucket", v, pod="q-cmq-0", dir="0", le=le)
-                for le, v in (("0.01", "0x30"), ("0.1", "0x30"), ("1", "0+60x30"))
+
+VISIBLE = "cmq_queue_messages_visible"
+RECEIVES = "cmq_queue_receives_total"
+WAITING = "cmq_queue_consumers_waiting"
+AGE = "cmq_queue_oldest_message_age_seconds"
+DEAD = "cmq_queue_dead_letters_total"
+REPAIR = "cmq_group_needs_repair"
+REPAIRS = "cmq_repairs_started_total"
+FINDINGS = "cmq_scrub_findings_total"
+LEADER = "cmq_raft_has_leader"
+LAG = "cmq_raft_follower_lag_entries"
+AVAILABLE = "kubelet_volume_stats_available_bytes"
+CAPACITY = "kubelet_volume_stats_capacity_bytes"
+FSYNC = "cmq_wal_fsync_seconds_bucket"
+
+
+def _no_consumers(
+    pod: str, queue: str, visible: str, receives: str, waiting: str | None
+) -> list[dict[str, str]]:
+    """A queue's series for CmqQueueNoConsumers (``waiting`` None: that gauge not exported)."""
+    out = [_s(VISIBLE, visible, pod=pod, queue=queue), _s(RECEIVES, receives, pod=pod, queue=queue)]
+    if waiting is not None:
+        out.append(_s(WAITING, waiting, pod=pod, queue=queue))
+    return out
+
+
+CASES: dict[str, dict[str, Any]] = dict(
+    [
+        _case(
+            "CmqQueueGrowing",
+            "warning",
+            [
+                _s(VISIBLE, "0+100x60", pod="q-cmq-0", queue="orders"),
+                _s(VISIBLE, "5000x60", pod="q-cmq-0", queue="flat"),
+                _s(VISIBLE, "0+10x60", pod="q-cmq-1", queue="tiny"),
+                # the queue's group changes leader at minute 20: one source at a time, still growing
+                _s(VISIBLE, "0+100x20 _x40", pod="q-cmq-0", queue="moved"),
+                _s(VISIBLE, "_x20 2100+100x40", pod="q-cmq-1", queue="moved"),
             ],
-            _s("cmq_wal_fsync_seconds_bucket", "0+60x30", pod="q-cmq-0", dir="0", le="+Inf"),
-            *[
-                _s("cmq_wal_fsync_seconds_bucket", "0+60x30", pod="q-cmq-1", dir="0", le=le)
-                for le in ("0.01", "0.1", "1", "+Inf")
+            "20m",
+            {"45m": [{"queue": "orders"}, {"queue": "moved"}]},
+        ),
+        _case(
+            "CmqQueueOldestMessage",
+            "warning",
+            [
+                _s(AGE, "0+60x30", pod="q-cmq-0", queue="stale"),
+                _s(AGE, "5x30", pod="q-cmq-1", queue="fresh"),
             ],
-        ],
-        "alert_rule_test": [
-            _fires("CmqSlowFsync", "8m"),
-            _fires("CmqSlowFsync", "20m", {"pod": "q-cmq-0", "dir": "0", "severity": "warning"}),
-        ],
-    },
-}
+            "13m",
+            {"20m": [{"queue": "stale"}]},
+        ),
+        _case(
+            "CmqQueueNoConsumers",
+            "warning",
+            [
+                *_no_consumers("q-cmq-0", "stuck", "10x30", "0x30", "0x30"),
+                *_no_consumers("q-cmq-0", "busy", "10x30", "0+50x30", "0x30"),
+                *_no_consumers("q-cmq-1", "polled", "10x30", "0x30", "2x30"),
+                *_no_consumers("q-cmq-1", "empty", "0x30", "0x30", None),
+                *_no_consumers("q-cmq-2", "_other", "10x30", "0x30", None),
+            ],
+            "5m",
+            {"25m": [{"queue": "stuck"}]},
+        ),
+        _case(
+            "CmqDeadLetters",
+            "warning",
+            [
+                _s(DEAD, "0x10 1+1x20", pod="q-cmq-0", queue="poison"),
+                _s(DEAD, "3x30", pod="q-cmq-1", queue="calm"),
+            ],
+            "5m",
+            {"15m": [{"queue": "poison"}]},
+        ),
+        _case(
+            "CmqReplicaNeedsRepair",
+            "warning",
+            [
+                _s(REPAIR, "1x30", pod="q-cmq-1", group="3"),
+                _s(REPAIR, "1x3 _x27", pod="q-cmq-2", group="4"),
+            ],
+            "10m",
+            {"20m": [{"pod": "q-cmq-1"}]},
+        ),
+        _case(
+            "CmqStorageDamageFound",
+            "info",
+            [
+                *(_s(m, v, pod="q-cmq-1") for m, v in ((REPAIRS, "0x10 1x20"), (FINDINGS, "0x30"))),
+                *(_s(m, v, pod="q-cmq-2") for m, v in ((REPAIRS, "0x30"), (FINDINGS, "0x20 2x10"))),
+                *(_s(m, v, pod="q-cmq-0") for m, v in ((REPAIRS, "4x30"), (FINDINGS, "1x30"))),
+            ],
+            "5m",
+            {"15m": [{"pod": "q-cmq-1"}], "25m": [{"pod": "q-cmq-1"}, {"pod": "q-cmq-2"}]},
+        ),
+        _case(
+            "CmqClockUnsafe",
+            "warning",
+            [
+                _s("cmq_clock_unsafe", "0x5 1x20", pod="q-cmq-2"),
+                _s("cmq_clock_unsafe", "0 1 0x24", pod="q-cmq-0"),
+            ],
+            "6m",
+            {"15m": [{"pod": "q-cmq-2"}]},
+        ),
+        _case(
+            "CmqDiskFailed",
+            "critical",
+            [
+                _s("cmq_disk_failed", "0x5 1x10", pod="q-cmq-0", dir="1"),
+                _s("cmq_disk_failed", "0x15", pod="q-cmq-0", dir="0"),
+            ],
+            "4m",
+            {"10m": [{"pod": "q-cmq-0", "dir": "1"}]},
+        ),
+        _case(
+            "CmqDiskFull",
+            "critical",
+            [
+                _s("cmq_disk_full", "0x5 1x10", pod="q-cmq-1", dir="0"),
+                _s("cmq_disk_full", "0 1 0x13", pod="q-cmq-2", dir="0"),
+            ],
+            "3m",
+            {"10m": [{"pod": "q-cmq-1", "dir": "0"}]},
+        ),
+        _case(
+            "CmqGroupWithoutLeader",
+            "critical",
+            [
+                _s(LEADER, "1x5 0x10", pod="q-cmq-0", group="2"),
+                _s(LEADER, "1x15", pod="q-cmq-0", group="1"),
+            ],
+            "5m",
+            {"10m": [{"pod": "q-cmq-0", "group": "2"}]},
+        ),
+        _case(
+            "CmqReplicationLag",
+            "warning",
+            [
+                _s(LAG, "50000x20", pod="q-cmq-0", group="2", peer="3"),
+                _s(LAG, "20x20", pod="q-cmq-0", group="2", peer="2"),
+            ],
+            "3m",
+            {"10m": [{"pod": "q-cmq-0", "group": "2", "peer": "3"}]},
+        ),
+        _case(
+            "CmqDiskFilling",
+            "warning",
+            [
+                _s(metric, values, persistentvolumeclaim=f"data-q-cmq-{pod}")
+                for pod, available in ((0, "10x20"), (1, "60x20"))
+                for metric, values in ((AVAILABLE, available), (CAPACITY, "100x20"))
+            ],
+            "5m",
+            {"15m": [{"persistentvolumeclaim": "data-q-cmq-0"}]},
+        ),
+        _case(
+            "CmqSlowFsync",
+            "warning",
+            [
+                *[
+                    _s(FSYNC, v, pod="q-cmq-0", dir="0", le=le)
+                    for le, v in (
+                        ("0.01", "0x30"),
+                        ("0.1", "0x30"),
+                        ("1", "0+60x30"),
+                        ("+Inf", "0+60x30"),
+                    )
+                ],
+                *[
+                    _s(FSYNC, "0+60x30", pod="q-cmq-1", dir="0", le=le)
+                    for le in ("0.01", "0.1", "1", "+Inf")
+                ],
+            ],
+            "8m",
+            {"20m": [{"pod": "q-cmq-0", "dir": "0"}]},
+        ),
+    ]
+)
 
 
 @pytest.fixture(scope="module")
