@@ -16,43 +16,17 @@ import argparse
 import asyncio
 import random
 import statistics
+import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
-from cmq.cli.launch import free_ports
-from cmq.node.config import NodeConfig
-from cmq.node.queue_node import QueueNode
-from raftlog.runtime import GroupOptions
-from raftlog.transport.peer import Address, TransportConfig
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
 
-
-def configs(root: Path) -> dict[int, NodeConfig]:
-    """Three nodes' configurations (one data group, 20 ms ticks, small snapshots), data under
-    ``root``."""
-    peers = {i + 1: Address("127.0.0.1", p) for i, p in enumerate(free_ports(3))}
-    return {
-        nid: NodeConfig(
-            node_id=nid,
-            peer=peers[nid],
-            peers=peers,
-            data_dirs=(str(root / f"n{nid}"),),
-            secret=b"recovery-cost-secret-0123456789",
-            groups=1,
-            tick_interval=0.02,
-            group_options=GroupOptions(snapshot_entries=20, keep_entries=5),
-        )
-        for nid in peers
-    }
-
-
-async def wait_until(cond: Callable[[], bool], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not reached")
-        await asyncio.sleep(0.05)
+from cmq.node.queue_node import QueueNode  # noqa: E402
+from raftlog.transport.peer import TransportConfig  # noqa: E402
+from tests.cmq.helpers import configs, wait_until  # noqa: E402
 
 
 async def trials(n: int, down: float) -> list[tuple[float, float]]:
