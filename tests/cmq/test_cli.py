@@ -62,6 +62,21 @@ def consecutive_free_ports(n: int) -> int:
     raise RuntimeError("no run of free ports")
 
 
+def dev_banner(dev: subprocess.Popen[str]) -> str:
+    """What ``cmq dev`` printed up to its ready banner (the line naming Ctrl-C); fails when it
+    exits or takes over 60 s before that."""
+    banner = ""
+    deadline = time.monotonic() + 60
+    while "Ctrl-C" not in banner and time.monotonic() < deadline:
+        assert dev.stdout is not None
+        line = dev.stdout.readline()
+        if not line and dev.poll() is not None:
+            break
+        banner += line
+    assert "Ctrl-C" in banner, banner
+    return banner
+
+
 def test_dev_cluster_and_client_commands(tmp_path: Path) -> None:
     base = consecutive_free_ports(6)
     peer_base = base + 3
@@ -86,15 +101,7 @@ def test_dev_cluster_and_client_commands(tmp_path: Path) -> None:
         env=dict(os.environ),
     )
     try:
-        banner = ""
-        deadline = time.monotonic() + 60
-        while "Ctrl-C" not in banner and time.monotonic() < deadline:
-            assert dev.stdout is not None
-            line = dev.stdout.readline()
-            if not line and dev.poll() is not None:
-                break
-            banner += line
-        assert "Ctrl-C" in banner, banner
+        banner = dev_banner(dev)
         assert f"http://127.0.0.1:{base}" in banner and "curl" in banner
         url = f"--url=http://127.0.0.1:{base + 1}"  # any node serves any queue
         code, out = cmq("queue", "create", "work", "-a", "visibility_timeout=10", url)
@@ -207,15 +214,7 @@ def test_dev_derives_peer_ports_and_any_stop_signal_stops_every_node(
     )
     nodes: set[int] = set()
     try:
-        banner = ""
-        deadline = time.monotonic() + 60
-        while "Ctrl-C" not in banner and time.monotonic() < deadline:
-            assert dev.stdout is not None
-            line = dev.stdout.readline()
-            if not line and dev.poll() is not None:
-                break
-            banner += line
-        assert "Ctrl-C" in banner, banner
+        dev_banner(dev)
         # Peer ports follow the HTTP port (+1000), not the fixed 9080-9082 (each node
         # registers its address in the catalog shortly after the cluster is ready).
         expected = {f"127.0.0.1:{base + 1000 + i}" for i in range(3)}
