@@ -88,13 +88,20 @@ def test_after_recovery_no_vote_in_the_highest_term_answered() -> None:
     assert granted(c, 3, vote_request(3, 1, term + 1, 1000, term))
 
 
-def test_a_rolled_back_node_refuses_a_candidate_below_what_its_peers_hold() -> None:
+def rolled_past() -> tuple[Cluster, MemoryStorage]:
+    """A three-node cluster led by 1 and a copy of node 3's storage from before the five
+    entries every node then acknowledged."""
     c = Cluster(3, check_quorum=False)
     c.elect(1)
     backup = copy.deepcopy(c.storage[3])
     for k in range(5):
         c.nodes[1].propose(b"%d" % k)
     c.stabilize()
+    return c, backup
+
+
+def test_a_rolled_back_node_refuses_a_candidate_below_what_its_peers_hold() -> None:
+    c, backup = rolled_past()
     leader_last = c.nodes[1].raft.log.last_index()
     old = c.nodes[2].raft.log.last_index() - 5  # what 2 would hold had it missed the five
     term = c.nodes[1].raft.term
@@ -108,12 +115,7 @@ def test_a_rolled_back_node_refuses_a_candidate_below_what_its_peers_hold() -> N
 
 def test_without_the_guard_the_same_node_elects_a_leader_lacking_acknowledged_entries() -> None:
     """The planted bug the simulator catches (`UnsafeHooks.skip_recovery`), shown directly."""
-    c = Cluster(3, check_quorum=False)
-    c.elect(1)
-    backup = copy.deepcopy(c.storage[3])
-    for k in range(5):
-        c.nodes[1].propose(b"%d" % k)
-    c.stabilize()
+    c, backup = rolled_past()
     term = c.nodes[1].raft.term
     n3 = restart(c, 3, backup, skip_recovery=True).raft
     # A candidate as up to date as the old copy, lacking the five entries: granted.
