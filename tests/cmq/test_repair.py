@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from cmq.errors import Unavailable
-from cmq.fsm.framed import FramedStore, Key
+from cmq.fsm import record_check
 from cmq.fsm.store import FRAME, record_times
 from cmq.model import OutgoingMessage, QueueAttributes
 from cmq.node.queue_node import QueueNode
@@ -143,7 +143,7 @@ async def test_a_segment_gone_since_the_pass_listed_it_is_not_damage(tmp_path: P
 
 
 def _skip_checksums(
-    self: FramedStore, key: Key, offset: int, data: memoryview, seq: int
+    where: str, offset: int, data: memoryview, seq: int
 ) -> tuple[memoryview, tuple[int, int, int]]:
     """Planted bug: a store that trusts what it reads (no checksum, no seq check)."""
     length, _ = FRAME.unpack_from(data, 0)
@@ -156,7 +156,7 @@ async def test_a_damaged_read_on_the_leader_is_never_served(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, planted: bool
 ) -> None:
     if planted:
-        monkeypatch.setattr(FramedStore, "_check_frame", _skip_checksums)
+        monkeypatch.setattr(record_check, "check_frame", _skip_checksums)
     twins = Twins((1, 2, 3))
     async with running(_configs(tmp_path), twins) as nodes:  # type: ignore[arg-type]
         group = await _load(nodes)
