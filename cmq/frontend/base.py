@@ -1,6 +1,6 @@
 """The base of what crosses the front-end socket (`cmq.frontend.calls` lists the calls): the
 wire version, a `Call` (a service method's parameters, its result type, the code that runs it)
-and a `Failure` (a `CmqError` that crossed). Pure: no I/O."""
+and a `Failure` (a `CmqError` that crossed, `cmq.failure`). Pure: no I/O."""
 
 from __future__ import annotations
 
@@ -10,13 +10,15 @@ from typing import Any, ClassVar, Final, Generic, TypeVar, cast
 
 import msgspec
 
-from cmq.errors import CmqError, UnreadableFrame, error_for
+from cmq.errors import UnreadableFrame
 from cmq.service import QueueService
 
 R = TypeVar("R")
 
-WIRE_VERSION: Final = 6
-"""The version of what crosses the socket (`cmq.frontend.wire` writes it in every frame). 6: the
+WIRE_VERSION: Final = 7
+"""The version of what crosses the socket (`cmq.frontend.wire` writes it in every frame). 7: a
+`Failure` carries ``leader`` after ``retry_after`` (`cmq.failure`: the one form of an error
+between cmq's processes, also a forwarded call's); 6: the
 access key calls (tags 36-40, `cmq.frontend.key_calls`: a front end's copy of the key ring, and
 the key administration), an exported and an imported message carry ``priority``, queue
 statistics ``tenants``; 5: messages to send, received, exported and imported carry their
@@ -29,23 +31,6 @@ attributes carry ``retry`` (release 0.3.0); 2: msgspec frames (0.2.0)."""
 
 encoder: Final = msgspec.msgpack.Encoder()
 """The encoder of calls and results."""
-
-
-class Failure(msgspec.Struct, frozen=True, array_like=True):
-    """A call that raised `CmqError`: its code, message and ``retry_after``."""
-
-    code: str
-    message: str
-    retry_after: float | None = None
-
-    @staticmethod
-    def of(error: CmqError) -> Failure:
-        return Failure(error.code, error.message, error.retry_after)
-
-    def error(self) -> CmqError:
-        err = error_for(self.code, self.message)
-        err.retry_after = self.retry_after
-        return err
 
 
 class Call(msgspec.Struct, Generic[R], frozen=True, array_like=True):

@@ -21,7 +21,8 @@ import msgspec
 from cmq import model
 from cmq.errors import CmqError
 from cmq.export_values import ExportPage, ImportedMessage
-from cmq.frontend.base import Call, Failure, encoder
+from cmq.failure import Failure
+from cmq.frontend.base import Call, encoder
 from cmq.frontend.key_calls import KEY_CALLS, CopyKeys, CreateKey, DeleteKey, GrantKey, RevokeKey
 from cmq.model import (
     EntryResult,

@@ -7,9 +7,10 @@ and the body). The body is MessagePack:
 * a request, front end to node: ``[id, call]`` (a `base.Call`, tagged), or ``[id, nil]``:
   cancel request ``id``;
 * an answer, node to front end: ``[id, true, result]`` (the call's `Call.result_type`), or
-  ``[id, false, failure]`` (`base.Failure`: the `CmqError` the call raised).
+  ``[id, false, failure]`` (`cmq.failure.Failure`: the `CmqError` the call raised).
 
-Versions: the wire is version `WIRE_VERSION` (6: the access key calls, tags 36-40,
+Versions: the wire is version `WIRE_VERSION` (7: a failure carries ``leader``, the form a
+forwarded call's failure has too; 6: the access key calls, tags 36-40,
 `cmq.frontend.key_calls`, exported and imported messages gained ``priority``, statistics
 ``tenants``; 5: a message to send, a received message and an exported one gained
 ``ttl_deadline_ms``, an imported one ``deliver_at_ms`` and ``ttl_deadline_ms``, queue
@@ -32,7 +33,8 @@ from typing import Any, Final, TypeVar
 import msgspec
 
 from cmq.errors import CmqError, UnreadableFrame
-from cmq.frontend.base import WIRE_VERSION, Call, Failure
+from cmq.failure import Failure
+from cmq.frontend.base import WIRE_VERSION, Call
 from cmq.frontend.calls import CALL_TAGS, AnyCall
 
 R = TypeVar("R")

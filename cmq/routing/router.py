@@ -42,6 +42,7 @@ from typing import Any, TypeVar, cast
 from cmq.catalog import META_GROUP
 from cmq.catalog.meta import CatalogMachine, Refused
 from cmq.errors import CmqError, OutcomeUnknown, QueueNotFound, Unavailable, error_for
+from cmq.failure import Failure
 from cmq.routing.ops import LeaderOps
 from cmq.routing.rpc import (
     RETRY,
@@ -50,11 +51,11 @@ from cmq.routing.rpc import (
     ReleaseCall,
     ReleaseInfo,
     decode_call,
-    decode_error,
-    encode_error,
-    leader_hint,
+    decode_failure,
+    encode_failure,
 )
 from cmq.upgrade.features import KNOWN as SUPPORTED_FEATURES
+from cmq.upgrade.features import PEER_FAILURES
 from cmq.upgrade.release import PEER_PROTOCOL_MAX, PEER_PROTOCOL_MIN, RELEASE
 from raftlog.buggify import buggify, uniform
 from raftlog.errors import NotLeader, PeerUnavailable, ProposalDropped
@@ -228,8 +229,9 @@ class Router:
                         self._hints[group] = leader  # it answered: it leads
                     return call.decode_reply(reply)
             except RemoteCallError as e:
-                self._note_hint(group, e.payload)
-                err = decode_error(e.payload)
+                failure = decode_failure(e.payload)
+                self._note_hint(group, failure.leader)
+                err = None if failure.code == RETRY else failure.error()
                 if isinstance(err, OutcomeUnknown):
                     unknown = err
                 elif err is not None:
@@ -248,7 +250,8 @@ class Router:
 
     async def serve(self, peer: int, payload: bytes) -> bytes:
         """Serve a call forwarded by ``peer`` (we should lead its group); failures are
-        answered with `cmq.routing.rpc.encode_error` (``Retry``: route it again)."""
+        answered with a `Failure` (`cmq.routing.rpc.encode_failure`; ``Retry``: route it
+        again, with the leader this node knows of)."""
         hint = 0
         try:
             call = decode_call(payload)
@@ -266,20 +269,25 @@ class Router:
                 raise NotLeader(0, "this node's clock is off; it does not lead")
             return await self._answer(cast("Call[Any]", call))
         except CmqError as e:
-            raise RemoteCallError(encode_error(e.code, e.message)) from None
+            raise RemoteCallError(self._failure(Failure.of(e))) from None
         except (NotLeader, ProposalDropped, RaftOverloaded) as e:
-            code = OutcomeUnknown.code if e.outcome_unknown else RETRY
-            known = hint if code == RETRY else None  # for the caller's next try
-            raise RemoteCallError(encode_error(code, str(e), known)) from None
+            if e.outcome_unknown:
+                failure = Failure(OutcomeUnknown.code, str(e))
+            else:
+                failure = Failure(RETRY, str(e), None, hint)  # for the caller's next try
+            raise RemoteCallError(self._failure(failure)) from None
+
+    def _failure(self, failure: Failure) -> bytes:
+        """``failure`` as this node answers it: packed once every node reads that form."""
+        return encode_failure(failure, packed=self._catalog.feature_enabled(PEER_FAILURES))
 
     def _drop_hint(self, group: int, peer: int) -> None:
         if self._hints.get(group) == peer:
             del self._hints[group]
 
-    def _note_hint(self, group: int, payload: bytes) -> None:
+    def _note_hint(self, group: int, hint: int) -> None:
         if group in self._raft.groups:
             return
-        hint = leader_hint(payload)
         if hint and hint != self._id:
             self._hints[group] = hint
         else:

@@ -10,9 +10,10 @@ field's type, in C). Message bodies cross the hop as MessagePack binaries, never
 * `ReceiveCall`'s reply is the list of `ReceivedMessage`, bodies included.
 
 A local call takes the same typed objects without encoding them
-(`cmq.routing.ops.LeaderOps.execute`). A failed call is answered with `encode_error` (JSON
-``{"error": code, "message": ...}``); the code ``Retry`` means "route it again" (the peer no longer
-leads the group).
+(`cmq.routing.ops.LeaderOps.execute`). A failed call is answered with `encode_failure` (a
+`cmq.failure.Failure`: code, message, ``retry_after`` and a leader hint; in JSON until the flag
+``peer_failures`` is enabled); the code ``Retry`` means "route it again" (the peer no longer leads
+the group).
 
 Decoding never trusts its input: a malformed call or reply raises `InvalidParameter`.
 """
@@ -24,13 +25,9 @@ from typing import Any, ClassVar, Generic, TypeVar
 import msgspec
 import orjson
 
-from cmq.errors import (
-    CmqError,
-    InvalidParameter,
-    Unavailable,
-    error_for,
-)
+from cmq.errors import CmqError, InvalidParameter, Unavailable
 from cmq.export_values import ExportPage
+from cmq.failure import Failure
 from cmq.model import (
     MAX_WAIT_SECONDS,
     PeekedMessage,
@@ -344,30 +341,50 @@ RETRY = "Retry"
 leads the group, or its proposal was dropped before reaching the log)."""
 
 
-def encode_error(code: str, message: str, leader: int | None = None) -> bytes:
-    """The payload of a failed forwarded call; ``leader``: the group's leader as this node
-    knows it (0: none), sent with `RETRY` for the caller's next try (`leader_hint`)."""
-    if leader is None:
-        return orjson.dumps({"error": code, "message": message})
-    return orjson.dumps({"error": code, "message": message, "leader": leader})
+def encode_failure(failure: Failure, *, packed: bool) -> bytes:
+    """The payload of a failed forwarded call. ``packed`` (once every node reads it, the flag
+    ``peer_failures``): the `Failure` in MessagePack, the same form the front-end socket uses,
+    carrying ``retry_after``. Otherwise the JSON form every release reads, ``{"error": code,
+    "message": ...}`` with ``"leader"`` on a `RETRY` answer, which drops ``retry_after``."""
+    if packed:
+        return _encoder.encode(failure)
+    if failure.code == RETRY:
+        return orjson.dumps(
+            {"error": failure.code, "message": failure.message, "leader": failure.leader}
+        )
+    return orjson.dumps({"error": failure.code, "message": failure.message})
+
+
+_failures: msgspec.msgpack.Decoder[Failure] = msgspec.msgpack.Decoder(Failure)
+
+
+def decode_failure(payload: bytes) -> Failure:
+    """The failure a peer answered with, in either form (`encode_failure`: a JSON object
+    starts with ``{``, the packed form is a MessagePack array); a payload that is neither is
+    `Unavailable` carrying its text, never mistaken for another error."""
+    if payload[:1] == b"{":
+        try:
+            data = orjson.loads(payload)
+            return Failure(
+                str(data["error"]), str(data.get("message", "")), None, int(data.get("leader", 0))
+            )
+        except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError, ValueError):
+            pass
+    else:
+        try:
+            return _failures.decode(payload)
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            pass
+    return Failure(Unavailable.code, payload.decode("utf-8", "replace"))
 
 
 def leader_hint(payload: bytes) -> int:
-    """The leader an error payload names (`encode_error`), 0 when it names none."""
-    try:
-        return int(orjson.loads(payload).get("leader", 0))
-    except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
-        return 0
+    """The leader a failure names (`Failure.leader`), 0 when it names none."""
+    return decode_failure(payload).leader
 
 
 def decode_error(payload: bytes) -> CmqError | None:
-    """The error a peer replied with; None when the call should simply be routed again
-    (`RETRY`); `Unavailable` carrying the text when the payload is not an error reply."""
-    try:
-        data = orjson.loads(payload)
-        code, message = str(data["error"]), str(data.get("message", ""))
-    except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
-        return Unavailable(payload.decode("utf-8", "replace"))
-    if code == RETRY:
-        return None
-    return error_for(code, message)
+    """The error a peer replied with, its ``retry_after`` included; None when the call should
+    simply be routed again (`RETRY`)."""
+    failure = decode_failure(payload)
+    return None if failure.code == RETRY else failure.error()

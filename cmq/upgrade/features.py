@@ -48,6 +48,7 @@ REWIND = "rewind"
 SEGMENT_READ_BINARY = "segment_read_binary"
 FAIR_QUEUES = "fair_queues"
 BATCH_RECEIPTS = "batch_receipts"
+PEER_FAILURES = "peer_failures"
 
 FEATURES: tuple[Feature, ...] = (
     Feature(
@@ -127,6 +128,13 @@ FEATURES: tuple[Feature, ...] = (
         "hands out, each message's receipt carrying the run (before: one HMAC per message, "
         "layout 1, still accepted); and acks whose entries are runs of consecutive (seq, lease) "
         "pairs (command ACK_RUNS, type 18)",
+    ),
+    Feature(
+        PEER_FAILURES,
+        "0.3.0",
+        "a forwarded call's failure is answered in the front-end socket's form (cmq.failure: "
+        "MessagePack [code, message, retry_after, leader]), so a leader's retry_after reaches "
+        "the node the client called; before, a JSON object that drops retry_after (still read)",
     ),
 )
 """Every flag this release supports, oldest first."""

@@ -15,10 +15,11 @@ from prometheus_client import CollectorRegistry
 
 from api.app import make_app
 from cmq.cli.launch import free_ports
+from cmq.failure import Failure
 from cmq.node.metrics import register_node_metrics
 from cmq.node.queue_node import QueueNode
 from cmq.routing import rpc
-from cmq.routing.rpc import ReleaseCall, encode_error
+from cmq.routing.rpc import ReleaseCall, encode_failure
 from raftlog.runtime.config import RemoteCallError
 
 _OLD_CALLS = [c for c in typing.get_args(rpc.AnyCall) if c is not ReleaseCall]
@@ -34,7 +35,9 @@ def old_node_answer(payload: bytes) -> bytes:
     try:
         _old_decoder.decode(payload)
     except msgspec.DecodeError as e:
-        error = encode_error("InvalidParameter", f"malformed forwarded call: {e}")
+        error = encode_failure(
+            Failure("InvalidParameter", f"malformed forwarded call: {e}"), packed=False
+        )
         raise RemoteCallError(error) from None
     raise AssertionError("an old node decoded a call it does not know")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -14,10 +15,12 @@ from cmq.errors import (
     CmqError,
     InvalidParameter,
     OutcomeUnknown,
+    Overloaded,
     QueueNotFound,
     ReceiptInvalid,
     Unavailable,
 )
+from cmq.failure import Failure
 from cmq.model import QueueAttributes, QueueStats, ReceivedMessage, SentMessage
 from cmq.routing.rpc import (
     RETRY,
@@ -46,7 +49,7 @@ from cmq.routing.rpc import (
     SetAttributesCall,
     decode_call,
     decode_error,
-    encode_error,
+    encode_failure,
     leader_hint,
 )
 from cmq.segment_values import ArchiveResult, ClaimResult, Refused
@@ -232,22 +235,44 @@ def test_replies_of_the_wrong_shape_are_refused() -> None:
         GetQueueCall(1, "q").decode_reply(PurgeCall(1, "q").encode_reply(3))
 
 
-def test_error_table() -> None:
+@pytest.mark.parametrize("packed", [False, True], ids=["json", "packed"])
+def test_error_table(packed: bool) -> None:
     for cls in (QueueNotFound, OutcomeUnknown, ReceiptInvalid, InvalidParameter):
-        err = decode_error(encode_error(cls.code, "why"))
+        err = decode_error(encode_failure(Failure(cls.code, "why"), packed=packed))
         assert type(err) is cls and err.message == "why"
-    unknown_code = decode_error(encode_error("SomethingNew", "m"))
+    unknown_code = decode_error(encode_failure(Failure("SomethingNew", "m"), packed=packed))
     assert type(unknown_code) is CmqError and unknown_code.message == "m"
-    assert decode_error(encode_error(RETRY, "moved")) is None
+    assert decode_error(encode_failure(Failure(RETRY, "moved"), packed=packed)) is None
     garbage = decode_error(b"\xff not json")
     assert isinstance(garbage, Unavailable)
     assert isinstance(decode_error(b"[1, 2]"), Unavailable)
+    assert isinstance(decode_error(b"{not json"), Unavailable)
+    assert isinstance(decode_error(b"no call handler on this node"), Unavailable)
 
 
 def test_a_retry_names_the_leader_this_node_knows_in_the_layout_older_releases_read() -> None:
-    payload = encode_error(RETRY, "not the leader", 3)
+    payload = encode_failure(Failure(RETRY, "not the leader", None, 3), packed=False)
     assert payload == b'{"error":"Retry","message":"not the leader","leader":3}'
     assert leader_hint(payload) == 3 and decode_error(payload) is None
-    assert leader_hint(encode_error(RETRY, "no leader", 0)) == 0
-    assert leader_hint(encode_error("QueueNotFound", "gone")) == 0
+    no_leader = encode_failure(Failure(RETRY, "no leader"), packed=False)
+    assert no_leader == b'{"error":"Retry","message":"no leader","leader":0}'
+    assert leader_hint(no_leader) == 0
+    gone = encode_failure(Failure("QueueNotFound", "gone", 2.0, 3), packed=False)
+    assert gone == b'{"error":"QueueNotFound","message":"gone"}'  # as releases before wrote it
+    assert leader_hint(gone) == 0
     assert leader_hint(b"\xff not json") == 0 and leader_hint(b"[3]") == 0
+
+
+def test_the_packed_failure_is_the_front_end_form_and_carries_retry_after() -> None:
+    """Flag ``peer_failures``: the answer is `cmq.failure.Failure` as the front-end socket
+    writes it, so a leader's retry_after survives the hop (the JSON form drops it)."""
+    busy = Overloaded("the queue's leader is busy")
+    busy.retry_after = 1.5
+    payload = encode_failure(Failure.of(busy), packed=True)
+    assert payload == msgspec.msgpack.encode(["Overloaded", "the queue's leader is busy", 1.5, 0])
+    err = decode_error(payload)
+    assert type(err) is Overloaded and err.retry_after == 1.5
+    legacy = decode_error(encode_failure(Failure.of(busy), packed=False))
+    assert type(legacy) is Overloaded and legacy.retry_after == Overloaded.retry_after == 1.0
+    moved = encode_failure(Failure(RETRY, "not the leader", None, 3), packed=True)
+    assert leader_hint(moved) == 3 and decode_error(moved) is None

@@ -21,6 +21,7 @@ from cmq.backup import format as backup_format
 from cmq.catalog.meta import CatalogMachine
 from cmq.errors import CmqError, Overloaded
 from cmq.export_values import ImportedMessage
+from cmq.failure import Failure
 from cmq.frontend import base, calls, key_calls, wire
 from cmq.fsm import commands as qc
 from cmq.fsm.image import SHIPPED_MAGIC, ship
@@ -40,6 +41,7 @@ from cmq.model import (
     SendRefused,
     SentMessage,
 )
+from cmq.routing import rpc
 from cmq.routing.receipts import ReceiptSigner
 from cmq.segment_values import SegmentRecord
 from raftlog.core.types import (
@@ -443,7 +445,7 @@ def front_end_answers() -> list[tuple[int, base.Call[Any], Any]]:
         "msg-0001", 5, b"hi", False, "rcpt", 1, T0, (("k", "v"),), "g", "d", T0 + 60_000
     )
     stats = QueueStats(1, 2, 3, 4, 5, 6, 7, 8, SegmentCounts(1, 2, 3, 4), 9, 10)
-    damage = base.Failure("corrupt_segment", "record 3 fails its checksum", None)
+    damage = Failure("corrupt_segment", "record 3 fails its checksum", None)
     refused = SendRefused("MessageTooLarge", "a message body has 9 bytes; the queue allows 8")
     stale = EntryResult("r2", False, "LeaseStale")
     grants = (KeyGrant("orders-*", ("receive", "send")),)
@@ -465,6 +467,21 @@ def front_end_answers() -> list[tuple[int, base.Call[Any], Any]]:
         (12, key_calls.RevokeKey("AKCMQ0123456789ABCDEF", "x"), bare),
         (13, key_calls.DeleteKey("AKCMQ0123456789ABCDEF"), None),
     ]
+
+
+FORWARDED_FAILURES = (
+    Failure("Retry", "not the leader", None, 3),
+    Failure("Overloaded", "the queue's leader is busy", 1.5),
+    Failure("QueueNotFound", "queue 'q' does not exist"),
+)
+"""Failures a node answers a forwarded call with (`cmq.routing.rpc.encode_failure`)."""
+
+
+def forwarded_failures(packed: bool) -> bytes:
+    """`FORWARDED_FAILURES`, one payload a line (the JSON form has no newline in it; the
+    packed one is hex here, so the sample stays one readable string)."""
+    out = [rpc.encode_failure(f, packed=packed) for f in FORWARDED_FAILURES]
+    return b"\n".join(p.hex().encode() if packed else p for p in out)
 
 
 def front_end_answer_frames() -> bytes:
@@ -604,6 +621,11 @@ def _cmq_samples() -> dict[str, Sample]:
         "stream.answers": ("1 (implicit, tags)", lambda: stream.encode(stream_answers())),
         "front_end.requests": (str(wire.WIRE_VERSION), front_end_requests),
         "front_end.answers": (str(wire.WIRE_VERSION), front_end_answer_frames),
+        "forwarded_failure.json": ("1 (a JSON object)", lambda: forwarded_failures(False)),
+        "forwarded_failure.packed": (
+            "2 (a MessagePack array, behind peer_failures)",
+            lambda: forwarded_failures(True),
+        ),
         "archive_manifest": (str(archive_manifest.ARCHIVE_VERSION), _archive_manifest),
         "archive_manifest.compaction": (str(archive_manifest.VERSION), _compaction_manifest),
         "backup_manifest": (str(backup_format.FORMAT_VERSION), _backup_manifest),

@@ -28,6 +28,7 @@ from cmq.fsm import commands as qc
 from cmq.fsm.image import decode_image
 from cmq.fsm.segindex import decode_index, encode_index
 from cmq.fsm.store import decode_payload
+from cmq.routing import rpc
 from cmq.routing.receipts import ReceiptSigner
 from raftlog.runtime.statemachine import decode_batch
 from raftlog.storage import record as wal
@@ -35,6 +36,7 @@ from raftlog.storage.files import decode_snapshot_file
 from raftlog.transport import codec
 from tests.formats.samples import (
     ACK_RUNS,
+    FORWARDED_FAILURES,
     GOLDEN,
     RECEIPT_KEY,
     T0,
@@ -161,6 +163,16 @@ def test_golden_receipt_and_stream_frames_decode() -> None:
     assert stream.decode_answers(_golden("stream.answers")) == [
         _answer_as_read(a) for a in stream_answers()
     ]
+
+
+def test_golden_forwarded_failures_decode_with_their_leader_and_retry_after() -> None:
+    as_json = _golden("forwarded_failure.json").split(b"\n")
+    packed = [bytes.fromhex(p.decode()) for p in _golden("forwarded_failure.packed").split(b"\n")]
+    assert [rpc.decode_failure(p) for p in packed] == list(FORWARDED_FAILURES)
+    dropped = [msgspec.structs.replace(f, retry_after=None) for f in FORWARDED_FAILURES]
+    # The JSON form names a leader on a Retry only and never carries retry_after.
+    assert [rpc.decode_failure(p) for p in as_json] == dropped
+    assert [rpc.leader_hint(p) for p in as_json] == [3, 0, 0]
 
 
 def _answer_as_read(answer: stream.Answer) -> stream.Answer:

@@ -320,7 +320,7 @@ def _body(frame: bytes) -> bytes:
 def test_a_front_end_frame_of_another_version_is_refused_by_name() -> None:
     v = wire.WIRE_VERSION
     request = _body(wire.encode_request(7, calls.Purge("q")))
-    assert request[0] == v == 6
+    assert request[0] == v == 7
     assert wire.decode_request(request) == (7, calls.Purge("q"))
     newer = bytes([v + 1]) + request[1:]
     with pytest.raises(
@@ -330,7 +330,7 @@ def test_a_front_end_frame_of_another_version_is_refused_by_name() -> None:
     answer = _body(wire.encode_answer(7, calls.Purge("q"), 3))
     with pytest.raises(UnreadableFrame, match=rf"wire version {v + 1} \(a newer release's\)"):
         wire.decode_answer(bytes([v + 1]) + answer[1:])
-    # The previous version (no time-to-live deadlines, no priorities) is refused by name too.
+    # The previous version (a failure without its leader) is refused by name too.
     with pytest.raises(UnreadableFrame, match=rf"wire version {v - 1};.*reads version {v}"):
         wire.decode_request(bytes([v - 1]) + request[1:])
     # Version 1 was pickled tuples: refused as such, never unpickled.
