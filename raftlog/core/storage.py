@@ -48,6 +48,34 @@ class Storage(Protocol):
         ...
 
 
+class ReadThrough:
+    """The read side of `Storage`, each call passed through to the storage in ``self._base``: for a
+    log that serves its reads from another one (`raftlog.storage.memory.MemoryLog` from the
+    `MemoryStorage` its completed writes fill; the node simulator's slowed log from the log it
+    wraps). A subclass sets ``_base`` (and lists it in its ``__slots__`` if it has them)."""
+
+    __slots__ = ()
+    _base: Storage
+
+    def initial_state(self) -> tuple[HardState, ConfState]:
+        return self._base.initial_state()
+
+    def first_index(self) -> int:
+        return self._base.first_index()
+
+    def last_index(self) -> int:
+        return self._base.last_index()
+
+    def term(self, index: int) -> int:
+        return self._base.term(index)
+
+    def entries(self, lo: int, hi: int, max_bytes: int) -> list[Entry]:
+        return self._base.entries(lo, hi, max_bytes)
+
+    def snapshot(self) -> Snapshot:
+        return self._base.snapshot()
+
+
 def bootstrap_snapshot(conf: ConfState) -> Snapshot:
     """The snapshot every founding member of a group starts from: index 1, term 1, ``conf``,
     empty state machine data.

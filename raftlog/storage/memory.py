@@ -39,7 +39,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from raftlog.core.storage import MemoryStorage, bootstrap_snapshot
+from raftlog.core.storage import MemoryStorage, ReadThrough, bootstrap_snapshot
 from raftlog.core.types import ConfState, Entry, HardState, Snapshot, SnapshotMeta
 from raftlog.errors import InvariantViolation, Overloaded, RaftError, WalClosed
 from raftlog.storage.repairs import RepairMarks
@@ -436,7 +436,7 @@ class MemoryDisk:
             image.compact(meta.index)
 
 
-class MemoryLog:
+class MemoryLog(ReadThrough):
     """One group's log on a `MemoryDisk` (a `raftlog.runtime.group_options.DurableLog`).
 
     Read side: the core's `Storage`, served from a `MemoryStorage` that holds what completed
@@ -445,13 +445,13 @@ class MemoryLog:
     submissions; they complete in order.
     """
 
-    __slots__ = ("_disk", "_epoch", "_floor", "_group", "_last", "_snap", "_view")
+    __slots__ = ("_base", "_disk", "_epoch", "_floor", "_group", "_last", "_snap")
 
     def __init__(self, disk: MemoryDisk, group: int, view: MemoryStorage, epoch: int) -> None:
         """Private: `MemoryDisk.open_group` makes them."""
         self._disk = disk
         self._group = group
-        self._view = view
+        self._base: MemoryStorage = view
         self._epoch = epoch
         self._floor = view.first_index() - 1
         self._last = view.last_index()
@@ -465,25 +465,7 @@ class MemoryLog:
     def group(self) -> int:
         return self._group
 
-    # -- read side (Storage) ---------------------------------------------------------------------
-    def initial_state(self) -> tuple[HardState, ConfState]:
-        return self._view.initial_state()
-
-    def first_index(self) -> int:
-        return self._view.first_index()
-
-    def last_index(self) -> int:
-        return self._view.last_index()
-
-    def term(self, index: int) -> int:
-        return self._view.term(index)
-
-    def entries(self, lo: int, hi: int, max_bytes: int) -> list[Entry]:
-        return self._view.entries(lo, hi, max_bytes)
-
-    def snapshot(self) -> Snapshot:
-        return self._view.snapshot()
-
+    # -- read side (Storage: `ReadThrough` to the view) ------------------------------------------
     def verify_snapshot(self) -> int:
         """`DurableLog.verify_snapshot`: memory does not rot, so there is nothing to read."""
         return 0
@@ -517,7 +499,7 @@ class MemoryLog:
             records.append(_HardState(self._group, hard_state))
         if not records:
             return _done()
-        view = self._view
+        view = self._base
 
         def durable() -> None:
             if snapshot is not None:
@@ -537,9 +519,9 @@ class MemoryLog:
         """Record a snapshot of the state machine at ``index`` (a durable entry); one not newer
         than the staged snapshot is not written: the current one is returned, already done."""
         if index <= self._snap:
-            return self._view.snapshot(), _done()
-        snap = Snapshot(SnapshotMeta(index, self._view.term(index), conf), data)
-        view = self._view
+            return self._base.snapshot(), _done()
+        snap = Snapshot(SnapshotMeta(index, self._base.term(index), conf), data)
+        view = self._base
 
         def durable() -> None:
             view.create_snapshot(index, conf, data)
@@ -555,7 +537,7 @@ class MemoryLog:
 
     def compact(self, index: int) -> None:
         """Drop entries up to ``index`` (at most the durable snapshot's) from the read side."""
-        self._view.compact(index)
+        self._base.compact(index)
         self._floor = max(self._floor, index)
 
 

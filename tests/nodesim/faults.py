@@ -24,6 +24,7 @@ from cmq.node import scrubber
 from cmq.routing import produce
 from raftlog.buggify import buggify, uniform
 from raftlog.core import ConfState, Entry, HardState, Snapshot
+from raftlog.core.storage import ReadThrough
 from raftlog.runtime.group_options import DurableLog
 from raftlog.runtime.host import LogDisk
 from raftlog.storage.memory import MemoryDisks
@@ -75,33 +76,15 @@ class _Ordered:
         return out
 
 
-class _SlowLog:
-    """A `DurableLog` whose completions go through `_Ordered`."""
+class _SlowLog(ReadThrough):
+    """A `DurableLog` whose completions go through `_Ordered` (its reads pass through)."""
 
     def __init__(self, inner: DurableLog, loop: NeutralLoop) -> None:
-        self._inner = inner
+        self._base: DurableLog = inner
         self._order = _Ordered(loop)
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def initial_state(self) -> tuple[HardState, ConfState]:
-        return self._inner.initial_state()
-
-    def first_index(self) -> int:
-        return self._inner.first_index()
-
-    def last_index(self) -> int:
-        return self._inner.last_index()
-
-    def term(self, index: int) -> int:
-        return self._inner.term(index)
-
-    def entries(self, lo: int, hi: int, max_bytes: int) -> list[Entry]:
-        return self._inner.entries(lo, hi, max_bytes)
-
-    def snapshot(self) -> Snapshot:
-        return self._inner.snapshot()
+        return getattr(self._base, name)
 
     def submit_ready(
         self,
@@ -111,7 +94,7 @@ class _SlowLog:
         hard_state: HardState | None = None,
         sync: bool = True,
     ) -> Future[None]:
-        fut = self._inner.submit_ready(
+        fut = self._base.submit_ready(
             snapshot=snapshot, entries=entries, hard_state=hard_state, sync=sync
         )
         return self._order(fut)
@@ -119,11 +102,11 @@ class _SlowLog:
     def submit_create_snapshot(
         self, index: int, conf: ConfState, data: bytes
     ) -> tuple[Snapshot, Future[None]]:
-        snap, fut = self._inner.submit_create_snapshot(index, conf, data)
+        snap, fut = self._base.submit_create_snapshot(index, conf, data)
         return snap, self._order(fut)
 
     def compact(self, index: int) -> None:
-        self._inner.compact(index)
+        self._base.compact(index)
 
 
 class _SlowDisk:
