@@ -20,6 +20,7 @@ listing's checksum are checked when it ends: `CorruptSegment` otherwise), `claim
 and `mark_archived`; the same on `SyncClient`.
 """
 
+from cmq.client import types
 from cmq.client.aio import DEFAULT_URL, Client
 from cmq.client.errors import (
     UNKNOWN_OUTCOME,
@@ -33,18 +34,7 @@ from cmq.client.http import parse_urls
 from cmq.client.retry import NO_RETRY, RetryPolicy
 from cmq.client.signing import AccessKey
 from cmq.client.sync import SyncClient
-from cmq.client.types import (
-    EntryResult,
-    Message,
-    Outgoing,
-    QueueAttributes,
-    QueueCreated,
-    QueueInfo,
-    QueueStats,
-    RawResponse,
-    ReceivedMessage,
-    SentMessage,
-)
+from cmq.client.types import *  # noqa: F403 - the values a caller handles, re-exported
 
 __all__ = [
     "DEFAULT_URL",
@@ -53,21 +43,12 @@ __all__ = [
     "AccessKey",
     "Client",
     "ConnectFailed",
-    "EntryResult",
-    "Message",
-    "Outgoing",
-    "QueueAttributes",
-    "QueueCreated",
-    "QueueInfo",
-    "QueueStats",
-    "RawResponse",
-    "ReceivedMessage",
     "ResponseLost",
     "RetryPolicy",
     "SendManyError",
-    "SentMessage",
     "ServerError",
     "SyncClient",
     "TransportError",
     "parse_urls",
 ]
+__all__ += types.__all__

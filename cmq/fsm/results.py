@@ -12,6 +12,26 @@ from typing import Protocol, TypeVar
 from cmq import errors
 from cmq.model import QueueAttributes
 
+__all__ = [
+    "CommandFailed",
+    "Created",
+    "Done",
+    "EntryOutcomes",
+    "Expired",
+    "Leased",
+    "LeasedMessage",
+    "Produced",
+    "Purged",
+    "Result",
+    "Retimed",
+    "Returns",
+    "Rewound",
+    "SegmentsArchived",
+    "SegmentsClaimed",
+    "Tidied",
+    "queue_not_found",
+]
+
 R_co = TypeVar("R_co", covariant=True)
 
 

@@ -7,99 +7,17 @@ result it is answered with (its ``result_type``); `cmq.fsm.commands.codec` is th
 `cmq.fsm.results`.
 """
 
-from cmq.fsm.commands.codec import (
-    CommandType,
-    decode_command,
-    encode_ack,
-    encode_command,
-    read_attributes,
-    write_attributes,
-)
-from cmq.fsm.commands.definitions import (
-    Ack,
-    ChangeVisibility,
-    ClaimSegments,
-    Command,
-    CreateQueue,
-    DeadLetter,
-    DeleteQueue,
-    Expire,
-    Lease,
-    MarkArchived,
-    Nack,
-    NewMessage,
-    Produce,
-    Purge,
-    Retime,
-    Rewind,
-    SetAttributes,
-    Tidy,
-)
-from cmq.fsm.commands.sends import SendParts, merge_produce, produce_parts, restamp_produce
-from cmq.fsm.results import (
-    CommandFailed,
-    Created,
-    Done,
-    EntryOutcomes,
-    Expired,
-    Leased,
-    LeasedMessage,
-    Produced,
-    Purged,
-    Result,
-    Retimed,
-    Returns,
-    Rewound,
-    SegmentsArchived,
-    SegmentsClaimed,
-    Tidied,
-)
+from cmq.fsm import results
+from cmq.fsm.commands import codec, definitions, sends
+from cmq.fsm.commands.codec import *  # noqa: F403 - each module's names, re-exported
+from cmq.fsm.commands.codec import encode_ack
+from cmq.fsm.commands.definitions import *  # noqa: F403
+from cmq.fsm.commands.sends import *  # noqa: F403
+from cmq.fsm.results import *  # noqa: F403
 from cmq.model import QueueAttributes  # what queue commands carry; long imported from here
 
-__all__ = [
-    "Ack",
-    "ChangeVisibility",
-    "ClaimSegments",
-    "Command",
-    "CommandFailed",
-    "CommandType",
-    "CreateQueue",
-    "Created",
-    "DeadLetter",
-    "DeleteQueue",
-    "Done",
-    "EntryOutcomes",
-    "Expire",
-    "Expired",
-    "Lease",
-    "Leased",
-    "LeasedMessage",
-    "MarkArchived",
-    "Nack",
-    "NewMessage",
-    "Produce",
-    "Produced",
-    "Purge",
-    "Purged",
-    "QueueAttributes",
-    "Result",
-    "Retime",
-    "Retimed",
-    "Returns",
-    "Rewind",
-    "Rewound",
-    "SegmentsArchived",
-    "SegmentsClaimed",
-    "SendParts",
-    "SetAttributes",
-    "Tidied",
-    "Tidy",
-    "decode_command",
-    "encode_ack",
-    "encode_command",
-    "merge_produce",
-    "produce_parts",
-    "read_attributes",
-    "restamp_produce",
-    "write_attributes",
-]
+__all__ = ["QueueAttributes", "encode_ack"]
+__all__ += codec.__all__
+__all__ += definitions.__all__
+__all__ += sends.__all__
+__all__ += results.__all__
