@@ -79,7 +79,7 @@ from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from tests.chaos import rewindcheck
 from tests.chaos.history import Op
@@ -157,23 +157,21 @@ class SurfaceReport:
     delivered_by: dict[str, int] = field(default_factory=dict)
     """Deliveries per client (process name without its number): which surfaces took part."""
 
+    FAILED: ClassVar[tuple[str, ...]] = (
+        "fifo_send_order",
+        "fifo_receive_order",
+        "fifo_overtaken",
+        "fifo_blocked",
+        "early_deliveries",
+        "late_ttl_deliveries",
+        "early_retries",
+        "dlq_accounting",
+        "past_max_receives",
+    )
+    """The lists that fail a run."""
+
     def failures(self) -> list[str]:
-        out = []
-        for name in (
-            "fifo_send_order",
-            "fifo_receive_order",
-            "fifo_overtaken",
-            "fifo_blocked",
-            "early_deliveries",
-            "late_ttl_deliveries",
-            "early_retries",
-            "dlq_accounting",
-            "past_max_receives",
-        ):
-            items: list[str] = getattr(self, name)
-            if items:
-                out.append(f"{name}={len(items)} e.g. {items[:3]}")
-        return out
+        return rewindcheck.findings(self, self.FAILED)
 
 
 def queues_of(ops: Sequence[Op]) -> dict[str, QueueInfo]:

@@ -108,25 +108,9 @@ class Report:
 
     def failures(self) -> list[str]:
         """The failed checks, each with a count and a few examples."""
-        out = []
-        for name in ("lost", "unexpected", "failed_delivered"):
-            items: list[str] = getattr(self, name)
-            if items:
-                out.append(f"{name}={len(items)} e.g. {sorted(items)[:5]}")
-        if self.redelivered_after_ack:
-            out.append(
-                f"redelivered_after_ack={len(self.redelivered_after_ack)} "
-                f"e.g. {self.redelivered_after_ack[:5]}"
-            )
-        if self.lease_overlaps:
-            out.append(f"lease_overlaps={len(self.lease_overlaps)} e.g. {self.lease_overlaps[:5]}")
-        if self.lease_forks:
-            out.append(f"lease_forks={len(self.lease_forks)} e.g. {self.lease_forks[:5]}")
-        if self.pinned.minority_confirms:
-            out.append(
-                f"minority_confirms={len(self.pinned.minority_confirms)} "
-                f"e.g. {self.pinned.minority_confirms[:5]}"
-            )
+        out = findings(self, ("lost", "unexpected", "failed_delivered"), 5, ordered=True)
+        out += findings(self, ("redelivered_after_ack", "lease_overlaps", "lease_forks"), 5)
+        out += findings(self.pinned, ("minority_confirms",), 5)
         if self.pinned.majority_stalled:
             out.append(f"majority_stalled={self.pinned.majority_stalled[:5]}")
         return out + self.surfaces.failures() + self.rewind.failures()

@@ -60,14 +60,17 @@ CLOCK_JUDGED = ("rewind_outside=", "rewind_missed=")
 """Failures that compare send stamps with a rewind's ``since`` through the clocks."""
 
 
-def findings(report: object, names: Iterable[str], n: int = 3) -> list[str]:
-    """``<name>=<count> e.g. <its first n>`` for each non-empty list ``name`` of ``report``: how
-    the chaos reports (`tests.chaos.checker.Report` and its parts) list what they found."""
+def findings(
+    report: object, names: Iterable[str], n: int = 3, *, ordered: bool = False
+) -> list[str]:
+    """``<name>=<count> e.g. <its first n>`` for each non-empty list ``name`` of ``report`` (the
+    first n in sorted order when ``ordered``): how the chaos reports (`tests.chaos.checker.Report`
+    and its parts) list what they found."""
     out = []
     for name in names:
         items: list[str] = getattr(report, name)
         if items:
-            out.append(f"{name}={len(items)} e.g. {items[:n]}")
+            out.append(f"{name}={len(items)} e.g. {(sorted(items) if ordered else items)[:n]}")
     return out
 
 
