@@ -8,38 +8,13 @@ import pytest
 
 from raftlog.transport.codec import FrameKind
 from raftlog.transport.peer import Address, Transport, TransportConfig, parse_peers
-from tests.ports import free_ports
-
-
-class Node:
-    def __init__(self, nid: int, addrs: dict[int, Address], secret: bytes = b"s3cret") -> None:
-        self.got: list[tuple[int, FrameKind, bytes]] = []
-        self.arrived = asyncio.Event()
-        self.t = Transport(nid, addrs[nid], addrs, secret, self.on_frame)
-
-    def on_frame(self, peer: int, kind: FrameKind, body: bytes) -> None:
-        self.got.append((peer, kind, body))
-        self.arrived.set()
-
-    async def wait_for(self, n: int, timeout: float = 5.0) -> None:
-        async def loop() -> None:
-            while len(self.got) < n:
-                self.arrived.clear()
-                await self.arrived.wait()
-
-        await asyncio.wait_for(loop(), timeout)
-
-
-def addresses(n: int) -> dict[int, Address]:
-    return {i + 1: Address("127.0.0.1", p) for i, p in enumerate(free_ports(n))}
+from tests.raftlog.transport.peer_nodes import Node, addresses, running
 
 
 async def test_three_nodes_exchange_frames_over_one_connection_per_pair() -> None:
     addrs = addresses(3)
     nodes = {i: Node(i, addrs) for i in addrs}
-    for nd in nodes.values():
-        await nd.t.start()
-    try:
+    async with running(*nodes.values()):
         for i, nd in nodes.items():
             for j in addrs:
                 if j != i:
@@ -51,50 +26,36 @@ async def test_three_nodes_exchange_frames_over_one_connection_per_pair() -> Non
                 b"%d->%d" % (j, i) for j in addrs if j != i
             )
             assert all(p.connects == 1 for p in nd.t.stats().values())
-    finally:
-        for nd in nodes.values():
-            await nd.t.close()
 
 
 async def test_peer_without_the_secret_is_refused() -> None:
     addrs = addresses(2)
     good = Node(2, addrs, b"right")
     bad = Node(1, addrs, b"wrong")
-    await good.t.start()
-    await bad.t.start()
-    try:
+    async with running(good, bad):
         bad.t.send(2, FrameKind.RAFT, b"intrusion")
         await asyncio.sleep(0.5)
         assert good.got == []
         assert not good.t.is_connected(1) and not bad.t.is_connected(2)
         assert bad.t.stats()[2].auth_failures + good.t.stats()[1].auth_failures >= 1
-    finally:
-        await good.t.close()
-        await bad.t.close()
 
 
 async def test_reconnects_after_the_peer_restarts() -> None:
     addrs = addresses(2)
-    a = Node(1, addrs)
-    b = Node(2, addrs)
-    await a.t.start()
-    await b.t.start()
-    try:
-        a.t.send(2, FrameKind.RAFT, b"one")
-        await b.wait_for(1)
-        await b.t.close()
+    a, b = Node(1, addrs), Node(2, addrs)
+    async with running(a):
+        async with running(b):
+            a.t.send(2, FrameKind.RAFT, b"one")
+            await b.wait_for(1)
         b = Node(2, addrs)
-        await b.t.start()
-        for _ in range(100):
-            if a.t.is_connected(2):
-                break
-            await asyncio.sleep(0.05)
-        a.t.send(2, FrameKind.RAFT, b"two")
-        await b.wait_for(1)
-        assert b.got[0][2] == b"two"
-    finally:
-        await a.t.close()
-        await b.t.close()
+        async with running(b):
+            for _ in range(100):
+                if a.t.is_connected(2):
+                    break
+                await asyncio.sleep(0.05)
+            a.t.send(2, FrameKind.RAFT, b"two")
+            await b.wait_for(1)
+            assert b.got[0][2] == b"two"
 
 
 async def test_full_send_buffer_refuses_instead_of_blocking() -> None:
@@ -129,13 +90,8 @@ def test_peer_list_parsing(bad: str) -> None:
 async def test_large_frames_travel_in_chunks_between_other_traffic() -> None:
     addrs = addresses(2)
     cfg = TransportConfig(chunk_bytes=64 << 10)
-    a = Node(1, addrs)
-    b = Node(2, addrs)
-    a.t = Transport(1, addrs[1], addrs, b"s3cret", a.on_frame, cfg=cfg)
-    b.t = Transport(2, addrs[2], addrs, b"s3cret", b.on_frame, cfg=cfg)
-    await a.t.start()
-    await b.t.start()
-    try:
+    a, b = Node(1, addrs, cfg=cfg), Node(2, addrs, cfg=cfg)
+    async with running(a, b):
         big = bytes(range(256)) * 8000  # ~2 MB: 32 chunks
         assert a.t.send(2, FrameKind.RAFT, big)
         assert a.t.send(2, FrameKind.BEATS, b"small")
@@ -144,18 +100,12 @@ async def test_large_frames_travel_in_chunks_between_other_traffic() -> None:
         assert sorted(kinds) == [FrameKind.RAFT, FrameKind.BEATS]
         assert kinds[0] is FrameKind.BEATS  # not stuck behind the big frame
         assert next(body for _, k, body in b.got if k is FrameKind.RAFT) == big
-    finally:
-        await a.t.close()
-        await b.t.close()
 
 
 async def test_writer_survives_a_transport_closed_under_it() -> None:
     addrs = addresses(2)
-    a = Node(1, addrs)
-    b = Node(2, addrs)
-    await a.t.start()
-    await b.t.start()
-    try:
+    a, b = Node(1, addrs), Node(2, addrs)
+    async with running(a, b):
         a.t.send(2, FrameKind.RAFT, b"before")
         await b.wait_for(1)
         writer = a.t.peers[2].writer
@@ -174,9 +124,6 @@ async def test_writer_survives_a_transport_closed_under_it() -> None:
         a.t.send(2, FrameKind.RAFT, b"after")
         await b.wait_for(2)
         assert b.got[-1][2] == b"after"
-    finally:
-        await a.t.close()
-        await b.t.close()
 
 
 async def test_close_ends_a_dialer_whose_cancellation_a_finishing_handshake_swallowed(

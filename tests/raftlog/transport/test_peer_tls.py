@@ -26,6 +26,7 @@ from raftlog.transport.codec import FrameKind
 from raftlog.transport.peer import Address, Transport, TransportConfig
 from tests.ports import free_ports
 from tests.raftlog.runtime.nodes import wait_applied, wait_leader
+from tests.raftlog.transport.peer_nodes import Node, addresses, running
 from tests.tlsca import TestCA
 
 SECRET = b"the-same-secret-everywhere"
@@ -64,29 +65,6 @@ def without_client_certificate(ca: TestCA) -> TransportConfig:
     return TransportConfig(server_ssl=server, client_ssl=client, backoff_max=0.1)
 
 
-class Node:
-    def __init__(self, nid: int, addrs: dict[int, Address], cfg: TransportConfig) -> None:
-        self.got: list[tuple[int, FrameKind, bytes]] = []
-        self.arrived = asyncio.Event()
-        self.t = Transport(nid, addrs[nid], addrs, SECRET, self.on_frame, cfg=cfg)
-
-    def on_frame(self, peer: int, kind: FrameKind, body: bytes) -> None:
-        self.got.append((peer, kind, body))
-        self.arrived.set()
-
-    async def wait_for(self, n: int, timeout: float = 5.0) -> None:
-        async def loop() -> None:
-            while len(self.got) < n:
-                self.arrived.clear()
-                await self.arrived.wait()
-
-        await asyncio.wait_for(loop(), timeout)
-
-
-def addresses(n: int) -> dict[int, Address]:
-    return {i + 1: Address("127.0.0.1", p) for i, p in enumerate(free_ports(n))}
-
-
 def other_tasks() -> set[asyncio.Task[Any]]:
     return asyncio.all_tasks() - {asyncio.current_task()}  # type: ignore[operator]
 
@@ -99,10 +77,8 @@ def test_tls_peers_exchange_frames_over_mutually_authenticated_connections(
 
     async def scenario() -> None:
         addrs = addresses(3)
-        nodes = {i: Node(i, addrs, tls(ca.files(f"node{i}"))) for i in addrs}
-        for nd in nodes.values():
-            await nd.t.start()
-        try:
+        nodes = {i: Node(i, addrs, SECRET, tls(ca.files(f"node{i}"))) for i in addrs}
+        async with running(*nodes.values()):
             for i, nd in nodes.items():
                 assert nd.t.tls
                 for j in addrs:
@@ -123,9 +99,6 @@ def test_tls_peers_exchange_frames_over_mutually_authenticated_connections(
                     assert subject["commonName"] == f"node{peer.id}"
                 assert nd.t.refused == 0
                 assert all(s.handshake_failures == 0 for s in nd.t.stats().values())
-        finally:
-            for nd in nodes.values():
-                await nd.t.close()
         assert not other_tasks()
 
     run(loop_factory, scenario())
@@ -168,10 +141,8 @@ def test_a_peer_failing_tls_is_refused_logged_once_and_counted(
 
     async def scenario() -> None:
         addrs = addresses(2)
-        one, two = Node(1, addrs, cfg1), Node(2, addrs, cfg2)
-        await two.t.start()
-        await one.t.start()
-        try:
+        one, two = Node(1, addrs, SECRET, cfg1), Node(2, addrs, SECRET, cfg2)
+        async with running(two, one):
             loop = asyncio.get_running_loop()
             deadline = loop.time() + 1.5
             most_tasks = 0
@@ -190,9 +161,6 @@ def test_a_peer_failing_tls_is_refused_logged_once_and_counted(
             # Writers, the dialer, the attempt under way (wait_for wraps it in a task) and a
             # refusal on the other side: none pile up (six leaked would be nine).
             assert most_tasks <= 8
-        finally:
-            await one.t.close()
-            await two.t.close()
         assert not other_tasks()
 
     with caplog.at_level(logging.WARNING, logger="raftlog.transport"):
