@@ -283,7 +283,14 @@ def test_rendered_statefulset_boots_scales_3_5_3_and_passes_the_helm_test_hook(
         added = cluster.add(sts5, range(REPLICAS, 5))
         for ordinal in range(REPLICAS, 5):
             cluster.start(sts5, ordinal)
-        joined = _scale_load(client_ns, ["wait-joined", str(REPLICAS), *urls], tmp_path, key_env)
+        joined = _in_client(
+            client_ns,
+            SCALE_LOAD,
+            ["wait-joined", str(REPLICAS), *urls],
+            tmp_path,
+            key_env,
+            timeout=120,
+        )
         print(joined.stdout, joined.stderr)
         everyone = [*pods, *added]
         assert joined.returncode == 0, joined.stdout + joined.stderr + _logs(tmp_path, everyone)
@@ -305,7 +312,9 @@ def test_rendered_statefulset_boots_scales_3_5_3_and_passes_the_helm_test_hook(
         print(drained.stdout, drained.stderr)
         assert drained.returncode == 0, drained.stdout + drained.stderr + _logs(tmp_path, everyone)
         assert "nodes [4, 5] drained and removed" in drained.stdout
-        left = _scale_load(client_ns, ["nodes", str(REPLICAS), *urls], tmp_path, key_env)
+        left = _in_client(
+            client_ns, SCALE_LOAD, ["nodes", str(REPLICAS), *urls], tmp_path, key_env, timeout=120
+        )
         assert left.returncode == 0, left.stdout + left.stderr
         cluster.stop(added)
 
@@ -418,17 +427,22 @@ def _run_archive_cronjob(
 
 
 def _in_client(
-    ns: str, module: str, args: list[str], tmp_path: Path, env: dict[str, str]
+    ns: str,
+    module: str,
+    args: list[str],
+    tmp_path: Path,
+    env: dict[str, str],
+    *,
+    timeout: float = 300,
 ) -> subprocess.CompletedProcess[str]:
     """``python -m MODULE ARGS`` of this checkout in namespace ``ns`` with ``env`` added."""
-    return subprocess.run(
-        ["ip", "netns", "exec", ns, "python", "-m", module, *args],
+    return _run_in(
+        ns,
+        ["python", "-m", module, *args],
+        {"PYTHONPATH": str(ROOT), **env},
+        tmp_path,
+        timeout=timeout,
         cwd=ROOT,
-        env={"PATH": image_path(), "HOME": str(tmp_path), "PYTHONPATH": str(ROOT), **env},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
     )
 
 
@@ -440,29 +454,22 @@ def _hides_this_python(mount_path: str) -> bool:
 
 
 def _run_in(
-    ns: str, argv: list[str], env: dict[str, str], tmp_path: Path
+    ns: str,
+    argv: list[str],
+    env: dict[str, str],
+    tmp_path: Path,
+    *,
+    timeout: float = 120,
+    cwd: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
+    """``argv`` in namespace ``ns`` with the image's PATH, HOME ``tmp_path`` and ``env``."""
     return subprocess.run(
         ["ip", "netns", "exec", ns, *argv],
+        cwd=cwd,
         env={"PATH": image_path(), "HOME": str(tmp_path), **env},
         capture_output=True,
         text=True,
-        timeout=120,
-        check=False,
-    )
-
-
-def _scale_load(
-    ns: str, args: list[str], tmp_path: Path, env: dict[str, str]
-) -> subprocess.CompletedProcess[str]:
-    """``python -m tests.deploy.scale_load ARGS`` in namespace ``ns`` with ``env`` added."""
-    return subprocess.run(
-        ["ip", "netns", "exec", ns, "python", "-m", SCALE_LOAD, *args],
-        cwd=ROOT,
-        env={"PATH": image_path(), "HOME": str(tmp_path), "PYTHONPATH": str(ROOT), **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
+        timeout=timeout,
         check=False,
     )
 
