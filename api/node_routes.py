@@ -5,6 +5,9 @@ handlers over `QueueService`'s node methods (`cmq.admin.nodes_admin`).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import Literal
+
 from api.models import EmptyRequest
 from api.node_models import (
     EnableFeaturesRequest,
@@ -20,7 +23,8 @@ from api.node_models import (
     SetGroupsRequest,
 )
 from api.routing import SERVICE_ERRORS, Context, Reply, Response, Route
-from cmq.errors import FeatureUnsupported, InvalidParameter, NodeBusy, NodeNotFound
+from cmq.errors import CmqError, FeatureUnsupported, InvalidParameter, NodeBusy, NodeNotFound
+from cmq.service import QueueService
 
 
 def _node_in_path(ctx: Context) -> int:
@@ -43,24 +47,6 @@ async def join_node(ctx: Context, req: JoinNodeRequest) -> Reply:
     return Reply(JoinNodeResponse({str(n): a for n, a in peers.items()}))
 
 
-async def drain_node(ctx: Context, _: EmptyRequest) -> Reply:
-    node = _node_in_path(ctx)
-    await ctx.service.drain_node(node)
-    return Reply(NodeChanged(node, "draining"))
-
-
-async def activate_node(ctx: Context, _: EmptyRequest) -> Reply:
-    node = _node_in_path(ctx)
-    await ctx.service.activate_node(node)
-    return Reply(NodeChanged(node, "active"))
-
-
-async def remove_node(ctx: Context, _: EmptyRequest) -> Reply:
-    node = _node_in_path(ctx)
-    await ctx.service.remove_node(node)
-    return Reply(NodeChanged(node, "removed"))
-
-
 async def set_groups(ctx: Context, req: SetGroupsRequest) -> Reply:
     added = await ctx.service.set_groups(req.groups)
     return Reply(GroupsChanged(req.groups, list(added)))
@@ -73,6 +59,40 @@ async def list_features(ctx: Context, _: None) -> Reply:
 
 async def enable_features(ctx: Context, req: EnableFeaturesRequest) -> Reply:
     return Reply(FeaturesEnabled(await ctx.service.enable_features(req.names)))
+
+
+def _node_change(
+    method: str,
+    path: str,
+    operation_id: str,
+    summary: str,
+    *,
+    call: Callable[[QueueService], Callable[[int], Awaitable[None]]],
+    state: Literal["active", "draining", "removed"],
+    answer: str,
+    raises: tuple[type[CmqError], ...] = (),
+) -> Route:
+    """A route that changes the state of the node its path names (``/v1/nodes/{node}[/...]``):
+    an optional empty body, ``call`` of the service on the node id, answered with the node and
+    its new ``state`` (``answer``: the response's description); it raises ``NodeNotFound`` and
+    ``raises`` beyond the service errors."""
+
+    async def change(ctx: Context, _: EmptyRequest) -> Reply:
+        node = _node_in_path(ctx)
+        await call(ctx.service)(node)
+        return Reply(NodeChanged(node, state))
+
+    return Route(
+        method,
+        path,
+        operation_id,
+        summary,
+        change,
+        (Response(200, answer, NodeChanged),),
+        request=EmptyRequest,
+        request_required=False,
+        raises=(*SERVICE_ERRORS, NodeNotFound, *raises),
+    )
 
 
 _N = "/v1/nodes/{node}"
@@ -96,38 +116,34 @@ NODE_ROUTES: tuple[Route, ...] = (
         request=JoinNodeRequest,
         raises=SERVICE_ERRORS,
     ),
-    Route(
+    _node_change(
         "POST",
         f"{_N}/drain",
         "drainNode",
         "Move every replica and leadership off a node (asynchronous: watch listNodes)",
-        drain_node,
-        (Response(200, "Draining", NodeChanged),),
-        request=EmptyRequest,
-        request_required=False,
-        raises=(*SERVICE_ERRORS, NodeNotFound, NodeBusy),
+        call=lambda service: service.drain_node,
+        state="draining",
+        answer="Draining",
+        raises=(NodeBusy,),
     ),
-    Route(
+    _node_change(
         "POST",
         f"{_N}/activate",
         "activateNode",
         "Undo a drain: the node takes replicas again",
-        activate_node,
-        (Response(200, "Active", NodeChanged),),
-        request=EmptyRequest,
-        request_required=False,
-        raises=(*SERVICE_ERRORS, NodeNotFound),
+        call=lambda service: service.activate_node,
+        state="active",
+        answer="Active",
     ),
-    Route(
+    _node_change(
         "DELETE",
         _N,
         "removeNode",
         "Forget a node; refused (NodeBusy) while it holds replicas or votes in the catalog",
-        remove_node,
-        (Response(200, "Removed", NodeChanged),),
-        request=EmptyRequest,
-        request_required=False,
-        raises=(*SERVICE_ERRORS, NodeNotFound, NodeBusy),
+        call=lambda service: service.remove_node,
+        state="removed",
+        answer="Removed",
+        raises=(NodeBusy,),
     ),
 )
 """The node administration routes (added to `ROUTES`)."""
