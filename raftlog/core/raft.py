@@ -387,42 +387,37 @@ class Raft(LeaderReplication, RecoveryGuard, Elections):
             self.rejoin_target = m.commit
         if m.index < self.log.committed:
             # Everything up to our commit index is known to match: say so.
-            self._send(
-                Message(
-                    MsgType.APP_RESP,
-                    to=m.frm,
-                    frm=self.id,
-                    term=self.term,
-                    index=self.log.committed,
-                    epoch=m.epoch,
-                )
-            )
+            self._answer_append(m, self.log.committed)
             return
         last = self.log.maybe_append(m.index, m.log_term, m.commit, m.entries)
         if last is not None:
             self.verified = max(self.verified, last)
-            self._send(
-                Message(
-                    MsgType.APP_RESP,
-                    to=m.frm,
-                    frm=self.id,
-                    term=self.term,
-                    index=last,
-                    epoch=m.epoch,
-                )
-            )
+            self._answer_append(m, last)
             return
         hint_index, hint_term = self.log.find_conflict_by_term(m.index, m.log_term)
+        self._answer_append(m, m.index, reject=True, reject_hint=hint_index, log_term=hint_term)
+
+    def _answer_append(
+        self,
+        m: Message,
+        index: int,
+        *,
+        reject: bool = False,
+        reject_hint: int = 0,
+        log_term: int = 0,
+    ) -> None:
+        """Answer the leader's ``APP`` or ``SNAP`` ``m`` (an ``APP_RESP`` echoing its epoch):
+        this node matches up to ``index``, or with ``reject`` refuses the entries after it."""
         self._send(
             Message(
                 MsgType.APP_RESP,
                 to=m.frm,
                 frm=self.id,
                 term=self.term,
-                index=m.index,
-                reject=True,
-                reject_hint=hint_index,
-                log_term=hint_term,
+                index=index,
+                reject=reject,
+                reject_hint=reject_hint,
+                log_term=log_term,
                 epoch=m.epoch,
             )
         )
@@ -442,11 +437,7 @@ class Raft(LeaderReplication, RecoveryGuard, Elections):
             self.restore(snap)
             index = meta.index
         self.verified = max(self.verified, index)
-        self._send(
-            Message(
-                MsgType.APP_RESP, to=m.frm, frm=self.id, term=self.term, index=index, epoch=m.epoch
-            )
-        )
+        self._answer_append(m, index)
 
     def restore(self, snap: Snapshot) -> None:
         """Replace log and configuration with ``snap`` (persisted by the next Ready)."""
