@@ -14,6 +14,7 @@ import pytest
 
 from tests.chaos.iofaults import Fault, FaultState
 from tests.chaos.lazyfs import LazyFS, unavailable_reason
+from tests.chaos.mountio import append, fsync_path
 
 _REASON = unavailable_reason()
 _needs = pytest.mark.skipif(_REASON is not None, reason=f"LazyFS unavailable: {_REASON}")
@@ -27,28 +28,8 @@ def needs_fuse(f: Callable[..., None]) -> Callable[..., None]:
 
 @pytest.fixture
 def fs(tmp_path: Path) -> Iterator[LazyFS]:
-    lazy = LazyFS(tmp_path / "disk", tmp_path / "mnt")
-    lazy.start()
-    yield lazy
-    lazy.stop()
-
-
-def append(path: Path, data: bytes, *, sync: bool = False) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, data)
-        if sync:
-            os.fdatasync(fd)
-    finally:
-        os.close(fd)
-
-
-def fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    with LazyFS(tmp_path / "disk", tmp_path / "mnt") as lazy:
+        yield lazy
 
 
 # -- the state, without a mount ------------------------------------------------------------------
@@ -83,13 +64,13 @@ def test_state_once_glob_and_limit() -> None:
 def test_fsync_eio_is_seen_and_loses_the_unsynced_data(fs: LazyFS) -> None:
     p = fs.mount / "wal"
     append(p, b"durable|", sync=True)
-    fsync_file(fs.mount)
+    fsync_path(fs.mount)
     fs.inject(Fault("fsync", "eio", glob="/wal", once=True))
     append(p, b"lost")
     with pytest.raises(OSError) as e:
-        fsync_file(p)
+        fsync_path(p)
     assert e.value.errno == errno.EIO
-    fsync_file(p)  # a retry "succeeds" (once), as on Linux after the pages were dropped...
+    fsync_path(p)  # a retry "succeeds" (once), as on Linux after the pages were dropped...
     assert p.read_bytes() == b"durable|lost"  # ...and the page cache still shows the data
     fs.drop_unsynced()
     assert p.read_bytes() == b"durable|"  # but it never reached the disk
@@ -142,7 +123,7 @@ def test_slow_fsync_and_reads_go_on(fs: LazyFS) -> None:
     append(p, b"data")
     fs.inject(Fault("fsync", "delay", seconds=0.5))
     start = time.monotonic()
-    fsync_file(p)
+    fsync_path(p)
     assert time.monotonic() - start >= 0.45
     assert fs.faults()["fsync_delayed"] == 1
 
@@ -151,12 +132,12 @@ def test_slow_fsync_and_reads_go_on(fs: LazyFS) -> None:
 def test_hung_fsync_until_cleared(fs: LazyFS) -> None:
     p = fs.mount / "f"
     append(p, b"data")
-    fsync_file(fs.mount)  # the name is durable; the data waits for the hung fsync
+    fsync_path(fs.mount)  # the name is durable; the data waits for the hung fsync
     fs.inject(Fault("fsync", "hang", glob="/f"))
     done = threading.Event()
 
     def sync() -> None:
-        fsync_file(p)
+        fsync_path(p)
         done.set()
 
     t = threading.Thread(target=sync)

@@ -10,6 +10,7 @@ import pytest
 
 from raftlog.storage.files import atomic_write
 from tests.chaos.lazyfs import LazyFS, unavailable_reason
+from tests.chaos.mountio import fsync_path, write
 
 _REASON = unavailable_reason()
 pytestmark = [
@@ -20,29 +21,8 @@ pytestmark = [
 
 @pytest.fixture
 def fs(tmp_path: Path) -> Iterator[LazyFS]:
-    lazy = LazyFS(tmp_path / "disk", tmp_path / "mnt")
-    lazy.start()
-    yield lazy
-    lazy.stop()
-
-
-def fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write(path: Path, data: bytes, *, sync: bool = False, append: bool = False) -> None:
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
-    fd = os.open(path, flags, 0o644)
-    try:
-        os.write(fd, data)
-        if sync:
-            os.fdatasync(fd)
-    finally:
-        os.close(fd)
+    with LazyFS(tmp_path / "disk", tmp_path / "mnt") as lazy:
+        yield lazy
 
 
 def durable_file(fs: LazyFS, name: str, data: bytes) -> Path:
