@@ -8,7 +8,8 @@ paths keep their plain integer counters and pay nothing for exporting them. Labe
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TypeVar
 
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.core import (
@@ -22,7 +23,7 @@ from prometheus_client.registry import Collector
 from cmq.fsm.machine import QueueMachine
 from cmq.model import SegmentCounts
 from cmq.node.clockguard import ClockGuard
-from cmq.node.diskwatch import DiskWatch
+from cmq.node.diskwatch import DiskHealth, DiskWatch
 from cmq.node.queue_metrics import (
     OTHER,
     QueueMetricsCollector,
@@ -32,8 +33,161 @@ from cmq.node.queue_metrics import (
 from cmq.node.scrubber import Scrubber
 from cmq.segment_values import SEGMENT_STATES
 from cmq.upgrade.release import PEER_PROTOCOL_MAX, PEER_PROTOCOL_MIN, RELEASE
-from raftlog.runtime import MultiRaft, RuntimeStats
-from raftlog.storage import FSYNC_BUCKETS
+from raftlog.runtime import GroupStats, MultiRaft, PeerLinkStats, RuntimeStats
+from raftlog.storage import FSYNC_BUCKETS, WalStats
+
+_Row = TypeVar("_Row")
+
+_Series = tuple[
+    type[CounterMetricFamily] | type[GaugeMetricFamily], str, str, Callable[[_Row], float | None]
+]
+"""A family of a table of labelled families: its kind, name, help text and the value a row gives
+it (None: no sample for that row)."""
+
+
+def _labelled(
+    label: str, series: Sequence[_Series[_Row]], rows: Iterable[tuple[str, _Row]]
+) -> list[CounterMetricFamily | GaugeMetricFamily]:
+    """The families of ``series``, in order, each labelled ``label``: every row (its label
+    value, the row) adds a sample to each family it gives a value."""
+    families = [kind(name, text, labels=[label]) for kind, name, text, _ in series]
+    for key, row in rows:
+        for family, (*_, value) in zip(families, series, strict=True):
+            if (v := value(row)) is not None:
+                family.add_metric([key], v)
+    return families
+
+
+_WAL: tuple[_Series[WalStats], ...] = (
+    (CounterMetricFamily, "cmq_wal_records", "Records written to the WAL.", lambda s: s.records),
+    (CounterMetricFamily, "cmq_wal_bytes", "Bytes written to the WAL.", lambda s: s.bytes),
+    (
+        CounterMetricFamily,
+        "cmq_wal_fsyncs",
+        "fdatasync calls for WAL batches (group commit: records / fsyncs is the gain).",
+        lambda s: s.fsyncs,
+    ),
+    (GaugeMetricFamily, "cmq_wal_segments", "WAL segment files.", lambda s: s.segments),
+)
+"""Per data directory (``dir``), before its fsync latency histogram."""
+
+
+def _groups(node: int) -> tuple[_Series[GroupStats], ...]:
+    """Per group (``group``) on node ``node``."""
+    return (
+        (
+            CounterMetricFamily,
+            "cmq_raft_proposals",
+            "Commands proposed on this node.",
+            lambda g: g.proposals,
+        ),
+        (
+            CounterMetricFamily,
+            "cmq_raft_proposal_batches",
+            "Raft entries the proposals were packed into.",
+            lambda g: g.batches,
+        ),
+        (
+            CounterMetricFamily,
+            "cmq_raft_applied_entries",
+            "Entries applied to the state machine.",
+            lambda g: g.applied_entries,
+        ),
+        (CounterMetricFamily, "cmq_raft_snapshots", "Snapshots taken.", lambda g: g.snapshots),
+        (
+            GaugeMetricFamily,
+            "cmq_raft_is_leader",
+            "1 when this node leads the group.",
+            lambda g: 1 if g.leader == node else 0,
+        ),
+        (GaugeMetricFamily, "cmq_raft_term", "The group's current term.", lambda g: g.term),
+        (
+            GaugeMetricFamily,
+            "cmq_raft_has_leader",
+            "1 when this node knows a leader of the group.",
+            lambda g: 1 if g.leader else 0,
+        ),
+    )
+
+
+_PEERS: tuple[_Series[PeerLinkStats], ...] = (
+    (
+        CounterMetricFamily,
+        "cmq_peer_frames_sent",
+        "Frames sent to a peer.",
+        lambda st: st.frames_sent,
+    ),
+    (
+        CounterMetricFamily,
+        "cmq_peer_frames_received",
+        "Frames received from a peer.",
+        lambda st: st.frames_received,
+    ),
+    (
+        CounterMetricFamily,
+        "cmq_peer_frames_dropped",
+        "Frames dropped because the peer's send buffer was full.",
+        lambda st: st.dropped_full,
+    ),
+    (
+        CounterMetricFamily,
+        "cmq_peer_connects",
+        "Connections established with a peer.",
+        lambda st: st.connects,
+    ),
+    (
+        CounterMetricFamily,
+        "cmq_peer_handshake_failures",
+        "Connections to a peer that failed their TLS or cluster-secret handshake.",
+        lambda st: st.handshake_failures,
+    ),
+)
+"""Per peer (``peer``), the link's counters."""
+
+_PEER_PROTOCOL: tuple[_Series[PeerLinkStats], ...] = (
+    (
+        GaugeMetricFamily,
+        "cmq_peer_protocol",
+        "The peer protocol the connection to a peer runs at (0: never connected).",
+        lambda st: st.protocol,
+    ),
+)
+"""Per peer, rendered after ``cmq_peer_connections_refused`` (the order ``/metrics`` shows)."""
+
+_DISKS: tuple[_Series[DiskHealth], ...] = (
+    (
+        GaugeMetricFamily,
+        "cmq_disk_failed",
+        "1 when the data directory's WAL stopped after an I/O error (its groups stopped; "
+        "restart the node once the disk is fixed).",
+        lambda h: 1 if h.failed else 0,
+    ),
+    (
+        GaugeMetricFamily,
+        "cmq_disk_full",
+        "1 when the data directory's free space is below the reserve (sends refused).",
+        lambda h: 1 if h.full else 0,
+    ),
+    (
+        GaugeMetricFamily,
+        "cmq_disk_slow",
+        "1 when the data directory's fsyncs are slow (its groups' leadership is handed off).",
+        lambda h: 1 if h.slow else 0,
+    ),
+    (
+        GaugeMetricFamily,
+        "cmq_disk_free_bytes",
+        "Free space of the data directory.",
+        lambda h: h.free_bytes,
+    ),
+    (
+        GaugeMetricFamily,
+        "cmq_disk_fsync_seconds",
+        "How long the WAL fsync in progress has run or the last one took (the longer).",
+        lambda h: h.fsync_seconds,
+    ),
+)
+"""Per data directory (``dir``), its health (no free space sample while it is not known)."""
 
 
 class RaftCollector(Collector):
@@ -71,25 +225,12 @@ class RaftCollector(Collector):
         )
 
     def _wal(self, stats: RuntimeStats) -> Iterator[Metric]:
-        records = CounterMetricFamily(
-            "cmq_wal_records", "Records written to the WAL.", labels=["dir"]
-        )
-        written = CounterMetricFamily("cmq_wal_bytes", "Bytes written to the WAL.", labels=["dir"])
-        fsyncs = CounterMetricFamily(
-            "cmq_wal_fsyncs",
-            "fdatasync calls for WAL batches (group commit: records / fsyncs is the gain).",
-            labels=["dir"],
-        )
-        segments = GaugeMetricFamily("cmq_wal_segments", "WAL segment files.", labels=["dir"])
+        wals = [(str(i), s) for i, s in enumerate(stats.wals)]
+        yield from _labelled("dir", _WAL, wals)
         latency = HistogramMetricFamily(
             "cmq_wal_fsync_seconds", "Latency of WAL fdatasync calls.", labels=["dir"]
         )
-        for i, s in enumerate(stats.wals):
-            d = str(i)
-            records.add_metric([d], s.records)
-            written.add_metric([d], s.bytes)
-            fsyncs.add_metric([d], s.fsyncs)
-            segments.add_metric([d], s.segments)
+        for d, s in wals:
             cumulative = 0
             buckets: list[tuple[str, float]] = []
             for bound, count in zip(FSYNC_BUCKETS, s.fsync_latency, strict=True):
@@ -98,94 +239,38 @@ class RaftCollector(Collector):
                     buckets.append((repr(bound), cumulative))
             buckets.append(("+Inf", s.fsyncs))
             latency.add_metric([d], buckets, s.fsync_seconds)
-        yield from (records, written, fsyncs, segments, latency)
+        yield latency
 
     def _groups(self, stats: RuntimeStats) -> Iterator[Metric]:
-        proposals = CounterMetricFamily(
-            "cmq_raft_proposals", "Commands proposed on this node.", labels=["group"]
+        yield from _labelled(
+            "group", _groups(stats.node), [(str(g.group), g) for g in stats.groups]
         )
-        batches = CounterMetricFamily(
-            "cmq_raft_proposal_batches",
-            "Raft entries the proposals were packed into.",
-            labels=["group"],
+        yield CounterMetricFamily(
+            "cmq_raft_appends_sent",
+            "Append messages sent to followers (all groups).",
+            value=stats.sent.appends,
         )
-        applied = CounterMetricFamily(
-            "cmq_raft_applied_entries", "Entries applied to the state machine.", labels=["group"]
+        yield CounterMetricFamily(
+            "cmq_raft_append_entries_sent",
+            "Entries carried by the appends sent.",
+            value=stats.sent.append_entries,
         )
-        snapshots = CounterMetricFamily("cmq_raft_snapshots", "Snapshots taken.", labels=["group"])
-        leader = GaugeMetricFamily(
-            "cmq_raft_is_leader", "1 when this node leads the group.", labels=["group"]
-        )
-        term = GaugeMetricFamily("cmq_raft_term", "The group's current term.", labels=["group"])
-        has_leader = GaugeMetricFamily(
-            "cmq_raft_has_leader", "1 when this node knows a leader of the group.", labels=["group"]
-        )
-        for g in stats.groups:
-            has_leader.add_metric([str(g.group)], 1 if g.leader else 0)
-            label = [str(g.group)]
-            proposals.add_metric(label, g.proposals)
-            batches.add_metric(label, g.batches)
-            applied.add_metric(label, g.applied_entries)
-            snapshots.add_metric(label, g.snapshots)
-            leader.add_metric(label, 1 if g.leader == stats.node else 0)
-            term.add_metric(label, g.term)
-        quiet = GaugeMetricFamily(
+        yield GaugeMetricFamily(
             "cmq_raft_quiesced_groups",
             "Groups open here that are quiesced (idle: not ticked, no heartbeats).",
+            value=sum(1 for g in stats.groups if g.quiesced),
         )
-        quiet.add_metric([], sum(1 for g in stats.groups if g.quiesced))
-        sends = stats.sent
-        appends = CounterMetricFamily(
-            "cmq_raft_appends_sent", "Append messages sent to followers (all groups)."
-        )
-        appends.add_metric([], sends.appends)
-        entries = CounterMetricFamily(
-            "cmq_raft_append_entries_sent", "Entries carried by the appends sent."
-        )
-        entries.add_metric([], sends.append_entries)
-        yield from (proposals, batches, applied, snapshots, leader, term, has_leader)
-        yield from (appends, entries, quiet)
 
     def _peers(self, stats: RuntimeStats) -> Iterator[Metric]:
-        sent = CounterMetricFamily(
-            "cmq_peer_frames_sent", "Frames sent to a peer.", labels=["peer"]
-        )
-        received = CounterMetricFamily(
-            "cmq_peer_frames_received", "Frames received from a peer.", labels=["peer"]
-        )
-        dropped = CounterMetricFamily(
-            "cmq_peer_frames_dropped",
-            "Frames dropped because the peer's send buffer was full.",
-            labels=["peer"],
-        )
-        connects = CounterMetricFamily(
-            "cmq_peer_connects", "Connections established with a peer.", labels=["peer"]
-        )
-        failed = CounterMetricFamily(
-            "cmq_peer_handshake_failures",
-            "Connections to a peer that failed their TLS or cluster-secret handshake.",
-            labels=["peer"],
-        )
-        protocol = GaugeMetricFamily(
-            "cmq_peer_protocol",
-            "The peer protocol the connection to a peer runs at (0: never connected).",
-            labels=["peer"],
-        )
-        for st in stats.peers:
-            label = [str(st.peer)]
-            protocol.add_metric(label, st.protocol)
-            sent.add_metric(label, st.frames_sent)
-            received.add_metric(label, st.frames_received)
-            dropped.add_metric(label, st.dropped_full)
-            connects.add_metric(label, st.connects)
-            failed.add_metric(label, st.handshake_failures)
-        refused = CounterMetricFamily(
+        peers = [(str(st.peer), st) for st in stats.peers]
+        yield from _labelled("peer", _PEERS, peers)
+        yield CounterMetricFamily(
             "cmq_peer_connections_refused",
             "Accepted peer connections refused at the cluster-secret handshake (failed TLS "
             "handshakes are counted by the dialing node, in cmq_peer_handshake_failures).",
+            value=stats.refused_connections,
         )
-        refused.add_metric([], stats.refused_connections)
-        yield from (sent, received, dropped, connects, failed, refused, protocol)
+        yield from _labelled("peer", _PEER_PROTOCOL, peers)
 
     def _lag(self, stats: RuntimeStats) -> Metric:
         """On a group's leader: how many entries each voter's durable log is behind."""
@@ -338,47 +423,17 @@ class DiskCollector(Collector):
         self.watch = watch
 
     def collect(self) -> Iterator[Metric]:
-        failed = GaugeMetricFamily(
-            "cmq_disk_failed",
-            "1 when the data directory's WAL stopped after an I/O error (its groups stopped; "
-            "restart the node once the disk is fixed).",
-            labels=["dir"],
+        yield from _labelled("dir", _DISKS, [(str(i), h) for i, h in enumerate(self.watch.health)])
+        yield CounterMetricFamily(
+            "cmq_disk_refused_sends",
+            "Sends refused with DiskFull on this node.",
+            value=self.watch.refused_sends,
         )
-        full = GaugeMetricFamily(
-            "cmq_disk_full",
-            "1 when the data directory's free space is below the reserve (sends refused).",
-            labels=["dir"],
+        yield CounterMetricFamily(
+            "cmq_disk_slow_handoffs",
+            "Leadership hand-offs asked for because a disk was slow.",
+            value=self.watch.handoffs,
         )
-        slow = GaugeMetricFamily(
-            "cmq_disk_slow",
-            "1 when the data directory's fsyncs are slow (its groups' leadership is handed off).",
-            labels=["dir"],
-        )
-        free = GaugeMetricFamily(
-            "cmq_disk_free_bytes", "Free space of the data directory.", labels=["dir"]
-        )
-        fsync = GaugeMetricFamily(
-            "cmq_disk_fsync_seconds",
-            "How long the WAL fsync in progress has run or the last one took (the longer).",
-            labels=["dir"],
-        )
-        for i, h in enumerate(self.watch.health):
-            d = [str(i)]
-            failed.add_metric(d, 1 if h.failed else 0)
-            full.add_metric(d, 1 if h.full else 0)
-            slow.add_metric(d, 1 if h.slow else 0)
-            if h.free_bytes is not None:
-                free.add_metric(d, h.free_bytes)
-            fsync.add_metric(d, h.fsync_seconds)
-        refused = CounterMetricFamily(
-            "cmq_disk_refused_sends", "Sends refused with DiskFull on this node."
-        )
-        refused.add_metric([], self.watch.refused_sends)
-        handoffs = CounterMetricFamily(
-            "cmq_disk_slow_handoffs", "Leadership hand-offs asked for because a disk was slow."
-        )
-        handoffs.add_metric([], self.watch.handoffs)
-        yield from (failed, full, slow, free, fsync, refused, handoffs)
 
 
 def register_node_metrics(
