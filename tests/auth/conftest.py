@@ -18,11 +18,8 @@ from tests.sqs import helpers
 @pytest.fixture(scope="session")
 def auth_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CmqCluster]:
     cluster = CmqCluster(tmp_path_factory.mktemp("cmq-auth"), n=1, groups=1, anonymous=False)
-    try:
-        cluster.start_all()
+    with cluster.running():
         yield cluster
-    finally:
-        cluster.stop_all()
 
 
 @pytest.fixture(scope="session")

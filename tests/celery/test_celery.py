@@ -37,12 +37,8 @@ KEY, SECRET = "AKIDCELERYTEST", "celery-test-secret"
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CmqCluster]:
     """Three ``cmq serve`` processes of our own (this module kills one)."""
-    c = CmqCluster(tmp_path_factory.mktemp("celery-cluster"), n=3, groups=2)
-    try:
-        c.start_all()
+    with CmqCluster(tmp_path_factory.mktemp("celery-cluster"), n=3, groups=2).running() as c:
         yield c
-    finally:
-        c.stop_all()
 
 
 def _sqs(url: str) -> Any:

@@ -4,13 +4,14 @@ that checks what it sees. Everything talks to the cluster through `cmq.client`."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import random
 import re
 import secrets
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -80,6 +81,16 @@ class CmqCluster:
         for nid in self.settings:
             self.start(nid)
         self.wait_ready()
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[CmqCluster]:
+        """This cluster started (`start_all`), and stopped on leaving, also when a node failed
+        to start: what a fixture that starts a cluster of its own yields."""
+        try:
+            self.start_all()
+            yield self
+        finally:
+            self.stop_all()
 
     def kill(self, nid: int) -> None:
         self.nodes.kill(nid)

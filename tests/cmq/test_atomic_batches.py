@@ -63,10 +63,8 @@ def test_partial_batches_are_found() -> None:
 
 @pytest.fixture
 def own_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CmqCluster]:
-    c = CmqCluster(tmp_path_factory.mktemp("cmq-atomic"), n=3, groups=1)
-    c.start_all()
-    yield c
-    c.stop_all()
+    with CmqCluster(tmp_path_factory.mktemp("cmq-atomic"), n=3, groups=1).running() as c:
+        yield c
 
 
 async def test_batches_are_all_or_nothing_through_a_leader_kill(own_cluster: CmqCluster) -> None:

@@ -166,10 +166,8 @@ async def test_metrics_expose_the_wal_raft_and_process(cmq_cluster: CmqCluster) 
 # -- a cluster of its own: nodes are killed ------------------------------------------------------
 @pytest.fixture
 def own_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CmqCluster]:
-    c = CmqCluster(tmp_path_factory.mktemp("cmq"), n=3, groups=2)
-    c.start_all()
-    yield c
-    c.stop_all()
+    with CmqCluster(tmp_path_factory.mktemp("cmq"), n=3, groups=2).running() as c:
+        yield c
 
 
 async def test_kill_the_leader_under_load_loses_nothing(own_cluster: CmqCluster) -> None:

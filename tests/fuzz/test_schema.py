@@ -52,12 +52,8 @@ SETTINGS = settings(
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CmqCluster]:
     """One ``cmq serve`` process (one data group)."""
-    cluster = CmqCluster(tmp_path_factory.mktemp("schema-node"), n=1, groups=1)
-    try:
-        cluster.start_all()
+    with CmqCluster(tmp_path_factory.mktemp("schema-node"), n=1, groups=1).running() as cluster:
         yield cluster
-    finally:
-        cluster.stop_all()
 
 
 def _integers(value: Any) -> Any:

@@ -23,12 +23,8 @@ PER_ROUND = 30
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[CmqCluster]:
-    c = CmqCluster(tmp_path, n=3, groups=1)
-    try:
-        c.start_all()
+    with CmqCluster(tmp_path, n=3, groups=1).running() as c:
         yield c
-    finally:
-        c.stop_all()
 
 
 def retry(call: Callable[[], T], limit: float = 30) -> T:
