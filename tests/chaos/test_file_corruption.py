@@ -28,7 +28,7 @@ import random
 import re
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,10 +45,13 @@ from tests.chaos.diskcluster import (
     started,
     wait_caught_up,
 )
-from tests.chaos.filefaults import FileKind, copy_data_dir, data_files, snapshot_group
+from tests.chaos.filefaults import FileKind, Where, copy_data_dir, data_files, snapshot_group
 from tests.cmq.cluster import Load, Outcome, assert_safe, request
 
 pytestmark = pytest.mark.slow
+
+Damage = Callable[..., str]
+"""`filefaults.bitflip` or `filefaults.truncate`."""
 
 
 @dataclass
@@ -67,66 +70,45 @@ def _snapshot_of_data_group(d: Path) -> filefaults.DataFile:
     return snaps[-1]
 
 
+def _damage(fault: Damage, kind: FileKind, where: Where, *, long: bool = False) -> Case:
+    """``fault`` (`filefaults.bitflip` or `filefaults.truncate`) at ``where`` of a ``kind`` file."""
+    return Case(
+        f"{fault.__name__} ({where})",
+        kind,
+        lambda d, e, r: fault(d, r, kind=kind, where=where),
+        long=long,
+    )
+
+
+def _damage_snapshot(fault: Damage) -> Case:
+    """``fault`` anywhere in data group 1's latest snapshot."""
+    return Case(
+        fault.__name__, "snapshot", lambda d, e, r: fault(d, r, target=_snapshot_of_data_group(d))
+    )
+
+
+def _rollback_file(kind: FileKind) -> Case:
+    """One whole ``kind`` file back to its earlier copy."""
+    return Case(
+        "rollback (file)",
+        kind,
+        lambda d, e, r: filefaults.rollback(d, e, r, kind=kind, chunk=False),
+    )
+
+
 CASES = [
-    Case(
-        "bitflip (head)", "wal", lambda d, e, r: filefaults.bitflip(d, r, kind="wal", where="head")
-    ),
-    Case(
-        "bitflip (tail)", "wal", lambda d, e, r: filefaults.bitflip(d, r, kind="wal", where="tail")
-    ),
-    Case(
-        "truncate (middle)",
-        "wal",
-        lambda d, e, r: filefaults.truncate(d, r, kind="wal", where="middle"),
-        long=True,
-    ),
-    Case(
-        "truncate (tail)",
-        "wal",
-        lambda d, e, r: filefaults.truncate(d, r, kind="wal", where="tail"),
-        long=True,
-    ),
-    Case(
-        "rollback (file)",
-        "wal",
-        lambda d, e, r: filefaults.rollback(d, e, r, kind="wal", chunk=False),
-    ),
-    Case(
-        "bitflip (head)",
-        "segment",
-        lambda d, e, r: filefaults.bitflip(d, r, kind="segment", where="head"),
-    ),
-    Case(
-        "bitflip (tail)",
-        "segment",
-        lambda d, e, r: filefaults.bitflip(d, r, kind="segment", where="tail"),
-        long=True,
-    ),
-    Case(
-        "truncate (head)",
-        "segment",
-        lambda d, e, r: filefaults.truncate(d, r, kind="segment", where="head"),
-    ),
-    Case(
-        "rollback (file)",
-        "segment",
-        lambda d, e, r: filefaults.rollback(d, e, r, kind="segment", chunk=False),
-    ),
-    Case(
-        "bitflip",
-        "snapshot",
-        lambda d, e, r: filefaults.bitflip(d, r, target=_snapshot_of_data_group(d)),
-    ),
-    Case(
-        "truncate",
-        "snapshot",
-        lambda d, e, r: filefaults.truncate(d, r, target=_snapshot_of_data_group(d)),
-    ),
-    Case(
-        "rollback (file)",
-        "snapshot",
-        lambda d, e, r: filefaults.rollback(d, e, r, kind="snapshot", chunk=False),
-    ),
+    _damage(filefaults.bitflip, "wal", "head"),
+    _damage(filefaults.bitflip, "wal", "tail"),
+    _damage(filefaults.truncate, "wal", "middle", long=True),
+    _damage(filefaults.truncate, "wal", "tail", long=True),
+    _rollback_file("wal"),
+    _damage(filefaults.bitflip, "segment", "head"),
+    _damage(filefaults.bitflip, "segment", "tail", long=True),
+    _damage(filefaults.truncate, "segment", "head"),
+    _rollback_file("segment"),
+    _damage_snapshot(filefaults.bitflip),
+    _damage_snapshot(filefaults.truncate),
+    _rollback_file("snapshot"),
     Case("rollback (whole dir)", None, lambda d, e, r: filefaults.rollback_all(d, e)),
 ]
 
