@@ -27,9 +27,8 @@ deleted: it stays in the source, and the refusal is reported.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
 
 from cmq.model import (
     MAX_DEDUP_ID,
@@ -47,12 +46,8 @@ REDRIVE_GROUP = "redrive"
 """The message group of a copy, sent to a FIFO queue, of a message that had none."""
 
 
-class Sender(Protocol):
-    """`QueueService.send`, per entry (a node's own, or any service's)."""
-
-    async def __call__(
-        self, name: str, messages: list[OutgoingMessage], *, per_entry: Literal[True]
-    ) -> list[SentMessage | SendRefused]: ...
+Sender = Callable[[str, list[OutgoingMessage]], Awaitable[list[SentMessage | SendRefused]]]
+"""`QueueService.send_each` (a node's own, or any service's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +104,7 @@ async def copy(
     then, or its outcome is unknown: `OutcomeUnknown`, safe to repeat)."""
     if not messages:
         return []
-    return await send(destination, copies(destination, messages, origin), per_entry=True)
+    return await send(destination, copies(destination, messages, origin))
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +137,9 @@ async def move_batch(
     leased = await service.receive(source, count, lease_seconds, 0)
     if not leased:
         return Moved(0)
-    outcomes = await copy(service.send, destination, [Moving.received(m) for m in leased], origin)
+    outcomes = await copy(
+        service.send_each, destination, [Moving.received(m) for m in leased], origin
+    )
     moved: list[str] = []
     refused: list[tuple[str, SendRefused]] = []
     for m, outcome in zip(leased, outcomes, strict=True):

@@ -10,7 +10,7 @@ leader changes are retried within the request deadline (`Unavailable` after it; 
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol, overload
+from typing import Any, Protocol
 
 from cmq.export_values import ExportPage, ImportedMessage
 from cmq.model import (
@@ -89,23 +89,19 @@ class QueueService(Protocol):
         (`InvalidParameter`); `FeatureNotEnabled` before the ``rewind`` flag."""
         ...
 
-    @overload
-    async def send(self, name: str, messages: list[OutgoingMessage]) -> list[SentMessage]: ...
-
-    @overload
-    async def send(
-        self, name: str, messages: list[OutgoingMessage], *, per_entry: Literal[True]
-    ) -> list[SentMessage | SendRefused]: ...
-
-    async def send(
-        self, name: str, messages: list[OutgoingMessage], *, per_entry: bool = False
-    ) -> list[SentMessage] | list[SentMessage | SendRefused]:
+    async def send(self, name: str, messages: list[OutgoingMessage]) -> list[SentMessage]:
         """Append ``messages`` in order; returns once committed (fsynced on a majority).
 
         A message the queue refuses (too large for it, a FIFO rule: `cmq.model.send_refusal`)
-        refuses the whole send: nothing is stored, its error is raised. With ``per_entry``,
-        each refused message is answered in its place by a `SendRefused` and the others are
-        stored (one commit), as SQS's SendMessageBatch answers per entry. Either way a
+        refuses the whole send: nothing is stored, its error is raised; so is a failure of the
+        send itself (`QueueNotFound`, `Unavailable`, ...)."""
+        ...
+
+    async def send_each(
+        self, name: str, messages: list[OutgoingMessage]
+    ) -> list[SentMessage | SendRefused]:
+        """`send`, answered per entry as SQS's SendMessageBatch is: each refused message is
+        answered in its place by a `SendRefused` and the others are stored (one commit). A
         failure of the send itself (`QueueNotFound`, `Unavailable`, ...) is raised."""
         ...
 

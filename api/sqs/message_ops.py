@@ -198,7 +198,7 @@ async def send_message_batch(c: Caller, p: dict[str, Any]) -> Result:
     if checked:
         # Each entry the queue refuses (too large for it, no deduplication id on a FIFO queue
         # without content-based deduplication) fails alone; the others are sent together.
-        outcomes = await call(c.service.send(name, [o.message for _, o in checked], per_entry=True))
+        outcomes = await call(c.service.send_each(name, [o.message for _, o in checked]))
         for (entry_id, o), outcome in zip(checked, outcomes, strict=True):
             if isinstance(outcome, SendRefused):
                 failed.append(_failed(entry_id, from_cmq(outcome.error())))

@@ -18,7 +18,8 @@ R = TypeVar("R")
 WIRE_VERSION: Final = 7
 """The version of what crosses the socket (`cmq.frontend.wire` writes it in every frame). 7: a
 `Failure` carries ``leader`` after ``retry_after`` (`cmq.failure`: the one form of an error
-between cmq's processes, also a forwarded call's); 6: the
+between cmq's processes, also a forwarded call's), and a per-entry send is its own call
+(`SendEach`, tag 41; `Send` lost its ``per_entry`` field); 6: the
 access key calls (tags 36-40, `cmq.frontend.key_calls`: a front end's copy of the key ring, and
 the key administration), an exported and an imported message carry ``priority``, queue
 statistics ``tenants``; 5: messages to send, received, exported and imported carry their

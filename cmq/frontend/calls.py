@@ -105,13 +105,23 @@ class _Refused(msgspec.Struct, frozen=True, array_like=True, tag=1):
     message: str
 
 
-class Send(Call[list[SentMessage | SendRefused]], frozen=True, tag=10):
-    """``per_entry`` False: the result holds `SentMessage`s only (any refusal is raised)."""
+class Send(Call[list[SentMessage]], frozen=True, tag=10):
+    result_type = list[_Sent]
+    name: str
+    messages: list[OutgoingMessage]
 
+    def encode_result(self, result: list[SentMessage]) -> bytes:
+        return encoder.encode([_Sent(r.id, r.seq) for r in result])
+
+    def decode_result(self, payload: bytes) -> list[SentMessage]:
+        got = cast(list[_Sent], super().decode_result(payload))
+        return [SentMessage(r.id, r.seq) for r in got]
+
+
+class SendEach(Call[list[SentMessage | SendRefused]], frozen=True, tag=41):
     result_type = list[_Sent | _Refused]
     name: str
     messages: list[OutgoingMessage]
-    per_entry: bool = False
 
     def encode_result(self, result: list[SentMessage | SendRefused]) -> bytes:
         return encoder.encode(
@@ -337,6 +347,7 @@ AnyCall = (
     | Purge
     | Rewind
     | Send
+    | SendEach
     | Receive
     | Ack
     | ChangeVisibility
@@ -373,5 +384,5 @@ CALLS: Final[dict[str, type[Call[Any]]]] = {
 """The `QueueService` coroutine methods by name, each with its call (``is_ready`` and
 ``status`` are `State`; the key calls, `cmq.frontend.key_calls`, are the key ring's; a test
 checks this against the protocol)."""
-CALL_TAGS: Final = frozenset(range(1, 41))
+CALL_TAGS: Final = frozenset(range(1, 42))
 """The call tags this release reads (a test checks them against the structs)."""

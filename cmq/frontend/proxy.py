@@ -33,7 +33,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
-from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, overload
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
@@ -43,11 +43,6 @@ from cmq.errors import CmqError, OutcomeUnknown, Unavailable, UnreadableFrame
 from cmq.frontend import base, calls, key_calls, wire
 from cmq.frontend.hints import leader_from_status
 from cmq.frontend.keys import KeyCopyRing
-from cmq.model import (
-    OutgoingMessage,
-    SendRefused,
-    SentMessage,
-)
 from cmq.segment_values import (
     SegmentData,
     SegmentStream,
@@ -342,22 +337,6 @@ class ServiceProxy(QueueService):
         status copy): what the front end's answers name in ``Cmq-Leader``; dict lookups only."""
         return leader_from_status(self._status, name)
 
-    @overload
-    async def send(self, name: str, messages: list[OutgoingMessage]) -> list[SentMessage]: ...
-
-    @overload
-    async def send(
-        self, name: str, messages: list[OutgoingMessage], *, per_entry: Literal[True]
-    ) -> list[SentMessage | SendRefused]: ...
-
-    async def send(
-        self, name: str, messages: list[OutgoingMessage], *, per_entry: bool = False
-    ) -> list[SentMessage] | list[SentMessage | SendRefused]:
-        got = await self._call(calls.Send(name, messages, per_entry))
-        if per_entry:
-            return got
-        return [s for s in got if isinstance(s, SentMessage)]
-
     async def read_segment(self, name: str, first_seq: int) -> SegmentStream:
         return (await self._call(calls.ReadSegment(name, first_seq))).stream()
 
@@ -375,6 +354,8 @@ class ServiceProxy(QueueService):
     update_metadata = _forwarded(QueueService.update_metadata)
     purge = _forwarded(QueueService.purge)
     rewind = _forwarded(QueueService.rewind)
+    send = _forwarded(QueueService.send)
+    send_each = _forwarded(QueueService.send_each)
     receive = _forwarded(QueueService.receive)
     ack = _forwarded(QueueService.ack)
     change_visibility = _forwarded(QueueService.change_visibility)

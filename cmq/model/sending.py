@@ -176,7 +176,7 @@ class SentMessage:
 
 @dataclass(frozen=True, slots=True)
 class SendRefused:
-    """A message a per-entry send (``QueueService.send(..., per_entry=True)``) left out, in
+    """A message a per-entry send (`QueueService.send_each`) left out, in
     its place among the answers: the code and message of the error (`send_refusal`) that
     would have refused a whole send."""
 

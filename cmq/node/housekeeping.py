@@ -61,7 +61,7 @@ class Housekeeper:
         clock_bound_ms: float = 500.0,
         clock_confirmed: Callable[[], bool] = lambda: True,
     ) -> None:
-        """``send``: this node's `QueueService.send` (dead-letter copies take the same path and
+        """``send``: this node's `QueueService.send_each` (dead-letter copies take the same path and
         send slots as any other send). ``clock_bound_ms`` / ``clock_confirmed``: the skew
         bound and whether this node's clock is confirmed by its peers now
         (`cmq.node.clockguard`), for `Retime`."""

@@ -162,7 +162,7 @@ class QueueNode(QueueCalls):
             machines=self.machines,
             router=self.router,
             ops=self.ops,
-            send=self.send,
+            send=self.send_each,
             interval=cfg.housekeeping_interval,
             clock_bound_ms=cfg.clock_bound_ms,
             clock_confirmed=self.clock.confirmed_now,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Callable
-from typing import Any, Literal, overload
+from typing import Any
 
 from cmq.admin.backup_admin import BackupAdmin
 from cmq.admin.feature_admin import FeatureAdmin
@@ -219,17 +219,34 @@ class QueueCalls:
         self._require(features.REWIND, "rewinds")
         return await self.router.run(RewindCall(self.router.group_of(name), name, since_ms))
 
-    @overload
-    async def send(self, name: str, messages: list[OutgoingMessage]) -> list[SentMessage]: ...
+    async def send(self, name: str, messages: list[OutgoingMessage]) -> list[SentMessage]:
+        group, attrs = self._send_checks(name, messages)
+        check_send_rules(name, messages)
+        if attrs is not None:  # fail early; apply decides with the committed attributes
+            now = self.clock_source.wall_ms()
+            for m in messages:
+                if (refused := size_refusal(m, attrs) or delay_refusal(m, attrs, now)) is not None:
+                    raise refused
+        return await self._send(group, name, messages)
 
-    @overload
-    async def send(
-        self, name: str, messages: list[OutgoingMessage], *, per_entry: Literal[True]
-    ) -> list[SentMessage | SendRefused]: ...
+    async def send_each(
+        self, name: str, messages: list[OutgoingMessage]
+    ) -> list[SentMessage | SendRefused]:
+        group, attrs = self._send_checks(name, messages)
+        if attrs is None:  # no replica here (or not applied yet): the leader's
+            attrs, _ = await self.get_queue(name)
+        now = self.clock_source.wall_ms()
+        messages = [within_retention(m, attrs, now) for m in messages]
+        refusals = [send_refusal(name, m, attrs) or delay_refusal(m, attrs, now) for m in messages]
+        fits = [m for m, refusal in zip(messages, refusals, strict=True) if refusal is None]
+        sent = iter(await self._send(group, name, fits) if fits else [])
+        return [next(sent) if r is None else SendRefused.of(r) for r in refusals]
 
-    async def send(
-        self, name: str, messages: list[OutgoingMessage], *, per_entry: bool = False
-    ) -> list[SentMessage] | list[SentMessage | SendRefused]:
+    def _send_checks(
+        self, name: str, messages: list[OutgoingMessage]
+    ) -> tuple[int, QueueAttributes | None]:
+        """What both sends check first (the name; the flags their messages need): the queue's
+        group and its attributes as this node's replica has them (None: no replica here)."""
         check_queue_name(name)
         if any(m.ttl_seconds is not None or m.ttl_deadline_ms is not None for m in messages):
             self._require(features.MESSAGE_TTL, "messages with a ttl_seconds")
@@ -239,25 +256,7 @@ class QueueCalls:
             self._require(features.FAIR_QUEUES, "a standard queue's messages with a group_id")
         group = self.router.group_of(name)
         machine = self.machines.get(group)  # None: the group has no replica here
-        attrs = machine.attributes(name) if machine is not None else None
-        if per_entry:
-            if attrs is None:  # no replica here (or not applied yet): the leader's
-                attrs, _ = await self.get_queue(name)
-            now = self.clock_source.wall_ms()
-            messages = [within_retention(m, attrs, now) for m in messages]
-            refusals = [
-                send_refusal(name, m, attrs) or delay_refusal(m, attrs, now) for m in messages
-            ]
-            fits = [m for m, refusal in zip(messages, refusals, strict=True) if refusal is None]
-            sent = iter(await self._send(group, name, fits) if fits else [])
-            return [next(sent) if r is None else SendRefused.of(r) for r in refusals]
-        check_send_rules(name, messages)
-        if attrs is not None:  # fail early; apply decides with the committed attributes
-            now = self.clock_source.wall_ms()
-            for m in messages:
-                if (refused := size_refusal(m, attrs) or delay_refusal(m, attrs, now)) is not None:
-                    raise refused
-        return await self._send(group, name, messages)
+        return group, machine.attributes(name) if machine is not None else None
 
     async def _send(
         self, group: int, name: str, messages: list[OutgoingMessage]

@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Literal, overload
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from cmq.model import EntryResult, OutgoingMessage, ReceivedMessage, SendRefused, SentMessage
 from cmq.service import SERVICE_METHODS, QueueService
 from cmq.tracecontext import AWS_TRACE, TRACEPARENT, TRACESTATE, traceparent_of
+
+A = TypeVar("A", SentMessage, SentMessage | SendRefused)
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -154,17 +156,20 @@ class TracedService:
         return contexts
 
     # -- the traced operations -------------------------------------------------------------------
-    @overload
-    async def send(self, name: str, messages: list[OutgoingMessage]) -> list[SentMessage]: ...
+    async def send(self, name: str, messages: list[OutgoingMessage]) -> list[SentMessage]:
+        return await self._traced_send(name, messages, self._service.send)
 
-    @overload
-    async def send(
-        self, name: str, messages: list[OutgoingMessage], *, per_entry: Literal[True]
-    ) -> list[SentMessage | SendRefused]: ...
+    async def send_each(
+        self, name: str, messages: list[OutgoingMessage]
+    ) -> list[SentMessage | SendRefused]:
+        return await self._traced_send(name, messages, self._service.send_each)
 
-    async def send(
-        self, name: str, messages: list[OutgoingMessage], *, per_entry: bool = False
-    ) -> list[SentMessage] | list[SentMessage | SendRefused]:
+    async def _traced_send(
+        self,
+        name: str,
+        messages: list[OutgoingMessage],
+        send: Callable[[str, list[OutgoingMessage]], Awaitable[list[A]]],
+    ) -> list[A]:
         seen: dict[tuple[str, ...], SpanContext | None] = {}
         contexts = [self._span_context(m.attributes, seen) for m in messages if m.attributes]
         first = next((sc for sc in contexts if sc is not None), None)
@@ -181,10 +186,7 @@ class TracedService:
             links=self._links(others),
             attributes=self._attributes(name, "send", len(messages)),
         ) as span:
-            if per_entry:
-                answers = await self._service.send(name, messages, per_entry=True)
-            else:
-                answers = list(await self._service.send(name, messages))
+            answers = await send(name, messages)
             if len(answers) == 1 and isinstance(answers[0], SentMessage):
                 span.set_attribute("messaging.message.id", answers[0].id)
             return answers

@@ -155,8 +155,11 @@ class RecordingService(Recorder):
     async def rewind(self, name: str, since_ms: int) -> int:
         return 0 if since_ms < 0 else 2
 
-    async def send(
-        self, name: str, messages: list[OutgoingMessage], **_: Any
+    async def send(self, name: str, messages: list[OutgoingMessage]) -> list[SentMessage]:
+        return [SentMessage(id=f"m{i}", seq=100 + i) for i in range(len(messages))]
+
+    async def send_each(
+        self, name: str, messages: list[OutgoingMessage]
     ) -> list[SentMessage | SendRefused]:
         return [SentMessage(id=f"m{i}", seq=100 + i) for i in range(len(messages))]
 

@@ -70,9 +70,9 @@ async def test_per_entry_sends_and_failures_cross_the_socket(tmp_path: Path) -> 
     async with one_node(tmp_path / "n", 0.05) as node, proxied(node, tmp_path) as (_, p):
         await p.create_queue("small", QueueAttributes(max_message_size=1024))
         big, fits = OutgoingMessage(b"x" * 1025), OutgoingMessage(b"fits")
-        got = await p.send("small", [big, fits], per_entry=True)
+        got = await p.send_each("small", [big, fits])
         assert isinstance(got[0], SendRefused) and got[0].code == "MessageTooLarge"
-        assert got[0] == (await node.send("small", [big], per_entry=True))[0]
+        assert got[0] == (await node.send_each("small", [big]))[0]
         assert isinstance(got[1], SentMessage)
         with pytest.raises(MessageTooLarge):
             await p.send("small", [fits, big])

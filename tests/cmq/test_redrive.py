@@ -54,26 +54,21 @@ async def test_a_per_entry_send_refuses_each_message_alone(tmp_path: Path) -> No
         big, ok = OutgoingMessage(b"x" * 1025), OutgoingMessage(b"ok")
         with pytest.raises(MessageTooLarge):  # a whole send is refused by any message
             await node.send("small", [ok, big])
-        got = await node.send("small", [big, ok, big], per_entry=True)
+        got = await node.send_each("small", [big, ok, big])
         assert [type(g) for g in got] == [SendRefused, SentMessage, SendRefused]
         assert isinstance(got[0], SendRefused) and got[0].code == "MessageTooLarge"
         assert isinstance(got[0].error(), MessageTooLarge)
         assert [m.body for m in await node.receive("small", 10, 30, 0)] == [b"ok"]
-        assert await node.send("small", [big], per_entry=True) == [
+        assert await node.send_each("small", [big]) == [
             SendRefused.of(MessageTooLarge("a message body has 1025 bytes; the queue allows 1024"))
         ]
         _, stats = await node.get_queue("small")
         assert stats.sent_total == 1
 
         await node.create_queue("f.fifo", FIFO)
-        fifo = await node.send(
-            "f.fifo",
-            [
-                OutgoingMessage(b"a", group_id="g"),
-                OutgoingMessage(b"b", group_id="g", dedup_id="d"),
-            ],
-            per_entry=True,
-        )
+        a = OutgoingMessage(b"a", group_id="g")
+        b = OutgoingMessage(b"b", group_id="g", dedup_id="d")
+        fifo = await node.send_each("f.fifo", [a, b])
         assert isinstance(fifo[0], SendRefused) and fifo[0].code == "InvalidParameter"
         assert isinstance(fifo[1], SentMessage)
 

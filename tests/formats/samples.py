@@ -396,8 +396,8 @@ def front_end_calls() -> list[base.Call[Any]]:
         calls.Send(
             "q",
             [message, OutgoingMessage(b"\x00", True, 3), OutgoingMessage(b"t", ttl_deadline_ms=T0)],
-            True,
         ),
+        calls.SendEach("q", [message]),
         calls.Receive("q", 10, 30, 20, "attempt"),
         calls.Ack("q", ["r1", "r2"]),
         calls.ChangeVisibility("q", [("r1", 5)]),
@@ -454,7 +454,7 @@ def front_end_answers() -> list[tuple[int, base.Call[Any], Any]]:
     bare = KeyRecord("AKCMQ0123456789ABCDEF", "", grants, T0)
     return [
         (1, calls.GetQueue("q"), (QueueAttributes(max_message_size=262_144), stats)),
-        (2, calls.Send("q", [], True), [SentMessage("msg-0001", 5), refused]),
+        (2, calls.SendEach("q", []), [SentMessage("msg-0001", 5), refused]),
         (3, calls.Receive("q", 1, None, None), [received]),
         (4, calls.Ack("q", ["r1", "r2"]), [EntryResult("r1", True), stale]),
         (5, calls.ReadSegment("q", 5), calls.SegmentRead("0a1b2c3d", [[record]], damage)),

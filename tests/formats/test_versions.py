@@ -342,7 +342,7 @@ def test_a_front_end_call_of_a_newer_release_names_its_tag() -> None:
     assert {c.__struct_config__.tag for c in typing.get_args(calls.AnyCall)} == calls.CALL_TAGS
     head = bytes([wire.WIRE_VERSION])
     unknown = head + msgspec.msgpack.encode([1, [max(calls.CALL_TAGS) + 1, "q"]])
-    with pytest.raises(UnreadableFrame, match=r"call tag 41 is unknown.*newer release.*1-40"):
+    with pytest.raises(UnreadableFrame, match=r"call tag 42 is unknown.*newer release.*1-41"):
         wire.decode_request(unknown)
 
 
