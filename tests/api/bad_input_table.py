@@ -66,6 +66,12 @@ def bad_input_cases() -> list[Any]:
     def case(id: str, *method_path_body_status_code: Any) -> None:
         cases.append(pytest.param(*method_path_body_status_code, id=id))
 
+    def batch_limits(what: str, path: str, key: str, entry: Any) -> None:
+        """A POST to ``path`` whose list ``key`` is empty, and one with an ``entry`` too many."""
+        case(f"{what} empty", "POST", path, {key: []}, 400, "EmptyBatch")
+        over = {key: [entry] * (MAX_ACK_BATCH + 1)}
+        case(f"{what} over limit", "POST", path, over, 400, "TooManyEntries")
+
     for method, template, ok in QUEUE_ENDPOINTS:
         ep = f"{method} {template.format('{name}')}"
         for name in BAD_NAMES:
@@ -316,15 +322,7 @@ def bad_input_cases() -> list[Any]:
 
     # --- POST .../messages/ack
     A = f"{M}/ack"
-    case("ack empty", "POST", A, {"receipts": []}, 400, "EmptyBatch")
-    case(
-        "ack over limit",
-        "POST",
-        A,
-        {"receipts": ["r"] * (MAX_ACK_BATCH + 1)},
-        400,
-        "TooManyEntries",
-    )
+    batch_limits("ack", A, "receipts", "r")
     for body in (
         None,
         {},
@@ -341,9 +339,7 @@ def bad_input_cases() -> list[Any]:
 
     # --- POST .../messages/visibility
     V = f"{M}/visibility"
-    case("visibility empty", "POST", V, {"entries": []}, 400, "EmptyBatch")
-    over = {"entries": [{"receipt": "r", "visibility_timeout": 1}] * (MAX_ACK_BATCH + 1)}
-    case("visibility over limit", "POST", V, over, 400, "TooManyEntries")
+    batch_limits("visibility", V, "entries", {"receipt": "r", "visibility_timeout": 1})
     for entry in (
         "r",
         None,
@@ -366,15 +362,7 @@ def bad_input_cases() -> list[Any]:
 
     # --- POST .../messages/nack
     N = f"{M}/nack"
-    case("nack empty", "POST", N, {"receipts": []}, 400, "EmptyBatch")
-    case(
-        "nack over limit",
-        "POST",
-        N,
-        {"receipts": ["r"] * (MAX_ACK_BATCH + 1)},
-        400,
-        "TooManyEntries",
-    )
+    batch_limits("nack", N, "receipts", "r")
     for body in (
         None,
         {},
