@@ -14,8 +14,8 @@ group must not wait forever on a dead leader); and no replica stays quiesced mor
 ticks while it is still recovering from a restart (`raftlog.core.recovery`: a quiesced
 replica stops asking its peers, so it would stay out of elections, and the loss of any other
 node would then leave the group without a quorum). Planted bugs these checks catch, each a
-`Ticker` subclass: ``planted="no-wake"`` (a suspect or lost peer wakes nothing) and
-``planted="quiesce-recovering"`` (a recovering replica accepts quiescence).
+`Ticker` subclass its hosts run: `PlantedNoWake` (a suspect or lost peer wakes nothing) and
+`PlantedQuiesceRecovering` (a recovering replica accepts quiescence).
 ``python -m raftlog.sim.quiesce_sim --seeds N [--nodes 3|5]``.
 """
 
@@ -26,8 +26,6 @@ import contextlib
 from typing import Any
 
 from raftlog.core import NONE, Role
-from raftlog.runtime.config import RuntimeConfig
-from raftlog.runtime.host import LoopClock, inline
 from raftlog.runtime.multiraft import MultiRaft
 from raftlog.runtime.ticks import Ticker
 from raftlog.sim.runtime_sim import (
@@ -36,9 +34,10 @@ from raftlog.sim.runtime_sim import (
     RuntimeSim,
     RuntimeSimConfig,
     report_seeds,
+    seeds_config,
+    seeds_of,
+    seeds_parser,
 )
-from raftlog.storage.memory import MemoryDisks
-from raftlog.transport.memory import MemoryTransport
 
 LIMIT = LIVENESS_TICKS
 """Liveness limit in ticks (`RuntimeConfig.liveness_ticks`)."""
@@ -68,17 +67,18 @@ class _QuiesceRecovering(Ticker):
             g.quiesced = True  # the bug: recovery is not consulted
 
 
-_TICKERS: dict[str, type[Ticker]] = {
-    "": Ticker,
-    "no-wake": _NoWake,
-    "quiesce-recovering": _QuiesceRecovering,
-}
+class _NoWakeHost(MultiRaft):
+    ticker_class = _NoWake
+
+
+class _QuiesceRecoveringHost(MultiRaft):
+    ticker_class = _QuiesceRecovering
 
 
 class QuiescentSim(RuntimeSim):
-    """One seeded run with quiescence. ``planted``: "", "no-wake" or "quiesce-recovering"."""
+    """One seeded run with quiescence (`PlantedNoWake` and `PlantedQuiesceRecovering` plant
+    a bug in the hosts' `Ticker`)."""
 
-    planted = ""
     quiesce = True
 
     def __init__(self, seed: int, cfg: RuntimeSimConfig) -> None:
@@ -95,20 +95,6 @@ class QuiescentSim(RuntimeSim):
     def wakes(self) -> int:
         """Quiesced groups woken by a suspect or lost peer, over every host of the run."""
         return sum(h.ticker.wakes for h in self.hosts)
-
-    def new_host(
-        self,
-        cfg: RuntimeConfig,
-        transport: MemoryTransport,
-        disks: MemoryDisks,
-        clock: LoopClock,
-    ) -> MultiRaft:
-        ticker = _TICKERS[self.planted]
-
-        class Host(MultiRaft):
-            ticker_class = ticker
-
-        return Host(cfg, transport=transport, disks=disks, clock=clock, offload=inline)
 
     def observe(self) -> None:
         super().observe()
@@ -196,27 +182,21 @@ async def _relay(src: asyncio.Event, dst: asyncio.Event) -> None:
 class PlantedNoWake(QuiescentSim):
     """Planted bug: a suspect peer wakes no quiesced group."""
 
-    planted = "no-wake"
+    host_class = _NoWakeHost
 
 
 class PlantedQuiesceRecovering(QuiescentSim):
     """Planted bug: a replica still recovering from a restart accepts quiescence."""
 
-    planted = "quiesce-recovering"
+    host_class = _QuiesceRecoveringHost
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m raftlog.sim.quiesce_sim --seeds N [--seed S] [--nodes 3|5] [--seconds T]
     [--plant-no-wake]``."""
-    import argparse
     import logging
 
-    ap = argparse.ArgumentParser(prog="python -m raftlog.sim.quiesce_sim", description=__doc__)
-    ap.add_argument("--seeds", type=int, default=10)
-    ap.add_argument("--seed", type=int, default=0, help="first seed")
-    ap.add_argument("--nodes", type=int, default=3)
-    ap.add_argument("--groups", type=int, default=3)
-    ap.add_argument("--seconds", type=float, default=30.0, help="virtual seconds of chaos")
+    ap = seeds_parser("python -m raftlog.sim.quiesce_sim", __doc__, groups=3)
     ap.add_argument("--plant-no-wake", action="store_true", help="plant the no-wake bug")
     ap.add_argument(
         "--plant-quiesce-recovering",
@@ -225,13 +205,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     logging.disable(logging.CRITICAL)
-    cfg = RuntimeSimConfig(nodes=args.nodes, groups=args.groups, seconds=args.seconds)
     sim: type[QuiescentSim] = QuiescentSim
     if args.plant_no_wake:
         sim = PlantedNoWake
     elif args.plant_quiesce_recovering:
         sim = PlantedQuiesceRecovering
-    return report_seeds("quiesce", range(args.seed, args.seed + args.seeds), cfg, sim)
+    return report_seeds("quiesce", seeds_of(args), seeds_config(args), sim)
 
 
 if __name__ == "__main__":

@@ -26,11 +26,13 @@ Everything derives from the seed, so a failing seed replays exactly.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import random
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import ClassVar
 
 from raftlog.core import Role
 from raftlog.errors import RaftError
@@ -115,6 +117,8 @@ class RuntimeSim:
 
     quiesce = False
     """`RuntimeConfig.quiesce` of the hosts (the quiescence simulation turns it on)."""
+    host_class: ClassVar[type[MultiRaft]] = MultiRaft
+    """The host of every node incarnation (a simulation with a planted bug names a subclass)."""
 
     def __init__(self, seed: int, cfg: RuntimeSimConfig) -> None:
         self.seed = seed
@@ -164,17 +168,6 @@ class RuntimeSim:
         """After healing: liveness and end-state checks."""
         await self.check_liveness()
 
-    def new_host(
-        self,
-        cfg: RuntimeConfig,
-        transport: MemoryTransport,
-        disks: MemoryDisks,
-        clock: LoopClock,
-    ) -> MultiRaft:
-        """The host of one node incarnation (a simulation with a planted bug returns a
-        subclass)."""
-        return MultiRaft(cfg, transport=transport, disks=disks, clock=clock, offload=inline)
-
     # -- nodes -----------------------------------------------------------------------------------
     async def start_node(self, nid: int) -> None:
         """Start ``nid``'s host on its disk (what its power losses left) and open its groups."""
@@ -193,8 +186,12 @@ class RuntimeSim:
             seed=self.rng.getrandbits(64),
             group_options=GroupOptions(snapshot_entries=self.cfg.snapshot_entries, keep_entries=5),
         )
-        host = self.new_host(
-            cfg, self.net.transport(nid, self.ids), self.disks, LoopClock(self.loop, EPOCH_MS)
+        host = self.host_class(
+            cfg,
+            transport=self.net.transport(nid, self.ids),
+            disks=self.disks,
+            clock=LoopClock(self.loop, EPOCH_MS),
+            offload=inline,
         )
         self.hosts.append(host)
         await host.start()
@@ -441,25 +438,36 @@ def run_runtime_seed(
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m raftlog.sim.runtime_sim --seeds N [--seed S] [--nodes 3|5] [--seconds T]``."""
-    import argparse
     import logging
 
-    ap = argparse.ArgumentParser(prog="python -m raftlog.sim.runtime_sim", description=__doc__)
-    ap.add_argument("--seeds", type=int, default=10)
-    ap.add_argument("--seed", type=int, default=0, help="first seed")
-    ap.add_argument("--nodes", type=int, default=3)
-    ap.add_argument("--groups", type=int, default=2)
-    ap.add_argument("--seconds", type=float, default=30.0, help="virtual seconds of chaos")
+    ap = seeds_parser("python -m raftlog.sim.runtime_sim", __doc__, groups=2)
     ap.add_argument("--plant-early-ack", action="store_true", help="plant the fsync bug")
     args = ap.parse_args(argv)
     logging.disable(logging.CRITICAL)  # halted groups are reported as violations instead
-    cfg = RuntimeSimConfig(
-        nodes=args.nodes,
-        groups=args.groups,
-        seconds=args.seconds,
-        unsafe_early_ack=args.plant_early_ack,
-    )
-    return report_seeds("runtime", range(args.seed, args.seed + args.seeds), cfg)
+    cfg = replace(seeds_config(args), unsafe_early_ack=args.plant_early_ack)
+    return report_seeds("runtime", seeds_of(args), cfg)
+
+
+def seeds_parser(prog: str, description: str | None, *, groups: int) -> argparse.ArgumentParser:
+    """The command line of a runtime simulation, with the arguments every one takes: ``--seeds``,
+    ``--seed``, ``--nodes``, ``--groups`` (default ``groups``) and ``--seconds``."""
+    ap = argparse.ArgumentParser(prog=prog, description=description)
+    ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--seed", type=int, default=0, help="first seed")
+    ap.add_argument("--nodes", type=int, default=3)
+    ap.add_argument("--groups", type=int, default=groups)
+    ap.add_argument("--seconds", type=float, default=30.0, help="virtual seconds of chaos")
+    return ap
+
+
+def seeds_config(args: argparse.Namespace) -> RuntimeSimConfig:
+    """The run's shape from `seeds_parser`'s ``--nodes``, ``--groups`` and ``--seconds``."""
+    return RuntimeSimConfig(nodes=args.nodes, groups=args.groups, seconds=args.seconds)
+
+
+def seeds_of(args: argparse.Namespace) -> range:
+    """The seeds `seeds_parser`'s ``--seed`` and ``--seeds`` name."""
+    return range(args.seed, args.seed + args.seeds)
 
 
 def report_seeds(
