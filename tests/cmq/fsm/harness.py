@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from cmq.fsm.commands import (
     Ack,
     Command,
+    CommandFailed,
     CommandType,
     CreateQueue,
     Lease,
@@ -56,6 +59,20 @@ def legacy_produce(cmd: Produce) -> bytes:
         for m in cmd.messages:
             w.opt_text(m.group_id)
     return w.getvalue()
+
+
+def sent(machine: QueueMachine, queue: str, now: int, msgs: Iterable[NewMessage]) -> list[int]:
+    """The seqs of ``msgs``, produced to ``queue`` at ``now`` on ``machine`` (it must not fail)."""
+    out = machine.execute(Produce(queue, now, tuple(msgs)))
+    assert not isinstance(out, CommandFailed), out
+    return [seq for _, seq in out.messages]  # type: ignore[union-attr]
+
+
+def leased(machine: QueueMachine, queue: str, now: int, n: int, vis: int | None) -> Leased:
+    """A lease of up to ``n`` messages of ``queue`` at ``now`` on ``machine`` (it must succeed)."""
+    got = machine.execute(Lease(queue, now, n, vis))
+    assert isinstance(got, Leased)
+    return got
 
 
 def leased_ids(machine: QueueMachine, queue: str, res: object) -> list[str]:

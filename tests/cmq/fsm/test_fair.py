@@ -25,6 +25,7 @@ from cmq.fsm import (
 from cmq.fsm.commands import CommandFailed, Leased, Tidied
 from cmq.model import QueueAttributes
 
+from .harness import leased, sent
 from .stateful import T0, VIS, ReadyIndexRules, TwinQueueModel
 
 
@@ -40,15 +41,11 @@ def msg(i: int, tenant: str | None, priority: int = 0, delay: int | None = None)
 
 
 def send(m: QueueMachine, now: int, *tenants: str | None) -> list[int]:
-    out = m.execute(Produce("q", now, tuple(msg(now * 100 + i, t) for i, t in enumerate(tenants))))
-    assert not isinstance(out, CommandFailed), out
-    return [seq for _, seq in out.messages]  # type: ignore[union-attr]
+    return sent(m, "q", now, (msg(now * 100 + i, t) for i, t in enumerate(tenants)))
 
 
 def lease(m: QueueMachine, now: int, n: int = 10) -> list[int]:
-    got = m.execute(Lease("q", now, n, VIS))
-    assert isinstance(got, Leased)
-    return [x.seq for x in got.messages]
+    return [x.seq for x in leased(m, "q", now, n, VIS).messages]
 
 
 def test_a_receive_takes_round_robin_over_tenants_so_a_backlog_does_not_starve_the_others() -> None:

@@ -24,6 +24,7 @@ from cmq.fsm import (
 from cmq.fsm.commands import CommandFailed, Leased, Tidied
 from cmq.model import QueueAttributes
 
+from .harness import leased, sent
 from .stateful import T0, VIS, ReadyIndexRules, TwinQueueModel
 
 
@@ -41,15 +42,11 @@ def msg(i: int, priority: int, group: str | None = None) -> NewMessage:
 
 
 def send(m: QueueMachine, now: int, *levels: int, queue: str = "q") -> list[int]:
-    out = m.execute(Produce(queue, now, tuple(msg(now + i, lv) for i, lv in enumerate(levels))))
-    assert not isinstance(out, CommandFailed), out
-    return [seq for _, seq in out.messages]  # type: ignore[union-attr]
+    return sent(m, queue, now, (msg(now + i, lv) for i, lv in enumerate(levels)))
 
 
 def lease(m: QueueMachine, now: int, n: int = 10, queue: str = "q") -> list[tuple[int, int]]:
-    got = m.execute(Lease(queue, now, n, VIS))
-    assert isinstance(got, Leased)
-    return [(x.seq, x.lease_id) for x in got.messages]
+    return [(x.seq, x.lease_id) for x in leased(m, queue, now, n, VIS).messages]
 
 
 def test_a_receive_takes_the_highest_level_first_and_seq_order_within_a_level() -> None:

@@ -15,12 +15,11 @@ from cmq.fsm import (
     MemorySegmentStore,
     Nack,
     NewMessage,
-    Produce,
     QueueMachine,
     Rewind,
     Tidy,
 )
-from cmq.fsm.commands import CommandFailed, Leased, Rewound, Tidied
+from cmq.fsm.commands import Leased, Rewound, Tidied
 from cmq.fsm.rewind import REWIND_MAX
 from cmq.fsm.store import (
     FLAG_PRIORITY,
@@ -32,6 +31,8 @@ from cmq.fsm.store import (
     with_priority,
 )
 from cmq.model import QueueAttributes
+
+from .harness import sent
 
 T0 = 1_700_000_000_000
 
@@ -96,9 +97,7 @@ def produce(m: QueueMachine, now: int, levels: list[int]) -> list[int]:
         NewMessage(f"m{i}", b"x", False, (), None, None, None, None, lv)
         for i, lv in enumerate(levels)
     )
-    out = m.execute(Produce("q", now, msgs))
-    assert not isinstance(out, CommandFailed), out
-    return [seq for _, seq in out.messages]  # type: ignore[union-attr]
+    return sent(m, "q", now, msgs)
 
 
 def test_a_produced_record_carries_its_level_and_a_tidy_copy_keeps_it() -> None:

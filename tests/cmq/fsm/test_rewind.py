@@ -10,11 +10,9 @@ from cmq.fsm import (
     Ack,
     ClaimSegments,
     CreateQueue,
-    Lease,
     MarkArchived,
     MemorySegmentStore,
     NewMessage,
-    Produce,
     Purge,
     QueueMachine,
     Rewind,
@@ -27,6 +25,8 @@ from cmq.fsm import (
 from cmq.fsm.commands import CommandFailed, Leased
 from cmq.fsm.rewind import REWIND_MAX
 from cmq.model import QueueAttributes
+
+from .harness import leased, sent
 
 T0 = 1_700_000_000_000
 DAY = 86_400_000
@@ -43,15 +43,11 @@ def send(m: QueueMachine, now: int, n: int = 1) -> list[int]:
     msgs = tuple(
         NewMessage(f"m{now}-{i}", b"body", False, (("k", "v"),), None, None) for i in range(n)
     )
-    out = m.execute(Produce("q", now, msgs))
-    assert not isinstance(out, CommandFailed), out
-    return [seq for _, seq in out.messages]  # type: ignore[union-attr]
+    return sent(m, "q", now, msgs)
 
 
 def receive(m: QueueMachine, now: int, n: int = 100) -> Leased:
-    got = m.execute(Lease("q", now, n, 30_000))
-    assert isinstance(got, Leased)
-    return got
+    return leased(m, "q", now, n, 30_000)
 
 
 def consume(m: QueueMachine, now: int, n: int = 100) -> list[str]:

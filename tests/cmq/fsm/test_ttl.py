@@ -19,6 +19,8 @@ from cmq.fsm.commands import CommandFailed, EntryOutcomes, Expired, Leased, Tidi
 from cmq.fsm.image import decode_image
 from cmq.model import QueueAttributes
 
+from .harness import leased, sent
+
 T0 = 1_700_000_000_000
 
 
@@ -34,15 +36,11 @@ def send(m: QueueMachine, now: int, *ttls: int | None, delay: int | None = None)
         NewMessage(f"m{now}-{i}", b"x", False, (), delay, None, None, ttl)
         for i, ttl in enumerate(ttls)
     )
-    out = m.execute(Produce("q", now, msgs))
-    assert not isinstance(out, CommandFailed), out
-    return [seq for _, seq in out.messages]  # type: ignore[union-attr]
+    return sent(m, "q", now, msgs)
 
 
 def lease(m: QueueMachine, now: int, n: int = 10) -> list[int]:
-    got = m.execute(Lease("q", now, n, 30_000))
-    assert isinstance(got, Leased)
-    return [x.seq for x in got.messages]
+    return [x.seq for x in leased(m, "q", now, n, 30_000).messages]
 
 
 def test_a_message_past_its_ttl_is_never_delivered_and_counts_as_expired() -> None:
