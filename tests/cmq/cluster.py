@@ -119,6 +119,16 @@ class CmqCluster:
                     return nid
         raise AssertionError(f"no leader found for the group of {name}")
 
+    async def kill_and_restart_leader(self, name: str, down: float, settle: float) -> int:
+        """Kill the node leading the group of ``name``, start it again ``down`` seconds later and
+        give it ``settle`` seconds: the node's id."""
+        victim = await self.leader_of_queue(name)
+        self.kill(victim)
+        await asyncio.sleep(down)
+        self.start(victim)
+        await asyncio.sleep(settle)
+        return victim
+
     def leader_node_of_queue(self, name: str) -> int:
         """`leader_of_queue`, blocking (see `blocking`)."""
         return blocking(lambda: asyncio.run(self.leader_of_queue(name)))

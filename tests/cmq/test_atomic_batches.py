@@ -75,11 +75,7 @@ async def test_batches_are_all_or_nothing_through_a_leader_kill(own_cluster: Cmq
     try:
         await load.start(producers=3, consumers=2)
         await asyncio.sleep(2)
-        victim = await cluster.leader_of_queue("atomic")
-        cluster.kill(victim)
-        await asyncio.sleep(3)
-        cluster.start(victim)
-        await asyncio.sleep(2)
+        victim = await cluster.kill_and_restart_leader("atomic", down=3, settle=2)
         out = await load.drain(timeout=120)
     finally:
         await load.stream.close()
