@@ -11,7 +11,7 @@ from msgspec import UNSET, Meta, Struct, UnsetType
 
 import cmq.export_values
 import cmq.model
-from api.message_models import _body_fields
+from api.message_models import _Message
 from api.models import FifoId, MessageAttributes, NonNegative, _Request, _Response
 from cmq.model import MAX_DEDUP_ID
 
@@ -38,15 +38,9 @@ class ExportQuery(Struct, kw_only=True, forbid_unknown_fields=True):
     )
 
 
-class LiveMessage(_Response, kw_only=True, omit_defaults=True):
+class LiveMessage(_Message, kw_only=True, omit_defaults=True):
     """A live message of an export, read without leasing it."""
 
-    id: str
-    seq: NonNegative
-    body: Annotated[str, Meta(description="Present if sent as body.")] | UnsetType = UNSET
-    body_base64: (
-        Annotated[bytes, Meta(description="Present if sent as body_base64.")] | UnsetType
-    ) = UNSET
     sent_at: Annotated[int, Meta(ge=0, description="Milliseconds since the Unix epoch.")]
     attributes: MessageAttributes
     state: Annotated[str, Meta(description=_STATE)]
@@ -89,12 +83,8 @@ class LiveMessage(_Response, kw_only=True, omit_defaults=True):
 
     @classmethod
     def of(cls, m: cmq.export_values.LiveMessage) -> LiveMessage:
-        text, raw = _body_fields(m.body, m.binary)
         return cls(
-            id=m.id,
-            seq=m.seq,
-            body=text,
-            body_base64=raw,
+            **cls._head(m),
             sent_at=m.sent_at_ms,
             attributes=dict(m.attributes),
             state=m.state,

@@ -4,10 +4,11 @@ msgspec `Struct`s like those of `api.models`, whose rules they follow. Pure: no 
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Required, TypedDict
 
 from msgspec import UNSET, Meta, Struct, UnsetType
 
+import cmq.export_values
 import cmq.model
 from api.models import MessageAttributes, NonNegative, _Response
 
@@ -34,24 +35,41 @@ class SendResponse(_Response):
     messages: list[Sent]
 
 
-def _body_fields(body: bytes, binary: bool) -> tuple[str | UnsetType, bytes | UnsetType]:
-    """A message body as the API renders it: ``body`` text when it was sent as text (and is
-    UTF-8), else ``body_base64`` bytes."""
-    if not binary:
-        try:
-            return body.decode("utf-8"), UNSET
-        except UnicodeDecodeError:
-            pass
-    return UNSET, body
+_Stored = cmq.model.ReceivedMessage | cmq.model.PeekedMessage | cmq.export_values.LiveMessage
 
 
-class ReceivedMessage(_Response, kw_only=True, omit_defaults=True):
+class _Head(TypedDict, total=False):
+    id: Required[str]
+    seq: Required[int]
+    body: str
+    body_base64: bytes
+
+
+class _Message(_Response, kw_only=True, omit_defaults=True):
+    """The first fields of every message an answer shows (received, peeked, exported): its id,
+    seq and body. Itself not in the OpenAPI document: each subclass's schema lists these first."""
+
     id: str
     seq: NonNegative
     body: Annotated[str, Meta(description="Present if sent as body.")] | UnsetType = UNSET
     body_base64: (
         Annotated[bytes, Meta(description="Present if sent as body_base64.")] | UnsetType
     ) = UNSET
+
+    @staticmethod
+    def _head(m: _Stored) -> _Head:
+        """``m``'s id, seq and body in the form it was sent: ``body`` text when it was sent as
+        text (and is UTF-8; a text body that is exceptionally not falls back to base64 rather
+        than fail), else ``body_base64`` bytes."""
+        if not m.binary:
+            try:
+                return {"id": m.id, "seq": m.seq, "body": m.body.decode("utf-8")}
+            except UnicodeDecodeError:
+                pass
+        return {"id": m.id, "seq": m.seq, "body_base64": m.body}
+
+
+class ReceivedMessage(_Message, kw_only=True, omit_defaults=True):
     receipt: Annotated[str, Meta(description="Opaque handle for ack / visibility / nack.")]
     receive_count: Annotated[int, Meta(ge=1)]
     sent_at: Annotated[int, Meta(ge=0, description="Milliseconds since the Unix epoch.")]
@@ -77,14 +95,8 @@ class ReceivedMessage(_Response, kw_only=True, omit_defaults=True):
 
     @classmethod
     def of(cls, m: cmq.model.ReceivedMessage) -> ReceivedMessage:
-        """In the form it was sent; a text body that is (exceptionally) not UTF-8 falls back to
-        base64 rather than fail."""
-        text, raw = _body_fields(m.body, m.binary)
         return cls(
-            id=m.id,
-            seq=m.seq,
-            body=text,
-            body_base64=raw,
+            **cls._head(m),
             receipt=m.receipt,
             receive_count=m.receive_count,
             sent_at=m.sent_at_ms,
@@ -105,29 +117,15 @@ class PeekQuery(Struct, kw_only=True, forbid_unknown_fields=True):
     ]
 
 
-class PeekedMessage(_Response, kw_only=True, omit_defaults=True):
+class PeekedMessage(_Message, kw_only=True, omit_defaults=True):
     """A message at the head of the queue, read without leasing it (no receipt)."""
 
-    id: str
-    seq: NonNegative
-    body: Annotated[str, Meta(description="Present if sent as body.")] | UnsetType = UNSET
-    body_base64: (
-        Annotated[bytes, Meta(description="Present if sent as body_base64.")] | UnsetType
-    ) = UNSET
     sent_at: Annotated[int, Meta(ge=0, description="Milliseconds since the Unix epoch.")]
     attributes: MessageAttributes
 
     @classmethod
     def of(cls, m: cmq.model.PeekedMessage) -> PeekedMessage:
-        text, raw = _body_fields(m.body, m.binary)
-        return cls(
-            id=m.id,
-            seq=m.seq,
-            body=text,
-            body_base64=raw,
-            sent_at=m.sent_at_ms,
-            attributes=dict(m.attributes),
-        )
+        return cls(**cls._head(m), sent_at=m.sent_at_ms, attributes=dict(m.attributes))
 
 
 class PeekResponse(_Response):
