@@ -27,6 +27,17 @@ PLANTS = {
     "skip_recovery": UnsafeHooks(skip_recovery=True),
 }
 
+SWITCHES = (
+    ("--silent-loss", "random losses are not reported to the sender (default: on)"),
+    ("--rollbacks", "roll crashed nodes' disks back to older backups now and then (default: on)"),
+    ("--small-windows", "also use inflight windows of 1 and 4 (default: on)"),
+    (
+        "--rejoin-wiped",
+        "start wiped nodes in rejoin mode (default: on; off shows why it is needed)",
+    ),
+)
+"""The on-by-default switches (``--no-…`` turns one off): flag and help."""
+
 
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv``, run the seeds, print the summary; returns the exit status."""
@@ -44,34 +55,12 @@ def main(argv: list[str] | None = None) -> int:
         "run's windows need (raftlog.sim.liveness)",
     )
     ap.add_argument("--plant", choices=sorted(PLANTS), default="none", help="plant a core bug")
-    ap.add_argument(
-        "--silent-loss",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="random losses are not reported to the sender (default: on)",
-    )
-    ap.add_argument(
-        "--rollbacks",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="roll crashed nodes' disks back to older backups now and then (default: on)",
-    )
-    ap.add_argument(
-        "--small-windows",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="also use inflight windows of 1 and 4 (default: on)",
-    )
+    for flag, text in SWITCHES:
+        ap.add_argument(flag, action=argparse.BooleanOptionalAction, default=True, help=text)
     ap.add_argument(
         "--wipe-rejoining",
         action="store_true",
         help="re-add removed nodes with an empty disk under the same id",
-    )
-    ap.add_argument(
-        "--rejoin-wiped",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="start wiped nodes in rejoin mode (default: on; off shows why it is needed)",
     )
     ap.add_argument("--stop", action="store_true", help="stop at the first violation")
     ap.add_argument("-v", "--verbose", action="store_true", help="one line per seed")
