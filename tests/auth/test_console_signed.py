@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
@@ -23,6 +23,9 @@ from cmq.client import AccessKey, SyncClient
 from cmq.errors import QueueNotFound
 from tests.auth.conftest import new_key
 from tests.cmq.cluster import CmqCluster, blocking, unique_queue
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Page
 
 pytestmark = pytest.mark.slow
 
@@ -56,6 +59,15 @@ def queues(call: Callable[[Callable[[SyncClient], Any]], Any]) -> Iterator[list[
             call(lambda c, n=name: c.delete_queue(n))
 
 
+@pytest.fixture
+def page(browser_page: object) -> Page:
+    """The chromium page (`browser_page`) as the Playwright `Page` it is."""
+    from playwright.sync_api import Page
+
+    assert isinstance(browser_page, Page)
+    return browser_page
+
+
 @pytest.fixture(autouse=True)
 def patient_expect() -> Iterator[None]:
     """Playwright's assertions wait 15 s here, not 5 (a loaded 2-core machine); reset after."""
@@ -85,15 +97,13 @@ def test_sign_in_refuses_a_wrong_secret_then_an_admin_purges_and_redrives(
     auth_cluster: CmqCluster,
     *,
     admin_key: AccessKey,
-    browser_page: object,
+    page: Page,
     call: Callable[[Callable[[SyncClient], Any]], Any],
     queues: list[str],
     console_artifacts: Path,
 ) -> None:
-    from playwright.sync_api import Page, expect
+    from playwright.sync_api import expect
 
-    page = browser_page
-    assert isinstance(page, Page)
     queue, source = unique_queue("console-dlq"), unique_queue("console-src")
     queues.extend([source, queue])
     call(lambda c: c.create_queue(queue, {}))
@@ -170,15 +180,13 @@ def test_sign_in_refuses_a_wrong_secret_then_an_admin_purges_and_redrives(
 
 def test_a_read_only_key_sees_its_queue_but_no_purge_button(
     auth_cluster: CmqCluster,
-    browser_page: object,
+    page: Page,
     call: Callable[[Callable[[SyncClient], Any]], Any],
     queues: list[str],
     console_artifacts: Path,
 ) -> None:
-    from playwright.sync_api import Page, expect
+    from playwright.sync_api import expect
 
-    page = browser_page
-    assert isinstance(page, Page)
     mine, other = unique_queue("console-ro"), unique_queue("console-hidden")
     queues.extend([mine, other])
     call(lambda c: c.create_queue(mine, {}))
@@ -224,15 +232,11 @@ def test_a_read_only_key_sees_its_queue_but_no_purge_button(
 
 
 def test_the_browser_signer_agrees_with_the_node_verifier(
-    auth_cluster: CmqCluster, browser_page: object
+    auth_cluster: CmqCluster, page: Page
 ) -> None:
     """sigv4.js in chromium signs what `api.auth.sigv4.verify` accepts, on the paths, query
     strings and bodies the API sees (encoded names and values, unsorted and empty parameters,
     a UTF-8 body, an empty body), and a wrong secret is what it refuses."""
-    from playwright.sync_api import Page
-
-    page = browser_page
-    assert isinstance(page, Page)
     page.goto(auth_cluster.urls[0] + "/ui/")
     page.wait_for_selector("#signin")
     host = auth_cluster.urls[0].split("://", 1)[1]
@@ -260,14 +264,10 @@ def test_the_browser_signer_agrees_with_the_node_verifier(
 
 
 def test_the_console_matches_grant_patterns_as_the_node_does(
-    auth_cluster: CmqCluster, browser_page: object
+    auth_cluster: CmqCluster, page: Page
 ) -> None:
     """console.js's glob (what it hides and shows by) agrees with `fnmatch.fnmatchcase` (what
     `cmq.grants` decides by) on the grant pattern syntax."""
-    from playwright.sync_api import Page
-
-    page = browser_page
-    assert isinstance(page, Page)
     page.goto(auth_cluster.urls[0] + "/ui/")
     page.wait_for_selector("#signin")
     patterns = ["*", "orders-*", "o?d", "[abc]x", "[!a]x", "[]a]x", "[!]]x", "q[", "a-b_c", "*-dlq"]
