@@ -107,6 +107,12 @@ class Cluster:
         leaders = [i for i, nd in self.nodes.items() if nd.raft.role is Role.LEADER]
         return leaders[0] if len(leaders) == 1 else 0
 
+    def propose_many(self, i: int, count: int, prefix: bytes = b"") -> None:
+        """Node ``i`` proposes ``count`` commands (``prefix`` then 0, 1, ...); then stabilize."""
+        for k in range(count):
+            self.nodes[i].propose(b"%s%d" % (prefix, k))
+        self.stabilize()
+
     def elect(self, i: int) -> None:
         self.nodes[i].campaign()
         self.stabilize()

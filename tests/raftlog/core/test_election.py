@@ -119,9 +119,7 @@ def test_leadership_transfer_catches_up_a_lagging_target_first() -> None:
     c = Cluster(3)
     c.elect(1)
     c.isolate(3)
-    for k in range(5):
-        c.nodes[1].propose(b"%d" % k)
-    c.stabilize()
+    c.propose_many(1, 5)
     c.heal()
     c.nodes[1].transfer_leader(3)
     with pytest.raises(NotLeader) as info:

@@ -94,9 +94,7 @@ def rolled_past() -> tuple[Cluster, MemoryStorage]:
     c = Cluster(3, check_quorum=False)
     c.elect(1)
     backup = copy.deepcopy(c.storage[3])
-    for k in range(5):
-        c.nodes[1].propose(b"%d" % k)
-    c.stabilize()
+    c.propose_many(1, 5)
     return c, backup
 
 

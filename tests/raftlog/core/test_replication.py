@@ -131,9 +131,7 @@ def test_conflicting_suffix_is_replaced_by_the_new_leader() -> None:
     c = Cluster(3)
     c.elect(1)
     c.isolate(1)
-    for k in range(3):
-        c.nodes[1].propose(b"lost%d" % k)  # never replicated, never committed
-    c.stabilize()
+    c.propose_many(1, 3, b"lost")  # never replicated, never committed
     c.tick(30)
     new = c.leader()
     assert new in (2, 3)
@@ -150,14 +148,10 @@ def test_fast_backoff_skips_a_divergent_tail_in_few_round_trips() -> None:
     c = Cluster(3)
     c.elect(1)
     c.isolate(1)
-    for k in range(50):
-        c.nodes[1].propose(b"old%d" % k)
-    c.stabilize()
+    c.propose_many(1, 50, b"old")
     c.tick(30)
     new = c.leader()
-    for k in range(10):
-        c.nodes[new].propose(b"new%d" % k)
-    c.stabilize()
+    c.propose_many(new, 10, b"new")
     c.heal()
     rejects = 0
     for _ in range(200):
@@ -198,9 +192,7 @@ def test_ready_before_advance_is_refused() -> None:
 def test_restart_from_storage_keeps_term_vote_and_log() -> None:
     c = Cluster(3)
     c.elect(1)
-    for k in range(4):
-        c.nodes[1].propose(b"%d" % k)
-    c.stabilize()
+    c.propose_many(1, 4)
     st = c.storage[2]
     hs, conf = st.initial_state()
     import random

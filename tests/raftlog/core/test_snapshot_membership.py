@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
-from raftlog.core import ConfChange, ConfChangeKind, ConfState, MsgType, Role
+from raftlog.core import (
+    ConfChange,
+    ConfChangeKind,
+    Config,
+    ConfState,
+    MemoryStorage,
+    Message,
+    MsgType,
+    RawNode,
+    Role,
+)
 from raftlog.errors import ConfChangeInProgress, NotLeader, RaftError
 from tests.raftlog.core.harness import Cluster, compact
 
@@ -17,9 +29,7 @@ def test_lagging_follower_is_caught_up_by_snapshot() -> None:
     c = Cluster(3)
     c.elect(1)
     c.isolate(3)
-    for k in range(10):
-        c.nodes[1].propose(b"m%d" % k)
-    c.stabilize()
+    c.propose_many(1, 10, b"m")
     at = compact(c, 1)
     assert c.storage[1].first_index() == at + 1
     c.heal()
@@ -39,12 +49,8 @@ def test_lagging_follower_is_caught_up_by_snapshot() -> None:
 def test_snapshot_for_a_matching_log_only_advances_commit() -> None:
     c = Cluster(3)
     c.elect(1)
-    for k in range(3):
-        c.nodes[1].propose(b"%d" % k)
-    c.stabilize()
+    c.propose_many(1, 3)
     snap = c.storage[1].create_snapshot(3, c.nodes[1].raft.conf, b"")
-    from raftlog.core import Message
-
     before = c.storage[2].last_index()
     c.nodes[2].step(Message(MsgType.SNAP, to=2, frm=1, term=1, snapshot=snap))
     rd = c.nodes[2].ready()
@@ -54,15 +60,9 @@ def test_snapshot_for_a_matching_log_only_advances_commit() -> None:
 
 
 def test_restart_from_a_compacted_log() -> None:
-    import random
-
-    from raftlog.core import Config, RawNode
-
     c = Cluster(3)
     c.elect(1)
-    for k in range(6):
-        c.nodes[1].propose(b"%d" % k)
-    c.stabilize()
+    c.propose_many(1, 6)
     compact(c, 2)
     node = RawNode(Config(2), c.storage[2], random.Random(0))
     st = node.status()
@@ -197,22 +197,21 @@ def test_a_learner_is_promoted_only_once_caught_up() -> None:
     assert c.nodes[1].raft.conf.voters == (1, 2, 3, 4)
 
 
+def lose_disk(c: Cluster, i: int, *, rejoin: bool = False) -> RawNode:
+    """Node ``i`` loses its disk and comes back under its old id on an empty one (a founding
+    member's storage for the leader's configuration), in rejoin mode with ``rejoin``."""
+    st = MemoryStorage(c.nodes[1].raft.conf)
+    c.storage[i] = st
+    c.nodes[i] = RawNode(Config(i, rejoin=rejoin), st, random.Random(i))
+    c.applied[i] = []
+    return c.nodes[i]
+
+
 def test_rejoining_node_catches_up_before_it_votes() -> None:
-    import random
-
-    from raftlog.core import Config, MemoryStorage, Message, MsgType, RawNode
-
     c = Cluster(3)
     c.elect(1)
-    for k in range(5):
-        c.nodes[1].propose(b"%d" % k)
-    c.stabilize()
-    # Node 3 loses its disk and comes back under its old id, in rejoin mode.
-    st = MemoryStorage(c.nodes[1].raft.conf)
-    c.storage[3] = st
-    c.nodes[3] = RawNode(Config(3, rejoin=True), st, random.Random(3))
-    c.applied[3] = []
-    n3 = c.nodes[3]
+    c.propose_many(1, 5)
+    n3 = lose_disk(c, 3, rejoin=True)
     # It refuses votes while rejoining, even for an up-to-date candidate.
     n3.step(Message(MsgType.VOTE, to=3, frm=2, term=1, index=99, log_term=1))
     rd = n3.ready()
@@ -231,19 +230,11 @@ def test_a_lost_log_found_by_a_heartbeat_stops_voting_until_caught_up() -> None:
     and that restarts without rejoin mode is caught by the first heartbeat: its commit index
     lies beyond the node's log. The node does not fail; it stops voting, asks the leader to
     re-probe it (`LOG_LOST`) and votes again once it holds that commit index."""
-    import random
-
-    from raftlog.core import Config, MemoryStorage, RawNode
-
     c = Cluster(3)
     c.elect(1)
-    for k in range(3):
-        c.nodes[1].propose(b"%d" % k)
-    c.stabilize()
+    c.propose_many(1, 3)
     committed = c.nodes[1].raft.log.committed
-    st = MemoryStorage(c.nodes[1].raft.conf)
-    c.storage[3] = st
-    c.nodes[3] = RawNode(Config(3), st, random.Random(3))
+    lose_disk(c, 3)
     c.nodes[1].tick()  # a heartbeat round: it tells node 3 a commit index beyond its log
     c.process(1)
     c.deliver()
@@ -265,9 +256,7 @@ def test_an_answer_from_a_re_added_nodes_earlier_incarnation_is_ignored() -> Non
     c.elect(1)
     c.nodes[1].propose_conf_change(ConfChange(ConfChangeKind.ADD_LEARNER, 4))
     c.stabilize()
-    for i in range(5):
-        c.nodes[1].propose(b"e%d" % i)
-    c.stabilize()
+    c.propose_many(1, 5, b"e")
     leader = c.nodes[1].raft
     assert leader.progress[4].match == leader.log.last_index()
     # The old incarnation's acknowledgement of everything, still in flight.
