@@ -219,20 +219,18 @@ def _explain_struct(value: object, t: mi.StructType, where: str) -> CmqError | N
     return None
 
 
+_JSON_TYPES: tuple[tuple[type, str], ...] = (
+    (type(None), "null"),
+    (bool, "a boolean"),  # before int: a bool is an int
+    (int, "an integer"),
+    (float, "a number with a fraction or exponent"),
+    (str, "a string"),
+    (list, "an array"),
+    (dict, "an object"),
+)
+"""Python's type of a decoded JSON value -> its name in messages, the first that matches."""
+
+
 def json_type(value: object) -> str:
     """How a JSON value's type is named in messages (``a string``, ``null``)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number with a fraction or exponent"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
+    return next((name for t, name in _JSON_TYPES if isinstance(value, t)), type(value).__name__)
