@@ -41,52 +41,33 @@ def test_backlog_seeds_converge_within_their_catch_up_bound(seed: int, config: S
     assert stats["heal_ticks"] <= stats["heal_bound"]
 
 
+def windowed(members: list[MemberLog], inflight: int, msg_bytes: int, disk_max: int) -> CatchUp:
+    """`catch_up` through windows of ``inflight`` messages of ``msg_bytes``, for 34-byte
+    entries, delays up to 4 units and fsyncs up to ``disk_max``, ticks of 10 units."""
+    return catch_up(
+        members,
+        max_inflight_msgs=inflight,
+        max_msg_bytes=msg_bytes,
+        max_entry_bytes=34,
+        max_delay=4,
+        disk_max=disk_max,
+        tick=10,
+    )
+
+
 def test_catch_up_follows_the_configured_rate() -> None:
     members = [MemberLog(635, 239, 200), MemberLog(246, 239, 230), MemberLog(254, 239, 240)]
-    small = catch_up(
-        members,
-        max_inflight_msgs=1,
-        max_msg_bytes=60,
-        max_entry_bytes=34,
-        max_delay=4,
-        disk_max=30,
-        tick=10,
-    )
+    small = windowed(members, 1, 60, 30)
     assert (small.backlog, small.per_round, small.round_ticks) == (396, 1, 7)
     assert small.ticks == (396 + 4) * 7
-    big = catch_up(
-        members,
-        max_inflight_msgs=256,
-        max_msg_bytes=1 << 20,
-        max_entry_bytes=34,
-        max_delay=4,
-        disk_max=30,
-        tick=10,
-    )
+    big = windowed(members, 256, 1 << 20, 30)
     assert big.ticks == (1 + 4) * 7  # the same backlog in one round trip, plus probing
     # A member behind every snapshot needs only what follows the smallest one.
-    behind = catch_up(
-        [MemberLog(500, 450, 400), MemberLog(0, 0, 0), MemberLog(490, 450, 420)],
-        max_inflight_msgs=1,
-        max_msg_bytes=60,
-        max_entry_bytes=34,
-        max_delay=4,
-        disk_max=2,
-        tick=10,
+    behind = windowed(
+        [MemberLog(500, 450, 400), MemberLog(0, 0, 0), MemberLog(490, 450, 420)], 1, 60, 2
     )
     assert behind.backlog == 500
-    assert (
-        catch_up(
-            [],
-            max_inflight_msgs=1,
-            max_msg_bytes=1,
-            max_entry_bytes=1,
-            max_delay=1,
-            disk_max=1,
-            tick=10,
-        ).ticks
-        == 0
-    )
+    assert windowed([], 1, 60, 30).ticks == 0
     no_backlog = CatchUp(0, 1, 7)
     assert heal_bound_ticks(HEAL_TIMEOUTS, 10, [no_backlog]) == HEAL_TIMEOUTS * 10
     assert heal_bound_ticks(HEAL_TIMEOUTS, 10, [no_backlog, big]) == 60 + 35
