@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from cmq.fsm.commands import (
     Ack,
@@ -23,6 +23,9 @@ from cmq.fsm.wire import Writer
 from cmq.model import QueueAttributes
 
 T0 = 1_700_000_000_000
+
+Run = Callable[[Command], Result]
+"""What executes a command: a machine's `execute`, or an `Applier`."""
 
 
 class Applier:
@@ -61,17 +64,20 @@ def legacy_produce(cmd: Produce) -> bytes:
     return w.getvalue()
 
 
-def sent(machine: QueueMachine, queue: str, now: int, msgs: Iterable[NewMessage]) -> list[int]:
-    """The seqs of ``msgs``, produced to ``queue`` at ``now`` on ``machine`` (it must not fail)."""
-    out = machine.execute(Produce(queue, now, tuple(msgs)))
+def sent(run: Run, queue: str, now: int, msgs: Iterable[NewMessage]) -> list[int]:
+    """The seqs of ``msgs``, produced to ``queue`` at ``now`` by ``run`` (a machine's `execute`
+    or an `Applier`); the send must not fail."""
+    out = run(Produce(queue, now, tuple(msgs)))
     assert not isinstance(out, CommandFailed), out
     return [seq for _, seq in out.messages]  # type: ignore[union-attr]
 
 
-def leased(machine: QueueMachine, queue: str, now: int, n: int, vis: int | None) -> Leased:
-    """A lease of up to ``n`` messages of ``queue`` at ``now`` on ``machine`` (it must succeed)."""
-    got = machine.execute(Lease(queue, now, n, vis))
-    assert isinstance(got, Leased)
+def leased(
+    run: Run, queue: str, now: int, n: int, vis: int | None, *, attempt: str | None = None
+) -> Leased:
+    """A lease of up to ``n`` messages of ``queue`` at ``now`` by ``run``; it must succeed."""
+    got = run(Lease(queue, now, n, vis, attempt))
+    assert isinstance(got, Leased), got
     return got
 
 

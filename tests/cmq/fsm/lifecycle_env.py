@@ -10,7 +10,6 @@ from cmq.fsm import (
     Ack,
     CreateQueue,
     EntryOutcomes,
-    Lease,
     Leased,
     MemorySegmentStore,
     NewMessage,
@@ -23,7 +22,7 @@ from cmq.fsm.store import SegmentStore
 from cmq.model import QueueAttributes
 from cmq.segment_values import SegmentRecord
 
-from .harness import T0, Applier
+from .harness import T0, Applier, leased
 
 ARCHIVE = QueueAttributes(
     archive=True,
@@ -61,9 +60,7 @@ class Env:
         return [seq for _, seq in res.messages]
 
     def lease(self, n: int, now: int = T0, vis: int | None = None) -> Leased:
-        res = self.run(Lease("q", now, n, vis))
-        assert isinstance(res, Leased)
-        return res
+        return leased(self.run, "q", now, n, vis)
 
     def ack(self, leased: Leased, now: int = T0) -> tuple[str | None, ...]:
         entries = tuple((m.seq, m.lease_id) for m in leased.messages)

@@ -41,11 +41,11 @@ def msg(i: int, tenant: str | None, priority: int = 0, delay: int | None = None)
 
 
 def send(m: QueueMachine, now: int, *tenants: str | None) -> list[int]:
-    return sent(m, "q", now, (msg(now * 100 + i, t) for i, t in enumerate(tenants)))
+    return sent(m.execute, "q", now, (msg(now * 100 + i, t) for i, t in enumerate(tenants)))
 
 
 def lease(m: QueueMachine, now: int, n: int = 10) -> list[int]:
-    return [x.seq for x in leased(m, "q", now, n, VIS).messages]
+    return [x.seq for x in leased(m.execute, "q", now, n, VIS).messages]
 
 
 def test_a_receive_takes_round_robin_over_tenants_so_a_backlog_does_not_starve_the_others() -> None:

@@ -37,7 +37,7 @@ from cmq.fsm import messages as messages_module
 from cmq.fsm.fifo_state import MAX_ATTEMPTS
 from cmq.model import DEDUP_WINDOW_MS, QueueAttributes
 
-from .harness import Applier, leased_ids
+from .harness import Applier, leased, leased_ids
 
 T0 = 1_700_000_000_000
 FIFO = QueueAttributes(visibility_timeout=10, fifo=True)
@@ -62,9 +62,7 @@ class Fifo:
         return list(res.messages)
 
     def lease(self, n: int, now: int = T0, attempt: str | None = None) -> Leased:
-        res = self.run(Lease(Q, now, n, None, attempt))
-        assert isinstance(res, Leased), res
-        return res
+        return leased(self.run, Q, now, n, None, attempt=attempt)
 
     def ids(self, n: int, now: int = T0) -> list[str]:
         return leased_ids(self.m, Q, self.lease(n, now))

@@ -33,7 +33,7 @@ from cmq.fsm import (
 )
 from cmq.model import DEDUP_WINDOW_MS, QueueAttributes
 
-from .harness import Applier, legacy_produce
+from .harness import Applier, leased, legacy_produce
 
 T0 = 1_700_000_000_000
 DLQ = QueueAttributes(visibility_timeout=10, dead_letter_queue="dlq", max_receive_count=2)
@@ -64,9 +64,7 @@ class Env:
         return [seq for _, seq in res.messages]
 
     def lease(self, n: int, now: int = T0, vis: int | None = None) -> Leased:
-        res = self.run(Lease("q", now, n, vis))
-        assert isinstance(res, Leased)
-        return res
+        return leased(self.run, "q", now, n, vis)
 
     def outcomes(self, cmd: Ack | Nack | ChangeVisibility) -> tuple[str | None, ...]:
         res = self.run(cmd)

@@ -42,11 +42,11 @@ def msg(i: int, priority: int, group: str | None = None) -> NewMessage:
 
 
 def send(m: QueueMachine, now: int, *levels: int, queue: str = "q") -> list[int]:
-    return sent(m, queue, now, (msg(now + i, lv) for i, lv in enumerate(levels)))
+    return sent(m.execute, queue, now, (msg(now + i, lv) for i, lv in enumerate(levels)))
 
 
 def lease(m: QueueMachine, now: int, n: int = 10, queue: str = "q") -> list[tuple[int, int]]:
-    return [(x.seq, x.lease_id) for x in leased(m, queue, now, n, VIS).messages]
+    return [(x.seq, x.lease_id) for x in leased(m.execute, queue, now, n, VIS).messages]
 
 
 def test_a_receive_takes_the_highest_level_first_and_seq_order_within_a_level() -> None:

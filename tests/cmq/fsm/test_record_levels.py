@@ -97,7 +97,7 @@ def produce(m: QueueMachine, now: int, levels: list[int]) -> list[int]:
         NewMessage(f"m{i}", b"x", False, (), None, None, None, None, lv)
         for i, lv in enumerate(levels)
     )
-    return sent(m, "q", now, msgs)
+    return sent(m.execute, "q", now, msgs)
 
 
 def test_a_produced_record_carries_its_level_and_a_tidy_copy_keeps_it() -> None:

@@ -43,11 +43,11 @@ def send(m: QueueMachine, now: int, n: int = 1) -> list[int]:
     msgs = tuple(
         NewMessage(f"m{now}-{i}", b"body", False, (("k", "v"),), None, None) for i in range(n)
     )
-    return sent(m, "q", now, msgs)
+    return sent(m.execute, "q", now, msgs)
 
 
 def receive(m: QueueMachine, now: int, n: int = 100) -> Leased:
-    return leased(m, "q", now, n, 30_000)
+    return leased(m.execute, "q", now, n, 30_000)
 
 
 def consume(m: QueueMachine, now: int, n: int = 100) -> list[str]:

@@ -36,11 +36,11 @@ def send(m: QueueMachine, now: int, *ttls: int | None, delay: int | None = None)
         NewMessage(f"m{now}-{i}", b"x", False, (), delay, None, None, ttl)
         for i, ttl in enumerate(ttls)
     )
-    return sent(m, "q", now, msgs)
+    return sent(m.execute, "q", now, msgs)
 
 
 def lease(m: QueueMachine, now: int, n: int = 10) -> list[int]:
-    return [x.seq for x in leased(m, "q", now, n, 30_000).messages]
+    return [x.seq for x in leased(m.execute, "q", now, n, 30_000).messages]
 
 
 def test_a_message_past_its_ttl_is_never_delivered_and_counts_as_expired() -> None:
