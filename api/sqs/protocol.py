@@ -223,23 +223,23 @@ def _xml_members(data: Mapping[str, Any], parts: list[str], operation: str) -> N
             element, key_name = _XML_MAPS[key]
             for name, item in value.items():
                 parts.append(f"<{element}><{key_name}>{_text(name)}</{key_name}><Value>")
-                if isinstance(item, Mapping):
-                    _xml_members(item, parts, operation)
-                else:
-                    parts.append(_text(item))
+                _xml_content(item, parts, operation)
                 parts.append(f"</Value></{element}>")
         elif isinstance(value, list):
             element = _XML_LISTS.get(key) or f"{operation}ResultEntry"
             for item in value:
                 parts.append(f"<{element}>")
-                if isinstance(item, Mapping):
-                    _xml_members(item, parts, operation)
-                else:
-                    parts.append(_text(item))
+                _xml_content(item, parts, operation)
                 parts.append(f"</{element}>")
-        elif isinstance(value, Mapping):
-            parts.append(f"<{key}>")
-            _xml_members(value, parts, operation)
-            parts.append(f"</{key}>")
         else:
-            parts.append(f"<{key}>{_text(value)}</{key}>")
+            parts.append(f"<{key}>")
+            _xml_content(value, parts, operation)
+            parts.append(f"</{key}>")
+
+
+def _xml_content(value: Any, parts: list[str], operation: str) -> None:
+    """What stands between an element's tags: a mapping's members, else the value as text."""
+    if isinstance(value, Mapping):
+        _xml_members(value, parts, operation)
+    else:
+        parts.append(_text(value))
