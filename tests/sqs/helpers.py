@@ -196,14 +196,17 @@ def verify_checksums(operation: str, params: Mapping[str, Any], parsed: Mapping[
         if got != want:
             raise ChecksumMismatch(f"{operation} {what}: answered {got!r}, expected {want!r}")
 
-    def check_send(sent: Mapping[str, Any], answer: Mapping[str, Any]) -> None:
-        check("MD5OfMessageBody", answer.get("MD5OfMessageBody"), body_md5(sent["MessageBody"]))
-        attrs = sent.get("MessageAttributes")
+    def check_sums(body_field: str, body: str, attrs: Any, answer: Mapping[str, Any]) -> None:
+        """``answer``'s digests (``body_field``, MD5OfMessageAttributes) of a message."""
+        check(body_field, answer.get(body_field), body_md5(body))
         check(
             "MD5OfMessageAttributes",
             answer.get("MD5OfMessageAttributes"),
             attributes_md5(attrs) if attrs else None,
         )
+
+    def check_send(sent: Mapping[str, Any], answer: Mapping[str, Any]) -> None:
+        check_sums("MD5OfMessageBody", sent["MessageBody"], sent.get("MessageAttributes"), answer)
 
     if operation == "SendMessage":
         check_send(params, parsed)
@@ -213,13 +216,7 @@ def verify_checksums(operation: str, params: Mapping[str, Any], parsed: Mapping[
             check_send(by_id[ok["Id"]], ok)
     elif operation == "ReceiveMessage":
         for m in parsed.get("Messages", []):
-            check("MD5OfBody", m.get("MD5OfBody"), body_md5(m["Body"]))
-            attrs = m.get("MessageAttributes")
-            check(
-                "MD5OfMessageAttributes",
-                m.get("MD5OfMessageAttributes"),
-                attributes_md5(attrs) if attrs else None,
-            )
+            check_sums("MD5OfBody", m["Body"], m.get("MessageAttributes"), m)
 
 
 def _keep_params(params: Mapping[str, Any], context: dict[str, Any], **_: Any) -> None:
