@@ -77,6 +77,16 @@ def clean() -> Rw:
     return h
 
 
+def acked_then_rewound() -> Rw:
+    """a and b acked, then a rewind to before their send that answers ok and says it made one
+    message deliverable again."""
+    h = Rw()
+    h.send(0.0, 0.1, ["a", "b"])
+    h.ack(1.2, 1.3, h.receive(1.0, 1.1, [("a", 1, 1), ("b", 2, 1)]))
+    h.rewind(2.0, 2.1, since=-0.5, count=1)
+    return h
+
+
 def test_a_clean_history_with_rewinds_passes() -> None:
     rep = check(clean().h.ops)
     assert rep.ok, rep.failures()
@@ -133,10 +143,7 @@ def test_a_message_rewound_twice_by_one_rewind_is_flagged() -> None:
 
 
 def test_a_rewind_answered_ok_must_bring_back_what_it_covered() -> None:
-    h = Rw()
-    h.send(0.0, 0.1, ["a", "b"])
-    h.ack(1.2, 1.3, h.receive(1.0, 1.1, [("a", 1, 1), ("b", 2, 1)]))
-    h.rewind(2.0, 2.1, since=-0.5, count=1)
+    h = acked_then_rewound()
     h.ack(3.2, 3.3, h.receive(3.0, 3.1, [("a", 3, 1)]))  # b never comes back
     rep = check(h.h.ops)
     assert not rep.ok
@@ -173,10 +180,7 @@ def test_the_acked_record_itself_coming_back_is_a_redelivery_after_ack() -> None
 def test_more_copies_than_the_rewinds_said_are_reported_not_failed() -> None:
     """A router's repeat of a rewind whose outcome it did not know applies it twice under one
     answer, so the count is a figure, not a rule."""
-    h = Rw()
-    h.send(0.0, 0.1, ["a", "b"])
-    h.ack(1.2, 1.3, h.receive(1.0, 1.1, [("a", 1, 1), ("b", 2, 1)]))
-    h.rewind(2.0, 2.1, since=-0.5, count=1)
+    h = acked_then_rewound()
     h.ack(3.2, 3.3, h.receive(3.0, 3.1, [("a", 3, 1), ("b", 4, 1)]))
     rep = check_rewinds(h.h.ops)
     assert rep.rewind_count == ["w: 2 rewound copies delivered, but its rewinds said 1"]
@@ -218,10 +222,7 @@ def test_an_ack_answered_stale_may_have_applied() -> None:
 def test_the_rewind_report_lists_failures_and_notes_as_the_main_report_does() -> None:
     """`RewindReport` has `Report`'s shape (failures, notes, ok), and the main report carries
     its notes as it carries its failures, so the runner prints both alike."""
-    h = Rw()
-    h.send(0.0, 0.1, ["a", "b"])
-    h.ack(1.2, 1.3, h.receive(1.0, 1.1, [("a", 1, 1), ("b", 2, 1)]))
-    h.rewind(2.0, 2.1, since=-0.5, count=1)
+    h = acked_then_rewound()
     h.ack(3.2, 3.3, h.receive(3.0, 3.1, [("a", 3, 1), ("b", 4, 1)]))
     rw = check_rewinds(h.h.ops)
     assert rw.ok and rw.failures() == []
