@@ -149,10 +149,7 @@ class MachineReads:
         """(checksum, records) of the released segment ``first_seq`` of ``name``, read from
         this replica's files (`lifecycle.read_records`: lazily, one chunk at a time).
         `QueueNotFound`, `SegmentNotFound` or `SegmentNotReleased` at once."""
-        q = self._queues.get(name)
-        if q is None:
-            raise errors.QueueNotFound(f"queue {name!r} does not exist")
-        seg = lifecycle.released_segment(q, first_seq)
+        q, seg = self._released(name, first_seq)
         return f"{seg.crc:08x}", lifecycle.read_records(self._store, q.key, seg, chunk)
 
     def segment_data(
@@ -161,11 +158,16 @@ class MachineReads:
         """(checksum, pieces) of the binary read of the released segment ``first_seq`` of
         ``name`` (`cmq.fsm.segdata`: lazily, one chunk of the file at a time).
         `QueueNotFound`, `SegmentNotFound` or `SegmentNotReleased` at once."""
+        q, seg = self._released(name, first_seq)
+        return f"{seg.crc:08x}", segdata.stream(self._store, q.key, seg, chunk)
+
+    def _released(self, name: str, first_seq: int) -> tuple[QueueState, Segment]:
+        """Queue ``name`` and its released segment ``first_seq``: `QueueNotFound`,
+        `SegmentNotFound` or `SegmentNotReleased` otherwise."""
         q = self._queues.get(name)
         if q is None:
             raise errors.QueueNotFound(f"queue {name!r} does not exist")
-        seg = lifecycle.released_segment(q, first_seq)
-        return f"{seg.crc:08x}", segdata.stream(self._store, q.key, seg, chunk)
+        return q, lifecycle.released_segment(q, first_seq)
 
     def has_visible(self, name: str, now_ms: int) -> bool:
         """Whether a `Lease` at ``now_ms`` would find a message (a hint for long polls)."""
