@@ -5,7 +5,8 @@ Record and file formats: docs/architecture.md, section 4. Modules: `record` (pur
 codecs), `files` (atomic rename, names, snapshot files), `segments` (what pins a segment, segment
 heads), `recovery` (replay and torn tail handling), `wal` (the writer thread), `walstats` (its
 options and counters), `logstore` (`GroupLog`), `waldisk` (a directory's WAL as the host's
-`LogDisk`: `WalDisk`, `WalDisks`), `memory` (their in-memory twins: `MemoryDisk`, `MemoryDisks`).
+`LogDisk`: `WalDisk`, `WalDisks`), `memory` (their in-memory twins: `MemoryDisk`, `MemoryDisks`),
+`completion` (the futures of durable writes both complete).
 """
 
 from raftlog.storage.files import atomic_write, fsync_dir

@@ -34,6 +34,7 @@ from concurrent.futures import Future
 from raftlog.core.storage import bootstrap_snapshot, limit_size
 from raftlog.core.types import ConfState, Entry, HardState, Snapshot, SnapshotMeta
 from raftlog.errors import Compacted, CorruptRecord, InvariantViolation, Unavailable
+from raftlog.storage.completion import done_future
 from raftlog.storage.files import atomic_write, decode_snapshot_file, encode_snapshot_file
 from raftlog.storage.record import (
     ConfRecord,
@@ -43,12 +44,6 @@ from raftlog.storage.record import (
     SnapshotRecord,
 )
 from raftlog.storage.wal import Wal
-
-
-def _done_future() -> Future[None]:
-    fut: Future[None] = Future()
-    fut.set_result(None)
-    return fut
 
 
 class GroupLog:
@@ -219,7 +214,7 @@ class GroupLog:
         if hard_state is not None:
             records.append(HardStateRecord(hard_state))
         if not records:
-            return _done_future()
+            return done_future()
         if snapshot is not None:
             self._write_snapshot_file(snapshot)
         old_snap_index = self._staged_snap
@@ -270,7 +265,7 @@ class GroupLog:
         marker goes through the WAL. Returns the snapshot and when it is durable. A snapshot not
         newer than the staged one is not written: the current one is returned, already done."""
         if index <= self._staged_snap:
-            return self.snapshot(), _done_future()
+            return self.snapshot(), done_future()
         snap = Snapshot(SnapshotMeta(index, self.term(index), conf), data)
         self._write_snapshot_file(snap)
         old_snap_index = self._staged_snap

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from raftlog.core.storage import MemoryStorage, ReadThrough, bootstrap_snapshot
 from raftlog.core.types import ConfState, Entry, HardState, Snapshot, SnapshotMeta
 from raftlog.errors import InvariantViolation, Overloaded, RaftError, WalClosed
+from raftlog.storage.completion import accepted_future, complete, done_future
 from raftlog.storage.repairs import RepairMarks
 from raftlog.storage.walstats import WalCounters, WalStats
 
@@ -111,18 +112,6 @@ class _Submission:
     sync: bool
     on_durable: Callable[[], None]
     future: Future[None]
-
-
-def _pending() -> Future[None]:
-    fut: Future[None] = Future()
-    fut.set_running_or_notify_cancel()  # like the WAL's: once accepted, it cannot be cancelled
-    return fut
-
-
-def _done() -> Future[None]:
-    fut = _pending()
-    fut.set_result(None)
-    return fut
 
 
 def _size(rec: _Record) -> int:
@@ -323,7 +312,7 @@ class MemoryDisk:
         `WalClosed`."""
         if epoch is not None and epoch != self._epoch:
             if epoch in self._unpowered:
-                return _pending()
+                return accepted_future()
             raise WalClosed(f"{self._directory} was closed")
         self._check_open()
         if self._failed is not None:
@@ -331,7 +320,7 @@ class MemoryDisk:
         if len(self._queue) >= self._options.max_pending_submissions:
             raise Overloaded(f"{self._directory}: {len(self._queue)} submissions queued")
         recs = tuple(records)
-        sub = _Submission(recs, sync, on_durable, _pending())
+        sub = _Submission(recs, sync, on_durable, accepted_future())
         self._write(recs)
         if self._options.unsafe_early_ack:
             self._complete([sub])
@@ -390,12 +379,7 @@ class MemoryDisk:
                 err.__cause__ = self._failed
                 sub.future.set_exception(err)
                 continue
-            try:
-                sub.on_durable()
-            except Exception as exc:
-                sub.future.set_exception(exc)
-                continue
-            sub.future.set_result(None)
+            complete(sub.future, sub.on_durable)
 
     def _sync(self, count: int) -> None:
         """Make the oldest ``count`` written records durable (replay them onto the images). A
@@ -498,7 +482,7 @@ class MemoryLog(ReadThrough):
         if hard_state is not None:
             records.append(_HardState(self._group, hard_state))
         if not records:
-            return _done()
+            return done_future()
         view = self._base
 
         def durable() -> None:
@@ -519,7 +503,7 @@ class MemoryLog(ReadThrough):
         """Record a snapshot of the state machine at ``index`` (a durable entry); one not newer
         than the staged snapshot is not written: the current one is returned, already done."""
         if index <= self._snap:
-            return self._base.snapshot(), _done()
+            return self._base.snapshot(), done_future()
         snap = Snapshot(SnapshotMeta(index, self._base.term(index), conf), data)
         view = self._base
 

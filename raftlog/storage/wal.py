@@ -46,6 +46,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 
 from raftlog.errors import DiskFailed, InvariantViolation, Overloaded, WalClosed
+from raftlog.storage.completion import accepted_future, complete
 from raftlog.storage.files import (
     SNAP_DIR,
     SNAP_NAME,
@@ -91,10 +92,7 @@ class _Submission:
         self.nbytes = sum(len(d) for d in data)
         self.sync = sync
         self.on_done = on_done
-        self.future: Future[None] = Future()
-        # Running futures cannot be cancelled: once accepted, a record is written regardless,
-        # so pretending a cancel took effect would lie about durability.
-        self.future.set_running_or_notify_cancel()
+        self.future = accepted_future()
 
 
 def _write_all(fd: int, bufs: list[bytes]) -> None:
@@ -514,13 +512,7 @@ class Wal:
             # durable also sees the segments it freed gone (deterministic for the runtime).
             self._collect()
         for sub in batch:
-            if sub.on_done is not None:
-                try:
-                    sub.on_done()
-                except Exception as exc:
-                    sub.future.set_exception(exc)
-                    continue
-            sub.future.set_result(None)
+            complete(sub.future, sub.on_done)
 
     def _sync(self, fd: int) -> None:
         """``fdatasync`` a batch: once, never retried (see the module docstring)."""

@@ -27,14 +27,9 @@ from raftlog.core import ConfState, Entry, HardState, Snapshot
 from raftlog.core.storage import ReadThrough
 from raftlog.runtime.group_options import DurableLog
 from raftlog.runtime.host import LogDisk
+from raftlog.storage.completion import accepted_future
 from raftlog.storage.memory import MemoryDisks
 from tests.nodesim.process import NeutralLoop
-
-
-def _pending() -> Future[None]:
-    fut: Future[None] = Future()
-    fut.set_running_or_notify_cancel()
-    return fut
 
 
 class _Ordered:
@@ -50,7 +45,7 @@ class _Ordered:
         if extra == 0.0 and (prev is None or prev.done()):
             self._tail = fut
             return fut
-        out = _pending()
+        out = accepted_future()
         self._tail = out
 
         def finish() -> None:
