@@ -60,6 +60,19 @@ _SEG_ARCHIVED = 1
 _IMAGE_HEAD = struct.Struct("<BqI")
 _QUEUE_HEAD = struct.Struct("<14qI")
 _QUEUE_HEAD_V2 = struct.Struct("<12qI")
+"""incarnation, created, the `_COUNTERS`, segment bytes and age, (3 and later: skew and its
+stamp,) the number of segments."""
+_COUNTERS = (
+    "clock",
+    "next_seq",
+    "lease_counter",
+    "live",
+    "sent_total",
+    "acked_total",
+    "dead_lettered_total",
+    "expired_total",
+)
+"""The `QueueState` fields a queue's head holds after its incarnation and creation time."""
 _SEGMENT_HEAD = struct.Struct("<qqqBqIBI")
 """first seq, count, size, sealed, created, deleted bitmap length, released, crc."""
 _CLAIM_TAIL = struct.Struct("<q")
@@ -195,14 +208,7 @@ def encode_queue(q: QueueState, version: int = IMAGE_VERSION) -> bytes:
         (_QUEUE_HEAD if version >= 3 else _QUEUE_HEAD_V2).pack(
             q.incarnation,
             q.created_ms,
-            q.clock,
-            q.next_seq,
-            q.lease_counter,
-            q.live,
-            q.sent_total,
-            q.acked_total,
-            q.dead_lettered_total,
-            q.expired_total,
+            *(getattr(q, f) for f in _COUNTERS),
             q.segment_bytes,
             q.segment_age_ms,
             *skew,
@@ -345,16 +351,8 @@ def decode_queues(r: Reader) -> tuple[int, dict[str, QueueState]]:
         q = QueueState(
             name, head[0], attributes, head[1], segment_bytes=head[10], segment_age_ms=head[11]
         )
-        (
-            q.clock,
-            q.next_seq,
-            q.lease_counter,
-            q.live,
-            q.sent_total,
-            q.acked_total,
-            q.dead_lettered_total,
-            q.expired_total,
-        ) = head[2:10]
+        for field, value in zip(_COUNTERS, head[2:10], strict=True):
+            setattr(q, field, value)
         q.skew, q.skew_stamp = head[12], head[13]
         if q.skew < 0:
             raise InvalidParameter(f"queue {name!r}: negative clock skew {q.skew}")
