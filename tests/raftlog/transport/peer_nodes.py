@@ -1,6 +1,6 @@
 """Loopback peers for the TCP and TLS transport tests: `Node` (a `Transport` that records the
-frames it receives), `addresses` (free loopback ports) and `running` (start transports, close
-them at the end)."""
+frames it receives), `addresses` (free loopback ports), `running` (start transports, close
+them at the end) and `exchange_all` (every node sends every other one a frame)."""
 
 from __future__ import annotations
 
@@ -43,6 +43,21 @@ class Node:
 def addresses(n: int) -> dict[int, Address]:
     """Nodes 1..n on free loopback ports."""
     return {i + 1: Address("127.0.0.1", p) for i, p in enumerate(free_ports(n))}
+
+
+async def exchange_all(nodes: dict[int, Node]) -> None:
+    """Each node sends every other one a frame (``b"i->j"``); each receives exactly those sent
+    to it."""
+    for i, nd in nodes.items():
+        for j in nodes:
+            if j != i:
+                assert nd.t.send(j, FrameKind.RAFT, b"%d->%d" % (i, j))
+    for nd in nodes.values():
+        await nd.wait_for(len(nodes) - 1)
+    for i, nd in nodes.items():
+        assert sorted(body for _, _, body in nd.got) == sorted(
+            b"%d->%d" % (j, i) for j in nodes if j != i
+        )
 
 
 @asynccontextmanager

@@ -8,23 +8,15 @@ import pytest
 
 from raftlog.transport.codec import FrameKind
 from raftlog.transport.peer import Address, Transport, TransportConfig, parse_peers
-from tests.raftlog.transport.peer_nodes import Node, addresses, running
+from tests.raftlog.transport.peer_nodes import Node, addresses, exchange_all, running
 
 
 async def test_three_nodes_exchange_frames_over_one_connection_per_pair() -> None:
     addrs = addresses(3)
     nodes = {i: Node(i, addrs) for i in addrs}
     async with running(*nodes.values()):
-        for i, nd in nodes.items():
-            for j in addrs:
-                if j != i:
-                    assert nd.t.send(j, FrameKind.RAFT, b"%d->%d" % (i, j))
+        await exchange_all(nodes)
         for nd in nodes.values():
-            await nd.wait_for(2)
-        for i, nd in nodes.items():
-            assert sorted(body for _, _, body in nd.got) == sorted(
-                b"%d->%d" % (j, i) for j in addrs if j != i
-            )
             assert all(p.connects == 1 for p in nd.t.stats().values())
 
 

@@ -26,7 +26,7 @@ from raftlog.transport.codec import FrameKind
 from raftlog.transport.peer import Address, Transport, TransportConfig
 from tests.ports import free_ports
 from tests.raftlog.runtime.nodes import wait_applied, wait_leader
-from tests.raftlog.transport.peer_nodes import Node, addresses, running
+from tests.raftlog.transport.peer_nodes import Node, addresses, exchange_all, running
 from tests.tlsca import TestCA
 
 SECRET = b"the-same-secret-everywhere"
@@ -79,17 +79,9 @@ def test_tls_peers_exchange_frames_over_mutually_authenticated_connections(
         addrs = addresses(3)
         nodes = {i: Node(i, addrs, SECRET, tls(ca.files(f"node{i}"))) for i in addrs}
         async with running(*nodes.values()):
-            for i, nd in nodes.items():
-                assert nd.t.tls
-                for j in addrs:
-                    if j != i:
-                        assert nd.t.send(j, FrameKind.RAFT, b"%d->%d" % (i, j))
+            assert all(nd.t.tls for nd in nodes.values())
+            await exchange_all(nodes)
             for nd in nodes.values():
-                await nd.wait_for(2)
-            for i, nd in nodes.items():
-                assert sorted(body for _, _, body in nd.got) == sorted(
-                    b"%d->%d" % (j, i) for j in addrs if j != i
-                )
                 for peer in nd.t.peers.values():
                     assert peer.writer is not None
                     tls_object = peer.writer.get_extra_info("ssl_object")
