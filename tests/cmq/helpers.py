@@ -15,6 +15,7 @@ from typing import Any
 
 from cmq.catalog.meta import CatalogMachine
 from cmq.cli.launch import free_ports
+from cmq.model import QueueAttributes
 from cmq.node.config import NodeConfig
 from cmq.node.host import MemoryFiles, NodeHost
 from cmq.node.queue_node import QueueNode
@@ -104,6 +105,20 @@ async def running(
     finally:
         for n in nodes.values():
             await n.close()
+
+
+async def queue_with_follower(
+    nodes: dict[int, QueueNode], queue: str, attrs: QueueAttributes
+) -> tuple[int, int, QueueNode]:
+    """Create ``queue`` through node 1: its group, the group's leader (an id) and a node that
+    does not lead it, once that node knows the queue (calls through it are forwarded)."""
+    await nodes[1].create_queue(queue, attrs)
+    group = nodes[1].catalog.group_of(queue)
+    assert group is not None
+    leader = nodes[1].raft.leader_of(group)
+    follower = next(n for nid, n in nodes.items() if nid != leader)
+    await wait_until(lambda: follower.catalog.group_of(queue) == group)
+    return group, leader, follower
 
 
 @contextlib.asynccontextmanager

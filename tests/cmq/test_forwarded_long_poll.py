@@ -14,7 +14,7 @@ from typing import Any
 from cmq.model import OutgoingMessage, QueueAttributes
 from cmq.node.queue_node import FORWARDED_POLL_SECONDS
 from cmq.routing.rpc import ReceiveCall
-from tests.cmq.helpers import Twins, configs, running, wait_until
+from tests.cmq.helpers import Twins, configs, queue_with_follower, running
 
 
 async def test_a_forwarded_long_poll_outlasts_the_request_deadline(tmp_path: Path) -> None:
@@ -22,12 +22,8 @@ async def test_a_forwarded_long_poll_outlasts_the_request_deadline(tmp_path: Pat
         nid: dataclasses.replace(cfg, request_timeout=1.0) for nid, cfg in configs(tmp_path).items()
     }
     async with running(cfgs, Twins((1, 2, 3))) as nodes:
-        await nodes[1].create_queue("poll", QueueAttributes(visibility_timeout=30))
-        group = nodes[1].catalog.group_of("poll")
-        assert group is not None
-        leader = nodes[1].raft.leader_of(group)
-        follower = next(n for nid, n in nodes.items() if nid != leader)
-        await wait_until(lambda: follower.catalog.group_of("poll") == group)
+        attrs = QueueAttributes(visibility_timeout=30)
+        _, leader, follower = await queue_with_follower(nodes, "poll", attrs)
 
         t0 = time.monotonic()
         empty = await follower.receive("poll", 1, None, 3)
@@ -53,12 +49,9 @@ async def test_a_cancelled_forwarded_long_poll_ends_at_the_leader_within_a_chunk
     chunk (`FORWARDED_POLL_SECONDS`), not after the caller's whole wait, so it cannot lease
     a message sent later for nobody."""
     async with running(configs(tmp_path), Twins((1, 2, 3))) as nodes:
-        await nodes[1].create_queue("gone", QueueAttributes(visibility_timeout=30))
-        group = nodes[1].catalog.group_of("gone")
-        assert group is not None
-        leader = nodes[leader_id := nodes[1].raft.leader_of(group)]
-        follower = next(n for nid, n in nodes.items() if nid != leader_id)
-        await wait_until(lambda: follower.catalog.group_of("gone") == group)
+        attrs = QueueAttributes(visibility_timeout=30)
+        _, leader_id, follower = await queue_with_follower(nodes, "gone", attrs)
+        leader = nodes[leader_id]
         served: list[tuple[float, float]] = []  # (start, end) of each receive the leader served
         answer = leader.router._answer
 

@@ -11,17 +11,12 @@ import pytest
 from cmq.errors import OutcomeUnknown
 from cmq.model import OutgoingMessage, QueueAttributes
 from raftlog.errors import PeerUnavailable
-from tests.cmq.helpers import Twins, configs, running, wait_until
+from tests.cmq.helpers import Twins, configs, queue_with_follower, running
 
 
 async def test_unknown_outcomes_of_forwarded_sends(tmp_path: Path) -> None:
     async with running(configs(tmp_path), Twins((1, 2, 3))) as nodes:
-        await nodes[1].create_queue("unknown", QueueAttributes())
-        group = nodes[1].catalog.group_of("unknown")
-        assert group is not None
-        leader = nodes[1].raft.leader_of(group)
-        follower = next(n for nid, n in nodes.items() if nid != leader)
-        await wait_until(lambda: follower.catalog.group_of("unknown") == group)
+        _, leader, follower = await queue_with_follower(nodes, "unknown", QueueAttributes())
         real_call = follower.raft.call
         calls: list[int] = []
         failure: list[PeerUnavailable] = []

@@ -22,7 +22,7 @@ from cmq.model import OutgoingMessage, QueueAttributes
 from cmq.node.metrics import register_node_metrics
 from cmq.node.queue_metrics import QueueMetricsSettings
 from cmq.node.queue_node import QueueNode
-from tests.cmq.helpers import Twins, configs, one_node, running, wait_until
+from tests.cmq.helpers import Twins, configs, one_node, queue_with_follower, running, wait_until
 
 Samples = dict[tuple[str, str], float]
 
@@ -65,12 +65,8 @@ async def test_only_the_leader_exports_a_queue_with_the_values_of_the_calls(
 ) -> None:
     async with running(configs(tmp_path), Twins((1, 2, 3))) as nodes:
         registries = {nid: registry_of(n) for nid, n in nodes.items()}
-        await nodes[1].create_queue("q", QueueAttributes(visibility_timeout=30))
-        group = nodes[1].catalog.group_of("q")
-        assert group is not None
-        leader = nodes[1].raft.leader_of(group)
-        follower = next(n for nid, n in nodes.items() if nid != leader)
-        await wait_until(lambda: follower.catalog.group_of("q") == group)
+        attrs = QueueAttributes(visibility_timeout=30)
+        group, leader, follower = await queue_with_follower(nodes, "q", attrs)
 
         # Through a follower: every call is forwarded to the leader.
         await follower.send("q", [OutgoingMessage(body=f"m{i}".encode()) for i in range(5)])
