@@ -311,19 +311,16 @@ class Transport:
                 reader, writer = await self._connect(peer)
             except TlsError as e:
                 peer.note_failure(f"TLS: {e}")
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, self.cfg.backoff_max)
+                delay = await self._back_off(delay)
                 continue
             except (OSError, TimeoutError):
-                await asyncio.sleep(delay)  # unreachable: not a handshake failure
-                delay = min(delay * 2, self.cfg.backoff_max)
+                delay = await self._back_off(delay)  # unreachable: not a handshake failure
                 continue
             except Exception as e:
                 # Never let the dialer die: a dead dialer cuts this peer off for good.
                 peer.note_failure(f"unexpected: {_reason(e)}")
                 log.debug("connecting to node %d", peer.id, exc_info=True)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, self.cfg.backoff_max)
+                delay = await self._back_off(delay)
                 continue
             if not self._dials(peer):
                 writer.close()
@@ -343,8 +340,7 @@ class Transport:
                 peer.note_failure(reason)
                 peer.stats.auth_failures += isinstance(e, AuthError)
                 writer.close()
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, self.cfg.backoff_max)
+                delay = await self._back_off(delay)
                 continue
             if not self._dials(peer):
                 writer.close()
@@ -359,10 +355,15 @@ class Transport:
             if asyncio.get_running_loop().time() - began < self.cfg.backoff_max:
                 # Closed right after the handshake (e.g. the peer refused it after AUTH):
                 # back off rather than redial in a tight loop.
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, self.cfg.backoff_max)
+                delay = await self._back_off(delay)
             else:
                 delay = self.cfg.backoff_initial
+
+    async def _back_off(self, delay: float) -> float:
+        """Wait ``delay`` seconds before the next dial; returns the wait after that one (twice
+        as long, at most ``backoff_max``)."""
+        await asyncio.sleep(delay)
+        return min(delay * 2, self.cfg.backoff_max)
 
     def _note_refused(self, peername: object, reason: str) -> None:
         """Count a refused connection; log it as a warning the first time this reason is seen
