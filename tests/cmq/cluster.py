@@ -198,6 +198,9 @@ class Load:
     random live nodes of ``cluster``, through one `Client`: started with `start`, producers
     stopped and the queue drained by `drain`."""
 
+    batch = 5
+    """Bodies per send."""
+
     def __init__(self, cluster: CmqCluster, queue: str, seed: int = 1) -> None:
         self.cluster = cluster
         self.queue = queue
@@ -220,14 +223,18 @@ class Load:
         self.producers = [asyncio.create_task(self._producer(w)) for w in range(producers)]
         self.consumers = [asyncio.create_task(self._consumer()) for _ in range(consumers)]
 
+    async def _send(self, w: int, bodies: list[str]) -> None:
+        """Producer ``w``'s send of one batch."""
+        await self.node().send(self.queue, bodies)
+
     async def _producer(self, w: int) -> None:
         for n in itertools.count():
             if self.stop_producers.is_set():
                 return
-            bodies = [f"p{w}-{n}-{k}" for k in range(5)]
+            bodies = [f"p{w}-{n}-{k}" for k in range(self.batch)]
             self.out.attempted.update(bodies)
             try:
-                await self.node().send(self.queue, bodies)
+                await self._send(w, bodies)
             except CmqError:
                 await asyncio.sleep(0.05)
             else:
