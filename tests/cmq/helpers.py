@@ -1,6 +1,7 @@
 """In-process queue clusters for tests: three `QueueNode`s on loopback in one event loop, with a
 small snapshot interval so catch-up by snapshot is exercised (the catch-up, outcome-unknown and
-send-slot tests); a one-node cluster (`one_node`); a founded catalog (`founded`)."""
+send-slot tests); a one-node cluster (`one_node`); a founded catalog (`founded`); the leader
+side of calls over a stand-in Raft (`leader_ops`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from cmq.catalog.meta import CatalogMachine
 from cmq.cli.launch import free_ports
@@ -19,9 +20,12 @@ from cmq.model import QueueAttributes
 from cmq.node.config import NodeConfig
 from cmq.node.host import MemoryFiles, NodeHost
 from cmq.node.queue_node import QueueNode
+from cmq.routing.ops import LeaderOps
+from cmq.routing.receipts import ReceiptSigner
+from cmq.routing.wakeups import Wakeups
 from cmq.upgrade.release import PEER_PROTOCOL_MAX, PEER_PROTOCOL_MIN
-from raftlog.runtime import GroupOptions
-from raftlog.runtime.host import inline
+from raftlog.runtime import GroupOptions, MultiRaft
+from raftlog.runtime.host import SYSTEM_CLOCK, inline
 from raftlog.storage.memory import MemoryDisks
 from raftlog.transport.memory import MemoryNetwork
 from raftlog.transport.peer import Address
@@ -165,3 +169,19 @@ def founded(groups: int, nodes: int = 1) -> CatalogMachine:
         m.apply(n, CatalogMachine.register_node(n, f"10.0.0.{n}:9080", ["/d"]))
     assert m.apply(nodes + 1, CatalogMachine.init(groups, 3, list(range(1, nodes + 1)))) is True
     return m
+
+
+def leader_ops(raft: object, secret: bytes, **options: Any) -> LeaderOps:
+    """`LeaderOps` over ``raft`` (a stand-in for `MultiRaft`): an empty catalog, no machines,
+    receipts signed with ``secret``, the system clock and a 1 s request timeout; ``options``
+    are LeaderOps' own (``coalesce_sends``, ...)."""
+    return LeaderOps(
+        raft=cast(MultiRaft, raft),
+        catalog=CatalogMachine(),
+        machines={},
+        signer=ReceiptSigner(secret),
+        wakeups=Wakeups(),
+        clock=SYSTEM_CLOCK,
+        request_timeout=1.0,
+        **options,
+    )

@@ -13,7 +13,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cmq.catalog.meta import CatalogMachine
 from cmq.errors import MessageTooLarge, OutcomeUnknown
 from cmq.fsm.commands import (
     CommandFailed,
@@ -29,11 +28,9 @@ from cmq.model import OutgoingMessage, SentMessage
 from cmq.routing.coalesce import MAX_MESSAGES
 from cmq.routing.ops import LeaderOps
 from cmq.routing.produce import ProduceBuilder
-from cmq.routing.receipts import ReceiptSigner
-from cmq.routing.wakeups import Wakeups
 from raftlog.errors import NotLeader
-from raftlog.runtime import MultiRaft
 from raftlog.runtime.host import SYSTEM_CLOCK
+from tests.cmq.helpers import leader_ops
 
 GROUP = 2
 messages = st.builds(
@@ -107,16 +104,7 @@ class Group:
 
 
 def leader(group: Group, *, coalesce: bool = True) -> LeaderOps:
-    return LeaderOps(
-        raft=cast(MultiRaft, group),
-        catalog=CatalogMachine(),
-        machines={},
-        signer=ReceiptSigner(b"coalesce-test-secret-0123456789"),
-        wakeups=Wakeups(),
-        clock=SYSTEM_CLOCK,
-        request_timeout=1.0,
-        coalesce_sends=coalesce,
-    )
+    return leader_ops(group, b"coalesce-test-secret-0123456789", coalesce_sends=coalesce)
 
 
 BUILDER = ProduceBuilder(1, SYSTEM_CLOCK)

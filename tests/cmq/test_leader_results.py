@@ -4,18 +4,12 @@ is a broken invariant naming the command."""
 
 from __future__ import annotations
 
-from typing import cast
-
 import pytest
 
-from cmq.catalog.meta import CatalogMachine
 from cmq.errors import InvariantBroken, QueueNotFound
 from cmq.fsm.commands import CommandFailed, Done, Purge, Purged, encode_command
 from cmq.routing.ops import LeaderOps
-from cmq.routing.receipts import ReceiptSigner
-from cmq.routing.wakeups import Wakeups
-from raftlog.runtime import MultiRaft
-from raftlog.runtime.host import SYSTEM_CLOCK
+from tests.cmq.helpers import leader_ops
 
 
 class AnsweringRaft:
@@ -31,15 +25,7 @@ class AnsweringRaft:
 
 
 def leader(raft: AnsweringRaft) -> LeaderOps:
-    return LeaderOps(
-        raft=cast(MultiRaft, raft),
-        catalog=CatalogMachine(),
-        machines={},
-        signer=ReceiptSigner(b"leader-results-test-secret-0123"),
-        wakeups=Wakeups(),
-        clock=SYSTEM_CLOCK,
-        request_timeout=1.0,
-    )
+    return leader_ops(raft, b"leader-results-test-secret-0123")
 
 
 async def test_a_command_is_answered_with_its_declared_result() -> None:
