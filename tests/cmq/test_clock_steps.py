@@ -27,6 +27,11 @@ class FakeRaft:
         self.groups: dict[int, object] = {}
         self.peer_ids = peers
 
+    def peers_read(self, at: float, offset: int = 0) -> None:
+        """Peers 2 and 3 read at ``at`` (monotonic seconds), their clocks ``offset`` ms from
+        this node's."""
+        self.readings = [ClockReading(2, offset, 1, at), ClockReading(3, offset, 1, at)]
+
     def clock_readings(self) -> tuple[ClockReading, ...]:
         return tuple(self.readings)
 
@@ -54,7 +59,7 @@ def _guard(
     guard = ClockGuard(1, cast(MultiRaft, raft), 500, clock=FakeClock(mono, wall))
     if confirm:
         mono[0] += 0.5
-        raft.readings = [ClockReading(2, 0, 1, mono[0]), ClockReading(3, 0, 1, mono[0])]
+        raft.peers_read(mono[0])
         guard.check()
         assert guard.trusted()
     return guard
@@ -76,15 +81,12 @@ def test_steps_are_caught_at_once_and_cleared_by_later_readings() -> None:
     mono[0] += 0.5
     guard.check()  # notes the step
     mono[0] += 0.5
-    raft.readings = [
-        ClockReading(2, -3_600_000, 1, mono[0]),
-        ClockReading(3, -3_600_000, 1, mono[0]),
-    ]
+    raft.peers_read(mono[0], -3_600_000)
     guard.check()
     assert not guard.trusted() and guard.unsafe()
     wall[0] -= 3_600_000  # back: trusted once post-step readings agree
     mono[0] += 0.5
-    raft.readings = [ClockReading(2, 0, 1, mono[0]), ClockReading(3, 0, 1, mono[0])]
+    raft.peers_read(mono[0])
     guard.check()
     assert guard.trusted()
 
@@ -201,20 +203,20 @@ def test_a_step_just_before_the_first_confirmation_is_not_confirmed() -> None:
     mono[0] += 0.5
     guard.check()  # no readings yet: unverified
     mono[0] += 0.4
-    raft.readings = [ClockReading(2, 0, 1, mono[0]), ClockReading(3, 0, 1, mono[0])]
+    raft.peers_read(mono[0])
     wall[0] -= 60_000  # the step, after those readings
     mono[0] += 0.1
     guard.check()
     assert not guard.trusted() and guard.stamp() is None
     mono[0] += 0.5
-    raft.readings = [ClockReading(2, 60_000, 1, mono[0]), ClockReading(3, 60_000, 1, mono[0])]
+    raft.peers_read(mono[0], 60_000)
     guard.check()
     assert not guard.trusted()
     wall[0] += 60_000  # back: confirmed by readings taken after
     mono[0] += 0.5
     guard.check()
     mono[0] += 0.5
-    raft.readings = [ClockReading(2, 0, 1, mono[0]), ClockReading(3, 0, 1, mono[0])]
+    raft.peers_read(mono[0])
     guard.check()
     assert guard.trusted()
 
@@ -229,7 +231,7 @@ def test_a_second_step_while_a_first_awaits_confirmation_restarts_the_wait() -> 
     guard.check()  # notes the step
     wall[0] -= 60_000  # back to the right time...
     mono[0] += 0.2
-    raft.readings = [ClockReading(2, 0, 1, mono[0]), ClockReading(3, 0, 1, mono[0])]
+    raft.peers_read(mono[0])
     wall[0] -= 60_000  # ...and a minute back, after readings of the right clock
     mono[0] += 0.3
     guard.check()
