@@ -1,11 +1,14 @@
 """In-memory multi-raft node builders for the runtime tests: ``n`` `MultiRaft` hosts on loopback
-with real WALs (`make_nodes`, `single_node`, `open_all` over `GROUPS`), and the waits and
-retries the tests drive them with (`wait_leader`, `propose_retrying`, `change_retrying`,
-`until`, `wait_applied`) and `sm`, a group's `AppendLog` on a node."""
+with real WALs (`make_nodes`, `single_node`, `open_all` over `GROUPS`, `closing` to close them
+all at the end), and the waits and retries the tests drive them with (`wait_leader`,
+`propose_retrying`, `change_retrying`, `until`, `wait_applied`) and `sm`, a group's `AppendLog`
+on a node."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -133,3 +136,13 @@ async def open_all(nodes: dict[int, MultiRaft]) -> None:
         await nd.start()
         for g in GROUPS:
             await nd.open_group(g, AppendLog(), voters=list(nodes))
+
+
+@asynccontextmanager
+async def closing(nodes: dict[int, MultiRaft]) -> AsyncIterator[None]:
+    """Close every node on the way out (those ``nodes`` holds then: a restarted one too)."""
+    try:
+        yield
+    finally:
+        for nd in nodes.values():
+            await nd.close()

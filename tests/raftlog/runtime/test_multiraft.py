@@ -17,6 +17,7 @@ from raftlog.storage import Wal, WalOptions
 from tests.raftlog.runtime.nodes import (
     GROUPS,
     change_retrying,
+    closing,
     make_nodes,
     open_all,
     propose_retrying,
@@ -31,7 +32,7 @@ from tests.raftlog.runtime.nodes import (
 async def test_groups_replicate_and_batch_concurrent_proposals(tmp_path: Path) -> None:
     nodes = make_nodes(tmp_path)
     await open_all(nodes)
-    try:
+    async with closing(nodes):
         for g in GROUPS:
             leader = await wait_leader(nodes, g)
             cmds = [b"g%d-%d" % (g, k) for k in range(200)]
@@ -45,15 +46,12 @@ async def test_groups_replicate_and_batch_concurrent_proposals(tmp_path: Path) -
             assert counters.batches < counters.proposals  # concurrent proposals were packed
         stats = nodes[1].wals[0].stats()
         assert stats.fsyncs > 0 and stats.records_per_fsync >= 1.0
-    finally:
-        for nd in nodes.values():
-            await nd.close()
 
 
 async def test_follower_refuses_proposals_with_a_hint(tmp_path: Path) -> None:
     nodes = make_nodes(tmp_path)
     await open_all(nodes)
-    try:
+    async with closing(nodes):
         leader = await wait_leader(nodes, 1)
         follower = next(n for n in nodes if n != leader)
         for _ in range(100):
@@ -67,15 +65,12 @@ async def test_follower_refuses_proposals_with_a_hint(tmp_path: Path) -> None:
         with pytest.raises(NotLeader, match="group 9 is not open") as info:
             await nodes[follower].propose(9, b"x")
         assert info.value.leader_hint == 0 and not info.value.outcome_unknown
-    finally:
-        for nd in nodes.values():
-            await nd.close()
 
 
 async def test_restart_recovers_from_wal_and_snapshots(tmp_path: Path) -> None:
     nodes = make_nodes(tmp_path, snapshot_entries=50, keep_entries=10)
     await open_all(nodes)
-    try:
+    async with closing(nodes):
         for k in range(120):
             await propose_retrying(nodes, 1, b"c%d" % k)
         await wait_applied(nodes, 1, 120)
@@ -91,9 +86,6 @@ async def test_restart_recovers_from_wal_and_snapshots(tmp_path: Path) -> None:
         seqs = [sm(nd, 1).commands for nd in nodes.values()]
         assert seqs[0] == seqs[1] == seqs[2]
         assert seqs[0][-1] == b"after-restart"
-    finally:
-        for nd in nodes.values():
-            await nd.close()
 
 
 async def test_membership_and_transfer(tmp_path: Path) -> None:
@@ -102,7 +94,7 @@ async def test_membership_and_transfer(tmp_path: Path) -> None:
     for nid, nd in nodes.items():
         await nd.start()
         await nd.open_group(1, AppendLog(), voters=founders if nid in founders else [])
-    try:
+    async with closing(nodes):
         for k in range(10):
             await propose_retrying(nodes, 1, b"%d" % k)
         await change_retrying(nodes, 1, ConfChangeKind.ADD_LEARNER, 4)
@@ -116,9 +108,6 @@ async def test_membership_and_transfer(tmp_path: Path) -> None:
         assert await wait_leader(nodes, 1) in (4, leader)
         assert await until(lambda: nodes[4].status(1).role is Role.LEADER)
         assert nodes[4].status(1).conf.voters == (1, 2, 3, 4)
-    finally:
-        for nd in nodes.values():
-            await nd.close()
 
 
 async def test_groups_pinning_old_wal_segments_are_snapshotted(tmp_path: Path) -> None:
@@ -159,7 +148,7 @@ async def test_forwarded_calls_over_the_peer_connection(tmp_path: Path) -> None:
     for nd in nodes.values():
         await nd.start()
     nodes[1].set_call_handler(echo)
-    try:
+    async with closing(nodes):
         assert await nodes[2].call(1, b"hello", timeout=5) == b"2:hello"
         replies = await asyncio.gather(*(nodes[3].call(1, b"%d" % i, timeout=5) for i in range(50)))
         assert replies == [b"3:%d" % i for i in range(50)]
@@ -171,9 +160,6 @@ async def test_forwarded_calls_over_the_peer_connection(tmp_path: Path) -> None:
         await nodes[3].close()
         with pytest.raises(PeerUnavailable):
             await nodes[1].call(3, b"down", timeout=0.5)
-    finally:
-        for nd in nodes.values():
-            await nd.close()
 
 
 async def test_heartbeats_of_all_groups_share_one_frame_per_peer_per_tick(tmp_path: Path) -> None:
@@ -183,7 +169,7 @@ async def test_heartbeats_of_all_groups_share_one_frame_per_peer_per_tick(tmp_pa
         await nd.start()
         for g in groups:
             await nd.open_group(g, AppendLog(), voters=list(nodes))
-    try:
+    async with closing(nodes):
         for g in groups:
             await wait_leader(nodes, g)
         leads = {g: (await wait_leader(nodes, g)) for g in groups}
@@ -198,9 +184,6 @@ async def test_heartbeats_of_all_groups_share_one_frame_per_peer_per_tick(tmp_pa
         # One BEATS frame (plus at most one BEAT_ACKS frame) per tick, not one per group.
         assert frames <= 2.5 * ticks, (frames, ticks, led)
         assert frames >= 0.2 * ticks  # beats do flow (a loaded machine may skip some ticks)
-    finally:
-        for nd in nodes.values():
-            await nd.close()
 
 
 async def test_groups_are_snapshotted_periodically(tmp_path: Path) -> None:
@@ -223,7 +206,7 @@ async def test_groups_are_snapshotted_periodically(tmp_path: Path) -> None:
 async def test_stats_is_a_frozen_snapshot_of_every_counter(tmp_path: Path) -> None:
     nodes = make_nodes(tmp_path)
     await open_all(nodes)
-    try:
+    async with closing(nodes):
         leader = await wait_leader(nodes, 1)
         await asyncio.gather(*(nodes[leader].propose(1, b"c%d" % k, timeout=10) for k in range(20)))
         snap = nodes[leader].stats()
@@ -240,9 +223,6 @@ async def test_stats_is_a_frozen_snapshot_of_every_counter(tmp_path: Path) -> No
         await nodes[leader].propose(1, b"one more", timeout=10)
         assert snap.groups[0].proposals == 20  # a copy, not a view
         assert nodes[leader].stats().groups[0].proposals == 21
-    finally:
-        for nd in nodes.values():
-            await nd.close()
 
 
 async def test_a_leader_stuck_on_its_disk_fails_its_waiters_once_it_steps_down(

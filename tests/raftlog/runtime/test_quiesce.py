@@ -15,6 +15,7 @@ from raftlog.runtime.applog import AppendLog
 from raftlog.runtime.group import GroupDriver
 from raftlog.runtime.liveness import PeerLiveness
 from tests.raftlog.runtime.nodes import (
+    closing,
     make_nodes,
     propose_retrying,
     until,
@@ -40,11 +41,6 @@ def all_quiet(nodes: dict[int, MultiRaft]) -> bool:
     return all(nd.quiesced() == GROUPS for nd in nodes.values())
 
 
-async def close(nodes: dict[int, MultiRaft]) -> None:
-    for nd in nodes.values():
-        await nd.close()
-
-
 def test_peer_liveness_suspects_a_silent_peer_once_and_clears_on_a_frame() -> None:
     lv = PeerLiveness(3)
     assert lv.tick([2, 3]) == {}  # tick 1: both first seen now
@@ -65,7 +61,7 @@ def test_peer_liveness_suspects_a_silent_peer_once_and_clears_on_a_frame() -> No
 
 async def test_idle_groups_quiesce_and_stop_heartbeating(tmp_path: Path) -> None:
     nodes = await start(tmp_path)
-    try:
+    async with closing(nodes):
         assert await until(lambda: all_quiet(nodes), 15), [n.quiesced() for n in nodes.values()]
         terms = {(n, g): nd.status(g).term for n, nd in nodes.items() for g in GROUPS}
         sent = {n: nd.transport.stats() for n, nd in nodes.items()}
@@ -79,13 +75,11 @@ async def test_idle_groups_quiesce_and_stop_heartbeating(tmp_path: Path) -> None
                 # Only the node's liveness frame per tick: no beats, no acks, whatever the
                 # number of groups.
                 assert frames <= 1.3 * ticks, (n, peer, frames, ticks)
-    finally:
-        await close(nodes)
 
 
 async def test_a_proposal_wakes_a_quiesced_group_which_quiesces_again(tmp_path: Path) -> None:
     nodes = await start(tmp_path)
-    try:
+    async with closing(nodes):
         assert await until(lambda: all_quiet(nodes), 15)
         for i in range(5):
             await propose_retrying(nodes, 3, f"cmd-{i}".encode())
@@ -93,8 +87,6 @@ async def test_a_proposal_wakes_a_quiesced_group_which_quiesces_again(tmp_path: 
         assert await until(lambda: all_quiet(nodes), 15)
         leader = await wait_leader(nodes, 3)
         assert nodes[leader].status(3).term == min(nd.status(3).term for nd in nodes.values())
-    finally:
-        await close(nodes)
 
 
 async def test_a_stalled_leader_node_is_suspected_and_replaced_within_a_second(
@@ -103,7 +95,7 @@ async def test_a_stalled_leader_node_is_suspected_and_replaced_within_a_second(
     """The leader's process stops working (its connections stay open, like a paused process):
     followers must not wait on quiesced groups forever."""
     nodes = await start(tmp_path)
-    try:
+    async with closing(nodes):
         assert await until(lambda: all_quiet(nodes), 15)
         leads = {g: await wait_leader(nodes, g) for g in GROUPS}
         victim = max(set(leads.values()), key=lambda n: list(leads.values()).count(n))
@@ -125,8 +117,6 @@ async def test_a_stalled_leader_node_is_suspected_and_replaced_within_a_second(
         # 20 ms ticks: 5 ticks to suspect, then 10-19 ticks of election timeout.
         assert elapsed < 1.0, elapsed
         await propose_retrying(others, mine[0], b"after")
-    finally:
-        await close(nodes)
 
 
 async def test_followers_of_a_silent_leader_campaign_once_it_is_suspect_not_a_timeout_later(
@@ -138,7 +128,7 @@ async def test_followers_of_a_silent_leader_campaign_once_it_is_suspect_not_a_ti
     does not make it pass or fail: with an election timeout of 40-79 ticks and suspicion after
     8, a follower waiting out its timeout needs 40 at least."""
     nodes = await start(tmp_path, election_tick=40, liveness_ticks=8)
-    try:
+    async with closing(nodes):
         leads = {g: await wait_leader(nodes, g) for g in GROUPS}
         victim = leads[1]
         mine = [g for g, n in leads.items() if n == victim]
@@ -159,15 +149,13 @@ async def test_followers_of_a_silent_leader_campaign_once_it_is_suspect_not_a_ti
         # stop), then 1-4 ticks by rank, a pre-vote and a vote.
         assert waited <= 20, waited
         await propose_retrying(others, mine[0], b"after")
-    finally:
-        await close(nodes)
 
 
 async def test_a_closed_leader_node_is_replaced_and_groups_quiesce_without_it_only_later(
     tmp_path: Path,
 ) -> None:
     nodes = await start(tmp_path)
-    try:
+    async with closing(nodes):
         assert await until(lambda: all_quiet(nodes), 15)
         leads = {g: await wait_leader(nodes, g) for g in GROUPS}
         victim = leads[1]
@@ -178,15 +166,13 @@ async def test_a_closed_leader_node_is_replaced_and_groups_quiesce_without_it_on
         await asyncio.sleep(0.5)
         # A group with a replica on a dead node never quiesces (it must keep trying it).
         assert all(nd.quiesced() == () for nd in others.values())
-    finally:
-        await close(nodes)
 
 
 async def test_quiesced_groups_leave_the_tick_walk_and_each_wake_up_puts_them_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     nodes = await start(tmp_path)
-    try:
+    async with closing(nodes):
 
         def walks_nothing() -> bool:
             return all_quiet(nodes) and all(nd.ticker.awake == 0 for nd in nodes.values())
@@ -239,5 +225,3 @@ async def test_quiesced_groups_leave_the_tick_walk_and_each_wake_up_puts_them_ba
         nodes[follower].ticker.tick()
         assert 3 not in nodes[follower].groups and ticks[follower] == before
         assert nodes[follower].ticker.awake == 0
-    finally:
-        await close(nodes)

@@ -20,6 +20,7 @@ from raftlog.runtime import MultiRaft
 from raftlog.runtime.applog import AppendLog
 from raftlog.storage.repairs import REPAIR_FILE
 from tests.raftlog.runtime.nodes import (
+    closing,
     make_nodes,
     open_all,
     propose_retrying,
@@ -97,7 +98,7 @@ async def test_a_damaged_snapshot_file_is_repaired_from_the_replicas(
 ) -> None:
     nodes = make_nodes(tmp_path, snapshot_entries=40, keep_entries=5)
     await open_all(nodes)
-    try:
+    async with closing(nodes):
         await _load(nodes, 0, 100)
         await wait_applied(nodes, 1, 100)
         victim = 3
@@ -113,15 +114,12 @@ async def test_a_damaged_snapshot_file_is_repaired_from_the_replicas(
         await _restart(nodes, victim, enabled=True)
         assert nodes[victim].repairs.started == 1
         await _repaired(nodes, victim, 120)
-    finally:
-        for nd in nodes.values():
-            await nd.close()
 
 
 async def test_wal_damage_before_the_tail_is_cut_and_the_groups_repaired(tmp_path: Path) -> None:
     nodes = make_nodes(tmp_path)
     await open_all(nodes)
-    try:
+    async with closing(nodes):
         await _load(nodes, 0, 60)
         await wait_applied(nodes, 1, 60)
         victim = 2
@@ -133,9 +131,6 @@ async def test_wal_damage_before_the_tail_is_cut_and_the_groups_repaired(tmp_pat
         assert set(under) <= {1, 2, 3} and 1 in under, under
         assert "WAL damaged" in under[1]
         await _repaired(nodes, victim, 60)
-    finally:
-        for nd in nodes.values():
-            await nd.close()
 
 
 async def test_damage_reported_while_running_resets_and_rejoins(tmp_path: Path) -> None:
@@ -147,7 +142,7 @@ async def test_damage_reported_while_running_resets_and_rejoins(tmp_path: Path) 
             await nd.open_group(
                 g, _OnceDamaged(b"c50") if g == 1 else AppendLog(), voters=[1, 2, 3]
             )
-    try:
+    async with closing(nodes):
         leader = await wait_leader(nodes, 1)
         victim = next(n for n in nodes if n != leader)
         machine = nodes[victim].group(1).sm
@@ -159,9 +154,6 @@ async def test_damage_reported_while_running_resets_and_rejoins(tmp_path: Path) 
         assert machine.fired
         await _repaired(nodes, victim, 80)
         assert sm(nodes[victim], 1).commands.count(b"c50") == 1
-    finally:
-        for nd in nodes.values():
-            await nd.close()
 
 
 async def test_a_leader_hands_over_to_its_best_voter_and_avoids_who_it_is_told(
@@ -171,7 +163,7 @@ async def test_a_leader_hands_over_to_its_best_voter_and_avoids_who_it_is_told(
     asks a caught-up voter not in ``avoid``; a follower asks nobody."""
     nodes = make_nodes(tmp_path)
     await open_all(nodes)
-    try:
+    async with closing(nodes):
         await _load(nodes, 0, 5)
         await wait_applied(nodes, 1, 5)
         leader = await wait_leader(nodes, 1)
@@ -184,6 +176,3 @@ async def test_a_leader_hands_over_to_its_best_voter_and_avoids_who_it_is_told(
         asked = nodes[leader].group(1).hand_over(avoid={others[0]})
         assert asked == others[1]
         assert await until(lambda: nodes[others[1]].group(1).status().role.name == "LEADER")
-    finally:
-        for nd in nodes.values():
-            await nd.close()
