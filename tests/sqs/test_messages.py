@@ -27,6 +27,9 @@ TYPED = {
     "raw": {"DataType": "Binary.gz", "BinaryValue": b"\x1f\x8b\x00"},
 }
 
+EMPTY = {"ApproximateNumberOfMessages": "0", "ApproximateNumberOfMessagesNotVisible": "0"}
+"""The counts of a queue with nothing visible and nothing in flight."""
+
 
 @pytest.fixture
 def queue(sqs: Any) -> Iterator[str]:
@@ -67,12 +70,7 @@ def test_send_receive_delete_with_typed_attributes(sqs: Any, node1: Any, queue: 
     sqs.delete_message(QueueUrl=queue, ReceiptHandle=m["ReceiptHandle"])
     # Deleting again with the same (now stale) receipt succeeds, as in SQS.
     sqs.delete_message(QueueUrl=queue, ReceiptHandle=m["ReceiptHandle"])
-    assert attributes(
-        sqs, queue, "ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"
-    ) == {
-        "ApproximateNumberOfMessages": "0",
-        "ApproximateNumberOfMessagesNotVisible": "0",
-    }
+    assert attributes(sqs, queue, *EMPTY) == EMPTY
 
 
 def test_attribute_selection(sqs: Any, queue: str) -> None:
@@ -228,12 +226,7 @@ def test_receive_many_delete_and_change_visibility_batches(sqs: Any, queue: str)
     with pytest.raises(ClientError) as e:
         sqs.delete_message(QueueUrl=queue, ReceiptHandle="bogus")
     assert code_of(e) == "ReceiptHandleIsInvalid"
-    assert attributes(
-        sqs, queue, "ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"
-    ) == {
-        "ApproximateNumberOfMessages": "0",
-        "ApproximateNumberOfMessagesNotVisible": "0",
-    }
+    assert attributes(sqs, queue, *EMPTY) == EMPTY
 
 
 def test_visibility_timeout_effects(sqs: Any, queue: str) -> None:
