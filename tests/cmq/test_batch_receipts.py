@@ -10,13 +10,10 @@ import base64
 import pytest
 
 from cmq.errors import ReceiptInvalid
-from cmq.fsm.commands import Ack, CreateQueue, EntryOutcomes, Lease, Leased, NewMessage, Produce
-from cmq.fsm.machine import QueueMachine
-from cmq.fsm.memory import MemorySegmentStore
-from cmq.model import QueueAttributes
+from cmq.fsm.commands import Ack, EntryOutcomes
 from cmq.routing.receipts import ReceiptSigner, runs
 
-from .fsm.harness import Applier
+from .fsm.harness import leased, one_queue
 
 T0 = 1_700_000_000_000
 SIGNER = ReceiptSigner(b"k" * 32)
@@ -80,13 +77,8 @@ def test_a_receipt_with_an_altered_seq_settles_nothing() -> None:
     """The security argument of layout 2: the machine binds a lease id to one seq, so a
     receipt moved to another seq (inside its run) is answered LeaseStale and changes nothing;
     the genuine receipts of the run ack their own messages."""
-    run = Applier(QueueMachine(MemorySegmentStore()))
-    run(CreateQueue("q", QueueAttributes(), T0))
-    messages = tuple(NewMessage(f"m{i}", b"x", False, (), None, None) for i in range(4))
-    run(Produce("q", T0, messages))
-    leased = run(Lease("q", T0, 2, 30_000, None))
-    assert isinstance(leased, Leased)
-    pairs = [(m.seq, m.lease_id) for m in leased.messages]
+    run = one_queue(4)
+    pairs = [(m.seq, m.lease_id) for m in leased(run, "q", T0, 2, 30_000).messages]
     receipts = SIGNER.mint_leased("q", pairs, runs_ok=True)
     s1 = pairs[1][0]
     raw = _raw(receipts[0])

@@ -18,6 +18,7 @@ from cmq.fsm.commands import (
     encode_command,
 )
 from cmq.fsm.machine import QueueMachine
+from cmq.fsm.memory import MemorySegmentStore
 from cmq.fsm.store import SegmentStore
 from cmq.fsm.wire import Writer
 from cmq.model import QueueAttributes
@@ -86,6 +87,21 @@ def leased_ids(machine: QueueMachine, queue: str, res: object) -> list[str]:
     renders them (a lease's result carries seqs and leases, not ids)."""
     assert isinstance(res, Leased), res
     return [m.id for m in machine.read(queue, [lm.seq for lm in res.messages])]
+
+
+def one_queue(messages: int) -> Applier:
+    """A machine (in memory) with queue "q" of default attributes, made at `T0`, and one send
+    of ``messages`` one-byte messages ``m0``, ``m1``, ... at `T0`, applied through `Applier`."""
+    run = Applier(QueueMachine(MemorySegmentStore()))
+    run(CreateQueue("q", QueueAttributes(), T0))
+    run(
+        Produce(
+            "q",
+            T0,
+            tuple(NewMessage(f"m{i}", b"x", False, (), None, None) for i in range(messages)),
+        )
+    )
+    return run
 
 
 def two_queues(

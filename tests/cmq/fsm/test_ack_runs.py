@@ -12,23 +12,15 @@ from cmq.errors import InvalidParameter
 from cmq.fsm.commands import (
     Ack,
     CommandType,
-    CreateQueue,
     EntryOutcomes,
-    Lease,
-    Leased,
-    NewMessage,
-    Produce,
     decode_command,
     encode_ack,
     encode_command,
 )
 from cmq.fsm.commands.runs import MAX_RUN_ENTRIES, runs_of
-from cmq.fsm.machine import QueueMachine
-from cmq.fsm.memory import MemorySegmentStore
 from cmq.fsm.wire import Writer
-from cmq.model import QueueAttributes
 
-from .harness import Applier
+from .harness import leased, one_queue
 
 T0 = 1_700_000_000_000
 
@@ -54,13 +46,8 @@ def test_an_ack_is_runs_only_when_asked_and_smaller_and_decodes_to_itself() -> N
 def test_the_machine_applies_an_ack_of_runs_as_the_pairs() -> None:
     outcomes = []
     for runs_ok in (False, True):
-        run = Applier(QueueMachine(MemorySegmentStore()))
-        run(CreateQueue("q", QueueAttributes(), T0))
-        messages = tuple(NewMessage(f"m{i}", b"x", False, (), None, None) for i in range(6))
-        run(Produce("q", T0, messages))
-        leased = run(Lease("q", T0, 4, 30_000, None))
-        assert isinstance(leased, Leased)
-        pairs = tuple((m.seq, m.lease_id) for m in leased.messages)
+        run = one_queue(6)
+        pairs = tuple((m.seq, m.lease_id) for m in leased(run, "q", T0, 4, 30_000).messages)
         ack = Ack("q", T0, (*pairs, (pairs[-1][0] + 1, pairs[-1][1] + 1)))  # one not leased
         run.index += 1
         res = run.machine.apply(run.index, encode_ack(ack, runs_ok=runs_ok))
