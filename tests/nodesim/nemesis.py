@@ -101,12 +101,23 @@ class Nemesis:
                 return self.rng.choice(leaders)
         return self.rng.choice(among)
 
-    def kill_one(self) -> None:
-        healthy = self._healthy()
-        if not healthy or len(self.faulted) >= self.budget:
-            return
-        victim = self._victim(healthy)
+    def _spare(self) -> list[int]:
+        """The healthy nodes a new fault may take: none once ``budget`` nodes are faulted."""
+        return self._healthy() if len(self.faulted) < self.budget else []
+
+    def _take_victim(self) -> int | None:
+        """A spare node (`_victim`), counted as faulted from now on; None when none is spare."""
+        spare = self._spare()
+        if not spare:
+            return None
+        victim = self._victim(spare)
         self.faulted.add(victim)
+        return victim
+
+    def kill_one(self) -> None:
+        victim = self._take_victim()
+        if victim is None:
+            return
         self.sim.kill(victim, power=self.rng.random() < 0.5)
         self._later(self.rng.uniform(0.2, 3.0), self._restart, victim)
 
@@ -122,11 +133,9 @@ class Nemesis:
             self._later(self.rng.uniform(0.2, 1.5), self._restart, nid)
 
     def pause_one(self) -> None:
-        healthy = self._healthy()
-        if not healthy or len(self.faulted) >= self.budget:
+        victim = self._take_victim()
+        if victim is None:
             return
-        victim = self._victim(healthy)
-        self.faulted.add(victim)
         self.sim.pause(victim)
         self._later(self.rng.uniform(0.3, 4.0), self._resume, victim)
 
@@ -221,10 +230,10 @@ class Nemesis:
         read meets it) and run that node's scrubber: the node counts as faulted until the
         replica is repaired from its peers (``--rot``)."""
         rng, sim = self.rng, self.sim
-        healthy = self._healthy()
-        if not healthy or len(self.faulted) >= self.budget:
+        spare = self._spare()
+        if not spare:
             return
-        nid = rng.choice(healthy)
+        nid = rng.choice(spare)
         node = sim.nodes[nid].node
         if node is None or node.raft.repairs.stats().under_repair:
             return
