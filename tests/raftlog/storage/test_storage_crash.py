@@ -79,9 +79,8 @@ def _frames(buf: bytes) -> list[tuple[int, int]]:
 def golden(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, list[tuple[int, Record]]]:
     """The bytes of a WAL written through `Wal`, and the records in it, in order."""
     d = tmp_path_factory.mktemp("golden")
-    wal = Wal.open(str(d))
     written: list[tuple[int, Record]] = []
-    try:
+    with Wal.open(str(d)) as wal:
         for group, records in SUBMISSIONS:
             for rec in records:
                 if isinstance(rec, SnapshotRecord):  # its data file is committed first
@@ -90,8 +89,6 @@ def golden(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, list[tuple[
                     atomic_write(wal.snapshot_path(group, m.index), data)
             wal.submit(group, records).result(10)
             written.extend((group, r) for r in records)
-    finally:
-        wal.close()
     assert [p.name for p in d.iterdir() if p.name.startswith("wal-")] == [wal_name(1)]
     return (d / wal_name(1)).read_bytes(), written
 
@@ -126,13 +123,10 @@ def test_truncate_at_every_offset(
     for cut in range(len(content) + 1):
         complete = sum(1 for _, end in frames if end <= cut)
         valid_end = frames[complete - 1][1] if complete else 0
-        wal = _reopen(tmp_path, content[:cut])
-        try:
+        with _reopen(tmp_path, content[:cut]) as wal:
             assert (tmp_path / wal_name(1)).stat().st_size == valid_end, cut
             assert (wal.torn_tail is not None) == (cut != valid_end)
             _check_prefix(wal, written, complete)
-        finally:
-            wal.close()
 
 
 def test_flip_at_every_offset(
@@ -147,13 +141,10 @@ def test_flip_at_every_offset(
         victim = next(i for i, (start, end) in enumerate(frames) if start <= pos < end)
         start = frames[victim][0]
         if victim == len(frames) - 1:
-            wal = _reopen(tmp_path, bytes(damaged))
-            try:
+            with _reopen(tmp_path, bytes(damaged)) as wal:
                 assert os.path.getsize(path) == start, pos
                 assert wal.torn_tail is not None and wal.torn_tail.offset == start
                 _check_prefix(wal, written, victim)
-            finally:
-                wal.close()
         else:
             with pytest.raises(CorruptRecord) as err:
                 _reopen(tmp_path, bytes(damaged)).close()
@@ -168,12 +159,9 @@ def test_zero_fill_after_tail_is_torn(
     content, written = golden
     frames = _frames(content)
     for zeros in (1, FRAME_PREFIX_SIZE, 100, 5000):
-        wal = _reopen(tmp_path, content + bytes(zeros))
-        try:
+        with _reopen(tmp_path, content + bytes(zeros)) as wal:
             assert os.path.getsize(tmp_path / wal_name(1)) == len(content)
             _check_prefix(wal, written, len(frames))
-        finally:
-            wal.close()
 
 
 def test_damage_in_an_older_segment_is_corruption(
@@ -231,8 +219,7 @@ def test_salvage_cuts_damage_at_every_offset_and_marks_the_groups(
         (tmp_path / "snap").mkdir(exist_ok=True)
         snap = encode_snapshot_file(1, 2, 1, SNAP_DATA)
         atomic_write(str(tmp_path / "snap" / snapshot_name(1, 2)), snap)
-        wal = Wal.open(str(tmp_path), WalOptions(salvage=True))
-        try:
+        with Wal.open(str(tmp_path), WalOptions(salvage=True)) as wal:
             assert wal.damage is not None and wal.damage.offset == start, pos
             assert wal.damage.dropped_segments == (2,)
             assert not (tmp_path / wal_name(2)).exists()
@@ -241,8 +228,6 @@ def test_salvage_cuts_damage_at_every_offset_and_marks_the_groups(
             seen = {g for g, _ in written[:victim]}
             assert set(wal.repairs.marked()) == seen, pos
             assert set(RepairMarks(str(tmp_path)).marked()) == seen  # durable
-        finally:
-            wal.close()
 
 
 def test_a_repair_record_of_a_newer_release_is_refused(tmp_path: Path) -> None:
