@@ -52,13 +52,14 @@ def configs(root: Path) -> dict[int, NodeConfig]:
     }
 
 
-async def wait_until(cond: object, timeout: float = 20.0) -> None:
-    """Poll ``cond()`` every 50 ms until true; AssertionError after ``timeout`` seconds."""
+async def wait_until(cond: object, timeout: float = 20.0, interval: float = 0.05) -> None:
+    """Poll ``cond()`` every ``interval`` seconds until true; AssertionError after ``timeout``
+    seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if cond():  # type: ignore[operator]
             return
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(interval)
     raise AssertionError("condition not reached")
 
 
@@ -147,19 +148,10 @@ async def one_node(
     )
     await node.start()
     try:
-        await until(node.is_ready)
+        await wait_until(node.is_ready, interval=0.02)
         yield node
     finally:
         await node.close()
-
-
-async def until(cond: object, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():  # type: ignore[operator]
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("condition not reached")
 
 
 def founded(groups: int, nodes: int = 1) -> CatalogMachine:
