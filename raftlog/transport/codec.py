@@ -270,36 +270,40 @@ def decode_messages(body: bytes | memoryview) -> list[tuple[int, Message]]:
 
 
 # -- coalesced heartbeats ------------------------------------------------------------------------
-def encode_beats(beats: list[Beat]) -> bytes:
-    """Body of a ``BEATS`` frame."""
-    out = bytearray(_U32.pack(len(beats)))
-    for b in beats:
-        out += _BEAT.pack(b.group, b.term, b.commit)
+def _encode_rows(st: struct.Struct, rows: list[tuple[int, ...]]) -> bytes:
+    """A ``u32`` count, then each row packed by ``st`` (the coalesced heartbeat bodies)."""
+    out = bytearray(_U32.pack(len(rows)))
+    for row in rows:
+        out += st.pack(*row)
     return bytes(out)
 
 
-def decode_beats(body: bytes | memoryview) -> list[Beat]:
+def _decode_rows(body: bytes | memoryview, st: struct.Struct) -> list[tuple[int, ...]]:
+    """The rows `_encode_rows` wrote (a count beyond what the body holds is refused without
+    allocating for it)."""
     r = _Reader(body)
     (n,) = r.take(_U32)
-    beats = [Beat(*r.take(_BEAT)) for _ in range(min(n, len(body) // _BEAT.size + 1))]
+    rows = [r.take(st) for _ in range(min(n, len(body) // st.size + 1))]
     r.done()
-    return beats
+    return rows
+
+
+def encode_beats(beats: list[Beat]) -> bytes:
+    """Body of a ``BEATS`` frame."""
+    return _encode_rows(_BEAT, [(b.group, b.term, b.commit) for b in beats])
+
+
+def decode_beats(body: bytes | memoryview) -> list[Beat]:
+    return [Beat(*row) for row in _decode_rows(body, _BEAT)]
 
 
 def encode_beat_acks(acks: list[BeatAck]) -> bytes:
     """Body of a ``BEAT_ACKS`` frame."""
-    out = bytearray(_U32.pack(len(acks)))
-    for a in acks:
-        out += _BEAT_ACK.pack(a.group, a.term)
-    return bytes(out)
+    return _encode_rows(_BEAT_ACK, [(a.group, a.term) for a in acks])
 
 
 def decode_beat_acks(body: bytes | memoryview) -> list[BeatAck]:
-    r = _Reader(body)
-    (n,) = r.take(_U32)
-    acks = [BeatAck(*r.take(_BEAT_ACK)) for _ in range(min(n, len(body) // _BEAT_ACK.size + 1))]
-    r.done()
-    return acks
+    return [BeatAck(*row) for row in _decode_rows(body, _BEAT_ACK)]
 
 
 # -- clock probes -------------------------------------------------------------------------------
