@@ -6,9 +6,9 @@ wrapper, no span objects, OpenTelemetry not even imported). With ``--otlp-endpoi
 exporter (the ``otel-export`` extra), and `traced` wraps the service so that every surface
 (native HTTP, the stream, SQS, front-end workers) is covered in one place:
 
-* ``send <queue>`` covers the whole send, commit on a majority included; it is a child of the
-  first message's trace context (`cmq.tracecontext.traceparent_of`: its ``traceparent``, else
-  its SQS ``AWSTraceHeader``) and links to the other messages' contexts;
+* ``send <queue>`` covers the whole send (`send` or `send_each`), commit on a majority included;
+  it is a child of the first message's trace context (`cmq.tracecontext.traceparent_of`: its
+  ``traceparent``, else its SQS ``AWSTraceHeader``) and links to the other messages' contexts;
 * ``receive <queue>`` covers the receive (long-poll wait and lease commit) and links to the
   context of each message leased; a receive that leases nothing (an empty long poll, a stream
   subscription's idle wait) and does not fail makes no span;
