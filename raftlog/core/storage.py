@@ -50,7 +50,7 @@ class Storage(Protocol):
 
 class ReadThrough:
     """The read side of `Storage`, each call passed through to the storage in ``self._base``: for a
-    log that serves its reads from another one (`raftlog.storage.memory.MemoryLog` from the
+    log that serves its reads from another one (`raftlog.storage.memory_log.MemoryLog` from the
     `MemoryStorage` its completed writes fill; the node simulator's slowed log from the log it
     wraps). A subclass sets ``_base`` (and lists it in its ``__slots__`` if it has them)."""
 

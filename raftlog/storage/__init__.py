@@ -6,7 +6,8 @@ codecs), `files` (atomic rename, names, snapshot files), `segments` (what pins a
 heads), `recovery` (replay and torn tail handling), `wal` (the writer thread), `walstats` (its
 options and counters), `logstore` (`GroupLog`), `waldisk` (a directory's WAL as the host's
 `LogDisk`: `WalDisk`, `WalDisks`), `memory` (their in-memory twins: `MemoryDisk`, `MemoryDisks`),
-`completion` (the futures of durable writes both complete).
+`memory_log` (a group's log on a memory disk, `MemoryLog`: `GroupLog`'s twin), `memory_records`
+(the records a memory disk holds), `completion` (the futures of durable writes both complete).
 """
 
 from raftlog.storage.files import atomic_write, fsync_dir

@@ -1,4 +1,4 @@
-"""The in-memory twin of a data directory's WAL: `MemoryDisk`, its group logs, `MemoryDisks`.
+"""The in-memory twin of a data directory's WAL: `MemoryDisk` and `MemoryDisks`.
 
 A `MemoryDisk` is what a `raftlog.runtime.host.LogDisk` promises, kept in memory and timed by a
 scheduler it is given (an event loop, usually a virtual-time one, and a seeded
@@ -26,6 +26,9 @@ installed or taken, a batch of entries, a hard state, a group's drop), as in the
   `Wal.close` does.
 - **Snapshots** live in memory, in their records; a group's log reads them back whole.
 
+What the disk holds are the records of `raftlog.storage.memory_records`; a group's view of it
+(the twin of `GroupLog`) is `raftlog.storage.memory_log.MemoryLog`, re-exported here.
+
 `MemoryDiskOptions` holds the delays and the test-only planted bug of the runtime simulator
 (``unsafe_early_ack``: completions before the sync, which a power loss of every node must
 expose).
@@ -39,12 +42,23 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from raftlog.core.storage import MemoryStorage, ReadThrough, bootstrap_snapshot
-from raftlog.core.types import ConfState, Entry, HardState, Snapshot, SnapshotMeta
+from raftlog.core.storage import MemoryStorage, bootstrap_snapshot
+from raftlog.core.types import ConfState
 from raftlog.errors import InvariantViolation, Overloaded, RaftError, WalClosed
-from raftlog.storage.completion import accepted_future, complete, done_future
+from raftlog.storage.completion import accepted_future, complete
+from raftlog.storage.memory_log import MemoryLog
+from raftlog.storage.memory_records import (
+    MemDrop,
+    MemEntries,
+    MemHardState,
+    MemRecord,
+    MemSnapshot,
+    record_size,
+)
 from raftlog.storage.repairs import RepairMarks
 from raftlog.storage.walstats import WalCounters, WalStats
+
+__all__ = ["MemoryDisk", "MemoryDiskOptions", "MemoryDisks", "MemoryLog", "PowerLoss"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,34 +83,6 @@ class MemoryDiskOptions:
 
 
 @dataclass(frozen=True, slots=True)
-class _Entries:
-    group: int
-    entries: tuple[Entry, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class _HardState:
-    group: int
-    hard_state: HardState
-
-
-@dataclass(frozen=True, slots=True)
-class _Snapshot:
-    group: int
-    snapshot: Snapshot
-    install: bool
-    """Received from a leader (replaces the group's log), or taken here (compacts it)."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Drop:
-    group: int
-
-
-_Record = _Entries | _HardState | _Snapshot | _Drop
-
-
-@dataclass(frozen=True, slots=True)
 class PowerLoss:
     """What a power loss did to the records written but not synced: how many survived whole,
     how many were lost, and whether the first one lost was left torn."""
@@ -108,18 +94,10 @@ class PowerLoss:
 
 @dataclass(slots=True)
 class _Submission:
-    records: tuple[_Record, ...]
+    records: tuple[MemRecord, ...]
     sync: bool
     on_durable: Callable[[], None]
     future: Future[None]
-
-
-def _size(rec: _Record) -> int:
-    if isinstance(rec, _Entries):
-        return sum(e.size() for e in rec.entries)
-    if isinstance(rec, _Snapshot):
-        return len(rec.snapshot.data) + 32
-    return 32
 
 
 def _copy(image: MemoryStorage) -> MemoryStorage:
@@ -176,7 +154,7 @@ class MemoryDisk:
         self._options = options or MemoryDiskOptions()
         self._images: dict[int, MemoryStorage] = {}
         """Per group, the durable state: the replay of every synced record."""
-        self._written: list[_Record] = []
+        self._written: list[MemRecord] = []
         """Records written and not yet synced, oldest first."""
         self._synced = 0
         """How many records were ever synced: ``_written[0]`` is record number ``_synced``."""
@@ -258,7 +236,7 @@ class MemoryDisk:
         self._logs[group] = log
         if image is None and initial_conf is not None and initial_conf.voters:
             snap = bootstrap_snapshot(initial_conf)
-            self._write((_Snapshot(group, snap, install=True),))
+            self._write((MemSnapshot(group, snap, install=True),))
             self._sync(len(self._written))  # like GroupLog: waits for its fsync
             view.apply_snapshot(snap)
             log.staged(snap.meta.index, snap.meta.index, snap.meta.index)
@@ -271,7 +249,7 @@ class MemoryDisk:
         def dropped() -> None:
             self._logs.pop(group, None)
 
-        return self.submit((_Drop(group),), sync=True, on_durable=dropped)
+        return self.submit((MemDrop(group),), sync=True, on_durable=dropped)
 
     @property
     def repairs(self) -> RepairMarks:
@@ -300,7 +278,7 @@ class MemoryDisk:
     # -- writing ---------------------------------------------------------------------------------
     def submit(
         self,
-        records: Sequence[_Record],
+        records: Sequence[MemRecord],
         *,
         sync: bool,
         on_durable: Callable[[], None],
@@ -337,7 +315,7 @@ class MemoryDisk:
         if not self._open:
             raise WalClosed(f"{self._directory} is not open")
 
-    def _write(self, records: Sequence[_Record]) -> None:
+    def _write(self, records: Sequence[MemRecord]) -> None:
         self._written.extend(records)
 
     def _start_batch(self) -> None:
@@ -356,7 +334,7 @@ class MemoryDisk:
         if epoch != self._epoch:
             return  # lost power (or closed) first: the batch's fate was decided then
         records = sum(len(sub.records) for sub in batch)
-        nbytes = sum(_size(r) for sub in batch for r in sub.records)
+        nbytes = sum(record_size(r) for sub in batch for r in sub.records)
         self._counters.wrote(len(batch), records, nbytes, delay if sync else None)
         if sync:
             self._sync(mark - self._synced)
@@ -394,16 +372,16 @@ class MemoryDisk:
                 self._failed = exc
                 return
 
-    def _replay(self, rec: _Record) -> None:
-        if isinstance(rec, _Drop):
+    def _replay(self, rec: MemRecord) -> None:
+        if isinstance(rec, MemDrop):
             self._images.pop(rec.group, None)
             return
         image = self._images.get(rec.group)
         if image is None:
             image = self._images[rec.group] = MemoryStorage()
-        if isinstance(rec, _HardState):
+        if isinstance(rec, MemHardState):
             image.set_hard_state(rec.hard_state)
-        elif isinstance(rec, _Entries):
+        elif isinstance(rec, MemEntries):
             image.append(rec.entries)
         elif rec.install:
             image.apply_snapshot(rec.snapshot)
@@ -418,111 +396,6 @@ class MemoryDisk:
                 )
             image.create_snapshot(meta.index, meta.conf, rec.snapshot.data)
             image.compact(meta.index)
-
-
-class MemoryLog(ReadThrough):
-    """One group's log on a `MemoryDisk` (a `raftlog.runtime.group_options.DurableLog`).
-
-    Read side: the core's `Storage`, served from a `MemoryStorage` that holds what completed
-    writes made durable (never a write still in flight). Write side: like `GroupLog`, writes are
-    validated against the *staged* log (including writes in flight), so a caller may pipeline
-    submissions; they complete in order.
-    """
-
-    __slots__ = ("_base", "_disk", "_epoch", "_floor", "_group", "_last", "_snap")
-
-    def __init__(self, disk: MemoryDisk, group: int, view: MemoryStorage, epoch: int) -> None:
-        """Private: `MemoryDisk.open_group` makes them."""
-        self._disk = disk
-        self._group = group
-        self._base: MemoryStorage = view
-        self._epoch = epoch
-        self._floor = view.first_index() - 1
-        self._last = view.last_index()
-        self._snap = view.snapshot().meta.index
-
-    def staged(self, floor: int, last: int, snap: int) -> None:
-        """Private: the staged log after the disk wrote something for this group itself."""
-        self._floor, self._last, self._snap = floor, last, snap
-
-    @property
-    def group(self) -> int:
-        return self._group
-
-    # -- read side (Storage: `ReadThrough` to the view) ------------------------------------------
-    def verify_snapshot(self) -> int:
-        """`DurableLog.verify_snapshot`: memory does not rot, so there is nothing to read."""
-        return 0
-
-    # -- write side (DurableLog) -----------------------------------------------------------------
-    def submit_ready(
-        self,
-        *,
-        snapshot: Snapshot | None = None,
-        entries: Sequence[Entry] = (),
-        hard_state: HardState | None = None,
-        sync: bool = True,
-    ) -> Future[None]:
-        """Persist a Ready's snapshot, entries and hard state as one submission (the semantics
-        of `GroupLog.submit_ready`: an older snapshot is ignored, entries at or below the
-        compaction point are skipped, a gap raises `InvariantViolation` and writes nothing)."""
-        records: list[_Record] = []
-        floor, last, snap_index = self._floor, self._last, self._snap
-        if snapshot is not None and snapshot.meta.index > snap_index:
-            records.append(_Snapshot(self._group, snapshot, install=True))
-            floor = last = snap_index = snapshot.meta.index
-        else:
-            snapshot = None
-        ents = tuple(e for e in entries if e.index > floor)
-        if ents:
-            if ents[0].index > last + 1:
-                raise InvariantViolation(f"gap: appending {ents[0].index} after last {last}")
-            records.append(_Entries(self._group, ents))
-            last = ents[-1].index
-        if hard_state is not None:
-            records.append(_HardState(self._group, hard_state))
-        if not records:
-            return done_future()
-        view = self._base
-
-        def durable() -> None:
-            if snapshot is not None:
-                view.apply_snapshot(snapshot)
-            if ents:
-                view.append(ents)
-            if hard_state is not None:
-                view.set_hard_state(hard_state)
-
-        fut = self._disk.submit(records, sync=sync, on_durable=durable, epoch=self._epoch)
-        self._floor, self._last, self._snap = floor, last, snap_index
-        return fut
-
-    def submit_create_snapshot(
-        self, index: int, conf: ConfState, data: bytes
-    ) -> tuple[Snapshot, Future[None]]:
-        """Record a snapshot of the state machine at ``index`` (a durable entry); one not newer
-        than the staged snapshot is not written: the current one is returned, already done."""
-        if index <= self._snap:
-            return self._base.snapshot(), done_future()
-        snap = Snapshot(SnapshotMeta(index, self._base.term(index), conf), data)
-        view = self._base
-
-        def durable() -> None:
-            view.create_snapshot(index, conf, data)
-
-        fut = self._disk.submit(
-            (_Snapshot(self._group, snap, install=False),),
-            sync=True,
-            on_durable=durable,
-            epoch=self._epoch,
-        )
-        self._snap = index
-        return snap, fut
-
-    def compact(self, index: int) -> None:
-        """Drop entries up to ``index`` (at most the durable snapshot's) from the read side."""
-        self._base.compact(index)
-        self._floor = max(self._floor, index)
 
 
 class MemoryDisks:
