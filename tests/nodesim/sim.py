@@ -21,7 +21,8 @@ of `raftlog.buggify` (slow fsync completions, dropped frames, early snapshots, d
 abandoned calls, retries without backoff).
 
 After the faults heal, the workload stops, a drain receives and acks every queue until each is
-empty (through the service: its leader's stats), and the checks run:
+empty (through the service: its leader's stats), and the checks run (`tests.nodesim.checks`, with
+the observer's while it runs):
 
 - the chaos checker (`tests.chaos.checker.check`): no confirmed message lost, nothing delivered
   that was never sent, no redelivery after a confirmed ack, at most one unexpired lease per
@@ -34,22 +35,23 @@ empty (through the service: its leader's stats), and the checks run:
 - no group halts, no replica loses entries it acknowledged, one leader per (group, term);
 - every node starts (recovers) after each crash.
 
-Everything derives from the seed: the same seed gives the same history (`NodeSimResult.digest`).
+A run's shape is a `NodeSimConfig`, its record a `NodeSimResult` (`tests.nodesim.runs`, both
+importable from here). Everything derives from the seed: the same seed gives the same history
+(`NodeSimResult.digest`).
 ``python -m tests.nodesim --seeds N`` runs seeds and prints a replay command for each failure.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import gc
 import hashlib
 import json
 import random
 from collections.abc import Awaitable, Callable
 from contextlib import ExitStack
-from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from dataclasses import dataclass
+from typing import TypeVar, cast
 
 from cmq.errors import CmqError, InvariantBroken, OutcomeUnknown
 from cmq.node.config import NodeConfig
@@ -57,21 +59,31 @@ from cmq.node.host import MemoryFiles, NodeHost
 from cmq.node.queue_node import QueueNode
 from cmq.upgrade.release import PEER_PROTOCOL_MAX, PEER_PROTOCOL_MIN
 from raftlog import buggify
-from raftlog.core import Role
-from raftlog.errors import ProposalDropped, is_storage_damage
 from raftlog.runtime import GroupOptions
 from raftlog.runtime.host import LoopClock, inline
 from raftlog.storage.memory import MemoryDiskOptions, MemoryDisks
 from raftlog.transport.memory import MemoryNetwork, NetFaults
 from raftlog.transport.peer import Address
 from raftlog.transport.protocol import ProtocolRange
-from tests.chaos.checker import check, compare_digests
-from tests.nodesim.failover import FailoverNemesis, Prober, recovery, refusals, worst_wait
+from tests.nodesim import checks
+from tests.nodesim.failover import FailoverNemesis, Prober
 from tests.nodesim.faults import SlowDisks, seeded_ids, virtual_scrub_pace
 from tests.nodesim.nemesis import Nemesis
 from tests.nodesim.plants import planted
 from tests.nodesim.process import NeutralLoop, Process, ProcessLoop, ProcessTransport
+from tests.nodesim.runs import NodeSimConfig, NodeSimResult
 from tests.nodesim.workload import EPOCH_MS, Workload
+
+__all__ = [
+    "CLOCK_BOUND_MS",
+    "REQUEST_TIMEOUT",
+    "SECRET",
+    "SPEAKS",
+    "NodeSim",
+    "NodeSimConfig",
+    "NodeSimResult",
+    "run_node_seed",
+]
 
 T = TypeVar("T")
 
@@ -79,114 +91,6 @@ SECRET = b"nodesim-cluster-secret-0123456789"
 SPEAKS = ProtocolRange(PEER_PROTOCOL_MIN, PEER_PROTOCOL_MAX)
 REQUEST_TIMEOUT = 4.0
 CLOCK_BOUND_MS = 200.0
-
-
-@dataclass(frozen=True, slots=True)
-class NodeSimConfig:
-    """One run's shape; what is not set here is drawn from the seed."""
-
-    nodes: int = 3
-    seconds: float = 12.0
-    """Virtual seconds of workload under faults."""
-    groups: int | None = None
-    """Data groups (None: 1 or 2, drawn from the seed)."""
-    producers: int = 3
-    consumers: int = 3
-    fifo: bool = True
-    """Also a FIFO queue."""
-    faults: bool = True
-    buggify: bool = True
-    heal_seconds: float = 15.0
-    """After healing: how long every group may take to answer again."""
-    drain_seconds: float = 60.0
-    plant: str | None = None
-    """A planted bug (`tests.nodesim.plants`)."""
-    rot: bool = False
-    """Sealed segments of running nodes rot now and then (a flipped byte): the node's scrubber
-    finds it and the replica is repaired from its peers (`raftlog.runtime.repair`)."""
-    rewind: bool = False
-    """A queue that keeps acknowledged messages, rewound every 1-2 s (`tests.nodesim.workload`),
-    judged by the chaos checker's rewind rules (`tests.chaos.rewindcheck`)."""
-    failover: bool = False
-    """Single-node faults only, one at a time, and a prober measuring, per fault, the time
-    until every data group confirms a fresh send again (`tests.nodesim.failover`); the fault
-    points are off in this mode."""
-    failover_bound: float = 1.5
-    """Seconds (``failover``): a fault whose recovery takes longer is a violation."""
-    clock_leaps: bool = False
-    """Every clock step is a leap two hours ahead on a node leading some group: the fault the
-    clock guard exists for, made the common case (the ``unguarded_clock`` plant's run)."""
-
-
-@dataclass(slots=True)
-class NodeSimResult:
-    seed: int
-    cfg: NodeSimConfig
-    violations: list[str] = field(default_factory=list)
-    trace: list[str] = field(default_factory=list)
-    ops: int = 0
-    confirmed: int = 0
-    """Messages whose send was confirmed."""
-    acked: int = 0
-    """Messages whose ack was confirmed."""
-    deliveries: int = 0
-    unknown: int = 0
-    crashes: int = 0
-    power_losses: int = 0
-    pauses: int = 0
-    partitions: int = 0
-    clock_steps: int = 0
-    rots: int = 0
-    """Segment files damaged (``NodeSimConfig.rot``)."""
-    repaired: int = 0
-    """Of those, replicas the scrubber found and that were repaired from their peers."""
-    rewinds: int = 0
-    """Rewind requests (``NodeSimConfig.rewind``), whatever their outcome."""
-    rewound: int = 0
-    """Messages the ok rewinds said they brought back."""
-    copies_allowed: int = 0
-    """Redeliveries after an ack the rewind rules allowed (per key, the rewinds covering it)."""
-    copies: int = 0
-    """Redeliveries after an ack seen (fresh deliveries of rewound copies)."""
-    buggified: dict[str, int] = field(default_factory=dict)
-    digest: str = ""
-    """A hash of the whole history and trace: equal for equal runs."""
-    virtual_seconds: float = 0.0
-    failovers: list[tuple[str, float]] = field(default_factory=list)
-    """(``NodeSimConfig.failover``) per fault, its kind and the seconds until every data group
-    confirmed a fresh send again (inf: one never did)."""
-
-    def replay(self) -> str:
-        """The command that runs this seed again (the options `python -m tests.nodesim`
-        has; a configuration it cannot express is named after it)."""
-        cfg = self.cfg
-        cmd = (
-            f"PYTHONHASHSEED=0 python -m tests.nodesim --seeds 1 --seed {self.seed} "
-            f"--nodes {cfg.nodes} --seconds {cfg.seconds:g}"
-        )
-        if cfg.plant:
-            cmd += f" --plant {cfg.plant}"
-        if not cfg.buggify:
-            cmd += " --no-buggify"
-        if cfg.rot:
-            cmd += " --rot"
-        if cfg.rewind:
-            cmd += " --rewind"
-        if cfg.failover:
-            cmd += " --failover"
-        if cfg.clock_leaps:
-            cmd += " --clock-leaps"
-        rest = NodeSimConfig(
-            nodes=cfg.nodes,
-            seconds=cfg.seconds,
-            plant=cfg.plant,
-            buggify=cfg.buggify,
-            rot=cfg.rot,
-            rewind=cfg.rewind,
-            failover=cfg.failover,
-            clock_leaps=cfg.clock_leaps,
-        )
-        return cmd if rest == cfg else f"{cmd}  # with {cfg}"
 
 
 @dataclass(slots=True)
@@ -435,176 +339,11 @@ class NodeSim:
         self.nemesis.faulted.clear()
         self.note("healed")
 
-    async def observer(self) -> None:
-        """Every 50 ms: halted groups, replicas that lost acknowledged entries, two leaders in
-        one term, and the ``raft.early_snapshot`` fault point. A group halted on damage while
-        its repair is under way, and a replica a repair reset (it lost its damaged copy on
-        purpose, and votes again only once caught up), are expected (``--rot``)."""
-        while True:
-            await asyncio.sleep(0.05)
-            for nid in self.ids:
-                n = self.nodes[nid]
-                if n.node is None or n.proc is None or n.proc.paused:
-                    continue
-                for g, d in list(n.node.raft.groups.items()):
-                    repairing = is_storage_damage(d.stopped) if d.stopped else False
-                    if (
-                        d.stopped is not None
-                        and not isinstance(d.stopped, ProposalDropped)
-                        and not (repairing and n.node.raft.repairs.under_way(g))
-                    ):
-                        self.violation(f"group {g} on n{nid} halted: {d.stopped!r}")
-                    r = d.raw.raft
-                    if r.lost_acknowledged and not d.reset_by_repair:
-                        self.violation(f"group {g} on n{nid} lost entries it had acknowledged")
-                    if r.role is Role.LEADER:
-                        other = self.leaders.setdefault((g, r.term), nid)
-                        if other != nid:
-                            self.violation(f"two leaders of group {g} in term {r.term}")
-                    if buggify.buggify("raft.early_snapshot"):
-                        self.loop.call_soon(d.request_snapshot, context=n.proc.context())
-            if self.cfg.failover:
-                self._note_leaders()
-
-    def _note_leaders(self) -> None:
-        """(``failover``) note each group's leader when it (or its clock's trust) changes: the
-        running leader of the highest term among the nodes up."""
-        now: dict[int, tuple[int, int, bool]] = {}
-        for nid in self.ids:
-            n = self.nodes[nid]
-            if n.node is None or n.proc is None or n.proc.paused:
-                continue
-            for g, d in n.node.raft.groups.items():
-                r = d.raw.raft
-                if r.role is Role.LEADER and (g not in now or now[g][1] < r.term):
-                    now[g] = (nid, r.term, n.node.clock.trusted())
-        for g in sorted(set(now) | set(self.led)):
-            if now.get(g) != self.led.get(g):
-                if g in now:
-                    nid, term, trusted = now[g]
-                    clock = "" if trusted else " (clock NOT trusted: stamps nothing)"
-                    self.note(f"g{g} leader n{nid} term {term}{clock}")
-                else:
-                    self.note(f"g{g} no leader up")
-        self.led = now
-
-    # -- failover --------------------------------------------------------------------------------
-    async def _judge_failovers(self, stop: asyncio.Event) -> None:
-        """(``failover``) probe on until every queue confirmed a send started after the last
-        fault (at most 20 s more), then judge each fault's recovery."""
-        prober, nemesis = self.prober, self.nemesis
-        assert prober is not None and isinstance(nemesis, FailoverNemesis)
-        last = nemesis.faults[-1].at if nemesis.faults else self.loop.time()
-        deadline = self.loop.time() + 20.0
-        while self.loop.time() < deadline and not prober.confirmed_since(last):
-            await asyncio.sleep(0.1)
-        stop.set()
-        while prober._inflight:
-            await asyncio.sleep(0.1)
-        bound = self.cfg.failover_bound
-        ends = [f.at for f in nemesis.faults[1:]] + [self.loop.time()]
-        for i, (f, end) in enumerate(zip(nemesis.faults, ends, strict=True), 1):
-            first = recovery(prober.sends, prober.queues, f.at)
-            took, at = worst_wait(prober.sends, prober.queues, f.at, end)
-            took = max(took, first)
-            self.result.failovers.append((f.kind, took))
-            why = refusals(prober.sends, at, at + min(took, 60.0))
-            self.result.trace.append(
-                f"{f.at + first:8.3f} RECOVERED #{i} {f.describe()}: {first:.3f} s"
-            )
-            late = f" (sends from {at:.3f} waited {took:.3f} s)" if took > first else ""
-            if late:
-                self.result.trace.append(f"{at + took:8.3f} LATE GAP #{i}{late}")
-            if took > bound:
-                self.violation(
-                    f"failover: #{i} {f.describe()}: no fresh send confirmed on every data "
-                    f"group for {took:.3f} s{late or ' after it'} (bound {bound:g} s)"
-                    + (f"; refused: {why}" if why else "")
-                )
-            elif why:
-                self.result.trace.append(f"{at + took:8.3f}   refused #{i}: {why}")
-        self.result.trace.sort(key=lambda line: float(line[:8]))
-
-    # -- the end ---------------------------------------------------------------------------------
-    async def check_replicas(self) -> None:
-        """Wait for every replica to apply the same index, then compare their state."""
-        deadline = self.loop.time() + self.cfg.heal_seconds
-        while self.loop.time() < deadline and not self._converged():
-            await asyncio.sleep(0.1)
-        if not self._converged():
-            self.violation(f"replicas did not converge: {self._applied()}")
-            return
-        nodes = {nid: self.nodes[nid].node for nid in self.ids}
-        catalogs = {nid: n.catalog.snapshot() for nid, n in nodes.items() if n is not None}
-        if len(set(catalogs.values())) > 1:
-            self.violation("catalog images differ between nodes at equal applied index")
-        digests: dict[int, dict[int, dict[str, Any]]] = {}
-        for g, hosts in self._hosts().items():
-            for nid in hosts:
-                outcome, d, detail = await self.call(nid, 5.0, lambda q, g=g: q.group_digest(g))
-                if outcome != "ok" or d is None:
-                    self.violation(f"group {g}: no digest from n{nid}: {detail}")
-                    continue
-                digests.setdefault(g, {})[nid] = dataclasses.asdict(d)
-        for problem in compare_digests(digests):
-            self.violation(problem)
-
-    def _hosts(self) -> dict[int, tuple[int, ...]]:
-        """Each data group's replicas (as the first running node's catalog has them)."""
-        for nid in self.ids:
-            node = self.nodes[nid].node
-            if node is not None:
-                cat = node.catalog
-                return {
-                    g: tuple(sorted(p.hosts()))
-                    for g in cat.data_groups
-                    if (p := cat.placement(g)) is not None
-                }
-        return {}
-
-    def _applied(self) -> dict[int, dict[int, tuple[int, int]]]:
-        out: dict[int, dict[int, tuple[int, int]]] = {}
-        groups = {0: self.ids} | self._hosts()
-        for g, hosts in groups.items():
-            for nid in hosts:
-                node = self.nodes[nid].node
-                if node is None or g not in node.raft.groups:
-                    out.setdefault(g, {})[nid] = (-1, -1)
-                    continue
-                st = node.raft.status(g)
-                out.setdefault(g, {})[nid] = (st.applied, st.commit)
-        return out
-
-    def _converged(self) -> bool:
-        for by_node in self._applied().values():
-            seen = set(by_node.values())
-            if len(seen) != 1 or any(a != c or a < 0 for a, c in seen):
-                return False
-        return True
-
-    def check_history(self) -> None:
-        ops = self.workload.history.ops
-        rep = check(ops, tolerance=2 * CLOCK_BOUND_MS / 1000 + 0.05)
-        self.result.ops = rep.ops
-        self.result.confirmed = rep.acked
-        self.result.acked = rep.consumed
-        self.result.rewinds = sum(rep.rewind.rewinds.values())
-        self.result.rewound = rep.rewind.reported
-        self.result.copies_allowed = rep.rewind.allowed
-        self.result.copies = rep.rewind.copies
-        for failure in rep.failures():
-            self.violation(failure)
-        if rep.stored_twice:
-            self.violation(
-                f"stored_twice={len(rep.stored_twice)} e.g. {rep.stored_twice[:5]} "
-                "(clients never resend a key: the system repeated a send)"
-            )
-
     # -- the run ---------------------------------------------------------------------------------
     async def main(self) -> None:
         for nid in self.ids:
             self.start_node(nid)
-        observer = self.loop.create_task(self.observer())
+        observer = self.loop.create_task(checks.observe(self))
         stop = asyncio.Event()
         workers: list[asyncio.Task[None]] = []
         work = self.workload
@@ -624,14 +363,14 @@ class NodeSim:
             else:
                 await asyncio.sleep(self.cfg.seconds)
             if self.prober is not None:
-                await self._judge_failovers(probe_stop)
+                await checks.judge_failovers(self, probe_stop)
             self.heal()
             stop.set()
             await asyncio.gather(*workers)
             await self.nemesis.settle()
             await work.drain(self.cfg.heal_seconds + self.cfg.drain_seconds)
-            await self.check_replicas()
-            self.check_history()
+            await checks.check_replicas(self)
+            checks.check_history(self)
             self.result.unknown = work.unknown
             self.result.deliveries = work.deliveries
         finally:
