@@ -1,11 +1,11 @@
 """One chaos run: cluster up, workload under a seeded fault schedule, heal, drain, check.
 
 ``run_once`` returns a `RunResult` (the checker's `Report`, fault counts, replica problems,
-node crashes). The schedule is a sequence of *episodes*: one fault (sometimes two of different
-categories at once; a disk fault only within the quorum's spare: `tests.chaos.diskfaults
-.disk_overlap_ok`), held for a while, then healed in
-reverse order, then a short quiet gap. The seed fixes the schedule's choices (the cluster's own
-timing is not deterministic, so a seed reproduces the schedule, not the interleaving).
+node crashes). The fault schedule (a sequence of *episodes*, each one or two faults held a
+while and healed) is `tests.chaos.schedule`; the drain and the wait for the replicas to agree
+after healing are `tests.chaos.settle` (their functions are importable from here too). The
+seed fixes the schedule's choices (the cluster's own timing is not deterministic, so a seed
+reproduces the schedule, not the interleaving).
 """
 
 from __future__ import annotations
@@ -18,25 +18,15 @@ import shlex
 import shutil
 import time
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cmq.errors import CmqError
 from tests.chaos.apicheck import CLOCK_JUDGED
-from tests.chaos.checker import Report, check, check_replicas, compare_digests, same_stats
+from tests.chaos.checker import Report, check
 from tests.chaos.cluster import ChaosCluster, MountedFS, snapshot_code
-from tests.chaos.diskfaults import DISK, OPERATOR_NEEDED, disk_overlap_ok
-from tests.chaos.faults import (
-    RESTART_FAILED,
-    FaultKind,
-    Injected,
-    lazyfs_unavailable,
-    optional_module,
-    resolve,
-    restart_checked,
-)
+from tests.chaos.faults import lazyfs_unavailable, optional_module, resolve, restart_checked
 from tests.chaos.history import History
 from tests.chaos.pinned import PinnedClients
 from tests.chaos.probe import (
@@ -49,8 +39,30 @@ from tests.chaos.probe import (
     probe_queues,
     summary_line,
 )
+from tests.chaos.schedule import OVERLAP, Say, nemesis
+from tests.chaos.settle import drain, queue_stats, quiesce, same_digests
 from tests.chaos.surfaces import SURFACES
 from tests.chaos.workload import Workload, WorkloadConfig
+
+__all__ = [
+    "ALL_FAULTS",
+    "OVERLAP",
+    "SLOW_RECOVERY",
+    "SOAK_FAULTS",
+    "VARIANTS",
+    "RunConfig",
+    "RunResult",
+    "Say",
+    "create_queues",
+    "drain",
+    "fault_total",
+    "nemesis",
+    "queue_stats",
+    "quiesce",
+    "replay_command",
+    "run_once",
+    "same_digests",
+]
 
 ALL_FAULTS = [
     "kill",
@@ -67,10 +79,7 @@ ALL_FAULTS = [
 SOAK_FAULTS = [*ALL_FAULTS, "io"]
 """The soak's default: every kind, I/O errors too (`tests.chaos.diskfaults`). The bounded pass in
 `make test` keeps ``ALL_FAULTS`` (its seeds were picked for that list)."""
-Say = Callable[[str], None]
 
-OVERLAP = "overlap:"
-"""Fault counts of episodes that ran two faults at once, keyed ``overlap:<kind>+<kind>``."""
 SLOW_RECOVERY = 1.0
 """Seconds: a fault whose recovery took longer is printed on its own (what the probes got)."""
 VARIANTS = frozenset({"clock-jump", "clock-drift"})
@@ -241,171 +250,6 @@ async def create_queues(
             if time.monotonic() > deadline:
                 raise TimeoutError(f"could not create queue {q}")
             await asyncio.sleep(0.5)
-
-
-async def nemesis(
-    cluster: ChaosCluster,
-    kinds: list[FaultKind],
-    rng: random.Random,
-    *,
-    duration: float,
-    history: History,
-    overlap: float,
-    say: Say,
-    episodes: list[Episode] | None = None,
-) -> tuple[Counter[str], list[str], list[str]]:
-    """Inject faults for ``duration`` seconds; every fault is healed before returning. Each
-    fault injected is appended to ``episodes`` (when given), with its injection time."""
-    counts: Counter[str] = Counter()
-    errors: list[str] = []
-    restart_failures: list[str] = []
-    end = time.monotonic() + duration
-    while kinds and time.monotonic() < end:
-        await asyncio.sleep(rng.uniform(0.5, 2.0))
-        first = rng.choices(kinds, [k.weight for k in kinds])[0]
-        episode = [first]
-        if not first.exclusive and rng.random() < overlap:
-            others = [
-                k
-                for k in kinds
-                if not k.exclusive
-                and k.category != first.category
-                and disk_overlap_ok(first, k, cluster.n)
-            ]
-            if others:
-                episode.append(rng.choice(others))
-                # A disk fault goes first: the other then knows which node is damaged.
-                episode.sort(key=lambda k: k.category != DISK)
-        active: list[tuple[Any, Injected]] = []
-        injected_at: list[float] = []
-        for kind in episode:
-            op = history.invoke("nemesis", "fault", "", 0, time.monotonic())
-            try:
-                inj = await kind.inject(cluster, rng)
-            except Exception as e:
-                errors.append(f"{kind.name}: {type(e).__name__}: {e}")
-                history.complete(op, time.monotonic(), "failed", errors[-1])
-                say(f"fault {kind.name} failed to inject: {e!r}")
-                continue
-            if inj is None:
-                history.complete(op, time.monotonic(), "failed", f"{kind.name}: no target")
-                continue
-            op.node = inj.nodes[0] if inj.nodes else 0
-            injected_at.append(inj.at or time.monotonic())
-            counts[kind.name] += 1
-            if inj.kind != kind.name:  # a variant (clock-jump, clock-drift): counted as well
-                counts[inj.kind] += 1
-            active.append((op, inj))
-            say(f"inject {inj.description}; hold {inj.hold:.1f}s")
-        if len(active) > 1:
-            counts[OVERLAP + "+".join(inj.kind for _, inj in active)] += 1
-        if episodes is not None:
-            for at, (_, inj) in zip(injected_at, active, strict=True):
-                episodes.append(
-                    Episode(at, inj.kind, inj.description, tuple(inj.nodes), len(active) > 1)
-                )
-        if active:
-            hold = max(inj.hold for _, inj in active)
-            await asyncio.sleep(min(hold, max(0.5, end - time.monotonic())))
-        # The network first (a node restarted behind a partition could not become ready), then
-        # in reverse order: a process fault on a damaged node heals before its disk fault.
-        order = [*active[::-1]]
-        for op, inj in sorted(order, key=lambda a: a[1].category != "network"):
-            try:
-                extra = await inj.heal()
-            except Exception as e:
-                extra = f"heal failed: {type(e).__name__}: {e}"
-                errors.append(f"{inj.kind}: {extra}")
-            history.complete(
-                op, time.monotonic(), "ok", inj.description + (f"; {extra}" if extra else "")
-            )
-            if RESTART_FAILED in extra or OPERATOR_NEEDED in extra:
-                restart_failures.append(f"after {inj.description}: {extra}")
-            say(f"heal {inj.description}{'; ' + extra if extra else ''}")
-    return counts, errors, restart_failures
-
-
-async def drain(
-    cluster: ChaosCluster, workload: Workload, queues: tuple[str, ...], timeout: float
-) -> bool:
-    """Consumers ack everything until every queue is empty twice in a row, seen from every node."""
-    workload.draining = True
-    deadline = time.monotonic() + timeout
-    clean = 0
-    while time.monotonic() < deadline:
-        await asyncio.sleep(1.0)
-        empty = True
-        for q in queues:
-            stats = await queue_stats(cluster, q)
-            if len(stats) < len(cluster.running()) or any(
-                s["visible"] or s["in_flight"] or s["delayed"] for s in stats.values()
-            ):
-                empty = False
-                break
-        clean = clean + 1 if empty and workload.quiet else 0
-        if clean >= 2:
-            return True
-    return False
-
-
-async def queue_stats(cluster: ChaosCluster, queue: str) -> dict[int, dict[str, Any]]:
-    out = {}
-    for nid in cluster.running():
-        try:
-            info = await cluster.node(nid, 5).get_queue(queue)
-        except CmqError:
-            continue
-        stats = dataclasses.asdict(info.stats)
-        stats.pop("oldest_age_ms", None)
-        out[nid] = stats
-    return out
-
-
-async def quiesce(
-    cluster: ChaosCluster, queues: tuple[str, ...], timeout: float = 60, say: Say | None = None
-) -> list[str]:
-    """Wait until every node reports the same commit/applied/last index for every group;
-    the remaining differences (empty when the replicas agree)."""
-    deadline = time.monotonic() + timeout
-    problems = ["no status yet"]
-    while time.monotonic() < deadline:
-        statuses = await cluster.statuses(cluster.ids)
-        problems = check_replicas(statuses)
-        if len(statuses) < cluster.n:
-            problems.append(f"only nodes {sorted(statuses)} answered /v1/status")
-        if not problems:
-            break
-        await asyncio.sleep(0.5)
-    if not problems:
-        problems = await same_digests(cluster, max(5.0, deadline - time.monotonic()), say)
-    for q in queues:
-        problems += [f"{q}: {p}" for p in same_stats(await queue_stats(cluster, q))]
-    return problems
-
-
-async def same_digests(cluster: ChaosCluster, timeout: float, say: Say | None = None) -> list[str]:
-    """Byte-for-byte comparison of every data group's replicas (`compare_digests`): retried
-    while their applied indexes differ (housekeeping may still commit) or a replica does not
-    answer; the remaining differences (empty when every replica hashes the same)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        digests = await cluster.digests()
-        problems = compare_digests(digests)
-        for g, by_node in digests.items():
-            if len(by_node) < 2:
-                problems.append(f"group {g}: only nodes {sorted(by_node)} answered its digest")
-        settled = all("applied differs" not in p and "answered" not in p for p in problems)
-        if (settled and problems) or not problems or time.monotonic() > deadline:
-            if say is not None and not problems:
-                for g, by_node in sorted(digests.items()):
-                    d = next(iter(by_node.values()))
-                    say(
-                        f"group {g}: nodes {sorted(by_node)} identical at applied {d['applied']} "
-                        f"(image {d['image_sha256'][:12]}, {d['image_bytes']} B; "
-                        f"{d['segments']} segment files {d['segments_sha256'][:12]})"
-                    )
-            return problems
-        await asyncio.sleep(0.3)
 
 
 async def run_once(cfg: RunConfig, say: Say = print) -> RunResult:
