@@ -16,6 +16,9 @@ with what was sent: the count differs from the listing), ``flipped`` (binary for
 byte of a body corrupted on the replica's disk, sent by a node that does not notice: the
 stream's own CRC matches, only the stored checksum catches it).
 
+The queues, segments and records it serves are `tests.archive.fake_data`'s (importable from
+here too).
+
 `require_signed` makes every replica verify each request's signature as a node does
 (`api.auth.sigv4`): 401 for an unsigned or badly signed one; `signed` counts the good ones.
 """
@@ -23,7 +26,6 @@ stream's own CRC matches, only the stored checksum catches it).
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import re
 import threading
@@ -38,59 +40,27 @@ import orjson
 from aiohttp import web
 
 from cmq.fsm import segdata
-from cmq.fsm.cells import Segment
-from cmq.fsm.store import StoredMessage, encode_record
+from tests.archive.fake_data import (
+    OUTCOMES,
+    FakeQueue,
+    FakeSegment,
+    iter_expected,
+    make_records,
+)
 from tests.ports import free_ports
+
+__all__ = [
+    "OUTCOMES",
+    "FakeCluster",
+    "FakeQueue",
+    "FakeSegment",
+    "Faults",
+    "iter_expected",
+    "make_records",
+]
 
 NID = web.AppKey("nid", int)
 BATCH_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
-
-
-@dataclass
-class FakeSegment:
-    first_seq: int
-    last_seq: int
-    records: list[dict[str, Any]]
-    state: str = "released"
-    claim: tuple[str, int] | None = None  # (batch_id, expires_at_ms)
-
-    def lines(self) -> list[bytes]:
-        return [orjson.dumps(r) + b"\n" for r in self.records]
-
-    def stored(self) -> bytes:
-        """The segment file: its records as a node stores them (every seq from the first)."""
-        out = []
-        for r in self.records:
-            attrs = tuple(sorted(r["attributes"].items()))
-            body = base64.b64decode(r["body_b64"])
-            level = r.get("priority", 0)
-            m = StoredMessage(r["id"], r["seq"], body, True, attrs, r["sent_at_ms"], level)
-            out.append(encode_record(m, r["sent_at_ms"]))
-        return b"".join(out)
-
-    def machine_segment(self, data: bytes) -> Segment:
-        """The state machine's view of the segment whose file is ``data``."""
-        seg = Segment(self.first_seq, 0)
-        seg.count, seg.size, seg.crc = len(self.records), len(data), zlib.crc32(data)
-        seg.sealed = seg.released = True
-        bits = {"expired": seg.expired, "dead_lettered": seg.dead, "purged": seg.purged}
-        for rel, r in enumerate(self.records):
-            if r["outcome"] in bits:
-                bits[r["outcome"]].add(rel)
-            if r["receive_count"] != (1 if r["outcome"] == "acked" else 0):
-                seg.counts[rel] = r["receive_count"]
-        return seg
-
-    @property
-    def checksum(self) -> str:
-        return f"{zlib.crc32(self.stored()):08x}"
-
-
-@dataclass
-class FakeQueue:
-    archive: bool = True
-    segments: dict[int, FakeSegment] = field(default_factory=dict)
-    next_seq: int = 0
 
 
 @dataclass
@@ -102,33 +72,6 @@ class Faults:
     short: set[tuple[str, int]] = field(default_factory=set)
     flipped: set[tuple[str, int]] = field(default_factory=set)
     json_only: bool = False
-
-
-OUTCOMES = ("acked", "acked", "acked", "expired", "dead_lettered", "purged")
-
-
-def make_records(queue: str, first_seq: int, n: int, sent_at_ms: int) -> list[dict[str, Any]]:
-    """``n`` records with distinct ids, varied bodies (binary, empty, large), attributes and
-    outcomes; every seq present (a real segment may skip seqs copied forward)."""
-    out = []
-    for i in range(n):
-        seq = first_seq + i
-        body = bytes([seq % 256, 0, 255]) + f"{queue}:{seq}".encode() * (1 + seq % 5)
-        if seq % 97 == 0:
-            body = b""
-        out.append(
-            {
-                "seq": seq,
-                "id": f"{queue}-m{seq}",
-                "sent_at_ms": sent_at_ms + i * 1000,
-                "receive_count": 1 + seq % 3,
-                "attributes": {"k": str(seq)} if seq % 2 else {},
-                "body_b64": base64.b64encode(body).decode(),
-                "outcome": OUTCOMES[seq % len(OUTCOMES)],
-                "priority": 3 if seq % 10 == 3 else 0,  # sent at level 3: its record says so
-            }
-        )
-    return out
 
 
 class FakeCluster:
@@ -502,11 +445,6 @@ class FakeCluster:
 
 def _refused(first: int, batch: str | None, reason: str) -> dict[str, Any]:
     return {"first_seq": first, "batch_id": batch, "reason": reason}
-
-
-def iter_expected(records: list[dict[str, Any]]) -> Iterator[tuple[str, int, bytes, str]]:
-    for r in records:
-        yield r["queue"], r["seq"], base64.b64decode(r["body_b64"]), r["outcome"]
 
 
 class _Bytes:
