@@ -18,6 +18,11 @@ A run has two phases:
    all its voters, and all members of each group must converge to identical applied state
    (``liveness``).
 
+What a client does is `raftlog.sim.clients`' (`Clients`), which fault strikes is
+`raftlog.sim.faults`' (`Faults`), the heal phase's plan is `raftlog.sim.heal`'s (`HealPhase`):
+each acts through this simulation, which holds the cluster (nodes, disks, network, pending
+proposals), orders its events and carries out crashes, restarts and wipes.
+
 After every step the `Checker` has seen everything the step did (see its docstring for the
 safety checks); core exceptions (`InvariantViolation` and anything else) are violations too.
 A failure is returned as a `Violation` carrying the seed, the check and the last trace lines.
@@ -35,8 +40,6 @@ from enum import IntEnum
 from raftlog.core.config import Config
 from raftlog.core.storage import bootstrap_snapshot
 from raftlog.core.types import (
-    ConfChange,
-    ConfChangeKind,
     ConfState,
     Entry,
     Message,
@@ -47,10 +50,12 @@ from raftlog.core.types import (
 )
 from raftlog.errors import RaftError
 from raftlog.sim.checker import Ack, Checker
+from raftlog.sim.clients import Clients
 from raftlog.sim.disk import SimDisk
+from raftlog.sim.faults import Faults
 from raftlog.sim.heal import HealPhase
 from raftlog.sim.liveness import CatchUp
-from raftlog.sim.network import PERFECT, NetFaults, SendOutcome, SimNetwork
+from raftlog.sim.network import PERFECT, SendOutcome, SimNetwork
 from raftlog.sim.node import SimNode
 from raftlog.sim.outcome import SimConfig, draw_params
 from raftlog.sim.rollback import Rollbacks
@@ -124,6 +129,8 @@ class Simulation:
         self.trace: deque[str] = deque(maxlen=config.trace_lines)
         self._trace_hash = hashlib.blake2b(digest_size=16)
         self.heal_phase = HealPhase(self, tick=TICK, election_tick=ELECTION_TICK)
+        self.clients = Clients(self)
+        self.faults = Faults(self)
         self.catch_ups: dict[int, CatchUp] = {}
         self.heal_bound = 0
         """The liveness bound in ticks, fixed when the faults heal (`heal`)."""
@@ -268,10 +275,10 @@ class Simulation:
             else:
                 self.log_line(f"g{b} n{a} fsync of a dead incarnation ignored")
         elif kind == _Ev.CLIENT:
-            self._client()
+            self.clients.act()
             self._push(self.now + self.rng.randint(1, 2 * self.params.client_every), _Ev.CLIENT)
         elif kind == _Ev.FAULT:
-            self._fault()
+            self.faults.strike()
             self._push(self.now + self.rng.randint(1, 2 * self.params.fault_every), _Ev.FAULT)
         elif kind == _Ev.RESTART and not self.up[a]:
             self._restart(a)
@@ -308,32 +315,13 @@ class Simulation:
             sn.raw.tick()
             self.touch(sn)
 
-    # -- clients ----------------------------------------------------------------------------------
+    # -- proposals and wiping (what the clients, `raftlog.sim.clients`, and the heal phase use) ---
     def leaders(self, g: int) -> list[SimNode]:
         return [
             sn
             for n in self.ids
             if self.up[n] and (sn := self.nodes[(n, g)]).raw.raft.role is Role.LEADER
         ]
-
-    def _client(self) -> None:
-        if self.healing:
-            return
-        r = self.rng
-        g = r.choice(self.groups)
-        leaders = self.leaders(g)
-        target = r.choice(leaders) if leaders else None
-        roll = r.random()
-        if target is None:
-            self.log_line(f"client g{g}: no leader")
-            return
-        if roll < 0.04:
-            self._transfer(target)
-        elif roll < 0.12 and self.config.nodes >= 4:
-            self._conf_change(target)
-        else:
-            self.propose(target)
-        self.touch(target)
 
     def propose(self, sn: SimNode, data: bytes | None = None) -> int | None:
         if data is None:
@@ -349,45 +337,7 @@ class Simulation:
         self.log_line(f"client g{sn.group} propose {data!r} to n{sn.id} -> {index}/{term}")
         return index
 
-    def _transfer(self, sn: SimNode) -> None:
-        voters = [v for v in sn.raw.raft.conf.voters if v != sn.id]
-        if not voters:
-            return
-        to = self.rng.choice(voters)
-        self.stats["transfers"] += 1
-        try:
-            sn.raw.transfer_leader(to)
-            self.log_line(f"client g{sn.group} transfer n{sn.id} -> n{to}")
-        except RaftError as exc:
-            self.log_line(f"client g{sn.group} transfer n{sn.id} -> n{to}: {exc.code}")
-
-    def _conf_change(self, sn: SimNode) -> None:
-        r = self.rng
-        raft = sn.raw.raft
-        conf = raft.conf
-        g = sn.group
-        outsiders = [n for n in self.ids if n not in conf.members()]
-        options: list[ConfChange] = []
-        if len(conf.voters) > 3:
-            options.extend(ConfChange(ConfChangeKind.REMOVE, v) for v in conf.voters)
-        options.extend(ConfChange(ConfChangeKind.PROMOTE, n) for n in conf.learners)
-        options.extend(ConfChange(ConfChangeKind.REMOVE, n) for n in conf.learners)
-        if raft.pending_conf_index <= raft.log.applied:
-            options.extend(ConfChange(ConfChangeKind.ADD_LEARNER, n) for n in outsiders)
-        if not options:
-            return
-        cc = r.choice(options)
-        if cc.kind is ConfChangeKind.ADD_LEARNER and self.config.wipe_rejoining:
-            self._wipe(cc.node, g)
-        try:
-            index = sn.raw.propose_conf_change(cc)
-        except RaftError as exc:
-            self.log_line(f"client g{g} conf {cc.kind.name} n{cc.node} via n{sn.id}: {exc.code}")
-            return
-        self.stats["conf_changes"] += 1
-        self.log_line(f"client g{g} conf {cc.kind.name} n{cc.node} via n{sn.id} -> {index}")
-
-    def _wipe(self, node: int, g: int) -> None:
+    def wipe(self, node: int, g: int) -> None:
         """Give a non-member a fresh, empty disk and state (it is about to be re-added).
 
         Unsafe with this core (see `SimConfig.wipe_rejoining`): only for demonstrating that.
@@ -405,49 +355,8 @@ class Simulation:
             self.generation[key] += 1
         self.log_line(f"wipe g{g} n{node} ({reset} messages in flight dropped)")
 
-    # -- faults -----------------------------------------------------------------------------------
-    def _fault(self) -> None:
-        if self.healing:
-            return
-        r = self.rng
-        roll = r.random()
-        down = [n for n in self.ids if not self.up[n]]
-        if roll < 0.3:
-            alive = [n for n in self.ids if self.up[n]]
-            limit = len(self.ids) if r.random() < 0.1 else (len(self.ids) - 1) // 2
-            if alive and len(down) < limit:
-                self._crash(r.choice(alive))
-        elif roll < 0.45:
-            ids = list(self.ids)
-            r.shuffle(ids)
-            k = r.randint(1, len(ids) - 1) if len(ids) > 1 else 1
-            self.net.partition(ids[:k], ids[k:])
-            self.stats["partitions"] += 1
-            self.log_line(f"partition {sorted(ids[:k])} | {sorted(ids[k:])}")
-        elif roll < 0.6:
-            if len(self.ids) > 1:
-                a, b = r.sample(self.ids, 2)
-                self.net.cut(a, b)
-                self.stats["partitions"] += 1
-                self.log_line(f"cut {a}->{b}")
-        elif roll < 0.7:
-            g = r.choice(self.groups)
-            leaders = self.leaders(g)
-            if leaders:
-                lead = r.choice(leaders).id
-                self.net.partition([lead], [n for n in self.ids if n != lead])
-                self.stats["partitions"] += 1
-                self.log_line(f"isolate leader n{lead} of g{g}")
-        elif roll < 0.9:
-            self.net.heal()
-            self.log_line("heal partitions")
-        else:
-            base = self.params.faults
-            drop = r.choice([0.0, base.drop, 0.3])
-            self.net.set_faults(NetFaults(drop, base.duplicate, 1, base.max_delay, base.slow))
-            self.log_line(f"network drop={drop}")
-
-    def _crash(self, node: int) -> None:
+    # -- crash and restart (a crash is one of `raftlog.sim.faults`' picks) ------------------------
+    def crash(self, node: int) -> None:
         self.up[node] = False
         self.stats["crashes"] += 1
         parts = []
