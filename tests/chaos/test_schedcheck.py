@@ -1,4 +1,4 @@
-"""The scheduling checks of `tests.chaos.apicheck` (``deliver_at``, times to live, retry
+"""The scheduling checks (`tests.chaos.schedcheck`: ``deliver_at``, times to live, retry
 back-off) flag planted early deliveries, late deliveries after a time to live and early
 retries, pass a clean history of each, and `tests.chaos.checker` counts a confirmed message
 with a time to live that nothing delivered as expired, not lost (one without is still lost)."""
