@@ -14,6 +14,7 @@ from pathlib import Path
 
 import orjson
 
+from cmq.failure import Failure
 from cmq.fsm.commands import (
     Ack,
     ChangeVisibility,
@@ -41,7 +42,7 @@ from cmq.routing.rpc import (
     ProduceCall,
     ReceiveCall,
     SetAttributesCall,
-    encode_error,
+    encode_failure,
 )
 from raftlog.core.types import (
     ConfState,
@@ -163,7 +164,8 @@ def _calls() -> list[bytes]:
         GetQueueCall(3, "orders"),
         SetAttributesCall(3, "orders", (("delay_seconds", 1), ("dead_letter_queue", None))),
     )
-    return [c.encode() for c in calls] + [encode_error("QueueNotFound", "no such queue")]
+    failure = encode_failure(Failure("QueueNotFound", "no such queue"), packed=False)
+    return [c.encode() for c in calls] + [failure]
 
 
 def _segments() -> list[bytes]:
